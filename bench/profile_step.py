@@ -1,0 +1,214 @@
+"""Where a checkpointed step's time goes: a breakdown and cProfile listings (not a benchmark).
+
+Breakdown (µs per step, medians): the same loop with no checkpointing, with the memory
+store, and with the SQLite store, whose time on its worker thread (the SQL transaction)
+is measured apart; what remains of the SQLite figure is the hop to the thread and back.
+Then cProfile of one checkpointed run (event-loop thread and SQLite worker thread
+separately) and of the resume of a failed 10,000-step run.
+
+    .venv-bench/bin/python bench/profile_step.py [--steps 2000] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from checkpoint_vs_langgraph import POLICY, nestegg_clutch, prepare_failed_run
+from harness import (
+    LARGE_TIMEOUT,
+    START_INPUT,
+    Table,
+    fmt_us,
+    median,
+    next_message,
+    print_tables,
+    timed,
+)
+
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage, SQLiteCheckpointStorage
+
+
+def loop_clutch(steps: int, storage: Any | None, run_id: str) -> Clutch:
+    checkpoint = None
+    if storage is not None:
+        checkpoint = CheckpointConfig(storage=storage, policy=POLICY, run_id=run_id)
+    clutch = Clutch("bench", strategy=Strategy.ROUND_ROBIN, max_turns=steps, checkpoint=checkpoint)
+
+    @clutch.agent()
+    async def step(data):  # untyped, like the agents of clutch_vs_eggai.py
+        return next_message(data)
+
+    return clutch
+
+
+class WorkerClock:
+    """Adds up the time a SQLite store spends in its SQL work on the worker thread.
+
+    Wraps the store's private ``_call(work, *args)`` so that ``work(connection, *args)``
+    is timed where it runs; the hops to the thread and back are not in it.
+    """
+
+    def __init__(self, storage: SQLiteCheckpointStorage) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        inner = storage._call
+
+        def timed_call(work: Any, *args: Any) -> Any:
+            def timed_work(conn: Any, *work_args: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return work(conn, *work_args)
+                finally:
+                    self.seconds += time.perf_counter() - start
+                    self.calls += 1
+
+            return inner(timed_work, *args)
+
+        storage._call = timed_call  # type: ignore[method-assign]
+
+
+async def breakdown(steps: int, reps: int) -> Table:
+    columns: dict[str, list[float]] = {
+        "no checkpoint": [],
+        "memory store": [],
+        "SQLite store": [],
+        "SQLite transaction (worker thread)": [],
+    }
+    for rep in range(reps):
+        with tempfile.TemporaryDirectory(prefix="nestegg-profile-") as tmp:
+            plain = loop_clutch(steps, None, f"plain-{rep}")
+            seconds, _ = await timed(partial(plain.run, START_INPUT, timeout=LARGE_TIMEOUT))
+            columns["no checkpoint"].append(seconds / steps)
+
+            memory = loop_clutch(steps, MemoryCheckpointStorage(), f"memory-{rep}")
+            seconds, _ = await timed(partial(memory.run, START_INPUT, timeout=LARGE_TIMEOUT))
+            columns["memory store"].append(seconds / steps)
+
+            storage = SQLiteCheckpointStorage(Path(tmp) / "profile.db")
+            await storage.setup()
+            clock = WorkerClock(storage)
+            sqlite = loop_clutch(steps, storage, f"sqlite-{rep}")
+            seconds, _ = await timed(partial(sqlite.run, START_INPUT, timeout=LARGE_TIMEOUT))
+            await storage.close()
+            columns["SQLite store"].append(seconds / steps)
+            columns["SQLite transaction (worker thread)"].append(clock.seconds / steps)
+    table = Table(
+        title=f"Per-step cost breakdown, {steps:,} steps (µs/step, median of {reps})",
+        headers=["configuration", "µs/step"],
+    )
+    for name, values in columns.items():
+        table.rows.append([name, fmt_us(median(values))])
+    hop = (
+        median(columns["SQLite store"])
+        - median(columns["memory store"])
+        - median(columns["SQLite transaction (worker thread)"])
+    )
+    table.rows.append(
+        ["rest: SQLite - memory - transaction (thread hops there and back)", fmt_us(hop)]
+    )
+    pages = await wal_pages_per_step()
+    table.notes.append(
+        f"One checkpointed step writes {pages:.1f} WAL frames (4 KiB database pages) to the "
+        f"SQLite store (a {WAL_STEPS}-step run, WAL autocheckpoint held off)."
+    )
+    return table
+
+
+WAL_STEPS = 200
+
+
+async def wal_pages_per_step() -> float:
+    """WAL frames (database pages) one checkpointed step writes, autocheckpoint held off."""
+    with tempfile.TemporaryDirectory(prefix="nestegg-profile-") as tmp:
+        storage = SQLiteCheckpointStorage(Path(tmp) / "wal.db")
+        await storage.setup()
+        await storage._call(lambda conn: conn.execute("PRAGMA wal_autocheckpoint = 0"))
+        await storage._call(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+        clutch = loop_clutch(WAL_STEPS, storage, "wal")
+        await clutch.run(START_INPUT, timeout=LARGE_TIMEOUT)
+        _busy, frames, _ = await storage._call(
+            lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        )
+        await storage.close()
+    return float(frames) / WAL_STEPS
+
+
+def listing(profile: cProfile.Profile, title: str, top: int) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    return f"#### {title}\n\n```\n{out.getvalue().strip()}\n```\n"
+
+
+async def profile_run(steps: int, top: int) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="nestegg-profile-") as tmp:
+        storage = SQLiteCheckpointStorage(Path(tmp) / "profile.db")
+        await storage.setup()
+        worker = cProfile.Profile()
+        await storage._call(lambda conn: worker.enable())
+        clutch = loop_clutch(steps, storage, "profiled")
+        main = cProfile.Profile()
+        main.enable()
+        await clutch.run(START_INPUT, timeout=LARGE_TIMEOUT)
+        main.disable()
+        await storage._call(lambda conn: worker.disable())
+        await storage.close()
+    return [
+        listing(main, f"Event-loop thread, {steps:,}-step checkpointed run", top),
+        listing(worker, f"SQLite worker thread, {steps:,}-step checkpointed run", top),
+    ]
+
+
+async def profile_resume(steps: int, top: int) -> list[str]:
+    run_id = f"resume-{steps}"
+    with tempfile.TemporaryDirectory(prefix="nestegg-profile-") as tmp:
+        db_path = await prepare_failed_run(Path(tmp), steps, run_id)
+        storage = SQLiteCheckpointStorage(db_path)
+        await storage.setup()
+        worker = cProfile.Profile()
+        await storage._call(lambda conn: worker.enable())
+        clutch = nestegg_clutch(storage, steps, run_id)
+        main = cProfile.Profile()
+        start = time.perf_counter()
+        main.enable()
+        await clutch.resume_latest(run_id)
+        main.disable()
+        elapsed = time.perf_counter() - start
+        await storage._call(lambda conn: worker.disable())
+        await storage.close()
+    title = f"resume_latest of a failed {steps:,}-step run ({elapsed * 1e3:.1f} ms under cProfile)"
+    return [
+        listing(main, f"Event-loop thread, {title}", top),
+        listing(worker, f"SQLite worker thread, {title}", top),
+    ]
+
+
+async def run(steps: int, reps: int, top: int) -> None:
+    print_tables([await breakdown(steps, reps)])
+    for text in await profile_run(steps, top):
+        print(text)
+    for text in await profile_resume(10_000, top):
+        print(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    asyncio.run(run(args.steps, args.reps, args.top))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m nestegg``: the nestegg command."""
+
+from nestegg.cli import main
+
+main()

@@ -1,0 +1,73 @@
+"""Agents: async functions with an optional pydantic-typed first parameter."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel
+
+from nestegg.constants import MAX_NAME_LENGTH
+from nestegg.errors import ConfigurationError, InvalidIdentifierError
+
+AgentFunction = Callable[..., Awaitable[Any]]
+
+
+def input_type_of(handler: Callable[..., Any]) -> type | None:
+    """The annotation of the handler's first parameter, or None."""
+    try:
+        params = list(inspect.signature(handler).parameters.values())
+        if not params:
+            return None
+        hint = get_type_hints(handler).get(params[0].name)
+    except (TypeError, ValueError, NameError):
+        return None
+    return hint if isinstance(hint, type) else None
+
+
+def to_typed(data: Any, target: type | None) -> Any:
+    """``data`` rebuilt as ``target`` when that is a pydantic model and data is its dict form."""
+    if not (isinstance(target, type) and issubclass(target, BaseModel)):
+        return data  # None, or a plain annotation such as str or typing.Any
+    if isinstance(data, dict):
+        return target.model_validate(data)
+    return data
+
+
+def to_plain(value: Any) -> Any:
+    """A pydantic model dumped to its dict form; anything else unchanged."""
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    return value
+
+
+def check_name(name: str, what: str) -> str:
+    """``name`` if it is a safe identifier for ``what`` (no separators, no '..', bounded)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidIdentifierError(f"{what} must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidIdentifierError(
+            f"{what} {name[:40]!r}... is {len(name)} characters long; at most "
+            f"{MAX_NAME_LENGTH} are allowed"
+        )
+    bad = [c for c in ("/", "\\", "\0", "\n", "\r") if c in name]
+    if bad or name in (".", "..") or ".." in name:
+        raise InvalidIdentifierError(
+            f"{what} {name!r} contains a path separator, '..' or a control character"
+        )
+    return name
+
+
+class AgentNode:
+    """One registered agent: its name, handler, graph edges and input type."""
+
+    __slots__ = ("edges", "handler", "input_type", "name")
+
+    def __init__(self, name: str, handler: AgentFunction, edges: list[str] | None = None) -> None:
+        if not inspect.iscoroutinefunction(handler):
+            raise ConfigurationError(f"agent {name!r} must be an async function (async def)")
+        self.name = check_name(name, "agent name")
+        self.handler = handler
+        self.edges: list[str] = list(edges or [])
+        self.input_type = input_type_of(handler)

@@ -1,0 +1,428 @@
+"""The checkpointer: writes one run's steps, events and checkpoints to its store.
+
+Per step it appends the step record and its events and, when the policy says so, a
+small checkpoint record, all in one fenced commit (``durability="sync"``: before the
+next step starts). It never rewrites the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.codec import (
+    encode_value,
+    from_jsonable,
+    has_tags,
+    seal,
+    seal_json,
+    unseal,
+)
+from nestegg.checkpoint.config import CheckpointPolicy
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    RunRecord,
+    StepRecord,
+    new_checkpoint_id,
+)
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import CheckpointInfo
+from nestegg.constants import (
+    CANCELLED,
+    CHECKPOINT_PRUNED,
+    CHECKPOINT_SAVED,
+    COMPLETED,
+    FAILED,
+    FINISHED,
+    REASON_FINAL,
+    REASON_MANUAL,
+    REASON_POLICY,
+    RUN_CANCELLED,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_STARTED,
+)
+from nestegg.errors import StaleOwnerError
+from nestegg.execution import StepResult
+
+log = logging.getLogger("nestegg")
+CheckpointHook = Callable[[CheckpointInfo], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Where the run stands after its last recorded step."""
+
+    seq: int
+    turn: int
+    data_seq: int
+    source: str
+    position: dict[str, Any] | None
+    metadata: bytes
+    inline_data: bytes | None = None
+    """The current data, when no step record holds it (a fork with replaced data)."""
+
+
+def checkpoint_body(state: Snapshot, next_agent: str | None) -> bytes:
+    """The JSON body of a checkpoint of ``state``."""
+    body = (
+        b'{"seq":%d,"turn":%d,"data_seq":%d,"source":%s,"position":%s,"next":%s,"metadata":%s'
+        % (
+            state.seq,
+            state.turn,
+            state.data_seq,
+            orjson.dumps(state.source),
+            orjson.dumps(state.position),
+            orjson.dumps(next_agent),
+            state.metadata,
+        )
+    )
+    if state.inline_data is not None:
+        return body + b',"data":%s}' % state.inline_data
+    return body + b"}"
+
+
+class Checkpointer:
+    """Records one run in a store by a policy (the Recorder of checkpointed runs)."""
+
+    def __init__(
+        self,
+        store: CheckpointStorage,
+        policy: CheckpointPolicy,
+        run: RunRecord,
+        *,
+        lease_seconds: float,
+        base: Snapshot,
+        kept: list[str],
+        on_checkpoint: CheckpointHook | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.run_id = run.run_id
+        self.pipeline = run.pipeline
+        self.fence = run.fence
+        self.event_seq = run.event_seq
+        self.lease_seconds = lease_seconds
+        self.on_checkpoint = on_checkpoint
+        self.last_good = base
+        self.kept: deque[str] = deque(kept)
+        self.checkpointed_seq = base.seq if kept else -1
+        self.since_checkpoint = 0
+        self.last_policy_at = 0.0
+        self.pending = Commit(self.run_id, self.fence)
+        self.saved: list[CheckpointInfo] = []
+        self.requests: list[asyncio.Future[str]] = []
+        self.queue: asyncio.Queue[tuple[Commit, list[CheckpointInfo]]] | None = None
+        self.writer: asyncio.Task[None] | None = None
+        self.writer_error: BaseException | None = None
+        self.heartbeat: asyncio.Task[None] | None = None
+        self.every = policy.every_n_steps
+        self.on_agents = frozenset(policy.on_agent_complete or ())
+        self.min_interval = policy.min_interval.total_seconds() if policy.min_interval else 0.0
+        self.durability = policy.durability
+        self.journals = True
+        self.replay_until = 0
+        self._journal_step = -1
+        self._journal: dict[int, JournalRecord] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def event(self, kind: str, at: float, payload: dict[str, Any]) -> None:
+        """Queue an event for the next commit."""
+        self.event_seq += 1
+        body = seal(orjson.dumps(payload))
+        self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
+
+    async def start(self, truncate_after: int | None = None) -> None:
+        """Write the opening commit (queued events; on resume, the truncation) and start
+        the heartbeat."""
+        self.pending.truncate_after = truncate_after
+        await self._commit_now()
+        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            renewal = Commit(self.run_id, self.fence, lease_until=time.time() + self.lease_seconds)
+            try:
+                await self.store.commit(renewal)
+            except StaleOwnerError:
+                log.warning("run %r was taken over by another owner", self.run_id)
+                return
+            except Exception as error:  # the next step's commit reports store failures
+                log.warning("heartbeat of run %r failed: %s", self.run_id, error)
+
+    def _take_pending(self) -> Commit:
+        commit, self.pending = self.pending, Commit(self.run_id, self.fence)
+        now = time.time()
+        commit.updated_at = now
+        commit.lease_until = now + self.lease_seconds
+        commit.event_seq = self.event_seq
+        return commit
+
+    async def _commit_now(self) -> None:
+        """Write everything pending and wait until it is stored."""
+        commit = self._take_pending()
+        saved, self.saved = self.saved, []
+        if self.writer is not None and self.queue is not None:
+            await self.queue.join()
+            self._raise_writer_error()
+        await self.store.commit(commit)
+        await self._notify(saved)
+
+    async def _flush(self) -> None:
+        if self.durability == "sync":
+            await self._commit_now()
+        elif self.durability == "async":
+            self._raise_writer_error()
+            if self.queue is None:
+                self.queue = asyncio.Queue()
+                self.writer = asyncio.get_running_loop().create_task(self._write_behind())
+            saved, self.saved = self.saved, []
+            self.queue.put_nowait((self._take_pending(), saved))
+
+    async def _write_behind(self) -> None:
+        assert self.queue is not None
+        while True:
+            commit, saved = await self.queue.get()
+            try:
+                if self.writer_error is None:
+                    await self.store.commit(commit)
+                    await self._notify(saved)
+            except Exception as error:
+                self.writer_error = error
+            finally:
+                self.queue.task_done()
+
+    def _raise_writer_error(self) -> None:
+        if self.writer_error is not None:
+            raise self.writer_error
+
+    async def _notify(self, saved: list[CheckpointInfo]) -> None:
+        if self.on_checkpoint is not None:
+            for info in saved:
+                await self.on_checkpoint(info)
+
+    async def _stop(self) -> None:
+        for task in (self.heartbeat, self.writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self.heartbeat = self.writer = None
+
+    # ------------------------------------------------------------------- journal
+
+    async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
+        """The recorded call at ``position`` of ``step`` (only steps that may be re-runs)."""
+        if step > self.replay_until:
+            return None
+        if self._journal_step != step:
+            records = await self.store.read_journal(self.run_id, step)
+            self._journal = {r.position: r for r in records}
+            self._journal_step = step
+        record = self._journal.get(position)
+        if record is None:
+            return None
+        raw = unseal(record.body, f"journal entry {step}/{position} of run {self.run_id!r}")
+        entry: dict[str, Any] = orjson.loads(raw)
+        if "result" in entry and has_tags(raw):
+            entry["result"] = from_jsonable(entry["result"])
+        return entry
+
+    async def journal_result(
+        self, step: int, position: int, function: str, digest: str, result: Any
+    ) -> None:
+        """Commit a call's result to the journal now."""
+        value = encode_value(result, f"result of {function}")
+        body = b'{"function":%s,"args":"%s","result":%s}' % (
+            orjson.dumps(function),
+            digest.encode(),
+            value,
+        )
+        await self._journal_commit(step, position, body)
+
+    async def journal_error(
+        self, step: int, position: int, function: str, digest: str, error: BaseException
+    ) -> None:
+        """Commit a call's final failure (type and message) to the journal now."""
+        failure = {"type": type(error).__qualname__, "message": str(error)}
+        body = orjson.dumps({"function": function, "args": digest, "error": failure})
+        await self._journal_commit(step, position, body)
+
+    async def _journal_commit(self, step: int, position: int, body: bytes) -> None:
+        record = JournalRecord(self.run_id, step, position, seal(body))
+        await self.store.commit(Commit(self.run_id, self.fence, journal=[record]))
+        if self._journal_step == step:
+            self._journal[position] = record
+
+    # -------------------------------------------------------------- checkpoints
+
+    def _add_checkpoint(self, reason: str, state: Snapshot, next_agent: str | None) -> str:
+        now = time.time()
+        checkpoint_id = new_checkpoint_id()
+        body = checkpoint_body(state, next_agent)
+        record = CheckpointRecord(checkpoint_id, self.run_id, state.seq, now, reason, seal(body))
+        self.pending.checkpoints.append(record)
+        self.event(
+            CHECKPOINT_SAVED,
+            now,
+            {"checkpoint_id": checkpoint_id, "seq": state.seq, "reason": reason},
+        )
+        self.kept.append(checkpoint_id)
+        keep = self.policy.keep_latest
+        if keep is not None and len(self.kept) > keep:
+            pruned = [self.kept.popleft() for _ in range(len(self.kept) - keep)]
+            self.pending.prune.extend(pruned)
+            self.event(CHECKPOINT_PRUNED, now, {"checkpoint_ids": pruned})
+        self.checkpointed_seq = state.seq
+        self.since_checkpoint = 0
+        if self.on_checkpoint is not None:
+            self.saved.append(CheckpointInfo.from_record(record))
+        return checkpoint_id
+
+    def _policy_due(self, agent: str, now: float) -> bool:
+        if self.durability == "exit":
+            return False
+        if self.since_checkpoint < self.every and agent not in self.on_agents:
+            return False
+        return not self.min_interval or now - self.last_policy_at >= self.min_interval
+
+    # ------------------------------------------------------------ Recorder API
+
+    def encode_output(self, value: Any) -> bytes | None:
+        """The step output as stored JSON (raises CheckpointSerializationError)."""
+        return encode_value(value, "data")
+
+    async def record_step(self, step: StepResult) -> None:
+        """Append the step record and events; checkpoint when due; commit by durability."""
+        metadata = encode_value(step.metadata, "metadata") if step.metadata else b"{}"
+        now = time.time()
+        head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%r,"duration":%r' % (
+            orjson.dumps(step.agent),
+            step.outcome.encode(),
+            orjson.dumps(step.target),
+            step.started,
+            step.duration,
+        )
+        body = head + (b',"data":%s}' % step.output if step.output is not None else b"}")
+        self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, seal(body)))
+        self.pending.step_seq = step.seq
+        self.event(STEP_STARTED, step.started, {"seq": step.seq, "agent": step.agent})
+        self.event(
+            STEP_COMPLETED,
+            now,
+            {
+                "seq": step.seq,
+                "agent": step.agent,
+                "outcome": step.outcome,
+                "duration": step.duration,
+            },
+        )
+        inline = None if step.data_seq == step.seq else self.last_good.inline_data
+        self.last_good = Snapshot(
+            step.seq, step.turn, step.data_seq, step.source, step.position, metadata, inline
+        )
+        self.since_checkpoint += 1
+        if self._policy_due(step.agent, now):
+            self.last_policy_at = now
+            self._add_checkpoint(REASON_POLICY, self.last_good, None)
+        await self._flush()
+
+    async def boundary(self) -> None:
+        """Serve checkpoint() requests made from outside the run."""
+        if self.requests:
+            requests, self.requests = self.requests, []
+            checkpoint_id = self._add_checkpoint(REASON_MANUAL, self.last_good, None)
+            await self._commit_now()
+            for request in requests:
+                if not request.done():
+                    request.set_result(checkpoint_id)
+
+    async def checkpoint_now(self, reason: str, pending_agent: str | None) -> str:
+        """A checkpoint now (from inside an agent) or at the next step boundary (outside)."""
+        if reason == REASON_MANUAL:
+            request: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self.requests.append(request)
+            return await request
+        checkpoint_id = self._add_checkpoint(reason, self.last_good, pending_agent)
+        await self._commit_now()
+        return checkpoint_id
+
+    async def finish(self, result: Any, data_seq: int) -> None:
+        """Record the result, a final checkpoint and the completed status."""
+        final_result = seal(encode_value(result, "result"))
+        if self.last_good.seq != self.checkpointed_seq or not self.kept:
+            self._add_checkpoint(REASON_FINAL, self.last_good, None)
+        checkpoint_id = self.kept[-1]
+        self.event(RUN_COMPLETED, time.time(), {"steps": self.last_good.seq})
+        self.pending.status = COMPLETED
+        self.pending.result = final_result
+        try:
+            await self._commit_now()
+        finally:
+            await self._stop()
+        for request in self.requests:
+            if not request.done():
+                request.set_result(checkpoint_id)
+        await self._expire()
+
+    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
+        """Record the failure and a checkpoint of the last good state; status failed."""
+        detail = {
+            "type": type(error).__qualname__,
+            "message": str(error),
+            "agent": agent,
+            "seq": seq,
+            "traceback": "".join(traceback.format_exception(error))[-8000:],
+        }
+        if not any(step.seq == seq for step in self.pending.steps):
+            self.event(STEP_STARTED, started, {"seq": seq, "agent": agent})
+        self.event(STEP_FAILED, time.time(), {k: v for k, v in detail.items() if k != "traceback"})
+        await self._stop_with(FAILED, RUN_FAILED, seal_json(detail))
+
+    async def cancelled(self) -> None:
+        """Record the cancellation and a checkpoint of the last good state."""
+        await self._stop_with(CANCELLED, RUN_CANCELLED, None)
+
+    async def _stop_with(self, status: str, kind: str, error: bytes | None) -> None:
+        if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
+            self._add_checkpoint(REASON_FINAL, self.last_good, None)
+        self.event(kind, time.time(), {"steps": self.last_good.seq})
+        self.pending.status = status
+        self.pending.error = error
+        try:
+            await self._commit_now()
+        except Exception as failure:  # keep the original error; the run stays resumable
+            log.warning(
+                "could not record the %s status of run %r: %s", status, self.run_id, failure
+            )
+        finally:
+            await self._stop()
+        for request in self.requests:
+            if not request.done():
+                request.cancel()
+
+    async def _expire(self) -> None:
+        if self.policy.ttl is None:
+            return
+        cutoff = time.time() - self.policy.ttl.total_seconds()
+        try:
+            await self.store.expire_runs(FINISHED, cutoff, self.pipeline)
+        except Exception as error:
+            log.warning("expiring old runs failed: %s", error)

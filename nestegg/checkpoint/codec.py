@@ -1,0 +1,231 @@
+"""Encoding of stored values: exact JSON round trips, checksummed records, no pickle.
+
+Values become JSON with orjson. Types JSON has no word for (datetime, date, time, UUID,
+Decimal, bytes, Enum, tuple, set, non-string keys, big ints, NaN) are written as a tagged
+object ``{"$ne": tag, "v": ...}`` and rebuilt on reading, so what ``model_dump()`` produces
+comes back equal. Anything else fails with :class:`CheckpointSerializationError` naming the
+value's path and type.
+
+Every stored record is *sealed*: ``{"crc":"<8 hex>","body":<json>}``, still readable JSON,
+whose checksum (CRC-32 of the body bytes) is checked on every read.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import importlib
+import math
+import uuid
+import zlib
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from nestegg.errors import CheckpointCorruptedError, CheckpointSerializationError
+
+TAG = "$ne"
+_INT_LIMIT = 2**63
+_SEAL_HEAD = b'{"crc":"'
+_SEAL_MID = b'","body":'
+_BODY_AT = len(_SEAL_HEAD) + 8 + len(_SEAL_MID)
+
+
+def _tag(tag: str, value: Any) -> dict[str, Any]:
+    return {TAG: tag, "v": value}
+
+
+def _encode_scalar(value: Any, path: str) -> Any:
+    if isinstance(value, Enum):
+        where = f"{type(value).__module__}:{type(value).__qualname__}"
+        return _tag("enum", [where, to_jsonable(value.value, f"{path}.value")])
+    if isinstance(value, dt.datetime):
+        return _tag("datetime", value.isoformat())
+    if isinstance(value, dt.date):
+        return _tag("date", value.isoformat())
+    if isinstance(value, dt.time):
+        return _tag("time", value.isoformat())
+    if isinstance(value, dt.timedelta):
+        return _tag("timedelta", [value.days, value.seconds, value.microseconds])
+    if isinstance(value, uuid.UUID):
+        return _tag("uuid", str(value))
+    if isinstance(value, Decimal):
+        return _tag("decimal", str(value))
+    if isinstance(value, bytes | bytearray):
+        return _tag("bytes", base64.b64encode(value).decode("ascii"))
+    if isinstance(value, BaseModel):
+        return to_jsonable(value.model_dump(), path)
+    raise CheckpointSerializationError(path, type(value).__qualname__)
+
+
+def to_jsonable(value: Any, path: str = "data") -> Any:
+    """``value`` as plain JSON types, tagging the rest; raises naming the first bad path."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        return value if -_INT_LIMIT <= value < _INT_LIMIT else _tag("int", str(value))
+    if kind is float:
+        return value if math.isfinite(value) else _tag("float", repr(value))
+    if kind is dict:
+        if all(type(k) is str for k in value) and TAG not in value:
+            return {k: to_jsonable(v, f"{path}.{k}") for k, v in value.items()}
+        return _tag(
+            "map",
+            [
+                [to_jsonable(k, f"{path}.<key>"), to_jsonable(v, f"{path}[{k!r}]")]
+                for k, v in value.items()
+            ],
+        )
+    if kind is list:
+        return [to_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if kind is tuple:
+        return _tag("tuple", [to_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)])
+    if kind is set or kind is frozenset:
+        items = [to_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return _tag("frozenset" if kind is frozenset else "set", items)
+    return _encode_scalar(value, path)
+
+
+def _restore_enum(spec: list[Any]) -> Any:
+    where, raw = spec
+    value = from_jsonable(raw)
+    module, _, qualname = str(where).partition(":")
+    try:
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError):
+        return value
+    if isinstance(target, type) and issubclass(target, Enum):
+        return target(value)
+    return value
+
+
+_DECODERS: dict[str, Any] = {
+    "datetime": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat,
+    "time": dt.time.fromisoformat,
+    "timedelta": lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
+    "uuid": uuid.UUID,
+    "decimal": Decimal,
+    "bytes": base64.b64decode,
+    "int": int,
+    "float": float,
+    "enum": _restore_enum,
+    "tuple": lambda v: tuple(from_jsonable(x) for x in v),
+    "set": lambda v: {from_jsonable(x) for x in v},
+    "frozenset": lambda v: frozenset(from_jsonable(x) for x in v),
+    "map": lambda v: {from_jsonable(k): from_jsonable(x) for k, x in v},
+}
+
+
+def from_jsonable(value: Any) -> Any:
+    """Rebuild what :func:`to_jsonable` tagged."""
+    kind = type(value)
+    if kind is dict:
+        tag = value.get(TAG)
+        if tag is not None and len(value) == 2 and "v" in value:
+            return _DECODERS[tag](value["v"])
+        return {k: from_jsonable(v) for k, v in value.items()}
+    if kind is list:
+        return [from_jsonable(v) for v in value]
+    return value
+
+
+def has_tags(raw: bytes) -> bool:
+    """Whether encoded JSON may hold tagged values (lets plain values skip the rebuild walk)."""
+    return b'"$ne"' in raw
+
+
+def dumps(value: Any) -> bytes:
+    """Plain JSON types to bytes."""
+    return orjson.dumps(value)
+
+
+def _lone_surrogate_path(tree: Any, path: str) -> str | None:
+    """Where in a :func:`to_jsonable` tree the first string UTF-8 cannot hold sits."""
+    if type(tree) is str:
+        return None if _is_utf8(tree) else path
+    if type(tree) is dict:
+        if TAG in tree:
+            return _lone_surrogate_path(tree["v"], path)
+        if not all(_is_utf8(key) for key in tree):
+            return f"{path}.<key>"
+        items = [(f"{path}.{key}", item) for key, item in tree.items()]
+    elif type(tree) is list:
+        items = [(f"{path}[{i}]", item) for i, item in enumerate(tree)]
+    else:
+        return None
+    return next((p for p in (_lone_surrogate_path(v, at) for at, v in items) if p), None)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def encode_value(value: Any, path: str = "data") -> bytes:
+    """A user value as JSON bytes (tagged where needed).
+
+    Raises:
+        CheckpointSerializationError: a value that cannot be stored, naming its path and type.
+    """
+    try:
+        tree = to_jsonable(value, path)
+    except RecursionError:
+        detail = "nested too deeply, or it contains itself"
+        raise CheckpointSerializationError(path, type(value).__qualname__, detail) from None
+    try:
+        return orjson.dumps(tree)
+    except orjson.JSONEncodeError as exc:  # a lone surrogate, or nested deeper than orjson goes
+        where = _lone_surrogate_path(tree, path)
+        type_name = "str" if where else type(value).__qualname__
+        raise CheckpointSerializationError(where or path, type_name, str(exc)) from None
+
+
+def decode_value(raw: bytes) -> Any:
+    """The value :func:`encode_value` wrote."""
+    value = orjson.loads(raw)
+    return from_jsonable(value) if has_tags(raw) else value
+
+
+def seal(body: bytes) -> bytes:
+    """``body`` wrapped with its checksum, as readable JSON."""
+    return b"%s%08x%s%s}" % (_SEAL_HEAD, zlib.crc32(body), _SEAL_MID, body)
+
+
+def unseal(sealed: bytes, where: str) -> bytes:
+    """The body of a sealed record; CheckpointCorruptedError naming ``where`` if torn/altered."""
+    sealed = bytes(sealed)
+    if (
+        len(sealed) <= _BODY_AT
+        or not sealed.startswith(_SEAL_HEAD)
+        or sealed[_BODY_AT - len(_SEAL_MID) : _BODY_AT] != _SEAL_MID
+        or not sealed.endswith(b"}")
+    ):
+        raise CheckpointCorruptedError(f"{where} is torn or not a nestegg record")
+    body = sealed[_BODY_AT:-1]
+    if sealed[len(_SEAL_HEAD) : len(_SEAL_HEAD) + 8] != b"%08x" % zlib.crc32(body):
+        raise CheckpointCorruptedError(f"{where} failed its checksum (torn or altered)")
+    return body
+
+
+def seal_json(value: Any) -> bytes:
+    """Plain JSON types, sealed."""
+    return seal(orjson.dumps(value))
+
+
+def unseal_json(sealed: bytes, where: str) -> Any:
+    """The plain JSON a sealed record holds; CheckpointCorruptedError if it is damaged."""
+    body = unseal(sealed, where)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None

@@ -1,0 +1,114 @@
+"""Checkpoint settings: where to store (CheckpointConfig) and when (CheckpointPolicy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Literal
+
+from nestegg.constants import DEFAULT_LEASE
+from nestegg.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+
+Durability = Literal["sync", "async", "exit"]
+DURABILITIES = ("sync", "async", "exit")
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When checkpoints are taken and how long they are kept.
+
+    Args:
+        every_n_steps: checkpoint after every N-th step (1: after each step).
+        on_agent_complete: agent names after which a checkpoint is always taken.
+        keep_latest: keep the newest N checkpoints per run (None: keep all).
+        ttl: delete whole finished runs after this long without activity.
+        min_interval: never two policy checkpoints closer than this (final and manual
+            ones are exempt).
+        durability: "sync" commits each step before the next starts; "async" writes in
+            the background and flushes before ``run`` returns; "exit" writes only when the
+            run ends, fails or is cancelled.
+
+    Raises:
+        ConfigurationError: a value out of range, naming the field.
+
+    Example:
+        >>> CheckpointPolicy(every_n_steps=1, keep_latest=3, ttl=timedelta(days=7))
+    """
+
+    every_n_steps: int = 1
+    on_agent_complete: tuple[str, ...] | list[str] | None = None
+    keep_latest: int | None = 3
+    ttl: timedelta | None = None
+    min_interval: timedelta | None = None
+    durability: Durability = "sync"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
+            raise ConfigurationError(
+                f"CheckpointPolicy.every_n_steps must be an int >= 1, got {self.every_n_steps!r}"
+            )
+        if self.keep_latest is not None and (
+            not isinstance(self.keep_latest, int) or self.keep_latest < 1
+        ):
+            raise ConfigurationError(
+                f"CheckpointPolicy.keep_latest must be an int >= 1 or None, got "
+                f"{self.keep_latest!r}"
+            )
+        for name in ("ttl", "min_interval"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, timedelta) or value.total_seconds() < 0
+            ):
+                raise ConfigurationError(
+                    f"CheckpointPolicy.{name} must be a non-negative timedelta or None, "
+                    f"got {value!r}"
+                )
+        if self.durability not in DURABILITIES:
+            raise ConfigurationError(
+                f"CheckpointPolicy.durability must be one of {DURABILITIES}, "
+                f"got {self.durability!r}"
+            )
+        agents = self.on_agent_complete
+        if agents is not None:
+            if isinstance(agents, str) or not all(isinstance(a, str) for a in agents):
+                raise ConfigurationError(
+                    "CheckpointPolicy.on_agent_complete must be a list of agent names, "
+                    f"got {agents!r}"
+                )
+            object.__setattr__(self, "on_agent_complete", tuple(agents))
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and how a Clutch checkpoints its runs.
+
+    Args:
+        storage: a store, or None for the embedded default (SQLite at
+            ``$NESTEGG_HOME/nestegg.db``, ``NESTEGG_HOME`` defaulting to ``~/.nestegg``).
+        policy: when to checkpoint and what to keep.
+        run_id: the run id to use (None: a new id for every run).
+        lease: how long a run's owner holds it without a heartbeat before another
+            process may take it over.
+
+    Example:
+        >>> CheckpointConfig(storage=FileCheckpointStorage(Path("./checkpoints")),
+        ...                  policy=CheckpointPolicy(keep_latest=3), run_id="pipeline-xyz")
+    """
+
+    storage: CheckpointStorage | None = None
+    policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    run_id: str | None = None
+    lease: timedelta = DEFAULT_LEASE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, CheckpointPolicy):
+            raise ConfigurationError(
+                f"CheckpointConfig.policy must be a CheckpointPolicy, got {self.policy!r}"
+            )
+        if not isinstance(self.lease, timedelta) or self.lease.total_seconds() <= 0:
+            raise ConfigurationError(
+                f"CheckpointConfig.lease must be a positive timedelta, got {self.lease!r}"
+            )

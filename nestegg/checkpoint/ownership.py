@@ -1,0 +1,79 @@
+"""Who owns a run, and whether that owner is still alive.
+
+On the owner's own host a run is interrupted as soon as its process is gone (the pid no
+longer exists, or now belongs to a process started at another time). Elsewhere the
+owner's lease decides: a heartbeat renews it, and once it has expired the run is
+interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import cache
+from pathlib import Path
+
+from nestegg.checkpoint.records import Owner, RunRecord
+from nestegg.constants import RUNNING
+
+# Runs this process is executing right now: run_id -> fence.
+active_runs: dict[str, int] = {}
+
+
+@cache
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        return "noboot"
+
+
+def host_id() -> str:
+    """This machine: its host name and boot id."""
+    return f"{socket.gethostname()}#{_boot_id()}"
+
+
+def process_start_token(pid: int) -> str | None:
+    """A token of when process ``pid`` started, None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _pid_exists_token(pid)
+    # Field 22 (starttime) counts from the end of the parenthesised command name.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _pid_exists_token(pid: int) -> str | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return "alive"
+    return "alive"
+
+
+def current_owner() -> Owner:
+    """The owner record of this process."""
+    pid = os.getpid()
+    return Owner(host=host_id(), pid=pid, started=process_start_token(pid) or "alive")
+
+
+def owner_alive(run: RunRecord, now: float) -> bool:
+    """Whether the owner of a running run is still there to finish it."""
+    owner = run.owner
+    if run.status != RUNNING or owner is None:
+        return False
+    if owner.host == host_id():
+        if owner.pid == os.getpid():
+            return active_runs.get(run.run_id) == run.fence
+        token = process_start_token(owner.pid)
+        return token is not None and (token == owner.started or token == "alive")
+    return run.lease_until is not None and run.lease_until > now
+
+
+def is_interrupted(run: RunRecord, now: float) -> bool:
+    """A run that is marked running but whose owner is gone."""
+    return run.status == RUNNING and not owner_alive(run, now)

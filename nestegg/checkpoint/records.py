@@ -1,0 +1,155 @@
+"""What stores keep: runs, step records, checkpoints, events and journal entries.
+
+Every payload a store keeps is *sealed* bytes (see :mod:`nestegg.checkpoint.codec`): the
+store writes them as they are and never looks inside; readers check the checksum.
+Times are UNIX seconds (float).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The process that executes a run: host, pid and a token of the process's start."""
+
+    host: str
+    pid: int
+    started: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The owner as plain JSON."""
+        return {"host": self.host, "pid": self.pid, "started": self.started}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any] | None) -> Owner | None:
+        """An owner from :meth:`to_json`'s form (None stays None)."""
+        if not raw:
+            return None
+        return cls(host=str(raw["host"]), pid=int(raw["pid"]), started=str(raw["started"]))
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """A run as stored. ``input``, ``result`` and ``error`` are sealed bytes.
+
+    ``fence`` is the fencing token: it grows by one at every claim, and a write carrying
+    an older token is refused. ``step_seq`` is the sequence number of the last step
+    record, ``event_seq`` that of the last event.
+    """
+
+    run_id: str
+    pipeline: str
+    status: str
+    input: bytes
+    created_at: float
+    updated_at: float
+    fence: int = 1
+    owner: Owner | None = None
+    lease_until: float | None = None
+    result: bytes | None = None
+    error: bytes | None = None
+    step_seq: int = 0
+    event_seq: int = 0
+    parent_run: str | None = None
+    parent_checkpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One executed step (append-only): sequence number, agent and sealed body."""
+
+    run_id: str
+    seq: int
+    agent: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """A small record of where a run stands after step ``seq``; body is sealed."""
+
+    checkpoint_id: str
+    run_id: str
+    seq: int
+    created_at: float
+    reason: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One entry of a run's append-only event log; body is sealed."""
+
+    run_id: str
+    seq: int
+    at: float
+    kind: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """The recorded outcome of one durable call: step, position in the step, sealed body."""
+
+    run_id: str
+    step: int
+    position: int
+    body: bytes
+
+
+@dataclass(slots=True)
+class Commit:
+    """Everything one atomic, fenced write does to a run.
+
+    Applied in this order: check ``fence`` against the stored run (StaleOwnerError if it
+    moved on); drop step records and checkpoints past ``truncate_after`` (events stay:
+    their log is append-only); append
+    ``steps``, ``events``, ``journal``, ``checkpoints``; delete the checkpoints in
+    ``prune``; then update the run row with the fields that are not None.
+    """
+
+    run_id: str
+    fence: int
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[EventRecord] = field(default_factory=list)
+    journal: list[JournalRecord] = field(default_factory=list)
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    prune: list[str] = field(default_factory=list)
+    truncate_after: int | None = None
+    status: str | None = None
+    result: bytes | None = None
+    error: bytes | None = None
+    lease_until: float | None = None
+    step_seq: int | None = None
+    event_seq: int | None = None
+    updated_at: float = 0.0
+
+
+_counter = itertools.count()
+_process_tag = ["", 0]
+
+
+def _tag() -> str:
+    # A random tag per process (renewed after fork), so ids need no system call each.
+    if _process_tag[1] != os.getpid():
+        _process_tag[:] = [secrets.token_hex(5), os.getpid()]
+    return str(_process_tag[0])
+
+
+def new_checkpoint_id() -> str:
+    """A new checkpoint id: sortable by creation time, unique across processes."""
+    millis = time.time_ns() // 1_000_000
+    return f"{millis:012x}-{_tag()}{next(_counter) & 0xFFFFFF:06x}"
+
+
+def new_run_id() -> str:
+    """A new run id: sortable by creation time."""
+    millis = time.time_ns() // 1_000_000
+    return f"run-{millis:012x}{secrets.token_hex(6)}"

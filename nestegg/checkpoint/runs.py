@@ -1,0 +1,344 @@
+"""RunBook: a checkpointed Clutch's runs: start, resume, recover, list and clean up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from nestegg.agents import check_name, to_plain
+from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
+from nestegg.checkpoint.codec import encode_value, seal
+from nestegg.checkpoint.config import CheckpointConfig
+from nestegg.checkpoint.loader import load_latest, load_state
+from nestegg.checkpoint.ownership import active_runs, current_owner, is_interrupted, owner_alive
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
+from nestegg.checkpoint.stores import default_store
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import (
+    CheckpointInfo,
+    CheckpointState,
+    Event,
+    RunInfo,
+    run_result,
+)
+from nestegg.constants import COMPLETED, FINISHED, RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.errors import (
+    CheckpointNotFoundError,
+    ConfigurationError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+)
+from nestegg.execution import NullRecorder
+from nestegg.task import StepListeners
+
+if TYPE_CHECKING:
+    from nestegg.clutch import Clutch
+
+
+class RunBook:
+    """Everything a checkpointed Clutch does with its store."""
+
+    def __init__(self, clutch: Clutch, config: CheckpointConfig) -> None:
+        self.clutch = clutch
+        self.config = config
+        self.store: CheckpointStorage = config.storage or default_store()
+        self.owns_store = config.storage is None
+        self.lease = config.lease.total_seconds()
+        self._ready: asyncio.Future[None] | None = None
+
+    async def ready(self) -> CheckpointStorage:
+        """The store, set up once."""
+        if self._ready is None:
+            self._ready = asyncio.ensure_future(self.store.setup())
+        await asyncio.shield(self._ready)
+        return self.store
+
+    async def close(self) -> None:
+        """Close the store if the RunBook opened it."""
+        if self.owns_store:
+            await self.store.close()
+
+    def _run_id(self, run_id: str | None) -> str | None:
+        chosen = run_id if run_id is not None else self.config.run_id
+        return check_name(chosen, "run id") if chosen is not None else None
+
+    async def _get(self, run_id: str) -> RunRecord:
+        store = await self.ready()
+        run = await store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+        return run
+
+    # ------------------------------------------------------------------ starting
+
+    async def run(self, input_data: Any, run_id: str | None, listeners: StepListeners) -> Any:
+        """Start a new run (or return the stored result of a completed one)."""
+        run_id = self._run_id(run_id) or new_run_id()
+        store = await self.ready()
+        existing = await store.get_run(run_id)
+        if existing is not None:
+            return self._existing(existing)
+        data = to_plain(input_data)
+        now = time.time()
+        record = RunRecord(
+            run_id=run_id,
+            pipeline=self.clutch.name,
+            status=RUNNING,
+            input=seal(encode_value(data, "input")),
+            created_at=now,
+            updated_at=now,
+            fence=1,
+            owner=current_owner(),
+            lease_until=now + self.lease,
+        )
+        try:
+            await store.create_run(record)
+        except RunExistsError:
+            raced = await store.get_run(run_id)
+            return self._existing(raced) if raced else None
+        ctx = self.clutch._new_context(run_id, data)
+        execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
+        base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
+        return await self._execute(record, execution, base, [], RUN_STARTED, {}, None, data)
+
+    def _existing(self, run: RunRecord) -> Any:
+        if run.status == COMPLETED:
+            return run_result(run)
+        if owner_alive(run, time.time()):
+            raise RunLockedError(
+                f"run {run.run_id!r} is being executed by another process "
+                f"(pid {run.owner.pid if run.owner else '?'})",
+                run.run_id,
+            )
+        raise RunExistsError(
+            f"run {run.run_id!r} exists with status {run.status!r}: continue it with "
+            f"resume_latest({run.run_id!r})",
+            run.run_id,
+        )
+
+    async def _execute(
+        self,
+        run: RunRecord,
+        execution: Any,
+        base: Snapshot,
+        kept: list[str],
+        event_kind: str,
+        event_data: dict[str, Any],
+        truncate_after: int | None,
+        input_data: Any,
+        replay_until: int = 0,
+    ) -> Any:
+        recorder = Checkpointer(
+            self.store,
+            self.config.policy,
+            run,
+            lease_seconds=self.lease,
+            base=base,
+            kept=kept,
+            on_checkpoint=self.clutch._on_checkpoint,
+        )
+        execution.recorder = recorder
+        recorder.replay_until = replay_until
+        recorder.event(event_kind, time.time(), event_data)
+        active_runs[run.run_id] = run.fence
+        try:
+            await recorder.start(truncate_after)
+            return await self.clutch._drive(execution, input_data, fresh=event_kind == RUN_STARTED)
+        finally:
+            if active_runs.get(run.run_id) == run.fence:
+                del active_runs[run.run_id]
+
+    # ------------------------------------------------------------------ resuming
+
+    async def resume_latest(self, run_id: str | None, listeners: StepListeners) -> Any:
+        """Resume a run from its newest valid checkpoint (or its input)."""
+        chosen = self._run_id(run_id)
+        if chosen is None:
+            raise ConfigurationError(
+                "resume_latest() needs a run id: pass run_id= or configure "
+                "CheckpointConfig(run_id=...)"
+            )
+        run = await self._get(chosen)
+        if run.status == COMPLETED:
+            return run_result(run)
+        self._check_not_owned(run)
+        state, checkpoints = await load_latest(self.store, run)
+        return await self._resume(run, state, [c.checkpoint_id for c in checkpoints], listeners)
+
+    async def resume(self, checkpoint_id: str, listeners: StepListeners) -> Any:
+        """Resume the run of ``checkpoint_id`` from that checkpoint."""
+        record = await self._checkpoint(checkpoint_id)
+        run = await self._get(record.run_id)
+        self._check_not_owned(run)
+        state = await load_state(self.store, run, record)
+        kept = [
+            c.checkpoint_id
+            for c in await self.store.list_checkpoints(run.run_id)
+            if c.seq <= record.seq
+        ]
+        return await self._resume(run, state, kept, listeners)
+
+    def _check_not_owned(self, run: RunRecord) -> None:
+        if owner_alive(run, time.time()):
+            raise RunLockedError(
+                f"run {run.run_id!r} is being executed by a live process "
+                f"(pid {run.owner.pid if run.owner else '?'}); it cannot be resumed now",
+                run.run_id,
+            )
+
+    async def _resume(
+        self,
+        run: RunRecord,
+        state: CheckpointState,
+        kept: list[str],
+        listeners: StepListeners,
+        *,
+        event_kind: str = RUN_RESUMED,
+    ) -> Any:
+        if run.pipeline != self.clutch.name:
+            raise ConfigurationError(
+                f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {self.clutch.name!r}"
+            )
+        self.clutch.validate()
+        ctx = self.clutch._new_context(run.run_id, state.data)
+        ctx.source = state.source
+        ctx.state.turn = state.turn
+        ctx.state.history.extend(state.history)
+        ctx.metadata.update(state.metadata)
+        execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
+        if state.position is not None:
+            execution.cursor.restore(state.position)
+        if state.next_agent is not None and state.next_agent not in self.clutch._agents:
+            from nestegg.errors import IncompatibleCheckpointError
+
+            raise IncompatibleCheckpointError(
+                f"the checkpoint continues with agent {state.next_agent!r}, which this "
+                "pipeline no longer has"
+            )
+        execution.pending_agent = state.next_agent
+        execution.seq = state.seq
+        execution.data_seq = state.data_seq
+        now = time.time()
+        claimed = await self.store.claim_run(
+            run.run_id, run.fence, current_owner(), now + self.lease, now
+        )
+        base = Snapshot(
+            state.seq,
+            state.turn,
+            state.data_seq,
+            state.source,
+            execution.cursor.position(),
+            encode_value(state.metadata, "metadata"),
+            encode_value(state.data, "data") if state.data_inline else None,
+        )
+        checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
+        event = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": run.status}
+        return await self._execute(
+            claimed,
+            execution,
+            base,
+            kept,
+            event_kind,
+            event,
+            state.seq,
+            run_input_of(run),
+            replay_until=run.step_seq + 1,
+        )
+
+    async def _checkpoint(self, checkpoint_id: str) -> CheckpointRecord:
+        store = await self.ready()
+        record = await store.get_checkpoint(checkpoint_id)
+        if record is None:
+            raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
+        return record
+
+    # ----------------------------------------------------------------- recovery
+
+    async def list_interrupted(self) -> list[RunInfo]:
+        """Running runs of this pipeline whose owner is gone."""
+        store = await self.ready()
+        now = time.time()
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
+        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now)]
+
+    async def recover(self) -> dict[str, Any]:
+        """Resume every interrupted run concurrently; run id -> result (or the exception)."""
+        interrupted = await self.list_interrupted()
+
+        async def one(run_id: str) -> Any:
+            return await self.resume_latest(run_id, StepListeners())
+
+        outcomes = await asyncio.gather(
+            *(one(r.run_id) for r in interrupted), return_exceptions=True
+        )
+        return {
+            info.run_id: outcome
+            for info, outcome in zip(interrupted, outcomes, strict=True)
+            if not isinstance(outcome, RunLockedError)
+        }
+
+    # ------------------------------------------------------------------ reading
+
+    async def list_runs(self, status: str | None = None) -> list[RunInfo]:
+        """This pipeline's runs, newest first."""
+        store = await self.ready()
+        runs = await store.list_runs(
+            pipeline=self.clutch.name, statuses=[status] if status else None
+        )
+        return [RunInfo.from_record(r) for r in runs]
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        """A run's checkpoints, oldest first."""
+        run_id = check_name(run_id, "run id")
+        store = await self.ready()
+        return [CheckpointInfo.from_record(c) for c in await store.list_checkpoints(run_id)]
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointState:
+        """The state a checkpoint restores."""
+        record = await self._checkpoint(checkpoint_id)
+        run = await self._get(record.run_id)
+        return await load_state(self.store, run, record)
+
+    async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
+        """A run's events after ``since_seq``."""
+        run_id = check_name(run_id, "run id")
+        store = await self.ready()
+        return [Event.from_record(e) for e in await store.read_events(run_id, since_seq)]
+
+    # ------------------------------------------------------------------ cleanup
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete a run and everything of it."""
+        store = await self.ready()
+        run = await store.get_run(check_name(run_id, "run id"))
+        if run is not None and owner_alive(run, time.time()):
+            raise RunLockedError(f"run {run_id!r} is executing; it cannot be deleted", run_id)
+        return await store.delete_run(run_id)
+
+    async def cleanup(self) -> dict[str, int]:
+        """Apply keep_latest and ttl to this pipeline's runs now."""
+        store = await self.ready()
+        policy = self.config.policy
+        expired: list[str] = []
+        if policy.ttl is not None:
+            cutoff = time.time() - policy.ttl.total_seconds()
+            expired = await store.expire_runs(FINISHED, cutoff, self.clutch.name)
+        pruned = 0
+        if policy.keep_latest is not None:
+            for run in await store.list_runs(pipeline=self.clutch.name):
+                checkpoints = await store.list_checkpoints(run.run_id)
+                surplus = checkpoints[: max(0, len(checkpoints) - policy.keep_latest)]
+                if surplus:
+                    pruned += await store.delete_checkpoints(
+                        run.run_id, [c.checkpoint_id for c in surplus]
+                    )
+        return {"runs_expired": len(expired), "checkpoints_pruned": pruned}
+
+
+def run_input_of(run: RunRecord) -> Any:
+    """The decoded input of a run."""
+    from nestegg.checkpoint.views import run_input
+
+    return run_input(run)

@@ -1,0 +1,95 @@
+"""The store contract: one async Protocol that every checkpoint store fills.
+
+A store keeps records; it does not interpret them. Ownership is a compare-and-set on
+the run's fencing token (``claim_run``), and every change to a run is one atomic,
+fenced :class:`~nestegg.checkpoint.records.Commit`. The contract-test suite in
+``tests/stores`` runs unchanged against every store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+
+
+@runtime_checkable
+class CheckpointStorage(Protocol):
+    """Where runs, steps, checkpoints, events and journal entries live.
+
+    Errors: a missing run raises ``RunNotFoundError``; a lost compare-and-set raises
+    ``RunLockedError`` (claim) or ``StaleOwnerError`` (commit); an unreachable server
+    raises ``StorageUnavailableError``. Lists come oldest first.
+    """
+
+    async def setup(self) -> None:
+        """Create what the store needs (idempotent); called before first use."""
+
+    async def close(self) -> None:
+        """Release connections and threads the store opened itself."""
+
+    async def create_run(self, run: RunRecord) -> None:
+        """Insert a new run; RunExistsError if the id is taken."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+
+    async def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first, filtered by pipeline and status."""
+
+    async def claim_run(
+        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+    ) -> RunRecord:
+        """Make ``owner`` the owner if the fence is still ``expected_fence``.
+
+        Sets status running, the owner and lease, and fence + 1, and returns the run.
+        Raises RunLockedError if the fence moved on, RunNotFoundError if there is no run.
+        """
+
+    async def commit(self, commit: Commit) -> None:
+        """Apply one fenced change to a run atomically (see :class:`Commit`)."""
+
+    async def load_steps(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> list[StepRecord]:
+        """Step records with ``after < seq <= upto``, in order."""
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """The run's checkpoints, oldest first."""
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        """One checkpoint, or None."""
+
+    async def read_events(
+        self, run_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        """Events with ``seq > since_seq``, in order."""
+
+    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
+        """Journal entries of one step, by position."""
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run and everything of it; False if there was none."""
+
+    async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
+        """Delete those checkpoints of the run (no fence: maintenance); how many went."""
+
+    async def expire_runs(
+        self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
+    ) -> list[str]:
+        """Delete whole runs in ``statuses`` not updated since ``updated_before``; their ids."""

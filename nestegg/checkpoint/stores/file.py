@@ -1,0 +1,473 @@
+"""A store of plain, readable files: one directory per run.
+
+Layout under the root (directories 0700, files 0600)::
+
+    runs/<run_id>/run.json          the run row, replaced atomically
+    runs/<run_id>/input.json        the run's input, written once
+    runs/<run_id>/steps.log         step records, JSON lines, append-only
+    runs/<run_id>/events.log        events, JSON lines, append-only
+    runs/<run_id>/journal.log       journal entries, JSON lines, append-only
+    runs/<run_id>/checkpoints/<seq>-<id>.json
+                                    one checkpoint, replaced atomically; its name holds
+                                    the step it covers (zero-padded) and its id
+    runs/<run_id>/run.lock          flock'ed by claims and commits
+    runs/<run_id>/pending-commit.json  the commit being applied (see file_commit)
+    checkpoint-index/<id>           symlink to the checkpoint's file: id -> run
+    staging/, trash/                runs being created or deleted (a crash's leftovers
+                                    there are removed after FILE_LEFTOVER_SECONDS)
+
+Claims and commits hold an exclusive ``flock`` on the run's lock file and re-read the
+fence under it, so several processes can share a root. A commit is atomic: it is written
+whole before it is applied, and redone if a crash cut it short (:mod:`.file_commit`).
+Every write is fsynced before the call returns. :mod:`.file_format` describes the
+records and how torn and damaged ones are read. POSIX only (``fcntl.flock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from nestegg.agents import check_name
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+from nestegg.checkpoint.stores.file_commit import (
+    commit_durably,
+    redo_pending_commit,
+    remove_checkpoints,
+    write_run,
+)
+from nestegg.checkpoint.stores.file_format import (
+    checkpoint_files,
+    decode_run,
+    encode_run,
+    read_checkpoint_file,
+    read_log,
+    record_seq,
+)
+from nestegg.checkpoint.stores.file_io import (
+    create_file,
+    make_private_dirs,
+    same_file,
+    sync_directory,
+)
+from nestegg.constants import (
+    FILE_CHECKPOINT_INDEX_DIR,
+    FILE_CHECKPOINTS_DIR,
+    FILE_EVENTS_LOG,
+    FILE_INPUT,
+    FILE_JOURNAL_LOG,
+    FILE_LEFTOVER_SECONDS,
+    FILE_LOCK,
+    FILE_PENDING_COMMIT,
+    FILE_RUN,
+    FILE_RUNS_DIR,
+    FILE_STAGING_DIR,
+    FILE_STEPS_LOG,
+    FILE_TRASH_DIR,
+    RUNNING,
+)
+from nestegg.errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+    StorageError,
+    StorageUnavailableError,
+)
+
+T = TypeVar("T")
+
+_UNAVAILABLE_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO, errno.ENOENT, errno.ENOTDIR}
+)
+
+
+def storage_error(exc: OSError, root: Path) -> StorageError:
+    """The nestegg error for a file-system failure under ``root``."""
+    if exc.errno in _UNAVAILABLE_ERRNOS:
+        return StorageUnavailableError(f"the file store at {root} cannot be used: {exc}")
+    return StorageError(f"the file store at {root} failed: {exc}")
+
+
+def _run_id(run_id: str) -> str:
+    return check_name(run_id, "run id")
+
+
+def _checkpoint_id(checkpoint_id: str) -> str:
+    return check_name(checkpoint_id, "checkpoint id")
+
+
+class FileCheckpointStorage:
+    """Keeps each run in its own directory of readable JSON files.
+
+    Args:
+        path: the root directory; created (0700) on first use.
+
+    Raises:
+        InvalidIdentifierError: a run or checkpoint id with a path separator, ``..`` or a
+            control character, or too long (checked before the disk is touched).
+        StorageUnavailableError: the root cannot be read or written.
+        StorageError: another file-system failure (a full disk, for one).
+
+    Example:
+        >>> store = FileCheckpointStorage(Path("./checkpoints"))
+        >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.root = Path(path).expanduser()
+        self._runs = self.root / FILE_RUNS_DIR
+        self._index = self.root / FILE_CHECKPOINT_INDEX_DIR
+        self._ready = False
+
+    @classmethod
+    def from_url(cls, url: str) -> FileCheckpointStorage:
+        """A store for ``file:///absolute/dir`` (or ``file://./relative/dir``).
+
+        Raises:
+            ConfigurationError: not a ``file`` URL, or no directory in it.
+        """
+        parts = urlsplit(url)
+        netloc = "" if parts.netloc == "localhost" else parts.netloc
+        path = unquote(netloc + parts.path)
+        if parts.scheme != "file" or not path:
+            raise ConfigurationError(f"not a file store URL: {url!r} (expected file:///dir)")
+        return cls(path)
+
+    def __repr__(self) -> str:
+        return f"FileCheckpointStorage({str(self.root)!r})"
+
+    async def _io(self, work: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.to_thread(work, *args)
+        except OSError as exc:
+            raise storage_error(exc, self.root) from exc
+
+    def _ensure_root(self) -> None:
+        if not self._ready:
+            for name in (FILE_RUNS_DIR, FILE_CHECKPOINT_INDEX_DIR, FILE_STAGING_DIR):
+                make_private_dirs(self.root / name)
+            make_private_dirs(self.root / FILE_TRASH_DIR)
+            self._remove_leftovers()
+            self._ready = True
+
+    def _remove_leftovers(self) -> None:
+        """Remove what creations and deletions cut short by a crash left behind."""
+        cutoff = time.time() - FILE_LEFTOVER_SECONDS
+        for name in (FILE_STAGING_DIR, FILE_TRASH_DIR):
+            for entry in os.scandir(self.root / name):
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+    def _run_dir(self, run_id: str) -> Path:
+        return self._runs / run_id
+
+    @contextmanager
+    def _locked(self, run_id: str, *, redo: bool = True) -> Iterator[Path]:
+        """Hold the run's lock file exclusively, after redoing a commit a crash cut short
+        (unless ``redo`` is False); RunNotFoundError if there is no run."""
+        run_dir = self._run_dir(run_id)
+        lock_path = run_dir / FILE_LOCK
+        while True:
+            try:
+                fd = os.open(lock_path, os.O_RDWR)
+            except FileNotFoundError:
+                raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if same_file(fd, lock_path):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # the run was deleted (and maybe created anew) meanwhile: retry
+        try:
+            if redo:
+                redo_pending_commit(run_dir, self._index)
+            yield run_dir
+        finally:
+            os.close(fd)
+
+    def _settled(self, run_id: str) -> Path:
+        """The run's directory, once a pending commit (in flight, or cut short by a crash)
+        is done."""
+        run_dir = self._run_dir(run_id)
+        if (run_dir / FILE_PENDING_COMMIT).exists():
+            try:
+                with self._locked(run_id):
+                    pass
+            except RunNotFoundError:
+                pass
+        return run_dir
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the root directory and its layout (idempotent; also done lazily)."""
+        await self._io(self._ensure_root)
+
+    async def close(self) -> None:
+        """Nothing to release: every call opens and closes its own files."""
+
+    async def create_run(self, run: RunRecord) -> None:
+        _run_id(run.run_id)
+        await self._io(self._create_run, run)
+
+    def _create_run(self, run: RunRecord) -> None:
+        self._ensure_root()
+        staging = Path(tempfile.mkdtemp(dir=self.root / FILE_STAGING_DIR))
+        try:
+            create_file(staging / FILE_RUN, encode_run(run))
+            create_file(staging / FILE_INPUT, run.input)
+            for name in (FILE_STEPS_LOG, FILE_EVENTS_LOG, FILE_JOURNAL_LOG, FILE_LOCK):
+                create_file(staging / name)
+            (staging / FILE_CHECKPOINTS_DIR).mkdir(mode=0o700)
+            sync_directory(staging)
+            try:
+                staging.rename(self._run_dir(run.run_id))
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise RunExistsError(f"run {run.run_id!r} exists", run.run_id) from None
+                raise
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        sync_directory(self._runs)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._io(self._get_run, _run_id(run_id))
+
+    def _get_run(self, run_id: str) -> RunRecord | None:
+        run_dir = self._settled(run_id)
+        try:
+            row, input_bytes = (
+                (run_dir / FILE_RUN).read_bytes(),
+                (run_dir / FILE_INPUT).read_bytes(),
+            )
+        except FileNotFoundError:
+            return None
+        return decode_run(row, input_bytes, run_dir / FILE_RUN)
+
+    def _read_row(self, run_dir: Path, run_id: str) -> RunRecord:
+        """The run row without its input (for fenced updates)."""
+        try:
+            row = (run_dir / FILE_RUN).read_bytes()
+        except FileNotFoundError:
+            raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+        return decode_run(row, b"", run_dir / FILE_RUN)
+
+    async def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        return await self._io(self._list_runs, pipeline, statuses, limit)
+
+    def _list_runs(
+        self, pipeline: str | None, statuses: Sequence[str] | None, limit: int | None
+    ) -> list[RunRecord]:
+        runs = [
+            run
+            for run in self._all_runs()
+            if (pipeline is None or run.pipeline == pipeline)
+            and (statuses is None or run.status in statuses)
+        ]
+        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return runs[:limit] if limit is not None else runs
+
+    def _all_runs(self) -> Iterator[RunRecord]:
+        try:
+            entries = [entry.name for entry in os.scandir(self._runs) if entry.is_dir()]
+        except FileNotFoundError:
+            return
+        for name in entries:
+            run = self._get_run(name)
+            if run is not None:  # None: deleted meanwhile, or not a run
+                yield run
+
+    async def claim_run(
+        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+    ) -> RunRecord:
+        _run_id(run_id)
+        return await self._io(self._claim_run, run_id, expected_fence, owner, lease_until, now)
+
+    def _claim_run(
+        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+    ) -> RunRecord:
+        with self._locked(run_id) as run_dir:
+            run = self._read_row(run_dir, run_id)
+            if run.fence != expected_fence:
+                raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            run.fence += 1
+            run.owner = owner
+            run.lease_until = lease_until
+            run.status = RUNNING
+            run.updated_at = now
+            write_run(run_dir, run)
+            run.input = (run_dir / FILE_INPUT).read_bytes()
+            return run
+
+    # -- commits -------------------------------------------------------------------------
+
+    async def commit(self, commit: Commit) -> None:
+        _run_id(commit.run_id)
+        for checkpoint_id in (*(c.checkpoint_id for c in commit.checkpoints), *commit.prune):
+            _checkpoint_id(checkpoint_id)
+        await self._io(self._commit, commit)
+
+    def _commit(self, commit: Commit) -> None:
+        with self._locked(commit.run_id) as run_dir:
+            run = self._read_row(run_dir, commit.run_id)
+            if run.fence != commit.fence:
+                raise StaleOwnerError(
+                    f"run {commit.run_id!r} is owned by a newer owner (fence {run.fence}, "
+                    f"this write carries {commit.fence})",
+                    commit.run_id,
+                )
+            commit_durably(run_dir, self._index, commit, run)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def load_steps(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> list[StepRecord]:
+        return await self._io(self._load_steps, _run_id(run_id), after, upto)
+
+    def _load_steps(self, run_id: str, after: int, upto: int | None) -> list[StepRecord]:
+        steps: dict[int, StepRecord] = {}
+        for header, body in read_log(self._settled(run_id) / FILE_STEPS_LOG):
+            seq = record_seq(header)
+            if seq > after and (upto is None or seq <= upto):
+                steps[seq] = StepRecord(run_id, seq, str(header.get("agent")), body)
+        return [steps[seq] for seq in sorted(steps)]
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        return await self._io(lambda: self._read_checkpoints(self._settled(_run_id(run_id))))
+
+    def _read_checkpoints(self, run_dir: Path) -> list[CheckpointRecord]:
+        folder = run_dir / FILE_CHECKPOINTS_DIR
+        records = [
+            read_checkpoint_file(folder / name, run_dir.name)
+            for name in checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR)
+        ]
+        return sorted((r for r in records if r is not None), key=lambda c: (c.seq, c.checkpoint_id))
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        return await self._io(self._get_checkpoint, _checkpoint_id(checkpoint_id))
+
+    def _get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        try:
+            target = Path(os.readlink(self._index / checkpoint_id))
+        except FileNotFoundError:
+            return None
+        if len(target.parts) != 5:
+            return None
+        run_id, name = target.parts[2], target.parts[4]
+        return read_checkpoint_file(self._settled(run_id) / FILE_CHECKPOINTS_DIR / name, run_id)
+
+    async def read_events(
+        self, run_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        return await self._io(self._read_events, _run_id(run_id), since_seq, limit)
+
+    def _read_events(self, run_id: str, since_seq: int, limit: int | None) -> list[EventRecord]:
+        events: dict[int, EventRecord] = {}
+        for header, body in read_log(self._settled(run_id) / FILE_EVENTS_LOG):
+            seq = record_seq(header)
+            if seq > since_seq:
+                at = header.get("at")
+                at = float(at) if isinstance(at, int | float) else 0.0
+                kind = str(header.get("kind"))
+                events[seq] = EventRecord(run_id, seq, at, kind, body)
+        ordered = [events[seq] for seq in sorted(events)]
+        return ordered[:limit] if limit is not None else ordered
+
+    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
+        return await self._io(self._read_journal, _run_id(run_id), step)
+
+    def _read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
+        entries: dict[int, JournalRecord] = {}
+        for header, body in read_log(self._settled(run_id) / FILE_JOURNAL_LOG):
+            if header.get("step") == step and isinstance(header.get("position"), int):
+                position = header["position"]
+                entries[position] = JournalRecord(run_id, step, position, body)
+        return [entries[position] for position in sorted(entries)]
+
+    # -- deleting ------------------------------------------------------------------------
+
+    async def delete_run(self, run_id: str) -> bool:
+        return await self._io(self._delete_run, _run_id(run_id))
+
+    def _delete_run(self, run_id: str) -> bool:
+        """Move the run's directory to the trash under its lock, then remove it."""
+        try:
+            with self._locked(run_id, redo=False) as run_dir:
+                checkpoint_ids = [
+                    cid for _, cid in checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR).values()
+                ]
+                self._ensure_root()
+                trash = Path(tempfile.mkdtemp(dir=self.root / FILE_TRASH_DIR))
+                run_dir.rename(trash / run_id)
+                sync_directory(self._runs)
+        except RunNotFoundError:
+            return False
+        for checkpoint_id in checkpoint_ids:
+            (self._index / checkpoint_id).unlink(missing_ok=True)
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
+        _run_id(run_id)
+        for checkpoint_id in checkpoint_ids:
+            _checkpoint_id(checkpoint_id)
+        if not checkpoint_ids:
+            return 0
+        return await self._io(self._delete_checkpoints, run_id, list(checkpoint_ids))
+
+    def _delete_checkpoints(self, run_id: str, checkpoint_ids: list[str]) -> int:
+        try:
+            with self._locked(run_id) as run_dir:
+                return remove_checkpoints(run_dir, self._index, checkpoint_ids)
+        except RunNotFoundError:
+            return 0
+
+    async def expire_runs(
+        self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
+    ) -> list[str]:
+        return await self._io(self._expire_runs, list(statuses), updated_before, pipeline)
+
+    def _expire_runs(
+        self, statuses: list[str], updated_before: float, pipeline: str | None
+    ) -> list[str]:
+        expired = [
+            run.run_id
+            for run in self._all_runs()
+            if run.status in statuses
+            and run.updated_at < updated_before
+            and (pipeline is None or run.pipeline == pipeline)
+        ]
+        return [run_id for run_id in expired if self._delete_run(run_id)]
+
+
+__all__ = ["FileCheckpointStorage", "storage_error"]

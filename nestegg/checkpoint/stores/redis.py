@@ -1,0 +1,463 @@
+"""Redis store: redis-py asyncio on plain Redis 6+ (no modules).
+
+Every change to a run is one Lua script, run atomically by Redis: the claim is a
+compare-and-set on the run's fencing token, and a commit checks the token, truncates,
+appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
+:mod:`~nestegg.checkpoint.stores.redis_scripts`. Stored values are the sealed bytes as
+given.
+
+Finished runs are deleted by :meth:`RedisCheckpointStorage.expire_runs` (what the
+policy's ``ttl`` calls); with ``expire_finished_after`` Redis also expires every key of
+a run by itself that long after the commit that finished it (a later claim removes the
+expiry). Index entries of runs that Redis expired are dropped lazily when read.
+
+redis-py is imported only here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+from nestegg.checkpoint.stores import redis_layout
+from nestegg.checkpoint.stores.redis_layout import (
+    RUN_KEY_KINDS,
+    checkpoint_from_value,
+    commit_args,
+    event_from_member,
+    owner_fields,
+    pairs_to_dict,
+    run_fields,
+    run_from_hash,
+    step_from_member,
+)
+from nestegg.checkpoint.stores.retry import retry_unavailable
+from nestegg.constants import (
+    DEFAULT_KEY_PREFIX,
+    MAX_KEY_PREFIX_LENGTH,
+    REDIS_MAX_CONNECTIONS,
+    RUNNING,
+    STORE_CONNECT_TIMEOUT,
+    STORE_RETRIES,
+)
+from nestegg.errors import (
+    ConfigurationError,
+    InvalidIdentifierError,
+    MissingDependencyError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+    StorageError,
+    StorageUnavailableError,
+)
+
+_DRIVER_ERROR: ImportError | None = None
+try:
+    import redis.asyncio as aioredis
+    import redis.exceptions as redis_errors
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+except ImportError as exc:  # the constructor names the extra to install
+    _DRIVER_ERROR = exc
+
+T = TypeVar("T")
+
+_BAD_PREFIX = re.compile(r"[\s*?\[\]\\\x00-\x1f\x7f]")
+_SCAN_BATCH = 500
+
+
+def _require_driver() -> None:
+    if _DRIVER_ERROR is not None:
+        raise MissingDependencyError(
+            f"the Redis store needs redis-py ({_DRIVER_ERROR.name} is missing): "
+            "pip install 'nestegg[redis]'"
+        ) from _DRIVER_ERROR
+
+
+def validate_key_prefix(prefix: str) -> str:
+    """Check a Redis key prefix: not empty, no whitespace, control or glob characters.
+
+    Raises:
+        InvalidIdentifierError: the prefix is not allowed.
+    """
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or len(prefix) > MAX_KEY_PREFIX_LENGTH
+        or _BAD_PREFIX.search(prefix)
+    ):
+        raise InvalidIdentifierError(
+            f"key prefix {prefix!r} is not allowed: 1 to {MAX_KEY_PREFIX_LENGTH} characters "
+            "without spaces, newlines, control characters or any of * ? [ ] \\"
+        )
+    return prefix
+
+
+@contextmanager
+def _driver_errors() -> Iterator[None]:
+    """The one place where redis-py's exceptions become nestegg's."""
+    try:
+        yield
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        raise StorageUnavailableError(f"Redis is unavailable: {exc}") from exc
+    except redis_errors.RedisError as exc:
+        raise StorageError(f"Redis failed: {exc}") from exc
+
+
+class RedisCheckpointStorage:
+    """Keeps runs in Redis, shared by every process and machine that reaches it.
+
+    Args:
+        url_or_client: a ``redis://`` / ``rediss://`` URL, or a ``redis.asyncio.Redis``
+            client created with ``decode_responses=False`` (not closed by :meth:`close`).
+        prefix: prefix of every key this store writes.
+        expire_finished_after: when set, Redis deletes all keys of a run this long after
+            the commit that finished it (completed, failed or cancelled); claiming the
+            run again removes the expiry. None keeps finished runs until
+            :meth:`expire_runs` or :meth:`delete_run`.
+        max_connections: size of the connection pool built from a URL; more concurrent
+            operations wait for a free connection.
+        connect_timeout: seconds to wait for a connection, or for a reply (clients
+            built from a URL).
+        retries: retries (with backoff) of reads and commits after a connection failure,
+            none starting later than ``connect_timeout`` after the first try; a commit
+            is idempotent under its fence, so repeating it is safe.
+
+    Raises:
+        MissingDependencyError: redis-py is not installed.
+        InvalidIdentifierError: a bad ``prefix``.
+        ConfigurationError: neither a URL nor a client, a client that decodes responses,
+            or a bad expiry.
+
+    Example:
+        >>> store = RedisCheckpointStorage("redis://cache:6379/0", prefix="enrich:")
+        >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
+    """
+
+    def __init__(
+        self,
+        url_or_client: Any,
+        *,
+        prefix: str = DEFAULT_KEY_PREFIX,
+        expire_finished_after: timedelta | float | None = None,
+        max_connections: int = REDIS_MAX_CONNECTIONS,
+        connect_timeout: float = STORE_CONNECT_TIMEOUT,
+        retries: int = STORE_RETRIES,
+    ) -> None:
+        _require_driver()
+        self.prefix = validate_key_prefix(prefix)
+        self._ttl = _ttl_seconds(expire_finished_after)
+        self._retries = retries
+        self._connect_timeout = connect_timeout
+        if isinstance(url_or_client, str):
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url_or_client,
+                max_connections=max_connections,
+                timeout=connect_timeout,
+                retry=Retry(NoBackoff(), 0),
+                socket_connect_timeout=connect_timeout,
+                socket_timeout=connect_timeout,
+            )
+            self._client: Any = aioredis.Redis.from_pool(pool)
+            self._owns_client = True
+        elif callable(getattr(url_or_client, "register_script", None)):
+            self._client = url_or_client
+            self._owns_client = False
+        else:
+            raise ConfigurationError(
+                "RedisCheckpointStorage needs a redis:// URL or a redis.asyncio.Redis client, "
+                f"got {type(url_or_client).__name__}"
+            )
+        client_pool = getattr(self._client, "connection_pool", None)
+        if client_pool is not None and client_pool.connection_kwargs.get("decode_responses"):
+            raise ConfigurationError(
+                "RedisCheckpointStorage needs a client with decode_responses=False"
+            )
+        register = self._client.register_script
+        self._create_run = register(redis_layout.CREATE_RUN)
+        self._claim_run = register(redis_layout.CLAIM_RUN)
+        self._commit = register(redis_layout.COMMIT)
+        self._delete_run = register(redis_layout.DELETE_RUN)
+        self._delete_checkpoints = register(redis_layout.DELETE_CHECKPOINTS)
+        self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
+        self._read_journal = register(redis_layout.READ_JOURNAL)
+        self._scripts = (
+            self._create_run,
+            self._claim_run,
+            self._commit,
+            self._delete_run,
+            self._delete_checkpoints,
+            self._get_checkpoint,
+            self._read_journal,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisCheckpointStorage:
+        """A store for a ``redis://`` URL; ``options`` as in the constructor."""
+        return cls(url, **options)
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _key(self, kind: str, name: str = "") -> str:
+        return f"{self.prefix}{kind}{name}"
+
+    def _run_keys(self, run_id: str) -> list[str]:
+        return [self._key(kind, run_id) for kind in RUN_KEY_KINDS]
+
+    async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
+        async def attempt() -> T:
+            with _driver_errors():
+                return await operation()
+
+        if not idempotent:
+            return await attempt()
+        return await retry_unavailable(attempt, self._retries, deadline=self._connect_timeout)
+
+    async def setup(self) -> None:
+        """Check that Redis answers and load the scripts (idempotent).
+
+        Raises:
+            StorageUnavailableError: Redis cannot be reached.
+        """
+
+        async def load() -> None:
+            for script in self._scripts:
+                await self._client.script_load(script.script)
+
+        await self._call(load, idempotent=True)
+
+    async def close(self) -> None:
+        """Close the client this store built from its URL (a given client stays open)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def drop(self) -> None:
+        """Delete every key under this store's prefix, with everything stored in them.
+
+        Meant for tests and for removing nestegg from a Redis database.
+        """
+
+        async def drop() -> None:
+            batch: list[bytes] = []
+            async for key in self._client.scan_iter(match=f"{self.prefix}*", count=_SCAN_BATCH):
+                batch.append(key)
+                if len(batch) >= _SCAN_BATCH:
+                    await self._client.unlink(*batch)
+                    batch.clear()
+            if batch:
+                await self._client.unlink(*batch)
+
+        await self._call(drop, idempotent=True)
+
+    # -- runs ---------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        keys = [self._key("run:", run.run_id), self._key("runs"), self._pipeline_key(run.pipeline)]
+        args: list[Any] = [repr(run.created_at), run.run_id]
+        for name, value in run_fields(run).items():
+            args += [name, value]
+        created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
+        if not created:
+            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+
+    def _pipeline_key(self, pipeline: str) -> str:
+        return self._key("pipeline:", pipeline)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raw = await self._call(
+            lambda: self._client.hgetall(self._key("run:", run_id)), idempotent=True
+        )
+        return run_from_hash(raw) if raw else None
+
+    async def _iter_runs(
+        self, pipeline: str | None, newest_first: bool, want: Callable[[RunRecord], bool]
+    ) -> AsyncIterator[RunRecord]:
+        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
+        read = self._client.zrevrange if newest_first else self._client.zrange
+        ids: list[bytes] = await self._call(lambda: read(index, 0, -1), idempotent=True)
+        for start in range(0, len(ids), _SCAN_BATCH):
+            batch = ids[start : start + _SCAN_BATCH]
+            hashes = await self._call(partial(self._fetch_runs, batch), idempotent=True)
+            gone = [run_id for run_id, raw in zip(batch, hashes, strict=True) if not raw]
+            if gone:  # runs whose keys Redis expired: drop their index entries
+                await self._call(partial(self._client.zrem, index, *gone), idempotent=True)
+            for raw in hashes:
+                if raw and want(run := run_from_hash(raw)):
+                    yield run
+
+    async def _fetch_runs(self, run_ids: list[bytes]) -> list[dict[bytes, bytes]]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(self._key("run:", run_id.decode()))
+            hashes: list[dict[bytes, bytes]] = await pipe.execute()
+        return hashes
+
+    async def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        runs: list[RunRecord] = []
+        if limit is not None and limit <= 0:
+            return runs
+        async for run in self._iter_runs(
+            pipeline, True, lambda r: statuses is None or r.status in statuses
+        ):
+            runs.append(run)
+            if limit is not None and len(runs) >= limit:
+                break
+        return runs
+
+    async def claim_run(
+        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+    ) -> RunRecord:
+        args: list[Any] = [self.prefix, self._ttl, expected_fence]
+        fields = owner_fields(owner) | {
+            "lease_until": repr(lease_until),
+            "status": RUNNING,
+            "updated_at": repr(now),
+        }
+        for name, value in fields.items():
+            args += [name, value]
+        keys = self._run_keys(run_id)
+        reply = await self._call(lambda: self._claim_run(keys, args), idempotent=False)
+        if reply[0] == 1:
+            return run_from_hash(pairs_to_dict(reply[1]))
+        if reply[0] == 0:
+            raise RunNotFoundError(f"no run {run_id!r}", run_id)
+        raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+
+    async def commit(self, commit: Commit) -> None:
+        keys = self._run_keys(commit.run_id)
+        args = [self.prefix, self._ttl, *commit_args(commit)]
+        reply = await self._call(lambda: self._commit(keys, args), idempotent=True)
+        if reply[0] == 1:
+            return
+        if reply[0] == 0:
+            raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
+        raise StaleOwnerError(
+            f"run {commit.run_id!r} is owned by a newer owner (fence {int(reply[1])}, "
+            f"this write carries {commit.fence})",
+            commit.run_id,
+        )
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def load_steps(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> list[StepRecord]:
+        high = "+inf" if upto is None else upto
+        members = await self._call(
+            lambda: self._client.zrangebyscore(self._key("steps:", run_id), f"({after}", high),
+            idempotent=True,
+        )
+        return [step_from_member(run_id, member) for member in members]
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        async def fetch() -> tuple[list[bytes], list[bytes | None]]:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.zrange(self._key("checkpoint_order:", run_id), 0, -1)
+                pipe.hgetall(self._key("checkpoints:", run_id))
+                ids, values = await pipe.execute()
+            return ids, [values.get(i) for i in ids]
+
+        ids, values = await self._call(fetch, idempotent=True)
+        return [
+            checkpoint_from_value(i.decode(), run_id, value)
+            for i, value in zip(ids, values, strict=True)
+            if value is not None
+        ]
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        keys = [self._key("checkpoint:", checkpoint_id)]
+        args = [self.prefix, checkpoint_id]
+        reply = await self._call(lambda: self._get_checkpoint(keys, args), idempotent=True)
+        if not reply:
+            return None
+        return checkpoint_from_value(checkpoint_id, reply[0].decode(), reply[1])
+
+    async def read_events(
+        self, run_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        key = self._key("events:", run_id)
+        page = {} if limit is None else {"start": 0, "num": limit}
+        members = await self._call(
+            lambda: self._client.zrangebyscore(key, f"({since_seq}", "+inf", **page),
+            idempotent=True,
+        )
+        return [event_from_member(run_id, member) for member in members]
+
+    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
+        keys = [self._key("journal:", run_id), self._key("journal_index:", run_id)]
+        reply = await self._call(lambda: self._read_journal(keys, [step]), idempotent=True)
+        if not reply:
+            return []
+        entries = [
+            JournalRecord(run_id, step, int(field.split(b":")[1]), body)
+            for field, body in zip(reply[0], reply[1], strict=True)
+            if body is not None
+        ]
+        return sorted(entries, key=lambda entry: entry.position)
+
+    # -- deletion -----------------------------------------------------------------------
+
+    async def _delete(self, run_id: str, condition: list[Any]) -> bool:
+        keys = [*self._run_keys(run_id), self._key("runs")]
+        args = [self.prefix, run_id, *condition]
+        return bool(await self._call(lambda: self._delete_run(keys, args), idempotent=True))
+
+    async def delete_run(self, run_id: str) -> bool:
+        return await self._delete(run_id, [""])
+
+    async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
+        if not checkpoint_ids:
+            return 0
+        keys = [self._key("checkpoints:", run_id), self._key("checkpoint_order:", run_id)]
+        args = [self.prefix, *checkpoint_ids]
+        gone = await self._call(lambda: self._delete_checkpoints(keys, args), idempotent=True)
+        return int(gone)
+
+    async def expire_runs(
+        self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
+    ) -> list[str]:
+        if not statuses:
+            return []
+        condition = [repr(updated_before), *statuses]
+        expired = []
+        async for run in self._iter_runs(
+            pipeline, False, lambda r: r.status in statuses and r.updated_at < updated_before
+        ):
+            # The script checks again: a run resumed meanwhile stays.
+            if await self._delete(run.run_id, condition):
+                expired.append(run.run_id)
+        return expired
+
+
+def _ttl_seconds(value: timedelta | float | None) -> int:
+    if value is None:
+        return 0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 1:
+        raise ConfigurationError(
+            f"expire_finished_after must be at least one second, got {value!r}"
+        )
+    return int(seconds)
+
+
+__all__ = ["RedisCheckpointStorage", "validate_key_prefix"]

@@ -1,0 +1,350 @@
+"""The Redis layout of nestegg: keys, Lua scripts, and how records are encoded.
+
+Each change to a run is one atomic Lua script.
+
+Keys of one run (``KEYS`` in this order for the scripts that take a run)::
+
+    1 <prefix>run:<id>               hash: the run's fields (absent field = None)
+    2 <prefix>steps:<id>             sorted set: step records, score seq
+    3 <prefix>events:<id>            sorted set: events, score seq
+    4 <prefix>journal:<id>           hash: "<step>:<position>" -> sealed body
+    5 <prefix>journal_index:<id>     sorted set: journal fields, score step
+    6 <prefix>checkpoints:<id>       hash: checkpoint id -> encoded checkpoint
+    7 <prefix>checkpoint_order:<id>  sorted set: checkpoint ids, score seq
+
+Shared keys: ``<prefix>checkpoint:<checkpoint id>`` (string: its run id),
+``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at).
+Scripts that need shared keys get the prefix as ``ARGV[1]``.
+
+When a store sets a time-to-live for finished runs, the commit script sets Redis expiry
+on all keys of a run (its checkpoint mapping keys included) once the run is finished,
+and the claim script removes it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+from nestegg.constants import FINISHED
+
+_FLOAT_FIELDS = ("created_at", "updated_at", "lease_until")
+_INT_FIELDS = ("fence", "step_seq", "event_seq")
+_BYTES_FIELDS = ("input", "result", "error")
+_TEXT_FIELDS = ("run_id", "pipeline", "status", "parent_run", "parent_checkpoint")
+
+RUN_KEY_KINDS = (
+    "run:",
+    "steps:",
+    "events:",
+    "journal:",
+    "journal_index:",
+    "checkpoints:",
+    "checkpoint_order:",
+)
+"""Kinds of the keys of one run, in the order the scripts take them as KEYS."""
+
+_FINISHED_LUA = "{" + ", ".join(f"[{status!r}] = true" for status in FINISHED) + "}"
+
+_SET_EXPIRY = """
+local function set_expiry(prefix, ttl)
+    local ids = redis.call('HKEYS', KEYS[6])
+    local finished = __FINISHED__
+    if finished[redis.call('HGET', KEYS[1], 'status')] then
+        for k = 1, 7 do redis.call('EXPIRE', KEYS[k], ttl) end
+        for _, id in ipairs(ids) do redis.call('EXPIRE', prefix .. 'checkpoint:' .. id, ttl) end
+    else
+        for k = 1, 7 do redis.call('PERSIST', KEYS[k]) end
+        for _, id in ipairs(ids) do redis.call('PERSIST', prefix .. 'checkpoint:' .. id) end
+    end
+end
+""".replace("__FINISHED__", _FINISHED_LUA)
+
+CREATE_RUN = """
+-- KEYS: run, runs index, pipeline index. ARGV: created_at, run_id, field, value, ...
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
+return 1
+"""
+
+CLAIM_RUN = (
+    _SET_EXPIRY
+    + """
+-- KEYS: the run's 7 keys. ARGV: prefix, ttl, expected fence, field, value, ...
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if not fence then return {0} end
+if fence ~= ARGV[3] then return {-1, fence} end
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+if ARGV[2] ~= '0' then set_expiry(ARGV[1], ARGV[2]) end
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+)
+
+COMMIT = (
+    _SET_EXPIRY
+    + """
+-- KEYS: the run's 7 keys. ARGV: prefix, ttl, run_id, fence, truncate_after ('' = none),
+-- then counted groups: steps (seq, member), events (seq, member),
+-- journal (step, field, body), checkpoints (id, seq, value), prune (id),
+-- run fields (field, value).
+local prefix, run_id = ARGV[1], ARGV[3]
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if not fence then return {0} end
+if fence ~= ARGV[4] then return {-1, fence} end
+local after = ARGV[5]
+if after ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '(' .. after, '+inf')
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. after, '+inf')) do
+        redis.call('HDEL', KEYS[6], id)
+        redis.call('DEL', prefix .. 'checkpoint:' .. id)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[7], '(' .. after, '+inf')
+end
+local i = 6
+local n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[i], ARGV[i])
+    redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1])
+    i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+    redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
+    i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+    redis.call('HSET', KEYS[4], ARGV[i + 1], ARGV[i + 2])
+    redis.call('ZADD', KEYS[5], ARGV[i], ARGV[i + 1])
+    i = i + 3
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+    redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 2])
+    redis.call('ZADD', KEYS[7], ARGV[i + 1], ARGV[i])
+    redis.call('SET', prefix .. 'checkpoint:' .. ARGV[i], run_id)
+    i = i + 3
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+    if redis.call('HDEL', KEYS[6], ARGV[i]) == 1 then
+        redis.call('ZREM', KEYS[7], ARGV[i])
+        redis.call('DEL', prefix .. 'checkpoint:' .. ARGV[i])
+    end
+    i = i + 1
+end
+n = tonumber(ARGV[i]); i = i + 1
+if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
+if ARGV[2] ~= '0' then set_expiry(prefix, ARGV[2]) end
+return {1}
+"""
+)
+
+DELETE_RUN = """
+-- KEYS: the run's 7 keys, then the runs index.
+-- ARGV: prefix, run_id, updated_before ('' = delete whatever the run's state), statuses...
+local run = KEYS[1]
+local fields = redis.call('HMGET', run, 'pipeline', 'status', 'updated_at')
+if not fields[1] then
+    redis.call('ZREM', KEYS[8], ARGV[2])
+    return 0
+end
+if ARGV[3] ~= '' then
+    if tonumber(fields[3]) >= tonumber(ARGV[3]) then return 0 end
+    local match = false
+    for k = 4, #ARGV do if ARGV[k] == fields[2] then match = true end end
+    if not match then return 0 end
+end
+for _, id in ipairs(redis.call('HKEYS', KEYS[6])) do
+    redis.call('DEL', ARGV[1] .. 'checkpoint:' .. id)
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('ZREM', KEYS[8], ARGV[2])
+redis.call('ZREM', ARGV[1] .. 'pipeline:' .. fields[1], ARGV[2])
+return 1
+"""
+
+DELETE_CHECKPOINTS = """
+-- KEYS: checkpoints hash, checkpoint order. ARGV: prefix, checkpoint ids...
+local gone = 0
+for k = 2, #ARGV do
+    if redis.call('HDEL', KEYS[1], ARGV[k]) == 1 then
+        redis.call('ZREM', KEYS[2], ARGV[k])
+        redis.call('DEL', ARGV[1] .. 'checkpoint:' .. ARGV[k])
+        gone = gone + 1
+    end
+end
+return gone
+"""
+
+GET_CHECKPOINT = """
+-- KEYS: the checkpoint's mapping key. ARGV: prefix, checkpoint id.
+local run_id = redis.call('GET', KEYS[1])
+if not run_id then return false end
+local value = redis.call('HGET', ARGV[1] .. 'checkpoints:' .. run_id, ARGV[2])
+if not value then
+    redis.call('DEL', KEYS[1])
+    return false
+end
+return {run_id, value}
+"""
+
+READ_JOURNAL = """
+-- KEYS: journal hash, journal index. ARGV: step.
+local fields = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
+if #fields == 0 then return {} end
+return {fields, redis.call('HMGET', KEYS[1], unpack(fields))}
+"""
+
+
+# -- how records are encoded in hashes and sorted sets ----------------------------------
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode()
+
+
+def run_fields(run: RunRecord) -> dict[str, Any]:
+    """The run hash fields of a run (None fields left out)."""
+    fields: dict[str, Any] = {
+        "run_id": run.run_id,
+        "pipeline": run.pipeline,
+        "status": run.status,
+        "input": run.input,
+        "created_at": repr(run.created_at),
+        "updated_at": repr(run.updated_at),
+        "fence": run.fence,
+        "step_seq": run.step_seq,
+        "event_seq": run.event_seq,
+    }
+    optional: dict[str, Any] = {
+        "lease_until": None if run.lease_until is None else repr(run.lease_until),
+        "result": run.result,
+        "error": run.error,
+        "parent_run": run.parent_run,
+        "parent_checkpoint": run.parent_checkpoint,
+    }
+    if run.owner is not None:
+        optional |= owner_fields(run.owner)
+    fields |= {key: value for key, value in optional.items() if value is not None}
+    return fields
+
+
+def owner_fields(owner: Owner) -> dict[str, Any]:
+    """The run hash fields of an owner."""
+    return {"owner_host": owner.host, "owner_pid": owner.pid, "owner_started": owner.started}
+
+
+def run_from_hash(raw: dict[bytes, bytes]) -> RunRecord:
+    """A RunRecord from the run hash."""
+    fields = {key.decode(): value for key, value in raw.items()}
+    values: dict[str, Any] = {}
+    for name in _TEXT_FIELDS:
+        if name in fields:
+            values[name] = _text(fields[name])
+    for name in _FLOAT_FIELDS:
+        if name in fields:
+            values[name] = float(fields[name])
+    for name in _INT_FIELDS:
+        if name in fields:
+            values[name] = int(fields[name])
+    for name in _BYTES_FIELDS:
+        if name in fields:
+            values[name] = bytes(fields[name])
+    if "owner_host" in fields:
+        values["owner"] = Owner(
+            host=_text(fields["owner_host"]),
+            pid=int(fields["owner_pid"]),
+            started=_text(fields["owner_started"]),
+        )
+    return RunRecord(**values)
+
+
+def pairs_to_dict(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """A dict from a flat field, value, ... reply (HGETALL inside a script)."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _split_text(rest: bytes, length: int) -> tuple[str, bytes]:
+    return rest[:length].decode(), rest[length:]
+
+
+def step_member(step: StepRecord) -> bytes:
+    """``<seq>:<agent length>:<agent><body>``: the sorted-set member of a step."""
+    agent = step.agent.encode()
+    return b"%d:%d:%b%b" % (step.seq, len(agent), agent, step.body)
+
+
+def step_from_member(run_id: str, member: bytes) -> StepRecord:
+    """A StepRecord from its member."""
+    seq, length, rest = member.split(b":", 2)
+    agent, body = _split_text(rest, int(length))
+    return StepRecord(run_id, int(seq), agent, body)
+
+
+def event_member(event: EventRecord) -> bytes:
+    """``<seq>:<at>:<kind length>:<kind><body>``: the sorted-set member of an event."""
+    kind = event.kind.encode()
+    return b"%d:%s:%d:%b%b" % (event.seq, repr(event.at).encode(), len(kind), kind, event.body)
+
+
+def event_from_member(run_id: str, member: bytes) -> EventRecord:
+    """An EventRecord from its member."""
+    seq, at, length, rest = member.split(b":", 3)
+    kind, body = _split_text(rest, int(length))
+    return EventRecord(run_id, int(seq), float(at), kind, body)
+
+
+def checkpoint_value(checkpoint: CheckpointRecord) -> bytes:
+    """``<seq>:<created_at>:<reason length>:<reason><body>``: a checkpoint hash value."""
+    reason = checkpoint.reason.encode()
+    created = repr(checkpoint.created_at).encode()
+    return b"%d:%s:%d:%b%b" % (checkpoint.seq, created, len(reason), reason, checkpoint.body)
+
+
+def checkpoint_from_value(checkpoint_id: str, run_id: str, value: bytes) -> CheckpointRecord:
+    """A CheckpointRecord from its hash value."""
+    seq, created, length, rest = value.split(b":", 3)
+    reason, body = _split_text(rest, int(length))
+    return CheckpointRecord(checkpoint_id, run_id, int(seq), float(created), reason, body)
+
+
+def commit_args(c: Commit) -> list[Any]:
+    """The commit script arguments after the prefix and ttl, in its order."""
+    args: list[Any] = [c.run_id, c.fence, "" if c.truncate_after is None else c.truncate_after]
+    args.append(len(c.steps))
+    for step in c.steps:
+        args += [step.seq, step_member(step)]
+    args.append(len(c.events))
+    for event in c.events:
+        args += [event.seq, event_member(event)]
+    args.append(len(c.journal))
+    for entry in c.journal:
+        args += [entry.step, b"%d:%d" % (entry.step, entry.position), entry.body]
+    args.append(len(c.checkpoints))
+    for checkpoint in c.checkpoints:
+        args += [checkpoint.checkpoint_id, checkpoint.seq, checkpoint_value(checkpoint)]
+    args.append(len(c.prune))
+    args += c.prune
+    fields: list[Any] = []
+    for name in ("status", "result", "error", "step_seq", "event_seq"):
+        value = getattr(c, name)
+        if value is not None:
+            fields += [name, value]
+    if c.lease_until is not None:
+        fields += ["lease_until", repr(c.lease_until)]
+    if c.updated_at:
+        fields += ["updated_at", repr(c.updated_at)]
+    args.append(len(fields) // 2)
+    return args + fields

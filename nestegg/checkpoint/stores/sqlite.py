@@ -1,0 +1,469 @@
+"""The embedded default store: one SQLite file, stdlib ``sqlite3`` in WAL mode.
+
+One worker thread per store owns the connection; every method hops to it, so the event
+loop never waits on the disk. Writes are ``BEGIN IMMEDIATE`` transactions, which makes
+many runs in one process and several processes on one file safe. ``synchronous=NORMAL``
+keeps a committed step across a process crash (the WAL is synced at checkpoints).
+
+The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite_schema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+from nestegg.checkpoint.stores.sqlite_schema import (
+    CHECKPOINT_COLUMNS,
+    CHECKPOINTS,
+    CLAIM_RUN,
+    DELETE_CHECKPOINT,
+    EVENTS,
+    FENCE_OF,
+    INSERT_CHECKPOINT,
+    INSERT_EVENT,
+    INSERT_JOURNAL,
+    INSERT_RUN,
+    INSERT_STEP,
+    JOURNAL,
+    MAX_SEQ,
+    RUNS,
+    SELECT_RUN,
+    STEPS,
+    UPDATE_RUN,
+    checkpoint_from_row,
+    delete_runs,
+    marks,
+    migrate,
+    owner_text,
+    run_from_row,
+    run_to_row,
+    write_transaction,
+)
+from nestegg.constants import (
+    RUNNING,
+    SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_JOURNAL_SIZE_LIMIT,
+    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
+)
+from nestegg.errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+    StorageError,
+    StorageUnavailableError,
+)
+
+T = TypeVar("T")
+
+MEMORY_PATH = ":memory:"
+
+_UNAVAILABLE_CODES = frozenset(
+    {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY}
+)
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def storage_error(exc: sqlite3.Error | OSError, path: str) -> StorageError:
+    """The nestegg error for a driver or file-system failure on the database at ``path``."""
+    if isinstance(exc, OSError):
+        return StorageUnavailableError(f"cannot open the SQLite database {path}: {exc}")
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    message = str(exc)
+    if code in _BUSY_CODES or "locked" in message or "busy" in message:
+        return StorageError(
+            f"the SQLite database {path} stayed locked by another connection for more "
+            f"than {SQLITE_BUSY_TIMEOUT_MS} ms ({message})"
+        )
+    if code in _UNAVAILABLE_CODES or "unable to open" in message or "disk I/O" in message:
+        return StorageUnavailableError(f"the SQLite database {path} cannot be used: {message}")
+    if isinstance(exc, sqlite3.ProgrammingError):
+        return StorageError(f"the SQLite store {path} is not usable: {message}")
+    return StorageError(f"the SQLite database {path} failed: {message}")
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, result, error)
+    except RuntimeError:  # the loop closed while the work ran: nobody is waiting
+        pass
+
+
+def _make_private_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+
+
+def _create_database_file(path: Path) -> None:
+    """Create the directory (0700) and an empty database file (0600) if missing."""
+    _make_private_dirs(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+class SQLiteCheckpointStorage:
+    """Keeps runs in one SQLite database file; the default store.
+
+    Args:
+        path: the database file; it and its directory are created on first use (the
+            directory 0700, the files 0600). ``":memory:"`` keeps everything in memory.
+
+    Raises:
+        StorageUnavailableError: the file cannot be created or opened (on first use).
+        StorageError: the database stayed locked beyond the busy timeout, or failed.
+
+    Example:
+        >>> store = SQLiteCheckpointStorage(Path("~/.nestegg/nestegg.db").expanduser())
+        >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
+        self._name = str(self.path)
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteCheckpointStorage:
+        """A store for ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite://``
+        (in memory).
+
+        Raises:
+            ConfigurationError: the URL's scheme is not ``sqlite``.
+        """
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite" or parts.netloc not in ("", "localhost"):
+            raise ConfigurationError(
+                f"not a SQLite store URL: {url!r} (expected sqlite:///path/to/file.db)"
+            )
+        path = unquote(parts.path)[1:]
+        return cls(path or MEMORY_PATH)
+
+    def __repr__(self) -> str:
+        return f"SQLiteCheckpointStorage({self._name!r})"
+
+    # -- the worker thread ---------------------------------------------------------------
+
+    async def _call(self, work: Callable[..., T], *args: Any) -> T:
+        """Run ``work(connection, *args)`` on the store's thread and await its result.
+
+        The worker hands the outcome straight back with ``call_soon_threadsafe``: one
+        wake-up of the loop, without chaining a second future.
+        """
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nestegg-sqlite")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._executor.submit(self._in_worker, loop, future, work, args)
+        return await future
+
+    def _in_worker(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[T],
+        work: Callable[..., T],
+        args: tuple[Any, ...],
+    ) -> None:
+        if future.cancelled():  # given up on before it started: do nothing
+            return
+        try:
+            conn = self._conn if self._conn is not None else self._open()
+            result = work(conn, *args)
+        except (sqlite3.Error, OSError) as exc:
+            error = storage_error(exc, self._name)
+            error.__cause__ = exc
+            _hand_back(loop, future, None, error)
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            _hand_back(loop, future, None, exc)
+        else:
+            _hand_back(loop, future, result, None)
+
+    def _open(self) -> sqlite3.Connection:
+        if isinstance(self.path, Path):
+            _create_database_file(self.path)
+        conn = sqlite3.connect(
+            self._name,
+            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            cached_statements=64,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- the contract --------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the file, its directory and the schema (idempotent; also done lazily)."""
+        await self._call(lambda conn: None)
+
+    async def close(self) -> None:
+        """Close the connection and stop the worker thread; a later call reopens them."""
+        if self._executor is None:
+            return
+        executor, self._executor = self._executor, None
+        try:
+            await asyncio.wrap_future(executor.submit(self._close_connection))
+        finally:
+            executor.shutdown(wait=True)
+
+    async def create_run(self, run: RunRecord) -> None:
+        row = run_to_row(run)
+        if not await self._call(_create_run, row):
+            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._call(_get_run, run_id)
+
+    async def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        where, params = _run_filter(pipeline, statuses)
+        query = f"{SELECT_RUN}{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        params.append(-1 if limit is None else limit)
+        rows = await self._call(_fetch_all, query, params)
+        return [run_from_row(row) for row in rows]
+
+    async def claim_run(
+        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+    ) -> RunRecord:
+        params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence)
+        return await self._call(_claim_run, params)
+
+    async def commit(self, commit: Commit) -> None:
+        await self._call(_commit, commit)
+
+    async def load_steps(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> list[StepRecord]:
+        query = (
+            f"SELECT seq, agent, body FROM {STEPS} WHERE run_id = ? AND seq > ? AND seq <= ? "
+            "ORDER BY seq"
+        )
+        rows = await self._call(
+            _fetch_all, query, (run_id, after, MAX_SEQ if upto is None else upto)
+        )
+        return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        query = (
+            f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE run_id = ? "
+            "ORDER BY seq, checkpoint_id"
+        )
+        rows = await self._call(_fetch_all, query, (run_id,))
+        return [checkpoint_from_row(row) for row in rows]
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        query = f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE checkpoint_id = ?"
+        rows = await self._call(_fetch_all, query, (checkpoint_id,))
+        return checkpoint_from_row(rows[0]) if rows else None
+
+    async def read_events(
+        self, run_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        query = (
+            f"SELECT seq, at, kind, body FROM {EVENTS} WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?"
+        )
+        params = (run_id, since_seq, -1 if limit is None else limit)
+        rows = await self._call(_fetch_all, query, params)
+        return [EventRecord(run_id, seq, at, kind, body) for seq, at, kind, body in rows]
+
+    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
+        query = (
+            f"SELECT position, body FROM {JOURNAL} WHERE run_id = ? AND step = ? ORDER BY position"
+        )
+        rows = await self._call(_fetch_all, query, (run_id, step))
+        return [JournalRecord(run_id, step, position, body) for position, body in rows]
+
+    async def delete_run(self, run_id: str) -> bool:
+        return await self._call(_delete_run, run_id)
+
+    async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
+        if not checkpoint_ids:
+            return 0
+        return await self._call(_delete_checkpoints, run_id, list(checkpoint_ids))
+
+    async def expire_runs(
+        self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
+    ) -> list[str]:
+        where, params = _run_filter(pipeline, statuses)
+        params.append(updated_before)
+        query = f"SELECT run_id FROM {RUNS}{where} AND updated_at < ?"
+        return await self._call(_expire_runs, query, params)
+
+
+# -- work done on the worker thread ---------------------------------------------------------
+
+
+def _run_filter(pipeline: str | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+    clauses = ["1"]
+    params: list[Any] = []
+    if pipeline is not None:
+        clauses.append("pipeline = ?")
+        params.append(pipeline)
+    if statuses is not None:
+        clauses.append(f"status IN ({marks(len(statuses))})")
+        params.extend(statuses)
+    return " WHERE " + " AND ".join(clauses), params
+
+
+def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
+    return conn.execute(query, params).fetchall()
+
+
+def _create_run(conn: sqlite3.Connection, row: tuple[Any, ...]) -> bool:
+    with write_transaction(conn):
+        return conn.execute(INSERT_RUN, row).rowcount == 1
+
+
+def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
+    return run_from_row(row) if row else None
+
+
+def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
+    run_id = params[4]
+    with write_transaction(conn):
+        if conn.execute(CLAIM_RUN, params).rowcount == 0:
+            if conn.execute(FENCE_OF, (run_id,)).fetchone() is None:
+                raise RunNotFoundError(f"no run {run_id!r}", run_id)
+            raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+        row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
+    return run_from_row(row)
+
+
+def _fence_error(conn: sqlite3.Connection, commit: Commit) -> Exception:
+    row = conn.execute(FENCE_OF, (commit.run_id,)).fetchone()
+    if row is None:
+        return RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
+    return StaleOwnerError(
+        f"run {commit.run_id!r} is owned by a newer owner (fence {row[0]}, "
+        f"this write carries {commit.fence})",
+        commit.run_id,
+    )
+
+
+def _commit(conn: sqlite3.Connection, commit: Commit) -> None:
+    """The hot path: one transaction; the fenced row update doubles as the fence check."""
+    run_id = commit.run_id
+    with write_transaction(conn):
+        cursor = conn.execute(
+            UPDATE_RUN,
+            (
+                commit.status,
+                commit.result,
+                commit.error,
+                commit.lease_until,
+                commit.step_seq,
+                commit.event_seq,
+                commit.updated_at or None,
+                run_id,
+                commit.fence,
+            ),
+        )
+        if cursor.rowcount == 0:
+            raise _fence_error(conn, commit)
+        if commit.truncate_after is not None:
+            after = (run_id, commit.truncate_after)
+            conn.execute(f"DELETE FROM {STEPS} WHERE run_id = ? AND seq > ?", after)
+            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", after)
+        _append(conn, commit)
+        for checkpoint_id in commit.prune:
+            conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
+
+
+def _append(conn: sqlite3.Connection, commit: Commit) -> None:
+    run_id = commit.run_id
+    for step in commit.steps:
+        conn.execute(INSERT_STEP, (run_id, step.seq, step.agent, step.body))
+    if commit.events:
+        conn.executemany(
+            INSERT_EVENT, [(run_id, e.seq, e.at, e.kind, e.body) for e in commit.events]
+        )
+    if commit.journal:
+        conn.executemany(
+            INSERT_JOURNAL, [(run_id, j.step, j.position, j.body) for j in commit.journal]
+        )
+    for c in commit.checkpoints:
+        conn.execute(
+            INSERT_CHECKPOINT, (c.checkpoint_id, run_id, c.seq, c.created_at, c.reason, c.body)
+        )
+
+
+def _delete_run(conn: sqlite3.Connection, run_id: str) -> bool:
+    with write_transaction(conn):
+        return delete_runs(conn, [run_id]) > 0
+
+
+def _delete_checkpoints(conn: sqlite3.Connection, run_id: str, checkpoint_ids: list[str]) -> int:
+    query = (
+        f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? "
+        f"AND checkpoint_id IN ({marks(len(checkpoint_ids))})"
+    )
+    with write_transaction(conn):
+        return conn.execute(query, [run_id, *checkpoint_ids]).rowcount
+
+
+def _expire_runs(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[str]:
+    with write_transaction(conn):
+        run_ids = [row[0] for row in conn.execute(query, params).fetchall()]
+        if run_ids:
+            delete_runs(conn, run_ids)
+    return run_ids
+
+
+__all__ = ["SQLiteCheckpointStorage", "storage_error"]

@@ -1,0 +1,174 @@
+"""The SQLite store's schema and statements.
+
+The schema is an ordered list of migrations: ``MIGRATIONS[n]`` takes a database from
+version ``n`` to ``n + 1``, and ``PRAGMA user_version`` records how many ran.
+:func:`migrate` applies the missing ones in one write transaction, so several processes
+opening a new file at once do it once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
+from nestegg.constants import (
+    SQLITE_CHECKPOINTS_TABLE,
+    SQLITE_EVENTS_TABLE,
+    SQLITE_JOURNAL_TABLE,
+    SQLITE_RUNS_TABLE,
+    SQLITE_STEPS_TABLE,
+)
+from nestegg.errors import StorageError
+
+
+def marks(count: int) -> str:
+    """``count`` comma-separated ``?`` placeholders."""
+    return ",".join("?" * count)
+
+
+MAX_SEQ = 2**63 - 1
+RUNS = SQLITE_RUNS_TABLE
+STEPS = SQLITE_STEPS_TABLE
+CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
+EVENTS = SQLITE_EVENTS_TABLE
+JOURNAL = SQLITE_JOURNAL_TABLE
+CHILD_TABLES = (STEPS, CHECKPOINTS, EVENTS, JOURNAL)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # Small columns first, blobs last: a step's row update then touches only the
+        # row's first page, however big the input is.
+        f"""CREATE TABLE {RUNS} (
+            run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, status TEXT NOT NULL,
+            created_at REAL NOT NULL, updated_at REAL NOT NULL, fence INTEGER NOT NULL,
+            owner TEXT, lease_until REAL, step_seq INTEGER NOT NULL,
+            event_seq INTEGER NOT NULL, parent_run TEXT, parent_checkpoint TEXT,
+            result BLOB, error BLOB, input BLOB NOT NULL)""",
+        f"CREATE INDEX {RUNS}_by_created ON {RUNS} (created_at)",
+        # Step bodies are about a kilobyte: a rowid table keeps them in its leaf pages.
+        f"""CREATE TABLE {STEPS} (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
+            body BLOB NOT NULL, PRIMARY KEY (run_id, seq))""",
+        f"""CREATE TABLE {CHECKPOINTS} (
+            checkpoint_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            created_at REAL NOT NULL, reason TEXT NOT NULL, body BLOB NOT NULL
+            ) WITHOUT ROWID""",
+        f"CREATE INDEX {CHECKPOINTS}_by_run ON {CHECKPOINTS} (run_id, seq)",
+        # Events are small: clustered on their key, without a second b-tree.
+        f"""CREATE TABLE {EVENTS} (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
+            body BLOB NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+        f"""CREATE TABLE {JOURNAL} (
+            run_id TEXT NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
+            body BLOB NOT NULL, PRIMARY KEY (run_id, step, position))""",
+    ),
+)
+"""The schema, one entry per version; append, never edit."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+RUN_FIELDS = tuple(
+    "run_id pipeline status created_at updated_at fence owner lease_until step_seq "
+    "event_seq parent_run parent_checkpoint result error input".split()
+)
+OWNER_AT = RUN_FIELDS.index("owner")
+RUN_COLUMNS = ", ".join(RUN_FIELDS)
+SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
+INSERT_RUN = (
+    f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
+    "ON CONFLICT (run_id) DO NOTHING"
+)
+CLAIM_RUN = (
+    f"UPDATE {RUNS} SET fence = fence + 1, owner = ?, lease_until = ?, status = ?, "
+    "updated_at = ? WHERE run_id = ? AND fence = ?"
+)
+UPDATE_RUN = (
+    f"UPDATE {RUNS} SET status = coalesce(?, status), result = coalesce(?, result), "
+    "error = coalesce(?, error), lease_until = coalesce(?, lease_until), "
+    "step_seq = coalesce(?, step_seq), event_seq = coalesce(?, event_seq), "
+    "updated_at = coalesce(?, updated_at) WHERE run_id = ? AND fence = ?"
+)
+FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
+INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (run_id, seq, agent, body) VALUES (?,?,?,?)"
+INSERT_EVENT = f"INSERT OR REPLACE INTO {EVENTS} (run_id, seq, at, kind, body) VALUES (?,?,?,?,?)"
+INSERT_JOURNAL = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES (?,?,?,?)"
+INSERT_CHECKPOINT = (
+    f"INSERT OR REPLACE INTO {CHECKPOINTS} "
+    "(checkpoint_id, run_id, seq, created_at, reason, body) VALUES (?,?,?,?,?,?)"
+)
+DELETE_CHECKPOINT = f"DELETE FROM {CHECKPOINTS} WHERE checkpoint_id = ? AND run_id = ?"
+CHECKPOINT_COLUMNS = "checkpoint_id, run_id, seq, created_at, reason, body"
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """The run a ``SELECT_RUN`` row holds."""
+    fields = dict(zip(RUN_FIELDS, row, strict=True))
+    fields["owner"] = Owner.from_json(orjson.loads(row[OWNER_AT])) if row[OWNER_AT] else None
+    return RunRecord(**fields)
+
+
+def run_to_row(run: RunRecord) -> tuple[Any, ...]:
+    """The ``INSERT_RUN`` parameters of a run."""
+    row = [getattr(run, name) for name in RUN_FIELDS]
+    row[OWNER_AT] = owner_text(run.owner)
+    return tuple(row)
+
+
+def owner_text(owner: Owner | None) -> str | None:
+    """The owner as JSON text (None stays None)."""
+    return orjson.dumps(owner.to_json()).decode() if owner is not None else None
+
+
+def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
+    """The checkpoint a ``CHECKPOINT_COLUMNS`` row holds."""
+    return CheckpointRecord(
+        checkpoint_id=row[0],
+        run_id=row[1],
+        seq=row[2],
+        created_at=row[3],
+        reason=row[4],
+        body=row[5],
+    )
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema to ``SCHEMA_VERSION``; StorageError if the file is newer."""
+    with write_transaction(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"the database has schema version {version}; this nestegg knows up to "
+                f"{SCHEMA_VERSION}: upgrade nestegg"
+            )
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        if version < SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
+    """Delete runs and everything of them (inside a transaction); how many runs went."""
+    params = [(run_id,) for run_id in run_ids]
+    for table in CHILD_TABLES:
+        conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", params)
+    cursor = conn.executemany(f"DELETE FROM {RUNS} WHERE run_id = ?", params)
+    return cursor.rowcount

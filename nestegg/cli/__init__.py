@@ -1,0 +1,23 @@
+"""The ``nestegg`` command: inspect, resume, recover and clean up stored runs.
+
+Imported only by the console script (and ``python -m nestegg``): ``import nestegg`` never
+imports typer or rich.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nestegg.cli import housekeeping, operate, runs
+from nestegg.cli.app import app, configure_logging
+
+_COMMAND_MODULES = (runs, operate, housekeeping)
+
+
+def main() -> None:
+    """Run the ``nestegg`` command with ``sys.argv`` (exits with its exit code)."""
+    configure_logging(sys.argv[1:])
+    app(prog_name="nestegg")
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,5 @@
+"""``python -m nestegg.cli``: the nestegg command."""
+
+from nestegg.cli import main
+
+main()

@@ -1,0 +1,87 @@
+"""Loading the user's Clutch (``--app module:attr``) and pointing it at the chosen store."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.app import CommandError, open_selected
+from nestegg.clutch import Clutch
+from nestegg.constants import EXIT_USAGE
+
+APP_HELP = (
+    "The Clutch to resume with, as module:attribute (e.g. myproject.pipelines:enrichment); "
+    "the current directory is importable. If that Clutch's CheckpointConfig names a store, "
+    "that store is used and --store is ignored; otherwise the Clutch uses the store "
+    "--store (or $NESTEGG_STORE, or the embedded default) selects."
+)
+
+
+def import_app(spec: str) -> Clutch:
+    """The Clutch at ``module:attr`` (``attr`` may be dotted).
+
+    Raises:
+        CommandError: (bad usage) the spec is malformed, the module cannot be imported,
+            the attribute is missing or is not a checkpointed Clutch.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CommandError(f"--app must look like module:attribute, got {spec!r}", EXIT_USAGE)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CommandError(f"cannot import {module_name!r}: {error}", EXIT_USAGE) from error
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise CommandError(f"{module_name!r} has no attribute {attribute!r}", EXIT_USAGE)
+        target = getattr(target, part)
+    if not isinstance(target, Clutch):
+        raise CommandError(f"{spec} is a {type(target).__name__}, not a nestegg Clutch", EXIT_USAGE)
+    if target._checkpoint_config is None:
+        raise CommandError(
+            f"the Clutch at {spec} has no checkpointing (checkpoint=CheckpointConfig(...))",
+            EXIT_USAGE,
+        )
+    return target
+
+
+def own_store(clutch: Clutch) -> CheckpointStorage | None:
+    """The store the Clutch's CheckpointConfig names, None for the embedded default."""
+    config = clutch._checkpoint_config
+    return config.storage if config is not None else None
+
+
+@contextlib.asynccontextmanager
+async def bound(clutch: Clutch, url: str | None) -> AsyncIterator[CheckpointStorage]:
+    """The Clutch using the right store for the duration: its own store if its config names
+    one, else the store ``url`` selects (None: the embedded default). Restores the Clutch
+    and closes what it opened afterwards."""
+    config = clutch._checkpoint_config
+    assert config is not None
+    saved_book = clutch._runbook
+    if config.storage is not None:
+        clutch._runbook = None
+        try:
+            yield config.storage
+        finally:
+            clutch._runbook = saved_book
+            await config.storage.close()
+        return
+    store = open_selected(url)
+    clutch._checkpoint_config = dataclasses.replace(config, storage=store)
+    clutch._runbook = None
+    try:
+        await store.setup()
+        yield store
+    finally:
+        clutch._checkpoint_config = config
+        clutch._runbook = saved_book
+        await store.close()

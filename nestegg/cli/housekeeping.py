@@ -1,0 +1,275 @@
+"""Commands that change what is stored: prune, delete, export and import."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from nestegg.checkpoint.ownership import owner_alive
+from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
+from nestegg.cli.reading import get_run
+from nestegg.cli.render import Output
+from nestegg.cli.runs import check_status
+from nestegg.cli.transfer import ExportFormatError, export_run, import_run
+from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED
+from nestegg.errors import RunLockedError
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Show what would be deleted; change nothing.")
+]
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h``.
+
+    Raises:
+        CommandError: (bad usage) anything else.
+    """
+    compact = text.replace(" ", "").lower()
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise CommandError(
+            f"bad duration {text!r}: use a number and a unit s, m, h, d or w (e.g. 7d, 12h)",
+            EXIT_USAGE,
+        )
+    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def confirm_or_stop(question: str, yes: bool) -> None:
+    """Ask ``question`` unless ``yes``; a no ends the command (exit 1, nothing changed)."""
+    if yes:
+        return
+    if not typer.confirm(question, default=False, err=True):
+        raise CommandError("nothing was changed (not confirmed)", EXIT_FAILED)
+
+
+@dataclass(slots=True)
+class PrunePlan:
+    """What a prune deletes: whole runs, and surplus checkpoints of the runs it keeps."""
+
+    runs: list[RunRecord] = field(default_factory=list)
+    checkpoints: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def checkpoint_count(self) -> int:
+        """Checkpoints the plan deletes from kept runs."""
+        return sum(len(ids) for ids in self.checkpoints.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as plain data."""
+        return {
+            "runs": [r.run_id for r in self.runs],
+            "checkpoints": {run_id: ids for run_id, ids in self.checkpoints.items()},
+        }
+
+
+async def plan_prune(
+    store: CheckpointStorage,
+    *,
+    keep: int | None,
+    older_than: timedelta | None,
+    statuses: list[str],
+    pipeline: str | None,
+) -> PrunePlan:
+    """What to delete; runs a live process executes are never part of it."""
+    now = time.time()
+    runs = await store.list_runs(pipeline=pipeline, statuses=statuses)
+    runs = [run for run in runs if not owner_alive(run, now)]
+    plan = PrunePlan()
+    if older_than is not None:
+        cutoff = now - older_than.total_seconds()
+        plan.runs = [run for run in runs if run.updated_at < cutoff]
+    if keep is not None:
+        going = {run.run_id for run in plan.runs}
+        for run in runs:
+            if run.run_id in going:
+                continue
+            checkpoints = await store.list_checkpoints(run.run_id)
+            surplus = [c.checkpoint_id for c in checkpoints[: max(0, len(checkpoints) - keep)]]
+            if surplus:
+                plan.checkpoints[run.run_id] = surplus
+    return plan
+
+
+async def apply_prune(store: CheckpointStorage, plan: PrunePlan) -> tuple[int, int]:
+    """Carry out a plan; how many runs and checkpoints went."""
+    runs = sum([await store.delete_run(run.run_id) for run in plan.runs])
+    checkpoints = 0
+    for run_id, ids in plan.checkpoints.items():
+        checkpoints += await store.delete_checkpoints(run_id, ids)
+    return runs, checkpoints
+
+
+def _print_plan(out: Output, plan: PrunePlan, keep: int | None) -> None:
+    for run in plan.runs:
+        out.line(f"run {run.run_id} ({run.pipeline}, {run.status}, {run.step_seq} steps)")
+    for run_id, ids in plan.checkpoints.items():
+        out.line(f"{len(ids)} checkpoints of run {run_id} (keeping the newest {keep})")
+
+
+@app.command("prune")
+def prune_command(
+    ctx: typer.Context,
+    keep: Annotated[
+        int | None, typer.Option(min=1, help="Keep only the newest N checkpoints of each run.")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="Delete whole runs not updated for this long: 30m, 12h, 7d, 2w."),
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only runs with this status (default: completed, failed, cancelled)."),
+    ] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
+    dry_run: DryRunOption = False,
+    yes: YesOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Delete old runs and surplus checkpoints.
+
+    --older-than deletes whole runs; --keep deletes all but the newest N checkpoints of
+    each run (its steps stay, so it still shows and resumes).
+
+    Only finished runs unless --status says otherwise (--status running means interrupted
+    runs); runs a live process executes are never touched.
+    """
+    if keep is None and older_than is None:
+        raise CommandError("prune needs --keep N and/or --older-than DURATION", EXIT_USAGE)
+    age = parse_duration(older_than) if older_than is not None else None
+    statuses = check_status(status) or list(FINISHED)
+    out = Output()
+
+    async def work(opened: CheckpointStorage) -> None:
+        plan = await plan_prune(
+            opened, keep=keep, older_than=age, statuses=statuses, pipeline=pipeline
+        )
+        total = f"{len(plan.runs)} runs and {plan.checkpoint_count} checkpoints"
+        if not plan.runs and not plan.checkpoints:
+            out.line("nothing to prune")
+            return
+        _print_plan(out, plan, keep)
+        if dry_run:
+            out.line(f"dry run: would delete {total}; nothing was changed")
+            return
+        confirm_or_stop(f"Delete {total}?", yes)
+        runs, checkpoints = await apply_prune(opened, plan)
+        out.line(f"deleted {runs} runs and {checkpoints} checkpoints")
+
+    run_with_store(ctx, store, work)
+
+
+@app.command("delete")
+def delete_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to delete.", show_default=False)],
+    dry_run: DryRunOption = False,
+    yes: YesOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Delete a run and everything of it.
+
+    That is its steps, checkpoints, events and journal entries.
+    """
+    out = Output()
+
+    async def work(opened: CheckpointStorage) -> None:
+        run = await get_run(opened, run_id)
+        if owner_alive(run, time.time()):
+            owner = f"pid {run.owner.pid}" if run.owner else "another process"
+            raise RunLockedError(f"run {run_id!r} is executing ({owner}); not deleted", run_id)
+        checkpoints = len(await opened.list_checkpoints(run_id))
+        what = (
+            f"run {run_id} ({run.pipeline}, {run.status}, {run.step_seq} steps, "
+            f"{checkpoints} checkpoints)"
+        )
+        if dry_run:
+            out.line(f"dry run: would delete {what}; nothing was changed")
+            return
+        confirm_or_stop(f"Delete {what}?", yes)
+        await opened.delete_run(run_id)
+        out.line(f"deleted {what}")
+
+    run_with_store(ctx, store, work)
+
+
+@app.command("export")
+def export_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to export.", show_default=False)],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+    ] = None,
+    store: StoreOption = None,
+) -> None:
+    """Write a run as one JSON document.
+
+    The document holds the run and everything of it (format: docs/cli.md).
+    """
+
+    async def work(opened: CheckpointStorage) -> dict[str, Any]:
+        return await export_run(opened, run_id)
+
+    document = orjson.dumps(run_with_store(ctx, store, work), option=orjson.OPT_INDENT_2)
+    if output is None:
+        sys.stdout.buffer.write(document + b"\n")
+        sys.stdout.flush()
+        return
+    try:
+        output.write_bytes(document + b"\n")
+    except OSError as error:
+        raise CommandError(f"cannot write {output}: {error.strerror or error}") from error
+    Output().note(f"exported run {run_id} to {output}")
+
+
+def _read_document(source: str) -> Any:
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as error:
+        raise CommandError(
+            f"cannot read {source}: {error.strerror or error}", EXIT_USAGE
+        ) from error
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise CommandError(f"{source} is not JSON: {error}", EXIT_USAGE) from error
+
+
+@app.command("import")
+def import_command(
+    ctx: typer.Context,
+    source: Annotated[
+        str, typer.Argument(help="An export file, or - for stdin.", show_default=False)
+    ],
+    store: StoreOption = None,
+) -> None:
+    """Re-create an exported run in the store.
+
+    Exactly as it was: same ids and records; checksums are checked first.
+    """
+    document = _read_document(source)
+
+    async def work(opened: CheckpointStorage) -> RunRecord:
+        try:
+            return await import_run(opened, document)
+        except ExportFormatError as error:
+            raise CommandError(f"{source}: {error}", EXIT_USAGE) from error
+
+    run = run_with_store(ctx, store, work)
+    parts = {k: len(document[k]) for k in ("steps", "checkpoints", "events", "journal")}
+    counts = ", ".join(f"{n} {k}" for k, n in parts.items())
+    Output().line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")

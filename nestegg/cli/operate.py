@@ -1,0 +1,202 @@
+"""Commands that execute runs with the user's Clutch: resume and recover."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.app import (
+    CommandError,
+    JsonOption,
+    StoreOption,
+    app,
+    error_line,
+    explicit_store,
+    run_async,
+    store_url,
+)
+from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
+from nestegg.cli.reading import get_run
+from nestegg.cli.render import Output, to_json
+from nestegg.clutch import Clutch
+from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED
+from nestegg.errors import NestEggError, RunLockedError
+
+AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
+PROGRESS_POLL_SECONDS = 0.2
+
+
+def _load(ctx: typer.Context, spec: str, store: str | None, out: Output) -> Clutch:
+    clutch = import_app(spec)
+    if own_store(clutch) is not None and explicit_store(ctx, store):
+        out.note(f"note: the Clutch at {spec} names its own store; --store is ignored")
+    return clutch
+
+
+def _failure(run_id: str, error: BaseException) -> BaseException:
+    """A NestEggError as it is; anything an agent raised as a failed operation."""
+    if isinstance(error, NestEggError):
+        return error
+    return CommandError(f"run {run_id!r} failed: {error_line(error)}", EXIT_FAILED)
+
+
+@contextlib.asynccontextmanager
+async def _spinner(out: Output, store: CheckpointStorage, run_id: str) -> AsyncIterator[None]:
+    """A spinner on stderr (terminals only) counting the run's committed steps."""
+    if not out.errors.is_terminal:
+        yield
+        return
+    with out.errors.status(f"resuming run {run_id}") as status:
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(PROGRESS_POLL_SECONDS)
+                run = await store.get_run(run_id)
+                if run is not None:
+                    status.update(f"resuming run {run_id}: {run.step_seq} steps committed")
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+
+@app.command("resume")
+def resume_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to resume.", show_default=False)],
+    app_spec: AppOption,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Resume one run with the app's Clutch.
+
+    It continues from its newest valid checkpoint; a failed run retries the failed step,
+    a completed one just prints its stored result. The run executes in this process,
+    with the store of the app's Clutch if it names one, else with the --store one.
+    """
+    out = Output(as_json)
+    clutch = _load(ctx, app_spec, store, out)
+
+    async def work() -> dict[str, Any]:
+        async with bound(clutch, store_url(ctx, store)) as opened:
+            before = await get_run(opened, run_id)
+            try:
+                async with _spinner(out, opened, run_id):
+                    result = await clutch.resume_latest(run_id)
+            except Exception as error:
+                raise _failure(run_id, error) from error
+            after = await get_run(opened, run_id)
+        return {
+            "run_id": run_id,
+            "status": after.status,
+            "previous_status": before.status,
+            "previous_steps": before.step_seq,
+            "steps": after.step_seq,
+            "result": result,
+        }
+
+    summary = run_async(work)
+    if as_json:
+        out.json(summary)
+        return
+    out.line(
+        f"run {run_id} {summary['status']}: {summary['steps']} steps "
+        f"(was {summary['previous_status']} at step {summary['previous_steps']})"
+    )
+    out.line(f"result: {to_json(summary['result'], indent=False)}")
+
+
+async def _resume_each(
+    clutch: Clutch, run_ids: list[str], concurrency: int, advance: Callable[[], None]
+) -> list[dict[str, Any]]:
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(run_id: str) -> dict[str, Any]:
+        async with limit:
+            try:
+                result = await clutch.resume_latest(run_id)
+                outcome = {"run_id": run_id, "outcome": "completed", "result": result}
+            except RunLockedError:
+                outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}
+            except Exception as error:
+                outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
+            advance()
+            return outcome
+
+    return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
+
+
+async def _with_bar(
+    out: Output, total: int, work: Callable[[Callable[[], None]], Awaitable[list[Any]]]
+) -> list[Any]:
+    progress = Progress(
+        TextColumn("recovering"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out.errors,
+        transient=True,
+        disable=not out.errors.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("runs", total=total)
+        return await work(lambda: progress.advance(task))
+
+
+@app.command("recover")
+def recover_command(
+    ctx: typer.Context,
+    app_spec: AppOption,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Runs resumed at the same time.")
+    ] = CLI_RECOVER_CONCURRENCY,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Resume every interrupted run of the app's pipeline.
+
+    Interrupted: marked running, but the process that ran it is gone.
+
+    Exits 1 if any of them failed again.
+    """
+    out = Output(as_json)
+    clutch = _load(ctx, app_spec, store, out)
+
+    async def work() -> list[dict[str, Any]]:
+        async with bound(clutch, store_url(ctx, store)):
+            run_ids = [info.run_id for info in await clutch.list_interrupted()]
+            if not run_ids:
+                return []
+            return await _with_bar(
+                out,
+                len(run_ids),
+                lambda advance: _resume_each(clutch, run_ids, concurrency, advance),
+            )
+
+    outcomes = run_async(work)
+    counts = {
+        k: sum(o["outcome"] == k for o in outcomes) for k in ("completed", "failed", "skipped")
+    }
+    if as_json:
+        out.json({"pipeline": clutch.name, "runs": outcomes, **counts})
+    elif not outcomes:
+        out.line(f"no interrupted runs of pipeline {clutch.name!r}")
+    else:
+        rows = [[o["run_id"], o["outcome"], o.get("error", "")] for o in outcomes]
+        out.table(("RUN", "OUTCOME", "DETAIL"), rows, status_column=1, whole=(0, 1))
+        out.line(
+            f"recovered {counts['completed']} of {len(outcomes)} runs; "
+            f"{counts['failed']} failed, {counts['skipped']} taken by another process"
+        )
+    if counts["failed"]:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,213 @@
+"""What the commands read from a store, as plain data with stable keys (the --json form)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.codec import unseal, unseal_json
+from nestegg.checkpoint.loader import load_latest, load_state
+from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import (
+    CheckpointInfo,
+    CheckpointState,
+    Event,
+    RunInfo,
+    run_input,
+    run_result,
+    to_datetime,
+)
+from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
+
+ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
+
+
+async def get_run(store: CheckpointStorage, run_id: str) -> RunRecord:
+    """The run, or RunNotFoundError."""
+    run = await store.get_run(run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+    return run
+
+
+def _safe_error(run: RunRecord) -> dict[str, Any] | None:
+    try:
+        return RunInfo.from_record(run).error
+    except CheckpointCorruptedError:
+        return {"type": "unreadable", "message": "the stored error is damaged"}
+
+
+def run_row(
+    run: RunRecord, last: CheckpointRecord | None, *, full_error: bool = False
+) -> dict[str, Any]:
+    """A run as plain data: status, whether it is interrupted, progress, owner, outcome."""
+    error = _safe_error(run)
+    if error is not None and not full_error:
+        error = {k: error[k] for k in ERROR_SUMMARY_KEYS if k in error}
+    return {
+        "run_id": run.run_id,
+        "pipeline": run.pipeline,
+        "status": run.status,
+        "interrupted": is_interrupted(run, time.time()),
+        "steps": run.step_seq,
+        "last_checkpoint": checkpoint_row(last) if last is not None else None,
+        "created_at": to_datetime(run.created_at),
+        "updated_at": to_datetime(run.updated_at),
+        "owner": run.owner.to_json() if run.owner else None,
+        "lease_until": to_datetime(run.lease_until),
+        "fence": run.fence,
+        "parent_run": run.parent_run,
+        "parent_checkpoint": run.parent_checkpoint,
+        "error": error,
+    }
+
+
+def shown_status(row: dict[str, Any]) -> str:
+    """The status people see: ``interrupted`` for a running run whose owner is gone."""
+    return "interrupted" if row["interrupted"] else str(row["status"])
+
+
+def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
+    """A checkpoint's header as plain data, with its turn and next agent when readable."""
+    info = CheckpointInfo.from_record(record)
+    row: dict[str, Any] = {
+        "checkpoint_id": info.checkpoint_id,
+        "run_id": info.run_id,
+        "seq": info.seq,
+        "reason": info.reason,
+        "created_at": info.created_at,
+        "turn": None,
+        "next_agent": None,
+        "valid": True,
+    }
+    try:
+        body = unseal_json(record.body, f"checkpoint {record.checkpoint_id!r}")
+        row["turn"] = body.get("turn")
+        row["next_agent"] = body.get("next")
+    except (CheckpointCorruptedError, AttributeError):
+        row["valid"] = False
+    return row
+
+
+async def list_run_rows(
+    store: CheckpointStorage,
+    *,
+    pipeline: str | None,
+    statuses: list[str] | None,
+    interrupted: bool,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """Runs newest first, each with its last checkpoint."""
+    fetch_limit = None if interrupted else limit
+    runs = await store.list_runs(pipeline=pipeline, statuses=statuses, limit=fetch_limit)
+    if interrupted:
+        now = time.time()
+        runs = [run for run in runs if is_interrupted(run, now)][:limit]
+    rows = []
+    for run in runs:
+        checkpoints = await store.list_checkpoints(run.run_id)
+        rows.append(run_row(run, checkpoints[-1] if checkpoints else None))
+    return rows
+
+
+def step_row(seq: int, agent: str, body: bytes, run_id: str) -> dict[str, Any]:
+    """One executed step as plain data (``damaged`` when its record cannot be read)."""
+    try:
+        step = orjson.loads(unseal(body, f"step {seq} of run {run_id!r}"))
+        started: datetime | None = datetime.fromtimestamp(float(step.get("started", 0)), UTC)
+        return {
+            "seq": seq,
+            "agent": agent,
+            "outcome": str(step.get("outcome")),
+            "started": started,
+            "duration": float(step.get("duration", 0.0)),
+            "produced_data": "data" in step,
+        }
+    except (CheckpointCorruptedError, orjson.JSONDecodeError, TypeError, ValueError):
+        return {
+            "seq": seq,
+            "agent": agent,
+            "outcome": "damaged",
+            "started": None,
+            "duration": None,
+            "produced_data": False,
+        }
+
+
+def _decoded(read: Any, run: RunRecord) -> Any:
+    try:
+        return read(run)
+    except CheckpointCorruptedError as error:
+        return {"unreadable": str(error)}
+
+
+async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -> dict[str, Any]:
+    """A run in full: its row, input, result, steps (the last ``tail``, None: all) with
+    the checkpoints taken at each, and the step that failed."""
+    run = await get_run(store, run_id)
+    checkpoints = await store.list_checkpoints(run.run_id)
+    after = max(0, run.step_seq - tail) if tail is not None else 0
+    by_seq: dict[int, list[str]] = {}
+    for checkpoint in checkpoints:
+        by_seq.setdefault(checkpoint.seq, []).append(checkpoint.checkpoint_id)
+    steps = []
+    for record in await store.load_steps(run.run_id, after=after):
+        row = step_row(record.seq, record.agent, record.body, run.run_id)
+        row["checkpoints"] = by_seq.get(record.seq, [])
+        steps.append(row)
+    row = run_row(run, checkpoints[-1] if checkpoints else None, full_error=True)
+    error = row["error"] or {}
+    failed = (
+        {k: error.get(k) for k in ERROR_SUMMARY_KEYS}
+        if "seq" in error and "agent" in error
+        else None
+    )
+    return {
+        "run": row,
+        "input": _decoded(run_input, run),
+        "result": _decoded(run_result, run),
+        "steps_before": after,
+        "steps": steps,
+        "initial_checkpoints": by_seq.get(0, []),
+        "checkpoints": [checkpoint_row(c) for c in checkpoints],
+        "failed_step": failed,
+    }
+
+
+async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointState:
+    """The state of a checkpoint id, or of a run id's newest valid checkpoint.
+
+    Raises:
+        CheckpointNotFoundError: neither a checkpoint nor a run has that id.
+        CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
+    """
+    record = await store.get_checkpoint(reference)
+    if record is not None:
+        run = await get_run(store, record.run_id)
+        return await load_state(store, run, record)
+    named_run = await store.get_run(reference)
+    if named_run is None:
+        raise CheckpointNotFoundError(f"no checkpoint or run {reference!r} in the store")
+    state, _ = await load_latest(store, named_run)
+    return state
+
+
+def state_json(state: CheckpointState) -> dict[str, Any]:
+    """A restored state as plain data."""
+    return state.to_json()
+
+
+def event_row(event: Event) -> dict[str, Any]:
+    """An event as plain data."""
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "at": event.at,
+        "kind": event.kind,
+        "data": event.data,
+    }

@@ -1,0 +1,385 @@
+"""Reading commands: runs, show, checkpoints, inspect, diff and events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+import typer
+
+from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.records import EventRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import Event, to_datetime
+from nestegg.cli import reading
+from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
+from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
+from nestegg.cli.paths import PathNotFoundError, select
+from nestegg.cli.render import Output, seconds, to_json, when
+from nestegg.constants import (
+    CLI_POLL_INTERVAL,
+    CLI_RUN_LIMIT,
+    CLI_SHOW_STEPS,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    RUNNING,
+    STATUSES,
+)
+from nestegg.errors import CheckpointCorruptedError
+
+RUN_COLUMNS = ("RUN", "PIPELINE", "STATUS", "STEPS", "LAST CHECKPOINT", "UPDATED", "OWNER")
+
+
+def check_status(status: str | None) -> list[str] | None:
+    """The statuses to filter by; bad usage for an unknown one."""
+    if status is None:
+        return None
+    if status not in STATUSES:
+        raise CommandError(f"unknown status {status!r}; one of {', '.join(STATUSES)}", EXIT_USAGE)
+    return [status]
+
+
+def owner_text(owner: dict[str, Any] | None) -> str:
+    """``host pid`` of an owner, without the boot id."""
+    if not owner:
+        return "-"
+    return f"{str(owner['host']).split('#', 1)[0]}:{owner['pid']}"
+
+
+def _run_cells(row: dict[str, Any]) -> list[str]:
+    last = row["last_checkpoint"]
+    return [
+        row["run_id"],
+        row["pipeline"],
+        reading.shown_status(row),
+        str(row["steps"]),
+        f"{last['checkpoint_id']} @{last['seq']}" if last else "-",
+        when(row["updated_at"]),
+        owner_text(row["owner"]),
+    ]
+
+
+@app.command("runs")
+def runs_command(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only runs with this status ({', '.join(STATUSES)}).")
+    ] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
+    interrupted: Annotated[
+        bool, typer.Option("--interrupted", help="Only running runs whose owner is gone.")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = (
+        CLI_RUN_LIMIT
+    ),
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """List runs, newest first.
+
+    Columns: id, pipeline, status (interrupted: running, but its owner is gone), steps,
+    last checkpoint, last update, owner.
+    """
+    statuses = check_status(status)
+    if interrupted:
+        statuses = [RUNNING]
+
+    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
+        return await reading.list_run_rows(
+            opened, pipeline=pipeline, statuses=statuses, interrupted=interrupted, limit=limit
+        )
+
+    rows = run_with_store(ctx, store, work)
+    out = Output(as_json)
+    if as_json:
+        out.json(rows)
+    elif not rows:
+        out.note("no runs")
+    else:
+        out.table(RUN_COLUMNS, [_run_cells(r) for r in rows], status_column=2, whole=(0, 2, 3))
+
+
+def _show_summary(out: Output, details: dict[str, Any]) -> None:
+    run = details["run"]
+    items = [
+        ("run", run["run_id"]),
+        ("pipeline", run["pipeline"]),
+        ("status", reading.shown_status(run)),
+        ("steps", str(run["steps"])),
+        ("created", when(run["created_at"])),
+        ("updated", when(run["updated_at"])),
+        ("owner", owner_text(run["owner"])),
+    ]
+    if run["parent_run"]:
+        items.append(("forked from", f"{run['parent_run']} at {run['parent_checkpoint']}"))
+    items.append(("input", to_json(details["input"], indent=False)))
+    if run["status"] == "completed":
+        items.append(("result", to_json(details["result"], indent=False)))
+    error = run["error"]
+    if error:
+        items.append(("error", f"{error.get('type')}: {error.get('message')}"))
+    out.pairs(items)
+
+
+def _show_timeline(out: Output, details: dict[str, Any]) -> None:
+    rows = []
+    for step in details["steps"]:
+        rows.append(
+            [
+                str(step["seq"]),
+                step["agent"],
+                when(step["started"]),
+                seconds(step["duration"]),
+                step["outcome"],
+                ", ".join(step["checkpoints"]),
+            ]
+        )
+    failed = details["failed_step"]
+    if failed:
+        rows.append([str(failed["seq"]), str(failed["agent"]), "-", "-", "failed", ""])
+    out.line()
+    if details["steps_before"]:
+        out.line(f"({details['steps_before']} earlier steps not shown; --all shows them)")
+    if details["initial_checkpoints"]:
+        out.line(f"checkpoint before the first step: {', '.join(details['initial_checkpoints'])}")
+    columns = ("STEP", "AGENT", "STARTED", "DURATION", "OUTCOME", "CHECKPOINT")
+    out.table(columns, rows, status_column=4, title="timeline", whole=(0, 1, 2, 3, 4))
+
+
+@app.command("show")
+def show_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    show_all: Annotated[
+        bool, typer.Option("--all", help=f"All steps (default: the last {CLI_SHOW_STEPS}).")
+    ] = False,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """A run's summary and the timeline of its steps.
+
+    The timeline shows each step's agent, start, duration and outcome, and the checkpoints
+    taken after it.
+    """
+    tail = None if (show_all or as_json) else CLI_SHOW_STEPS
+
+    async def work(opened: CheckpointStorage) -> dict[str, Any]:
+        return await reading.run_details(opened, run_id, tail)
+
+    details = run_with_store(ctx, store, work)
+    out = Output(as_json)
+    if as_json:
+        out.json(details)
+        return
+    _show_summary(out, details)
+    _show_timeline(out, details)
+
+
+@app.command("checkpoints")
+def checkpoints_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """A run's checkpoints, oldest first.
+
+    Inspect one with `nestegg inspect ID`; CHECK says whether its checksum holds.
+    """
+
+    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
+        run = await reading.get_run(opened, run_id)
+        return [reading.checkpoint_row(c) for c in await opened.list_checkpoints(run.run_id)]
+
+    rows = run_with_store(ctx, store, work)
+    out = Output(as_json)
+    if as_json:
+        out.json(rows)
+        return
+    if not rows:
+        out.note(f"run {run_id!r} has no checkpoints")
+        return
+    cells = [
+        [
+            r["checkpoint_id"],
+            str(r["seq"]),
+            "-" if r["turn"] is None else str(r["turn"]),
+            r["reason"],
+            when(r["created_at"]),
+            r["next_agent"] or "-",
+            "ok" if r["valid"] else "DAMAGED",
+        ]
+        for r in rows
+    ]
+    columns = ("CHECKPOINT", "STEP", "TURN", "REASON", "CREATED", "NEXT", "CHECK")
+    out.table(columns, cells, whole=(0, 1, 2, 3, 6))
+
+
+def _part(state: dict[str, Any], path: str | None) -> Any:
+    if path is None:
+        return state
+    try:
+        return select(state, path)
+    except ValueError as error:
+        raise CommandError(f"bad --path: {error}", EXIT_USAGE) from error
+    except PathNotFoundError as error:
+        raise CommandError(str(error), EXIT_NOT_FOUND) from error
+
+
+@app.command("inspect")
+def inspect_command(
+    ctx: typer.Context,
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="A checkpoint id, or a run id for its newest checkpoint.", show_default=False
+        ),
+    ],
+    path: Annotated[
+        str | None,
+        typer.Option(help="Only this part of the state, e.g. data.items[0] or metadata."),
+    ] = None,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """The state a checkpoint restores, as JSON.
+
+    The state holds data, metadata, history, turn, position and next agent; --path picks
+    a part of it.
+    """
+
+    async def work(opened: CheckpointStorage) -> dict[str, Any]:
+        return reading.state_json(await reading.resolve_state(opened, checkpoint))
+
+    state = run_with_store(ctx, store, work)
+    Output(as_json).json(_part(state, path))
+
+
+@app.command("diff")
+def diff_command(
+    ctx: typer.Context,
+    old: Annotated[str, typer.Argument(help="The earlier checkpoint (or run) id.")],
+    new: Annotated[str, typer.Argument(help="The later checkpoint (or run) id.")],
+    path: Annotated[str | None, typer.Option(help="Compare only this part of the state.")] = None,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """What changed between two checkpoints.
+
+    Lists the paths of the state that were added (+), removed (-) or changed (~).
+    """
+
+    async def work(opened: CheckpointStorage) -> tuple[dict[str, Any], dict[str, Any]]:
+        first = await reading.resolve_state(opened, old)
+        second = await reading.resolve_state(opened, new)
+        return reading.state_json(first), reading.state_json(second)
+
+    first, second = run_with_store(ctx, store, work)
+    keys = ("checkpoint_id", "run_id")
+    before = {k: v for k, v in first.items() if k not in keys}
+    after = {k: v for k, v in second.items() if k not in keys}
+    changes = diff_values(_part(before, path), _part(after, path))
+    out = Output(as_json)
+    if as_json:
+        out.json(
+            {"old": first["checkpoint_id"], "new": second["checkpoint_id"], **summarize(changes)}
+        )
+        return
+    if not changes:
+        out.line("no differences")
+    for change in changes:
+        if change.kind == ADDED:
+            out.line(f"+ {change.path}: {to_json(change.new, indent=False)}")
+        elif change.kind == REMOVED:
+            out.line(f"- {change.path}: {to_json(change.old, indent=False)}")
+        else:
+            old_text, new_text = (
+                to_json(change.old, indent=False),
+                to_json(change.new, indent=False),
+            )
+            out.line(f"~ {change.path}: {old_text} -> {new_text}")
+
+
+def _event_row(record: EventRecord) -> dict[str, Any]:
+    try:
+        return reading.event_row(Event.from_record(record))
+    except CheckpointCorruptedError as error:
+        at = to_datetime(record.at)
+        return {
+            "run_id": record.run_id,
+            "seq": record.seq,
+            "at": at,
+            "kind": record.kind,
+            "data": {"unreadable": str(error)},
+        }
+
+
+def _detail(key: str, value: Any) -> str:
+    if key == "duration" and isinstance(value, int | float):
+        return f"{key}={seconds(value)}"
+    if isinstance(value, float):
+        return f"{key}={value:.6g}"
+    return f"{key}={value if isinstance(value, str) else to_json(value, indent=False)}"
+
+
+def _event_line(row: dict[str, Any]) -> str:
+    details = " ".join(_detail(key, value) for key, value in row["data"].items())
+    stamp = row["at"].astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return f"{row['seq']:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
+
+
+async def _follow(
+    store: CheckpointStorage, out: Output, run_id: str, since: int, interval: float
+) -> None:
+    warned = False
+    while True:
+        run = await reading.get_run(store, run_id)
+        for record in await store.read_events(run_id, since):
+            _print_event(out, _event_row(record))
+            since = record.seq
+        if run.status != RUNNING:  # its last events were committed with the status
+            return
+        if not warned and is_interrupted(run, time.time()):
+            out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
+            warned = True
+        await asyncio.sleep(interval)
+
+
+def _print_event(out: Output, row: dict[str, Any]) -> None:
+    if out.as_json:
+        out.json(row, indent=False)
+    else:
+        out.line(_event_line(row))
+
+
+@app.command("events")
+def events_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    since: Annotated[int, typer.Option(min=0, help="Only events after this sequence number.")] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
+    ] = False,
+    poll_interval: Annotated[
+        float, typer.Option(min=0.01, help="Seconds between polls with --follow.")
+    ] = CLI_POLL_INTERVAL,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """A run's event log.
+
+    --follow keeps polling until the run is no longer running. --json writes one JSON
+    object per line (JSON Lines).
+    """
+    out = Output(as_json)
+
+    async def work(opened: CheckpointStorage) -> None:
+        if follow:
+            await _follow(opened, out, run_id, since, poll_interval)
+            return
+        await reading.get_run(opened, run_id)
+        for record in await opened.read_events(run_id, since):
+            _print_event(out, _event_row(record))
+
+    run_with_store(ctx, store, work)

@@ -1,0 +1,251 @@
+"""Export a run as one JSON document, and import it into a store exactly as it was.
+
+The document::
+
+    {"format": "nestegg-run", "version": 1,
+     "run": {"run_id", "pipeline", "status", "created_at", "updated_at", "fence", "owner",
+             "lease_until", "step_seq", "event_seq", "parent_run", "parent_checkpoint",
+             "input", "result", "error"},
+     "steps": [{"seq", "agent", "body"}],
+     "checkpoints": [{"checkpoint_id", "seq", "created_at", "reason", "body"}],
+     "events": [{"seq", "at", "kind", "body"}],
+     "journal": [{"step", "position", "body"}]}
+
+Times are UNIX seconds (exact floats). Every stored payload (``input``, ``result``,
+``error`` and each ``body``) is the sealed record exactly as stored, as a JSON string of
+its UTF-8 text (itself readable JSON: ``{"crc": ..., "body": ...}``); a record that is not
+UTF-8 (only a damaged one) is written as ``{"base64": "..."}``. Importing checks every
+checksum first and writes nothing if one fails.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from nestegg.checkpoint.codec import unseal
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    Owner,
+    RunRecord,
+    StepRecord,
+)
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.reading import get_run
+from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION
+from nestegg.errors import RunExistsError
+
+Blob = str | dict[str, str]
+
+
+class ExportFormatError(ValueError):
+    """A document that is not a nestegg run export; the message says what is wrong."""
+
+
+def pack(sealed: bytes) -> Blob:
+    """Stored bytes as a JSON value (their text, or base64 when not UTF-8)."""
+    try:
+        return bytes(sealed).decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(sealed).decode("ascii")}
+
+
+def unpack(value: Any, where: str) -> bytes:
+    """The bytes :func:`pack` wrote."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and isinstance(value.get("base64"), str):
+        return base64.b64decode(value["base64"])
+    raise ExportFormatError(f"{where} is neither a string nor {{'base64': ...}}")
+
+
+async def _journal(store: CheckpointStorage, run: RunRecord) -> list[JournalRecord]:
+    # Journal entries belong to executed steps and to the step in flight (step_seq + 1);
+    # a resume from an older checkpoint may have left some further on: read until a gap.
+    entries: list[JournalRecord] = []
+    step = 1
+    while True:
+        found = await store.read_journal(run.run_id, step)
+        if not found and step > run.step_seq + 1:
+            return entries
+        entries.extend(found)
+        step += 1
+
+
+async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
+    """The run and everything of it as one JSON-ready document.
+
+    Raises:
+        RunNotFoundError: no such run.
+    """
+    run = await get_run(store, run_id)
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "run": {
+            "run_id": run.run_id,
+            "pipeline": run.pipeline,
+            "status": run.status,
+            "created_at": run.created_at,
+            "updated_at": run.updated_at,
+            "fence": run.fence,
+            "owner": run.owner.to_json() if run.owner else None,
+            "lease_until": run.lease_until,
+            "step_seq": run.step_seq,
+            "event_seq": run.event_seq,
+            "parent_run": run.parent_run,
+            "parent_checkpoint": run.parent_checkpoint,
+            "input": pack(run.input),
+            "result": pack(run.result) if run.result is not None else None,
+            "error": pack(run.error) if run.error is not None else None,
+        },
+        "steps": [
+            {"seq": s.seq, "agent": s.agent, "body": pack(s.body)}
+            for s in await store.load_steps(run.run_id)
+        ],
+        "checkpoints": [
+            {
+                "checkpoint_id": c.checkpoint_id,
+                "seq": c.seq,
+                "created_at": c.created_at,
+                "reason": c.reason,
+                "body": pack(c.body),
+            }
+            for c in await store.list_checkpoints(run.run_id)
+        ],
+        "events": [
+            {"seq": e.seq, "at": e.at, "kind": e.kind, "body": pack(e.body)}
+            for e in await store.read_events(run.run_id)
+        ],
+        "journal": [
+            {"step": j.step, "position": j.position, "body": pack(j.body)}
+            for j in await _journal(store, run)
+        ],
+    }
+
+
+def _optional(value: Any, where: str) -> bytes | None:
+    return None if value is None else unpack(value, where)
+
+
+def _run_record(raw: dict[str, Any]) -> RunRecord:
+    run_id = str(raw["run_id"])
+    return RunRecord(
+        run_id=run_id,
+        pipeline=str(raw["pipeline"]),
+        status=str(raw["status"]),
+        input=unpack(raw["input"], "run.input"),
+        created_at=float(raw["created_at"]),
+        updated_at=float(raw["updated_at"]),
+        fence=int(raw["fence"]),
+        owner=Owner.from_json(raw.get("owner")),
+        lease_until=None if raw.get("lease_until") is None else float(raw["lease_until"]),
+        result=_optional(raw.get("result"), "run.result"),
+        error=_optional(raw.get("error"), "run.error"),
+        step_seq=int(raw["step_seq"]),
+        event_seq=int(raw["event_seq"]),
+        parent_run=raw.get("parent_run"),
+        parent_checkpoint=raw.get("parent_checkpoint"),
+    )
+
+
+def read_document(document: Any) -> tuple[RunRecord, Commit]:
+    """The run row and the commit that restores everything else of it.
+
+    Raises:
+        ExportFormatError: not an export of this format and version, or a field is missing.
+    """
+    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+        raise ExportFormatError(f"not a {EXPORT_FORMAT} export (no 'format': {EXPORT_FORMAT!r})")
+    if document.get("version") != EXPORT_VERSION:
+        raise ExportFormatError(
+            f"export version {document.get('version')!r} is not supported "
+            f"(this nestegg reads version {EXPORT_VERSION})"
+        )
+    try:
+        run = _run_record(document["run"])
+        rid = run.run_id
+        commit = Commit(
+            run_id=rid,
+            fence=run.fence,
+            steps=[
+                StepRecord(rid, int(s["seq"]), str(s["agent"]), unpack(s["body"], "step"))
+                for s in document["steps"]
+            ],
+            events=[
+                EventRecord(
+                    rid, int(e["seq"]), float(e["at"]), str(e["kind"]), unpack(e["body"], "event")
+                )
+                for e in document["events"]
+            ],
+            journal=[
+                JournalRecord(rid, int(j["step"]), int(j["position"]), unpack(j["body"], "journal"))
+                for j in document["journal"]
+            ],
+            checkpoints=[
+                CheckpointRecord(
+                    str(c["checkpoint_id"]),
+                    rid,
+                    int(c["seq"]),
+                    float(c["created_at"]),
+                    str(c["reason"]),
+                    unpack(c["body"], "checkpoint"),
+                )
+                for c in document["checkpoints"]
+            ],
+            updated_at=run.updated_at,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        if isinstance(error, ExportFormatError):
+            raise
+        raise ExportFormatError(f"the export lacks or garbles a field: {error!r}") from None
+    return run, commit
+
+
+def verify(run: RunRecord, commit: Commit) -> None:
+    """Check every record's checksum.
+
+    Raises:
+        CheckpointCorruptedError: naming the first damaged record.
+    """
+    rid = run.run_id
+    unseal(run.input, f"input of run {rid!r}")
+    for name in ("result", "error"):
+        value = getattr(run, name)
+        if value is not None:
+            unseal(value, f"{name} of run {rid!r}")
+    for step in commit.steps:
+        unseal(step.body, f"step {step.seq} of run {rid!r}")
+    for event in commit.events:
+        unseal(event.body, f"event {event.seq} of run {rid!r}")
+    for entry in commit.journal:
+        unseal(entry.body, f"journal entry {entry.step}/{entry.position} of run {rid!r}")
+    for checkpoint in commit.checkpoints:
+        unseal(checkpoint.body, f"checkpoint {checkpoint.checkpoint_id!r} of run {rid!r}")
+
+
+async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
+    """Re-create an exported run in ``store``, exactly as it was exported.
+
+    Raises:
+        ExportFormatError: the document is not an export.
+        CheckpointCorruptedError: a record in it fails its checksum (nothing is written).
+        RunExistsError: the store already has a run with that id.
+    """
+    run, commit = read_document(document)
+    verify(run, commit)
+    if await store.get_run(run.run_id) is not None:
+        raise RunExistsError(
+            f"run {run.run_id!r} already exists in the target store; delete it first",
+            run.run_id,
+        )
+    await store.create_run(run)
+    try:
+        await store.commit(commit)
+    except BaseException:
+        await store.delete_run(run.run_id)
+        raise
+    return run

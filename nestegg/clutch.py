@@ -1,0 +1,463 @@
+"""Clutch: a set of async agents run by a strategy, optionally checkpointed to a store."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.context import ClutchContext, ClutchState, current_context
+from nestegg.errors import ConfigurationError, NoActiveRunError
+from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
+from nestegg.strategies import Strategy, make_cursor
+from nestegg.task import ClutchTask, StepEvent, StepListeners
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.config import CheckpointConfig
+    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.views import (
+        CheckpointInfo,
+        CheckpointState,
+        Event,
+        RunHistory,
+        RunInfo,
+    )
+
+F = TypeVar("F", bound=Callable[..., Any])
+Selector = Callable[..., Awaitable[str | None]]
+RequestHook = Callable[[dict[str, Any]], Awaitable[None]]
+ResponseHook = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
+CheckpointHook = Callable[[Any], Awaitable[None]]
+
+
+class Clutch:
+    """A pipeline of async agents run by a strategy; with ``checkpoint=`` it survives crashes.
+
+    Args:
+        name: the pipeline's name (also recorded with every checkpointed run).
+        strategy: SEQUENTIAL, ROUND_ROBIN, GRAPH or SELECTOR.
+        max_turns: stop after this many turns (steps that produced data).
+        order: explicit agent order (default: registration order).
+        on_request: awaited with ``{"clutch_id", "input"}`` when a run starts.
+        on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
+        on_step: awaited with ``(agent_name, input, output)`` after each agent returns.
+        checkpoint: a CheckpointConfig to checkpoint every step to a store (None: in memory).
+        on_checkpoint: awaited with a CheckpointInfo after each checkpoint is stored.
+
+    Raises:
+        ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async.
+
+    Example:
+        >>> clutch = Clutch("review", strategy=Strategy.SEQUENTIAL)
+        >>> @clutch.agent()
+        ... async def summarize(text: str) -> str:
+        ...     return text[:100]
+        >>> await clutch.run("a long text")
+    """
+
+    def __init__(
+        self,
+        name: str,
+        strategy: Strategy = Strategy.SEQUENTIAL,
+        max_turns: int = 100,
+        transport: Any = None,
+        order: list[str] | None = None,
+        on_request: RequestHook | None = None,
+        on_response: ResponseHook | None = None,
+        on_step: StepHook | None = None,
+        *,
+        checkpoint: CheckpointConfig | None = None,
+        on_checkpoint: CheckpointHook | None = None,
+    ) -> None:
+        if not isinstance(strategy, Strategy):
+            raise ConfigurationError(
+                f"strategy must be a nestegg.Strategy (one of "
+                f"{', '.join(s.name for s in Strategy)}), got {strategy!r}"
+            )
+        if transport is not None:
+            raise ConfigurationError(
+                "distributed mode (transport=) is not supported; nestegg runs agents locally"
+            )
+        if not isinstance(max_turns, int) or max_turns < 0:
+            raise ConfigurationError(f"max_turns must be an int >= 0, got {max_turns!r}")
+        for hook_name, hook in (
+            ("on_request", on_request),
+            ("on_response", on_response),
+            ("on_step", on_step),
+            ("on_checkpoint", on_checkpoint),
+        ):
+            if hook is not None and not inspect.iscoroutinefunction(hook):
+                raise ConfigurationError(f"{hook_name} must be an async function")
+        self.name = name
+        self.strategy = strategy
+        self.max_turns = max_turns
+        self._explicit_order = list(order) if order is not None else None
+        self._agents: dict[str, AgentNode] = {}
+        self._agent_order: list[str] = []
+        self._selector: Selector | None = None
+        self._selector_input_type: type | None = None
+        self._on_request = on_request
+        self._on_response = on_response
+        self._on_step = on_step
+        self._on_checkpoint = on_checkpoint
+        self._checkpoint_config = checkpoint
+        self._runbook: RunBook | None = None
+        self._executions: dict[str, RunExecution] = {}
+
+    # ----------------------------------------------------------------- definition
+
+    @overload
+    def agent(self, edges: F) -> F: ...
+
+    @overload
+    def agent(self, edges: list[str] | None = None) -> Callable[[F], F]: ...
+
+    def agent(self, edges: Any = None) -> Any:
+        """Register an async function as an agent (``@clutch.agent()`` or ``@clutch.agent``).
+
+        Args:
+            edges: for GRAPH, the agents that may follow (the first one is taken).
+
+        Raises:
+            ConfigurationError: the function is not async.
+            InvalidIdentifierError: its name is not a safe identifier.
+        """
+        if callable(edges):
+            return self.agent()(edges)
+
+        def register(fn: F) -> F:
+            name = fn.__name__
+            self._agents[name] = AgentNode(name, fn, edges)
+            if name not in self._agent_order:
+                self._agent_order.append(name)
+            return fn
+
+        return register
+
+    def selector(self, fn: Selector | None = None) -> Any:
+        """Register the async function that picks the next agent (SELECTOR strategy).
+
+        Raises:
+            ConfigurationError: the selector is not an async function.
+        """
+
+        def register(f: Selector) -> Selector:
+            if not inspect.iscoroutinefunction(f):
+                raise ConfigurationError(
+                    f"selector {getattr(f, '__name__', f)!r} must be an async function"
+                )
+            self._selector = f
+            self._selector_input_type = input_type_of(f)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def _get_order(self) -> list[str]:
+        return self._explicit_order if self._explicit_order else self._agent_order
+
+    def _to_typed(self, data: Any, target_type: type | None) -> Any:
+        return to_typed(data, target_type)
+
+    def validate(self) -> None:
+        """Check the definition: names in ``order=`` and ``edges=`` exist.
+
+        Raises:
+            ConfigurationError: naming the unknown agent and where it was named.
+        """
+        for name in self._explicit_order or []:
+            if name not in self._agents:
+                raise ConfigurationError(
+                    f"order= names agent {name!r}, which is not registered on Clutch "
+                    f"{self.name!r} (known: {sorted(self._agents)})"
+                )
+        for node in self._agents.values():
+            for edge in node.edges:
+                if edge not in self._agents:
+                    raise ConfigurationError(
+                        f"agent {node.name!r} has an edge to {edge!r}, which is not "
+                        f"registered on Clutch {self.name!r}"
+                    )
+        if self.strategy is Strategy.ROUND_ROBIN and not self._get_order():
+            raise ConfigurationError(f"ROUND_ROBIN Clutch {self.name!r} has no agents")
+
+    # ------------------------------------------------------------------ execution
+
+    def _new_execution(
+        self, ctx: ClutchContext, recorder: Recorder, listeners: StepListeners
+    ) -> RunExecution:
+        order = self._get_order()
+
+        async def choose() -> str | None:
+            assert self._selector is not None
+            return await self._selector(to_typed(ctx.data, self._selector_input_type))
+
+        cursor = make_cursor(self.strategy, order, self._agents, choose if self._selector else None)
+        return RunExecution(
+            ctx=ctx,
+            cursor=cursor,
+            agents=self._agents,
+            max_turns=self.max_turns,
+            recorder=recorder,
+            listeners=listeners,
+            on_step=self._on_step,
+        )
+
+    def _new_context(self, run_id: str, data: Any) -> ClutchContext:
+        state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
+        return ClutchContext(data=data, source="input", state=state)
+
+    async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
+        run_id = execution.run_id
+        request = {"clutch_id": run_id, "input": input_data}
+        self._executions[run_id] = execution
+        try:
+            if fresh and self._on_request is not None:
+                await self._on_request(request)
+            result = await execution.execute()
+        finally:
+            if self._executions.get(run_id) is execution:
+                del self._executions[run_id]
+        if self._on_response is not None:
+            response = {"_clutch_response": True, "clutch_id": run_id, "result": result}
+            await self._on_response(request, response)
+        return result
+
+    async def _run_plain(self, input_data: Any, listeners: StepListeners) -> Any:
+        from nestegg.checkpoint.records import new_run_id
+
+        data = to_plain(input_data)
+        ctx = self._new_context(new_run_id(), data)
+        execution = self._new_execution(ctx, NullRecorder(), listeners)
+        return await self._drive(execution, data, fresh=True)
+
+    def _book(self) -> RunBook:
+        if self._runbook is None:
+            from nestegg.checkpoint.runs import RunBook
+
+            assert self._checkpoint_config is not None
+            self._runbook = RunBook(self, self._checkpoint_config)
+        return self._runbook
+
+    async def _launch(
+        self, work: Callable[[StepListeners], Coroutine[Any, Any, Any]], listeners: StepListeners
+    ) -> ClutchTask:
+        self.validate()
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(work(listeners))
+        return ClutchTask(f"task-{id(task):x}", task, listeners)
+
+    async def submit(self, input_data: Any, *, run_id: str | None = None) -> ClutchTask:
+        """Start a run in the background and return its handle.
+
+        Args:
+            input_data: the first agent's input (a pydantic model is dumped to a dict).
+            run_id: with checkpointing, the run's id (overrides the configured one).
+
+        Returns:
+            A ClutchTask to await, wait on with a timeout, stream or cancel.
+
+        Raises:
+            ConfigurationError: the Clutch's definition is inconsistent.
+        """
+        return await self._submit(input_data, run_id, StepListeners())
+
+    async def _submit(
+        self, input_data: Any, run_id: str | None, listeners: StepListeners
+    ) -> ClutchTask:
+        if self._checkpoint_config is None:
+            if run_id is not None:
+                raise ConfigurationError("run_id= needs checkpointing (checkpoint=...)")
+            return await self._launch(lambda lst: self._run_plain(input_data, lst), listeners)
+        book = self._book()
+        return await self._launch(lambda lst: book.run(input_data, run_id, lst), listeners)
+
+    async def run(
+        self, input_data: Any, timeout: float | None = 30.0, *, run_id: str | None = None
+    ) -> Any:
+        """Run the pipeline on ``input_data`` and return the last data.
+
+        With checkpointing, a ``run_id`` that already completed returns its stored result
+        without executing anything.
+
+        Args:
+            input_data: the first agent's input.
+            timeout: seconds to wait (None: no limit); on timeout the run goes on.
+            run_id: with checkpointing, the run's id (overrides the configured one).
+
+        Raises:
+            TimeoutError: the run did not finish within ``timeout``.
+            RunExistsError: the run id belongs to an unfinished run (resume it instead).
+            RunLockedError: another live process is executing that run.
+        """
+        task = await self.submit(input_data, run_id=run_id)
+        return await task.result(timeout=timeout)
+
+    async def stream(
+        self, input_data: Any, *, run_id: str | None = None
+    ) -> AsyncIterator[StepEvent]:
+        """Run the pipeline and yield a StepEvent per step, then the final result event."""
+        listeners = StepListeners()
+        queue = listeners.attach()
+        task = await self._submit(input_data, run_id, listeners)
+        async for event in task.stream(queue):
+            yield event
+
+    async def __aenter__(self) -> Clutch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Release the checkpoint store if this Clutch opened it."""
+        if self._runbook is not None:
+            await self._runbook.close()
+
+    # ------------------------------------------------------------- checkpointing
+
+    async def checkpoint(self, run_id: str | None = None) -> str:
+        """Take a checkpoint now and return its id.
+
+        Inside an agent: a checkpoint of the state the running step started from.
+        Outside: of the executing run (``run_id`` when several execute) at its next step
+        boundary.
+
+        Raises:
+            NoActiveRunError: no run of this Clutch executes (or several and no run_id).
+            ConfigurationError: the Clutch has no checkpointing.
+        """
+        ctx = current_context()
+        execution = ctx._execution if ctx is not None else None
+        if execution is not None and self._executions.get(execution.run_id) is execution:
+            if run_id is None or run_id == execution.run_id:
+                return await execution.recorder.checkpoint_now("agent", execution.current_agent)
+        if run_id is None:
+            if len(self._executions) != 1:
+                raise NoActiveRunError(
+                    f"checkpoint() needs exactly one executing run of Clutch {self.name!r}; "
+                    f"executing: {sorted(self._executions) or 'none'} (pass run_id=)"
+                )
+            run_id = next(iter(self._executions))
+        execution = self._executions.get(run_id)
+        if execution is None:
+            raise NoActiveRunError(f"run {run_id!r} is not executing in this Clutch")
+        return await execution.recorder.checkpoint_now("manual", None)
+
+    def _checkpointing(self) -> RunBook:
+        if self._checkpoint_config is None:
+            raise ConfigurationError(
+                f"Clutch {self.name!r} has no checkpointing: pass checkpoint=CheckpointConfig()"
+            )
+        return self._book()
+
+    async def resume(self, checkpoint_id: str, *, timeout: float | None = None) -> Any:
+        """Resume the run of ``checkpoint_id`` from that checkpoint; steps after it run again.
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+            CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
+            IncompatibleCheckpointError: an agent the checkpoint needs is gone.
+            RunLockedError: a live process executes the run.
+        """
+        book = self._checkpointing()
+        task = await self._launch(lambda lst: book.resume(checkpoint_id, lst), StepListeners())
+        return await task.result(timeout=timeout)
+
+    async def resume_latest(
+        self, run_id: str | None = None, *, timeout: float | None = None
+    ) -> Any:
+        """Resume a run (the configured one by default) from its newest valid checkpoint.
+
+        A completed run returns its stored result; a run without checkpoints starts again
+        from its stored input; a failed run retries the step that failed. Damaged
+        checkpoints are skipped with a CheckpointFallbackWarning.
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunLockedError: a live process executes the run.
+            IncompatibleCheckpointError: an agent the checkpoint needs is gone.
+        """
+        book = self._checkpointing()
+        task = await self._launch(lambda lst: book.resume_latest(run_id, lst), StepListeners())
+        return await task.result(timeout=timeout)
+
+    async def fork(
+        self,
+        checkpoint_id: str,
+        data: Any = None,
+        run_id: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Continue from ``checkpoint_id`` on a new run, leaving the original unchanged.
+
+        Args:
+            checkpoint_id: where to branch off (a checkpoint of this pipeline).
+            data: the data to continue with instead of the checkpoint's (None: keep it).
+            run_id: the new run's id (None: a new one).
+
+        Returns:
+            The new run's result. Its RunInfo names the parent run and checkpoint.
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+            RunExistsError: ``run_id`` is taken.
+
+        Example:
+            >>> await clutch.fork(checkpoints[-2].checkpoint_id, data={"draft": "v2"})
+        """
+        from nestegg.checkpoint.forks import fork
+
+        book = self._checkpointing()
+        task = await self._launch(
+            lambda lst: fork(book, checkpoint_id, data, run_id, lst), StepListeners()
+        )
+        return await task.result(timeout=timeout)
+
+    async def history(self, run_id: str) -> RunHistory:
+        """A run's steps and checkpoints with their parents, and the runs forked from it."""
+        from nestegg.checkpoint.forks import history
+
+        return await history(self._checkpointing(), run_id)
+
+    async def list_runs(self, status: str | None = None) -> list[RunInfo]:
+        """This pipeline's stored runs, newest first (optionally of one status)."""
+        return await self._checkpointing().list_runs(status)
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        """A run's checkpoints, oldest first."""
+        return await self._checkpointing().list_checkpoints(run_id)
+
+    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointState:
+        """The state a checkpoint restores (data, history, metadata, turn, next agent).
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+        """
+        return await self._checkpointing().get_checkpoint(checkpoint_id)
+
+    async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
+        """A run's event log after ``since_seq``."""
+        return await self._checkpointing().events(run_id, since_seq)
+
+    async def list_interrupted(self) -> list[RunInfo]:
+        """Runs of this pipeline left running by an owner that is gone."""
+        return await self._checkpointing().list_interrupted()
+
+    async def recover(self) -> dict[str, Any]:
+        """Resume every interrupted run of this pipeline concurrently.
+
+        Returns:
+            run id -> result, or the exception a resumed run raised. Runs another worker
+            took first are left out.
+        """
+        return await self._checkpointing().recover()
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete a run and everything stored of it; False if there was none."""
+        return await self._checkpointing().delete_run(run_id)
+
+    async def cleanup(self) -> dict[str, int]:
+        """Apply the policy's keep_latest and ttl now; counts of what went."""
+        return await self._checkpointing().cleanup()

@@ -1,0 +1,125 @@
+"""Constants in one place: names, prefixes, defaults and limits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+MAX_NAME_LENGTH = 200
+"""Longest run id, agent or pipeline name accepted."""
+
+HOME_ENV = "NESTEGG_HOME"
+STORE_ENV = "NESTEGG_STORE"
+DEFAULT_HOME = "~/.nestegg"
+DEFAULT_DB_NAME = "nestegg.db"
+
+DEFAULT_LEASE = timedelta(seconds=30)
+"""How long an owner's lease lasts; a heartbeat renews it every third of that."""
+
+DEFAULT_TABLE_PREFIX = "nestegg_"
+DEFAULT_KEY_PREFIX = "nestegg:"
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+# Run statuses.
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+STATUSES = (RUNNING, COMPLETED, FAILED, CANCELLED)
+FINISHED = (COMPLETED, FAILED, CANCELLED)
+
+# Step outcomes.
+OUTCOME_COMPLETED = "completed"
+OUTCOME_TERMINATED = "terminated"
+OUTCOME_HANDOVER = "handover"
+
+# Checkpoint reasons.
+REASON_POLICY = "policy"
+REASON_MANUAL = "manual"
+REASON_AGENT = "agent"
+REASON_FINAL = "final"
+REASON_FORK = "fork"
+
+# Event kinds.
+RUN_STARTED = "run_started"
+RUN_RESUMED = "run_resumed"
+RUN_FORKED = "run_forked"
+RUN_COMPLETED = "run_completed"
+RUN_FAILED = "run_failed"
+RUN_CANCELLED = "run_cancelled"
+STEP_STARTED = "step_started"
+STEP_COMPLETED = "step_completed"
+STEP_FAILED = "step_failed"
+CHECKPOINT_SAVED = "checkpoint_saved"
+CHECKPOINT_PRUNED = "checkpoint_pruned"
+
+# SQLite store: table names and limits.
+SQLITE_RUNS_TABLE = "runs"
+SQLITE_STEPS_TABLE = "steps"
+SQLITE_CHECKPOINTS_TABLE = "checkpoints"
+SQLITE_EVENTS_TABLE = "events"
+SQLITE_JOURNAL_TABLE = "journal"
+SQLITE_WAL_AUTOCHECKPOINT_PAGES = 4000
+"""WAL pages (4 KiB each) after which a commit copies the WAL back into the database.
+
+Each such checkpoint syncs the WAL and the database: the larger this, the fewer syncs
+per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
+SQLITE_JOURNAL_SIZE_LIMIT = 20 * 1024 * 1024
+"""Bytes the WAL file is cut back to after a checkpoint: above its usual size at
+SQLITE_WAL_AUTOCHECKPOINT_PAGES, so it is not cut and regrown every time."""
+
+# File store: the layout under its root directory.
+FILE_RUNS_DIR = "runs"
+FILE_CHECKPOINT_INDEX_DIR = "checkpoint-index"
+FILE_STAGING_DIR = "staging"
+FILE_TRASH_DIR = "trash"
+FILE_RUN = "run.json"
+FILE_INPUT = "input.json"
+FILE_LOCK = "run.lock"
+FILE_STEPS_LOG = "steps.log"
+FILE_EVENTS_LOG = "events.log"
+FILE_JOURNAL_LOG = "journal.log"
+FILE_CHECKPOINTS_DIR = "checkpoints"
+FILE_PENDING_COMMIT = "pending-commit.json"
+FILE_UNREADABLE_REASON = "unreadable"
+"""The reason given to a checkpoint file whose header cannot be read (its bytes are returned)."""
+FILE_LEFTOVER_SECONDS = 3600
+"""Age after which a staging or trash directory is taken for the leftover of a crash."""
+
+# Server stores (PostgreSQL and Redis).
+PG_POOL_MIN_SIZE = 1
+PG_POOL_MAX_SIZE = 10
+PG_PREPARE_THRESHOLD = 5
+"""psycopg prepares a statement after this many uses; None disables it (PgBouncer)."""
+MAX_TABLE_PREFIX_LENGTH = 32
+MAX_KEY_PREFIX_LENGTH = 100
+STORE_CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for a server connection before StorageUnavailableError."""
+STORE_RETRIES = 4
+"""Retries of an idempotent store operation after a connection failure."""
+STORE_RETRY_BASE_DELAY = 0.1
+STORE_RETRY_MAX_DELAY = 2.0
+REDIS_MAX_CONNECTIONS = 50
+
+# The nestegg command: exit codes, defaults and the export format.
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""An operation failed (a run failed, a write was refused, the user declined)."""
+EXIT_USAGE = 2
+"""Bad usage: an unknown option, a bad value, a store URL or --app that cannot be used."""
+EXIT_NOT_FOUND = 3
+"""No such run, checkpoint or path inside a state."""
+EXIT_UNAVAILABLE = 4
+"""The store cannot be reached."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C."""
+CLI_RUN_LIMIT = 50
+"""Runs `nestegg runs` lists unless --limit says otherwise."""
+CLI_SHOW_STEPS = 30
+"""Steps `nestegg show` lists (the newest) unless --all."""
+CLI_POLL_INTERVAL = 1.0
+"""Seconds between polls of `nestegg events --follow`."""
+CLI_RECOVER_CONCURRENCY = 4
+"""Runs `nestegg recover` resumes at once unless --concurrency says otherwise."""
+EXPORT_FORMAT = "nestegg-run"
+EXPORT_VERSION = 1

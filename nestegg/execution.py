@@ -1,0 +1,281 @@
+"""The step loop of one run: ask the cursor for an agent, run it, record the step.
+
+Per step the loop does O(1) work besides the agent: the context is updated in place and
+the recorder writes only what the step produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from nestegg.agents import AgentNode, to_plain, to_typed
+from nestegg.constants import OUTCOME_COMPLETED, OUTCOME_HANDOVER, OUTCOME_TERMINATED
+from nestegg.context import ClutchContext, set_context
+from nestegg.errors import JournaledCallError, NonDeterminismError
+from nestegg.signals import Handover, Terminate
+from nestegg.strategies import Cursor
+from nestegg.task import StepEvent, StepListeners
+
+StepHook = Callable[[str, Any, Any], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one executed step did, and where the run stands after it."""
+
+    seq: int
+    agent: str
+    outcome: str
+    output: bytes | None
+    started: float
+    duration: float
+    target: str | None
+    turn: int
+    data_seq: int
+    source: str
+    position: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder(Protocol):
+    """Where a run's steps go: nowhere (plain runs) or a checkpoint store."""
+
+    def encode_output(self, value: Any) -> bytes | None:
+        """The step output as stored bytes (None when nothing is stored)."""
+
+    async def record_step(self, step: StepResult) -> None:
+        """Record a completed step (and a checkpoint when the policy says so)."""
+
+    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
+        """Record that a step raised; the run is marked failed."""
+
+    async def finish(self, result: Any, data_seq: int) -> None:
+        """Record the run's result."""
+
+    async def cancelled(self) -> None:
+        """Record that the run was cancelled."""
+
+    async def checkpoint_now(self, reason: str, pending_agent: str | None) -> str:
+        """Write a checkpoint of the last recorded state now; its id."""
+
+    async def boundary(self) -> None:
+        """Called between steps: serve manual checkpoint requests."""
+
+
+def replay_entry(
+    recorded: Mapping[str, Any], function: str, digest: str, step: int, position: int
+) -> Any:
+    """The outcome a journal entry recorded, after checking it is the same call."""
+    if recorded.get("function") != function or recorded.get("args") != digest:
+        raise NonDeterminismError(
+            f"step {step}, call {position}: the journal recorded "
+            f"{recorded.get('function')}(args {recorded.get('args')}) but the step now calls "
+            f"{function}(args {digest}); pass replay='rerun' to call again"
+        )
+    error = recorded.get("error")
+    if error is not None:
+        raise JournaledCallError(function, str(error.get("type")), str(error.get("message")))
+    return recorded.get("result")
+
+
+class NullRecorder:
+    """Records nothing: a Clutch without checkpointing."""
+
+    def encode_output(self, value: Any) -> bytes | None:
+        return None
+
+    async def record_step(self, step: StepResult) -> None:
+        return None
+
+    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
+        return None
+
+    async def finish(self, result: Any, data_seq: int) -> None:
+        return None
+
+    async def cancelled(self) -> None:
+        return None
+
+    async def checkpoint_now(self, reason: str, pending_agent: str | None) -> str:
+        from nestegg.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "this Clutch has no checkpointing: pass checkpoint=CheckpointConfig(...)"
+        )
+
+    async def boundary(self) -> None:
+        return None
+
+
+class RunExecution:
+    """One run in progress."""
+
+    def __init__(
+        self,
+        *,
+        ctx: ClutchContext,
+        cursor: Cursor,
+        agents: Mapping[str, AgentNode],
+        max_turns: int,
+        recorder: Recorder,
+        listeners: StepListeners,
+        on_step: StepHook | None = None,
+        seq: int = 0,
+        data_seq: int = 0,
+        next_agent: str | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.cursor = cursor
+        self.agents = agents
+        self.max_turns = max_turns
+        self.recorder = recorder
+        self.listeners = listeners
+        self.on_step = on_step
+        self.seq = seq
+        self.data_seq = data_seq
+        self.pending_agent = next_agent
+        self.current_agent: str | None = None
+        self.call_position = 0
+        ctx._execution = self
+
+    @property
+    def journaling(self) -> bool:
+        """Whether calls inside this run's steps are journaled."""
+        return bool(getattr(self.recorder, "journals", False))
+
+    async def journaled(
+        self, function: str, digest: str, replay: str, invoke: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Replay the running step's recorded call at the next position, or make and record it.
+
+        Raises:
+            NonDeterminismError: the journal holds another call at this position.
+            JournaledCallError: the recorded call failed for good.
+        """
+        step, position = self.seq + 1, self.call_position
+        self.call_position += 1
+        journal: Any = self.recorder
+        recorded = await journal.journal_entry(step, position) if replay == "record" else None
+        if recorded is not None:
+            return replay_entry(recorded, function, digest, step, position)
+        try:
+            result = await invoke()
+        except Exception as error:
+            await journal.journal_error(step, position, function, digest, error)
+            raise
+        await journal.journal_result(step, position, function, digest, result)
+        return result
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.ctx.state.clutch_id
+
+    async def execute(self) -> Any:
+        """Run steps until the strategy stops, max_turns is reached or an agent terminates."""
+        ctx = self.ctx
+        set_context(ctx)
+        try:
+            while ctx.state.turn < self.max_turns:
+                await self.recorder.boundary()
+                agent = await self._next_agent()
+                if agent is None or await self._step(agent):
+                    break
+        except asyncio.CancelledError:
+            await asyncio.shield(self.recorder.cancelled())
+            raise
+        finally:
+            self.current_agent = None
+        await self.recorder.finish(ctx.data, self.data_seq)
+        return ctx.data
+
+    async def _next_agent(self) -> AgentNode | None:
+        name = self.pending_agent
+        if name is not None:
+            self.pending_agent = None
+        else:
+            name = await self.cursor.next_agent()
+        return self.agents.get(name) if name is not None else None
+
+    async def _call(self, agent: AgentNode, data: Any) -> Any:
+        output = to_plain(await agent.handler(to_typed(data, agent.input_type)))
+        if self.on_step is not None:
+            await self.on_step(agent.name, data, output)
+        return output
+
+    async def _step(self, agent: AgentNode) -> bool:
+        """Run one agent; True when the run stops after it."""
+        ctx = self.ctx
+        seq = self.seq + 1
+        self.current_agent = agent.name
+        self.call_position = 0
+        started = time.time()
+        target = None
+        try:
+            output = await self._call(agent, ctx.data)
+            produced, outcome = True, OUTCOME_COMPLETED
+        except Terminate as signal:
+            output, outcome = to_plain(signal.result), OUTCOME_TERMINATED
+            produced = signal.result is not None
+        except Handover as signal:
+            output, outcome, target = to_plain(signal.data), OUTCOME_HANDOVER, signal.agent
+            produced = signal.data is not None
+        except Exception as error:
+            await self.recorder.step_failed(seq, agent.name, error, started)
+            raise
+        try:
+            stored = self.recorder.encode_output(output) if produced else None
+        except Exception as error:
+            await self.recorder.step_failed(seq, agent.name, error, started)
+            raise
+        if outcome == OUTCOME_COMPLETED:
+            stop = not self.cursor.completed(agent.name)
+        elif outcome == OUTCOME_HANDOVER:
+            stop = not self.cursor.handover(target or "")
+        else:
+            stop = True
+        if produced:
+            ctx.advance(agent.name, output)
+            self.data_seq = seq
+        self.seq = seq
+        self.current_agent = None
+        await self._record(seq, agent, outcome, stored, started, target)
+        if self.listeners.queues:
+            self.listeners.publish(StepEvent(agent.name, ctx.data))
+        return stop
+
+    async def _record(
+        self,
+        seq: int,
+        agent: AgentNode,
+        outcome: str,
+        stored: bytes | None,
+        started: float,
+        target: str | None,
+    ) -> None:
+        ctx = self.ctx
+        step = StepResult(
+            seq=seq,
+            agent=agent.name,
+            outcome=outcome,
+            output=stored,
+            started=started,
+            duration=time.time() - started,
+            target=target,
+            turn=ctx.state.turn,
+            data_seq=self.data_seq,
+            source=ctx.source,
+            position={},
+            metadata=ctx.metadata,
+        )
+        if not isinstance(self.recorder, NullRecorder):
+            step.position = self.cursor.position()
+        try:
+            await self.recorder.record_step(step)
+        except Exception as error:
+            await self.recorder.step_failed(seq, agent.name, error, started)
+            raise

@@ -1,0 +1,39 @@
+"""Control-flow signals an agent raises to steer its Clutch (not errors)."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+
+class Terminate(Exception):
+    """Raise inside an agent to stop the pipeline; ``result``, when given, is returned.
+
+    Example:
+        >>> async def check(data):
+        ...     raise Terminate({"status": "rejected"})
+    """
+
+    def __init__(self, result: Any = None) -> None:
+        self.result = result
+        super().__init__()
+
+
+class Handover(Exception):
+    """Raise inside an agent to pass control to another agent, optionally with new data.
+
+    A hand-over to an agent the Clutch does not know stops the pipeline.
+
+    Example:
+        >>> async def triage(data):
+        ...     raise Handover("billing", data)
+    """
+
+    def __init__(self, agent: str, data: Any = None) -> None:
+        self.agent = agent
+        self.data = data
+        super().__init__()
+
+
+def handover(agent: str, data: Any = None) -> NoReturn:
+    """Pass control to ``agent`` with optional ``data`` (raises :class:`Handover`)."""
+    raise Handover(agent, data)

@@ -1,0 +1,108 @@
+"""Handles on submitted work: ClutchTask and the StepEvent it streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+RESULT_STEP = "_result"
+
+
+class StepEvent:
+    """One completed step (``final=False``) or the run's result (``step="_result"``, final)."""
+
+    __slots__ = ("data", "final", "step")
+
+    def __init__(self, step: str, data: Any, final: bool = False) -> None:
+        self.step = step
+        self.data = data
+        self.final = final
+
+    def __repr__(self) -> str:
+        return f"StepEvent(step={self.step!r}, final={self.final})"
+
+
+class StepListeners:
+    """The queues of whoever streams a run; publishing costs nothing when nobody listens."""
+
+    __slots__ = ("queues",)
+
+    def __init__(self) -> None:
+        self.queues: list[asyncio.Queue[StepEvent]] = []
+
+    def attach(self) -> asyncio.Queue[StepEvent]:
+        """A new queue that receives every event published from now on."""
+        queue: asyncio.Queue[StepEvent] = asyncio.Queue()
+        self.queues.append(queue)
+        return queue
+
+    def detach(self, queue: asyncio.Queue[StepEvent]) -> None:
+        """Stop delivering to ``queue``."""
+        if queue in self.queues:
+            self.queues.remove(queue)
+
+    def publish(self, event: StepEvent) -> None:
+        """Deliver ``event`` to every attached queue."""
+        for queue in self.queues:
+            queue.put_nowait(event)
+
+
+class ClutchTask:
+    """A submitted run: await it, wait with a timeout, stream its steps or cancel it.
+
+    Example:
+        >>> task = await clutch.submit({"query": "q"})
+        >>> result = await task.result(timeout=60)
+    """
+
+    __slots__ = ("_listeners", "_task", "id")
+
+    def __init__(self, task_id: str, task: asyncio.Task[Any], listeners: StepListeners) -> None:
+        self.id = task_id
+        self._task = task
+        self._listeners = listeners
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has finished (non-blocking)."""
+        return self._task.done()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._task.__await__()
+
+    async def result(self, timeout: float | None = 30.0) -> Any:
+        """The run's result, waiting at most ``timeout`` seconds (None: no limit).
+
+        Raises:
+            TimeoutError: not finished in time (the run goes on).
+        """
+        return await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout)
+
+    async def stream(
+        self, queue: asyncio.Queue[StepEvent] | None = None
+    ) -> AsyncIterator[StepEvent]:
+        """Yield a StepEvent per step completed from now on, then the final result event.
+
+        Raises:
+            Exception: whatever the run raised.
+        """
+        if queue is None:
+            queue = self._listeners.attach()
+        try:
+            while not self._task.done() or not queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                event = getter.result()
+                if not event.final:
+                    yield event
+            yield StepEvent(RESULT_STEP, await self._task, final=True)
+        finally:
+            self._listeners.detach(queue)
+
+    def cancel(self) -> None:
+        """Cancel the run; a checkpointed run is marked cancelled and stays resumable."""
+        self._task.cancel()

@@ -1,0 +1,272 @@
+"""The event log of a run and the on_checkpoint hook."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointInfo, Event
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.errors import ConfigurationError
+
+from .conftest import Flaky, Pipeline, config, wait_for
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [e.kind for e in events]
+
+
+def assert_well_ordered(events: list[Event], run_id: str) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert all(e.run_id == run_id for e in events)
+    assert all(a.at <= b.at for a, b in itertools.pairwise(events))
+
+
+async def test_events_of_a_simple_run(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b"), keep_latest=None)
+    await pipeline.clutch.run(["in"], run_id="simple")
+    events = await pipeline.clutch.events("simple")
+
+    assert kinds(events) == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "run_completed",
+    ]
+    assert_well_ordered(events, "simple")
+    assert events[1].data == {"seq": 1, "agent": "a"}
+    assert events[2].data["seq"] == 1 and events[2].data["agent"] == "a"
+    assert events[2].data["outcome"] == "completed"
+    assert events[2].data["duration"] >= 0
+    checkpoints = await pipeline.clutch.list_checkpoints("simple")
+    saved = [e.data for e in events if e.kind == "checkpoint_saved"]
+    assert saved == [
+        {"checkpoint_id": c.checkpoint_id, "seq": c.seq, "reason": c.reason} for c in checkpoints
+    ]
+    assert events[-1].data == {"steps": 2}
+
+
+async def test_events_of_a_failed_run(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c"))
+    pipeline.fail.add("b")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="failed")
+    events = await pipeline.clutch.events("failed")
+
+    assert kinds(events) == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "step_started",
+        "step_failed",
+        "run_failed",
+    ]
+    assert_well_ordered(events, "failed")
+    assert events[4].data == {"seq": 2, "agent": "b"}
+    failure = events[5].data
+    assert failure["seq"] == 2 and failure["agent"] == "b"
+    assert failure["type"] == "Flaky" and failure["message"] == "b failed on purpose"
+
+
+async def test_events_of_a_failed_run_with_a_final_checkpoint(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c"), every_n_steps=10)
+    pipeline.fail.add("c")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="failed-final")
+    events = await pipeline.clutch.events("failed-final")
+    assert kinds(events) == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "step_started",
+        "step_completed",
+        "step_started",
+        "step_failed",
+        "checkpoint_saved",
+        "run_failed",
+    ]
+    assert events[7].data["seq"] == 2 and events[7].data["reason"] == "final"
+
+
+async def test_events_of_a_resumed_run(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c"))
+    pipeline.fail.add("b")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="resumed")
+    before = await pipeline.clutch.events("resumed")
+    [checkpoint] = await pipeline.clutch.list_checkpoints("resumed")
+    pipeline.fail.clear()
+    await pipeline.clutch.resume_latest("resumed")
+    events = await pipeline.clutch.events("resumed")
+
+    assert events[: len(before)] == before
+    assert kinds(events[len(before) :]) == [
+        "run_resumed",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "run_completed",
+    ]
+    assert_well_ordered(events, "resumed")
+    resumed = events[len(before)].data
+    assert resumed == {"checkpoint_id": checkpoint.checkpoint_id, "seq": 1, "previous": "failed"}
+    assert events[len(before) + 1].data == {"seq": 2, "agent": "b"}
+    assert events[-1].data == {"steps": 3}
+
+
+async def test_events_of_a_cancelled_run(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c"))
+    pipeline.gate("b")
+    task = await pipeline.clutch.submit([], run_id="cancelled")
+    await wait_for(pipeline.entered["b"])
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.done
+
+    events = await pipeline.clutch.events("cancelled")
+    assert kinds(events) == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "run_cancelled",
+    ]
+    assert_well_ordered(events, "cancelled")
+    [info] = await pipeline.clutch.list_runs()
+    assert info.status == "cancelled" and info.steps == 1
+
+    pipeline.gates.clear()
+    pipeline.calls.clear()
+    assert await pipeline.clutch.resume_latest("cancelled") == ["a", "b", "c"]
+    assert pipeline.calls == ["b", "c"]
+    after = await pipeline.clutch.events("cancelled")
+    assert after[len(events)].kind == "run_resumed"
+    assert after[len(events)].data["previous"] == "cancelled"
+
+
+async def test_events_of_pruned_checkpoints(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c"), keep_latest=1)
+    await pipeline.clutch.run([], run_id="pruning")
+    events = await pipeline.clutch.events("pruning")
+    assert kinds(events) == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "checkpoint_pruned",
+        "step_started",
+        "step_completed",
+        "checkpoint_saved",
+        "checkpoint_pruned",
+        "run_completed",
+    ]
+    saved = [e.data["checkpoint_id"] for e in events if e.kind == "checkpoint_saved"]
+    pruned = [e.data["checkpoint_ids"] for e in events if e.kind == "checkpoint_pruned"]
+    assert pruned == [[saved[0]], [saved[1]]]
+    assert [c.checkpoint_id for c in await pipeline.clutch.list_checkpoints("pruning")] == [
+        saved[2]
+    ]
+
+
+async def test_events_since_seq_returns_the_later_ones(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await pipeline.clutch.run([], run_id="since")
+    events = await pipeline.clutch.events("since")
+    for since in range(len(events) + 2):
+        assert await pipeline.clutch.events("since", since) == events[since:]
+    assert await pipeline.clutch.events("since", since_seq=len(events)) == []
+    assert await pipeline.clutch.events("no-such-run") == []
+
+
+async def test_events_keep_their_order_across_runs_of_one_store(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await asyncio.gather(*(pipeline.clutch.run([str(i)], run_id=f"r{i}") for i in range(4)))
+    for index in range(4):
+        events = await pipeline.clutch.events(f"r{index}")
+        assert_well_ordered(events, f"r{index}")
+        assert kinds(events).count("step_completed") == 3
+
+
+# ------------------------------------------------------------------ on_checkpoint
+
+
+async def test_on_checkpoint_receives_every_stored_checkpoint(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    received: list[CheckpointInfo] = []
+
+    async def on_checkpoint(info: CheckpointInfo) -> None:
+        received.append(info)
+
+    pipeline = Pipeline(
+        checkpoint_store,
+        ("a", "b", "c", "d", "e"),
+        every_n_steps=2,
+        keep_latest=None,
+        on_checkpoint=on_checkpoint,
+    )
+    pipeline.fail.add("e")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="hooked")
+    pipeline.fail.clear()
+    await pipeline.clutch.resume_latest("hooked")
+
+    assert all(isinstance(info, CheckpointInfo) for info in received)
+    assert [(i.seq, i.reason) for i in received] == [
+        (2, "policy"),
+        (4, "policy"),
+        (5, "final"),
+    ]
+    assert received == await pipeline.clutch.list_checkpoints("hooked")
+
+
+async def test_on_checkpoint_sees_manual_checkpoints(checkpoint_store: CheckpointStorage) -> None:
+    received: list[CheckpointInfo] = []
+    taken: list[str] = []
+
+    async def on_checkpoint(info: CheckpointInfo) -> None:
+        received.append(info)
+
+    clutch = Clutch(
+        "hooks",
+        checkpoint=config(checkpoint_store, every_n_steps=100),
+        on_checkpoint=on_checkpoint,
+    )
+
+    @clutch.agent()
+    async def only(data: str) -> str:
+        taken.append(await clutch.checkpoint())
+        return data
+
+    await clutch.run("x", run_id="manual-hook")
+    assert [(i.checkpoint_id, i.reason) for i in received][:1] == [(taken[0], "agent")]
+    assert [i.reason for i in received] == ["agent", "final"]
+
+
+def test_on_checkpoint_must_be_async(checkpoint_store: CheckpointStorage) -> None:
+    def not_async(info: CheckpointInfo) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="on_checkpoint"):
+        Clutch("p", checkpoint=config(checkpoint_store), on_checkpoint=not_async)  # type: ignore[arg-type]

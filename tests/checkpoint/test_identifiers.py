@@ -1,0 +1,159 @@
+"""Run ids and agent names are checked before anything touches the store."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nestegg import Clutch
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.constants import MAX_NAME_LENGTH
+from nestegg.errors import CheckpointNotFoundError, InvalidIdentifierError
+
+from .conftest import Pipeline, config
+
+BAD_IDS = [
+    "a/b",
+    "/etc/passwd",
+    "..",
+    "../escape",
+    "a/../b",
+    "a\\b",
+    "..\\escape",
+    "a\x00b",
+    "\x00",
+    "a\nb",
+    "",
+    "x" * (MAX_NAME_LENGTH + 1),
+    "y" * 10_000,
+]
+GOOD_IDS = ["x" * MAX_NAME_LENGTH, "rün-ÿ-データ", "with space", "a.b", "-dash"]
+
+
+class Spy:
+    """A store that records every call made to it."""
+
+    def __init__(self, inner: CheckpointStorage) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args))
+            return await method(*args, **kwargs)
+
+        return call
+
+    def used(self) -> list[str]:
+        return [name for name, _ in self.calls if name != "setup"]
+
+
+def tree(root: Path) -> list[str]:
+    """Every path under ``root`` (the store's files and directories)."""
+    return sorted(
+        os.path.relpath(os.path.join(top, name), root)
+        for top, dirs, files in os.walk(root)
+        for name in [*dirs, *files]
+        if not name.endswith(("-shm", "-wal"))
+    )
+
+
+def spied_pipeline(store: CheckpointStorage, run_id: str | None = None) -> tuple[Pipeline, Spy]:
+    spy = Spy(store)
+    return Pipeline(spy, run_id=run_id), spy  # type: ignore[arg-type]
+
+
+def operations(clutch: Clutch, bad: str) -> dict[str, Callable[[], Awaitable[Any]]]:
+    async def submitted() -> Any:
+        task = await clutch.submit([], run_id=bad)
+        return await task.result(timeout=5)
+
+    async def streamed() -> Any:
+        return [event async for event in clutch.stream([], run_id=bad)]
+
+    return {
+        "run": lambda: clutch.run([], run_id=bad),
+        "submit": submitted,
+        "stream": streamed,
+        "resume_latest": lambda: clutch.resume_latest(bad),
+        "delete_run": lambda: clutch.delete_run(bad),
+        "events": lambda: clutch.events(bad),
+        "list_checkpoints": lambda: clutch.list_checkpoints(bad),
+    }
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=lambda v: repr(v[:20]))
+async def test_a_bad_run_id_is_refused_before_the_store_is_touched(
+    bad: str, checkpoint_store: CheckpointStorage, store_root: Path
+) -> None:
+    pipeline, spy = spied_pipeline(checkpoint_store)
+    files = tree(store_root)
+    for name, operation in operations(pipeline.clutch, bad).items():
+        with pytest.raises(InvalidIdentifierError):
+            await operation()
+        assert spy.used() == [], f"{name} used the store: {spy.calls}"
+    assert tree(store_root) == files
+    assert pipeline.calls == []
+    assert await checkpoint_store.list_runs() == []
+
+
+@pytest.mark.parametrize("bad", BAD_IDS[:4] + BAD_IDS[-2:], ids=lambda v: repr(v[:20]))
+async def test_a_bad_configured_run_id_is_refused_before_the_store_is_touched(
+    bad: str, checkpoint_store: CheckpointStorage, store_root: Path
+) -> None:
+    pipeline, spy = spied_pipeline(checkpoint_store, run_id=bad)
+    files = tree(store_root)
+    with pytest.raises(InvalidIdentifierError):
+        await pipeline.clutch.run([])
+    with pytest.raises(InvalidIdentifierError):
+        await pipeline.clutch.resume_latest()
+    assert spy.used() == []
+    assert tree(store_root) == files
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "..", "x" * (MAX_NAME_LENGTH + 1)])
+async def test_a_bad_checkpoint_id_is_refused_or_not_found(
+    bad: str, checkpoint_store: CheckpointStorage, store_root: Path
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    files = tree(store_root)
+    with pytest.raises((InvalidIdentifierError, CheckpointNotFoundError)):
+        await pipeline.clutch.resume(bad)
+    with pytest.raises((InvalidIdentifierError, CheckpointNotFoundError)):
+        await pipeline.clutch.get_checkpoint(bad)
+    assert tree(store_root) == files
+
+
+@pytest.mark.parametrize("good", GOOD_IDS, ids=lambda v: repr(v[:20]))
+async def test_unusual_but_safe_run_ids_work(
+    good: str, checkpoint_store: CheckpointStorage
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    pipeline.fail.add("b")
+    with pytest.raises(Exception, match="on purpose"):
+        await pipeline.clutch.run([], run_id=good)
+    pipeline.fail.clear()
+    assert await pipeline.clutch.resume_latest(good) == ["a", "b", "c"]
+    assert [r.run_id for r in await pipeline.clutch.list_runs()] == [good]
+    assert await pipeline.clutch.delete_run(good) is True
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/b", "a\\b", "x" * (MAX_NAME_LENGTH + 1)])
+def test_a_bad_agent_name_is_refused_at_registration(
+    bad: str, checkpoint_store: CheckpointStorage
+) -> None:
+    clutch = Clutch("names", checkpoint=config(checkpoint_store))
+
+    async def agent(data: Any) -> Any:
+        return data
+
+    agent.__name__ = bad
+    with pytest.raises(InvalidIdentifierError):
+        clutch.agent()(agent)
+    assert clutch._agents == {}

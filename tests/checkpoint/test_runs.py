@@ -1,0 +1,458 @@
+"""The run lifecycle: run() with new and existing ids, ownership, listing, recovery and
+manual checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from nestegg import Clutch, get_context
+from nestegg.checkpoint.ownership import host_id, process_start_token
+from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.errors import (
+    CheckpointNotFoundError,
+    ConfigurationError,
+    NoActiveRunError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+)
+
+from .conftest import Flaky, Pipeline, stored_view, wait_for
+
+FOREIGN_HOST = "elsewhere#00000000"
+
+
+async def take_over(store: CheckpointStorage, run_id: str, owner: Owner, lease: float) -> None:
+    """Make ``owner`` the run's owner, its lease ending ``lease`` seconds from now."""
+    run = await store.get_run(run_id)
+    assert run is not None
+    now = time.time()
+    await store.claim_run(run_id, run.fence, owner, now + lease, now)
+
+
+async def failed_run(store: CheckpointStorage, run_id: str) -> Pipeline:
+    """A pipeline a, b, c whose run ``run_id`` failed at b."""
+    pipeline = Pipeline(store)
+    pipeline.fail.add("b")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id=run_id)
+    return pipeline
+
+
+# ------------------------------------------------------------------------- run()
+
+
+async def test_run_of_a_completed_run_returns_its_result_without_executing(
+    checkpoint_store: CheckpointStorage,
+    reopen_store: Callable[[], Awaitable[CheckpointStorage]],
+) -> None:
+    first = Pipeline(checkpoint_store)
+    assert await first.clutch.run([], run_id="done") == ["a", "b", "c"]
+    before = await stored_view(checkpoint_store, "done")
+
+    again = Pipeline(checkpoint_store)
+    assert await again.clutch.run(["other", "input"], run_id="done") == ["a", "b", "c"]
+    restarted = Pipeline(await reopen_store())
+    assert await restarted.clutch.run([], run_id="done") == ["a", "b", "c"]
+    assert await restarted.clutch.resume_latest("done") == ["a", "b", "c"]
+
+    assert again.calls == [] and restarted.calls == []
+    assert await stored_view(checkpoint_store, "done") == before
+
+
+async def test_run_of_a_failed_run_raises_run_exists_naming_resume_latest(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "broken")
+    pipeline.calls.clear()
+    before = await stored_view(checkpoint_store, "broken")
+
+    with pytest.raises(RunExistsError, match=r"resume_latest\('broken'\)") as raised:
+        await pipeline.clutch.run([], run_id="broken")
+
+    assert raised.value.run_id == "broken"
+    assert "failed" in str(raised.value)
+    assert pipeline.calls == []
+    assert await stored_view(checkpoint_store, "broken") == before
+
+
+async def test_run_of_a_cancelled_run_raises_run_exists(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    pipeline.gate("b")
+    task = await pipeline.clutch.submit([], run_id="stopped")
+    await wait_for(pipeline.entered["b"])
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    with pytest.raises(RunExistsError, match="resume_latest"):
+        await pipeline.clutch.run([], run_id="stopped")
+    [info] = await pipeline.clutch.list_runs()
+    assert info.status == "cancelled"
+
+
+async def test_run_of_an_interrupted_run_raises_run_exists(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "orphan")
+    gone = Owner(host=FOREIGN_HOST, pid=12345, started="1")
+    await take_over(checkpoint_store, "orphan", gone, lease=-1.0)
+
+    with pytest.raises(RunExistsError, match=r"resume_latest\('orphan'\)"):
+        await pipeline.clutch.run([], run_id="orphan")
+    assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["orphan"]
+
+
+async def test_run_of_a_run_this_process_executes_raises_run_locked(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    release = pipeline.gate("b")
+    task = await pipeline.clutch.submit([], run_id="busy")
+    await wait_for(pipeline.entered["b"])
+
+    with pytest.raises(RunLockedError) as raised:
+        await pipeline.clutch.run([], run_id="busy")
+    assert raised.value.run_id == "busy"
+    with pytest.raises(RunLockedError):
+        await pipeline.clutch.resume_latest("busy")
+    with pytest.raises(RunLockedError):
+        await pipeline.clutch.delete_run("busy")
+    other = Pipeline(checkpoint_store)
+    with pytest.raises(RunLockedError):
+        await other.clutch.run([], run_id="busy")
+    assert await pipeline.clutch.list_interrupted() == []
+
+    release.set()
+    assert await task.result(timeout=5) == ["a", "b", "c"]
+    assert pipeline.calls == ["a", "b", "c"] and other.calls == []
+
+
+async def test_run_owned_by_another_live_process_raises_run_locked(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "theirs")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        token = process_start_token(child.pid)
+        assert token is not None
+        await take_over(checkpoint_store, "theirs", Owner(host_id(), child.pid, token), lease=-1.0)
+        with pytest.raises(RunLockedError):
+            await pipeline.clutch.run([], run_id="theirs")
+        with pytest.raises(RunLockedError):
+            await pipeline.clutch.resume_latest("theirs")
+        assert await pipeline.clutch.list_interrupted() == []
+    finally:
+        child.kill()
+        child.wait()
+    # Its process is gone: the run is interrupted and may be resumed at once.
+    assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["theirs"]
+    pipeline.fail.clear()
+    assert await pipeline.clutch.resume_latest("theirs") == ["a", "b", "c"]
+
+
+async def test_run_owned_elsewhere_is_locked_until_its_lease_expires(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "remote")
+    remote = Owner(host=FOREIGN_HOST, pid=1, started="1")
+    await take_over(checkpoint_store, "remote", remote, lease=60.0)
+    with pytest.raises(RunLockedError):
+        await pipeline.clutch.run([], run_id="remote")
+    with pytest.raises(RunLockedError):
+        await pipeline.clutch.resume_latest("remote")
+
+    await take_over(checkpoint_store, "remote", remote, lease=-1.0)
+    pipeline.fail.clear()
+    pipeline.calls.clear()
+    assert await pipeline.clutch.resume_latest("remote") == ["a", "b", "c"]
+    assert pipeline.calls == ["b", "c"]
+
+
+async def test_run_id_argument_overrides_the_configured_one(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, run_id="configured")
+    assert await pipeline.clutch.run(["x"], run_id="given") == ["x", "a", "b", "c"]
+    assert [r.run_id for r in await pipeline.clutch.list_runs()] == ["given"]
+    assert await checkpoint_store.get_run("configured") is None
+
+    assert await pipeline.clutch.run(["y"]) == ["y", "a", "b", "c"]
+    assert {r.run_id for r in await pipeline.clutch.list_runs()} == {"given", "configured"}
+    # The configured id now names a completed run: run() returns its result.
+    assert await pipeline.clutch.run(["z"]) == ["y", "a", "b", "c"]
+    assert pipeline.calls == ["a", "b", "c"] * 2
+
+
+async def test_run_without_a_run_id_generates_a_new_one_each_time(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    seen: list[str] = []
+
+    async def remember(data: list[str]) -> list[str]:
+        seen.append(get_context().run_id)
+        return data
+
+    pipeline.clutch.agent()(remember)
+    for index in range(3):
+        assert await pipeline.clutch.run([str(index)]) == [str(index), "a", "b", "c"]
+
+    assert len(set(seen)) == 3
+    runs = await pipeline.clutch.list_runs()
+    assert sorted(r.run_id for r in runs) == sorted(seen)
+    assert all(r.status == "completed" and r.steps == 4 for r in runs)
+    assert pipeline.calls == ["a", "b", "c"] * 3
+
+
+async def test_submit_and_stream_take_a_run_id(checkpoint_store: CheckpointStorage) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    task = await pipeline.clutch.submit([], run_id="submitted")
+    assert await task.result(timeout=5) == ["a", "b", "c"]
+
+    steps = [event.step async for event in pipeline.clutch.stream(["s"], run_id="streamed")]
+    assert steps == ["a", "b", "c", "_result"]
+    statuses = {r.run_id: r.status for r in await pipeline.clutch.list_runs()}
+    assert statuses == {"submitted": "completed", "streamed": "completed"}
+
+
+async def test_run_id_needs_checkpointing() -> None:
+    clutch = Clutch("plain")
+
+    @clutch.agent()
+    async def echo(data: str) -> str:
+        return data
+
+    with pytest.raises(ConfigurationError, match="checkpoint"):
+        await clutch.run("x", run_id="r")
+    for call in (
+        clutch.resume_latest("r"),
+        clutch.resume("c"),
+        clutch.list_runs(),
+        clutch.cleanup(),
+    ):
+        with pytest.raises(ConfigurationError, match="checkpoint"):
+            await call
+
+
+# ------------------------------------------------------------ listing and deleting
+
+
+async def test_list_runs_filters_by_status_and_pipeline(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "r-failed")
+    pipeline.fail.clear()
+    await pipeline.clutch.run([], run_id="r-done")
+    other = Pipeline(checkpoint_store, name="other-pipeline")
+    await other.clutch.run([], run_id="r-other")
+
+    assert {r.run_id for r in await pipeline.clutch.list_runs()} == {"r-failed", "r-done"}
+    assert [r.run_id for r in await pipeline.clutch.list_runs("failed")] == ["r-failed"]
+    assert [r.run_id for r in await pipeline.clutch.list_runs("completed")] == ["r-done"]
+    assert await pipeline.clutch.list_runs("running") == []
+    [failed] = await pipeline.clutch.list_runs("failed")
+    assert failed.pipeline == "pipeline"
+    assert failed.error is not None and failed.error["type"] == "Flaky"
+    assert failed.error["agent"] == "b"
+
+
+async def test_a_run_completed_after_a_failure_no_longer_reports_the_error(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "recovered")
+    [failed] = await pipeline.clutch.list_runs()
+    assert failed.error is not None
+    pipeline.fail.clear()
+    assert await pipeline.clutch.resume_latest("recovered") == ["a", "b", "c"]
+    [info] = await pipeline.clutch.list_runs()
+    assert info.status == "completed"
+    assert info.error is None
+
+
+async def test_delete_run_removes_everything_of_the_run(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await pipeline.clutch.run([], run_id="gone")
+    await pipeline.clutch.run([], run_id="kept")
+    [checkpoint, *_] = await pipeline.clutch.list_checkpoints("gone")
+
+    assert await pipeline.clutch.delete_run("gone") is True
+    assert await pipeline.clutch.delete_run("gone") is False
+    assert await stored_view(checkpoint_store, "gone") == {
+        "run": None,
+        "steps": [],
+        "checkpoints": [],
+        "events": [],
+    }
+    with pytest.raises(CheckpointNotFoundError):
+        await pipeline.clutch.get_checkpoint(checkpoint.checkpoint_id)
+    with pytest.raises(RunNotFoundError):
+        await pipeline.clutch.resume_latest("gone")
+    assert [r.run_id for r in await pipeline.clutch.list_runs()] == ["kept"]
+    assert await pipeline.clutch.run([], run_id="kept") == ["a", "b", "c"]
+
+
+# -------------------------------------------------------------------- recovery
+
+
+async def test_recover_resumes_every_interrupted_run_of_the_pipeline(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    gone = Owner(host=FOREIGN_HOST, pid=4242, started="1")
+    pipeline = Pipeline(checkpoint_store)
+    pipeline.fail.add("c")
+    for run_id in ("i-1", "i-2"):
+        with pytest.raises(Flaky):
+            await pipeline.clutch.run([run_id], run_id=run_id)
+        await take_over(checkpoint_store, run_id, gone, lease=-1.0)
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run(["f"], run_id="just-failed")
+    other = Pipeline(checkpoint_store, name="other-pipeline")
+    other.fail.add("a")
+    with pytest.raises(Flaky):
+        await other.clutch.run([], run_id="other-run")
+    await take_over(checkpoint_store, "other-run", gone, lease=-1.0)
+
+    assert sorted(r.run_id for r in await pipeline.clutch.list_interrupted()) == ["i-1", "i-2"]
+    pipeline.fail.clear()
+    pipeline.calls.clear()
+    results = await pipeline.clutch.recover()
+
+    assert results == {"i-1": ["i-1", "a", "b", "c"], "i-2": ["i-2", "a", "b", "c"]}
+    assert pipeline.calls == ["c", "c"]
+    assert await pipeline.clutch.list_interrupted() == []
+    statuses = {r.run_id: r.status for r in await pipeline.clutch.list_runs()}
+    assert statuses == {"i-1": "completed", "i-2": "completed", "just-failed": "failed"}
+    assert [r.run_id for r in await other.clutch.list_interrupted()] == ["other-run"]
+
+
+# ------------------------------------------------------------ manual checkpoints
+
+
+async def test_checkpoint_inside_an_agent_records_the_state_the_step_started_from(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, keep_latest=None)
+    taken: list[str] = []
+
+    async def b(data: list[str]) -> list[str]:
+        pipeline.calls.append("b")
+        get_context().metadata["b-started"] = True
+        taken.append(await pipeline.clutch.checkpoint())
+        return [*data, "b"]
+
+    pipeline.clutch._agents.clear()
+    pipeline.clutch._agent_order.clear()
+    for agent in (pipeline.appender("a"), b, pipeline.appender("c")):
+        pipeline.clutch.agent()(agent)
+
+    assert await pipeline.clutch.run([], run_id="inside") == ["a", "b", "c"]
+    [checkpoint_id] = taken
+    state = await pipeline.clutch.get_checkpoint(checkpoint_id)
+    assert state.seq == 1 and state.turn == 1
+    assert state.data == ["a"] and state.next_agent == "b"
+    assert state.checkpoint is not None and state.checkpoint.reason == "agent"
+    infos = {c.checkpoint_id: c for c in await pipeline.clutch.list_checkpoints("inside")}
+    assert infos[checkpoint_id].seq == 1
+
+    pipeline.calls.clear()
+    taken.clear()
+    assert await pipeline.clutch.resume(checkpoint_id) == ["a", "b", "c"]
+    assert pipeline.calls == ["b", "c"]
+
+
+async def test_checkpoint_from_outside_is_taken_at_the_next_step_boundary(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b", "c", "d"), every_n_steps=100)
+    release = pipeline.gate("b")
+    task = await pipeline.clutch.submit([], run_id="outside")
+    await wait_for(pipeline.entered["b"])
+
+    request = asyncio.ensure_future(pipeline.clutch.checkpoint())
+    await asyncio.sleep(0.05)
+    assert not request.done()
+    release.set()
+    checkpoint_id = await asyncio.wait_for(request, 5)
+    assert await task.result(timeout=5) == ["a", "b", "c", "d"]
+
+    state = await pipeline.clutch.get_checkpoint(checkpoint_id)
+    assert state.checkpoint is not None and state.checkpoint.reason == "manual"
+    assert state.seq == 2 and state.data == ["a", "b"]
+    pipeline.calls.clear()
+    assert await pipeline.clutch.resume(checkpoint_id) == ["a", "b", "c", "d"]
+    assert pipeline.calls == ["c", "d"]
+
+
+async def test_checkpoint_from_outside_names_the_run_when_several_execute(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, every_n_steps=100)
+    release = pipeline.gate("a")
+    first = await pipeline.clutch.submit(["1"], run_id="one")
+    second = await pipeline.clutch.submit(["2"], run_id="two")
+    await wait_for(pipeline.entered["a"])
+    await asyncio.sleep(0.05)
+
+    with pytest.raises(NoActiveRunError):
+        await pipeline.clutch.checkpoint()
+    with pytest.raises(NoActiveRunError):
+        await pipeline.clutch.checkpoint("three")
+    request = asyncio.ensure_future(pipeline.clutch.checkpoint("two"))
+    release.set()
+    checkpoint_id = await asyncio.wait_for(request, 5)
+    await first.result(timeout=5)
+    await second.result(timeout=5)
+    state = await pipeline.clutch.get_checkpoint(checkpoint_id)
+    assert state.run_id == "two" and state.seq == 1 and state.data == ["2", "a"]
+
+
+async def test_checkpoint_without_an_executing_run_raises_no_active_run(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    with pytest.raises(NoActiveRunError):
+        await pipeline.clutch.checkpoint()
+    await pipeline.clutch.run([], run_id="finished")
+    with pytest.raises(NoActiveRunError):
+        await pipeline.clutch.checkpoint()
+    with pytest.raises(NoActiveRunError):
+        await pipeline.clutch.checkpoint("finished")
+
+
+async def test_checkpoint_without_checkpointing_raises_configuration_error() -> None:
+    clutch = Clutch("plain")
+    inside: list[BaseException] = []
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    @clutch.agent()
+    async def first(data: str) -> str:
+        try:
+            await clutch.checkpoint()
+        except ConfigurationError as error:
+            inside.append(error)
+        entered.set()
+        await release.wait()
+        return data
+
+    with pytest.raises(ConfigurationError, match="checkpoint"):
+        await clutch.checkpoint()
+    task = await clutch.submit("x")
+    await wait_for(entered)
+    with pytest.raises(ConfigurationError, match="checkpoint"):
+        await clutch.checkpoint()
+    release.set()
+    assert await task.result(timeout=5) == "x"
+    assert len(inside) == 1

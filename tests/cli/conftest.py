@@ -1,0 +1,162 @@
+"""Fixtures for the command line tests: a runner, and stores filled by real runs.
+
+``filled`` yields a store URL (a SQLite file or a file directory; ``filled_any`` also
+PostgreSQL in a database of its own and Redis in database 13, with run ids unique to the test
+and deleted afterwards, when they are reachable) holding three runs of the
+``cli-test`` pipeline made by a real checkpointed Clutch: one completed, one failed and
+one interrupted (failed, then claimed by an owner process that no longer exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.ownership import host_id
+from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.stores import open_store
+from nestegg.cli import app
+from nestegg.constants import HOME_ENV, STORE_ENV
+from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
+
+GONE_PID = 99_999_999
+"""Above any pid_max: no process has it."""
+REDIS_CLI_DB = 13
+LOCAL_KINDS = ("sqlite", "file")
+ALL_KINDS = (*LOCAL_KINDS, "postgres", "redis")
+
+
+@dataclass(frozen=True)
+class Filled:
+    """A store URL and the ids of the runs in it."""
+
+    url: str
+    ok: str
+    bad: str
+    gone: str
+
+
+class Cli:
+    """Invokes the nestegg command in-process with typer's runner."""
+
+    def __init__(self, home: Path) -> None:
+        self.runner = CliRunner()
+        self.env = {HOME_ENV: str(home), STORE_ENV: None, FAIL_ENV: None, KILL_ENV: None}
+
+    def __call__(self, *args: str, input: str | None = None, **env: str | None) -> Result:
+        return self.runner.invoke(app, list(args), input=input, env={**self.env, **env})
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The command, with NESTEGG_HOME in a temp dir and no NESTEGG_STORE."""
+    return Cli(tmp_path / "home")
+
+
+async def fill(url: str, suffix: str = "") -> Filled:
+    """Three runs of the test pipeline in the store at ``url``."""
+    filled = Filled(url, f"ok{suffix}", f"bad{suffix}", f"gone{suffix}")
+    store = open_store(url)
+    try:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        await clutch.run({"name": "Acme"}, run_id=filled.ok)
+        os.environ[FAIL_ENV] = "1"
+        try:
+            for run_id in (filled.bad, filled.gone):
+                with pytest.raises(RuntimeError, match="enrich broke"):
+                    await clutch.run({"name": run_id}, run_id=run_id)
+        finally:
+            del os.environ[FAIL_ENV]
+        run = await store.get_run(filled.gone)
+        assert run is not None
+        now = time.time()
+        dead = Owner(host=host_id(), pid=GONE_PID, started="gone")
+        await store.claim_run(filled.gone, run.fence, dead, now + 30, now)
+    finally:
+        await store.close()
+    return filled
+
+
+def _postgres_database(pg_url: str) -> Iterator[str]:
+    import psycopg
+
+    name = f"nestegg_cli_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    base, _, _ = pg_url.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _redis_database(redis_url: str) -> Iterator[str]:
+    base, _, _ = redis_url.rpartition("/")
+    yield f"{base}/{REDIS_CLI_DB}"
+
+
+async def delete_runs(url: str, run_ids: tuple[str, ...]) -> None:
+    store = open_store(url)
+    try:
+        for run_id in run_ids:
+            await store.delete_run(run_id)
+    finally:
+        await store.close()
+
+
+def store_url_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty, isolated store of ``kind`` as a URL."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'cli.db'}"
+    elif kind == "file":
+        yield f"file://{tmp_path / 'store'}"
+    elif kind == "postgres":
+        yield from _postgres_database(request.getfixturevalue("pg_url"))
+    else:
+        yield from _redis_database(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture(params=LOCAL_KINDS)
+def local_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty SQLite or file store."""
+    yield from store_url_for(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=ALL_KINDS)
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty store of every kind (server kinds skip when unreachable)."""
+    yield from store_url_for(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def filled(local_url: str) -> Filled:
+    """A SQLite or file store with a completed, a failed and an interrupted run."""
+    return asyncio.run(fill(local_url))
+
+
+@pytest.fixture
+def filled_any(any_url: str) -> Iterator[Filled]:
+    """Every kind of store with a completed, a failed and an interrupted run (ids unique to
+    the test; deleted afterwards)."""
+    filled = asyncio.run(fill(any_url, f"-{uuid.uuid4().hex[:8]}"))
+    yield filled
+    asyncio.run(delete_runs(any_url, (filled.ok, filled.bad, filled.gone)))
+
+
+def json_of(result: Result) -> Any:
+    """The JSON a command printed on stdout (asserting it succeeded)."""
+    import orjson
+
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return orjson.loads(result.stdout)

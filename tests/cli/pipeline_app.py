@@ -1,0 +1,72 @@
+"""A small checkpointed pipeline the command line tests resume (``--app``).
+
+``enrich`` fails while the environment variable CLI_TEST_FAIL is ``1``; with
+CLI_TEST_KILL=1 it kills its own process (SIGKILL) instead, leaving the run interrupted.
+``pipeline`` uses whatever store the command selects; ``own_store_pipeline`` names its own
+file store (CLI_TEST_OWN_STORE, a directory).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import nestegg
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+
+FAIL_ENV = "CLI_TEST_FAIL"
+KILL_ENV = "CLI_TEST_KILL"
+OWN_STORE_ENV = "CLI_TEST_OWN_STORE"
+PIPELINE = "cli-test"
+
+POLICY = CheckpointPolicy(every_n_steps=1, keep_latest=None)
+
+
+async def ask_size(name: str) -> str:
+    """Stands in for a paid call whose result the journal keeps."""
+    return "big"
+
+
+def build(name: str, config: CheckpointConfig) -> Clutch:
+    """The three-agent pipeline under ``name``."""
+    clutch = Clutch(name, strategy=Strategy.SEQUENTIAL, checkpoint=config)
+
+    @clutch.agent()
+    async def fetch(data: dict) -> dict:
+        return {**data, "page": f"page of {data['name']}"}
+
+    @clutch.agent()
+    async def enrich(data: dict) -> dict:
+        size = await nestegg.call(ask_size, data["name"])  # journaled
+        if os.environ.get(KILL_ENV) == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get(FAIL_ENV) == "1":
+            raise RuntimeError("enrich broke")
+        return {**data, "items": [1, 2, 3], "tags": {"size": size}}
+
+    @clutch.agent()
+    async def report(data: dict) -> dict:
+        return {**data, "report": f"{data['name']}: {len(data['items'])} items"}
+
+    return clutch
+
+
+pipeline = build(PIPELINE, CheckpointConfig(policy=POLICY))
+
+
+def _own_store_pipeline() -> Clutch:
+    from nestegg.checkpoint import FileCheckpointStorage
+
+    root = Path(os.environ.get(OWN_STORE_ENV, "own-store"))
+    return build("cli-own", CheckpointConfig(storage=FileCheckpointStorage(root), policy=POLICY))
+
+
+def __getattr__(name: str) -> Clutch:
+    if name == "own_store_pipeline":
+        return _own_store_pipeline()
+    raise AttributeError(name)
+
+
+not_a_clutch = 42

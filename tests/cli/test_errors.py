@@ -1,0 +1,124 @@
+"""Errors: one line on stderr, a distinct exit code, a traceback only with --debug."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
+from nestegg.errors import CheckpointFallbackWarning
+from tests.cli.conftest import Cli, Filled, json_of
+from tests.cli.pipeline_app import POLICY, build
+
+UNREACHABLE_SQLITE = "sqlite:////proc/no-such-dir/n.db"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "--bogus"],
+        ["runs", "--limit", "zero"],
+        ["runs", "--limit", "0"],
+        ["runs", "--status", "done"],
+        ["show"],
+        ["nope"],
+        ["runs", "--store", "bogus://x"],
+        ["runs", "--store", "sqlite://host/x.db"],
+        ["events", "r", "--poll-interval", "0"],
+        ["resume", "r"],
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(cli: Cli, args: list[str]) -> None:
+    result = cli(*args)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+
+
+def test_usage_error_names_the_help(cli: Cli) -> None:
+    result = cli("runs", "--bogus")
+    assert result.stderr == "error: No such option: --bogus (see 'nestegg runs --help')\n"
+
+
+def test_not_found_exits_3(cli: Cli, filled: Filled) -> None:
+    for args in (["show", "x"], ["inspect", "x"], ["diff", "x", "y"], ["delete", "x", "--yes"],
+                 ["export", "x"], ["checkpoints", "x"], ["events", "x", "--follow"]):  # fmt: skip
+        result = cli(*args, "--store", filled.url)
+        assert result.exit_code == EXIT_NOT_FOUND, (args, result.output)
+        assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [UNREACHABLE_SQLITE, "file:///proc/no-such-dir/store", "redis://127.0.0.1:1/0"],
+)
+def test_unreachable_store_exits_4(cli: Cli, url: str) -> None:
+    result = cli("runs", "--store", url)
+    assert result.exit_code == EXIT_UNAVAILABLE, result.output
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback(cli: Cli) -> None:
+    result = cli("--debug", "runs", "--store", UNREACHABLE_SQLITE)
+    assert result.exit_code == EXIT_UNAVAILABLE
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: cannot open")
+
+
+def test_global_and_command_store(cli: Cli, filled: Filled, local_url: str) -> None:
+    assert len(json_of(cli("--store", filled.url, "runs", "--json"))) == 3
+    # the command's --store wins over the global one and over NESTEGG_STORE
+    both = cli("--store", UNREACHABLE_SQLITE, "runs", "--store", filled.url, "--json")
+    assert len(json_of(both)) == 3
+    assert len(json_of(cli("runs", "-s", filled.url, "--json", NESTEGG_STORE=local_url))) == 3
+
+
+def test_a_damaged_checkpoint_is_reported_not_a_traceback(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "dmg.db"
+    url = f"sqlite:///{path}"
+
+    async def run() -> None:
+        store = open_store(url)
+        await build("cli-test", CheckpointConfig(storage=store, policy=POLICY)).run(
+            {"name": "D"}, run_id="dmg"
+        )
+        await store.close()
+
+    asyncio.run(run())
+    with sqlite3.connect(path) as conn:
+        checkpoint_id, body = conn.execute(
+            "SELECT checkpoint_id, body FROM checkpoints WHERE run_id = 'dmg' ORDER BY seq DESC"
+        ).fetchone()
+        damaged = bytes(body).replace(b'"turn":3', b'"turn":4')
+        conn.execute("UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+                     (damaged, checkpoint_id))  # fmt: skip
+    listed = json_of(cli("checkpoints", "dmg", "--store", url, "--json"))
+    assert [r["valid"] for r in listed] == [True, True, False]
+    result = cli("inspect", checkpoint_id, "--store", url)
+    assert result.exit_code == EXIT_FAILED
+    assert result.stderr == (
+        f"error: checkpoint {checkpoint_id!r} of run 'dmg' failed its checksum (torn or altered)\n"
+    )
+    with pytest.warns(CheckpointFallbackWarning):
+        fallback = json_of(cli("inspect", "dmg", "--store", url, "--path", "seq"))
+    assert fallback == 2  # the newest valid checkpoint
+
+
+def test_import_nestegg_does_not_import_typer_or_rich() -> None:
+    code = (
+        "import sys, nestegg, nestegg.checkpoint; "
+        "print(sorted(m for m in ('typer', 'rich', 'nestegg.cli') if m in sys.modules))"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert importlib.import_module("nestegg.cli").main is not None

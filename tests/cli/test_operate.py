@@ -1,0 +1,149 @@
+"""resume and recover with the user's Clutch (--app), and how --store meets the app's store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
+from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
+from tests.cli import pipeline_app
+from tests.cli.conftest import Cli, Filled, fill, json_of
+from tests.cli.pipeline_app import OWN_STORE_ENV, POLICY, build
+
+APP = "tests.cli.pipeline_app:pipeline"
+
+
+def test_resume_a_failed_run(cli: Cli, filled_any: Filled) -> None:
+    url = filled_any.url
+    result = cli("resume", filled_any.bad, "--app", APP, "--store", url)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"run {filled_any.bad} completed: 3 steps (was failed at step 1)"
+    )
+    rows = json_of(cli("runs", "--store", url, "--json", "--status", "completed"))
+    assert filled_any.bad in {r["run_id"] for r in rows}
+    steps = json_of(cli("show", filled_any.bad, "--store", url, "--json"))["steps"]
+    assert [s["agent"] for s in steps] == ["fetch", "enrich", "report"]
+
+
+def test_resume_json_and_a_completed_run(cli: Cli, filled: Filled) -> None:
+    summary = json_of(cli("resume", filled.ok, "--app", APP, "--store", filled.url, "--json"))
+    assert summary == {
+        "run_id": filled.ok,
+        "status": "completed",
+        "previous_status": "completed",
+        "previous_steps": 3,
+        "steps": 3,
+        "result": {"name": "Acme", "page": "page of Acme", "items": [1, 2, 3],
+                   "tags": {"size": "big"}, "report": "Acme: 3 items"},
+    }  # fmt: skip
+
+
+def test_resume_that_fails_again_exits_1(cli: Cli, filled: Filled) -> None:
+    result = cli("resume", filled.bad, "--app", APP, "--store", filled.url, CLI_TEST_FAIL="1")
+    assert result.exit_code == EXIT_FAILED
+    assert result.stderr == f"error: run {filled.bad!r} failed: RuntimeError: enrich broke\n"
+    assert "Traceback" not in result.output
+
+
+def test_resume_unknown_run(cli: Cli, filled: Filled) -> None:
+    result = cli("resume", "nope", "--app", APP, "--store", filled.url)
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert result.stderr == "error: no run 'nope' in the store\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tests.cli.pipeline_app", "--app must look like module:attribute"),
+        ("tests.cli.no_such_module:pipeline", "cannot import 'tests.cli.no_such_module'"),
+        ("tests.cli.pipeline_app:missing", "has no attribute 'missing'"),
+        ("tests.cli.pipeline_app:not_a_clutch", "is a int, not a nestegg Clutch"),
+    ],
+)
+def test_bad_app(cli: Cli, filled: Filled, spec: str, message: str) -> None:
+    result = cli("resume", filled.bad, "--app", spec, "--store", filled.url)
+    assert result.exit_code == EXIT_USAGE
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_app_without_checkpointing(
+    cli: Cli, filled: Filled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nestegg import Clutch
+
+    monkeypatch.setattr(pipeline_app, "plain", Clutch("plain"), raising=False)
+    result = cli("recover", "--app", "tests.cli.pipeline_app:plain", "--store", filled.url)
+    assert result.exit_code == EXIT_USAGE
+    assert "has no checkpointing" in result.stderr
+
+
+def test_resume_a_run_of_another_pipeline(
+    cli: Cli, filled: Filled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = build("other", CheckpointConfig(policy=POLICY))
+    monkeypatch.setattr(pipeline_app, "other", other, raising=False)
+    result = cli("resume", filled.bad, "--app", "tests.cli.pipeline_app:other", "-s", filled.url)
+    assert result.exit_code == EXIT_USAGE
+    assert "belongs to pipeline 'cli-test', not 'other'" in result.stderr
+
+
+def test_recover_resumes_the_interrupted_runs(cli: Cli, filled_any: Filled) -> None:
+    url = filled_any.url
+    report = json_of(cli("recover", "--app", APP, "--store", url, "--json"))
+    assert report["pipeline"] == "cli-test"
+    assert [r["run_id"] for r in report["runs"]] == [filled_any.gone]
+    assert report["runs"][0]["outcome"] == "completed"
+    assert report["runs"][0]["result"]["report"] == f"{filled_any.gone}: 3 items"
+    assert (report["completed"], report["failed"], report["skipped"]) == (1, 0, 0)
+    assert json_of(cli("runs", "--store", url, "--json", "--interrupted")) == []
+    again = cli("recover", "--app", APP, "--store", url)
+    assert (again.exit_code, again.stdout) == (0, "no interrupted runs of pipeline 'cli-test'\n")
+
+
+def test_recover_many_with_a_concurrency_limit(cli: Cli, local_url: str) -> None:
+    for index in range(5):
+        asyncio.run(fill(local_url, f"-{index}"))
+    result = cli("recover", "--app", APP, "--store", local_url, "--concurrency", "2")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "OUTCOME", "DETAIL"]
+    assert sorted(line.split()[0] for line in lines[1:6]) == [f"gone-{i}" for i in range(5)]
+    assert lines[-1] == "recovered 5 of 5 runs; 0 failed, 0 taken by another process"
+
+
+def test_recover_with_runs_failing_again_exits_1(cli: Cli, filled: Filled) -> None:
+    result = cli("recover", "--app", APP, "--store", filled.url, CLI_TEST_FAIL="1")
+    assert result.exit_code == EXIT_FAILED
+    row = result.stdout.splitlines()[1].split(maxsplit=2)
+    assert row == [filled.gone, "failed", "RuntimeError: enrich broke"]
+
+
+def test_an_app_with_its_own_store_ignores_store(cli: Cli, filled: Filled, tmp_path: Path) -> None:
+    own = tmp_path / "own"
+
+    async def own_run() -> None:
+        store = FileCheckpointStorage(own)
+        clutch = build("cli-own", CheckpointConfig(storage=store, policy=POLICY))
+        await clutch.run({"name": "Own"}, run_id="own-1", timeout=10)
+        await store.close()
+
+    asyncio.run(own_run())
+    spec = "tests.cli.pipeline_app:own_store_pipeline"
+    env = {OWN_STORE_ENV: str(own)}
+    result = cli("resume", "own-1", "--app", spec, "--store", filled.url, **env)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == f"note: the Clutch at {spec} names its own store; --store is ignored\n"
+    assert result.stdout.startswith("run own-1 completed: 3 steps")
+    quiet = cli("resume", "own-1", "--app", spec, NESTEGG_STORE=filled.url, **env)
+    assert (quiet.exit_code, quiet.stderr) == (0, "")
+
+
+def test_the_app_clutch_is_left_as_it_was(cli: Cli, filled: Filled) -> None:
+    config = pipeline_app.pipeline._checkpoint_config
+    assert cli("recover", "--app", APP, "--store", filled.url).exit_code == 0
+    assert pipeline_app.pipeline._checkpoint_config is config
+    assert config is not None and config.storage is None

@@ -1,0 +1,279 @@
+"""runs, show, checkpoints, inspect, diff and events against stores filled by real runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+import time
+from datetime import datetime
+
+import orjson
+import pytest
+
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+from nestegg.checkpoint.stores import open_store
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
+from tests.cli.conftest import Cli, Filled, json_of
+from tests.cli.pipeline_app import POLICY, build
+
+RUN_KEYS = {
+    "run_id", "pipeline", "status", "interrupted", "steps", "last_checkpoint", "created_at",
+    "updated_at", "owner", "lease_until", "fence", "parent_run", "parent_checkpoint", "error",
+}  # fmt: skip
+
+
+def _iso(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_runs_lists_every_run_with_status_and_last_checkpoint(cli: Cli, filled_any: Filled) -> None:
+    rows = json_of(cli("--store", filled_any.url, "runs", "--json", "--pipeline", "cli-test"))
+    by_id = {row["run_id"]: row for row in rows}
+    assert {filled_any.ok, filled_any.bad, filled_any.gone} <= set(by_id)
+    assert all(set(row) == RUN_KEYS for row in rows)
+    ok, bad, gone = by_id[filled_any.ok], by_id[filled_any.bad], by_id[filled_any.gone]
+    assert (ok["status"], ok["steps"], ok["interrupted"]) == ("completed", 3, False)
+    assert ok["last_checkpoint"]["seq"] == 3
+    assert _iso(ok["updated_at"]).tzinfo is not None
+    assert (bad["status"], bad["steps"]) == ("failed", 1)
+    assert bad["error"] == {"type": "RuntimeError", "message": "enrich broke", "agent": "enrich",
+                            "seq": 2}  # fmt: skip
+    assert (gone["status"], gone["interrupted"]) == ("running", True)
+
+
+def test_runs_filters(cli: Cli, filled: Filled) -> None:
+    def ids(*args: str) -> list[str]:
+        return [r["run_id"] for r in json_of(cli("runs", "--store", filled.url, "--json", *args))]
+
+    assert ids("--status", "completed") == [filled.ok]
+    assert ids("--status", "failed") == [filled.bad]
+    assert ids("--interrupted") == [filled.gone]
+    assert ids("--pipeline", "other") == []
+    assert len(ids("--limit", "2")) == 2
+    assert ids() == [filled.gone, filled.bad, filled.ok]  # newest first
+
+
+def test_runs_table_is_plain_text_in_a_pipe(cli: Cli, filled: Filled) -> None:
+    result = cli("runs", "--store", filled.url)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "PIPELINE", "STATUS", "STEPS", "LAST", "CHECKPOINT",
+                                "UPDATED", "OWNER"]  # fmt: skip
+    assert "\x1b[" not in result.stdout and "│" not in result.stdout
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows[filled.gone][2] == "interrupted"
+    assert rows[filled.ok][2:4] == ["completed", "3"]
+
+
+def test_runs_of_an_empty_store(cli: Cli, local_url: str) -> None:
+    result = cli("runs", "--store", local_url)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no runs\n")
+    assert json_of(cli("runs", "--store", "memory://", "--json")) == []
+
+
+def test_store_from_environment(cli: Cli, filled: Filled) -> None:
+    rows = json_of(cli("runs", "--json", NESTEGG_STORE=filled.url))
+    assert len(rows) == 3
+
+
+def test_runs_after_the_demo_shows_its_runs_without_store(cli: Cli) -> None:
+    home = cli.env["NESTEGG_HOME"]
+    assert home is not None
+    os.environ["NESTEGG_HOME"] = home  # as the demo process would have it
+    try:
+        clutch = build("enrichment-demo", CheckpointConfig(policy=POLICY))  # the default store
+
+        async def demo() -> None:
+            await clutch.run({"name": "Acme Corp"}, run_id="demo-run")
+            await clutch.stop()
+
+        asyncio.run(demo())
+    finally:
+        del os.environ["NESTEGG_HOME"]
+    result = cli("runs")
+    assert result.exit_code == 0, result.stderr
+    assert "demo-run" in result.stdout and "enrichment-demo" in result.stdout
+
+
+def test_show_summary_and_timeline(cli: Cli, filled: Filled) -> None:
+    result = cli("show", filled.bad, "--store", filled.url)
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "status:   failed" in text and "error:    RuntimeError: enrich broke" in text
+    timeline = text.split("timeline\n", 1)[1].splitlines()
+    assert timeline[0].split() == ["STEP", "AGENT", "STARTED", "DURATION", "OUTCOME", "CHECKPOINT"]
+    assert timeline[1].split()[:2] == ["1", "fetch"] and "completed" in timeline[1]
+    assert timeline[2].split() == ["2", "enrich", "-", "-", "failed"]
+
+
+def test_show_json(cli: Cli, filled_any: Filled) -> None:
+    details = json_of(cli("show", filled_any.ok, "--store", filled_any.url, "--json"))
+    assert set(details) == {"run", "input", "result", "steps_before", "steps",
+                            "initial_checkpoints", "checkpoints", "failed_step"}  # fmt: skip
+    assert details["input"] == {"name": "Acme"}
+    assert details["result"]["report"] == "Acme: 3 items"
+    assert [s["agent"] for s in details["steps"]] == ["fetch", "enrich", "report"]
+    assert all(len(s["checkpoints"]) == 1 for s in details["steps"])
+    assert details["failed_step"] is None
+    failed = json_of(cli("show", filled_any.bad, "--store", filled_any.url, "--json"))
+    assert failed["failed_step"] == {"type": "RuntimeError", "message": "enrich broke",
+                                     "agent": "enrich", "seq": 2}  # fmt: skip
+    assert "traceback" in failed["run"]["error"]
+
+
+def test_show_keeps_the_last_steps_unless_all(cli: Cli, local_url: str) -> None:
+    async def long_run() -> None:
+        store = open_store(local_url)
+        policy = CheckpointPolicy(keep_latest=2)
+        clutch = Clutch("cli-long", strategy=Strategy.ROUND_ROBIN, max_turns=40,
+                        checkpoint=CheckpointConfig(storage=store, policy=policy))  # fmt: skip
+
+        @clutch.agent()
+        async def tick(n: int) -> int:
+            return n + 1
+
+        assert await clutch.run(0, run_id="long") == 40
+        await store.close()
+
+    asyncio.run(long_run())
+    text = cli("show", "long", "--store", local_url).stdout
+    assert "(10 earlier steps not shown; --all shows them)" in text
+    steps = text.split("timeline\n", 1)[1].splitlines()[1:]
+    assert len(steps) == 30 and steps[0].split()[0] == "11" and steps[-1].split()[0] == "40"
+    every = cli("show", "long", "--store", local_url, "--all").stdout
+    assert len(every.split("timeline\n", 1)[1].splitlines()) == 41
+    details = json_of(cli("show", "long", "--store", local_url, "--json"))
+    assert len(details["steps"]) == 40
+    assert [len(s["checkpoints"]) for s in details["steps"]][-3:] == [0, 1, 1]
+
+
+def test_checkpoints(cli: Cli, filled: Filled) -> None:
+    rows = json_of(cli("checkpoints", filled.ok, "--store", filled.url, "--json"))
+    assert [r["seq"] for r in rows] == [1, 2, 3]
+    assert [r["turn"] for r in rows] == [1, 2, 3]
+    assert all(r["valid"] and r["reason"] == "policy" and r["run_id"] == filled.ok for r in rows)
+    table = cli("checkpoints", filled.ok, "--store", filled.url).stdout.splitlines()
+    assert table[0].split() == ["CHECKPOINT", "STEP", "TURN", "REASON", "CREATED", "NEXT", "CHECK"]
+    assert table[1].split()[0] == rows[0]["checkpoint_id"]
+
+
+def test_inspect_whole_state_and_a_path(cli: Cli, filled_any: Filled) -> None:
+    url = filled_any.url
+    rows = json_of(cli("checkpoints", filled_any.ok, "--store", url, "--json"))
+    state = json_of(cli("inspect", rows[1]["checkpoint_id"], "--store", url, "--json"))
+    assert state["data"] == {"name": "Acme", "page": "page of Acme", "items": [1, 2, 3],
+                             "tags": {"size": "big"}}  # fmt: skip
+    assert (state["seq"], state["turn"], state["source"]) == (2, 2, "enrich")
+    assert [h["source"] for h in state["history"]] == ["input", "fetch"]
+    assert json_of(cli("inspect", rows[1]["checkpoint_id"], "--store", url, "--path",
+                       "data.items[1]")) == 2  # fmt: skip
+    assert json_of(cli("inspect", filled_any.ok, "--store", url, "--path", "data.report")) == (
+        "Acme: 3 items"
+    )
+    assert json_of(cli("inspect", filled_any.ok, "--store", url, "--path", "data.items.0")) == 1
+
+
+def test_inspect_errors(cli: Cli, filled: Filled) -> None:
+    missing = cli("inspect", filled.ok, "--store", filled.url, "--path", "data.nope")
+    assert missing.exit_code == EXIT_NOT_FOUND
+    assert missing.stderr.startswith("error: no 'data.nope' in the state")
+    bad = cli("inspect", filled.ok, "--store", filled.url, "--path", "data[")
+    assert bad.exit_code == EXIT_USAGE and bad.stderr.startswith("error: bad --path")
+    nothing = cli("inspect", "no-such-checkpoint", "--store", filled.url)
+    assert nothing.exit_code == EXIT_NOT_FOUND
+    assert nothing.stderr == "error: no checkpoint or run 'no-such-checkpoint' in the store\n"
+
+
+def test_diff(cli: Cli, filled_any: Filled) -> None:
+    url = filled_any.url
+    first, _, last = (
+        r["checkpoint_id"] for r in json_of(cli("checkpoints", filled_any.ok, "-s", url, "--json"))
+    )
+    report = json_of(cli("diff", first, last, "--store", url, "--json"))
+    assert (report["old"], report["new"]) == (first, last)
+    added = {a["path"]: a["value"] for a in report["added"]}
+    assert added["data.items"] == [1, 2, 3] and added["data.report"] == "Acme: 3 items"
+    assert "history[2]" in added
+    changed = {c["path"]: (c["old"], c["new"]) for c in report["changed"]}
+    assert changed["turn"] == (1, 3) and changed["source"] == ("fetch", "report")
+    assert report["removed"] == []
+    text = cli("diff", first, last, "--store", url, "--path", "data").stdout.splitlines()
+    assert text == ["+ items: [1,2,3]", '+ tags: {"size":"big"}', '+ report: "Acme: 3 items"']
+    same = cli("diff", first, first, "--store", url)
+    assert (same.exit_code, same.stdout) == (0, "no differences\n")
+
+
+def test_events(cli: Cli, filled_any: Filled) -> None:
+    result = cli("events", filled_any.ok, "--store", filled_any.url, "--json")
+    assert result.exit_code == 0
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_completed"
+    assert kinds.count("step_completed") == 3 and kinds.count("checkpoint_saved") == 3
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert set(events[0]) == {"run_id", "seq", "at", "kind", "data"}
+    later = cli("events", filled_any.ok, "--store", filled_any.url, "--since", "9", "--json")
+    assert [orjson.loads(line)["seq"] for line in later.stdout.splitlines()] == [10, 11]
+    text = cli("events", filled_any.ok, "--store", filled_any.url).stdout.splitlines()
+    assert "step_completed" in text[2] and "agent=fetch" in text[2]
+
+
+def test_events_follow_until_the_run_finishes(cli: Cli, local_url: str) -> None:
+    """A run goes on in another thread while --follow polls; it ends with the run."""
+    store = open_store(local_url)
+    gate = threading.Event()
+
+    async def slow_run() -> None:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+
+        @clutch.agent()
+        async def wait_a_bit(data: dict) -> dict:
+            gate.set()
+            await asyncio.sleep(0.6)
+            return data
+
+        await clutch.run({"name": "Slow"}, run_id="slow", timeout=20)
+        await store.close()
+
+    worker = threading.Thread(target=lambda: asyncio.run(slow_run()))
+    worker.start()
+    assert gate.wait(10)
+    started = time.monotonic()
+    result = cli("events", "slow", "--store", local_url, "--follow", "--poll-interval", "0.05")
+    worker.join(20)
+    assert result.exit_code == 0, result.stderr
+    kinds = [line.split()[3] for line in result.stdout.splitlines()]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_completed"
+    assert kinds.count("step_completed") == 4
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("command", ["show", "checkpoints", "events"])
+def test_unknown_run_is_not_found(cli: Cli, filled: Filled, command: str) -> None:
+    result = cli(command, "nope", "--store", filled.url)
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert result.stderr == "error: no run 'nope' in the store\n"
+    assert result.stdout == ""
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+def test_terminal_output_fits_the_width(cli: Cli, filled: Filled, columns: int) -> None:
+    terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": str(columns), "TERM": "xterm-256color"}
+    for args in (["runs"], ["show", filled.bad], ["checkpoints", filled.ok]):
+        result = cli(*args, "--store", filled.url, **terminal)
+        assert result.exit_code == 0, result.stderr
+        lines = [ANSI.sub("", line) for line in result.stdout.splitlines()]
+        assert "─" in result.stdout  # a rich table, not the plain one
+        assert max(len(line) for line in lines) <= columns, "\n".join(lines)
+    runs = ANSI.sub("", cli("runs", "--store", filled.url, **terminal).stdout)
+    assert "interrupted" in runs and filled.gone in runs
+    state = cli("inspect", filled.ok, "--store", filled.url, "--path", "data", **terminal)
+    assert "\x1b[" in state.stdout  # highlighted
+    assert json_of(cli("inspect", filled.ok, "-s", filled.url, "--json", "--path", "data",
+                       **terminal))["name"] == "Acme"  # fmt: skip

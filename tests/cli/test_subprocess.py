@@ -1,0 +1,110 @@
+"""The command as a real process: a run killed with SIGKILL, found and recovered."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, HOME_ENV, STORE_ENV
+from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 60
+CHILD = """
+import asyncio, sys
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from tests.cli.pipeline_app import POLICY, build
+
+clutch = build("cli-test", CheckpointConfig(storage=open_store(sys.argv[1]), policy=POLICY))
+asyncio.run(clutch.run({"name": "Killed"}, run_id="killed", timeout=30))
+"""
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, KILL_ENV)}
+    return {**env, HOME_ENV: str(tmp_path / "home"), **extra}
+
+
+def _script() -> str:
+    script = shutil.which("nestegg", path=str(Path(sys.executable).parent))
+    assert script is not None, "the nestegg console script is not installed"
+    return script
+
+
+def nestegg(tmp_path: Path, *args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the command (``python -m nestegg.cli`` or the installed script) in the repo."""
+    command = [_script()] if script else [sys.executable, "-m", "nestegg.cli"]
+    return subprocess.run(
+        [*command, *args],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_a_killed_run_is_listed_and_recovered(tmp_path: Path, kind: str) -> None:
+    url = f"sqlite:///{tmp_path / 'n.db'}" if kind == "sqlite" else f"file://{tmp_path / 's'}"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, url],
+        cwd=ROOT,
+        env=_env(tmp_path, **{KILL_ENV: "1"}),
+        capture_output=True,
+        timeout=TIMEOUT,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    listed = nestegg(tmp_path, "runs", "--interrupted", "--json", "--store", url)
+    assert listed.returncode == 0, listed.stderr
+    [row] = orjson.loads(listed.stdout)
+    assert (row["run_id"], row["status"], row["interrupted"], row["steps"]) == (
+        "killed", "running", True, 1,
+    )  # fmt: skip
+    table = nestegg(tmp_path, "runs", "--store", url)
+    assert "\x1b[" not in table.stdout and table.stdout.splitlines()[1].split()[2] == "interrupted"
+    recovered = nestegg(
+        tmp_path, "recover", "--app", "tests.cli.pipeline_app:pipeline", "--store", url,
+        script=True,
+    )  # fmt: skip
+    assert recovered.returncode == 0, recovered.stderr
+    assert recovered.stdout.splitlines()[-1] == (
+        "recovered 1 of 1 runs; 0 failed, 0 taken by another process"
+    )
+    shown = orjson.loads(nestegg(tmp_path, "show", "killed", "--json", "--store", url).stdout)
+    assert shown["run"]["status"] == "completed"
+    assert shown["result"]["report"] == "Killed: 3 items"
+    kinds = [
+        orjson.loads(line)["kind"]
+        for line in nestegg(tmp_path, "events", "killed", "--json", "-s", url).stdout.splitlines()
+    ]
+    assert "run_resumed" in kinds and kinds[-1] == "run_completed"
+
+
+def test_python_dash_m_nestegg_and_errors_from_a_process(tmp_path: Path) -> None:
+    helped = subprocess.run(
+        [sys.executable, "-m", "nestegg", "--help"], capture_output=True, text=True, cwd=ROOT,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert helped.returncode == 0 and "recover" in helped.stdout
+    missing = nestegg(tmp_path, "show", "nope", script=True)
+    assert missing.returncode == EXIT_NOT_FOUND
+    assert missing.stderr == "error: no run 'nope' in the store\n"  # the default store
+    assert (tmp_path / "home" / "nestegg.db").exists()
+
+
+def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
+    """psycopg's pool logs each failed attempt; the command shows only its error line."""
+    pytest.importorskip("psycopg_pool")
+    result = nestegg(tmp_path, "runs", "--store", "postgresql://postgres@127.0.0.1:1/test")
+    assert result.returncode == EXIT_UNAVAILABLE
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: PostgreSQL at 127.0.0.1:1/test is unavailable")

@@ -1,0 +1,62 @@
+"""Crash tests on the server stores (PostgreSQL, Redis): real child processes, SIGKILLed.
+
+Replay a failure with the seed it printed: ``NESTEGG_CRASH_SEED=<seed> pytest tests/crash``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.crash.child import STRATEGIES
+from tests.crash.harness import CrashReport, StoreTarget
+from tests.crash.scenarios import (
+    FAILING_STRATEGY,
+    failed_step_replays_its_calls,
+    journaled_calls_survive_kills,
+    killed_and_resumed,
+    racing_resumers,
+    recovered_in_fresh_process,
+)
+
+pytestmark = pytest.mark.crash
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_killed_run_resumes_to_the_uninterrupted_result(
+    server_store: StoreTarget,
+    strategy: str,
+    tmp_path: Path,
+    crash_rng: tuple[random.Random, CrashReport],
+) -> None:
+    await killed_and_resumed(server_store, strategy, tmp_path, *crash_rng)
+
+
+async def test_racing_resumers_exactly_one_proceeds(
+    server_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await racing_resumers(server_store, tmp_path, *crash_rng)
+
+
+async def test_recover_in_a_fresh_process_finishes_every_interrupted_run(
+    server_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await recovered_in_fresh_process(server_store, tmp_path, *crash_rng)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_killed_run_makes_again_only_the_interrupted_journaled_calls(
+    server_store: StoreTarget,
+    strategy: str,
+    tmp_path: Path,
+    crash_rng: tuple[random.Random, CrashReport],
+) -> None:
+    await journaled_calls_survive_kills(server_store, strategy, tmp_path, *crash_rng)
+
+
+async def test_failed_step_resumed_in_another_process_makes_every_call_once(
+    server_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await failed_step_replays_its_calls(server_store, FAILING_STRATEGY, tmp_path, crash_rng[1])

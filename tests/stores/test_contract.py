@@ -1,0 +1,636 @@
+"""The store contract (stores/base.py and records.Commit), run against every store.
+
+The memory store is the reference: whatever it does, every other store must do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from nestegg.checkpoint.codec import encode_value, seal, seal_json
+from nestegg.checkpoint.records import JournalRecord, RunRecord, StepRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.constants import CANCELLED, COMPLETED, FAILED, REASON_MANUAL, RUNNING
+from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
+from tests.stores.builders import (
+    OTHER_OWNER,
+    OWNER,
+    T0,
+    commit_steps,
+    create,
+    make_checkpoint,
+    make_commit,
+    make_event,
+    make_journal,
+    make_run,
+    make_step,
+)
+from tests.stores.conftest import StoreFactory
+
+MEGABYTE = 1 << 20
+
+
+async def snapshot(store: CheckpointStorage, run_id: str, steps: range = range(10)) -> Any:
+    """Everything a reader can see of one run."""
+    checkpoints = await store.list_checkpoints(run_id)
+    return (
+        await store.get_run(run_id),
+        await store.load_steps(run_id),
+        await store.read_events(run_id),
+        checkpoints,
+        [await store.get_checkpoint(c.checkpoint_id) for c in checkpoints],
+        [await store.read_journal(run_id, step) for step in steps],
+    )
+
+
+def assert_bytes_fields(*records: Any) -> None:
+    """Sealed payloads come back as bytes, not memoryview/bytearray/str."""
+    for record in records:
+        for name in ("input", "result", "error", "body"):
+            value = getattr(record, name, None)
+            assert value is None or type(value) is bytes, (name, type(value))
+
+
+# --- setup and runs --------------------------------------------------------------------
+
+
+async def test_store_fills_the_protocol(store: CheckpointStorage) -> None:
+    assert isinstance(store, CheckpointStorage)
+
+
+async def test_setup_is_idempotent(store: CheckpointStorage, store_factory: StoreFactory) -> None:
+    await store.setup()
+    run = await create(store)
+    await store.setup()
+    other = await store_factory()
+    await other.setup()
+    assert await store.get_run(run.run_id) == run
+    assert await other.get_run(run.run_id) == run
+
+
+async def test_another_handle_sees_every_write(
+    store: CheckpointStorage, store_factory: StoreFactory
+) -> None:
+    run = await create(store)
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    other = await store_factory()
+    assert await snapshot(other, run.run_id) == await snapshot(store, run.run_id)
+
+
+async def test_create_and_get_round_trip_every_field(store: CheckpointStorage) -> None:
+    run = make_run(
+        "run-full",
+        pipeline="enrichment",
+        status=FAILED,
+        input_value={"text": "héllo ☃ \U0001f600", "n": [1, 2.5, None, True]},
+        created_at=T0 + 0.000001,
+        updated_at=T0 + 12.345678,
+        fence=7,
+        owner=OWNER,
+        lease_until=T0 + 30.5,
+        result=seal_json({"answer": 42}),
+        error=seal_json({"type": "ValueError", "message": "boom"}),
+        step_seq=12,
+        event_seq=31,
+        parent_run="run-parent",
+        parent_checkpoint="0190aabbccdd-000001abcd12345678",
+    )
+    await store.create_run(run)
+    got = await store.get_run("run-full")
+    assert got == run
+    assert got is not None
+    assert_bytes_fields(got)
+    assert got.input == run.input
+
+
+async def test_create_and_get_round_trip_defaults(store: CheckpointStorage) -> None:
+    run = make_run("run-min")
+    await store.create_run(run)
+    got = await store.get_run("run-min")
+    assert got == run
+    assert got is not None
+    assert (got.owner, got.lease_until, got.result, got.error) == (None, None, None, None)
+    assert (got.parent_run, got.parent_checkpoint, got.fence) == (None, None, 1)
+
+
+async def test_stored_run_is_not_the_callers_object(store: CheckpointStorage) -> None:
+    run = make_run("run-copy")
+    await store.create_run(run)
+    kept = dataclasses.replace(run)
+    run.status = CANCELLED
+    run.fence = 99
+    got = await store.get_run("run-copy")
+    assert got == kept
+    assert got is not None
+    got.status = COMPLETED
+    assert await store.get_run("run-copy") == kept
+
+
+async def test_create_twice_raises_and_keeps_the_first(store: CheckpointStorage) -> None:
+    first = await create(store, run_id="run-twice", pipeline="one")
+    second = make_run("run-twice", pipeline="two", status=COMPLETED, fence=5)
+    with pytest.raises(RunExistsError):
+        await store.create_run(second)
+    assert await store.get_run("run-twice") == first
+
+
+async def test_get_missing_run_is_none(store: CheckpointStorage) -> None:
+    assert await store.get_run("run-nope") is None
+    assert await store.load_steps("run-nope") == []
+    assert await store.read_events("run-nope") == []
+    assert await store.list_checkpoints("run-nope") == []
+    assert await store.read_journal("run-nope", 1) == []
+    assert await store.get_checkpoint("nope") is None
+
+
+async def test_list_runs_newest_first_and_filtered(store: CheckpointStorage) -> None:
+    assert await store.list_runs() == []
+    specs = [("a", RUNNING), ("b", COMPLETED), ("a", FAILED), ("b", RUNNING), ("a", COMPLETED)]
+    runs = [
+        await create(store, run_id=f"run-{i}", pipeline=p, status=s, created_at=T0 + i)
+        for i, (p, s) in enumerate(specs)
+    ]
+    newest_first = list(reversed(runs))
+    assert await store.list_runs() == newest_first
+    assert await store.list_runs(pipeline="a") == [r for r in newest_first if r.pipeline == "a"]
+    assert await store.list_runs(statuses=[RUNNING]) == [runs[3], runs[0]]
+    assert await store.list_runs(statuses=(COMPLETED, FAILED)) == [runs[4], runs[2], runs[1]]
+    assert await store.list_runs(pipeline="b", statuses=[RUNNING]) == [runs[3]]
+    assert await store.list_runs(limit=2) == newest_first[:2]
+    assert await store.list_runs(pipeline="a", limit=1) == [runs[4]]
+    assert await store.list_runs(statuses=[]) == []
+    assert await store.list_runs(pipeline="zzz") == []
+
+
+# --- claims -----------------------------------------------------------------------------
+
+
+async def test_claim_sets_owner_lease_status_and_fence(store: CheckpointStorage) -> None:
+    run = await create(store, status=FAILED, fence=3)
+    claimed = await store.claim_run(run.run_id, 3, OWNER, T0 + 60, T0 + 50)
+    expected = dataclasses.replace(
+        run, fence=4, owner=OWNER, lease_until=T0 + 60, status=RUNNING, updated_at=T0 + 50
+    )
+    assert claimed == expected
+    assert await store.get_run(run.run_id) == expected
+    again = await store.claim_run(run.run_id, 4, OTHER_OWNER, T0 + 90, T0 + 80)
+    assert (again.fence, again.owner, again.lease_until) == (5, OTHER_OWNER, T0 + 90)
+
+
+@pytest.mark.parametrize("wrong_fence", [0, 1, 3])
+async def test_claim_with_a_wrong_fence_changes_nothing(
+    store: CheckpointStorage, wrong_fence: int
+) -> None:
+    run = await create(store, fence=2, owner=OWNER, lease_until=T0 + 5)
+    with pytest.raises(RunLockedError):
+        await store.claim_run(run.run_id, wrong_fence, OTHER_OWNER, T0 + 99, T0 + 98)
+    assert await store.get_run(run.run_id) == run
+
+
+async def test_claim_missing_run_raises_not_found(store: CheckpointStorage) -> None:
+    with pytest.raises(RunNotFoundError):
+        await store.claim_run("run-nope", 1, OWNER, T0 + 60, T0)
+    assert await store.get_run("run-nope") is None
+
+
+async def _race_claims(handles: list[CheckpointStorage], run: RunRecord) -> list[Any]:
+    return await asyncio.gather(
+        *(
+            handle.claim_run(
+                run.run_id,
+                run.fence,
+                dataclasses.replace(OWNER, pid=1000 + i),
+                T0 + 60,
+                T0 + 10,
+            )
+            for i, handle in enumerate(handles)
+        ),
+        return_exceptions=True,
+    )
+
+
+async def test_concurrent_claims_exactly_one_wins(store: CheckpointStorage) -> None:
+    run = await create(store)
+    outcomes = await _race_claims([store] * 20, run)
+    winners = [o for o in outcomes if isinstance(o, RunRecord)]
+    assert len(winners) == 1, outcomes
+    assert all(isinstance(o, RunLockedError) for o in outcomes if o is not winners[0])
+    stored = await store.get_run(run.run_id)
+    assert stored == winners[0]
+    assert stored is not None and stored.fence == run.fence + 1
+
+
+async def test_concurrent_claims_over_two_handles_exactly_one_wins(
+    store: CheckpointStorage, store_factory: StoreFactory
+) -> None:
+    other = await store_factory()
+    run = await create(store)
+    outcomes = await _race_claims([store, other] * 10, run)
+    winners = [o for o in outcomes if isinstance(o, RunRecord)]
+    assert len(winners) == 1, outcomes
+    assert await other.get_run(run.run_id) == winners[0]
+
+
+async def test_old_owner_is_fenced_off_after_a_claim(store: CheckpointStorage) -> None:
+    run = await create(store)
+    await store.claim_run(run.run_id, run.fence, OTHER_OWNER, T0 + 60, T0 + 10)
+    with pytest.raises(StaleOwnerError):
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)], step_seq=1))
+    assert await store.load_steps(run.run_id) == []
+    await store.commit(make_commit(run, fence=run.fence + 1, steps=[make_step(run.run_id, 1)]))
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+
+
+# --- commits ----------------------------------------------------------------------------
+
+
+async def test_commit_appends_everything_and_reads_it_back(store: CheckpointStorage) -> None:
+    run = await create(store)
+    rid = run.run_id
+    steps = [make_step(rid, seq, agent=f"agent-{seq % 2}") for seq in range(1, 6)]
+    events = [make_event(rid, seq) for seq in range(1, 8)]
+    journal = [make_journal(rid, 2, position) for position in (2, 0, 1)]
+    checkpoints = [make_checkpoint(rid, seq) for seq in (1, 3, 5)]
+    await store.commit(
+        make_commit(run, steps=steps, events=events, journal=journal, checkpoints=checkpoints)
+    )
+    assert await store.load_steps(rid) == steps
+    assert await store.load_steps(rid, after=2) == steps[2:]
+    assert await store.load_steps(rid, upto=3) == steps[:3]
+    assert await store.load_steps(rid, after=1, upto=4) == steps[1:4]
+    assert await store.load_steps(rid, after=4, upto=2) == []
+    assert await store.load_steps(rid, after=5) == []
+    assert await store.read_events(rid) == events
+    assert await store.read_events(rid, since_seq=3) == events[3:]
+    assert await store.read_events(rid, limit=2) == events[:2]
+    assert await store.read_events(rid, since_seq=2, limit=3) == events[2:5]
+    assert await store.read_events(rid, since_seq=7) == []
+    assert await store.read_journal(rid, 2) == sorted(journal, key=lambda e: e.position)
+    assert await store.read_journal(rid, 3) == []
+    assert await store.list_checkpoints(rid) == checkpoints
+    for checkpoint in checkpoints:
+        assert await store.get_checkpoint(checkpoint.checkpoint_id) == checkpoint
+    assert await store.get_checkpoint("0000-nope") is None
+    assert_bytes_fields(
+        *await store.load_steps(rid),
+        *await store.read_events(rid),
+        *await store.read_journal(rid, 2),
+        *await store.list_checkpoints(rid),
+    )
+
+
+async def test_commits_accumulate(store: CheckpointStorage) -> None:
+    run = await create(store)
+    steps = await commit_steps(store, run, range(1, 6), checkpoints=True)
+    assert await store.load_steps(run.run_id) == steps
+    assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2, 3, 4, 5]
+    assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1, 2, 3, 4, 5]
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.step_seq, stored.event_seq, stored.updated_at) == (5, 5, T0 + 1005)
+
+
+async def test_checkpoints_at_one_seq_list_oldest_id_first(store: CheckpointStorage) -> None:
+    run = await create(store)
+    first, second = make_checkpoint(run.run_id, 2), make_checkpoint(run.run_id, 2)
+    assert first.checkpoint_id < second.checkpoint_id
+    manual = make_checkpoint(run.run_id, 4, reason=REASON_MANUAL)
+    await store.commit(make_commit(run, checkpoints=[manual, second, first]))
+    assert await store.list_checkpoints(run.run_id) == [first, second, manual]
+
+
+def _everything_commit(run: RunRecord, fence: int, prune: list[str]) -> Any:
+    rid = run.run_id
+    return make_commit(
+        run,
+        fence=fence,
+        steps=[make_step(rid, 4), make_step(rid, 2, agent="again")],
+        events=[make_event(rid, 4)],
+        journal=[make_journal(rid, 4, 0), make_journal(rid, 1, 0)],
+        checkpoints=[make_checkpoint(rid, 4)],
+        prune=prune,
+        truncate_after=1,
+        status=COMPLETED,
+        result=seal_json("done"),
+        error=seal_json("err"),
+        lease_until=T0 + 999,
+        step_seq=4,
+        event_seq=4,
+        updated_at=T0 + 999,
+    )
+
+
+@pytest.mark.parametrize("fence_delta", [-1, 1])
+async def test_stale_fence_commit_changes_nothing(
+    store: CheckpointStorage, fence_delta: int
+) -> None:
+    run = await create(store, fence=3)
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    await store.commit(make_commit(run, journal=[make_journal(run.run_id, 1, 0)]))
+    before = await snapshot(store, run.run_id)
+    prune = [c.checkpoint_id for c in before[3]]
+    with pytest.raises(StaleOwnerError):
+        await store.commit(_everything_commit(run, run.fence + fence_delta, prune))
+    assert await snapshot(store, run.run_id) == before
+
+
+async def test_commit_to_missing_run_raises_not_found(store: CheckpointStorage) -> None:
+    ghost = make_run("run-ghost")
+    with pytest.raises(RunNotFoundError):
+        await store.commit(_everything_commit(ghost, ghost.fence, []))
+    assert await snapshot(store, "run-ghost") == (None, [], [], [], [], [[]] * 10)
+    assert await store.list_runs() == []
+
+
+async def test_prune_deletes_the_named_checkpoints_only(store: CheckpointStorage) -> None:
+    run, other = await create(store), await create(store)
+    await commit_steps(store, run, range(1, 5), checkpoints=True)
+    await commit_steps(store, other, range(1, 3), checkpoints=True)
+    mine, theirs = (
+        await store.list_checkpoints(run.run_id),
+        await store.list_checkpoints(other.run_id),
+    )
+    prune = [mine[0].checkpoint_id, mine[2].checkpoint_id, "0000-unknown", theirs[0].checkpoint_id]
+    await store.commit(make_commit(run, prune=prune))
+    assert await store.list_checkpoints(run.run_id) == [mine[1], mine[3]]
+    assert await store.get_checkpoint(mine[0].checkpoint_id) is None
+    assert await store.get_checkpoint(mine[1].checkpoint_id) == mine[1]
+    assert await store.list_checkpoints(other.run_id) == theirs
+    assert await store.get_checkpoint(theirs[0].checkpoint_id) == theirs[0]
+    assert len(await store.load_steps(run.run_id)) == 4
+
+
+async def test_prune_applies_after_the_append(store: CheckpointStorage) -> None:
+    run = await create(store)
+    kept, pruned = make_checkpoint(run.run_id, 1), make_checkpoint(run.run_id, 1)
+    await store.commit(make_commit(run, checkpoints=[kept, pruned], prune=[pruned.checkpoint_id]))
+    assert await store.list_checkpoints(run.run_id) == [kept]
+    assert await store.get_checkpoint(pruned.checkpoint_id) is None
+
+
+async def test_truncate_after_drops_later_steps_and_checkpoints(store: CheckpointStorage) -> None:
+    run = await create(store)
+    rid = run.run_id
+    steps = await commit_steps(store, run, range(1, 6), checkpoints=True)
+    await store.commit(make_commit(run, journal=[make_journal(rid, 4, 0)]))
+    old = await store.list_checkpoints(rid)
+    redo_step, redo_checkpoint = make_step(rid, 4, agent="redo"), make_checkpoint(rid, 4)
+    await store.commit(
+        make_commit(
+            run,
+            truncate_after=3,
+            steps=[redo_step],
+            checkpoints=[redo_checkpoint],
+            events=[make_event(rid, 6)],
+        )
+    )
+    assert await store.load_steps(rid) == [*steps[:3], redo_step]
+    assert await store.list_checkpoints(rid) == [*old[:3], redo_checkpoint]
+    assert await store.get_checkpoint(old[4].checkpoint_id) is None
+    assert [e.seq for e in await store.read_events(rid)] == [1, 2, 3, 4, 5, 6]
+    assert await store.read_journal(rid, 4) == [make_journal(rid, 4, 0)]
+
+
+async def test_truncate_after_zero_drops_every_step(store: CheckpointStorage) -> None:
+    run = await create(store)
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    await store.commit(make_commit(run, truncate_after=0))
+    assert await store.load_steps(run.run_id) == []
+    assert await store.list_checkpoints(run.run_id) == []
+    assert len(await store.read_events(run.run_id)) == 3
+
+
+async def test_recommitting_a_step_after_truncation_replaces_it(store: CheckpointStorage) -> None:
+    run = await create(store)
+    rid = run.run_id
+    steps = await commit_steps(store, run, range(1, 4))
+    await store.commit(make_commit(run, truncate_after=1, step_seq=1))
+    assert await store.load_steps(rid) == steps[:1]
+    again = [make_step(rid, 2, agent="b", data="x" * 50), make_step(rid, 3, agent="c")]
+    for step in again:
+        await store.commit(make_commit(run, steps=[step], step_seq=step.seq))
+    assert await store.load_steps(rid) == [steps[0], *again]
+    assert await store.load_steps(rid, after=1, upto=2) == again[:1]
+
+
+RUN_FIELD_VALUES: dict[str, Any] = {
+    "status": COMPLETED,
+    "result": seal_json({"result": [1, 2]}),
+    "error": seal_json({"error": "x"}),
+    "lease_until": T0 + 777.25,
+    "step_seq": 17,
+    "event_seq": 23,
+    "updated_at": T0 + 555.5,
+}
+
+
+@pytest.mark.parametrize("field_name", sorted(RUN_FIELD_VALUES))
+async def test_commit_updates_only_the_run_fields_it_sets(
+    store: CheckpointStorage, field_name: str
+) -> None:
+    run = await create(
+        store, owner=OWNER, lease_until=T0 + 1, fence=4, step_seq=2, event_seq=3, parent_run="p"
+    )
+    value = RUN_FIELD_VALUES[field_name]
+    await store.commit(make_commit(run, **{field_name: value}))
+    assert await store.get_run(run.run_id) == dataclasses.replace(run, **{field_name: value})
+
+
+async def test_commit_with_no_fields_changes_no_run_field(store: CheckpointStorage) -> None:
+    run = await create(store, result=seal_json(1), error=seal_json(2), lease_until=T0 + 3)
+    await store.commit(make_commit(run))
+    assert await store.get_run(run.run_id) == run
+
+
+async def test_commit_sets_several_run_fields_at_once(store: CheckpointStorage) -> None:
+    run = await create(store)
+    await store.commit(make_commit(run, **RUN_FIELD_VALUES))
+    assert await store.get_run(run.run_id) == dataclasses.replace(run, **RUN_FIELD_VALUES)
+
+
+# --- deleting ---------------------------------------------------------------------------
+
+
+async def test_delete_run_removes_everything(store: CheckpointStorage) -> None:
+    run, other = await create(store), await create(store)
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    await store.commit(make_commit(run, journal=[make_journal(run.run_id, 2, 0)]))
+    await commit_steps(store, other, range(1, 3), checkpoints=True)
+    checkpoint_ids = [c.checkpoint_id for c in await store.list_checkpoints(run.run_id)]
+    other_before = await snapshot(store, other.run_id)
+    assert await store.delete_run(run.run_id) is True
+    assert await snapshot(store, run.run_id) == (None, [], [], [], [], [[]] * 10)
+    for checkpoint_id in checkpoint_ids:
+        assert await store.get_checkpoint(checkpoint_id) is None
+    assert await store.delete_run(run.run_id) is False
+    assert await store.delete_run("run-never") is False
+    assert await snapshot(store, other.run_id) == other_before
+    assert await store.list_runs() == [other_before[0]]
+
+
+async def test_a_deleted_run_id_can_be_created_afresh(store: CheckpointStorage) -> None:
+    run = await create(store, run_id="run-again")
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    await store.delete_run("run-again")
+    fresh = await create(store, run_id="run-again", pipeline="second")
+    assert await snapshot(store, "run-again") == (fresh, [], [], [], [], [[]] * 10)
+
+
+async def test_delete_checkpoints(store: CheckpointStorage) -> None:
+    run, other = await create(store, fence=5), await create(store)
+    await commit_steps(store, run, range(1, 5), checkpoints=True)
+    await commit_steps(store, other, range(1, 2), checkpoints=True)
+    mine, theirs = (
+        await store.list_checkpoints(run.run_id),
+        await store.list_checkpoints(other.run_id),
+    )
+    gone = await store.delete_checkpoints(
+        run.run_id, [mine[1].checkpoint_id, mine[3].checkpoint_id, "0000-unknown"]
+    )
+    assert gone == 2
+    assert await store.list_checkpoints(run.run_id) == [mine[0], mine[2]]
+    assert await store.get_checkpoint(mine[1].checkpoint_id) is None
+    assert await store.delete_checkpoints(run.run_id, [theirs[0].checkpoint_id]) == 0
+    assert await store.get_checkpoint(theirs[0].checkpoint_id) == theirs[0]
+    assert await store.delete_checkpoints(run.run_id, []) == 0
+    assert await store.delete_checkpoints("run-nope", [mine[0].checkpoint_id]) == 0
+    assert len(await store.load_steps(run.run_id)) == 4
+
+
+async def test_expire_runs(store: CheckpointStorage) -> None:
+    def spec(pipeline: str, status: str, updated: float) -> dict[str, Any]:
+        return {"pipeline": pipeline, "status": status, "updated_at": T0 + updated}
+
+    specs = {
+        "run-old-done": spec("a", COMPLETED, 10),
+        "run-old-failed": spec("a", FAILED, 20),
+        "run-old-running": spec("a", RUNNING, 10),
+        "run-new-done": spec("a", COMPLETED, 200),
+        "run-edge-done": spec("a", COMPLETED, 100),
+        "run-b-old-done": spec("b", COMPLETED, 10),
+    }
+    for run_id, fields in specs.items():
+        run = await create(store, run_id=run_id, **fields)
+        await commit_steps(store, run, range(1, 3), checkpoints=True)
+        await store.commit(make_commit(run, updated_at=fields["updated_at"]))
+    b_checkpoints = await store.list_checkpoints("run-b-old-done")
+    expired = await store.expire_runs([COMPLETED, FAILED], T0 + 100, pipeline="a")
+    assert sorted(expired) == ["run-old-done", "run-old-failed"]
+    assert await store.get_run("run-old-done") is None
+    assert await store.load_steps("run-old-failed") == []
+    assert await store.expire_runs([], T0 + 1000) == []
+    assert await store.expire_runs([COMPLETED], T0 + 100) == ["run-b-old-done"]
+    assert await store.get_checkpoint(b_checkpoints[0].checkpoint_id) is None
+    remaining = sorted(r.run_id for r in await store.list_runs())
+    assert remaining == ["run-edge-done", "run-new-done", "run-old-running"]
+    assert len(await store.load_steps("run-edge-done")) == 2
+
+
+# --- many runs, long runs, big and odd bodies -------------------------------------------
+
+
+async def test_interleaved_runs_stay_isolated(store: CheckpointStorage) -> None:
+    runs = [await create(store, pipeline=f"p{i % 3}") for i in range(12)]
+    for seq in range(1, 9):
+        await asyncio.gather(*(commit_steps(store, run, [seq], checkpoints=True) for run in runs))
+    for run in runs:
+        steps = await store.load_steps(run.run_id)
+        assert steps == [make_step(run.run_id, seq) for seq in range(1, 9)]
+        assert [e.run_id for e in await store.read_events(run.run_id)] == [run.run_id] * 8
+        checkpoints = await store.list_checkpoints(run.run_id)
+        assert [(c.run_id, c.seq) for c in checkpoints] == [(run.run_id, s) for s in range(1, 9)]
+    assert len(await store.list_runs(pipeline="p1")) == 4
+
+
+async def test_a_thousand_steps_load_in_order(store: CheckpointStorage) -> None:
+    run = await create(store)
+    steps = await commit_steps(store, run, range(1, 1001))
+    assert await store.load_steps(run.run_id) == steps
+    assert await store.load_steps(run.run_id, after=990) == steps[990:]
+    assert await store.load_steps(run.run_id, after=99, upto=200) == steps[99:200]
+    assert len(await store.read_events(run.run_id, since_seq=500, limit=100)) == 100
+    stored = await store.get_run(run.run_id)
+    assert stored is not None and stored.step_seq == 1000
+
+
+async def _round_trip_everywhere(store: CheckpointStorage, body: bytes) -> None:
+    run = make_run("run-body", result=body, error=body)
+    run.input = body
+    await store.create_run(run)
+    step = StepRecord(run_id=run.run_id, seq=1, agent="big", body=body)
+    event = dataclasses.replace(make_event(run.run_id, 1), body=body)
+    entry = JournalRecord(run_id=run.run_id, step=1, position=0, body=body)
+    checkpoint = dataclasses.replace(make_checkpoint(run.run_id, 1), body=body)
+    await store.commit(
+        make_commit(run, steps=[step], events=[event], journal=[entry], checkpoints=[checkpoint])
+    )
+    assert await store.get_run(run.run_id) == run
+    assert await store.load_steps(run.run_id) == [step]
+    assert await store.read_events(run.run_id) == [event]
+    assert await store.read_journal(run.run_id, 1) == [entry]
+    assert await store.list_checkpoints(run.run_id) == [checkpoint]
+    assert await store.get_checkpoint(checkpoint.checkpoint_id) == checkpoint
+
+
+async def test_megabyte_bodies_round_trip(store: CheckpointStorage) -> None:
+    value = {"text": "0123456789abcdef" * (MEGABYTE // 16), "bytes": bytes(range(256)) * 64}
+    body = seal(encode_value(value))
+    assert len(body) > MEGABYTE
+    await _round_trip_everywhere(store, body)
+
+
+# One character per UTF-8 lead byte, plus every character below U+0800.
+EVERY_UTF8_LEAD = (
+    [chr(c) for c in range(0x800)]
+    + [chr(0x800)]
+    + [chr(lead << 12) for lead in range(1, 16) if lead != 0xD]
+    + [chr(0xD000)]
+    + [chr(c) for c in (0xFFFD, 0xFFFF, 0x1F600, 0x40000, 0x80000, 0xC0000, 0x10FFFF)]
+)
+VALID_JSON_BYTES = set(range(0x20, 0x80)) | set(range(0x80, 0xC0)) | set(range(0xC2, 0xF5))
+HAND_WRITTEN_JSON = (
+    b'{ "a" : [1 , 2.50, -0.0, 1E-7, 10e+2],\n\t"\\u00e9\\/\\"\\\\\\b\\f\\n\\r\\t":\r\n'
+    b' "\\ud83d\\ude00 \\u0000 \\u001f", "deep": [[[[{}]]]], "empty": "" }  '
+)
+
+
+async def test_bodies_with_every_utf8_byte_value_round_trip(store: CheckpointStorage) -> None:
+    text = "".join(EVERY_UTF8_LEAD)
+    body = encode_value({text: [text, "\\u0000", "\\", '"', "'", "$ne", None]})
+    assert set(body) == VALID_JSON_BYTES
+    await _round_trip_everywhere(store, seal(body))
+
+
+async def test_hand_written_json_bodies_round_trip_byte_for_byte(
+    store: CheckpointStorage,
+) -> None:
+    await _round_trip_everywhere(store, seal(HAND_WRITTEN_JSON))
+
+
+async def test_concurrent_commits_through_two_handles_lose_nothing(
+    store: CheckpointStorage, store_factory: StoreFactory
+) -> None:
+    other = await store_factory()
+    run = await create(store)
+    rid = run.run_id
+
+    async def write(handle: CheckpointStorage, seq: int) -> None:
+        await handle.commit(
+            make_commit(
+                run,
+                steps=[make_step(rid, seq)],
+                events=[make_event(rid, seq)],
+                journal=[make_journal(rid, seq, 0)],
+                checkpoints=[make_checkpoint(rid, seq)],
+            )
+        )
+
+    await asyncio.gather(*(write(store if seq % 2 else other, seq) for seq in range(1, 41)))
+    assert await store.load_steps(rid) == [make_step(rid, seq) for seq in range(1, 41)]
+    assert sorted(e.seq for e in await other.read_events(rid)) == list(range(1, 41))
+    assert [c.seq for c in await store.list_checkpoints(rid)] == list(range(1, 41))
+    assert await other.read_journal(rid, 17) == [make_journal(rid, 17, 0)]

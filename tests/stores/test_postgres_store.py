@@ -1,0 +1,374 @@
+"""What only the PostgreSQL store does: migrations, prefixes, pools, races, lost connections.
+
+Runs against the real server of ``NESTEGG_TEST_PG_URL``; each test has its own table
+prefix and drops it afterwards. The contract itself is in test_contract.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.stores.postgres_schema import MIGRATIONS
+from nestegg.constants import COMPLETED
+from nestegg.errors import (
+    ConfigurationError,
+    InvalidIdentifierError,
+    RunLockedError,
+    StaleOwnerError,
+    StorageUnavailableError,
+)
+from tests.stores.builders import (
+    OWNER,
+    commit_steps,
+    create,
+    make_checkpoint,
+    make_commit,
+    make_event,
+    make_journal,
+    make_step,
+)
+from tests.stores.conftest import drop_postgres_tables
+
+pytestmark = pytest.mark.server
+
+psycopg = pytest.importorskip("psycopg")
+from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage  # noqa: E402
+
+OpenStore = Callable[..., PostgresCheckpointStorage]
+
+
+@pytest.fixture
+async def open_store(pg_url: str) -> AsyncIterator[OpenStore]:
+    """Builds stores on one fresh table prefix; closes them and drops the prefix after."""
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    opened: list[PostgresCheckpointStorage] = []
+
+    def build(**options: Any) -> PostgresCheckpointStorage:
+        options.setdefault("table_prefix", prefix)
+        store = PostgresCheckpointStorage(pg_url, **options)
+        opened.append(store)
+        return store
+
+    yield build
+    for store in opened:
+        await store.close()
+    await drop_postgres_tables(pg_url, prefix)
+
+
+async def _tables(pg_url: str, prefix: str) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE left(table_name, %s) = %s"
+            " ORDER BY table_name",
+            (len(prefix), prefix),
+        )
+        return [row[0] for row in await cursor.fetchall()]
+
+
+async def _versions(pg_url: str, prefix: str) -> list[int]:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            psycopg.sql.SQL("SELECT version FROM {} ORDER BY version").format(
+                psycopg.sql.Identifier(f"{prefix}schema_versions")
+            )
+        )
+        return [row[0] for row in await cursor.fetchall()]
+
+
+# --- schema ----------------------------------------------------------------------------
+
+
+async def test_migrations_are_recorded_once_and_setup_is_idempotent(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    store = open_store()
+    await store.setup()
+    await store.setup()
+    again = open_store()
+    await again.setup()
+    assert await store.schema_version() == len(MIGRATIONS)
+    assert await _versions(pg_url, store.table_prefix) == list(range(1, len(MIGRATIONS) + 1))
+    names = await _tables(pg_url, store.table_prefix)
+    suffixes = {"checkpoints", "events", "journal", "runs", "schema_versions", "steps"}
+    assert names == sorted(store.table_prefix + s for s in suffixes)
+
+
+async def test_concurrent_setup_from_many_tasks_and_pools(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    stores = [open_store() for _ in range(6)]
+    await asyncio.gather(*(s.setup() for s in stores), *(stores[0].setup() for _ in range(3)))
+    assert await _versions(pg_url, stores[0].table_prefix) == list(range(1, len(MIGRATIONS) + 1))
+    run = await create(stores[1])
+    assert await stores[5].get_run(run.run_id) == run
+
+
+async def test_the_schema_is_created_on_first_use_without_setup(open_store: OpenStore) -> None:
+    store = open_store()
+    run = await create(store)
+    assert await store.get_run(run.run_id) == run
+
+
+async def test_drop_removes_every_table_and_the_next_use_recreates_them(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    store = open_store()
+    run = await create(store)
+    await store.drop()
+    assert await _tables(pg_url, store.table_prefix) == []
+    assert await store.get_run(run.run_id) is None
+    assert await store.schema_version() == len(MIGRATIONS)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "1abc_", "a-b_", "a b", 'x"; DROP TABLE runs; --', "nestegg.", "ünï_", "a" * 33, None],
+)
+def test_a_table_prefix_that_is_not_an_identifier_is_rejected(prefix: Any) -> None:
+    with pytest.raises(InvalidIdentifierError, match="table_prefix"):
+        PostgresCheckpointStorage("postgresql://nobody@127.0.0.1/none", table_prefix=prefix)
+
+
+def test_bad_construction_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="url or a pool"):
+        PostgresCheckpointStorage()
+    with pytest.raises(ConfigurationError, match="min_size"):
+        PostgresCheckpointStorage("postgresql://x@127.0.0.1/x", min_size=5, max_size=2)
+
+
+# --- ownership -------------------------------------------------------------------------
+
+
+async def test_exactly_one_of_many_concurrent_claimers_wins(open_store: OpenStore) -> None:
+    stores = [open_store(max_size=5) for _ in range(3)]
+    run = await create(stores[0])
+    now = time.time()
+
+    async def claim(number: int) -> Any:
+        owner = Owner(host=f"host-{number}", pid=number, started="1")
+        try:
+            return await stores[number % 3].claim_run(run.run_id, run.fence, owner, now + 30, now)
+        except RunLockedError as exc:
+            return exc
+
+    results = await asyncio.gather(*(claim(n) for n in range(40)))
+    winners = [r for r in results if not isinstance(r, RunLockedError)]
+    assert len(winners) == 1
+    stored = await stores[0].get_run(run.run_id)
+    assert stored is not None
+    assert stored.fence == run.fence + 1
+    assert stored.owner == winners[0].owner
+
+
+async def test_a_stale_commit_is_rejected_and_writes_nothing(open_store: OpenStore) -> None:
+    store = open_store()
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    now = time.time()
+    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+    before = (
+        await store.get_run(run.run_id),
+        await store.load_steps(run.run_id),
+        await store.read_events(run.run_id),
+        await store.list_checkpoints(run.run_id),
+        await store.read_journal(run.run_id, 3),
+    )
+    kept = before[3][0].checkpoint_id
+    stale = make_commit(
+        run,
+        steps=[make_step(run.run_id, 3)],
+        events=[make_event(run.run_id, 3)],
+        journal=[make_journal(run.run_id, 3, 0)],
+        checkpoints=[make_checkpoint(run.run_id, 3)],
+        prune=[kept],
+        truncate_after=1,
+        status=COMPLETED,
+        result=b"stale",
+        step_seq=3,
+        event_seq=3,
+        updated_at=now + 99,
+    )
+    with pytest.raises(StaleOwnerError, match="newer owner"):
+        await store.commit(stale)
+    after = (
+        await store.get_run(run.run_id),
+        await store.load_steps(run.run_id),
+        await store.read_events(run.run_id),
+        await store.list_checkpoints(run.run_id),
+        await store.read_journal(run.run_id, 3),
+    )
+    assert after == before
+
+
+async def test_a_commit_applied_twice_leaves_what_one_left(open_store: OpenStore) -> None:
+    store = open_store()
+    run = await create(store)
+    commit = make_commit(
+        run,
+        steps=[make_step(run.run_id, 1)],
+        events=[make_event(run.run_id, 1), make_event(run.run_id, 2)],
+        journal=[make_journal(run.run_id, 1, 0)],
+        checkpoints=[make_checkpoint(run.run_id, 1)],
+        step_seq=1,
+        event_seq=2,
+    )
+    await store.commit(commit)
+    once = (await store.load_steps(run.run_id), await store.read_events(run.run_id))
+    await store.commit(commit)  # what a retry after a lost reply does
+    assert (await store.load_steps(run.run_id), await store.read_events(run.run_id)) == once
+    assert len(await store.list_checkpoints(run.run_id)) == 1
+
+
+# --- connections -----------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_storage_unavailable_quickly() -> None:
+    store = PostgresCheckpointStorage(
+        "postgresql://postgres@127.0.0.1:1/test", connect_timeout=1, retries=0
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1:1"):
+            await store.get_run("run-1")
+    finally:
+        await store.close()
+    assert time.monotonic() - started < 10
+
+
+async def test_reads_and_commits_ride_through_killed_connections(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    name = f"nestegg-test-{uuid.uuid4().hex[:8]}"
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}application_name={name}"
+    prefix = open_store().table_prefix
+    store = PostgresCheckpointStorage(url, table_prefix=prefix, min_size=3, max_size=3)
+    try:
+        run = await create(store)
+        await commit_steps(store, run, range(1, 3))
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            cursor = await admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+            assert (await cursor.fetchone())[0] >= 1
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+        await commit_steps(store, run, range(3, 5))
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
+    finally:
+        await store.close()
+
+
+async def test_a_given_pool_is_used_and_left_open(open_store: OpenStore, pg_url: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    prefix = open_store().table_prefix
+    pool = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)  # not autocommit
+    await pool.open()
+    try:
+        store = PostgresCheckpointStorage(pool=pool, table_prefix=prefix)
+        run = await create(store)
+        await commit_steps(store, run, range(1, 4), checkpoints=True)
+        await store.close()
+        assert not pool.closed
+        async with pool.connection() as conn:
+            cursor = await conn.execute(
+                psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+                    psycopg.sql.Identifier(f"{prefix}steps")
+                )
+            )
+            assert (await cursor.fetchone())[0] == 3
+    finally:
+        await pool.close()
+
+
+async def test_without_prepared_statements_for_pgbouncer(open_store: OpenStore) -> None:
+    store = open_store(prepare_threshold=None)
+    run = await create(store)
+    await commit_steps(store, run, range(1, 12), checkpoints=True)
+    assert len(await store.load_steps(run.run_id)) == 11
+
+
+async def test_two_hundred_runs_commit_at_once_in_one_process(open_store: OpenStore) -> None:
+    store = open_store(max_size=10)
+    now = time.time()
+
+    async def one_run(number: int) -> None:
+        run = await create(store, run_id=f"run-{number:03d}")
+        claimed = await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+        kept: list[str] = []
+        for seq in range(1, 6):
+            checkpoint = make_checkpoint(run.run_id, seq)
+            kept.append(checkpoint.checkpoint_id)
+            await store.commit(
+                make_commit(
+                    claimed,
+                    steps=[make_step(run.run_id, seq)],
+                    events=[make_event(run.run_id, seq)],
+                    checkpoints=[checkpoint],
+                    prune=kept[:-2],
+                    step_seq=seq,
+                    event_seq=seq,
+                )
+            )
+            del kept[:-2]
+
+    await asyncio.gather(*(one_run(n) for n in range(200)))
+    runs = await store.list_runs()
+    assert len(runs) == 200
+    assert {r.step_seq for r in runs} == {5}
+    for number in (0, 99, 199):
+        run_id = f"run-{number:03d}"
+        assert [s.seq for s in await store.load_steps(run_id)] == [1, 2, 3, 4, 5]
+        assert [c.seq for c in await store.list_checkpoints(run_id)] == [4, 5]
+
+
+# --- optional driver -------------------------------------------------------------------
+
+_WITHOUT_PSYCOPG = """
+import sys
+sys.modules["psycopg"] = None
+sys.modules["psycopg_pool"] = None
+import nestegg, nestegg.checkpoint
+from nestegg.errors import MissingDependencyError
+for build in (
+    lambda: nestegg.checkpoint.PostgresCheckpointStorage("postgresql://x@127.0.0.1/x"),
+    lambda: nestegg.checkpoint.open_store("postgresql://x@127.0.0.1/x"),
+    lambda: nestegg.checkpoint.SQLCheckpointStorage("postgresql://x@127.0.0.1/x"),
+):
+    try:
+        build()
+    except MissingDependencyError as exc:
+        print(exc)
+    else:
+        print("no error")
+"""
+
+
+def test_without_psycopg_constructing_names_the_extra_to_install() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PSYCOPG], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3
+    assert all("pip install 'nestegg[postgres]'" in line for line in lines), lines
+
+
+def test_importing_nestegg_does_not_import_psycopg() -> None:
+    code = (
+        "import sys, nestegg, nestegg.checkpoint, nestegg.checkpoint.stores; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'redis')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

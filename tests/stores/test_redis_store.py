@@ -1,0 +1,352 @@
+"""What only the Redis store does: key prefixes, scripts, expiry, races, lost connections.
+
+Runs against the real server of ``NESTEGG_TEST_REDIS_URL``; each test has its own key
+prefix and deletes its keys afterwards. The contract itself is in test_contract.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from nestegg.checkpoint.records import Owner
+from nestegg.constants import COMPLETED
+from nestegg.errors import (
+    ConfigurationError,
+    InvalidIdentifierError,
+    RunLockedError,
+    StaleOwnerError,
+    StorageUnavailableError,
+)
+from tests.stores.builders import (
+    OWNER,
+    commit_steps,
+    create,
+    make_checkpoint,
+    make_commit,
+    make_event,
+    make_journal,
+    make_step,
+)
+from tests.stores.conftest import delete_redis_keys
+
+pytestmark = pytest.mark.server
+
+aioredis = pytest.importorskip("redis.asyncio")
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage  # noqa: E402
+
+OpenStore = Callable[..., RedisCheckpointStorage]
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Any]:
+    """A plain client on the test server, to look at keys behind the store's back."""
+    plain = aioredis.Redis.from_url(redis_url)
+    yield plain
+    await plain.aclose()
+
+
+@pytest.fixture
+async def open_store(redis_url: str) -> AsyncIterator[OpenStore]:
+    """Builds stores on one fresh key prefix; closes them and deletes the keys after."""
+    prefix = f"nestegg-test:{uuid.uuid4().hex[:12]}:"
+    opened: list[RedisCheckpointStorage] = []
+
+    def build(**options: Any) -> RedisCheckpointStorage:
+        options.setdefault("prefix", prefix)
+        store = RedisCheckpointStorage(options.pop("url", redis_url), **options)
+        opened.append(store)
+        return store
+
+    yield build
+    for store in opened:
+        await store.close()
+    await delete_redis_keys(redis_url, prefix)
+
+
+async def _keys(client: Any, prefix: str) -> list[bytes]:
+    return sorted([key async for key in client.scan_iter(match=f"{prefix}*")])
+
+
+@pytest.mark.parametrize(
+    "prefix", ["", "a b:", "a\nb:", "tab\t:", "glob*:", "q?:", "[x]:", "back\\:", "x" * 101, None]
+)
+def test_a_key_prefix_with_spaces_newlines_or_glob_characters_is_rejected(prefix: Any) -> None:
+    with pytest.raises(InvalidIdentifierError, match="key prefix"):
+        RedisCheckpointStorage("redis://127.0.0.1:6379/0", prefix=prefix)
+
+
+def test_a_client_that_decodes_responses_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="decode_responses"):
+        RedisCheckpointStorage(aioredis.Redis(decode_responses=True))
+
+
+@pytest.mark.parametrize("target", [None, 6379, b"redis://127.0.0.1"])
+def test_something_else_than_a_url_or_a_client_is_refused(target: Any) -> None:
+    with pytest.raises(ConfigurationError, match=r"URL or a redis\.asyncio\.Redis client"):
+        RedisCheckpointStorage(target)
+
+
+@pytest.mark.parametrize("ttl", [0, 0.5, timedelta(milliseconds=10), -5])
+def test_an_expiry_under_a_second_is_refused(ttl: Any) -> None:
+    with pytest.raises(ConfigurationError, match="expire_finished_after"):
+        RedisCheckpointStorage("redis://127.0.0.1:6379/0", expire_finished_after=ttl)
+
+
+async def test_every_key_is_under_the_prefix_and_drop_deletes_them(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store()
+    await store.setup()
+    run = await create(store, pipeline="p")
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    keys = await _keys(client, store.prefix)
+    kinds = {key[len(store.prefix) :].split(b":")[0] for key in keys}
+    assert kinds == {
+        b"run",
+        b"runs",
+        b"pipeline",
+        b"steps",
+        b"events",
+        b"checkpoints",
+        b"checkpoint_order",
+        b"checkpoint",
+    }
+    await store.drop()
+    assert await _keys(client, store.prefix) == []
+
+
+# --- ownership -------------------------------------------------------------------------
+
+
+async def test_exactly_one_of_many_concurrent_claimers_wins(open_store: OpenStore) -> None:
+    stores = [open_store() for _ in range(3)]
+    run = await create(stores[0])
+    now = time.time()
+
+    async def claim(number: int) -> Any:
+        owner = Owner(host=f"host-{number}", pid=number, started="1")
+        try:
+            return await stores[number % 3].claim_run(run.run_id, run.fence, owner, now + 30, now)
+        except RunLockedError as exc:
+            return exc
+
+    results = await asyncio.gather(*(claim(n) for n in range(60)))
+    winners = [r for r in results if not isinstance(r, RunLockedError)]
+    assert len(winners) == 1
+    stored = await stores[0].get_run(run.run_id)
+    assert stored is not None
+    assert stored.fence == run.fence + 1
+    assert stored.owner == winners[0].owner
+
+
+async def test_a_stale_commit_is_rejected_and_writes_nothing(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store()
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    now = time.time()
+    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+    keys = await _keys(client, store.prefix)
+    before = [await client.dump(key) for key in keys]
+    kept = (await store.list_checkpoints(run.run_id))[0].checkpoint_id
+    stale = make_commit(
+        run,
+        steps=[make_step(run.run_id, 3)],
+        events=[make_event(run.run_id, 3)],
+        journal=[make_journal(run.run_id, 3, 0)],
+        checkpoints=[make_checkpoint(run.run_id, 3)],
+        prune=[kept],
+        truncate_after=1,
+        status=COMPLETED,
+        result=b"stale",
+        step_seq=3,
+        event_seq=3,
+        updated_at=now + 99,
+    )
+    with pytest.raises(StaleOwnerError, match="newer owner"):
+        await store.commit(stale)
+    assert await _keys(client, store.prefix) == keys
+    assert [await client.dump(key) for key in keys] == before
+
+
+async def test_a_commit_applied_twice_leaves_what_one_left(open_store: OpenStore) -> None:
+    store = open_store()
+    run = await create(store)
+    commit = make_commit(
+        run,
+        steps=[make_step(run.run_id, 1)],
+        events=[make_event(run.run_id, 1), make_event(run.run_id, 2)],
+        journal=[make_journal(run.run_id, 1, 0)],
+        checkpoints=[make_checkpoint(run.run_id, 1)],
+        step_seq=1,
+        event_seq=2,
+    )
+    await store.commit(commit)
+    once = (await store.load_steps(run.run_id), await store.read_events(run.run_id))
+    await store.commit(commit)  # what a retry after a lost reply does
+    assert (await store.load_steps(run.run_id), await store.read_events(run.run_id)) == once
+    assert len(await store.list_checkpoints(run.run_id)) == 1
+    assert len(await store.read_journal(run.run_id, 1)) == 1
+
+
+# --- expiry ----------------------------------------------------------------------------
+
+
+async def test_finished_runs_get_a_redis_expiry_and_a_claim_removes_it(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store(expire_finished_after=timedelta(hours=1))
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    await store.commit(make_commit(run, journal=[make_journal(run.run_id, 1, 0)]))
+    run_keys = [k for k in await _keys(client, store.prefix) if run.run_id.encode() in k]
+    checkpoint_keys = [
+        f"{store.prefix}checkpoint:{c.checkpoint_id}".encode()
+        for c in await store.list_checkpoints(run.run_id)
+    ]
+    assert len(run_keys) == 7
+    assert set(checkpoint_keys) <= set(await _keys(client, store.prefix))
+    assert {await client.ttl(k) for k in run_keys + checkpoint_keys} == {-1}
+
+    await store.commit(make_commit(run, status=COMPLETED, result=b"done"))
+    ttls = [await client.ttl(k) for k in run_keys + checkpoint_keys]
+    assert all(3500 < ttl <= 3600 for ttl in ttls), ttls
+
+    now = time.time()
+    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+    assert {await client.ttl(k) for k in run_keys + checkpoint_keys} == {-1}
+
+
+async def test_runs_that_redis_expired_vanish_from_every_read(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store(expire_finished_after=1)
+    gone = await create(store, pipeline="p")
+    kept = await create(store, pipeline="p")
+    await commit_steps(store, gone, range(1, 3), checkpoints=True)
+    checkpoint = (await store.list_checkpoints(gone.run_id))[-1]
+    await store.commit(make_commit(gone, status=COMPLETED))
+    await asyncio.sleep(2.2)
+    assert await store.get_run(gone.run_id) is None
+    assert await store.get_checkpoint(checkpoint.checkpoint_id) is None
+    assert [r.run_id for r in await store.list_runs(pipeline="p")] == [kept.run_id]
+    assert [r.run_id for r in await store.list_runs()] == [kept.run_id]
+    assert await client.zscore(f"{store.prefix}runs", gone.run_id) is None
+    assert await store.load_steps(gone.run_id) == []
+
+
+# --- connections -----------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_storage_unavailable_quickly() -> None:
+    store = RedisCheckpointStorage("redis://127.0.0.1:1/0", connect_timeout=1, retries=0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageUnavailableError, match="Redis is unavailable"):
+            await store.get_run("run-1")
+        with pytest.raises(StorageUnavailableError):
+            await store.setup()
+    finally:
+        await store.close()
+    assert time.monotonic() - started < 10
+
+
+async def test_reads_and_commits_ride_through_killed_connections(
+    open_store: OpenStore, client: Any, redis_url: str
+) -> None:
+    name = f"nestegg-test-{uuid.uuid4().hex[:8]}"
+    url = f"{redis_url}{'&' if '?' in redis_url else '?'}client_name={name}"
+    store = open_store(url=url)
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3))
+    killed = 0
+    for connection in await client.client_list():
+        if connection.get("name") == name:
+            killed += await client.client_kill_filter(_id=connection["id"])
+    assert killed >= 1
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    await commit_steps(store, run, range(3, 5))
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
+
+
+async def test_a_given_client_is_used_and_left_open(open_store: OpenStore, client: Any) -> None:
+    prefix = open_store().prefix
+    store = RedisCheckpointStorage(client, prefix=prefix)
+    run = await create(store)
+    await store.close()
+    assert await client.ping()
+    assert await client.exists(f"{prefix}run:{run.run_id}") == 1
+
+
+async def test_two_hundred_runs_commit_at_once_in_one_process(open_store: OpenStore) -> None:
+    store = open_store()
+    now = time.time()
+
+    async def one_run(number: int) -> None:
+        run = await create(store, run_id=f"run-{number:03d}")
+        claimed = await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+        kept: list[str] = []
+        for seq in range(1, 6):
+            checkpoint = make_checkpoint(run.run_id, seq)
+            kept.append(checkpoint.checkpoint_id)
+            await store.commit(
+                make_commit(
+                    claimed,
+                    steps=[make_step(run.run_id, seq)],
+                    events=[make_event(run.run_id, seq)],
+                    checkpoints=[checkpoint],
+                    prune=kept[:-2],
+                    step_seq=seq,
+                    event_seq=seq,
+                )
+            )
+            del kept[:-2]
+
+    await asyncio.gather(*(one_run(n) for n in range(200)))
+    runs = await store.list_runs()
+    assert len(runs) == 200
+    assert {r.step_seq for r in runs} == {5}
+    for number in (0, 99, 199):
+        run_id = f"run-{number:03d}"
+        assert [s.seq for s in await store.load_steps(run_id)] == [1, 2, 3, 4, 5]
+        assert [c.seq for c in await store.list_checkpoints(run_id)] == [4, 5]
+
+
+# --- optional driver -------------------------------------------------------------------
+
+_WITHOUT_REDIS = """
+import sys
+sys.modules["redis"] = None
+import nestegg, nestegg.checkpoint
+from nestegg.errors import MissingDependencyError
+for build in (
+    lambda: nestegg.checkpoint.RedisCheckpointStorage("redis://127.0.0.1:6379/0"),
+    lambda: nestegg.checkpoint.open_store("redis://127.0.0.1:6379/0"),
+):
+    try:
+        build()
+    except MissingDependencyError as exc:
+        print(exc)
+    else:
+        print("no error")
+"""
+
+
+def test_without_redis_py_constructing_names_the_extra_to_install() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_REDIS], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert all("pip install 'nestegg[redis]'" in line for line in lines), lines

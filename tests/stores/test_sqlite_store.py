@@ -1,0 +1,402 @@
+"""What only the SQLite store does: processes sharing a file, schema versions, file modes,
+a loop that keeps running while the database is busy, error mapping, size on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nestegg.checkpoint.codec import seal_json
+from nestegg.checkpoint.records import Commit, EventRecord, StepRecord
+from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores import sqlite as sqlite_store
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
+from nestegg.checkpoint.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from nestegg.constants import SQLITE_RUNS_TABLE
+from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
+from tests.stores.builders import (
+    commit_steps,
+    create,
+    make_checkpoint,
+    make_commit,
+    make_event,
+    make_step,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A child process: commits steps to one run, or races for claims of several runs.
+CHILD = r"""
+import asyncio, sys, time
+from nestegg.checkpoint.stores import open_store
+from nestegg.errors import RunLockedError
+from tests.stores.builders import OWNER, create, make_checkpoint, make_commit, make_event, make_step
+
+async def commit_run(url, run_id, seqs, start):
+    store = open_store(url)
+    run = await store.get_run(run_id) or await create(store, run_id=run_id)
+    await asyncio.sleep(max(0.0, start - time.time()))
+    kept = []
+    for seq in seqs:
+        checkpoint = make_checkpoint(run_id, seq)
+        kept.append(checkpoint.checkpoint_id)
+        await store.commit(make_commit(
+            run, steps=[make_step(run_id, seq)], events=[make_event(run_id, seq)],
+            checkpoints=[checkpoint], prune=kept[:-3], step_seq=seq, event_seq=seq))
+        del kept[:-3]
+    await store.close()
+
+async def claim_runs(url, run_ids, start, pid):
+    store = open_store(url)
+    for i, run_id in enumerate(run_ids):
+        await asyncio.sleep(max(0.0, start + 0.1 * i - time.time()))
+        try:
+            await store.claim_run(run_id, 1, OWNER, time.time() + 30, time.time())
+            print(run_id, "won", flush=True)
+        except RunLockedError:
+            print(run_id, "locked", flush=True)
+    await store.close()
+
+mode, url = sys.argv[1], sys.argv[2]
+if mode == "commit":
+    seqs = [int(s) for s in sys.argv[4].split(",")]
+    asyncio.run(commit_run(url, sys.argv[3], seqs, float(sys.argv[5])))
+else:
+    asyncio.run(claim_runs(url, sys.argv[3].split(","), float(sys.argv[4]), sys.argv[5]))
+"""
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """A child Python process running CHILD with ``args``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(children: list[subprocess.Popen[str]]) -> list[str]:
+    """Wait for the children; their stdout. Fails with stderr if one failed."""
+    outputs = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        outputs.append(out)
+    return outputs
+
+
+def race_claims_in_processes(url: str, run_ids: list[str]) -> dict[str, list[str]]:
+    """Two processes claim each run at the same moment; each run's outcomes."""
+    start = f"{time.time() + 1.5:.6f}"
+    joined = ",".join(run_ids)
+    outputs = finish([spawn("claim", url, joined, start, str(i)) for i in range(2)])
+    outcomes: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
+    for line in "".join(outputs).splitlines():
+        run_id, outcome = line.split()
+        outcomes[run_id].append(outcome)
+    return outcomes
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+# --- processes sharing one file ---------------------------------------------------------
+
+
+async def test_two_processes_commit_to_their_runs_on_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    seqs = ",".join(str(seq) for seq in range(1, 401))
+    start = f"{time.time() + 1.5:.6f}"
+    finish([spawn("commit", sqlite_url(path), f"run-proc-{i}", seqs, start) for i in range(2)])
+    store = SQLiteCheckpointStorage(path)
+    try:
+        for i in range(2):
+            run_id = f"run-proc-{i}"
+            assert await store.load_steps(run_id) == [make_step(run_id, s) for s in range(1, 401)]
+            assert [e.seq for e in await store.read_events(run_id)] == list(range(1, 401))
+            assert [c.seq for c in await store.list_checkpoints(run_id)] == [398, 399, 400]
+    finally:
+        await store.close()
+
+
+async def test_a_claim_race_between_processes_has_one_winner(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    store = SQLiteCheckpointStorage(path)
+    run_ids = [f"run-race-{i}" for i in range(5)]
+    for run_id in run_ids:
+        await create(store, run_id=run_id)
+    await store.close()
+    outcomes = race_claims_in_processes(sqlite_url(path), run_ids)
+    assert all(sorted(o) == ["locked", "won"] for o in outcomes.values()), outcomes
+    store = SQLiteCheckpointStorage(path)
+    for run_id in run_ids:
+        stored = await store.get_run(run_id)
+        assert stored is not None and stored.fence == 2
+    await store.close()
+
+
+# --- setup, schema, files ---------------------------------------------------------------
+
+
+def _user_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
+async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    await store.setup()
+    await store.setup()
+    run = await create(store)
+    other = SQLiteCheckpointStorage(path)
+    await other.setup()
+    assert await other.get_run(run.run_id) == run
+    await store.close()
+    await other.close()
+    assert SCHEMA_VERSION == len(MIGRATIONS) >= 1
+    assert _user_version(path) == SCHEMA_VERSION
+    with sqlite3.connect(path) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert {SQLITE_RUNS_TABLE, "steps", "checkpoints", "events", "journal"} <= tables
+
+
+async def test_setup_is_lazy(tmp_path: Path) -> None:
+    path = tmp_path / "lazy" / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    assert not path.parent.exists()
+    assert await store.get_run("run-x") is None
+    assert _user_version(path) == SCHEMA_VERSION
+    await store.close()
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    store = SQLiteCheckpointStorage(path)
+    with pytest.raises(StorageError, match="upgrade nestegg"):
+        await store.setup()
+    await store.close()
+
+
+async def test_files_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    await commit_steps(store, run, range(1, 4), checkpoints=True)
+    for directory in (tmp_path / "a", tmp_path / "a" / "b"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    files = sorted(path.parent.iterdir())
+    assert {f.name for f in files} == {"n.db", "n.db-wal", "n.db-shm"}
+    for file in files:
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    await store.close()
+
+
+def test_from_url() -> None:
+    assert SQLiteCheckpointStorage.from_url("sqlite:///runs.db").path == Path("runs.db")
+    assert SQLiteCheckpointStorage.from_url("sqlite:///d/runs.db").path == Path("d/runs.db")
+    assert SQLiteCheckpointStorage.from_url("sqlite:////var/x.db").path == Path("/var/x.db")
+    assert SQLiteCheckpointStorage.from_url("sqlite://").path == ":memory:"
+    assert isinstance(open_store("sqlite:///a%20b.db"), SQLiteCheckpointStorage)
+    with pytest.raises(ConfigurationError):
+        SQLiteCheckpointStorage.from_url("sqlite://host/x.db")
+
+
+async def test_in_memory_store_works() -> None:
+    store = SQLiteCheckpointStorage.from_url("sqlite://")
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3))
+    assert len(await store.load_steps(run.run_id)) == 2
+    await store.close()
+
+
+async def test_close_stops_the_thread_and_a_later_call_reopens(tmp_path: Path) -> None:
+    def workers() -> int:
+        return sum(t.name.startswith("nestegg-sqlite") for t in threading.enumerate())
+
+    before = workers()
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    assert workers() == before + 1
+    await store.close()
+    await store.close()
+    assert workers() == before
+    assert await store.get_run(run.run_id) == run
+    await store.close()
+
+
+# --- the event loop keeps running -------------------------------------------------------
+
+
+async def _max_tick_gap(work: asyncio.Task[object], period: float = 0.002) -> float:
+    """The longest pause of a ticker that runs while ``work`` does."""
+    longest, last = 0.0, time.perf_counter()
+    while not work.done():
+        await asyncio.sleep(period)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    await work
+    return longest
+
+
+async def test_the_loop_keeps_ticking_while_the_database_is_locked(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.4, blocker.commit).start()
+    started = time.perf_counter()
+    write = asyncio.create_task(store.commit(make_commit(run, steps=[make_step(run.run_id, 1)])))
+    gap = await _max_tick_gap(write)
+    assert time.perf_counter() - started >= 0.35  # the commit did wait for the lock
+    assert gap < 0.1, gap
+    assert len(await store.load_steps(run.run_id)) == 1
+    blocker.close()
+    await store.close()
+
+
+async def test_the_loop_keeps_ticking_during_a_big_write(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    big = seal_json({"text": "x" * 50_000})
+    steps = [StepRecord(run.run_id, seq, "agent", big) for seq in range(1, 1001)]
+    write = asyncio.create_task(store.commit(make_commit(run, steps=steps)))
+    gap = await _max_tick_gap(write)
+    assert gap < 0.1, gap
+    assert len(await store.load_steps(run.run_id, after=990)) == 10
+    await store.close()
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+async def test_a_lock_held_beyond_the_busy_timeout_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StorageError, match="stayed locked") as caught:
+            await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+        assert not isinstance(caught.value, StorageUnavailableError)
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+    assert len(await store.load_steps(run.run_id)) == 1
+    await store.close()
+
+
+async def test_a_path_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    for path in (tmp_path / "file" / "n.db", tmp_path):
+        store = SQLiteCheckpointStorage(path)
+        with pytest.raises(StorageUnavailableError):
+            await store.setup()
+        await store.close()
+
+
+async def test_a_file_that_is_no_database_is_a_storage_error(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database, only some text" * 200)
+    store = SQLiteCheckpointStorage(path)
+    with pytest.raises(StorageError, match="not a database"):
+        await store.setup()
+    await store.close()
+
+
+def test_storage_error_mapping() -> None:
+    locked = sqlite3.OperationalError("database is locked")
+    assert type(storage_error(locked, "x.db")) is StorageError
+    io = sqlite3.OperationalError("disk I/O error")
+    assert type(storage_error(io, "x.db")) is StorageUnavailableError
+    cannot = sqlite3.OperationalError("unable to open database file")
+    assert type(storage_error(cannot, "x.db")) is StorageUnavailableError
+    assert type(storage_error(PermissionError(13, "denied"), "x.db")) is StorageUnavailableError
+    other = sqlite3.IntegrityError("NOT NULL constraint failed: steps.body")
+    assert type(storage_error(other, "x.db")) is StorageError
+
+
+async def test_a_failing_commit_is_rolled_back_whole(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    before = (
+        await store.get_run(run.run_id),
+        await store.load_steps(run.run_id),
+        await store.list_checkpoints(run.run_id),
+    )
+    bad_event = EventRecord(run.run_id, 3, 0.0, "kind", None)  # type: ignore[arg-type]
+    commit = make_commit(
+        run,
+        steps=[make_step(run.run_id, 3)],
+        checkpoints=[make_checkpoint(run.run_id, 3)],
+        prune=[c.checkpoint_id for c in before[2]],
+        truncate_after=1,
+        events=[bad_event],
+        step_seq=3,
+    )
+    with pytest.raises(StorageError, match="NOT NULL"):
+        await store.commit(commit)
+    after = (
+        await store.get_run(run.run_id),
+        await store.load_steps(run.run_id),
+        await store.list_checkpoints(run.run_id),
+    )
+    assert after == before
+    await store.close()
+
+
+# --- size on disk -----------------------------------------------------------------------
+
+
+async def test_a_thousand_steps_with_pruned_checkpoints_stay_small(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    rid, kept = run.run_id, []
+    for seq in range(1, 1001):
+        step = StepRecord(rid, seq, "agent", seal_json({"content": "y" * 1150, "seq": seq}))
+        checkpoint = make_checkpoint(rid, seq)
+        kept.append(checkpoint.checkpoint_id)
+        events = [make_event(rid, 3 * seq - i) for i in range(3)]
+        await store.commit(
+            Commit(
+                run_id=rid,
+                fence=run.fence,
+                steps=[step],
+                events=events,
+                checkpoints=[checkpoint],
+                prune=kept[:-3],
+                step_seq=seq,
+                event_seq=3 * seq,
+                updated_at=time.time(),
+            )
+        )
+        del kept[:-3]
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = sum(f.stat().st_size for f in tmp_path.iterdir())
+    assert size <= 2_500_000, size

@@ -1,0 +1,236 @@
+"""get_context() and the per-run context: state, history, metadata, isolation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from nestegg import Clutch, ClutchContext, ClutchState, Strategy, get_context
+from nestegg.context import current_context
+from nestegg.errors import NestEggError, NoActiveContextError
+
+
+class TestOutsideARun:
+    def test_get_context_raises_outside_a_run(self) -> None:
+        with pytest.raises(NoActiveContextError, match="outside"):
+            get_context()
+
+    def test_the_error_is_a_runtime_error_of_the_tree(self) -> None:
+        assert issubclass(NoActiveContextError, RuntimeError)
+        assert issubclass(NoActiveContextError, NestEggError)
+        with pytest.raises(RuntimeError):
+            get_context()
+
+    def test_current_context_is_none_outside_a_run(self) -> None:
+        assert current_context() is None
+
+    async def test_context_does_not_leak_after_a_run(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            get_context()
+            return data
+
+        await clutch.run("test")
+        with pytest.raises(RuntimeError):
+            get_context()
+
+    async def test_context_does_not_leak_after_a_failed_run(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            raise ValueError("x")
+
+        with pytest.raises(ValueError):
+            await clutch.run("test")
+        assert current_context() is None
+
+
+class TestInsideARun:
+    async def test_agent_sees_id_turn_source_and_data(self) -> None:
+        captured: dict[str, Any] = {}
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def inspector(data: Any) -> Any:
+            ctx = get_context()
+            captured.update(
+                clutch_id=ctx.state.clutch_id,
+                run_id=ctx.run_id,
+                turn=ctx.state.turn,
+                source=ctx.source,
+                data=ctx.data,
+                strategy=ctx.state.strategy,
+                members=list(ctx.state.members),
+            )
+            return data
+
+        await clutch.run("test")
+        assert captured["turn"] == 0
+        assert captured["source"] == "input"
+        assert captured["data"] == "test"
+        assert captured["strategy"] == "sequential"
+        assert captured["members"] == ["inspector"]
+        assert captured["clutch_id"] and captured["run_id"] == captured["clutch_id"]
+
+    async def test_each_run_gets_a_new_id(self) -> None:
+        ids: list[str] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            ids.append(get_context().state.clutch_id)
+            return data
+
+        await clutch.run(1)
+        await clutch.run(2)
+        assert len(set(ids)) == 2
+
+    async def test_turn_counts_steps_that_produced_data(self) -> None:
+        turns: list[int] = []
+        clutch = Clutch("p", strategy=Strategy.ROUND_ROBIN, max_turns=4)
+
+        @clutch.agent()
+        async def agent(data: int) -> int:
+            turns.append(get_context().state.turn)
+            return data + 1
+
+        await clutch.run(0)
+        assert turns == [0, 1, 2, 3]
+
+    async def test_on_step_hook_can_read_the_context(self) -> None:
+        seen: list[tuple[str, int]] = []
+
+        async def on_step(name: str, input_data: Any, output: Any) -> None:
+            ctx = get_context()
+            seen.append((ctx.source, ctx.state.turn))
+
+        clutch = Clutch("p", on_step=on_step)
+
+        @clutch.agent()
+        async def a(data: Any) -> Any:
+            return data
+
+        await clutch.run("in")
+        # The hook runs after the agent returned and before its output becomes current.
+        assert seen == [("input", 0)]
+
+    async def test_metadata_persists_across_steps(self) -> None:
+        seen: list[dict[str, Any]] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def writer(data: Any) -> Any:
+            get_context().metadata["tokens"] = 12
+            return data
+
+        @clutch.agent()
+        async def reader(data: Any) -> Any:
+            seen.append(dict(get_context().metadata))
+            return data
+
+        await clutch.run("in")
+        assert seen == [{"tokens": 12}]
+
+    async def test_metadata_starts_empty_for_every_run(self) -> None:
+        seen: list[dict[str, Any]] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            ctx = get_context()
+            seen.append(dict(ctx.metadata))
+            ctx.metadata["ran"] = True
+            return data
+
+        await clutch.run(1)
+        await clutch.run(2)
+        assert seen == [{}, {}]
+
+    async def test_context_survives_awaits_inside_an_agent(self) -> None:
+        ids: list[tuple[str, str]] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            before = get_context().state.clutch_id
+            await asyncio.sleep(0)
+            ids.append((before, get_context().state.clutch_id))
+            return data
+
+        await asyncio.gather(clutch.run(1), clutch.run(2))
+        assert all(before == after for before, after in ids)
+        assert len({before for before, _ in ids}) == 2
+
+    async def test_context_reaches_tasks_an_agent_starts(self) -> None:
+        ids: list[str] = []
+        clutch = Clutch("p")
+
+        async def helper() -> str:
+            return get_context().state.clutch_id
+
+        @clutch.agent()
+        async def agent(data: Any) -> Any:
+            ids.append(await asyncio.create_task(helper()))
+            ids.append(get_context().state.clutch_id)
+            return data
+
+        await clutch.run("in")
+        assert ids[0] == ids[1]
+
+
+class TestStateObjects:
+    def test_advance_appends_the_previous_data_and_counts_a_turn(self) -> None:
+        state = ClutchState("run-1", "sequential", ["a", "b"])
+        ctx = ClutchContext(data="in", source="input", state=state)
+        ctx.advance("a", "out_a")
+        ctx.advance("b", "out_b")
+        assert ctx.data == "out_b" and ctx.source == "b"
+        assert state.turn == 2
+        assert state.history == [
+            {"source": "input", "data": "in"},
+            {"source": "a", "data": "out_a"},
+        ]
+
+    def test_advance_keeps_the_same_history_list(self) -> None:
+        state = ClutchState("run-1", "round_robin", ["a"])
+        history = state.history
+        ctx = ClutchContext(data=0, source="input", state=state)
+        for i in range(10):
+            ctx.advance("a", i)
+        assert state.history is history and len(history) == 10
+
+    def test_model_dump_is_a_copy(self) -> None:
+        state = ClutchState("run-1", "graph", ["a"], turn=1, history=[{"source": "x", "data": 1}])
+        dumped = state.model_dump()
+        assert dumped == {
+            "clutch_id": "run-1",
+            "strategy": "graph",
+            "members": ["a"],
+            "turn": 1,
+            "history": [{"source": "x", "data": 1}],
+        }
+        dumped["history"].append({})
+        dumped["members"].append("z")
+        assert len(state.history) == 1 and state.members == ["a"]
+
+    def test_to_dict(self) -> None:
+        state = ClutchState("run-1", "sequential", ["a"])
+        ctx = ClutchContext(data={"k": 1}, source="a", state=state, metadata={"m": 2})
+        assert ctx.to_dict() == {
+            "data": {"k": 1},
+            "source": "a",
+            "state": state.model_dump(),
+            "metadata": {"m": 2},
+        }
+        assert ctx.run_id == "run-1"
+
+    def test_defaults(self) -> None:
+        state = ClutchState("run-1", "sequential", [])
+        ctx = ClutchContext(data=None, source="input", state=state)
+        assert state.turn == 0 and state.history == []
+        assert ctx.metadata == {}

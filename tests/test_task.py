@@ -1,0 +1,347 @@
+"""ClutchTask and StepEvent: submit, await, result(timeout), done, cancel, stream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context
+
+WAIT_S = 5.0
+"""Upper bound for waiting on something that happens right away (never reached when green)."""
+
+
+def gated_clutch(release: asyncio.Event, started: asyncio.Event | None = None) -> Clutch:
+    """A one-agent Clutch whose agent waits for ``release`` before returning."""
+    clutch = Clutch("gated")
+
+    @clutch.agent()
+    async def gated(data: str) -> str:
+        if started is not None:
+            started.set()
+        await release.wait()
+        return data + "_done"
+
+    return clutch
+
+
+def echo_clutch() -> Clutch:
+    clutch = Clutch("echo")
+
+    @clutch.agent()
+    async def echo(data: str) -> str:
+        return data + "_done"
+
+    return clutch
+
+
+class TestSubmit:
+    async def test_returns_a_task_at_once(self) -> None:
+        task = await echo_clutch().submit("in")
+        assert isinstance(task, ClutchTask)
+        assert isinstance(task.id, str) and task.id
+        assert not task.done
+        assert await task == "in_done"
+
+    async def test_await_gives_the_result_and_marks_done(self) -> None:
+        task = await echo_clutch().submit("in")
+        assert await task == "in_done"
+        assert task.done
+        assert await task == "in_done"
+
+    async def test_result_with_timeout(self) -> None:
+        task = await echo_clutch().submit("in")
+        assert await task.result(timeout=WAIT_S) == "in_done"
+
+    async def test_result_without_limit(self) -> None:
+        task = await echo_clutch().submit("in")
+        assert await task.result(timeout=None) == "in_done"
+
+    async def test_run_without_limit(self) -> None:
+        assert await echo_clutch().run("in", timeout=None) == "in_done"
+
+    async def test_task_ids_differ(self) -> None:
+        clutch = echo_clutch()
+        tasks = [await clutch.submit(str(i)) for i in range(3)]
+        assert len({task.id for task in tasks}) == 3
+        await asyncio.gather(*tasks)
+
+    async def test_concurrent_tasks(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def double(data: int) -> int:
+            await asyncio.sleep(0)
+            return data * 2
+
+        tasks = [await clutch.submit(i) for i in range(5)]
+        assert await asyncio.gather(*tasks) == [0, 2, 4, 6, 8]
+
+    async def test_concurrent_runs_have_their_own_context(self) -> None:
+        both_inside = asyncio.Barrier(2)
+        seen: dict[str, tuple[str, int, int]] = {}
+        clutch = Clutch("p", strategy=Strategy.ROUND_ROBIN, max_turns=3)
+
+        @clutch.agent()
+        async def step(data: dict[str, Any]) -> dict[str, Any]:
+            ctx = get_context()
+            await both_inside.wait()
+            turn = ctx.state.turn
+            seen[f"{data['name']}{turn}"] = (ctx.state.clutch_id, turn, len(ctx.state.history))
+            return {"name": data["name"], "n": data["n"] + 1}
+
+        first = await clutch.submit({"name": "x", "n": 0})
+        second = await clutch.submit({"name": "y", "n": 100})
+        assert await asyncio.wait_for(asyncio.gather(first, second), WAIT_S) == [
+            {"name": "x", "n": 3},
+            {"name": "y", "n": 103},
+        ]
+        x_ids = {seen[f"x{turn}"][0] for turn in range(3)}
+        y_ids = {seen[f"y{turn}"][0] for turn in range(3)}
+        assert len(x_ids) == 1 and len(y_ids) == 1 and x_ids != y_ids
+        assert all(seen[f"{n}{t}"][1:] == (t, t) for n in "xy" for t in range(3))
+
+    async def test_fire_and_forget(self) -> None:
+        collected: list[str] = []
+        arrived = asyncio.Event()
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def collector(data: str) -> str:
+            collected.append(data)
+            arrived.set()
+            return data
+
+        await clutch.submit("fire")
+        await asyncio.wait_for(arrived.wait(), WAIT_S)
+        assert collected == ["fire"]
+
+
+class TestTimeout:
+    async def test_result_timeout_raises_and_the_run_goes_on(self) -> None:
+        release = asyncio.Event()
+        task = await gated_clutch(release).submit("in")
+        with pytest.raises(TimeoutError):
+            await task.result(timeout=0.01)
+        assert not task.done
+        release.set()
+        assert await task.result(timeout=WAIT_S) == "in_done"
+
+    async def test_run_timeout_raises_and_the_run_goes_on(self) -> None:
+        release, finished = asyncio.Event(), asyncio.Event()
+
+        async def on_response(request: dict[str, Any], response: dict[str, Any]) -> None:
+            finished.set()
+
+        clutch = Clutch("p", on_response=on_response)
+
+        @clutch.agent()
+        async def gated(data: str) -> str:
+            await release.wait()
+            return data
+
+        with pytest.raises(TimeoutError):
+            await clutch.run("in", timeout=0.01)
+        release.set()
+        await asyncio.wait_for(finished.wait(), WAIT_S)
+
+    async def test_timeout_error_is_the_builtin_one(self) -> None:
+        release = asyncio.Event()
+        task = await gated_clutch(release).submit("in")
+        with pytest.raises(TimeoutError) as info:
+            await task.result(timeout=0)
+        assert type(info.value) is TimeoutError
+        task.cancel()
+
+
+class TestCancel:
+    async def test_cancel_stops_the_running_agent(self) -> None:
+        started, agent_cancelled = asyncio.Event(), asyncio.Event()
+        later: list[Any] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def slow(data: str) -> str:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                agent_cancelled.set()
+                raise
+            return data
+
+        @clutch.agent()
+        async def after(data: str) -> str:
+            later.append(data)
+            return data
+
+        task = await clutch.submit("in")
+        await asyncio.wait_for(started.wait(), WAIT_S)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert agent_cancelled.is_set()
+        assert task.done
+        assert later == []
+
+    async def test_cancel_before_the_first_step(self) -> None:
+        ran: list[str] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def a(data: str) -> str:
+            ran.append(data)
+            return data
+
+        task = await clutch.submit("in")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ran == []
+
+    async def test_result_of_a_cancelled_task_raises_cancelled(self) -> None:
+        task = await gated_clutch(asyncio.Event()).submit("in")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task.result(timeout=WAIT_S)
+
+    async def test_cancelling_one_task_leaves_the_others(self) -> None:
+        release = asyncio.Event()
+        clutch = gated_clutch(release)
+        doomed = await clutch.submit("a")
+        kept = await clutch.submit("b")
+        doomed.cancel()
+        release.set()
+        assert await kept.result(timeout=WAIT_S) == "b_done"
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+
+
+class TestExceptions:
+    async def test_agent_error_reaches_the_awaiter(self) -> None:
+        later: list[Any] = []
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def failing(data: str) -> str:
+            raise ValueError("intentional")
+
+        @clutch.agent()
+        async def after(data: str) -> str:
+            later.append(data)
+            return data
+
+        task = await clutch.submit("in")
+        with pytest.raises(ValueError, match="intentional"):
+            await task
+        assert task.done
+        with pytest.raises(ValueError, match="intentional"):
+            await task.result(timeout=WAIT_S)
+        with pytest.raises(ValueError, match="intentional"):
+            await clutch.run("in")
+        assert later == []
+
+    async def test_one_failing_task_does_not_disturb_another(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def maybe_fail(data: int) -> int:
+            await asyncio.sleep(0)
+            if data == 1:
+                raise ArithmeticError("one")
+            return data
+
+        tasks = [await clutch.submit(i) for i in range(3)]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert results[0] == 0 and results[2] == 2
+        assert isinstance(results[1], ArithmeticError)
+
+
+class TestTaskStream:
+    async def test_stream_of_a_submitted_task_sees_every_step(self) -> None:
+        clutch = Clutch("p", strategy=Strategy.ROUND_ROBIN, max_turns=3)
+
+        @clutch.agent()
+        async def inc(data: int) -> int:
+            return data + 1
+
+        task = await clutch.submit(0)
+        events = [(e.step, e.data, e.final) async for e in task.stream()]
+        assert events == [
+            ("inc", 1, False),
+            ("inc", 2, False),
+            ("inc", 3, False),
+            ("_result", 3, True),
+        ]
+
+    async def test_two_streams_of_one_task_see_the_same_events(self) -> None:
+        clutch = Clutch("p", strategy=Strategy.ROUND_ROBIN, max_turns=20)
+
+        @clutch.agent()
+        async def inc(data: int) -> int:
+            await asyncio.sleep(0)
+            return data + 1
+
+        task = await clutch.submit(0)
+
+        async def collect() -> list[Any]:
+            return [e.data async for e in task.stream()]
+
+        first, second = await asyncio.gather(collect(), collect())
+        assert first == second == [*range(1, 21), 20]
+
+    async def test_stream_of_a_finished_task_gives_the_result(self) -> None:
+        task = await echo_clutch().submit("in")
+        await task
+        events = [(e.step, e.data, e.final) async for e in task.stream()]
+        assert events == [("_result", "in_done", True)]
+
+    async def test_stream_of_a_failed_task_raises(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def failing(data: str) -> str:
+            raise ValueError("nope")
+
+        task = await clutch.submit("in")
+        with pytest.raises(ValueError, match="nope"):
+            async for _ in task.stream():
+                pass
+
+    async def test_stream_stops_when_the_consumer_stops_early(self) -> None:
+        clutch = Clutch("p", strategy=Strategy.ROUND_ROBIN, max_turns=50)
+
+        @clutch.agent()
+        async def inc(data: int) -> int:
+            await asyncio.sleep(0)
+            return data + 1
+
+        task = await clutch.submit(0)
+        stream = task.stream()
+        first = await anext(stream)
+        await stream.aclose()
+        assert first.step == "inc" and first.data == 1
+        assert await task.result(timeout=WAIT_S) == 50
+        assert task._listeners.queues == []
+
+
+class TestStepEvent:
+    def test_fields(self) -> None:
+        event = StepEvent("agent_a", {"key": "value"}, final=False)
+        assert event.step == "agent_a"
+        assert event.data == {"key": "value"}
+        assert event.final is False
+
+    def test_final_defaults_to_false(self) -> None:
+        assert StepEvent("a", 1).final is False
+        assert StepEvent("_result", "final_data", final=True).final is True
+
+    def test_repr_names_step_and_finality(self) -> None:
+        text = repr(StepEvent("test", "data", final=True))
+        assert "test" in text and "final=True" in text
+
+    def test_has_no_instance_dict(self) -> None:
+        with pytest.raises(AttributeError):
+            StepEvent("a", 1).other = 2  # type: ignore[attr-defined]
