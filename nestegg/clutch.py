@@ -327,6 +327,7 @@ class Clutch:
             NoActiveRunError: no run of this Clutch executes (or several and no run_id).
             ConfigurationError: the Clutch has no checkpointing.
         """
+        self._checkpointing()
         ctx = current_context()
         execution = ctx._execution if ctx is not None else None
         if execution is not None and self._executions.get(execution.run_id) is execution:

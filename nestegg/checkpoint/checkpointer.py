@@ -20,9 +20,8 @@ from typing import Any
 import orjson
 
 from nestegg.checkpoint.codec import (
+    decode_value,
     encode_value,
-    from_jsonable,
-    has_tags,
     seal,
     seal_json,
     unseal,
@@ -239,10 +238,9 @@ class Checkpointer:
         record = self._journal.get(position)
         if record is None:
             return None
-        raw = unseal(record.body, f"journal entry {step}/{position} of run {self.run_id!r}")
-        entry: dict[str, Any] = orjson.loads(raw)
-        if "result" in entry and has_tags(raw):
-            entry["result"] = from_jsonable(entry["result"])
+        where = f"journal entry {step}/{position} of run {self.run_id!r}"
+        raw = unseal(record.body, where)
+        entry: dict[str, Any] = decode_value(raw, where)
         return entry
 
     async def journal_result(

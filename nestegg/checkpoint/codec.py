@@ -190,10 +190,21 @@ def encode_value(value: Any, path: str = "data") -> bytes:
         raise CheckpointSerializationError(where or path, type_name, str(exc)) from None
 
 
-def decode_value(raw: bytes) -> Any:
-    """The value :func:`encode_value` wrote."""
-    value = orjson.loads(raw)
-    return from_jsonable(value) if has_tags(raw) else value
+def rebuild(value: Any, where: str) -> Any:
+    """:func:`from_jsonable`, with a damaged tag reported as CheckpointCorruptedError."""
+    try:
+        return from_jsonable(value)
+    except (KeyError, TypeError, ValueError, IndexError, ArithmeticError) as exc:
+        raise CheckpointCorruptedError(f"{where} holds a damaged value ({exc})") from None
+
+
+def decode_value(raw: bytes, where: str = "stored value") -> Any:
+    """The value :func:`encode_value` wrote; CheckpointCorruptedError naming ``where`` if not."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None
+    return rebuild(value, where) if has_tags(raw) else value
 
 
 def seal(body: bytes) -> bytes:
@@ -229,3 +240,8 @@ def unseal_json(sealed: bytes, where: str) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None
+
+
+def unseal_value(sealed: bytes, where: str) -> Any:
+    """The user value a sealed record holds; CheckpointCorruptedError if it is damaged."""
+    return decode_value(unseal(sealed, where), where)

@@ -13,17 +13,13 @@ from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.codec import from_jsonable, has_tags, unseal, unseal_json
+from nestegg.checkpoint.codec import has_tags, rebuild, unseal, unseal_json
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, run_input
 from nestegg.errors import CheckpointCorruptedError, CheckpointFallbackWarning
 
 log = logging.getLogger("nestegg")
-
-
-def _decode(value: Any) -> Any:
-    return from_jsonable(value)
 
 
 def initial_state(run: RunRecord) -> CheckpointState:
@@ -56,7 +52,7 @@ async def load_state(
     body = unseal_json(checkpoint.body, where)
     try:
         seq, turn = int(body["seq"]), int(body["turn"])
-        metadata = _decode(body.get("metadata") or {})
+        metadata = rebuild(body.get("metadata") or {}, where)
     except (KeyError, TypeError, ValueError):
         raise CheckpointCorruptedError(f"{where} lacks its fields") from None
     records = await store.load_steps(run.run_id, upto=seq)
@@ -68,15 +64,16 @@ async def load_state(
     data_seq = 0
     steps: list[dict[str, Any]] = []
     for record in records:
-        raw = unseal(record.body, f"step {record.seq} of run {run.run_id!r}")
+        step_where = f"step {record.seq} of run {run.run_id!r}"
+        raw = unseal(record.body, step_where)
         try:
             step = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise CheckpointCorruptedError(f"step {record.seq} of run {run.run_id!r}") from None
+            raise CheckpointCorruptedError(f"{step_where} holds invalid JSON") from None
         if "data" in step:
             data = step.pop("data")
             if has_tags(raw):
-                data = from_jsonable(data)
+                data = rebuild(data, step_where)
             entries.append({"source": record.agent, "data": data})
             data_seq = record.seq
         step["seq"] = record.seq
@@ -87,7 +84,7 @@ async def load_state(
         )
     current = entries.pop()
     if "data" in body:
-        current = {"source": current["source"], "data": _decode(body["data"])}
+        current = {"source": current["source"], "data": rebuild(body["data"], where)}
     return CheckpointState(
         run_id=run.run_id,
         checkpoint=CheckpointInfo.from_record(checkpoint),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
+from nestegg.checkpoint.codec import unseal_json, unseal_value
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 
 
@@ -34,8 +34,10 @@ class RunInfo:
 
     @classmethod
     def from_record(cls, run: RunRecord) -> RunInfo:
-        """The view of a stored run."""
-        error = unseal_json(run.error, f"error of run {run.run_id!r}") if run.error else None
+        """The view of a stored run; ``error`` is that of its last failure while it is failed."""
+        error = None
+        if run.error is not None and run.status == "failed":
+            error = unseal_json(run.error, f"error of run {run.run_id!r}")
         return cls(
             run_id=run.run_id,
             pipeline=run.pipeline,
@@ -56,12 +58,12 @@ def run_result(run: RunRecord) -> Any:
     """The stored result of a completed run."""
     if run.result is None:
         return None
-    return decode_value(unseal(run.result, f"result of run {run.run_id!r}"))
+    return unseal_value(run.result, f"result of run {run.run_id!r}")
 
 
 def run_input(run: RunRecord) -> Any:
     """The stored input of a run."""
-    return decode_value(unseal(run.input, f"input of run {run.run_id!r}"))
+    return unseal_value(run.input, f"input of run {run.run_id!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ def build(store: CheckpointStorage, broken: dict[str, bool], calls: list[str]) -
         if broken.get("nested"):
             return {"items": [0, {"deep": [{"client": Client()}]}]}
         if broken.get("metadata"):
-            get_context().metadata["session"] = {"client": Client()}
+            get_context().metadata["login"] = {"client": Client()}
         return {**data, "items": [*data["items"], 3]}
 
     @clutch.agent()
@@ -58,7 +58,7 @@ def build(store: CheckpointStorage, broken: dict[str, bool], calls: list[str]) -
     [
         ("data", "data.items[3].client", "object"),
         ("nested", "data.items[1].deep[0].client", "Client"),
-        ("metadata", "metadata.session.client", "Client"),
+        ("metadata", "metadata.login.client", "Client"),
     ],
 )
 async def test_an_unstorable_value_fails_the_step_naming_its_path_and_type(
