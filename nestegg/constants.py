@@ -60,10 +60,14 @@ SQLITE_CHECKPOINTS_TABLE = "checkpoints"
 SQLITE_EVENTS_TABLE = "events"
 SQLITE_JOURNAL_TABLE = "journal"
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = 4000
-"""WAL pages (4 KiB each) after which a commit copies the WAL back into the database.
+"""WAL pages (4 KiB each) after which the WAL is copied back into the database.
 
 Each such checkpoint syncs the WAL and the database: the larger this, the fewer syncs
 per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
+SQLITE_INLINE_WRITE_BYTES = 64 * 1024
+"""Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
+SQLITE_PAGES_PER_WRITE = 8
+"""WAL pages a checkpointed step writes, about (to space WAL checkpoints by writes)."""
 SQLITE_JOURNAL_SIZE_LIMIT = 20 * 1024 * 1024
 """Bytes the WAL file is cut back to after a checkpoint: above its usual size at
 SQLITE_WAL_AUTOCHECKPOINT_PAGES, so it is not cut and regrown every time."""

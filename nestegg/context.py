@@ -6,6 +6,7 @@ step costs O(1) no matter how long the history is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +17,13 @@ if TYPE_CHECKING:
 
 
 class ClutchState:
-    """Bookkeeping of a run: id, strategy, members, turn and history."""
+    """Bookkeeping of a run: id, strategy, members, turn and history.
 
-    __slots__ = ("clutch_id", "history", "members", "strategy", "turn")
+    A resumed run's earlier history is read from its store when ``history`` is first
+    used (:meth:`defer_history`), so resuming a long run does not decode it all.
+    """
+
+    __slots__ = ("_earlier", "_history", "clutch_id", "members", "strategy", "turn")
 
     def __init__(
         self,
@@ -32,7 +37,31 @@ class ClutchState:
         self.strategy = strategy
         self.members = members
         self.turn = turn
-        self.history: list[dict[str, Any]] = history if history is not None else []
+        self._history: list[dict[str, Any]] = history if history is not None else []
+        self._earlier: Callable[[], list[dict[str, Any]]] | None = None
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The entries ``{"source": ..., "data": ...}`` before the current data, oldest
+        first."""
+        if self._earlier is not None:
+            earlier, self._earlier = self._earlier, None
+            self._history[:0] = earlier()
+        return self._history
+
+    @history.setter
+    def history(self, entries: list[dict[str, Any]]) -> None:
+        self._history = entries
+        self._earlier = None
+
+    def defer_history(self, earlier: Callable[[], list[dict[str, Any]]]) -> None:
+        """Put the entries ``earlier()`` returns before the history when it is first read."""
+        self.history = []
+        self._earlier = earlier
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Append ``entry`` to the history (without reading deferred entries)."""
+        self._history.append(entry)
 
     def model_dump(self) -> dict[str, Any]:
         """The state as a plain dict."""
@@ -74,7 +103,7 @@ class ClutchContext:
 
     def advance(self, source: str, data: Any) -> None:
         """Record the current data in the history and make ``data`` from ``source`` current."""
-        self.state.history.append({"source": self.source, "data": self.data})
+        self.state.record({"source": self.source, "data": self.data})
         self.state.turn += 1
         self.source = source
         self.data = data

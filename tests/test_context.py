@@ -234,3 +234,31 @@ class TestStateObjects:
         ctx = ClutchContext(data=None, source="input", state=state)
         assert state.turn == 0 and state.history == []
         assert ctx.metadata == {}
+
+
+class TestDeferredHistory:
+    def test_deferred_entries_are_read_once_on_first_use_and_come_first(self) -> None:
+        state = ClutchState("run", "sequential", ["a"])
+        reads: list[int] = []
+
+        def earlier() -> list[dict[str, Any]]:
+            reads.append(1)
+            return [{"source": "input", "data": 0}, {"source": "a", "data": 1}]
+
+        state.defer_history(earlier)
+        state.record({"source": "a", "data": 2})
+        assert reads == []
+        assert state.history == [
+            {"source": "input", "data": 0},
+            {"source": "a", "data": 1},
+            {"source": "a", "data": 2},
+        ]
+        assert len(state.history) == 3
+        assert reads == [1]
+
+    def test_assigning_the_history_drops_deferred_entries(self) -> None:
+        state = ClutchState("run", "sequential", ["a"])
+        state.defer_history(lambda: [{"source": "input", "data": 0}])
+        state.history = [{"source": "x", "data": 1}]
+        assert state.history == [{"source": "x", "data": 1}]
+        assert state.model_dump()["history"] == [{"source": "x", "data": 1}]

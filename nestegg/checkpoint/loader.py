@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from collections.abc import Callable
 
 import orjson
 
-from nestegg.checkpoint.codec import has_tags, rebuild, unseal, unseal_json
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord
+from nestegg.checkpoint.bulk import collector_paused
+from nestegg.checkpoint.codec import checked_body, decode_value, rebuild, unseal, unseal_json
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, run_input
+from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, StoredHistory, run_input
 from nestegg.errors import CheckpointCorruptedError, CheckpointFallbackWarning
 
 log = logging.getLogger("nestegg")
@@ -32,17 +33,71 @@ def initial_state(run: RunRecord) -> CheckpointState:
         data=run_input(run),
         source="input",
         data_seq=0,
-        history=[],
+        stored_history=None,
         metadata={},
         position=None,
         next_agent=None,
     )
 
 
+_CANONICAL_HEAD = b'{"agent":'
+_DATA_KEY = b',"data":'
+
+
+def step_data(raw: bytes, where: str) -> bytes | None:
+    """The JSON of the data a step record's body holds, without decoding it; None if none.
+
+    The checkpointer writes the data last (``{"agent":...,"data":<json>}``); a body of
+    another shape is parsed in full.
+    """
+    if raw.startswith(_CANONICAL_HEAD):
+        at = raw.find(_DATA_KEY)
+        return None if at < 0 else raw[at + len(_DATA_KEY) : -1]
+    try:
+        step = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None
+    if not isinstance(step, dict):
+        raise CheckpointCorruptedError(f"{where} is not a step record")
+    return orjson.dumps(step["data"]) if "data" in step else None
+
+
+def _history_entries(records: list[StepRecord], run_id: str) -> list[tuple[int, str, bytes]]:
+    """``(seq, agent, data JSON)`` of the records that hold data, each checksum checked.
+
+    The hot loop of a resume (one pass per stored step): the common case costs a checksum
+    and a search, with no decoding and no string building.
+    """
+    entries: list[tuple[int, str, bytes]] = []
+    append = entries.append
+    with collector_paused():
+        _check_and_collect(records, run_id, append)
+    return entries
+
+
+def _check_and_collect(
+    records: list[StepRecord], run_id: str, append: Callable[[tuple[int, str, bytes]], None]
+) -> None:
+    for record in records:
+        raw = checked_body(record.body)
+        if raw is not None and raw[:9] == _CANONICAL_HEAD:
+            at = raw.find(_DATA_KEY)
+            if at >= 0:
+                append((record.seq, record.agent, raw[at + 8 : -1]))
+            continue
+        where = f"step {record.seq} of run {run_id!r}"
+        data = step_data(unseal(record.body, where), where)
+        if data is not None:
+            append((record.seq, record.agent, data))
+
+
 async def load_state(
     store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
 ) -> CheckpointState:
     """The run's state at ``checkpoint``.
+
+    Every step record's checksum is checked; the history entries are decoded when first
+    read (see :class:`StoredHistory`), the current data now.
 
     Raises:
         CheckpointCorruptedError: the checkpoint or a step record it needs is damaged
@@ -60,44 +115,33 @@ async def load_state(
         raise CheckpointCorruptedError(
             f"{where} covers {seq} steps but {len(records)} step records are stored"
         )
-    entries: list[dict[str, Any]] = [{"source": "input", "data": run_input(run)}]
-    data_seq = 0
-    steps: list[dict[str, Any]] = []
-    for record in records:
-        step_where = f"step {record.seq} of run {run.run_id!r}"
-        raw = unseal(record.body, step_where)
-        try:
-            step = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise CheckpointCorruptedError(f"{step_where} holds invalid JSON") from None
-        if "data" in step:
-            data = step.pop("data")
-            if has_tags(raw):
-                data = rebuild(data, step_where)
-            entries.append({"source": record.agent, "data": data})
-            data_seq = record.seq
-        step["seq"] = record.seq
-        steps.append(step)
-    if len(entries) - 1 != turn:
+    run_id = run.run_id
+    entries = _history_entries(records, run_id)
+    if len(entries) != turn:
         raise CheckpointCorruptedError(
-            f"{where} says turn {turn} but the steps give {len(entries) - 1}"
+            f"{where} says turn {turn} but the steps give {len(entries)}"
         )
-    current = entries.pop()
+    first = {"source": "input", "data": run_input(run)}
+    if entries:
+        data_seq, source, raw = entries.pop()
+        data = decode_value(raw, f"data of step {data_seq} of run {run_id!r}")
+        history: StoredHistory | None = StoredHistory(run_id, first, entries)
+    else:
+        data_seq, source, data, history = 0, "input", first["data"], None
     if "data" in body:
-        current = {"source": current["source"], "data": rebuild(body["data"], where)}
+        data = rebuild(body["data"], where)
     return CheckpointState(
-        run_id=run.run_id,
+        run_id=run_id,
         checkpoint=CheckpointInfo.from_record(checkpoint),
         seq=seq,
         turn=turn,
-        data=current["data"],
-        source=current["source"],
+        data=data,
+        source=source,
         data_seq=data_seq,
-        history=entries,
+        stored_history=history,
         metadata=metadata if isinstance(metadata, dict) else {},
         position=body.get("position"),
         next_agent=body.get("next"),
-        steps=steps,
         data_inline="data" in body,
     )
 

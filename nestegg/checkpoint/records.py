@@ -131,6 +131,16 @@ class Commit:
     event_seq: int | None = None
     updated_at: float = 0.0
 
+    def size(self) -> int:
+        """Bytes of the bodies it writes, about."""
+        records: list[StepRecord | EventRecord | JournalRecord | CheckpointRecord] = [
+            *self.steps,
+            *self.events,
+            *self.journal,
+            *self.checkpoints,
+        ]
+        return sum(len(record.body) for record in records) + len(self.result or b"")
+
 
 _counter = itertools.count()
 _process_tag = ["", 0]

@@ -205,7 +205,8 @@ class RunBook:
         ctx = self.clutch._new_context(run.run_id, state.data)
         ctx.source = state.source
         ctx.state.turn = state.turn
-        ctx.state.history.extend(state.history)
+        if state.stored_history is not None:
+            ctx.state.defer_history(state.stored_history.decode)
         ctx.metadata.update(state.metadata)
         execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
         if state.position is not None:

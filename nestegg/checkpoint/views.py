@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.checkpoint.codec import unseal_json, unseal_value
+from nestegg.checkpoint.codec import decode_value, unseal_json, unseal_value
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 
 
@@ -89,6 +89,36 @@ class CheckpointInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredHistory:
+    """A run's history as loaded from its step records, each entry's data still JSON.
+
+    Resuming a long run needs its history in place but rarely reads it: the entries are
+    decoded when first read (their checksums were checked when they were loaded).
+    """
+
+    run_id: str
+    first: dict[str, Any]
+    """The entry of the run's input, decoded."""
+    steps: list[tuple[int, str, bytes]]
+    """``(seq, agent, data as JSON)`` of every later entry, in order."""
+
+    def __len__(self) -> int:
+        return 1 + len(self.steps)
+
+    def decode(self) -> list[dict[str, Any]]:
+        """The entries ``{"source": ..., "data": ...}``, decoded.
+
+        Raises:
+            CheckpointCorruptedError: an entry's data is not what nestegg wrote.
+        """
+        entries = [dict(self.first)]
+        for seq, agent, raw in self.steps:
+            where = f"data of step {seq} of run {self.run_id!r}"
+            entries.append({"source": agent, "data": decode_value(raw, where)})
+        return entries
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointState:
     """A checkpoint restored: the run's data, history, metadata, turn and what runs next.
 
@@ -102,12 +132,17 @@ class CheckpointState:
     data: Any
     source: str
     data_seq: int
-    history: list[dict[str, Any]]
+    stored_history: StoredHistory | None
+    """The history before the current data; None when there is none."""
     metadata: dict[str, Any]
     position: dict[str, Any] | None
     next_agent: str | None
-    steps: list[dict[str, Any]] = field(default_factory=list)
     data_inline: bool = False
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The history entries before the current data, decoded (on every call)."""
+        return self.stored_history.decode() if self.stored_history is not None else []
 
     def to_json(self) -> dict[str, Any]:
         """The state as plain data (for printing and diffing)."""

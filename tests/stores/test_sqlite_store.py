@@ -16,7 +16,7 @@ import pytest
 
 from nestegg.checkpoint.codec import seal_json
 from nestegg.checkpoint.records import Commit, EventRecord, StepRecord
-from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores import open_store, sqlite_connection
 from nestegg.checkpoint.stores import sqlite as sqlite_store
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
 from nestegg.checkpoint.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
@@ -280,6 +280,70 @@ async def test_the_loop_keeps_ticking_during_a_big_write(tmp_path: Path) -> None
     gap = await _max_tick_gap(write)
     assert gap < 0.1, gap
     assert len(await store.load_steps(run.run_id, after=990)) == 10
+    await store.close()
+
+
+# --- which thread commits ------------------------------------------------------------------
+
+
+def _record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    threads: list[int] = []
+    inner = sqlite_store._commit
+
+    def recording(conn: sqlite3.Connection, commit: Commit) -> None:
+        threads.append(threading.get_ident())
+        inner(conn, commit)
+
+    monkeypatch.setattr(sqlite_store, "_commit", recording)
+    return threads
+
+
+async def test_a_small_commit_with_the_lock_free_runs_on_the_loop_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _record_commit_threads(monkeypatch)
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    for seq in (1, 2, 3):
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, seq)]))
+    assert threads == [threading.get_ident()] * 3
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3]
+    await store.close()
+
+
+async def test_a_big_commit_or_a_taken_lock_goes_to_the_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _record_commit_threads(monkeypatch)
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    big = StepRecord(run.run_id, 1, "agent", seal_json({"text": "x" * 100_000}))
+    await store.commit(make_commit(run, steps=[big]))
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.2, blocker.commit).start()
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
+    assert threading.get_ident() not in threads and len(threads) == 2
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    blocker.close()
+    await store.close()
+
+
+async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_connection, "_WRITES_PER_WAL_CHECKPOINT", 5)
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    size_before = path.stat().st_size
+    text = seal_json({"text": "y" * 20_000})
+    for seq in range(1, 21):
+        await store.commit(make_commit(run, steps=[StepRecord(run.run_id, seq, "a", text)]))
+    await store.get_run(run.run_id)  # after the queued WAL checkpoints on the worker
+    assert path.stat().st_size > size_before + 10 * 20_000
+    assert len(await store.load_steps(run.run_id)) == 20
     await store.close()
 
 

@@ -1,24 +1,26 @@
 """The embedded default store: one SQLite file, stdlib ``sqlite3`` in WAL mode.
 
-One worker thread per store owns the connection; every method hops to it, so the event
-loop never waits on the disk. Writes are ``BEGIN IMMEDIATE`` transactions, which makes
-many runs in one process and several processes on one file safe. ``synchronous=NORMAL``
-keeps a committed step across a process crash (the WAL is synced at checkpoints).
+One connection per store; :mod:`~nestegg.checkpoint.stores.sqlite_connection` decides
+which thread uses it: a step's commit runs on the loop thread when SQLite's write lock
+is free at once, everything that may wait runs on the store's worker thread, so the
+event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
+transactions, which makes many runs in one process and several processes on one file
+safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
+synced at WAL checkpoints).
 
 The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite_schema`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -28,6 +30,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection
 from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
@@ -58,8 +61,8 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
-    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
 )
 from nestegg.errors import (
     ConfigurationError,
@@ -70,8 +73,6 @@ from nestegg.errors import (
     StorageError,
     StorageUnavailableError,
 )
-
-T = TypeVar("T")
 
 MEMORY_PATH = ":memory:"
 
@@ -97,27 +98,6 @@ def storage_error(exc: sqlite3.Error | OSError, path: str) -> StorageError:
     if isinstance(exc, sqlite3.ProgrammingError):
         return StorageError(f"the SQLite store {path} is not usable: {message}")
     return StorageError(f"the SQLite database {path} failed: {message}")
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _hand_back(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    result: Any,
-    error: BaseException | None,
-) -> None:
-    try:
-        loop.call_soon_threadsafe(_settle, future, result, error)
-    except RuntimeError:  # the loop closed while the work ran: nobody is waiting
-        pass
 
 
 def _make_private_dirs(directory: Path) -> None:
@@ -155,8 +135,12 @@ class SQLiteCheckpointStorage:
     def __init__(self, path: str | Path) -> None:
         self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
         self._name = str(self.path)
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._connection = SQLiteConnection(
+            self._open,
+            self._storage_error,
+            busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS,
+            wal_opener=self._open_for_wal_checkpoints if isinstance(self.path, Path) else None,
+        )
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteCheckpointStorage:
@@ -177,43 +161,8 @@ class SQLiteCheckpointStorage:
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStorage({self._name!r})"
 
-    # -- the worker thread ---------------------------------------------------------------
-
-    async def _call(self, work: Callable[..., T], *args: Any) -> T:
-        """Run ``work(connection, *args)`` on the store's thread and await its result.
-
-        The worker hands the outcome straight back with ``call_soon_threadsafe``: one
-        wake-up of the loop, without chaining a second future.
-        """
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nestegg-sqlite")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._executor.submit(self._in_worker, loop, future, work, args)
-        return await future
-
-    def _in_worker(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[T],
-        work: Callable[..., T],
-        args: tuple[Any, ...],
-    ) -> None:
-        if future.cancelled():  # given up on before it started: do nothing
-            return
-        try:
-            conn = self._conn if self._conn is not None else self._open()
-            result = work(conn, *args)
-        except (sqlite3.Error, OSError) as exc:
-            error = storage_error(exc, self._name)
-            error.__cause__ = exc
-            _hand_back(loop, future, None, error)
-        except BaseException as exc:  # handed to the awaiting task, raised there
-            _hand_back(loop, future, None, exc)
-        else:
-            _hand_back(loop, future, result, None)
-
     def _open(self) -> sqlite3.Connection:
+        """Open and set up the connection (on the worker thread)."""
         if isinstance(self.path, Path):
             _create_database_file(self.path)
         conn = sqlite3.connect(
@@ -221,48 +170,46 @@ class SQLiteCheckpointStorage:
             timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
             isolation_level=None,
             cached_statements=64,
+            check_same_thread=False,
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # SQLiteConnection takes them
             conn.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
             migrate(conn)
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
         return conn
-
-    def _close_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
     # -- the contract --------------------------------------------------------------------
 
+    def _open_for_wal_checkpoints(self) -> sqlite3.Connection:
+        """A plain connection to the file, for WAL checkpoints (on the worker thread)."""
+        conn = sqlite3.connect(self._name, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        return conn
+
+    def _storage_error(self, exc: sqlite3.Error | OSError) -> StorageError:
+        return storage_error(exc, self._name)
+
     async def setup(self) -> None:
         """Create the file, its directory and the schema (idempotent; also done lazily)."""
-        await self._call(lambda conn: None)
+        await self._connection.call(lambda conn: None)
 
     async def close(self) -> None:
         """Close the connection and stop the worker thread; a later call reopens them."""
-        if self._executor is None:
-            return
-        executor, self._executor = self._executor, None
-        try:
-            await asyncio.wrap_future(executor.submit(self._close_connection))
-        finally:
-            executor.shutdown(wait=True)
+        await self._connection.close()
 
     async def create_run(self, run: RunRecord) -> None:
         row = run_to_row(run)
-        if not await self._call(_create_run, row):
+        if not await self._connection.call(_create_run, row):
             raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        return await self._call(_get_run, run_id)
+        return await self._connection.call(_get_run, run_id)
 
     async def list_runs(
         self,
@@ -274,17 +221,18 @@ class SQLiteCheckpointStorage:
         where, params = _run_filter(pipeline, statuses)
         query = f"{SELECT_RUN}{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(-1 if limit is None else limit)
-        rows = await self._call(_fetch_all, query, params)
+        rows = await self._connection.call(_fetch_all, query, params)
         return [run_from_row(row) for row in rows]
 
     async def claim_run(
         self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
     ) -> RunRecord:
         params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence)
-        return await self._call(_claim_run, params)
+        return await self._connection.call(_claim_run, params)
 
     async def commit(self, commit: Commit) -> None:
-        await self._call(_commit, commit)
+        small = commit.truncate_after is None and commit.size() <= SQLITE_INLINE_WRITE_BYTES
+        await self._connection.write(_commit, commit, small=small)
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
@@ -293,22 +241,20 @@ class SQLiteCheckpointStorage:
             f"SELECT seq, agent, body FROM {STEPS} WHERE run_id = ? AND seq > ? AND seq <= ? "
             "ORDER BY seq"
         )
-        rows = await self._call(
-            _fetch_all, query, (run_id, after, MAX_SEQ if upto is None else upto)
-        )
-        return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
+        params = (run_id, after, MAX_SEQ if upto is None else upto)
+        return await self._connection.call(_load_steps, query, params)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         query = (
             f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE run_id = ? "
             "ORDER BY seq, checkpoint_id"
         )
-        rows = await self._call(_fetch_all, query, (run_id,))
+        rows = await self._connection.call(_fetch_all, query, (run_id,))
         return [checkpoint_from_row(row) for row in rows]
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         query = f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE checkpoint_id = ?"
-        rows = await self._call(_fetch_all, query, (checkpoint_id,))
+        rows = await self._connection.call(_fetch_all, query, (checkpoint_id,))
         return checkpoint_from_row(rows[0]) if rows else None
 
     async def read_events(
@@ -319,23 +265,23 @@ class SQLiteCheckpointStorage:
             "ORDER BY seq LIMIT ?"
         )
         params = (run_id, since_seq, -1 if limit is None else limit)
-        rows = await self._call(_fetch_all, query, params)
+        rows = await self._connection.call(_fetch_all, query, params)
         return [EventRecord(run_id, seq, at, kind, body) for seq, at, kind, body in rows]
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         query = (
             f"SELECT position, body FROM {JOURNAL} WHERE run_id = ? AND step = ? ORDER BY position"
         )
-        rows = await self._call(_fetch_all, query, (run_id, step))
+        rows = await self._connection.call(_fetch_all, query, (run_id, step))
         return [JournalRecord(run_id, step, position, body) for position, body in rows]
 
     async def delete_run(self, run_id: str) -> bool:
-        return await self._call(_delete_run, run_id)
+        return await self._connection.call(_delete_run, run_id)
 
     async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
         if not checkpoint_ids:
             return 0
-        return await self._call(_delete_checkpoints, run_id, list(checkpoint_ids))
+        return await self._connection.call(_delete_checkpoints, run_id, list(checkpoint_ids))
 
     async def expire_runs(
         self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
@@ -343,7 +289,7 @@ class SQLiteCheckpointStorage:
         where, params = _run_filter(pipeline, statuses)
         params.append(updated_before)
         query = f"SELECT run_id FROM {RUNS}{where} AND updated_at < ?"
-        return await self._call(_expire_runs, query, params)
+        return await self._connection.call(_expire_runs, query, params)
 
 
 # -- work done on the worker thread ---------------------------------------------------------
@@ -363,6 +309,15 @@ def _run_filter(pipeline: str | None, statuses: Sequence[str] | None) -> tuple[s
 
 def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
     return conn.execute(query, params).fetchall()
+
+
+def _load_steps(
+    conn: sqlite3.Connection, query: str, params: tuple[str, int, int]
+) -> list[StepRecord]:
+    run_id = params[0]
+    with collector_paused():
+        rows = conn.execute(query, params).fetchall()
+        return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
 
 
 def _create_run(conn: sqlite3.Connection, row: tuple[Any, ...]) -> bool:

@@ -138,8 +138,10 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
 
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
-    conn.execute("BEGIN IMMEDIATE")
+    """One ``BEGIN IMMEDIATE`` transaction (unless the caller began it): committed on
+    success, rolled back on error."""
+    if not conn.in_transaction:
+        conn.execute("BEGIN IMMEDIATE")
     try:
         yield
         conn.execute("COMMIT")

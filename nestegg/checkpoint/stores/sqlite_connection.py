@@ -1,0 +1,219 @@
+"""The SQLite store's one connection, and which thread uses it when.
+
+Anything that may wait runs on the store's worker thread, so the event loop never waits
+on a lock or on the disk: opening the file, reads, a write that has to wait for another
+connection's write lock, and the WAL checkpoints that copy the WAL back into the
+database (the only place ``synchronous=NORMAL`` syncs a file).
+
+A write transaction that can take SQLite's write lock at once runs on the loop thread
+instead (:meth:`SQLiteConnection.write`): in WAL mode with ``synchronous=NORMAL`` a commit
+is tens of microseconds of in-memory work and writes into the OS page cache, with no
+sync, while the hop to a worker thread and back costs several times that. The attempt
+sets SQLite's busy timeout to zero for its ``BEGIN IMMEDIATE``: if another connection
+holds the lock, it gives up at once and the write goes to the worker thread, which
+waits with the usual busy timeout. WAL checkpoints are taken off the write path for the
+same reason (``wal_autocheckpoint=0``): every ``SQLITE_WAL_AUTOCHECKPOINT_PAGES``
+pages' worth of writes, the worker runs one on a second connection of its own, so
+writes go on while it syncs the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from nestegg.constants import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_PAGES_PER_WRITE,
+    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
+)
+from nestegg.errors import StorageError
+
+T = TypeVar("T")
+Work = Callable[..., T]
+log = logging.getLogger("nestegg")
+
+_NOT_RUN: Any = object()
+_WRITES_PER_WAL_CHECKPOINT = SQLITE_WAL_AUTOCHECKPOINT_PAGES // SQLITE_PAGES_PER_WRITE
+_SET_NO_WAIT = "PRAGMA busy_timeout = 0"
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, result, error)
+    except RuntimeError:  # the loop closed while the work ran: nobody is waiting
+        pass
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+class SQLiteConnection:
+    """One lazily opened connection, shared by the loop thread and one worker thread.
+
+    Args:
+        opener: opens and sets up the connection (on the worker thread).
+        wal_opener: opens a plain connection to the same file for WAL checkpoints;
+            None for a database without a WAL (in memory).
+        wrap_error: turns a driver or file-system error into the nestegg error to raise.
+        busy_timeout_ms: how long a write on the worker thread waits for the write lock
+            (what ``opener`` sets; restored after each attempt on the loop thread).
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[], sqlite3.Connection],
+        wrap_error: Callable[[sqlite3.Error | OSError], StorageError],
+        busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+        wal_opener: Callable[[], sqlite3.Connection] | None = None,
+    ) -> None:
+        self._wal_opener = wal_opener
+        self._wal_conn: sqlite3.Connection | None = None
+        self._set_wait = f"PRAGMA busy_timeout = {int(busy_timeout_ms)}"
+        self._opener = opener
+        self._wrap_error = wrap_error
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._writes_since_wal_checkpoint = 0
+
+    async def call(self, work: Work[T], *args: Any) -> T:
+        """Run ``work(connection, *args)`` on the worker thread and await its result.
+
+        The worker hands the outcome straight back with ``call_soon_threadsafe``: one
+        wake-up of the loop, without chaining a second future.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._worker().submit(self._in_worker, loop, future, work, args)
+        return await future
+
+    async def write(self, work: Work[T], *args: Any, small: bool = True) -> T:
+        """Run the write transaction ``work(connection, *args)``: on the loop thread when
+        it is ``small`` and SQLite's write lock is free at once, else on the worker."""
+        result = self._write_inline(work, args) if small else _NOT_RUN
+        if result is _NOT_RUN:
+            result = await self.call(work, *args)
+        self._count_write()
+        return result
+
+    async def close(self) -> None:
+        """Close the connection and stop the worker thread; a later call reopens them."""
+        if self._executor is None:
+            return
+        executor, self._executor = self._executor, None
+        try:
+            await asyncio.wrap_future(executor.submit(self._close))
+        finally:
+            executor.shutdown(wait=True)
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nestegg-sqlite")
+        return self._executor
+
+    def _in_worker(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[T],
+        work: Work[T],
+        args: tuple[Any, ...],
+    ) -> None:
+        if future.cancelled():  # given up on before it started: do nothing
+            return
+        try:
+            with self._lock:
+                conn = self._conn if self._conn is not None else self._open()
+                result = work(conn, *args)
+        except (sqlite3.Error, OSError) as exc:
+            error = self._wrap_error(exc)
+            error.__cause__ = exc
+            _hand_back(loop, future, None, error)
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            _hand_back(loop, future, None, exc)
+        else:
+            _hand_back(loop, future, result, None)
+
+    def _open(self) -> sqlite3.Connection:
+        self._conn = self._opener()
+        return self._conn
+
+    def _close(self) -> None:
+        with self._lock:
+            for conn in (self._conn, self._wal_conn):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._wal_conn = None
+
+    def _write_inline(self, work: Work[T], args: tuple[Any, ...]) -> T:
+        """``work`` run here if the connection is open and idle and the write lock free."""
+        conn = self._conn
+        if conn is None or self._executor is None or not self._lock.acquire(blocking=False):
+            return _NOT_RUN  # type: ignore[no-any-return]
+        try:
+            if self._conn is not conn or not self._begin_without_waiting(conn):
+                return _NOT_RUN  # type: ignore[no-any-return]
+            try:
+                return work(conn, *args)
+            finally:
+                if conn.in_transaction:  # work failed before its own rollback
+                    conn.rollback()
+        except (sqlite3.Error, OSError) as exc:
+            raise self._wrap_error(exc) from exc
+        finally:
+            self._lock.release()
+
+    def _begin_without_waiting(self, conn: sqlite3.Connection) -> bool:
+        """``BEGIN IMMEDIATE`` if the write lock is free now; False if it is taken."""
+        conn.execute(_SET_NO_WAIT)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return False
+            raise
+        finally:
+            conn.execute(self._set_wait)
+        return True
+
+    def _count_write(self) -> None:
+        if self._wal_opener is None:
+            return
+        self._writes_since_wal_checkpoint += 1
+        if self._writes_since_wal_checkpoint >= _WRITES_PER_WAL_CHECKPOINT:
+            self._writes_since_wal_checkpoint = 0
+            self._worker().submit(self._checkpoint_wal)
+
+    def _checkpoint_wal(self) -> None:
+        """Copy the WAL back into the database, beside the writers (on the worker)."""
+        try:
+            if self._wal_conn is None and self._wal_opener is not None:
+                self._wal_conn = self._wal_opener()
+            if self._wal_conn is not None:
+                self._wal_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:  # the next one retries; writers are not affected
+            log.warning("WAL checkpoint of the SQLite store failed: %s", exc)
+
+
+__all__ = ["SQLiteConnection"]
