@@ -36,6 +36,7 @@ from nestegg.checkpoint.stores import redis_layout
 from nestegg.checkpoint.stores.redis_layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
+    command_bytes,
     commit_args,
     event_from_member,
     owner_fields,
@@ -187,6 +188,12 @@ class RedisCheckpointStorage:
             raise ConfigurationError(
                 "RedisCheckpointStorage needs a client with decode_responses=False"
             )
+        # A connection kept between scripts (none for a pool of one, or a client without
+        # a pool): the hot path then skips the pool and redis-py's per-command work.
+        holds = client_pool is not None and getattr(client_pool, "max_connections", 2) > 1
+        self._pool: Any = client_pool if holds else None
+        self._held: Any = None
+        self._held_busy = False
         register = self._client.register_script
         self._create_run = register(redis_layout.CREATE_RUN)
         self._claim_run = register(redis_layout.CLAIM_RUN)
@@ -218,6 +225,39 @@ class RedisCheckpointStorage:
     def _run_keys(self, run_id: str) -> list[str]:
         return [self._key(kind, run_id) for kind in RUN_KEY_KINDS]
 
+    async def _script(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a registered script: one EVALSHA, packed here and sent on the held
+        connection when it is free, else through the client."""
+        if self._pool is None or self._held_busy:
+            return await script(keys, args)
+        self._held_busy = True
+        try:
+            if self._held is None:
+                self._held = await _take_connection(self._pool)
+            conn = self._held
+            try:
+                await conn.send_packed_command(
+                    command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args]),
+                    check_health=False,
+                )
+                return await conn.read_response()
+            except redis_errors.NoScriptError:  # flushed from Redis: the client loads it
+                return await script(keys, args)
+            except redis_errors.ResponseError:  # an error reply: the connection is fine
+                raise
+            except BaseException:
+                await self._release_held(disconnect=True)
+                raise
+        finally:
+            self._held_busy = False
+
+    async def _release_held(self, *, disconnect: bool = False) -> None:
+        conn, self._held = self._held, None
+        if conn is not None:
+            if disconnect:
+                await conn.disconnect()
+            await self._pool.release(conn)
+
     async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         async def attempt() -> T:
             with _driver_errors():
@@ -242,6 +282,7 @@ class RedisCheckpointStorage:
 
     async def close(self) -> None:
         """Close the client this store built from its URL (a given client stays open)."""
+        await self._release_held()
         if self._owns_client:
             await self._client.aclose()
 
@@ -270,7 +311,9 @@ class RedisCheckpointStorage:
         args: list[Any] = [repr(run.created_at), run.run_id]
         for name, value in run_fields(run).items():
             args += [name, value]
-        created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
+        created = await self._call(
+            lambda: self._script(self._create_run, keys, args), idempotent=False
+        )
         if not created:
             raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
 
@@ -336,7 +379,9 @@ class RedisCheckpointStorage:
         for name, value in fields.items():
             args += [name, value]
         keys = self._run_keys(run_id)
-        reply = await self._call(lambda: self._claim_run(keys, args), idempotent=False)
+        reply = await self._call(
+            lambda: self._script(self._claim_run, keys, args), idempotent=False
+        )
         if reply[0] == 1:
             return run_from_hash(pairs_to_dict(reply[1]))
         if reply[0] == 0:
@@ -346,7 +391,7 @@ class RedisCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
         args = [self.prefix, self._ttl, *commit_args(commit)]
-        reply = await self._call(lambda: self._commit(keys, args), idempotent=True)
+        reply = await self._call(lambda: self._script(self._commit, keys, args), idempotent=True)
         if reply[0] == 1:
             return
         if reply[0] == 0:
@@ -387,7 +432,9 @@ class RedisCheckpointStorage:
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         keys = [self._key("checkpoint:", checkpoint_id)]
         args = [self.prefix, checkpoint_id]
-        reply = await self._call(lambda: self._get_checkpoint(keys, args), idempotent=True)
+        reply = await self._call(
+            lambda: self._script(self._get_checkpoint, keys, args), idempotent=True
+        )
         if not reply:
             return None
         return checkpoint_from_value(checkpoint_id, reply[0].decode(), reply[1])
@@ -405,7 +452,9 @@ class RedisCheckpointStorage:
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         keys = [self._key("journal:", run_id), self._key("journal_index:", run_id)]
-        reply = await self._call(lambda: self._read_journal(keys, [step]), idempotent=True)
+        reply = await self._call(
+            lambda: self._script(self._read_journal, keys, [step]), idempotent=True
+        )
         if not reply:
             return []
         entries = [
@@ -420,7 +469,9 @@ class RedisCheckpointStorage:
     async def _delete(self, run_id: str, condition: list[Any]) -> bool:
         keys = [*self._run_keys(run_id), self._key("runs")]
         args = [self.prefix, run_id, *condition]
-        return bool(await self._call(lambda: self._delete_run(keys, args), idempotent=True))
+        return bool(
+            await self._call(lambda: self._script(self._delete_run, keys, args), idempotent=True)
+        )
 
     async def delete_run(self, run_id: str) -> bool:
         return await self._delete(run_id, [""])
@@ -430,7 +481,9 @@ class RedisCheckpointStorage:
             return 0
         keys = [self._key("checkpoints:", run_id), self._key("checkpoint_order:", run_id)]
         args = [self.prefix, *checkpoint_ids]
-        gone = await self._call(lambda: self._delete_checkpoints(keys, args), idempotent=True)
+        gone = await self._call(
+            lambda: self._script(self._delete_checkpoints, keys, args), idempotent=True
+        )
         return int(gone)
 
     async def expire_runs(
@@ -447,6 +500,13 @@ class RedisCheckpointStorage:
             if await self._delete(run.run_id, condition):
                 expired.append(run.run_id)
         return expired
+
+
+async def _take_connection(pool: Any) -> Any:
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return await pool.get_connection("EVALSHA")
 
 
 def _ttl_seconds(value: timedelta | float | None) -> int:

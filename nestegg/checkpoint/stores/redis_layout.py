@@ -52,6 +52,9 @@ RUN_KEY_KINDS = (
 )
 """Kinds of the keys of one run, in the order the scripts take them as KEYS."""
 
+_ZADD_PAIRS = 500
+"""Score-member pairs per ZADD in a script (Lua's unpack has a limit on values)."""
+
 _FINISHED_LUA = "{" + ", ".join(f"[{status!r}] = true" for status in FINISHED) + "}"
 
 _SET_EXPIRY = """
@@ -119,9 +122,11 @@ for _ = 1, n do
     i = i + 2
 end
 n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do
-    redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
-    i = i + 2
+local last = i + 2 * n - 1
+while i <= last do  -- one ZADD for up to _ZADD_PAIRS events
+    local stop = math.min(i + 2 * __ZADD_PAIRS__ - 1, last)
+    redis.call('ZADD', KEYS[3], unpack(ARGV, i, stop))
+    i = stop + 1
 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
@@ -149,7 +154,7 @@ if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
 if ARGV[2] ~= '0' then set_expiry(prefix, ARGV[2]) end
 return {1}
 """
-)
+).replace("__ZADD_PAIRS__", str(_ZADD_PAIRS))
 
 DELETE_RUN = """
 -- KEYS: the run's 7 keys, then the runs index.
@@ -318,6 +323,20 @@ def checkpoint_from_value(checkpoint_id: str, run_id: str, value: bytes) -> Chec
     seq, created, length, rest = value.split(b":", 3)
     reason, body = _split_text(rest, int(length))
     return CheckpointRecord(checkpoint_id, run_id, int(seq), float(created), reason, body)
+
+
+def command_bytes(args: Sequence[bytes | str | int | float]) -> bytes:
+    """One command in the Redis protocol (RESP), packed in one pass."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif isinstance(arg, int):
+            arg = b"%d" % arg
+        elif isinstance(arg, float):
+            arg = repr(arg).encode()
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(parts)
 
 
 def commit_args(c: Commit) -> list[Any]:
