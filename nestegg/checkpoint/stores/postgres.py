@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from nestegg.checkpoint.records import (
@@ -73,6 +74,9 @@ T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]; Any keeps the module importable without it
 
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOLD_SECONDS = 60.0
+"""How long the store keeps one pool connection between operations before it gives it
+back (so that the pool's checks and ``max_lifetime`` still reach it)."""
 
 
 def _require_driver() -> None:
@@ -190,6 +194,9 @@ class PostgresCheckpointStorage:
         self._drop: list[bytes] = []
         self._ready = False
         self._setup_lock = asyncio.Lock()
+        self._held: Connection = None
+        self._held_until = 0.0
+        self._held_busy = False
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -281,6 +288,7 @@ class PostgresCheckpointStorage:
 
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
+        await self._release_held()
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
@@ -303,6 +311,37 @@ class PostgresCheckpointStorage:
         await self._with_connection(drop, idempotent=True)
         self._ready = False
 
+    async def _release_held(self) -> None:
+        conn, self._held = self._held, None
+        if conn is not None and self._pool is not None:
+            await self._pool.putconn(conn)  # rolls back or replaces it as needed
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        """A connection for one operation: the one this store keeps between operations
+        when it is free (one step's commit then skips the pool), else one from the pool."""
+        if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
+            async with self._pool.connection() as conn:
+                yield conn
+            return
+        self._held_busy = True
+        try:
+            if self._held is None:
+                self._held = await self._pool.getconn()
+                self._held_until = time.monotonic() + _HOLD_SECONDS
+            conn = self._held
+            try:
+                yield conn
+                if not conn.autocommit:
+                    await conn.commit()
+            except BaseException:
+                await self._release_held()
+                raise
+            if time.monotonic() > self._held_until:
+                await self._release_held()
+        finally:
+            self._held_busy = False
+
     async def _with_connection(
         self, operation: Callable[[Connection], Awaitable[T]], *, idempotent: bool
     ) -> T:
@@ -310,7 +349,7 @@ class PostgresCheckpointStorage:
 
         async def attempt() -> T:
             with _driver_errors(self._where):
-                async with self._pool.connection() as conn:
+                async with self._connection() as conn:
                     return await operation(conn)
 
         if not idempotent:
