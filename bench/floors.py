@@ -4,8 +4,11 @@ Measured in rounds, interleaved, medians of the per-operation means: a thread ho
 the event loop (``run_in_executor`` of a no-op), a SQLite commit of one ~1 KB row (WAL,
 synchronous=NORMAL) on the loop thread and through a worker thread, a PostgreSQL
 autocommit insert of one ~1 KB row and a ``SELECT 1`` round trip (psycopg async, one
-connection), and a Redis ``SET`` of ~1 KB (redis-py asyncio). Servers as in
-server_stores.py; a server that does not answer is left out with a note.
+connection), and a Redis ``SET`` of ~1 KB (redis-py asyncio). Servers:
+``NESTEGG_TEST_PG_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) and
+``NESTEGG_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); a server that does not
+answer is left out with a note. server_stores.py measures the server floors beside its
+own results with the same probes.
 
     .venv-bench/bin/python bench/floors.py [--ops 1000] [--rounds 5]
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import tempfile
 import time
@@ -28,8 +32,9 @@ import psycopg
 import redis.asyncio as aioredis
 from harness import Table, fmt_us, median, message, print_tables
 from psycopg import sql
-from server_stores import PG_URL, REDIS_URL
 
+PG_URL = os.environ.get("NESTEGG_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 ROW = orjson.dumps(message(1))
 Probe = Callable[[int], Awaitable[float]]
 

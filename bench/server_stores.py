@@ -7,6 +7,11 @@ with LangGraph's ``PostgresSaver`` (autocommit connection, ``durability="sync"``
 one process; nestegg's ``RedisCheckpointStorage`` runs alone (LangGraph's Redis saver needs
 Redis modules). Then 200 runs of 50 steps at once, on each store, in one process.
 
+Each repetition also measures the floors of ``floors.py`` on the servers (a PostgreSQL
+autocommit INSERT of a ~1 KB row, a Redis SET of ~1 KB): each result is given as a
+multiple of its server's floor measured in the same run, so that results taken on a
+slower or busier machine compare (targets: PostgreSQL at most 2.5x, Redis 2.7x).
+
 Each measurement uses its own table prefix (nestegg), schema (LangGraph) or key prefix,
 dropped afterwards. Servers: ``NESTEGG_TEST_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), ``NESTEGG_TEST_REDIS_URL`` (default
@@ -20,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import tempfile
 import time
 import uuid
@@ -33,6 +37,7 @@ from typing import Any
 
 import psycopg
 import redis.asyncio as aioredis
+from floors import PG_URL, REDIS_URL, Floors
 from harness import (
     LARGE_TIMEOUT,
     START_INPUT,
@@ -61,9 +66,6 @@ from nestegg.checkpoint import (
     SQLiteCheckpointStorage,
 )
 
-PG_URL = os.environ.get("NESTEGG_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
-
 DEFAULT_SIZES = (100, 1000, 10_000)
 DEFAULT_REPS = {100: 11, 1000: 3, 10_000: 2}
 LANGGRAPH_MAX_STEPS = 1000
@@ -76,6 +78,13 @@ POLICY = CheckpointPolicy(every_n_steps=1, keep_latest=3, durability="sync")
 NESTEGG_PG = "nestegg PostgreSQL"
 LANGGRAPH_PG = "LangGraph PostgresSaver"
 NESTEGG_REDIS = "nestegg Redis"
+
+FLOOR_OPS = 300
+PG_FLOOR = "PostgreSQL autocommit INSERT of a ~1 KB row"
+REDIS_FLOOR = "Redis SET of ~1 KB"
+FLOOR_OF = {NESTEGG_PG: PG_FLOOR, LANGGRAPH_PG: PG_FLOOR, NESTEGG_REDIS: REDIS_FLOOR}
+TARGETS = {NESTEGG_PG: 2.5, NESTEGG_REDIS: 2.7}
+"""Per-step time as a multiple of the floor that nestegg aims to stay under."""
 
 
 @dataclass
@@ -265,15 +274,21 @@ MEASURES: dict[str, Callable[[int, int], Any]] = {
 }
 
 
-async def measure_size(steps: int, reps: int) -> dict[str, list[Sample]]:
+async def measure_size(
+    steps: int, reps: int, floors: Floors
+) -> tuple[dict[str, list[Sample]], dict[str, float]]:
+    """Samples per contender, and the median floors measured between them (seconds)."""
     contenders = [NESTEGG_PG, NESTEGG_REDIS]
     if steps <= LANGGRAPH_MAX_STEPS:
         contenders.insert(1, LANGGRAPH_PG)
     samples: dict[str, list[Sample]] = {name: [] for name in contenders}
+    floor_seconds: dict[str, list[float]] = {PG_FLOOR: [], REDIS_FLOOR: []}
     for rep in range(reps):
+        floor_seconds[PG_FLOOR].append(await floors.pg_insert(FLOOR_OPS))
+        floor_seconds[REDIS_FLOOR].append(await floors.redis_set(FLOOR_OPS))
         for name in interleaved(contenders, rep):
             samples[name].append(await MEASURES[name](steps, rep))
-    return samples
+    return samples, {name: median(values) for name, values in floor_seconds.items()}
 
 
 async def concurrent_runs(storage: Any) -> float:
@@ -321,10 +336,24 @@ async def measure_concurrency(reps: int) -> dict[str, list[float]]:
     return seconds
 
 
-def throughput_table(results: dict[int, dict[str, list[Sample]]], reps: dict[int, int]) -> Table:
+def throughput_table(
+    results: dict[int, dict[str, list[Sample]]],
+    floors: dict[int, dict[str, float]],
+    reps: dict[int, int],
+) -> Table:
     table = Table(
         title="Durable checkpoint every step on the servers: nestegg vs LangGraph PostgresSaver",
-        headers=["steps", "store", "steps/s", "µs/step", "stored", "vs LangGraph", "reps"],
+        headers=[
+            "steps",
+            "store",
+            "steps/s",
+            "µs/step",
+            "floor µs",
+            "per floor",
+            "stored",
+            "vs LangGraph",
+            "reps",
+        ],
     )
     for steps, samples in results.items():
         anchor = samples.get(LANGGRAPH_PG)
@@ -334,12 +363,15 @@ def throughput_table(results: dict[int, dict[str, list[Sample]]], reps: dict[int
             versus = ""
             if anchor_rate and name != LANGGRAPH_PG:
                 versus = fmt_ratio(rate / anchor_rate)
+            floor = floors[steps][FLOOR_OF[name]]
             table.rows.append(
                 [
                     fmt_int(steps),
                     name,
                     fmt_int(rate),
                     fmt_us(1 / rate),
+                    fmt_us(floor),
+                    f"{1 / rate / floor:.2f}",
                     fmt_bytes(median([s.stored_bytes for s in values])),
                     versus,
                     str(reps[steps]),
@@ -353,6 +385,12 @@ def throughput_table(results: dict[int, dict[str, list[Sample]]], reps: dict[int
         "nestegg: `SQLCheckpointStorage(postgresql_url, table_prefix=...)` and "
         "`RedisCheckpointStorage(url, prefix=...)` with their default pools; LangGraph: "
         "`PostgresSaver` on one autocommit connection (as `from_conn_string` opens it).",
+        "Floor: the median, over the repetitions of that size, of the mean time of "
+        f"{FLOOR_OPS} operations measured in this process between the contenders "
+        "(`floors.py`): a PostgreSQL autocommit INSERT of a ~1 KB row for the PostgreSQL "
+        "rows, a Redis SET of ~1 KB for Redis. Per floor = µs/step / floor; nestegg aims at "
+        + ", ".join(f"{name} ≤ {limit}x" for name, limit in TARGETS.items())
+        + ".",
     ]
     return table
 
@@ -381,13 +419,25 @@ def concurrency_table(seconds: dict[str, list[float]], reps: int) -> Table:
 
 async def run(sizes: Sequence[int], reps: int | None) -> list[Table]:
     results: dict[int, dict[str, list[Sample]]] = {}
+    floors: dict[int, dict[str, float]] = {}
     used_reps: dict[int, int] = {}
-    for steps in sizes:
-        used_reps[steps] = reps or DEFAULT_REPS.get(steps, 3)
-        results[steps] = await measure_size(steps, used_reps[steps])
+    with tempfile.TemporaryDirectory(prefix="nestegg-floor-") as tmp:
+        probes = Floors(Path(tmp))
+        try:
+            await probes.open_servers()
+            if probes.notes:
+                raise RuntimeError("; ".join(probes.notes))
+            for steps in sizes:
+                used_reps[steps] = reps or DEFAULT_REPS.get(steps, 3)
+                results[steps], floors[steps] = await measure_size(steps, used_reps[steps], probes)
+        finally:
+            await probes.close()
     concurrency_reps = reps or CONCURRENT_REPS
     concurrency = await measure_concurrency(concurrency_reps)
-    return [throughput_table(results, used_reps), concurrency_table(concurrency, concurrency_reps)]
+    return [
+        throughput_table(results, floors, used_reps),
+        concurrency_table(concurrency, concurrency_reps),
+    ]
 
 
 def main() -> None:
