@@ -59,6 +59,23 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
+def _edge_list(agent: str, edges: Any) -> list[str]:
+    """``edges`` as a list of agent names; ConfigurationError for anything else."""
+    if edges is None:
+        return []
+    if isinstance(edges, str) or not isinstance(edges, list | tuple):
+        raise ConfigurationError(
+            f"edges of agent {agent!r} must be a list of agent names, got {edges!r}"
+            + (f" (write edges=[{edges!r}])" if isinstance(edges, str) else "")
+        )
+    wrong = [edge for edge in edges if not isinstance(edge, str)]
+    if wrong:
+        raise ConfigurationError(
+            f"edges of agent {agent!r} must be agent names (strings), got {wrong[0]!r}"
+        )
+    return list(edges)
+
+
 class AgentNode:
     """One registered agent: its name, handler, graph edges and input type."""
 
@@ -69,5 +86,5 @@ class AgentNode:
             raise ConfigurationError(f"agent {name!r} must be an async function (async def)")
         self.name = check_name(name, "agent name")
         self.handler = handler
-        self.edges: list[str] = list(edges or [])
+        self.edges: list[str] = _edge_list(name, edges)
         self.input_type = input_type_of(handler)

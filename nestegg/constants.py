@@ -127,3 +127,9 @@ CLI_RECOVER_CONCURRENCY = 4
 """Runs `nestegg recover` resumes at once unless --concurrency says otherwise."""
 EXPORT_FORMAT = "nestegg-run"
 EXPORT_VERSION = 1
+
+
+YIELD_EVERY_STEPS = 64
+"""Steps after which a run yields to the event loop even if its agents never wait, so
+``run(timeout=...)``, ``cancel()`` and other tasks get in (a hand-over without data does
+not count as a turn, so it can loop for ever, as in eggai-clutch)."""

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nestegg.agents import AgentNode, to_plain, to_typed
-from nestegg.constants import OUTCOME_COMPLETED, OUTCOME_HANDOVER, OUTCOME_TERMINATED
+from nestegg.constants import (
+    OUTCOME_COMPLETED,
+    OUTCOME_HANDOVER,
+    OUTCOME_TERMINATED,
+    YIELD_EVERY_STEPS,
+)
 from nestegg.context import ClutchContext, set_context
 from nestegg.errors import JournaledCallError, NonDeterminismError
 from nestegg.signals import Handover, Terminate
@@ -185,6 +190,8 @@ class RunExecution:
                 agent = await self._next_agent()
                 if agent is None or await self._step(agent):
                     break
+                if not self.seq % YIELD_EVERY_STEPS:
+                    await asyncio.sleep(0)  # let timeouts and cancellation in
         except asyncio.CancelledError:
             await asyncio.shield(self.recorder.cancelled())
             raise

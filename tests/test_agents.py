@@ -38,6 +38,19 @@ class TestAgentNode:
         edges.append("c")
         assert node.edges == ["a", "b"]
 
+    @pytest.mark.parametrize("edges", ["b", 3, {"b": 1}])
+    def test_edges_that_are_not_a_list_of_names_are_rejected(self, edges: Any) -> None:
+        with pytest.raises(ConfigurationError, match="edges of agent 'test' must be a list"):
+            AgentNode("test", untyped, edges=edges)
+
+    def test_a_string_edge_suggests_the_list(self) -> None:
+        with pytest.raises(ConfigurationError, match=r"write edges=\['b'\]"):
+            AgentNode("test", untyped, edges="b")
+
+    def test_edges_that_are_not_names_are_rejected(self) -> None:
+        with pytest.raises(ConfigurationError, match="got 3"):
+            AgentNode("test", untyped, edges=["b", 3])
+
     def test_input_type_is_the_first_parameters_annotation(self) -> None:
         assert AgentNode("test", typed).input_type is InputModel
 

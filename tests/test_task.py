@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context
+from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context, handover
 
 WAIT_S = 5.0
 """Upper bound for waiting on something that happens right away (never reached when green)."""
@@ -128,6 +128,20 @@ class TestTimeout:
         assert not task.done
         release.set()
         assert await task.result(timeout=WAIT_S) == "in_done"
+
+    async def test_agents_that_never_wait_can_still_time_out_and_be_cancelled(self) -> None:
+        clutch = Clutch("p", max_turns=10)
+
+        @clutch.agent()
+        async def again(data: str) -> str:
+            handover("again")  # no data: not a turn, so max_turns never ends it
+
+        task = await clutch.submit("in")
+        with pytest.raises(TimeoutError):
+            await task.result(timeout=0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task.result(), WAIT_S)
 
     async def test_run_timeout_raises_and_the_run_goes_on(self) -> None:
         release, finished = asyncio.Event(), asyncio.Event()
