@@ -26,9 +26,12 @@ from nestegg.checkpoint.records import (
 class CheckpointStorage(Protocol):
     """Where runs, steps, checkpoints, events and journal entries live.
 
-    Errors: a missing run raises ``RunNotFoundError``; a lost compare-and-set raises
+    Missing runs: writers (``claim_run``, ``commit``) raise ``RunNotFoundError``;
+    readers return None or an empty list. A lost compare-and-set raises
     ``RunLockedError`` (claim) or ``StaleOwnerError`` (commit); an unreachable server
-    raises ``StorageUnavailableError``. Lists come oldest first.
+    raises ``StorageUnavailableError``; any other failure of the store ``StorageError``.
+    Lists come oldest first (by sequence number), except ``list_runs`` (newest first).
+    Records are stored and returned byte for byte: a store never decodes a body.
     """
 
     async def setup(self) -> None:
@@ -57,12 +60,18 @@ class CheckpointStorage(Protocol):
     ) -> RunRecord:
         """Make ``owner`` the owner if the fence is still ``expected_fence``.
 
-        Sets status running, the owner and lease, and fence + 1, and returns the run.
-        Raises RunLockedError if the fence moved on, RunNotFoundError if there is no run.
+        Sets status running, the owner, the lease, ``updated_at = now`` and fence + 1,
+        and returns the run as stored. Raises RunLockedError if the fence moved on,
+        RunNotFoundError if there is no run.
         """
 
     async def commit(self, commit: Commit) -> None:
-        """Apply one fenced change to a run atomically (see :class:`Commit`)."""
+        """Apply one fenced change to a run atomically: all of it or nothing.
+
+        The order is the one :class:`~nestegg.checkpoint.records.Commit` gives. A record
+        whose key exists (same step seq, event seq, journal position or checkpoint id)
+        is replaced. Raises StaleOwnerError if the run's fence is not ``commit.fence``.
+        """
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
@@ -92,4 +101,5 @@ class CheckpointStorage(Protocol):
     async def expire_runs(
         self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
     ) -> list[str]:
-        """Delete whole runs in ``statuses`` not updated since ``updated_before``; their ids."""
+        """Delete whole runs in ``statuses`` updated strictly before ``updated_before``
+        (optionally of one pipeline), with everything of them; their ids."""
