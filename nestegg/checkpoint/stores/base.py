@@ -68,9 +68,11 @@ class CheckpointStorage(Protocol):
     async def commit(self, commit: Commit) -> None:
         """Apply one fenced change to a run atomically: all of it or nothing.
 
-        The order is the one :class:`~nestegg.checkpoint.records.Commit` gives. A record
-        whose key exists (same step seq, event seq, journal position or checkpoint id)
-        is replaced. Raises StaleOwnerError if the run's fence is not ``commit.fence``.
+        The order is the one :class:`~nestegg.checkpoint.records.Commit` gives. A step,
+        journal entry or checkpoint whose key exists (step seq, journal position,
+        checkpoint id) is replaced; events are never rewritten, and what a duplicate
+        event seq does is not defined. Raises StaleOwnerError if the run's fence is not
+        ``commit.fence``.
         """
 
     async def load_steps(
