@@ -291,6 +291,34 @@ async def test_a_given_pool_is_used_and_left_open(open_store: OpenStore, pg_url:
         await pool.close()
 
 
+async def test_a_given_pool_gets_back_the_connection_the_store_kept(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    prefix = open_store().table_prefix
+    pool = AsyncConnectionPool(pg_url, min_size=2, max_size=2, open=False, timeout=3)
+    await pool.open()
+    try:
+        store = PostgresCheckpointStorage(pool=pool, table_prefix=prefix)
+        run = await create(store)
+        await commit_steps(store, run, range(1, 3))
+        await store.close()
+        async with pool.connection() as first, pool.connection() as second:
+            assert first is not second
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize("max_size", [1, 2])
+async def test_small_pools_serve_many_tasks_at_once(open_store: OpenStore, max_size: int) -> None:
+    store = open_store(min_size=1, max_size=max_size)
+    runs = [await create(store) for _ in range(6)]
+    await asyncio.gather(*(commit_steps(store, run, range(1, 6)) for run in runs))
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4, 5]
+
+
 async def test_without_prepared_statements_for_pgbouncer(open_store: OpenStore) -> None:
     store = open_store(prepare_threshold=None)
     run = await create(store)

@@ -42,6 +42,7 @@ pytestmark = pytest.mark.server
 
 aioredis = pytest.importorskip("redis.asyncio")
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage  # noqa: E402
+from nestegg.checkpoint.stores.redis_layout import command_bytes  # noqa: E402
 
 OpenStore = Callable[..., RedisCheckpointStorage]
 
@@ -277,6 +278,57 @@ async def test_reads_and_commits_ride_through_killed_connections(
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
     await commit_steps(store, run, range(3, 5))
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
+
+
+async def test_a_commit_after_its_connection_was_killed_needs_no_retry(
+    open_store: OpenStore, client: Any, redis_url: str
+) -> None:
+    name = f"nestegg-test-{uuid.uuid4().hex[:8]}"
+    url = f"{redis_url}{'&' if '?' in redis_url else '?'}client_name={name}"
+    store = open_store(url=url, retries=0)
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3))
+    for connection in await client.client_list():
+        if connection.get("name") == name:
+            await client.client_kill_filter(_id=connection["id"])
+    await commit_steps(store, run, range(3, 5))
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
+
+
+async def test_scripts_flushed_from_redis_are_loaded_again(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store()
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    await client.script_flush()
+    await commit_steps(store, run, range(3, 5), checkpoints=True)
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
+    assert len(await store.list_checkpoints(run.run_id)) == 4
+
+
+@pytest.mark.parametrize("max_connections", [1, 2])
+async def test_small_pools_serve_many_tasks_at_once(
+    open_store: OpenStore, redis_url: str, max_connections: int
+) -> None:
+    pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=max_connections)
+    client = aioredis.Redis.from_pool(pool)
+    try:
+        store = open_store(url=client)
+        runs = [await create(store) for _ in range(6)]
+        await asyncio.gather(*(commit_steps(store, run, range(1, 6)) for run in runs))
+        for run in runs:
+            assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4, 5]
+        await store.close()
+    finally:
+        await client.aclose()
+
+
+def test_commands_are_packed_as_redis_py_packs_them() -> None:
+    from redis.asyncio.connection import Connection
+
+    args = ["EVALSHA", "abc", 2, "k:1", b"\x00bytes\r\n", -7, 1.5, "\u00e9", b""]
+    assert command_bytes(args) == b"".join(Connection().pack_command(*args))
 
 
 async def test_a_given_client_is_used_and_left_open(open_store: OpenStore, client: Any) -> None:

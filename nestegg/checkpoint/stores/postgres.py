@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -37,11 +36,11 @@ from nestegg.checkpoint.stores.postgres_schema import (
     checkpoint_from_row,
     commit_params,
     run_from_row,
+    validate_table_prefix,
 )
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
-    MAX_TABLE_PREFIX_LENGTH,
     PG_POOL_MAX_SIZE,
     PG_POOL_MIN_SIZE,
     PG_PREPARE_THRESHOLD,
@@ -51,7 +50,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    InvalidIdentifierError,
     MissingDependencyError,
     RunExistsError,
     RunLockedError,
@@ -72,8 +70,8 @@ except ImportError as exc:  # the constructor names the extra to install
 
 T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]; Any keeps the module importable without it
+Cursor = Any  # psycopg.AsyncCursor[Any]
 
-_PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOLD_SECONDS = 60.0
 """How long the store keeps one pool connection between operations before it gives it
 back (so that the pool's checks and ``max_lifetime`` still reach it)."""
@@ -85,25 +83,6 @@ def _require_driver() -> None:
             f"the PostgreSQL store needs psycopg 3 and psycopg_pool ({_DRIVER_ERROR.name} is "
             "missing): pip install 'nestegg[postgres]'"
         ) from _DRIVER_ERROR
-
-
-def validate_table_prefix(prefix: str) -> str:
-    """Check that ``prefix`` is a plain SQL identifier; return it.
-
-    Raises:
-        InvalidIdentifierError: anything but letters, digits and underscores (not leading
-            with a digit), or longer than the limit.
-    """
-    if (
-        not isinstance(prefix, str)
-        or not _PREFIX_PATTERN.fullmatch(prefix)
-        or len(prefix) > MAX_TABLE_PREFIX_LENGTH
-    ):
-        raise InvalidIdentifierError(
-            f"table_prefix {prefix!r} is not allowed: use letters, digits and underscores, "
-            f"not starting with a digit, at most {MAX_TABLE_PREFIX_LENGTH} characters"
-        )
-    return prefix
 
 
 @contextmanager
@@ -195,6 +174,7 @@ class PostgresCheckpointStorage:
         self._ready = False
         self._setup_lock = asyncio.Lock()
         self._held: Connection = None
+        self._held_cursor: Cursor = None
         self._held_until = 0.0
         self._held_busy = False
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
@@ -302,36 +282,38 @@ class PostgresCheckpointStorage:
         """
         await self.setup()
 
-        async def drop(conn: Connection) -> None:
-            async with conn.transaction():
-                await conn.execute(self._queries["lock_schema"], [self._lock_key])
+        async def drop(cursor: Cursor) -> None:
+            async with cursor.connection.transaction():
+                await cursor.execute(self._queries["lock_schema"], [self._lock_key])
                 for statement in self._drop:
-                    await conn.execute(statement)
+                    await cursor.execute(statement)
 
         await self._with_connection(drop, idempotent=True)
         self._ready = False
 
     async def _release_held(self) -> None:
-        conn, self._held = self._held, None
+        conn, self._held, self._held_cursor = self._held, None, None
         if conn is not None and self._pool is not None:
             await self._pool.putconn(conn)  # rolls back or replaces it as needed
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
-        """A connection for one operation: the one this store keeps between operations
-        when it is free (one step's commit then skips the pool), else one from the pool."""
+    async def _cursor(self) -> AsyncIterator[Cursor]:
+        """A cursor for one operation: on the connection this store keeps between
+        operations when it is free (one step's commit then skips the pool and reuses the
+        cursor), else on one from the pool."""
         if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
             async with self._pool.connection() as conn:
-                yield conn
+                yield conn.cursor()
             return
         self._held_busy = True
         try:
             if self._held is None:
                 self._held = await self._pool.getconn()
+                self._held_cursor = self._held.cursor()
                 self._held_until = time.monotonic() + _HOLD_SECONDS
             conn = self._held
             try:
-                yield conn
+                yield self._held_cursor
                 if not conn.autocommit:
                     await conn.commit()
             except BaseException:
@@ -343,14 +325,14 @@ class PostgresCheckpointStorage:
             self._held_busy = False
 
     async def _with_connection(
-        self, operation: Callable[[Connection], Awaitable[T]], *, idempotent: bool
+        self, operation: Callable[[Cursor], Awaitable[T]], *, idempotent: bool
     ) -> T:
         await self.setup()
 
         async def attempt() -> T:
             with _driver_errors(self._where):
-                async with self._connection() as conn:
-                    return await operation(conn)
+                async with self._cursor() as cursor:
+                    return await operation(cursor)
 
         if not idempotent:
             return await attempt()
@@ -359,8 +341,8 @@ class PostgresCheckpointStorage:
         )
 
     async def _fetchall(self, query: str, params: Sequence[Any] | dict[str, Any]) -> list[Any]:
-        async def fetch(conn: Connection) -> list[Any]:
-            cursor = await conn.execute(self._queries[query], params, binary=True)
+        async def fetch(cursor: Cursor) -> list[Any]:
+            await cursor.execute(self._queries[query], params, binary=True)
             rows: list[Any] = await cursor.fetchall()
             return rows
 
@@ -394,8 +376,8 @@ class PostgresCheckpointStorage:
             run.parent_checkpoint,
         ]
 
-        async def insert(conn: Connection) -> Any:
-            cursor = await conn.execute(self._queries["create_run"], params)
+        async def insert(cursor: Cursor) -> Any:
+            await cursor.execute(self._queries["create_run"], params)
             return await cursor.fetchone()
 
         if await self._with_connection(insert, idempotent=False) is None:
@@ -425,8 +407,8 @@ class PostgresCheckpointStorage:
         params = [owner.host, owner.pid, owner.started, lease_until, RUNNING, now]
         params += [run_id, expected_fence]
 
-        async def claim(conn: Connection) -> Any:
-            cursor = await conn.execute(self._queries["claim_run"], params, binary=True)
+        async def claim(cursor: Cursor) -> Any:
+            await cursor.execute(self._queries["claim_run"], params, binary=True)
             return await cursor.fetchone()
 
         row = await self._with_connection(claim, idempotent=False)
@@ -479,14 +461,14 @@ class PostgresCheckpointStorage:
     # -- deletion -----------------------------------------------------------------------
 
     async def _delete_runs(self, query: str, params: Sequence[Any] | dict[str, Any]) -> list[str]:
-        async def delete(conn: Connection) -> list[str]:
-            async with conn.transaction():
+        async def delete(cursor: Cursor) -> list[str]:
+            async with cursor.connection.transaction():
                 # Deleting the run rows locks them: a commit of these runs waits, then
                 # finds no run; the children are deleted in a fresh snapshot after that.
-                cursor = await conn.execute(self._queries[query], params)
+                await cursor.execute(self._queries[query], params)
                 ids = [row[0] for row in await cursor.fetchall()]
                 if ids:
-                    await conn.execute(self._queries["delete_run_data"], {"ids": ids})
+                    await cursor.execute(self._queries["delete_run_data"], {"ids": ids})
             return ids
 
         return await self._with_connection(delete, idempotent=True)

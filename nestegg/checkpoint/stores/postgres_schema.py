@@ -1,4 +1,5 @@
-"""The PostgreSQL schema of nestegg: ordered migrations, queries and row conversions.
+"""The PostgreSQL schema of nestegg: ordered migrations, queries, row conversions and the
+check of table prefixes.
 
 ``MIGRATIONS[i]`` brings the schema from version ``i`` to version ``i + 1``; the version
 table records each one applied. A migration is a list of statements whose table and
@@ -26,12 +27,17 @@ Two parameters instead of one array per field keep the client's work per commit 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from nestegg.checkpoint.records import CheckpointRecord, Commit, Owner, RunRecord
+from nestegg.constants import MAX_TABLE_PREFIX_LENGTH
+from nestegg.errors import InvalidIdentifierError
+
+_PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Placeholder name -> table suffix appended to the table prefix.
 TABLE_SUFFIXES: dict[str, str] = {
@@ -256,6 +262,25 @@ QUERIES: dict[str, str] = {
     "schema_version": "SELECT COALESCE(max(version), 0) FROM {versions}",
     "record_version": "INSERT INTO {versions} (version) VALUES (%s)",
 }
+
+
+def validate_table_prefix(prefix: str) -> str:
+    """Check that ``prefix`` is a plain SQL identifier; return it.
+
+    Raises:
+        InvalidIdentifierError: anything but letters, digits and underscores (not leading
+            with a digit), or longer than the limit.
+    """
+    if (
+        not isinstance(prefix, str)
+        or not _PREFIX_PATTERN.fullmatch(prefix)
+        or len(prefix) > MAX_TABLE_PREFIX_LENGTH
+    ):
+        raise InvalidIdentifierError(
+            f"table_prefix {prefix!r} is not allowed: use letters, digits and underscores, "
+            f"not starting with a digit, at most {MAX_TABLE_PREFIX_LENGTH} characters"
+        )
+    return prefix
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

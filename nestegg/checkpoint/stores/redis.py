@@ -3,7 +3,7 @@
 Every change to a run is one Lua script, run atomically by Redis: the claim is a
 compare-and-set on the run's fencing token, and a commit checks the token, truncates,
 appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
-:mod:`~nestegg.checkpoint.stores.redis_scripts`. Stored values are the sealed bytes as
+:mod:`~nestegg.checkpoint.stores.redis_layout`. Stored values are the sealed bytes as
 given.
 
 Finished runs are deleted by :meth:`RedisCheckpointStorage.expire_runs` (what the
@@ -16,7 +16,6 @@ redis-py is imported only here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -44,11 +43,12 @@ from nestegg.checkpoint.stores.redis_layout import (
     run_fields,
     run_from_hash,
     step_from_member,
+    ttl_seconds,
+    validate_key_prefix,
 )
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
-    MAX_KEY_PREFIX_LENGTH,
     REDIS_MAX_CONNECTIONS,
     RUNNING,
     STORE_CONNECT_TIMEOUT,
@@ -56,7 +56,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    InvalidIdentifierError,
     MissingDependencyError,
     RunExistsError,
     RunLockedError,
@@ -77,7 +76,6 @@ except ImportError as exc:  # the constructor names the extra to install
 
 T = TypeVar("T")
 
-_BAD_PREFIX = re.compile(r"[\s*?\[\]\\\x00-\x1f\x7f]")
 _SCAN_BATCH = 500
 
 
@@ -87,25 +85,6 @@ def _require_driver() -> None:
             f"the Redis store needs redis-py ({_DRIVER_ERROR.name} is missing): "
             "pip install 'nestegg[redis]'"
         ) from _DRIVER_ERROR
-
-
-def validate_key_prefix(prefix: str) -> str:
-    """Check a Redis key prefix: not empty, no whitespace, control or glob characters.
-
-    Raises:
-        InvalidIdentifierError: the prefix is not allowed.
-    """
-    if (
-        not isinstance(prefix, str)
-        or not prefix
-        or len(prefix) > MAX_KEY_PREFIX_LENGTH
-        or _BAD_PREFIX.search(prefix)
-    ):
-        raise InvalidIdentifierError(
-            f"key prefix {prefix!r} is not allowed: 1 to {MAX_KEY_PREFIX_LENGTH} characters "
-            "without spaces, newlines, control characters or any of * ? [ ] \\"
-        )
-    return prefix
 
 
 @contextmanager
@@ -161,7 +140,7 @@ class RedisCheckpointStorage:
     ) -> None:
         _require_driver()
         self.prefix = validate_key_prefix(prefix)
-        self._ttl = _ttl_seconds(expire_finished_after)
+        self._ttl = ttl_seconds(expire_finished_after)
         self._retries = retries
         self._connect_timeout = connect_timeout
         if isinstance(url_or_client, str):
@@ -226,30 +205,39 @@ class RedisCheckpointStorage:
         return [self._key(kind, run_id) for kind in RUN_KEY_KINDS]
 
     async def _script(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a registered script: one EVALSHA, packed here and sent on the held
-        connection when it is free, else through the client."""
+        """Run an idempotent registered script: one EVALSHA, packed here and sent on the
+        kept connection when it is free, else through the client."""
         if self._pool is None or self._held_busy:
             return await script(keys, args)
+        command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
         self._held_busy = True
         try:
-            if self._held is None:
-                self._held = await _take_connection(self._pool)
-            conn = self._held
+            reused = self._held is not None
             try:
-                await conn.send_packed_command(
-                    command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args]),
-                    check_health=False,
-                )
-                return await conn.read_response()
-            except redis_errors.NoScriptError:  # flushed from Redis: the client loads it
-                return await script(keys, args)
-            except redis_errors.ResponseError:  # an error reply: the connection is fine
-                raise
-            except BaseException:
-                await self._release_held(disconnect=True)
-                raise
+                return await self._send_held(command)
+            except redis_errors.ConnectionError:
+                if not reused:
+                    raise
+            # The kept connection had gone (a server restart, an idle timeout): once
+            # more on a new one, as the pool would have done; the script is idempotent.
+            return await self._send_held(command)
+        except redis_errors.NoScriptError:  # flushed from Redis: the client loads it
+            return await script(keys, args)
         finally:
             self._held_busy = False
+
+    async def _send_held(self, command: bytes) -> Any:
+        if self._held is None:
+            self._held = await _take_connection(self._pool)
+        conn = self._held
+        try:
+            await conn.send_packed_command(command, check_health=False)
+            return await conn.read_response()
+        except redis_errors.ResponseError:  # an error reply: the connection is fine
+            raise
+        except BaseException:
+            await self._release_held(disconnect=True)
+            raise
 
     async def _release_held(self, *, disconnect: bool = False) -> None:
         conn, self._held = self._held, None
@@ -311,9 +299,7 @@ class RedisCheckpointStorage:
         args: list[Any] = [repr(run.created_at), run.run_id]
         for name, value in run_fields(run).items():
             args += [name, value]
-        created = await self._call(
-            lambda: self._script(self._create_run, keys, args), idempotent=False
-        )
+        created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
         if not created:
             raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
 
@@ -379,9 +365,7 @@ class RedisCheckpointStorage:
         for name, value in fields.items():
             args += [name, value]
         keys = self._run_keys(run_id)
-        reply = await self._call(
-            lambda: self._script(self._claim_run, keys, args), idempotent=False
-        )
+        reply = await self._call(lambda: self._claim_run(keys, args), idempotent=False)
         if reply[0] == 1:
             return run_from_hash(pairs_to_dict(reply[1]))
         if reply[0] == 0:
@@ -507,17 +491,6 @@ async def _take_connection(pool: Any) -> Any:
         return await pool.get_connection()
     except TypeError:  # redis-py before 5.3 wants a command name
         return await pool.get_connection("EVALSHA")
-
-
-def _ttl_seconds(value: timedelta | float | None) -> int:
-    if value is None:
-        return 0
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 1:
-        raise ConfigurationError(
-            f"expire_finished_after must be at least one second, got {value!r}"
-        )
-    return int(seconds)
 
 
 __all__ = ["RedisCheckpointStorage", "validate_key_prefix"]

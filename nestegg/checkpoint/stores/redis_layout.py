@@ -1,4 +1,5 @@
-"""The Redis layout of nestegg: keys, Lua scripts, and how records are encoded.
+"""The Redis layout of nestegg: keys (and the check of their prefix), Lua scripts, how
+records are encoded, and how a command is packed.
 
 Each change to a run is one atomic Lua script.
 
@@ -23,7 +24,9 @@ and the claim script removes it again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from nestegg.checkpoint.records import (
@@ -34,7 +37,8 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.constants import FINISHED
+from nestegg.constants import FINISHED, MAX_KEY_PREFIX_LENGTH
+from nestegg.errors import ConfigurationError, InvalidIdentifierError
 
 _FLOAT_FIELDS = ("created_at", "updated_at", "lease_until")
 _INT_FIELDS = ("fence", "step_seq", "event_seq")
@@ -52,6 +56,7 @@ RUN_KEY_KINDS = (
 )
 """Kinds of the keys of one run, in the order the scripts take them as KEYS."""
 
+_BAD_PREFIX = re.compile(r"[\s*?\[\]\\\x00-\x1f\x7f]")
 _ZADD_PAIRS = 500
 """Score-member pairs per ZADD in a script (Lua's unpack has a limit on values)."""
 
@@ -218,6 +223,41 @@ return {fields, redis.call('HMGET', KEYS[1], unpack(fields))}
 
 def _text(raw: bytes) -> str:
     return raw.decode()
+
+
+def validate_key_prefix(prefix: str) -> str:
+    """Check a Redis key prefix: not empty, no whitespace, control or glob characters.
+
+    Raises:
+        InvalidIdentifierError: the prefix is not allowed.
+    """
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or len(prefix) > MAX_KEY_PREFIX_LENGTH
+        or _BAD_PREFIX.search(prefix)
+    ):
+        raise InvalidIdentifierError(
+            f"key prefix {prefix!r} is not allowed: 1 to {MAX_KEY_PREFIX_LENGTH} characters "
+            "without spaces, newlines, control characters or any of * ? [ ] \\"
+        )
+    return prefix
+
+
+def ttl_seconds(value: timedelta | float | None) -> int:
+    """Seconds of a time-to-live setting; 0 for none.
+
+    Raises:
+        ConfigurationError: under one second.
+    """
+    if value is None:
+        return 0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 1:
+        raise ConfigurationError(
+            f"expire_finished_after must be at least one second, got {value!r}"
+        )
+    return int(seconds)
 
 
 def run_fields(run: RunRecord) -> dict[str, Any]:
