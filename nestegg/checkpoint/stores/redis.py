@@ -16,6 +16,7 @@ redis-py is imported only here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -172,6 +173,7 @@ class RedisCheckpointStorage:
         holds = client_pool is not None and getattr(client_pool, "max_connections", 2) > 1
         self._pool: Any = client_pool if holds else None
         self._held: Any = None
+        self._held_timeout: float | None = None
         self._held_busy = False
         register = self._client.register_script
         self._create_run = register(redis_layout.CREATE_RUN)
@@ -228,13 +230,21 @@ class RedisCheckpointStorage:
 
     async def _send_held(self, command: bytes) -> Any:
         if self._held is None:
-            self._held = await _take_connection(self._pool)
+            conn = await _take_connection(self._pool)
+            # One asyncio.timeout bounds each exchange below: redis-py's own socket
+            # timeout would wrap every send in a task of its own (asyncio.wait_for).
+            self._held, self._held_timeout = conn, conn.socket_timeout
+            conn.socket_timeout = None
         conn = self._held
         try:
-            await conn.send_packed_command(command, check_health=False)
-            return await conn.read_response()
+            async with asyncio.timeout(self._held_timeout):
+                await conn.send_packed_command(command, check_health=False)
+                return await conn.read_response()
         except redis_errors.ResponseError:  # an error reply: the connection is fine
             raise
+        except TimeoutError as exc:
+            await self._release_held(disconnect=True)
+            raise redis_errors.TimeoutError(f"no reply in {self._held_timeout} s") from exc
         except BaseException:
             await self._release_held(disconnect=True)
             raise
@@ -242,6 +252,7 @@ class RedisCheckpointStorage:
     async def _release_held(self, *, disconnect: bool = False) -> None:
         conn, self._held = self._held, None
         if conn is not None:
+            conn.socket_timeout = self._held_timeout
             if disconnect:
                 await conn.disconnect()
             await self._pool.release(conn)

@@ -367,16 +367,8 @@ def checkpoint_from_value(checkpoint_id: str, run_id: str, value: bytes) -> Chec
 
 def command_bytes(args: Sequence[bytes | str | int | float]) -> bytes:
     """One command in the Redis protocol (RESP), packed in one pass."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, str):
-            arg = arg.encode()
-        elif isinstance(arg, int):
-            arg = b"%d" % arg
-        elif isinstance(arg, float):
-            arg = repr(arg).encode()
-        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
-    return b"".join(parts)
+    values = [arg if type(arg) is bytes else str(arg).encode() for arg in args]
+    return b"*%d\r\n" % len(values) + b"".join([b"$%d\r\n%b\r\n" % (len(v), v) for v in values])
 
 
 def commit_args(c: Commit) -> list[Any]:
