@@ -9,6 +9,7 @@ the server is back, succeeds; at the end every step is stored exactly once, unal
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -129,5 +130,31 @@ async def test_postgres_crashed_and_restarted_mid_run_loses_nothing(
     try:
         await store.setup()
         _check_outcome(await _write_through_a_restart(store, private_postgres), retries)
+    finally:
+        await store.close()
+
+
+async def test_a_redis_that_stops_answering_is_unavailable_within_the_timeout(
+    private_redis: PrivateRedis,
+) -> None:
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+
+    store = RedisCheckpointStorage(private_redis.url, connect_timeout=1, retries=0)
+    assert private_redis.process is not None
+    try:
+        run = await create(store)
+        now = time.time()
+        claimed = await store.claim_run(run.run_id, run.fence, OWNER, now + 60, now)
+        await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 1)]))
+        private_redis.process.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(StorageUnavailableError):
+                await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 2)]))
+        finally:
+            private_redis.process.send_signal(signal.SIGCONT)
+        assert time.monotonic() - started < 5
+        await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 2)]))
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
     finally:
         await store.close()
