@@ -5,6 +5,8 @@ Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journ
 the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres_schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
 call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row.
+The store keeps one pool connection (and its cursor) between operations, so that a
+step's commit does not go through the pool; operations that overlap it take others.
 
 psycopg and psycopg_pool are imported only here.
 """

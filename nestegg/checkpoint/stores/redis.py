@@ -4,7 +4,8 @@ Every change to a run is one Lua script, run atomically by Redis: the claim is a
 compare-and-set on the run's fencing token, and a commit checks the token, truncates,
 appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
 :mod:`~nestegg.checkpoint.stores.redis_layout`. Stored values are the sealed bytes as
-given.
+given. Scripts go out as one packed EVALSHA on a pool connection the store keeps between
+them, so that a step's commit skips the pool and redis-py's per-command work.
 
 Finished runs are deleted by :meth:`RedisCheckpointStorage.expire_runs` (what the
 policy's ``ttl`` calls); with ``expire_finished_after`` Redis also expires every key of
@@ -168,8 +169,7 @@ class RedisCheckpointStorage:
             raise ConfigurationError(
                 "RedisCheckpointStorage needs a client with decode_responses=False"
             )
-        # A connection kept between scripts (none for a pool of one, or a client without
-        # a pool): the hot path then skips the pool and redis-py's per-command work.
+        # No connection is kept between scripts for a pool of one or a client without one.
         holds = client_pool is not None and getattr(client_pool, "max_connections", 2) > 1
         self._pool: Any = client_pool if holds else None
         self._held: Any = None
@@ -207,8 +207,12 @@ class RedisCheckpointStorage:
         return [self._key(kind, run_id) for kind in RUN_KEY_KINDS]
 
     async def _script(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run an idempotent registered script: one EVALSHA, packed here and sent on the
-        kept connection when it is free, else through the client."""
+        """Run an idempotent registered script, with retries."""
+        return await self._call(partial(self._evalsha, script, keys, args), idempotent=True)
+
+    async def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One EVALSHA of an idempotent script, packed here and sent on the kept
+        connection when it is free, else through the client."""
         if self._pool is None or self._held_busy:
             return await script(keys, args)
         command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
@@ -220,8 +224,7 @@ class RedisCheckpointStorage:
             except redis_errors.ConnectionError:
                 if not reused:
                     raise
-            # The kept connection had gone (a server restart, an idle timeout): once
-            # more on a new one, as the pool would have done; the script is idempotent.
+            # The kept connection had gone (a restart, an idle timeout): once more on a new one.
             return await self._send_held(command)
         except redis_errors.NoScriptError:  # flushed from Redis: the client loads it
             return await script(keys, args)
@@ -386,7 +389,7 @@ class RedisCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
         args = [self.prefix, self._ttl, *commit_args(commit)]
-        reply = await self._call(lambda: self._script(self._commit, keys, args), idempotent=True)
+        reply = await self._script(self._commit, keys, args)
         if reply[0] == 1:
             return
         if reply[0] == 0:
@@ -427,9 +430,7 @@ class RedisCheckpointStorage:
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         keys = [self._key("checkpoint:", checkpoint_id)]
         args = [self.prefix, checkpoint_id]
-        reply = await self._call(
-            lambda: self._script(self._get_checkpoint, keys, args), idempotent=True
-        )
+        reply = await self._script(self._get_checkpoint, keys, args)
         if not reply:
             return None
         return checkpoint_from_value(checkpoint_id, reply[0].decode(), reply[1])
@@ -447,9 +448,7 @@ class RedisCheckpointStorage:
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         keys = [self._key("journal:", run_id), self._key("journal_index:", run_id)]
-        reply = await self._call(
-            lambda: self._script(self._read_journal, keys, [step]), idempotent=True
-        )
+        reply = await self._script(self._read_journal, keys, [step])
         if not reply:
             return []
         entries = [
@@ -464,9 +463,7 @@ class RedisCheckpointStorage:
     async def _delete(self, run_id: str, condition: list[Any]) -> bool:
         keys = [*self._run_keys(run_id), self._key("runs")]
         args = [self.prefix, run_id, *condition]
-        return bool(
-            await self._call(lambda: self._script(self._delete_run, keys, args), idempotent=True)
-        )
+        return bool(await self._script(self._delete_run, keys, args))
 
     async def delete_run(self, run_id: str) -> bool:
         return await self._delete(run_id, [""])
@@ -476,9 +473,7 @@ class RedisCheckpointStorage:
             return 0
         keys = [self._key("checkpoints:", run_id), self._key("checkpoint_order:", run_id)]
         args = [self.prefix, *checkpoint_ids]
-        gone = await self._call(
-            lambda: self._script(self._delete_checkpoints, keys, args), idempotent=True
-        )
+        gone = await self._script(self._delete_checkpoints, keys, args)
         return int(gone)
 
     async def expire_runs(
