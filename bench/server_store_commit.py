@@ -1,8 +1,10 @@
 """Commit throughput of the PostgreSQL and Redis stores.
 
-Workload per step, as the checkpointer writes it: one ~1.2 KB step record, 3 events, one
+Workload per step, as the checkpointer writes it: one ~1.2 KB step record, 4 events, one
 checkpoint, and pruning to the newest 3 checkpoints. Two measurements per store: one run
-of N sequential commits, and 200 runs of 50 commits each, all at once in one process.
+of N sequential commits (also given per baseline: the mean commit divided by an
+autocommit INSERT for PostgreSQL, by a PING round trip for Redis, measured just before),
+and 200 runs of 50 commits each, all at once in one process.
 
     python bench/server_store_commit.py [steps]
 
@@ -54,9 +56,11 @@ def step_commit(run_id: str, fence: int, seq: int, kept: list[str]) -> Commit:
     kept.append(checkpoint.checkpoint_id)
     prune = kept[:-KEEP_LATEST]
     del kept[:-KEEP_LATEST]
+    kinds = ["step_started", "step_completed", "checkpoint_saved"]
+    kinds += ["checkpoint_pruned"] if prune else []
     events = [
-        EventRecord(run_id, 3 * seq - 2 + i, now, kind, seal_json({"agent": "agent", "seq": seq}))
-        for i, kind in enumerate(("step_started", "step_completed", "checkpoint_saved"))
+        EventRecord(run_id, 4 * seq - 3 + i, now, kind, seal_json({"agent": "agent", "seq": seq}))
+        for i, kind in enumerate(kinds)
     ]
     return Commit(
         run_id=run_id,
@@ -67,7 +71,7 @@ def step_commit(run_id: str, fence: int, seq: int, kept: list[str]) -> Commit:
         prune=prune,
         lease_until=now + 30,
         step_seq=seq,
-        event_seq=3 * seq,
+        event_seq=events[-1].seq,
         updated_at=now,
     )
 
@@ -79,7 +83,7 @@ async def start_run(store: Any, run_id: str) -> int:
     return int(claimed.fence)
 
 
-async def sequential(store: Any, steps: int) -> None:
+async def sequential(store: Any, steps: int, floor: float) -> None:
     fence = await start_run(store, "bench-seq")
     kept: list[str] = []
     commits = [step_commit("bench-seq", fence, seq, kept) for seq in range(1, steps + 1)]
@@ -94,7 +98,8 @@ async def sequential(store: Any, steps: int) -> None:
         f"  1 run x {steps} steps: {steps / total:,.0f} commits/s; per commit mean "
         f"{statistics.mean(times) / 1000:.0f} us, median {statistics.median(times) / 1000:.0f} "
         f"us, p99 {sorted(times)[int(len(times) * 0.99)] / 1000:.0f} us "
-        f"(step body {len(commits[0].steps[0].body)} B)"
+        f"(step body {len(commits[0].steps[0].body)} B); mean per baseline "
+        f"{statistics.mean(times) / 1e9 / floor:.2f}"
     )
 
 
@@ -117,7 +122,7 @@ async def concurrent(store: Any) -> None:
     )
 
 
-async def postgres_baseline(count: int = 500) -> None:
+async def postgres_baseline(count: int = 500) -> float:
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
@@ -140,9 +145,10 @@ async def postgres_baseline(count: int = 500) -> None:
         f"  baseline: autocommit insert {durable * 1e6:.0f} us "
         f"(into a temp table, no WAL flush: {per * 1e6:.0f} us)"
     )
+    return durable
 
 
-async def redis_baseline(count: int = 1000) -> None:
+async def redis_baseline(count: int = 1000) -> float:
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(REDIS_URL)
@@ -155,6 +161,7 @@ async def redis_baseline(count: int = 1000) -> None:
     finally:
         await client.aclose()
     print(f"  baseline: PING round trip {per * 1e6:.0f} us")
+    return per
 
 
 async def main(steps: int) -> None:
@@ -165,11 +172,11 @@ async def main(steps: int) -> None:
     baselines = {"PostgreSQL": postgres_baseline, "Redis": redis_baseline}
     for name, store in stores:
         print(name)
-        await baselines[name]()
+        floor = await baselines[name]()
         await store.setup()
         try:
             await store.drop()
-            await sequential(store, steps)
+            await sequential(store, steps, floor)
             await concurrent(store)
         finally:
             await store.drop()

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from nestegg.checkpoint.records import (
@@ -298,43 +298,41 @@ class PostgresCheckpointStorage:
         if conn is not None and self._pool is not None:
             await self._pool.putconn(conn)  # rolls back or replaces it as needed
 
-    @asynccontextmanager
-    async def _cursor(self) -> AsyncIterator[Cursor]:
-        """A cursor for one operation: on the connection this store keeps between
-        operations when it is free (one step's commit then skips the pool and reuses the
-        cursor), else on one from the pool."""
+    async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]]) -> T:
+        """Run ``operation`` on a cursor of the connection this store keeps between
+        operations when it is free (a step's commit then skips the pool and reuses the
+        cursor), else on one of a connection from the pool."""
         if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
             async with self._pool.connection() as conn:
-                yield conn.cursor()
-            return
+                return await operation(conn.cursor())
         self._held_busy = True
         try:
             if self._held is None:
                 self._held = await self._pool.getconn()
                 self._held_cursor = self._held.cursor()
                 self._held_until = time.monotonic() + _HOLD_SECONDS
-            conn = self._held
             try:
-                yield self._held_cursor
-                if not conn.autocommit:
-                    await conn.commit()
+                result = await operation(self._held_cursor)
+                if not self._held.autocommit:
+                    await self._held.commit()
             except BaseException:
                 await self._release_held()
                 raise
             if time.monotonic() > self._held_until:
                 await self._release_held()
+            return result
         finally:
             self._held_busy = False
 
     async def _with_connection(
         self, operation: Callable[[Cursor], Awaitable[T]], *, idempotent: bool
     ) -> T:
-        await self.setup()
+        if not self._ready:
+            await self.setup()
 
         async def attempt() -> T:
             with _driver_errors(self._where):
-                async with self._cursor() as cursor:
-                    return await operation(cursor)
+                return await self._on_cursor(operation)
 
         if not idempotent:
             return await attempt()
@@ -351,8 +349,11 @@ class PostgresCheckpointStorage:
         return await self._with_connection(fetch, idempotent=True)
 
     async def _fetchone(self, query: str, params: Sequence[Any]) -> Any:
-        rows = await self._fetchall(query, params)
-        return rows[0] if rows else None
+        async def fetch(cursor: Cursor) -> Any:
+            await cursor.execute(self._queries[query], params, binary=True)
+            return await cursor.fetchone()
+
+        return await self._with_connection(fetch, idempotent=True)
 
     # -- runs ---------------------------------------------------------------------------
 
