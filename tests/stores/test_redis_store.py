@@ -200,6 +200,16 @@ async def test_a_commit_applied_twice_leaves_what_one_left(open_store: OpenStore
     assert len(await store.read_journal(run.run_id, 1)) == 1
 
 
+async def test_a_commit_of_more_events_than_one_zadd_takes_stores_them_all(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    run = await create(store)
+    events = [make_event(run.run_id, seq) for seq in range(1, 1202)]
+    await store.commit(make_commit(run, events=events, event_seq=1201))
+    assert await store.read_events(run.run_id) == events
+
+
 # --- expiry ----------------------------------------------------------------------------
 
 
