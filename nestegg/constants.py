@@ -66,6 +66,8 @@ Each such checkpoint syncs the WAL and the database: the larger this, the fewer 
 per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
 SQLITE_INLINE_WRITE_BYTES = 64 * 1024
 """Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
+SQLITE_PAGE_SIZE = 4096
+"""Bytes of a database page (SQLite's default)."""
 SQLITE_PAGES_PER_WRITE = 8
 """WAL pages a checkpointed step writes, about (to space WAL checkpoints by writes)."""
 SQLITE_JOURNAL_SIZE_LIMIT = 20 * 1024 * 1024

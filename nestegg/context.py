@@ -45,8 +45,9 @@ class ClutchState:
         """The entries ``{"source": ..., "data": ...}`` before the current data, oldest
         first."""
         if self._earlier is not None:
-            earlier, self._earlier = self._earlier, None
-            self._history[:0] = earlier()
+            entries = self._earlier()  # raises again on the next read if it fails
+            self._earlier = None
+            self._history[:0] = entries
         return self._history
 
     @history.setter

@@ -256,6 +256,24 @@ class TestDeferredHistory:
         assert len(state.history) == 3
         assert reads == [1]
 
+    def test_a_failed_read_of_deferred_entries_fails_again_instead_of_dropping_them(
+        self,
+    ) -> None:
+        state = ClutchState("run", "sequential", ["a"])
+        outcomes: list[Any] = [ValueError("damaged"), [{"source": "input", "data": 0}]]
+
+        def earlier() -> list[dict[str, Any]]:
+            outcome = outcomes.pop(0)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return list(outcome)
+
+        state.defer_history(earlier)
+        state.record({"source": "a", "data": 1})
+        with pytest.raises(ValueError, match="damaged"):
+            _ = state.history
+        assert state.history == [{"source": "input", "data": 0}, {"source": "a", "data": 1}]
+
     def test_assigning_the_history_drops_deferred_entries(self) -> None:
         state = ClutchState("run", "sequential", ["a"])
         state.defer_history(lambda: [{"source": "input", "data": 0}])

@@ -139,7 +139,7 @@ class Commit:
             *self.journal,
             *self.checkpoints,
         ]
-        return sum(len(record.body) for record in records) + len(self.result or b"")
+        return sum(len(record.body or b"") for record in records) + len(self.result or b"")
 
 
 _counter = itertools.count()

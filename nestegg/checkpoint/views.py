@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -93,7 +94,9 @@ class StoredHistory:
     """A run's history as loaded from its step records, each entry's data still JSON.
 
     Resuming a long run needs its history in place but rarely reads it: the entries are
-    decoded when first read (their checksums were checked when they were loaded).
+    decoded when first read (their checksums were checked when they were loaded). An
+    entry that cannot be decoded (say, an Enum member that no longer exists) is reported
+    then, as CheckpointCorruptedError, and on every later read.
     """
 
     run_id: str
@@ -111,7 +114,7 @@ class StoredHistory:
         Raises:
             CheckpointCorruptedError: an entry's data is not what nestegg wrote.
         """
-        entries = [dict(self.first)]
+        entries = [copy.deepcopy(self.first)]
         for seq, agent, raw in self.steps:
             where = f"data of step {seq} of run {self.run_id!r}"
             entries.append({"source": agent, "data": decode_value(raw, where)})

@@ -4,6 +4,7 @@ a loop that keeps running while the database is busy, error mapping, size on dis
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import stat
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -333,7 +335,7 @@ async def test_a_big_commit_or_a_taken_lock_goes_to_the_worker_thread(
 async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_connection, "_WRITES_PER_WAL_CHECKPOINT", 5)
+    monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 200_000)
     path = tmp_path / "n.db"
     store = SQLiteCheckpointStorage(path)
     run = await create(store)
@@ -345,6 +347,63 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     assert path.stat().st_size > size_before + 10 * 20_000
     assert len(await store.load_steps(run.run_id)) == 20
     await store.close()
+
+
+async def test_a_failure_after_begin_leaves_no_transaction_and_the_next_commit_works(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+    connection = store._connection
+    restore = connection._set_wait
+    connection._set_wait = "PRAGMA no such pragma ("  # the restore after BEGIN fails once
+    with pytest.raises(StorageError):
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
+    connection._set_wait = restore
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+    other = sqlite3.connect(path, isolation_level=None, timeout=0.5)
+    other.execute("BEGIN IMMEDIATE")  # the write lock was let go
+    other.rollback()
+    other.close()
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    await store.close()
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+
+    async def first() -> Any:
+        run = await create(store)
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+        return run
+
+    run = asyncio.run(first())
+
+    async def in_child() -> None:
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
+        assert len(await store.load_steps(run.run_id)) == 2
+        await store.close()
+
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if its commit and read worked
+        code = 1
+        try:
+            asyncio.run(asyncio.wait_for(in_child(), 10))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+    async def last() -> list[int]:
+        seqs = [s.seq for s in await store.load_steps(run.run_id)]
+        await store.close()
+        return seqs
+
+    assert asyncio.run(last()) == [1, 2]
 
 
 # --- errors -----------------------------------------------------------------------------

@@ -63,6 +63,7 @@ from nestegg.constants import (
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
+    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
 )
 from nestegg.errors import (
     ConfigurationError,
@@ -176,7 +177,8 @@ class SQLiteCheckpointStorage:
             conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # SQLiteConnection takes them
+            # SQLiteConnection takes the WAL checkpoints; SQLite's own stay as a backstop.
+            conn.execute(f"PRAGMA wal_autocheckpoint = {4 * SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
             migrate(conn)
         except BaseException:
@@ -205,7 +207,7 @@ class SQLiteCheckpointStorage:
 
     async def create_run(self, run: RunRecord) -> None:
         row = run_to_row(run)
-        if not await self._connection.call(_create_run, row):
+        if not await self._connection.write(_create_run, row, size=len(run.input), small=False):
             raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -228,11 +230,12 @@ class SQLiteCheckpointStorage:
         self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
     ) -> RunRecord:
         params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence)
-        return await self._connection.call(_claim_run, params)
+        return await self._connection.write(_claim_run, params, small=False)
 
     async def commit(self, commit: Commit) -> None:
-        small = commit.truncate_after is None and commit.size() <= SQLITE_INLINE_WRITE_BYTES
-        await self._connection.write(_commit, commit, small=small)
+        size = commit.size()
+        small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
+        await self._connection.write(_commit, commit, size=size, small=small)
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
@@ -276,12 +279,14 @@ class SQLiteCheckpointStorage:
         return [JournalRecord(run_id, step, position, body) for position, body in rows]
 
     async def delete_run(self, run_id: str) -> bool:
-        return await self._connection.call(_delete_run, run_id)
+        return await self._connection.write(_delete_run, run_id, small=False)
 
     async def delete_checkpoints(self, run_id: str, checkpoint_ids: Sequence[str]) -> int:
         if not checkpoint_ids:
             return 0
-        return await self._connection.call(_delete_checkpoints, run_id, list(checkpoint_ids))
+        return await self._connection.write(
+            _delete_checkpoints, run_id, list(checkpoint_ids), small=False
+        )
 
     async def expire_runs(
         self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
@@ -289,7 +294,7 @@ class SQLiteCheckpointStorage:
         where, params = _run_filter(pipeline, statuses)
         params.append(updated_before)
         query = f"SELECT run_id FROM {RUNS}{where} AND updated_at < ?"
-        return await self._connection.call(_expire_runs, query, params)
+        return await self._connection.write(_expire_runs, query, params, small=False)
 
 
 # -- work done on the worker thread ---------------------------------------------------------

@@ -11,24 +11,36 @@ is tens of microseconds of in-memory work and writes into the OS page cache, wit
 sync, while the hop to a worker thread and back costs several times that. The attempt
 sets SQLite's busy timeout to zero for its ``BEGIN IMMEDIATE``: if another connection
 holds the lock, it gives up at once and the write goes to the worker thread, which
-waits with the usual busy timeout. WAL checkpoints are taken off the write path for the
-same reason (``wal_autocheckpoint=0``): every ``SQLITE_WAL_AUTOCHECKPOINT_PAGES``
-pages' worth of writes, the worker runs one on a second connection of its own, so
-writes go on while it syncs the files.
+waits with the usual busy timeout. The attempt is made only while the database is in
+WAL mode (or in memory).
+
+WAL checkpoints are taken off the write path for the same reason: about every
+``SQLITE_WAL_AUTOCHECKPOINT_PAGES`` pages written (estimated from each write's size),
+the worker runs one on a second connection of its own, so writes go on while it syncs
+the files. SQLite's own automatic checkpoint stays on as a backstop at four times that
+(for writers that count nothing: other processes, short-lived stores). What may still
+touch the disk on the loop thread, rarely: that backstop, and the sync of the WAL
+header when SQLite starts reusing the WAL after a checkpoint.
+
+A child process made by ``fork()`` drops the parent's connection and thread without
+touching them (SQLite connections must not cross a fork) and opens its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from nestegg.constants import (
     SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_PAGE_SIZE,
     SQLITE_PAGES_PER_WRITE,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
 )
@@ -39,8 +51,19 @@ Work = Callable[..., T]
 log = logging.getLogger("nestegg")
 
 _NOT_RUN: Any = object()
-_WRITES_PER_WAL_CHECKPOINT = SQLITE_WAL_AUTOCHECKPOINT_PAGES // SQLITE_PAGES_PER_WRITE
+_WAL_BYTES_PER_CHECKPOINT = SQLITE_WAL_AUTOCHECKPOINT_PAGES * SQLITE_PAGE_SIZE
+_WAL_BYTES_PER_WRITE = SQLITE_PAGES_PER_WRITE * SQLITE_PAGE_SIZE
 _SET_NO_WAIT = "PRAGMA busy_timeout = 0"
+_INLINE_JOURNAL_MODES = frozenset({"wal", "memory"})
+_open_connections: weakref.WeakSet[SQLiteConnection] = weakref.WeakSet()
+
+
+def _forget_all_after_fork() -> None:
+    for connection in list(_open_connections):
+        connection._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_all_after_fork)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -95,8 +118,13 @@ class SQLiteConnection:
         self._wrap_error = wrap_error
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._setup_lock = threading.Lock()
+        self._wal_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
-        self._writes_since_wal_checkpoint = 0
+        self._wal_bytes = 0
+        self._inline_ok = False
+        self._waits = True
+        _open_connections.add(self)
 
     async def call(self, work: Work[T], *args: Any) -> T:
         """Run ``work(connection, *args)`` on the worker thread and await its result.
@@ -109,13 +137,16 @@ class SQLiteConnection:
         self._worker().submit(self._in_worker, loop, future, work, args)
         return await future
 
-    async def write(self, work: Work[T], *args: Any, small: bool = True) -> T:
+    async def write(self, work: Work[T], *args: Any, size: int = 0, small: bool = True) -> T:
         """Run the write transaction ``work(connection, *args)``: on the loop thread when
-        it is ``small`` and SQLite's write lock is free at once, else on the worker."""
+        it is ``small`` and SQLite's write lock is free at once, else on the worker.
+
+        ``size``: about how many bytes it writes (spaces the WAL checkpoints).
+        """
         result = self._write_inline(work, args) if small else _NOT_RUN
         if result is _NOT_RUN:
             result = await self.call(work, *args)
-        self._count_write()
+        self._count_write(size)
         return result
 
     async def close(self) -> None:
@@ -129,9 +160,22 @@ class SQLiteConnection:
             executor.shutdown(wait=True)
 
     def _worker(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nestegg-sqlite")
-        return self._executor
+        executor = self._executor
+        if executor is None:
+            with self._setup_lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="nestegg-sqlite"
+                    )
+                executor = self._executor
+        return executor
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's connection and thread, untouched."""
+        self._conn = self._wal_conn = None
+        self._executor = None
+        self._lock, self._setup_lock, self._wal_lock = (threading.Lock() for _ in range(3))
+        self._wal_bytes = 0
 
     def _in_worker(
         self,
@@ -144,7 +188,7 @@ class SQLiteConnection:
             return
         try:
             with self._lock:
-                conn = self._conn if self._conn is not None else self._open()
+                conn = self._ready_connection()
                 result = work(conn, *args)
         except (sqlite3.Error, OSError) as exc:
             error = self._wrap_error(exc)
@@ -155,12 +199,23 @@ class SQLiteConnection:
         else:
             _hand_back(loop, future, result, None)
 
-    def _open(self) -> sqlite3.Connection:
-        self._conn = self._opener()
-        return self._conn
+    def _ready_connection(self) -> sqlite3.Connection:
+        """The open connection, out of any transaction and waiting for locks again."""
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._opener()
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            self._inline_ok = str(mode).lower() in _INLINE_JOURNAL_MODES
+            self._waits = True
+        if conn.in_transaction:  # left behind by an interrupted attempt
+            conn.rollback()
+        if not self._waits:
+            conn.execute(self._set_wait)
+            self._waits = True
+        return conn
 
     def _close(self) -> None:
-        with self._lock:
+        with self._lock, self._wal_lock:
             for conn in (self._conn, self._wal_conn):
                 if conn is not None:
                     conn.close()
@@ -169,15 +224,22 @@ class SQLiteConnection:
     def _write_inline(self, work: Work[T], args: tuple[Any, ...]) -> T:
         """``work`` run here if the connection is open and idle and the write lock free."""
         conn = self._conn
-        if conn is None or self._executor is None or not self._lock.acquire(blocking=False):
+        if (
+            conn is None
+            or not self._inline_ok
+            or self._executor is None
+            or not self._lock.acquire(blocking=False)
+        ):
             return _NOT_RUN  # type: ignore[no-any-return]
         try:
-            if self._conn is not conn or not self._begin_without_waiting(conn):
+            if self._conn is not conn:
                 return _NOT_RUN  # type: ignore[no-any-return]
             try:
+                if not self._begin_without_waiting(conn):
+                    return _NOT_RUN  # type: ignore[no-any-return]
                 return work(conn, *args)
             finally:
-                if conn.in_transaction:  # work failed before its own rollback
+                if conn.in_transaction:  # failed after BEGIN: leave nothing open
                     conn.rollback()
         except (sqlite3.Error, OSError) as exc:
             raise self._wrap_error(exc) from exc
@@ -186,6 +248,7 @@ class SQLiteConnection:
 
     def _begin_without_waiting(self, conn: sqlite3.Connection) -> bool:
         """``BEGIN IMMEDIATE`` if the write lock is free now; False if it is taken."""
+        self._waits = False
         conn.execute(_SET_NO_WAIT)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -195,23 +258,25 @@ class SQLiteConnection:
             raise
         finally:
             conn.execute(self._set_wait)
+            self._waits = True
         return True
 
-    def _count_write(self) -> None:
+    def _count_write(self, size: int) -> None:
         if self._wal_opener is None:
             return
-        self._writes_since_wal_checkpoint += 1
-        if self._writes_since_wal_checkpoint >= _WRITES_PER_WAL_CHECKPOINT:
-            self._writes_since_wal_checkpoint = 0
+        self._wal_bytes += _WAL_BYTES_PER_WRITE + 2 * size
+        if self._wal_bytes >= _WAL_BYTES_PER_CHECKPOINT:
+            self._wal_bytes = 0
             self._worker().submit(self._checkpoint_wal)
 
     def _checkpoint_wal(self) -> None:
         """Copy the WAL back into the database, beside the writers (on the worker)."""
         try:
-            if self._wal_conn is None and self._wal_opener is not None:
-                self._wal_conn = self._wal_opener()
-            if self._wal_conn is not None:
-                self._wal_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            with self._wal_lock:
+                if self._wal_conn is None and self._wal_opener is not None:
+                    self._wal_conn = self._wal_opener()
+                if self._wal_conn is not None:
+                    self._wal_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:  # the next one retries; writers are not affected
             log.warning("WAL checkpoint of the SQLite store failed: %s", exc)
 
