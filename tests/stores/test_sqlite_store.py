@@ -17,19 +17,30 @@ from typing import Any
 import pytest
 
 from nestegg.checkpoint.codec import seal_json
-from nestegg.checkpoint.records import Commit, EventRecord, StepRecord
+from nestegg.checkpoint.records import CheckpointRecord, Commit, StepRecord
 from nestegg.checkpoint.stores import open_store, sqlite_connection
 from nestegg.checkpoint.stores import sqlite as sqlite_store
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
-from nestegg.checkpoint.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
-from nestegg.constants import SQLITE_RUNS_TABLE
-from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
+from nestegg.checkpoint.stores.sqlite_schema import (
+    INSERT_RUN,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    run_to_row,
+)
+from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS, SQLITE_RUNS_TABLE
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    ConfigurationError,
+    StorageError,
+    StorageUnavailableError,
+)
 from tests.stores.builders import (
     commit_steps,
     create,
     make_checkpoint,
     make_commit,
     make_event,
+    make_run,
     make_step,
 )
 
@@ -173,7 +184,49 @@ async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert {SQLITE_RUNS_TABLE, "steps", "checkpoints", "events", "journal"} <= tables
+    assert {SQLITE_RUNS_TABLE, "steps", "checkpoints", "event_batches", "journal"} <= tables
+    assert "events" not in tables
+
+
+async def test_a_version_1_database_keeps_its_events_after_the_migration(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    run = make_run()
+    events = [make_event(run.run_id, seq, kind=f"kind-{seq}") for seq in (1, 2, 3)]
+    with sqlite3.connect(path) as conn:
+        for statement in MIGRATIONS[0]:
+            assert isinstance(statement, str)
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(INSERT_RUN, run_to_row(run))
+        conn.executemany(
+            "INSERT INTO events (run_id, seq, at, kind, body) VALUES (?,?,?,?,?)",
+            [(e.run_id, e.seq, e.at, e.kind, e.body) for e in events],
+        )
+    store = SQLiteCheckpointStorage(path)
+    assert await store.read_events(run.run_id) == events
+    assert await store.read_events(run.run_id, since_seq=1, limit=1) == events[1:2]
+    await store.commit(make_commit(run, events=[make_event(run.run_id, 4)], event_seq=4))
+    assert [e.seq for e in await store.read_events(run.run_id, since_seq=2)] == [3, 4]
+    await store.close()
+    assert _user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_torn_event_batch_is_reported_as_corrupted(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store)
+    events = [make_event(run.run_id, seq) for seq in (1, 2, 3)]
+    await store.commit(make_commit(run, events=events, event_seq=3))
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        (body,) = conn.execute("SELECT body FROM event_batches").fetchone()
+        for cut in (0, 1, 5, len(body) // 2, len(body) - 1):
+            conn.execute("UPDATE event_batches SET body = ?", (body[:cut],))
+            conn.commit()
+            store = SQLiteCheckpointStorage(path)
+            with pytest.raises(CheckpointCorruptedError, match=r"event log of run .* is damaged"):
+                await store.read_events(run.run_id)
+            await store.close()
 
 
 async def test_setup_is_lazy(tmp_path: Path) -> None:
@@ -356,12 +409,12 @@ async def test_a_failure_after_begin_leaves_no_transaction_and_the_next_commit_w
     store = SQLiteCheckpointStorage(path)
     run = await create(store)
     await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
-    connection = store._connection
-    restore = connection._set_wait
-    connection._set_wait = "PRAGMA no such pragma ("  # the restore after BEGIN fails once
-    with pytest.raises(StorageError):
-        await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
-    connection._set_wait = restore
+    unsaveable = CheckpointRecord("c-2", run.run_id, 2, 0.0, "step", None)  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="NOT NULL"):  # fails at its last insert
+        await store.commit(
+            make_commit(run, steps=[make_step(run.run_id, 2)], checkpoints=[unsaveable])
+        )
+    assert not store._connection._conn.in_transaction  # type: ignore[union-attr]
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
     other = sqlite3.connect(path, isolation_level=None, timeout=0.5)
     other.execute("BEGIN IMMEDIATE")  # the write lock was let go
@@ -369,6 +422,21 @@ async def test_a_failure_after_begin_leaves_no_transaction_and_the_next_commit_w
     other.close()
     await store.commit(make_commit(run, steps=[make_step(run.run_id, 2)]))
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    await store.close()
+
+
+async def test_the_worker_waits_for_the_write_lock_after_commits_on_the_loop_thread(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    await commit_steps(store, run, range(1, 4))
+
+    def busy_timeout(conn: sqlite3.Connection) -> int:
+        value: int = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        return value
+
+    assert await store._connection.call(busy_timeout) == SQLITE_BUSY_TIMEOUT_MS
     await store.close()
 
 
@@ -470,14 +538,21 @@ async def test_a_failing_commit_is_rolled_back_whole(tmp_path: Path) -> None:
         await store.load_steps(run.run_id),
         await store.list_checkpoints(run.run_id),
     )
-    bad_event = EventRecord(run.run_id, 3, 0.0, "kind", None)  # type: ignore[arg-type]
+    bad_checkpoint = CheckpointRecord(  # fails the commit's last insert
+        "c-3",
+        run.run_id,
+        3,
+        0.0,
+        "step",
+        None,  # type: ignore[arg-type]
+    )
     commit = make_commit(
         run,
         steps=[make_step(run.run_id, 3)],
-        checkpoints=[make_checkpoint(run.run_id, 3)],
+        checkpoints=[make_checkpoint(run.run_id, 3), bad_checkpoint],
         prune=[c.checkpoint_id for c in before[2]],
         truncate_after=1,
-        events=[bad_event],
+        events=[make_event(run.run_id, 3)],
         step_seq=3,
     )
     with pytest.raises(StorageError, match="NOT NULL"):

@@ -31,15 +31,16 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection
+from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
 from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,
     DELETE_CHECKPOINT,
-    EVENTS,
+    EVENT_BATCHES,
     FENCE_OF,
     INSERT_CHECKPOINT,
-    INSERT_EVENT,
+    INSERT_EVENT_BATCH,
     INSERT_JOURNAL,
     INSERT_RUN,
     INSERT_STEP,
@@ -263,13 +264,7 @@ class SQLiteCheckpointStorage:
     async def read_events(
         self, run_id: str, since_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
-        query = (
-            f"SELECT seq, at, kind, body FROM {EVENTS} WHERE run_id = ? AND seq > ? "
-            "ORDER BY seq LIMIT ?"
-        )
-        params = (run_id, since_seq, -1 if limit is None else limit)
-        rows = await self._connection.call(_fetch_all, query, params)
-        return [EventRecord(run_id, seq, at, kind, body) for seq, at, kind, body in rows]
+        return await self._connection.call(_read_events, run_id, since_seq, limit)
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         query = (
@@ -323,6 +318,14 @@ def _load_steps(
     with collector_paused():
         rows = conn.execute(query, params).fetchall()
         return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
+
+
+def _read_events(
+    conn: sqlite3.Connection, run_id: str, since_seq: int, limit: int | None
+) -> list[EventRecord]:
+    query = f"SELECT body FROM {EVENT_BATCHES} WHERE run_id = ? AND last_seq > ? ORDER BY last_seq"
+    batches = (bytes(row[0]) for row in conn.execute(query, (run_id, since_seq)))
+    return events_after(run_id, batches, since_seq, limit)
 
 
 def _create_run(conn: sqlite3.Connection, row: tuple[Any, ...]) -> bool:
@@ -391,9 +394,9 @@ def _append(conn: sqlite3.Connection, commit: Commit) -> None:
     for step in commit.steps:
         conn.execute(INSERT_STEP, (run_id, step.seq, step.agent, step.body))
     if commit.events:
-        conn.executemany(
-            INSERT_EVENT, [(run_id, e.seq, e.at, e.kind, e.body) for e in commit.events]
-        )
+        events = commit.events
+        last_seq = max(event.seq for event in events)
+        conn.execute(INSERT_EVENT_BATCH, (run_id, last_seq, pack_events(events)))
     if commit.journal:
         conn.executemany(
             INSERT_JOURNAL, [(run_id, j.step, j.position, j.body) for j in commit.journal]

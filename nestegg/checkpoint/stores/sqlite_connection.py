@@ -101,7 +101,8 @@ class SQLiteConnection:
             None for a database without a WAL (in memory).
         wrap_error: turns a driver or file-system error into the nestegg error to raise.
         busy_timeout_ms: how long a write on the worker thread waits for the write lock
-            (what ``opener`` sets; restored after each attempt on the loop thread).
+            (what ``opener`` sets; commits on the loop thread run without it, and the
+            worker restores it before its own work).
     """
 
     def __init__(
@@ -247,18 +248,20 @@ class SQLiteConnection:
             self._lock.release()
 
     def _begin_without_waiting(self, conn: sqlite3.Connection) -> bool:
-        """``BEGIN IMMEDIATE`` if the write lock is free now; False if it is taken."""
-        self._waits = False
-        conn.execute(_SET_NO_WAIT)
+        """``BEGIN IMMEDIATE`` if the write lock is free now; False if it is taken.
+
+        The connection stays without a busy timeout afterwards, so back-to-back commits
+        on the loop thread set it once; the worker sets it again before its own work.
+        """
+        if self._waits:
+            self._waits = False
+            conn.execute(_SET_NO_WAIT)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 return False
             raise
-        finally:
-            conn.execute(self._set_wait)
-            self._waits = True
         return True
 
     def _count_write(self, size: int) -> None:

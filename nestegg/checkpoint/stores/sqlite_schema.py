@@ -1,7 +1,8 @@
 """The SQLite store's schema and statements.
 
 The schema is an ordered list of migrations: ``MIGRATIONS[n]`` takes a database from
-version ``n`` to ``n + 1``, and ``PRAGMA user_version`` records how many ran.
+version ``n`` to ``n + 1`` (SQL statements, or functions of the connection where data is
+rewritten), and ``PRAGMA user_version`` records how many ran.
 :func:`migrate` applies the missing ones in one write transaction, so several processes
 opening a new file at once do it once.
 """
@@ -9,15 +10,17 @@ opening a new file at once do it once.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, EventRecord, Owner, RunRecord
+from nestegg.checkpoint.stores.sqlite_events import pack_events
 from nestegg.constants import (
     SQLITE_CHECKPOINTS_TABLE,
+    SQLITE_EVENT_BATCHES_TABLE,
     SQLITE_EVENTS_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
@@ -35,11 +38,30 @@ MAX_SEQ = 2**63 - 1
 RUNS = SQLITE_RUNS_TABLE
 STEPS = SQLITE_STEPS_TABLE
 CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
-EVENTS = SQLITE_EVENTS_TABLE
+EVENTS_V1 = SQLITE_EVENTS_TABLE
+EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
-CHILD_TABLES = (STEPS, CHECKPOINTS, EVENTS, JOURNAL)
+CHILD_TABLES = (STEPS, CHECKPOINTS, EVENT_BATCHES, JOURNAL)
+INSERT_EVENT_BATCH = (
+    f"INSERT OR REPLACE INTO {EVENT_BATCHES} (run_id, last_seq, body) VALUES (?,?,?)"
+)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+
+def _events_into_batches(conn: sqlite3.Connection) -> None:
+    """Version 1 to 2: the events of version 1's table, one batch each."""
+    rows = conn.execute(f"SELECT run_id, seq, at, kind, body FROM {EVENTS_V1}")
+    conn.executemany(
+        INSERT_EVENT_BATCH,
+        (
+            (run_id, seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
+            for run_id, seq, at, kind, body in rows
+        ),
+    )
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
     (
         # Small columns first, blobs last: a step's row update then touches only the
         # row's first page, however big the input is.
@@ -60,12 +82,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ) WITHOUT ROWID""",
         f"CREATE INDEX {CHECKPOINTS}_by_run ON {CHECKPOINTS} (run_id, seq)",
         # Events are small: clustered on their key, without a second b-tree.
-        f"""CREATE TABLE {EVENTS} (
+        f"""CREATE TABLE {EVENTS_V1} (
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
         f"""CREATE TABLE {JOURNAL} (
             run_id TEXT NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, step, position))""",
+    ),
+    (
+        # One row per commit's events (see sqlite_events): a fifth off a step's commit.
+        f"""CREATE TABLE {EVENT_BATCHES} (
+            run_id TEXT NOT NULL, last_seq INTEGER NOT NULL, body BLOB NOT NULL,
+            PRIMARY KEY (run_id, last_seq)) WITHOUT ROWID""",
+        _events_into_batches,
+        f"DROP TABLE {EVENTS_V1}",
     ),
 )
 """The schema, one entry per version; append, never edit."""
@@ -95,7 +125,6 @@ UPDATE_RUN = (
 )
 FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
 INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (run_id, seq, agent, body) VALUES (?,?,?,?)"
-INSERT_EVENT = f"INSERT OR REPLACE INTO {EVENTS} (run_id, seq, at, kind, body) VALUES (?,?,?,?,?)"
 INSERT_JOURNAL = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES (?,?,?,?)"
 INSERT_CHECKPOINT = (
     f"INSERT OR REPLACE INTO {CHECKPOINTS} "
@@ -160,9 +189,12 @@ def migrate(conn: sqlite3.Connection) -> None:
                 f"the database has schema version {version}; this nestegg knows up to "
                 f"{SCHEMA_VERSION}: upgrade nestegg"
             )
-        for statements in MIGRATIONS[version:]:
-            for statement in statements:
-                conn.execute(statement)
+        for steps in MIGRATIONS[version:]:
+            for step in steps:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
         if version < SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
