@@ -7,7 +7,8 @@ durability="sync")``. LangGraph: ``SqliteSaver`` (it sets WAL itself; the connec
 given synchronous=NORMAL too, the same durability class) with ``durability="sync"``.
 Both run in this one process, interleaved; every measurement uses a fresh temporary
 directory, removed afterwards. Also measured: bytes stored (database plus WAL after a
-``wal_checkpoint(TRUNCATE)``) and the resume of an interrupted 10,000-step run.
+``wal_checkpoint(TRUNCATE)``) and the resume of an interrupted 10,000-step run, each in a
+new process, as a worker restarted after a crash would do it.
 
     .venv-bench/bin/python bench/checkpoint_vs_langgraph.py [--sizes 100 1000 10000] [--reps N]
 """
@@ -18,6 +19,8 @@ import argparse
 import asyncio
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,10 +164,11 @@ async def prepare_failed_run(directory: Path, steps: int, run_id: str) -> Path:
 
 
 async def measure_resume(steps: int, reps: int) -> list[float]:
-    """Seconds of ``resume_latest`` of a failed ``steps``-step run, on a new store object.
+    """Seconds of ``resume_latest`` of a failed ``steps``-step run, each in a new process.
 
-    Each repetition resumes a fresh copy of the same failed run: open the store, load the
-    newest checkpoint, re-run the failed last step, commit the completion.
+    Each repetition resumes a fresh copy of the same failed run in a new Python process
+    (as a restarted worker would): open the store, load the newest checkpoint, re-run the
+    failed last step, commit the completion. Only ``resume_latest`` is timed.
     """
     run_id = f"resume-{steps}"
     seconds = []
@@ -173,14 +177,21 @@ async def measure_resume(steps: int, reps: int) -> list[float]:
         for rep in range(reps):
             copy = Path(tmp) / f"copy-{rep}.db"
             shutil.copyfile(template, copy)
-            storage = SQLiteCheckpointStorage(copy)
-            clutch = nestegg_clutch(storage, steps, run_id)
-            elapsed, result = await timed(partial(clutch.resume_latest, run_id))
-            await storage.close()
-            if result["turn"] != steps:
-                raise AssertionError(f"resume ended at turn {result['turn']}, not {steps}")
-            seconds.append(elapsed)
+            child = [sys.executable, __file__, "--resume-child", str(copy), run_id, str(steps)]
+            done = subprocess.run(child, capture_output=True, text=True, check=True)
+            seconds.append(float(done.stdout))
     return seconds
+
+
+async def resume_in_this_process(path: Path, run_id: str, steps: int) -> float:
+    """Seconds of one ``resume_latest`` of the failed run in ``path`` (a child's work)."""
+    storage = SQLiteCheckpointStorage(path)
+    clutch = nestegg_clutch(storage, steps, run_id)
+    elapsed, result = await timed(partial(clutch.resume_latest, run_id))
+    await storage.close()
+    if result["turn"] != steps:
+        raise AssertionError(f"resume ended at turn {result['turn']}, not {steps}")
+    return elapsed
 
 
 def throughput_table(results: dict[int, dict[str, list[Sample]]], reps: dict[int, int]) -> Table:
@@ -239,8 +250,9 @@ def resume_table(seconds: list[float], steps: int) -> Table:
     )
     table.notes.append(
         "The run's agent raised at its last step, so the run is failed; timed: "
-        "`await clutch.resume_latest(run_id)` on a new store object and a new Clutch, which "
-        "loads the newest checkpoint, re-runs the failed step and commits the completion."
+        "`await clutch.resume_latest(run_id)` in a new process (as after a restart) on a new "
+        "store object and a new Clutch, which loads the newest checkpoint, re-runs the "
+        "failed step and commits the completion."
     )
     return table
 
@@ -259,7 +271,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
     parser.add_argument("--reps", type=int, default=None, help="repetitions for every size")
+    parser.add_argument("--resume-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resume_child:
+        path, run_id, steps = args.resume_child
+        print(asyncio.run(resume_in_this_process(Path(path), run_id, int(steps))))
+        return
     print_tables(asyncio.run(run(args.sizes, args.reps)))
 
 

@@ -7,10 +7,12 @@ and noisy, so only numbers measured side by side are compared.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import platform
 import random
+import signal
 import statistics
 import string
 import sys
@@ -68,6 +70,23 @@ async def timed(run: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = await run()
     return time.perf_counter() - start, result
+
+
+def dump_tasks_on_sigusr1() -> None:
+    """From now on, ``kill -USR1 <pid>`` prints every pending task's stack to stderr: to see
+    where a benchmark that stopped moving waits."""
+    loop = asyncio.get_running_loop()
+
+    def dump() -> None:
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(file=sys.stderr)
+
+    loop.add_signal_handler(signal.SIGUSR1, dump)
+
+
+def progress(message: str) -> None:
+    """One line on stderr about what is being measured (the tables go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def median(values: Sequence[float]) -> float:

@@ -42,6 +42,7 @@ from harness import (
     LARGE_TIMEOUT,
     START_INPUT,
     Table,
+    dump_tasks_on_sigusr1,
     fmt_bytes,
     fmt_int,
     fmt_ratio,
@@ -50,6 +51,7 @@ from harness import (
     median,
     next_message,
     print_tables,
+    progress,
     timed,
 )
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -287,6 +289,7 @@ async def measure_size(
         floor_seconds[PG_FLOOR].append(await floors.pg_insert(FLOOR_OPS))
         floor_seconds[REDIS_FLOOR].append(await floors.redis_set(FLOOR_OPS))
         for name in interleaved(contenders, rep):
+            progress(f"{steps} steps, {name}, repetition {rep + 1}")
             samples[name].append(await MEASURES[name](steps, rep))
     return samples, {name: median(values) for name, values in floor_seconds.items()}
 
@@ -331,6 +334,7 @@ async def measure_concurrency(reps: int) -> dict[str, list[float]]:
     seconds: dict[str, list[float]] = {name: [] for name in CONCURRENT_STORES}
     for rep in range(reps):
         for name in interleaved(list(CONCURRENT_STORES), rep):
+            progress(f"{CONCURRENT_RUNS} concurrent runs, {name}, repetition {rep + 1}")
             async with CONCURRENT_STORES[name]() as (storage, _):
                 seconds[name].append(await concurrent_runs(storage))
     return seconds
@@ -421,6 +425,7 @@ async def run(sizes: Sequence[int], reps: int | None) -> list[Table]:
     results: dict[int, dict[str, list[Sample]]] = {}
     floors: dict[int, dict[str, float]] = {}
     used_reps: dict[int, int] = {}
+    dump_tasks_on_sigusr1()
     with tempfile.TemporaryDirectory(prefix="nestegg-floor-") as tmp:
         probes = Floors(Path(tmp))
         try:

@@ -198,8 +198,10 @@ def rebuild(value: Any, where: str) -> Any:
         raise CheckpointCorruptedError(f"{where} holds a damaged value ({exc})") from None
 
 
-def decode_value(raw: bytes, where: str = "stored value") -> Any:
+def decode_value(raw: bytes | memoryview, where: str = "stored value") -> Any:
     """The value :func:`encode_value` wrote; CheckpointCorruptedError naming ``where`` if not."""
+    if isinstance(raw, memoryview):
+        raw = raw.tobytes()
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -212,12 +214,18 @@ def seal(body: bytes) -> bytes:
     return b"%s%08x%s%s}" % (_SEAL_HEAD, zlib.crc32(body), _SEAL_MID, body)
 
 
-def checked_body(sealed: bytes) -> bytes | None:
-    """The body of a sealed record, or None if it is torn or altered (the fast check)."""
-    if sealed[:8] != _SEAL_HEAD or sealed[16:_BODY_AT] != _SEAL_MID or sealed[-1:] != b"}":
-        return None
-    body = sealed[_BODY_AT:-1]
-    return body if sealed[8:16] == b"%08x" % zlib.crc32(body) else None
+SEALED_BODY_AT = _BODY_AT
+"""Where the body of a sealed record starts (it ends one byte before the record)."""
+
+
+def intact(sealed: bytes) -> bool:
+    """Whether a sealed record is whole and unaltered (the fast check: copies nothing)."""
+    return (
+        sealed.startswith(_SEAL_HEAD)
+        and sealed.startswith(_SEAL_MID, 16)
+        and sealed.endswith(b"}")
+        and sealed[8:16] == b"%08x" % zlib.crc32(memoryview(sealed)[_BODY_AT:-1])
+    )
 
 
 def unseal(sealed: bytes, where: str) -> bytes:

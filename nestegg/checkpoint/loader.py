@@ -14,10 +14,23 @@ from collections.abc import Callable
 import orjson
 
 from nestegg.checkpoint.bulk import collector_paused
-from nestegg.checkpoint.codec import checked_body, decode_value, rebuild, unseal, unseal_json
+from nestegg.checkpoint.codec import (
+    SEALED_BODY_AT,
+    decode_value,
+    intact,
+    rebuild,
+    unseal,
+    unseal_json,
+)
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, StoredHistory, run_input
+from nestegg.checkpoint.views import (
+    CheckpointInfo,
+    CheckpointState,
+    HistoryEntry,
+    StoredHistory,
+    run_input,
+)
 from nestegg.errors import CheckpointCorruptedError, CheckpointFallbackWarning
 
 log = logging.getLogger("nestegg")
@@ -62,13 +75,14 @@ def step_data(raw: bytes, where: str) -> bytes | None:
     return orjson.dumps(step["data"]) if "data" in step else None
 
 
-def _history_entries(records: list[StepRecord], run_id: str) -> list[tuple[int, str, bytes]]:
+def _history_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
     """``(seq, agent, data JSON)`` of the records that hold data, each checksum checked.
 
     The hot loop of a resume (one pass per stored step): the common case costs a checksum
-    and a search, with no decoding and no string building.
+    and a search, with no decoding, no string building and no copy (the data JSON is a
+    view into the record's body).
     """
-    entries: list[tuple[int, str, bytes]] = []
+    entries: list[HistoryEntry] = []
     append = entries.append
     with collector_paused():
         _check_and_collect(records, run_id, append)
@@ -76,14 +90,15 @@ def _history_entries(records: list[StepRecord], run_id: str) -> list[tuple[int, 
 
 
 def _check_and_collect(
-    records: list[StepRecord], run_id: str, append: Callable[[tuple[int, str, bytes]], None]
+    records: list[StepRecord], run_id: str, append: Callable[[HistoryEntry], None]
 ) -> None:
+    head, data_key, body_at = _CANONICAL_HEAD, _DATA_KEY, SEALED_BODY_AT
     for record in records:
-        raw = checked_body(record.body)
-        if raw is not None and raw[:9] == _CANONICAL_HEAD:
-            at = raw.find(_DATA_KEY)
-            if at >= 0:
-                append((record.seq, record.agent, raw[at + 8 : -1]))
+        sealed = record.body
+        if intact(sealed) and sealed.startswith(head, body_at):
+            at = sealed.find(data_key, body_at)
+            if at >= 0:  # the data runs to the body's closing brace, before the seal's
+                append((record.seq, record.agent, memoryview(sealed)[at + 8 : -2]))
             continue
         where = f"step {record.seq} of run {run_id!r}"
         data = step_data(unseal(record.body, where), where)

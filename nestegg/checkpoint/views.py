@@ -89,6 +89,10 @@ class CheckpointInfo:
         )
 
 
+HistoryEntry = tuple[int, str, bytes | memoryview]
+"""``(seq, agent, data as JSON)`` of a stored step; the JSON may be a view into its record."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredHistory:
     """A run's history as loaded from its step records, each entry's data still JSON.
@@ -102,7 +106,7 @@ class StoredHistory:
     run_id: str
     first: dict[str, Any]
     """The entry of the run's input, decoded."""
-    steps: list[tuple[int, str, bytes]]
+    steps: list[HistoryEntry]
     """``(seq, agent, data as JSON)`` of every later entry, in order."""
 
     def __len__(self) -> int:
