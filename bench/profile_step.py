@@ -56,7 +56,7 @@ def loop_clutch(steps: int, storage: Any | None, run_id: str) -> Clutch:
 class CommitClock:
     """Adds up the time the SQLite store spends in its commit transactions.
 
-    Wraps the store module's ``_commit(connection, commit)``, looked up by name at every
+    Wraps the store module's ``_commit(connection, commit, run_keys)``, looked up by name at every
     commit, so the transaction is timed on whichever thread it runs.
     """
 
@@ -66,10 +66,10 @@ class CommitClock:
         self._inner = sqlite_store._commit
 
     def __enter__(self) -> CommitClock:
-        def timed_commit(conn: Any, commit: Any) -> None:
+        def timed_commit(conn: Any, commit: Any, run_keys: Any) -> None:
             start = time.perf_counter()
             try:
-                self._inner(conn, commit)
+                self._inner(conn, commit, run_keys)
             finally:
                 self.seconds += time.perf_counter() - start
                 self.calls += 1

@@ -22,6 +22,7 @@ from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.checkpoint.stores.sqlite_schema import SEQ_SPAN
 
 STORE_KINDS = ("memory", "sqlite", "file")
 SQLITE_FILE = "nestegg.db"
@@ -252,7 +253,9 @@ class Tamper:
             steps[seq] = dataclasses.replace(steps[seq], body=body)
         elif self.kind == "sqlite":
             self._sqlite(
-                "UPDATE steps SET body = ? WHERE run_id = ? AND seq = ?", (body, run_id, seq)
+                "UPDATE steps SET body = ? WHERE step_key = "
+                "(SELECT run_key FROM runs WHERE run_id = ?) * ? + ?",
+                (body, run_id, SEQ_SPAN, seq),
             )
         else:
             [record] = [s for s in await self.store.load_steps(run_id) if s.seq == seq]

@@ -188,27 +188,69 @@ async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path
     assert "events" not in tables
 
 
-async def test_a_version_1_database_keeps_its_events_after_the_migration(tmp_path: Path) -> None:
+async def test_a_version_1_database_keeps_its_runs_steps_and_events_after_the_migration(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "v1.db"
-    run = make_run()
-    events = [make_event(run.run_id, seq, kind=f"kind-{seq}") for seq in (1, 2, 3)]
+    runs = [make_run(), make_run()]
+    steps = {run.run_id: [make_step(run.run_id, seq) for seq in (1, 2)] for run in runs}
+    events = {run.run_id: [make_event(run.run_id, seq) for seq in (1, 2, 3)] for run in runs}
     with sqlite3.connect(path) as conn:
         for statement in MIGRATIONS[0]:
             assert isinstance(statement, str)
             conn.execute(statement)
         conn.execute("PRAGMA user_version = 1")
-        conn.execute(INSERT_RUN, run_to_row(run))
-        conn.executemany(
-            "INSERT INTO events (run_id, seq, at, kind, body) VALUES (?,?,?,?,?)",
-            [(e.run_id, e.seq, e.at, e.kind, e.body) for e in events],
-        )
+        for run in runs:
+            conn.execute(INSERT_RUN, run_to_row(run))
+            conn.executemany(
+                "INSERT INTO steps (run_id, seq, agent, body) VALUES (?,?,?,?)",
+                [(s.run_id, s.seq, s.agent, s.body) for s in steps[run.run_id]],
+            )
+            conn.executemany(
+                "INSERT INTO events (run_id, seq, at, kind, body) VALUES (?,?,?,?,?)",
+                [(e.run_id, e.seq, e.at, e.kind, e.body) for e in events[run.run_id]],
+            )
     store = SQLiteCheckpointStorage(path)
-    assert await store.read_events(run.run_id) == events
-    assert await store.read_events(run.run_id, since_seq=1, limit=1) == events[1:2]
-    await store.commit(make_commit(run, events=[make_event(run.run_id, 4)], event_seq=4))
-    assert [e.seq for e in await store.read_events(run.run_id, since_seq=2)] == [3, 4]
+    for run in runs:
+        assert await store.get_run(run.run_id) == run
+        assert await store.load_steps(run.run_id) == steps[run.run_id]
+        assert await store.read_events(run.run_id) == events[run.run_id]
+    run, rid = runs[0], runs[0].run_id
+    assert await store.read_events(rid, since_seq=1, limit=1) == events[rid][1:2]
+    await store.commit(
+        make_commit(run, steps=[make_step(rid, 3)], events=[make_event(rid, 4)], event_seq=4)
+    )
+    assert [e.seq for e in await store.read_events(rid, since_seq=2)] == [3, 4]
+    assert [s.seq for s in await store.load_steps(rid)] == [1, 2, 3]
+    assert await store.load_steps(runs[1].run_id) == steps[runs[1].run_id]
     await store.close()
     assert _user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_run_created_again_under_its_id_gets_the_next_commits(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    writer, other = SQLiteCheckpointStorage(path), SQLiteCheckpointStorage(path)
+    run = await create(writer, run_id="again")
+    await writer.commit(make_commit(run, steps=[make_step("again", 1)]))  # remembers its key
+    assert await other.delete_run("again")
+    squatter = await create(other, run_id="squatter")  # may take the deleted run's key
+    again = await create(other, run_id="again")
+    await writer.commit(make_commit(again, steps=[make_step("again", 1), make_step("again", 2)]))
+    assert [s.seq for s in await other.load_steps("again")] == [1, 2]
+    assert await other.load_steps(squatter.run_id) == []
+    await writer.close()
+    await other.close()
+
+
+async def test_a_sequence_number_beyond_the_key_range_is_refused_whole(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+    too_far = make_step(run.run_id, 2**32)
+    with pytest.raises(StorageError, match=r"sequence number 4294967296 is outside"):
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 2), too_far]))
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+    await store.close()
 
 
 async def test_a_torn_event_batch_is_reported_as_corrupted(tmp_path: Path) -> None:
@@ -345,9 +387,9 @@ def _record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     threads: list[int] = []
     inner = sqlite_store._commit
 
-    def recording(conn: sqlite3.Connection, commit: Commit) -> None:
+    def recording(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) -> None:
         threads.append(threading.get_ident())
-        inner(conn, commit)
+        inner(conn, commit, run_keys)
 
     monkeypatch.setattr(sqlite_store, "_commit", recording)
     return threads

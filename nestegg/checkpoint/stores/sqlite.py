@@ -37,7 +37,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINTS,
     CLAIM_RUN,
     DELETE_CHECKPOINT,
-    EVENT_BATCHES,
+    DELETE_STEPS_AFTER,
     FENCE_OF,
     INSERT_CHECKPOINT,
     INSERT_EVENT_BATCH,
@@ -45,10 +45,13 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     INSERT_RUN,
     INSERT_STEP,
     JOURNAL,
+    KEY_AND_FENCE_OF,
     MAX_SEQ,
     RUNS,
+    SELECT_EVENT_BATCHES,
     SELECT_RUN,
-    STEPS,
+    SELECT_STEPS,
+    SEQ_SPAN,
     UPDATE_RUN,
     checkpoint_from_row,
     delete_runs,
@@ -77,6 +80,8 @@ from nestegg.errors import (
 )
 
 MEMORY_PATH = ":memory:"
+RUN_KEYS_KEPT = 10_000
+"""Run keys a store remembers between commits (forgotten all at once beyond this)."""
 
 _UNAVAILABLE_CODES = frozenset(
     {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY}
@@ -137,6 +142,7 @@ class SQLiteCheckpointStorage:
     def __init__(self, path: str | Path) -> None:
         self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
         self._name = str(self.path)
+        self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
@@ -236,17 +242,15 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        await self._connection.write(_commit, commit, size=size, small=small)
+        if len(self._run_keys) > RUN_KEYS_KEPT:
+            self._run_keys.clear()
+        await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
     ) -> list[StepRecord]:
-        query = (
-            f"SELECT seq, agent, body FROM {STEPS} WHERE run_id = ? AND seq > ? AND seq <= ? "
-            "ORDER BY seq"
-        )
-        params = (run_id, after, MAX_SEQ if upto is None else upto)
-        return await self._connection.call(_load_steps, query, params)
+        params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
+        return await self._connection.call(_load_steps, params)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         query = (
@@ -311,20 +315,18 @@ def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> l
     return conn.execute(query, params).fetchall()
 
 
-def _load_steps(
-    conn: sqlite3.Connection, query: str, params: tuple[str, int, int]
-) -> list[StepRecord]:
+def _load_steps(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StepRecord]:
     run_id = params[0]
     with collector_paused():
-        rows = conn.execute(query, params).fetchall()
+        rows = conn.execute(SELECT_STEPS, params).fetchall()
         return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
 
 
 def _read_events(
     conn: sqlite3.Connection, run_id: str, since_seq: int, limit: int | None
 ) -> list[EventRecord]:
-    query = f"SELECT body FROM {EVENT_BATCHES} WHERE run_id = ? AND last_seq > ? ORDER BY last_seq"
-    batches = (bytes(row[0]) for row in conn.execute(query, (run_id, since_seq)))
+    params = (run_id, max(since_seq, 0), MAX_SEQ)
+    batches = (bytes(row[0]) for row in conn.execute(SELECT_EVENT_BATCHES, params))
     return events_after(run_id, batches, since_seq, limit)
 
 
@@ -349,54 +351,69 @@ def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
     return run_from_row(row)
 
 
-def _fence_error(conn: sqlite3.Connection, commit: Commit) -> Exception:
-    row = conn.execute(FENCE_OF, (commit.run_id,)).fetchone()
-    if row is None:
-        return RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
-    return StaleOwnerError(
-        f"run {commit.run_id!r} is owned by a newer owner (fence {row[0]}, "
-        f"this write carries {commit.fence})",
-        commit.run_id,
-    )
-
-
-def _commit(conn: sqlite3.Connection, commit: Commit) -> None:
-    """The hot path: one transaction; the fenced row update doubles as the fence check."""
-    run_id = commit.run_id
-    with write_transaction(conn):
-        cursor = conn.execute(
-            UPDATE_RUN,
-            (
-                commit.status,
-                commit.result,
-                commit.error,
-                commit.lease_until,
-                commit.step_seq,
-                commit.event_seq,
-                commit.updated_at or None,
-                run_id,
-                commit.fence,
-            ),
+def _seq(seq: int, commit: Commit) -> int:
+    if not 0 < seq <= MAX_SEQ:
+        raise StorageError(
+            f"run {commit.run_id!r}: sequence number {seq} is outside what the SQLite store "
+            f"keeps (1 to {MAX_SEQ})"
         )
-        if cursor.rowcount == 0:
-            raise _fence_error(conn, commit)
+    return seq
+
+
+def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) -> None:
+    """The hot path: one transaction; the fenced row update doubles as the fence check and
+    as the check of the run's key, remembered in ``run_keys`` (a run deleted and created
+    again under its id gets a new key)."""
+    run_id = commit.run_id
+    fields = (
+        commit.status,
+        commit.result,
+        commit.error,
+        commit.lease_until,
+        commit.step_seq,
+        commit.event_seq,
+        commit.updated_at or None,
+        run_id,
+        commit.fence,
+    )
+    key = run_keys.get(run_id)
+    with write_transaction(conn):
+        if key is None or conn.execute(UPDATE_RUN, (*fields, key)).rowcount == 0:
+            key = run_keys[run_id] = _run_key(conn, commit)
+            conn.execute(UPDATE_RUN, (*fields, key))
+        base = key * SEQ_SPAN
         if commit.truncate_after is not None:
-            after = (run_id, commit.truncate_after)
-            conn.execute(f"DELETE FROM {STEPS} WHERE run_id = ? AND seq > ?", after)
-            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", after)
-        _append(conn, commit)
+            after = commit.truncate_after
+            conn.execute(DELETE_STEPS_AFTER, (base + after, base + MAX_SEQ))
+            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
+        _append(conn, commit, base)
         for checkpoint_id in commit.prune:
             conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
 
 
-def _append(conn: sqlite3.Connection, commit: Commit) -> None:
+def _run_key(conn: sqlite3.Connection, commit: Commit) -> int:
+    """The key of the commit's run, if the commit's fence is the run's."""
+    found = conn.execute(KEY_AND_FENCE_OF, (commit.run_id,)).fetchone()
+    if found is None:
+        raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
+    key, fence = found
+    if fence != commit.fence:
+        raise StaleOwnerError(
+            f"run {commit.run_id!r} is owned by a newer owner (fence {fence}, "
+            f"this write carries {commit.fence})",
+            commit.run_id,
+        )
+    return int(key)
+
+
+def _append(conn: sqlite3.Connection, commit: Commit, base: int) -> None:
     run_id = commit.run_id
     for step in commit.steps:
-        conn.execute(INSERT_STEP, (run_id, step.seq, step.agent, step.body))
+        conn.execute(INSERT_STEP, (base + _seq(step.seq, commit), step.agent, step.body))
     if commit.events:
         events = commit.events
-        last_seq = max(event.seq for event in events)
-        conn.execute(INSERT_EVENT_BATCH, (run_id, last_seq, pack_events(events)))
+        last_seq = _seq(max(event.seq for event in events), commit)
+        conn.execute(INSERT_EVENT_BATCH, (base + last_seq, pack_events(events)))
     if commit.journal:
         conn.executemany(
             INSERT_JOURNAL, [(run_id, j.step, j.position, j.body) for j in commit.journal]

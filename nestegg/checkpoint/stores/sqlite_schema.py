@@ -34,27 +34,36 @@ def marks(count: int) -> str:
     return ",".join("?" * count)
 
 
-MAX_SEQ = 2**63 - 1
+SEQ_SPAN = 2**32
+"""Step and event sequence numbers of a run stay below this: the tables that hold them are
+keyed by ``run_key * SEQ_SPAN + seq``, so a run's rows are one range of one b-tree."""
+MAX_SEQ = SEQ_SPAN - 1
 RUNS = SQLITE_RUNS_TABLE
 STEPS = SQLITE_STEPS_TABLE
 CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
 EVENTS_V1 = SQLITE_EVENTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
-CHILD_TABLES = (STEPS, CHECKPOINTS, EVENT_BATCHES, JOURNAL)
-INSERT_EVENT_BATCH = (
-    f"INSERT OR REPLACE INTO {EVENT_BATCHES} (run_id, last_seq, body) VALUES (?,?,?)"
+INSERT_EVENT_BATCH = f"INSERT OR REPLACE INTO {EVENT_BATCHES} (batch_key, body) VALUES (?,?)"
+
+RUN_FIELDS = tuple(
+    "run_id pipeline status created_at updated_at fence owner lease_until step_seq "
+    "event_seq parent_run parent_checkpoint result error input".split()
 )
+RUN_COLUMNS = ", ".join(RUN_FIELDS)
 
 
 def _events_into_batches(conn: sqlite3.Connection) -> None:
     """Version 1 to 2: the events of version 1's table, one batch each."""
-    rows = conn.execute(f"SELECT run_id, seq, at, kind, body FROM {EVENTS_V1}")
+    rows = conn.execute(
+        f"SELECT r.run_key, e.run_id, e.seq, e.at, e.kind, e.body "
+        f"FROM {EVENTS_V1} e JOIN {RUNS} r ON r.run_id = e.run_id"
+    )
     conn.executemany(
         INSERT_EVENT_BATCH,
         (
-            (run_id, seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
-            for run_id, seq, at, kind, body in rows
+            (key * SEQ_SPAN + seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
+            for key, run_id, seq, at, kind, body in rows
         ),
     )
 
@@ -72,7 +81,6 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
             event_seq INTEGER NOT NULL, parent_run TEXT, parent_checkpoint TEXT,
             result BLOB, error BLOB, input BLOB NOT NULL)""",
         f"CREATE INDEX {RUNS}_by_created ON {RUNS} (created_at)",
-        # Step bodies are about a kilobyte: a rowid table keeps them in its leaf pages.
         f"""CREATE TABLE {STEPS} (
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, seq))""",
@@ -81,7 +89,6 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
             created_at REAL NOT NULL, reason TEXT NOT NULL, body BLOB NOT NULL
             ) WITHOUT ROWID""",
         f"CREATE INDEX {CHECKPOINTS}_by_run ON {CHECKPOINTS} (run_id, seq)",
-        # Events are small: clustered on their key, without a second b-tree.
         f"""CREATE TABLE {EVENTS_V1} (
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
@@ -90,10 +97,28 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
             body BLOB NOT NULL, PRIMARY KEY (run_id, step, position))""",
     ),
     (
-        # One row per commit's events (see sqlite_events): a fifth off a step's commit.
-        f"""CREATE TABLE {EVENT_BATCHES} (
-            run_id TEXT NOT NULL, last_seq INTEGER NOT NULL, body BLOB NOT NULL,
-            PRIMARY KEY (run_id, last_seq)) WITHOUT ROWID""",
+        # Version 2 cuts the pages a step's commit writes. Every run gets an integer key
+        # (its rowid); steps and events are keyed by run_key * SEQ_SPAN + seq, so each is
+        # one b-tree that grows at its right edge, without a second index; and a commit's
+        # events go in one row (see sqlite_events).
+        f"""CREATE TABLE {RUNS}_v2 (
+            run_key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE, pipeline TEXT NOT NULL,
+            status TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+            fence INTEGER NOT NULL, owner TEXT, lease_until REAL, step_seq INTEGER NOT NULL,
+            event_seq INTEGER NOT NULL, parent_run TEXT, parent_checkpoint TEXT,
+            result BLOB, error BLOB, input BLOB NOT NULL)""",
+        f"INSERT INTO {RUNS}_v2 (run_key, {RUN_COLUMNS}) SELECT rowid, {RUN_COLUMNS} FROM {RUNS}",
+        f"DROP TABLE {RUNS}",
+        f"ALTER TABLE {RUNS}_v2 RENAME TO {RUNS}",
+        f"CREATE INDEX {RUNS}_by_created ON {RUNS} (created_at)",
+        f"""CREATE TABLE {STEPS}_v2 (
+            step_key INTEGER PRIMARY KEY, agent TEXT NOT NULL, body BLOB NOT NULL)""",
+        f"""INSERT INTO {STEPS}_v2 (step_key, agent, body)
+            SELECT r.run_key * {SEQ_SPAN} + s.seq, s.agent, s.body
+            FROM {STEPS} s JOIN {RUNS} r ON r.run_id = s.run_id""",
+        f"DROP TABLE {STEPS}",
+        f"ALTER TABLE {STEPS}_v2 RENAME TO {STEPS}",
+        f"CREATE TABLE {EVENT_BATCHES} (batch_key INTEGER PRIMARY KEY, body BLOB NOT NULL)",
         _events_into_batches,
         f"DROP TABLE {EVENTS_V1}",
     ),
@@ -102,12 +127,7 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-RUN_FIELDS = tuple(
-    "run_id pipeline status created_at updated_at fence owner lease_until step_seq "
-    "event_seq parent_run parent_checkpoint result error input".split()
-)
 OWNER_AT = RUN_FIELDS.index("owner")
-RUN_COLUMNS = ", ".join(RUN_FIELDS)
 SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
 INSERT_RUN = (
     f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
@@ -121,10 +141,21 @@ UPDATE_RUN = (
     f"UPDATE {RUNS} SET status = coalesce(?, status), result = coalesce(?, result), "
     "error = coalesce(?, error), lease_until = coalesce(?, lease_until), "
     "step_seq = coalesce(?, step_seq), event_seq = coalesce(?, event_seq), "
-    "updated_at = coalesce(?, updated_at) WHERE run_id = ? AND fence = ?"
+    "updated_at = coalesce(?, updated_at) WHERE run_id = ? AND fence = ? AND run_key = ?"
 )
+KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
 FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
-INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (run_id, seq, agent, body) VALUES (?,?,?,?)"
+INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
+DELETE_STEPS_AFTER = f"DELETE FROM {STEPS} WHERE step_key > ? AND step_key <= ?"
+_RUN_BASE = f"(SELECT run_key * {SEQ_SPAN} AS base FROM {RUNS} WHERE run_id = ?) AS run"
+SELECT_STEPS = (
+    f"SELECT step_key - run.base, agent, body FROM {STEPS}, {_RUN_BASE} "
+    "WHERE step_key > run.base + ? AND step_key <= run.base + ? ORDER BY step_key"
+)
+SELECT_EVENT_BATCHES = (
+    f"SELECT body FROM {EVENT_BATCHES}, {_RUN_BASE} "
+    "WHERE batch_key > run.base + ? AND batch_key <= run.base + ? ORDER BY batch_key"
+)
 INSERT_JOURNAL = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES (?,?,?,?)"
 INSERT_CHECKPOINT = (
     f"INSERT OR REPLACE INTO {CHECKPOINTS} "
@@ -202,7 +233,14 @@ def migrate(conn: sqlite3.Connection) -> None:
 def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
     """Delete runs and everything of them (inside a transaction); how many runs went."""
     params = [(run_id,) for run_id in run_ids]
-    for table in CHILD_TABLES:
+    for table, key in ((STEPS, "step_key"), (EVENT_BATCHES, "batch_key")):
+        conn.executemany(
+            f"DELETE FROM {table} WHERE {key} >= (SELECT run_key * {SEQ_SPAN} FROM {RUNS} "
+            f"WHERE run_id = ?1) AND {key} < (SELECT (run_key + 1) * {SEQ_SPAN} FROM {RUNS} "
+            "WHERE run_id = ?1)",
+            params,
+        )
+    for table in (CHECKPOINTS, JOURNAL):
         conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", params)
     cursor = conn.executemany(f"DELETE FROM {RUNS} WHERE run_id = ?", params)
     return cursor.rowcount
