@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 class ClutchState:
     """Bookkeeping of a run: id, strategy, members, turn and history.
 
-    A resumed run's earlier history is read from its store when ``history`` is first
-    used (:meth:`defer_history`), so resuming a long run does not decode it all.
+    A resumed run's earlier history is decoded when ``history`` is first used
+    (:meth:`defer_history`), so resuming a long run does not decode it all.
     """
 
     __slots__ = ("_earlier", "_history", "clutch_id", "members", "strategy", "turn")

@@ -20,11 +20,10 @@ from typing import Any
 import orjson
 
 from nestegg.checkpoint.codec import (
-    decode_value,
     encode_value,
     seal,
     seal_json,
-    unseal,
+    unseal_value,
 )
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.records import (
@@ -239,8 +238,7 @@ class Checkpointer:
         if record is None:
             return None
         where = f"journal entry {step}/{position} of run {self.run_id!r}"
-        raw = unseal(record.body, where)
-        entry: dict[str, Any] = decode_value(raw, where)
+        entry: dict[str, Any] = unseal_value(record.body, where)
         return entry
 
     async def journal_result(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
 
 import orjson
 
@@ -80,30 +79,22 @@ def _history_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntr
 
     The hot loop of a resume (one pass per stored step): the common case costs a checksum
     and a search, with no decoding, no string building and no copy (the data JSON is a
-    view into the record's body).
+    view into the record's body, which ends with the body's brace and the seal's).
     """
     entries: list[HistoryEntry] = []
-    append = entries.append
     with collector_paused():
-        _check_and_collect(records, run_id, append)
+        for record in records:
+            sealed = record.body
+            data: bytes | memoryview | None
+            if intact(sealed) and sealed.startswith(_CANONICAL_HEAD, SEALED_BODY_AT):
+                at = sealed.find(_DATA_KEY, SEALED_BODY_AT)
+                data = None if at < 0 else memoryview(sealed)[at + len(_DATA_KEY) : -2]
+            else:
+                where = f"step {record.seq} of run {run_id!r}"
+                data = step_data(unseal(sealed, where), where)
+            if data is not None:
+                entries.append((record.seq, record.agent, data))
     return entries
-
-
-def _check_and_collect(
-    records: list[StepRecord], run_id: str, append: Callable[[HistoryEntry], None]
-) -> None:
-    head, data_key, body_at = _CANONICAL_HEAD, _DATA_KEY, SEALED_BODY_AT
-    for record in records:
-        sealed = record.body
-        if intact(sealed) and sealed.startswith(head, body_at):
-            at = sealed.find(data_key, body_at)
-            if at >= 0:  # the data runs to the body's closing brace, before the seal's
-                append((record.seq, record.agent, memoryview(sealed)[at + 8 : -2]))
-            continue
-        where = f"step {record.seq} of run {run_id!r}"
-        data = step_data(unseal(record.body, where), where)
-        if data is not None:
-            append((record.seq, record.agent, data))
 
 
 async def load_state(
