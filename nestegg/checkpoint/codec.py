@@ -18,8 +18,10 @@ import importlib
 import math
 import uuid
 import zlib
+from collections.abc import Sequence
 from decimal import Decimal
 from enum import Enum
+from operator import itemgetter, methodcaller
 from typing import Any
 
 import orjson
@@ -225,6 +227,24 @@ def intact(sealed: bytes) -> bool:
         and sealed.startswith(_SEAL_MID, 16)
         and sealed.endswith(b"}")
         and sealed[8:16] == b"%08x" % zlib.crc32(memoryview(sealed)[_BODY_AT:-1])
+    )
+
+
+_SEAL_PREFIX = _SEAL_HEAD + b"%08x" + _SEAL_MID
+_prefix_of = itemgetter(slice(0, _BODY_AT))
+_body_of = itemgetter(slice(_BODY_AT, -1))
+_ends_with_brace = methodcaller("endswith", b"}")
+
+
+def all_intact(records: Sequence[bytes]) -> bool:
+    """Whether every sealed record is whole and unaltered: :func:`intact` of many at once.
+
+    The loop runs in C (``map`` over the records), not one Python step per record: what
+    makes checking the ten thousand step records of a long run cheap.
+    """
+    computed = map(_SEAL_PREFIX.__mod__, map(zlib.crc32, map(_body_of, records)))
+    return list(computed) == list(map(_prefix_of, records)) and all(
+        map(_ends_with_brace, records)
     )
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import warnings
+from itertools import compress, repeat
+from operator import add, attrgetter, ge, methodcaller
 
 import orjson
 
 from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.codec import (
     SEALED_BODY_AT,
+    all_intact,
     decode_value,
-    intact,
     rebuild,
     unseal,
     unseal_json,
@@ -75,26 +77,44 @@ def step_data(raw: bytes, where: str) -> bytes | None:
 
 
 def _history_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
-    """``(seq, agent, data JSON)`` of the records that hold data, each checksum checked.
+    """The history entries of the records that hold data, each checksum checked.
 
-    The hot loop of a resume (one pass per stored step): the common case costs a checksum
-    and a search, with no decoding, no string building and no copy (the data JSON is a
-    view into the record's body, which ends with the body's brace and the seal's).
+    The hot part of a resume (ten thousand records for a 10,000-step run): when every
+    record is intact and in the checkpointer's layout, which is the rule, the checks run
+    in C over all records at once (``map``), with no decoding and no copy: an entry keeps
+    the record and where its data JSON lies in it, sliced when the history is decoded.
+    Otherwise the records are read one by one, which names the damaged one.
     """
-    entries: list[HistoryEntry] = []
     with collector_paused():
-        for record in records:
-            sealed = record.body
-            data: bytes | memoryview | None
-            if intact(sealed) and sealed.startswith(_CANONICAL_HEAD, SEALED_BODY_AT):
-                at = sealed.find(_DATA_KEY, SEALED_BODY_AT)
-                data = None if at < 0 else memoryview(sealed)[at + len(_DATA_KEY) : -2]
-            else:
-                where = f"step {record.seq} of run {run_id!r}"
-                data = step_data(unseal(sealed, where), where)
-            if data is not None:
-                entries.append((record.seq, record.agent, data))
-    return entries
+        bodies = [record.body for record in records]
+        if all_intact(bodies) and all(map(_in_canonical_layout, bodies)):
+            return _canonical_entries(records, bodies)
+        return [entry for record in records if (entry := _entry(record, run_id)) is not None]
+
+
+_in_canonical_layout = methodcaller("startswith", _CANONICAL_HEAD, SEALED_BODY_AT)
+
+
+def _canonical_entries(records: list[StepRecord], bodies: list[bytes]) -> list[HistoryEntry]:
+    """The entries of intact records in the checkpointer's layout (see _history_entries)."""
+    found = list(map(bytes.find, bodies, repeat(_DATA_KEY), repeat(SEALED_BODY_AT)))
+    starts = map(add, found, repeat(len(_DATA_KEY)))
+    seqs, agents = map(attrgetter("seq"), records), map(attrgetter("agent"), records)
+    entries = zip(seqs, agents, bodies, starts, repeat(_DATA_STOP))
+    if -1 in found:  # records without data (hand-overs) are no history entries
+        return list(compress(entries, map(ge, found, repeat(0))))
+    return list(entries)
+
+
+_DATA_STOP = -2
+"""A sealed step record ends with the data, the body's brace and the seal's."""
+
+
+def _entry(record: StepRecord, run_id: str) -> HistoryEntry | None:
+    """The entry of one record, or None if it holds no data; raises if it is damaged."""
+    where = f"step {record.seq} of run {run_id!r}"
+    data = step_data(unseal(record.body, where), where)
+    return None if data is None else (record.seq, record.agent, data, 0, None)
 
 
 async def load_state(
@@ -129,8 +149,8 @@ async def load_state(
         )
     first = {"source": "input", "data": run_input(run)}
     if entries:
-        data_seq, source, raw = entries.pop()
-        data = decode_value(raw, f"data of step {data_seq} of run {run_id!r}")
+        data_seq, source, raw, start, stop = entries.pop()
+        data = decode_value(raw[start:stop], f"data of step {data_seq} of run {run_id!r}")
         history: StoredHistory | None = StoredHistory(run_id, first, entries)
     else:
         data_seq, source, data, history = 0, "input", first["data"], None

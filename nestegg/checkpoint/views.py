@@ -89,8 +89,9 @@ class CheckpointInfo:
         )
 
 
-HistoryEntry = tuple[int, str, bytes | memoryview]
-"""``(seq, agent, data as JSON)`` of a stored step; the JSON may be a view into its record."""
+HistoryEntry = tuple[int, str, bytes, int, int | None]
+"""``(seq, agent, raw, start, stop)`` of a stored step: its data as JSON is
+``raw[start:stop]`` (``raw`` is the step's sealed record, or the data JSON itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ class StoredHistory:
     first: dict[str, Any]
     """The entry of the run's input, decoded."""
     steps: list[HistoryEntry]
-    """``(seq, agent, data as JSON)`` of every later entry, in order."""
+    """``(seq, agent, raw, start, stop)`` of every later entry, in order."""
 
     def __len__(self) -> int:
         return 1 + len(self.steps)
@@ -119,9 +120,9 @@ class StoredHistory:
             CheckpointCorruptedError: an entry's data is not what nestegg wrote.
         """
         entries = [copy.deepcopy(self.first)]
-        for seq, agent, raw in self.steps:
+        for seq, agent, raw, start, stop in self.steps:
             where = f"data of step {seq} of run {self.run_id!r}"
-            entries.append({"source": agent, "data": decode_value(raw, where)})
+            entries.append({"source": agent, "data": decode_value(raw[start:stop], where)})
         return entries
 
 

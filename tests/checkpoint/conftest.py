@@ -250,7 +250,7 @@ class Tamper:
         if self.kind == "memory":
             memory: Any = self.store
             steps = memory._runs[run_id].steps
-            steps[seq] = dataclasses.replace(steps[seq], body=body)
+            steps[seq] = steps[seq]._replace(body=body)
         elif self.kind == "sqlite":
             self._sqlite(
                 "UPDATE steps SET body = ? WHERE step_key = "
