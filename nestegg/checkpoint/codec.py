@@ -243,9 +243,7 @@ def all_intact(records: Sequence[bytes]) -> bool:
     makes checking the ten thousand step records of a long run cheap.
     """
     computed = map(_SEAL_PREFIX.__mod__, map(zlib.crc32, map(_body_of, records)))
-    return list(computed) == list(map(_prefix_of, records)) and all(
-        map(_ends_with_brace, records)
-    )
+    return list(computed) == list(map(_prefix_of, records)) and all(map(_ends_with_brace, records))
 
 
 def unseal(sealed: bytes, where: str) -> bytes:
