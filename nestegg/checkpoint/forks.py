@@ -95,7 +95,7 @@ async def fork(
         seal(checkpoint_body(snapshot, state.next_agent)),
     )
     copied = await book.store.load_steps(parent.run_id, 0, state.seq)
-    steps = [replace(step, run_id=new_id) for step in copied]
+    steps = [step._replace(run_id=new_id) for step in copied]
     payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
     forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
     await book.store.commit(
