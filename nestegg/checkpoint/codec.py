@@ -220,16 +220,6 @@ SEALED_BODY_AT = _BODY_AT
 """Where the body of a sealed record starts (it ends one byte before the record)."""
 
 
-def intact(sealed: bytes) -> bool:
-    """Whether a sealed record is whole and unaltered (the fast check: copies nothing)."""
-    return (
-        sealed.startswith(_SEAL_HEAD)
-        and sealed.startswith(_SEAL_MID, 16)
-        and sealed.endswith(b"}")
-        and sealed[8:16] == b"%08x" % zlib.crc32(memoryview(sealed)[_BODY_AT:-1])
-    )
-
-
 _SEAL_PREFIX = _SEAL_HEAD + b"%08x" + _SEAL_MID
 _prefix_of = itemgetter(slice(0, _BODY_AT))
 _body_of = itemgetter(slice(_BODY_AT, -1))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from nestegg.checkpoint.codec import (
     TAG,
+    all_intact,
     decode_value,
     encode_value,
     seal,
@@ -458,7 +459,51 @@ def test_unseal_json_of_a_body_that_is_not_json(body: bytes) -> None:
         unseal_json(sealed, "event 3")
 
 
-@pytest.mark.parametrize("junk", [b"", b"{}", b"null", b"x" * 40, b'{"crc":"zzzzzzzz","body":1}'])
+JUNK = [b"", b"{}", b"null", b"x" * 40, b'{"crc":"zzzzzzzz","body":1}']
+
+
+@pytest.mark.parametrize("junk", JUNK)
 def test_junk_is_not_a_record(junk: bytes) -> None:
     with pytest.raises(CheckpointCorruptedError):
         unseal(junk, "x")
+
+
+# ------------------------------------------------- checking many records at once
+
+
+def damaged_samples() -> list[bytes]:
+    """SAMPLE torn at every offset, with each byte flipped, with bytes appended, and junk."""
+    torn = [SAMPLE[:size] for size in range(len(SAMPLE))]
+    flipped = [
+        SAMPLE[:at] + bytes([SAMPLE[at] ^ mask]) + SAMPLE[at + 1 :]
+        for at in range(len(SAMPLE))
+        for mask in FLIP_MASKS
+    ]
+    appended = [SAMPLE + tail for tail in (b"}", b" ", b"x}", SAMPLE)]
+    return [*torn, *flipped, *appended, *JUNK]
+
+
+def test_all_intact_of_intact_records() -> None:
+    assert all_intact([])
+    assert all_intact([SAMPLE, seal(b""), seal(b"[1]"), SAMPLE])
+
+
+def test_all_intact_finds_any_damaged_record_among_intact_ones() -> None:
+    for damaged in damaged_samples():
+        assert not all_intact([SAMPLE, damaged, SAMPLE]), damaged
+
+
+@given(st.lists(st.binary(), max_size=5), st.binary(), st.data())
+def test_all_intact_agrees_with_unseal(
+    bodies: list[bytes], body: bytes, data: st.DataObject
+) -> None:
+    sealed = seal(body)
+    offset = data.draw(st.integers(0, len(sealed) - 1))
+    altered = sealed[:offset] + bytes([data.draw(st.integers(0, 255))]) + sealed[offset + 1 :]
+    records = [*map(seal, bodies), altered]
+    try:
+        unseal(altered, "x")
+    except CheckpointCorruptedError:
+        assert not all_intact(records)
+    else:
+        assert all_intact(records)
