@@ -105,6 +105,8 @@ class Clutch:
         self._checkpoint_config = checkpoint
         self._runbook: RunBook | None = None
         self._executions: dict[str, RunExecution] = {}
+        if checkpoint is not None:  # load the checkpointing code now, not in the first run
+            import nestegg.checkpoint.runs  # noqa: F401
 
     # ----------------------------------------------------------------- definition
 
