@@ -141,8 +141,25 @@ class Clutch:
     def selector(self, fn: Selector | None = None) -> Any:
         """Register the async function that picks the next agent (SELECTOR strategy).
 
+        The selector gets the current data and returns the next agent's name (None
+        stops the run). Journaled calls it makes (``await nestegg.call(...)``, durable
+        functions) are journaled in the step whose agent it is picking, at positions
+        -1, -2, ... that the agent's own calls (0, 1, ...) never take: when that step
+        runs again, the selector gets its recorded answers back and picks the same agent.
+
+        Args:
+            fn: the async selector (``@clutch.selector`` or ``@clutch.selector()``).
+
+        Returns:
+            ``fn`` unchanged, or a decorator that registers the function it gets.
+
         Raises:
             ConfigurationError: the selector is not an async function.
+
+        Example:
+            >>> @clutch.selector
+            ... async def choose(data: dict) -> str | None:
+            ...     return await nestegg.call(route_with_llm, data)
         """
 
         def register(f: Selector) -> Selector:

@@ -121,7 +121,8 @@ class JournalError(NestEggError):
 
 
 class NonDeterminismError(JournalError):
-    """A re-executed step made a different call than the journal recorded."""
+    """A re-executed step made a different call than the journal recorded, or the journal
+    holds a result that does not fit the called function's return annotation."""
 
 
 class JournaledCallError(JournalError):

@@ -144,29 +144,55 @@ class RunExecution:
         self.data_seq = data_seq
         self.pending_agent = next_agent
         self.current_agent: str | None = None
+        self.call_step: int | None = None
         self.call_position = 0
+        self.call_stride = 1
         ctx._execution = self
 
     @property
     def journaling(self) -> bool:
-        """Whether calls inside this run's steps are journaled."""
-        return bool(getattr(self.recorder, "journals", False))
+        """Whether a call made now is journaled: the run journals and an agent (or the
+        selector choosing the next one) is running."""
+        return self.call_step is not None and bool(getattr(self.recorder, "journals", False))
+
+    def _calls_go_to(self, step: int | None, first: int = 0, stride: int = 1) -> None:
+        """Journal the calls made from now on in ``step`` at first, first + stride, ..."""
+        self.call_step, self.call_position, self.call_stride = step, first, stride
 
     async def journaled(
-        self, function: str, digest: str, replay: str, invoke: Callable[[], Awaitable[Any]]
+        self,
+        function: str,
+        digest: str,
+        replay: str,
+        invoke: Callable[[], Awaitable[Any]],
+        rebuild: Callable[[Any, str], Any] | None = None,
     ) -> Any:
-        """Replay the running step's recorded call at the next position, or make and record it.
+        """Replay the recorded call at the next position, or make and record it.
+
+        An agent's calls take positions 0, 1, 2, ... of its step; the selector's calls,
+        made while it picks the agent of a step, take -1, -2, ... of that step.
+
+        Args:
+            function: the called function's qualified name.
+            digest: the hash of its arguments.
+            replay: "record" or "rerun".
+            invoke: makes the call.
+            rebuild: turns a replayed result (and where it was recorded) into the value
+                returned.
 
         Raises:
             NonDeterminismError: the journal holds another call at this position.
             JournaledCallError: the recorded call failed for good.
         """
-        step, position = self.seq + 1, self.call_position
-        self.call_position += 1
+        step, position = self.call_step, self.call_position
+        if step is None:  # no agent is running: a plain call
+            return await invoke()
+        self.call_position += self.call_stride
         journal: Any = self.recorder
         recorded = await journal.journal_entry(step, position) if replay == "record" else None
         if recorded is not None:
-            return replay_entry(recorded, function, digest, step, position)
+            value = replay_entry(recorded, function, digest, step, position)
+            return rebuild(value, f"step {step}, call {position}") if rebuild else value
         try:
             result = await invoke()
         except Exception as error:
@@ -205,13 +231,21 @@ class RunExecution:
         if name is not None:
             self.pending_agent = None
         else:
-            name = await self.cursor.next_agent()
+            self._calls_go_to(self.seq + 1, -1, -1)
+            try:
+                name = await self.cursor.next_agent()
+            finally:
+                self._calls_go_to(None)
         return self.agents.get(name) if name is not None else None
 
     async def _call(self, agent: AgentNode, data: Any) -> Any:
-        output = to_plain(await agent.handler(to_typed(data, agent.input_type)))
-        if self.on_step is not None:
-            await self.on_step(agent.name, data, output)
+        self._calls_go_to(self.seq + 1)
+        try:
+            output = to_plain(await agent.handler(to_typed(data, agent.input_type)))
+            if self.on_step is not None:
+                await self.on_step(agent.name, data, output)
+        finally:
+            self._calls_go_to(None)
         return output
 
     async def _step(self, agent: AgentNode) -> bool:
@@ -219,7 +253,6 @@ class RunExecution:
         ctx = self.ctx
         seq = self.seq + 1
         self.current_agent = agent.name
-        self.call_position = 0
         started = time.time()
         target = None
         try:

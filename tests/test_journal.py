@@ -189,6 +189,18 @@ async def journal_of(store: CheckpointStorage, run_id: str, step: int) -> list[d
     ]
 
 
+async def fail_then_resume(clutch: Clutch, fail: list[bool]) -> Any:
+    """Run ``job`` until an agent raises Flaky, then clear ``fail`` and resume it."""
+    with pytest.raises(Flaky):
+        await clutch.run([], run_id="job")
+    fail[0] = False
+    return await clutch.resume_latest("job")
+
+
+class Reply(BaseModel):
+    text: str
+
+
 # ------------------------------------------------------------------ replay
 
 
@@ -333,10 +345,6 @@ async def test_replayed_results_come_back_equal_and_in_order(
     assert len(llm.prompts) == len(values)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pydantic result is replayed as the dict model_dump() gave, not as the model",
-)
 async def test_a_pydantic_result_is_replayed_as_the_same_model(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -363,6 +371,82 @@ async def test_a_pydantic_result_is_replayed_as_the_same_model(
     fail[0] = False
     await clutch.resume_latest("job")
     assert results == [Completion(text=answer("q"))] * 2
+
+
+async def test_replayed_results_are_rebuilt_as_the_return_annotation(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def many(prompt: str) -> list[Reply]:
+        return [Reply(text=prompt), Reply(text=prompt * 2)]
+
+    async def maybe(prompt: str) -> Reply | None:
+        return None if prompt == "none" else Reply(text=prompt)
+
+    @nestegg.durable
+    def decorated(prompt: str) -> Reply:
+        return Reply(text=prompt)
+
+    def unannotated(prompt: str):  # type: ignore[no-untyped-def]
+        return Reply(text=prompt)
+
+    runs: list[list[Any]] = []
+    fail = [True]
+    clutch = Clutch("annotated", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        runs.append(
+            [
+                await nestegg.call(many, "a"),
+                await nestegg.call(maybe, "b"),
+                await nestegg.call(maybe, "none"),
+                await decorated("c"),
+                await nestegg.call(unannotated, "d"),
+            ]
+        )
+        if fail[0]:
+            raise Flaky("asker failed")
+        return data
+
+    await fail_then_resume(clutch, fail)
+    first, replayed = runs
+    assert (
+        replayed[:4]
+        == first[:4]
+        == [
+            [Reply(text="a"), Reply(text="aa")],
+            Reply(text="b"),
+            None,
+            Reply(text="c"),
+        ]
+    )
+    assert first[4] == Reply(text="d")
+    assert replayed[4] == {"text": "d"}  # without a return annotation: what model_dump() gave
+
+
+async def test_a_recorded_result_that_does_not_fit_the_annotation_raises_non_determinism(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def mislabelled(prompt: str) -> Reply:
+        return prompt  # type: ignore[return-value]
+
+    fail = [True]
+    clutch = Clutch("mislabelled", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        await nestegg.call(mislabelled, "q")
+        if fail[0]:
+            raise Flaky("asker failed")
+        return data
+
+    name = f"{mislabelled.__module__}.{mislabelled.__qualname__}"
+    message = (
+        f"step 1, call 0: the journal recorded a result of {name} that does not fit its "
+        "return annotation Reply ("
+    )
+    with pytest.raises(NonDeterminismError, match=re.escape(message)):
+        await fail_then_resume(clutch, fail)
 
 
 async def test_calls_past_the_recorded_ones_are_made(checkpoint_store: CheckpointStorage) -> None:
@@ -452,8 +536,7 @@ async def test_durable_works_with_and_without_parentheses(
         made.append(prompt)
         return prompt.upper()
 
-    # durable() is annotated as returning Any, so mypy calls this decorator untyped.
-    @nestegg.durable(retry=RetryPolicy(attempts=2, backoff=0))  # type: ignore[untyped-decorator]
+    @nestegg.durable(retry=RetryPolicy(attempts=2, backoff=0))
     def called(prompt: str) -> str:
         made.append(prompt)
         return prompt * 2
@@ -624,11 +707,6 @@ async def test_objects_json_cannot_hold_are_hashed_by_their_type() -> None:
     assert function_name(nestegg.durable(FakeLLM().complete)) == COMPLETE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a functools.partial is named 'functools.partial' and its bound arguments are "
-    "not hashed, so a changed partial replays the old result",
-)
 async def test_a_partial_with_other_bound_arguments_raises_non_determinism(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -653,11 +731,23 @@ async def test_a_partial_with_other_bound_arguments_raises_non_determinism(
         await clutch.resume_latest("job")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="call(durable_function) journals the call twice (outer and inner), so the "
-    "positions of the replay shift and the next call raises NonDeterminismError",
-)
+async def test_a_partial_is_journaled_as_its_function_called_with_its_bound_arguments(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    llm = FakeLLM()
+    ask = nestegg.durable(llm.complete)
+    assert function_name(functools.partial(llm.complete, model="m")) == COMPLETE
+    assert function_name(functools.partial(ask, "q")) == COMPLETE
+    clutch = one_agent(
+        checkpoint_store,
+        lambda: nestegg.call(functools.partial(functools.partial(ask, model="m"), "q")),
+    )
+    assert await clutch.run([], run_id="job") == [answer("q")]
+    [entry] = await journal_of(checkpoint_store, "job", 1)
+    assert entry["function"] == COMPLETE
+    assert entry["args"] == argument_hash(("q",), {"model": "m"})
+
+
 async def test_calling_a_durable_function_through_call_journals_it_once(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -682,22 +772,69 @@ async def test_calling_a_durable_function_through_call_journals_it_once(
     assert llm.prompts == ["one", "two"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a selector's call is journaled under the next step at the position where the "
-    "previous step's calls stopped; the agent's calls then overwrite it and the resume "
-    "raises NonDeterminismError",
-)
-async def test_calls_in_a_selector_do_not_break_the_replay(
+async def test_calls_inside_a_journaled_call_are_plain_calls(
     checkpoint_store: CheckpointStorage,
 ) -> None:
     llm = FakeLLM()
+    ask = nestegg.durable(llm.complete)
+
+    @nestegg.durable
+    async def research(topic: str) -> str:
+        return ";".join([await ask(f"{topic} 1"), await ask(f"{topic} 2")])
+
     fail = [True]
-    clutch = Clutch("selecting", strategy=Strategy.SELECTOR, checkpoint=config(checkpoint_store))
+    clutch = Clutch("nested", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        replies = [await research("x"), await ask("after")]
+        if fail[0]:
+            raise Flaky("asker failed")
+        return [*data, *replies]
+
+    expected = [f"{answer('x 1')};{answer('x 2')}", answer("after")]
+    assert await fail_then_resume(clutch, fail) == expected
+    assert llm.prompts == ["x 1", "x 2", "after"]
+    functions = [e["function"] for e in await journal_of(checkpoint_store, "job", 1)]
+    assert functions == [function_name(research), COMPLETE]
+
+
+async def test_calling_a_durable_function_takes_its_options_unless_the_call_sets_them(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    llm = FakeLLM()
+    llm.failures["q"] = [ConnectionError("reset")]
+    ask = nestegg.durable(llm.complete, retry=RetryPolicy(attempts=2, backoff=0))
+    fresh = nestegg.durable(llm.complete, replay="rerun")
+    fail = [True]
+    clutch = Clutch("options", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        replies: list[str] = [await nestegg.call(ask, "q"), await nestegg.call(fresh, "f")]
+        if fail[0]:
+            raise Flaky("asker failed")
+        return [*data, *replies]
+
+    assert await fail_then_resume(clutch, fail) == [answer("q"), answer("f")]
+    assert llm.prompts == ["q", "q", "f", "f"]
+
+    llm.failures["r"] = [ConnectionError("down")]
+    with pytest.raises(ConnectionError, match="down"):
+        await nestegg.call(ask, "r", retry=RetryPolicy(attempts=1))
+
+
+def selecting_clutch(
+    store: CheckpointStorage, llm: FakeLLM, fail: list[bool], selector_calls: list[str]
+) -> Clutch:
+    """A selector that makes ``selector_calls`` journaled calls before it picks a worker
+    whose second step fails while ``fail[0]``."""
+    clutch = Clutch("selecting", strategy=Strategy.SELECTOR, checkpoint=config(store))
 
     @clutch.selector
     async def choose(data: list[str]) -> str | None:
-        await nestegg.call(llm.complete, f"choose after {len(data)}")
+        for prompt in selector_calls:
+            await nestegg.call(llm.complete, f"{prompt} after {len(data)}")
         return "worker" if len(data) < 2 else None
 
     @clutch.agent()
@@ -707,17 +844,39 @@ async def test_calls_in_a_selector_do_not_break_the_replay(
             raise Flaky("worker failed")
         return [*data, reply]
 
+    return clutch
+
+
+async def test_calls_in_a_selector_do_not_break_the_replay(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    fail = [True]
+    clutch = selecting_clutch(checkpoint_store, FakeLLM(), fail, ["choose"])
     with pytest.raises(Flaky):
         await clutch.run([], run_id="job")
     fail[0] = False
     assert await clutch.resume_latest("job") == [answer("work 0"), answer("work 1")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on_response runs with the run's context still set: its call is journaled "
-    "under a step after the last one of the completed run",
-)
+async def test_a_selector_call_is_replayed_when_its_step_runs_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    llm = FakeLLM()
+    fail = [True]
+    clutch = selecting_clutch(checkpoint_store, llm, fail, ["choose", "confirm"])
+    assert await fail_then_resume(clutch, fail) == [answer("work 0"), answer("work 1")]
+    assert llm.prompts == [
+        *("choose after 0", "confirm after 0", "work 0"),
+        *("choose after 1", "confirm after 1", "work 1"),
+        *("choose after 2", "confirm after 2"),
+    ]
+    assert [(e["position"], e["result"]) for e in await journal_of(checkpoint_store, "job", 2)] == [
+        (-2, answer("confirm after 1")),
+        (-1, answer("choose after 1")),
+        (0, answer("work 1")),
+    ]
+
+
 async def test_a_call_in_on_response_is_a_plain_call(checkpoint_store: CheckpointStorage) -> None:
     llm = FakeLLM()
 
@@ -877,11 +1036,14 @@ async def test_retry_backoff_doubles_between_attempts() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"attempts": 0}, "RetryPolicy.attempts must be >= 1, got 0"),
-        ({"attempts": -2}, "RetryPolicy.attempts must be >= 1, got -2"),
-        ({"attempts": 2.5}, "RetryPolicy.attempts must be >= 1, got 2.5"),
-        ({"attempts": "3"}, "RetryPolicy.attempts must be >= 1, got '3'"),
-        ({"backoff": -0.5}, "RetryPolicy.backoff must be >= 0, got -0.5"),
+        ({"attempts": 0}, "RetryPolicy.attempts must be an int >= 1, got 0"),
+        ({"attempts": -2}, "RetryPolicy.attempts must be an int >= 1, got -2"),
+        ({"attempts": 2.5}, "RetryPolicy.attempts must be an int >= 1, got 2.5"),
+        ({"attempts": "3"}, "RetryPolicy.attempts must be an int >= 1, got '3'"),
+        (
+            {"backoff": -0.5},
+            "RetryPolicy.backoff must be a finite number of seconds >= 0, got -0.5",
+        ),
     ],
 )
 async def test_retry_policy_rejects_bad_values(settings: dict[str, Any], message: str) -> None:
@@ -889,12 +1051,6 @@ async def test_retry_policy_rejects_bad_values(settings: dict[str, Any], message
         RetryPolicy(**settings)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RetryPolicy checks only 'backoff < 0': NaN and infinity pass (a retry then "
-    "sleeps forever), a str or None raises TypeError, True passes as attempts, and 'on' "
-    "is not checked at all",
-)
 @pytest.mark.parametrize(
     "settings",
     [
@@ -902,15 +1058,33 @@ async def test_retry_policy_rejects_bad_values(settings: dict[str, Any], message
         {"backoff": math.inf},
         {"backoff": "1"},
         {"backoff": None},
+        {"backoff": True},
         {"attempts": True},
         {"on": ("TimeoutError",)},
         {"on": (int,)},
+        {"on": TimeoutError},
+        {"on": [TimeoutError]},
+        {"on": (KeyboardInterrupt,)},
     ],
-    ids=["nan", "inf", "str", "none", "bool", "on-str", "on-int"],
+    ids=[
+        "nan",
+        "inf",
+        "str",
+        "none",
+        "backoff-bool",
+        "attempts-bool",
+        "on-str",
+        "on-int",
+        "on-bare-class",
+        "on-list",
+        "on-base-exception",
+    ],
 )
 async def test_retry_policy_rejects_values_it_cannot_use(settings: dict[str, Any]) -> None:
-    with pytest.raises(ConfigurationError, match="RetryPolicy"):
+    [(field, value)] = settings.items()
+    with pytest.raises(ConfigurationError, match=re.escape(f"RetryPolicy.{field} must be")) as e:
         RetryPolicy(**settings)
+    assert str(e.value).endswith(repr(value)) or f"got {value!r}:" in str(e.value)
 
 
 async def test_replay_must_be_record_or_rerun(checkpoint_store: CheckpointStorage) -> None:
@@ -928,12 +1102,21 @@ async def test_replay_must_be_record_or_rerun(checkpoint_store: CheckpointStorag
     assert await checkpoint_store.read_journal("job", 1) == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="durable() checks replay= only when the function is first called"
-)
 async def test_durable_rejects_a_bad_replay_when_it_decorates() -> None:
     with pytest.raises(ConfigurationError, match="replay must be 'record' or 'rerun'"):
-        nestegg.durable(replay="always")  # type: ignore[arg-type]
+        nestegg.durable(replay="always")  # type: ignore[call-overload]
+
+
+async def test_durable_and_call_reject_what_they_cannot_use() -> None:
+    llm = FakeLLM()
+    message = "retry must be a nestegg.RetryPolicy or None, got 3"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        nestegg.durable(retry=3)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        await nestegg.call(llm.complete, "q", retry=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=re.escape("durable() decorates a function")):
+        nestegg.durable("ask")  # type: ignore[call-overload]
+    assert llm.prompts == []
 
 
 async def test_a_result_that_cannot_be_stored_fails_the_step_naming_the_function(
@@ -1016,12 +1199,6 @@ async def test_each_run_has_its_own_journal(checkpoint_store: CheckpointStorage)
     assert pipeline.llm.prompts == step_prompts(["a", "b"]) * 2 + last_step * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resume(checkpoint_id) drops the step records and checkpoints after that "
-    "checkpoint but not their journal entries: the steps run again replay the old calls, "
-    "and with a changed prompt raise NonDeterminismError",
-)
 async def test_resuming_an_older_checkpoint_calls_again_in_the_steps_it_drops(
     checkpoint_store: CheckpointStorage,
 ) -> None:

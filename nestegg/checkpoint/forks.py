@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -10,26 +11,30 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.checkpointer import Snapshot, checkpoint_body
-from nestegg.checkpoint.codec import encode_value, seal, unseal
+from nestegg.checkpoint.checkpointer import checkpoint_body
+from nestegg.checkpoint.codec import decode_value, encode_value, seal, unseal, unseal_json
 from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
     EventRecord,
+    RunRecord,
+    StepRecord,
     new_checkpoint_id,
     new_run_id,
 )
 from nestegg.checkpoint.views import (
     CheckpointInfo,
+    CheckpointState,
     HistoryCheckpoint,
     RunHistory,
     RunInfo,
     StepInfo,
+    run_input,
 )
 from nestegg.constants import REASON_FORK, RUN_FORKED, RUNNING
-from nestegg.errors import ConfigurationError, RunExistsError
+from nestegg.errors import CheckpointCorruptedError, ConfigurationError, RunExistsError
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
@@ -43,7 +48,14 @@ async def fork(
     run_id: str | None,
     listeners: StepListeners,
 ) -> Any:
-    """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None)."""
+    """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None).
+
+    Everything that can fail is checked before the first write, as a resume does, so a
+    fork that raises stores nothing. The new run gets copies of the parent's step records
+    up to the checkpoint; the copy that holds the current data (the run's input when no
+    step produced any) holds the replaced data, so every later checkpoint of the fork
+    restores the history the fork had.
+    """
     record = await book._checkpoint(checkpoint_id)
     parent = await book._get(record.run_id)
     if parent.pipeline != book.clutch.name:
@@ -51,26 +63,63 @@ async def fork(
             f"checkpoint {checkpoint_id!r} belongs to pipeline {parent.pipeline!r}, "
             f"not {book.clutch.name!r}"
         )
-    book.clutch.validate()
-    state = await load_state(book.store, parent, record)
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
-    inline = encode_value(to_plain(data), "data") if data is not None else None
-    if inline is None and state.data_inline:
-        inline = encode_value(state.data, "data")
-    snapshot = Snapshot(
-        state.seq,
-        state.turn,
-        state.data_seq,
-        state.source,
-        state.position,
-        encode_value(state.metadata, "metadata"),
-        inline,
-    )
+    state = await load_state(book.store, parent, record)
+    replaced = encode_value(to_plain(data), "data") if data is not None else None
+    if replaced is None and state.data_inline:  # a fork stored before its data was copied
+        replaced = encode_value(state.data, "data")
+    copied = await book.store.load_steps(parent.run_id, 0, state.seq)
+    steps = [_copy_step(step, new_id, replaced, state.data_seq) for step in copied]
     now = time.time()
-    child = replace(
+    new_input = seal(replaced) if replaced is not None and state.data_seq == 0 else None
+    child = _child_run(book, parent, new_id, checkpoint_id, new_input, now)
+    start_id = new_checkpoint_id()
+    child_state = _forked_state(state, new_id, start_id, now, replaced)
+    execution, base = book._prepare(child, child_state, listeners)
+    input_data = run_input(child)
+    if await book.store.get_run(new_id) is not None:
+        raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)
+    body = seal(checkpoint_body(base, state.next_agent))
+    start = CheckpointRecord(start_id, new_id, state.seq, now, REASON_FORK, body)
+    payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
+    forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
+    await book.store.create_run(child)
+    try:
+        await book.store.commit(
+            Commit(
+                new_id,
+                child.fence,
+                steps=steps,
+                events=[forked],
+                checkpoints=[start],
+                step_seq=state.seq,
+                event_seq=forked.seq,
+                updated_at=now,
+            )
+        )
+    except BaseException:  # a fork half written is no fork: take the new run back
+        with contextlib.suppress(Exception):
+            await book.store.delete_run(new_id)
+        raise
+    started = replace(child, step_seq=state.seq, event_seq=forked.seq)
+    return await book._execute(started, execution, base, [start_id], None, input_data)
+
+
+def _child_run(
+    book: RunBook,
+    parent: RunRecord,
+    run_id: str,
+    checkpoint_id: str,
+    new_input: bytes | None,
+    now: float,
+) -> RunRecord:
+    """The fork's run, owned by this process, before its steps are written; its input is
+    the parent's unless ``new_input`` (sealed) replaces it."""
+    return replace(
         parent,
-        run_id=new_id,
+        run_id=run_id,
         status=RUNNING,
+        input=parent.input if new_input is None else new_input,
         created_at=now,
         updated_at=now,
         fence=1,
@@ -78,35 +127,51 @@ async def fork(
         lease_until=now + book.lease,
         result=None,
         error=None,
-        step_seq=state.seq,
-        event_seq=1,
+        step_seq=0,
+        event_seq=0,
         parent_run=parent.run_id,
         parent_checkpoint=checkpoint_id,
     )
-    if await book.store.get_run(new_id) is not None:
-        raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)
-    await book.store.create_run(child)
-    start = CheckpointRecord(
-        new_checkpoint_id(),
-        new_id,
-        state.seq,
-        now,
-        REASON_FORK,
-        seal(checkpoint_body(snapshot, state.next_agent)),
+
+
+def _copy_step(step: StepRecord, run_id: str, data: bytes | None, data_seq: int) -> StepRecord:
+    """The fork's copy of a parent's step record: the one at ``data_seq`` holds ``data``
+    (JSON; None: keep the step's own)."""
+    if data is None or step.seq != data_seq:
+        return step._replace(run_id=run_id)
+    where = f"step {step.seq} of run {step.run_id!r}"
+    body = unseal_json(step.body, where)
+    if not isinstance(body, dict):
+        raise CheckpointCorruptedError(f"{where} is not a step record")
+    body.pop("data", None)
+    head = orjson.dumps(body)[:-1] + (b"," if body else b"")
+    return step._replace(run_id=run_id, body=seal(head + b'"data":%s}' % data))
+
+
+def _forked_state(
+    state: CheckpointState, run_id: str, checkpoint_id: str, now: float, data: bytes | None
+) -> CheckpointState:
+    """What the fork's first checkpoint restores: ``state`` on run ``run_id``, its data
+    replaced by ``data`` (JSON; None: kept)."""
+    history = state.stored_history
+    return replace(
+        state,
+        run_id=run_id,
+        checkpoint=CheckpointInfo(
+            checkpoint_id, run_id, state.seq, datetime.fromtimestamp(now, UTC), REASON_FORK
+        ),
+        data=state.data if data is None else decode_value(data, f"data of run {run_id!r}"),
+        stored_history=replace(history, run_id=run_id) if history else None,
+        data_inline=False,
     )
-    copied = await book.store.load_steps(parent.run_id, 0, state.seq)
-    steps = [step._replace(run_id=new_id) for step in copied]
-    payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
-    forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
-    await book.store.commit(
-        Commit(new_id, 1, steps=steps, events=[forked], checkpoints=[start], updated_at=now)
-    )
-    child_state = await load_state(book.store, child, start)
-    return await book._resume(child, child_state, [start.checkpoint_id], listeners)
 
 
 async def history(book: RunBook, run_id: str) -> RunHistory:
-    """The run's steps and checkpoints with parents, and the runs forked from it."""
+    """The run's steps and checkpoints with parents, and the runs forked from it.
+
+    A checkpoint's parent is the stored one before it; the first one's is the checkpoint
+    the run was forked from, which pruning or deleting the parent run may have removed.
+    """
     run = await book._get(check_name(run_id, "run id"))
     records = await book.store.load_steps(run.run_id)
     steps = []

@@ -112,10 +112,12 @@ class Commit:
     """Everything one atomic, fenced write does to a run.
 
     Applied in this order: check ``fence`` against the stored run (StaleOwnerError if it
-    moved on); drop step records and checkpoints past ``truncate_after`` (events stay:
-    their log is append-only); append
-    ``steps``, ``events``, ``journal``, ``checkpoints``; delete the checkpoints in
-    ``prune``; then update the run row with the fields that are not None.
+    moved on); drop the step records, checkpoints and journal entries of the steps past
+    ``truncate_after`` (events stay: their log is append-only); append ``steps``,
+    ``events``, ``journal``, ``checkpoints``; delete the checkpoints in ``prune``; then
+    update the run row with the fields that are not None. Journal entries a truncation
+    should keep (the calls of steps that replay them) go in ``journal``: appended after
+    the truncation, they survive it.
     """
 
     run_id: str

@@ -12,7 +12,7 @@ from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import active_runs, current_owner, is_interrupted, owner_alive
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
+from nestegg.checkpoint.records import CheckpointRecord, JournalRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import (
@@ -26,11 +26,12 @@ from nestegg.constants import COMPLETED, FINISHED, RUN_RESUMED, RUN_STARTED, RUN
 from nestegg.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
+    IncompatibleCheckpointError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
 )
-from nestegg.execution import NullRecorder
+from nestegg.execution import NullRecorder, RunExecution
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class RunBook:
         ctx = self.clutch._new_context(run_id, data)
         execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
         base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
-        return await self._execute(record, execution, base, [], RUN_STARTED, {}, None, data)
+        return await self._execute(record, execution, base, [], (RUN_STARTED, {}), data)
 
     def _existing(self, run: RunRecord) -> Any:
         if run.status == COMPLETED:
@@ -121,15 +122,18 @@ class RunBook:
     async def _execute(
         self,
         run: RunRecord,
-        execution: Any,
+        execution: RunExecution,
         base: Snapshot,
         kept: list[str],
-        event_kind: str,
-        event_data: dict[str, Any],
-        truncate_after: int | None,
+        event: tuple[str, dict[str, Any]] | None,
         input_data: Any,
+        *,
+        truncate_after: int | None = None,
+        journal: list[JournalRecord] | None = None,
         replay_until: int = 0,
     ) -> Any:
+        """Drive ``execution`` of the owned ``run``; its opening commit writes ``event``,
+        the truncation and the ``journal`` entries kept through it."""
         recorder = Checkpointer(
             self.store,
             self.config.policy,
@@ -141,11 +145,14 @@ class RunBook:
         )
         execution.recorder = recorder
         recorder.replay_until = replay_until
-        recorder.event(event_kind, time.time(), event_data)
+        if event is not None:
+            recorder.event(event[0], time.time(), event[1])
+        recorder.pending.journal.extend(journal or ())
         active_runs[run.run_id] = run.fence
         try:
             await recorder.start(truncate_after)
-            return await self.clutch._drive(execution, input_data, fresh=event_kind == RUN_STARTED)
+            fresh = event is not None and event[0] == RUN_STARTED
+            return await self.clutch._drive(execution, input_data, fresh=fresh)
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
@@ -153,7 +160,11 @@ class RunBook:
     # ------------------------------------------------------------------ resuming
 
     async def resume_latest(self, run_id: str | None, listeners: StepListeners) -> Any:
-        """Resume a run from its newest valid checkpoint (or its input)."""
+        """Resume a run from its newest valid checkpoint (or its input).
+
+        The steps recorded after that checkpoint, and the one under way, run again and
+        replay their journaled calls.
+        """
         chosen = self._run_id(run_id)
         if chosen is None:
             raise ConfigurationError(
@@ -165,10 +176,16 @@ class RunBook:
             return run_result(run)
         self._check_not_owned(run)
         state, checkpoints = await load_latest(self.store, run)
-        return await self._resume(run, state, [c.checkpoint_id for c in checkpoints], listeners)
+        kept = [c.checkpoint_id for c in checkpoints]
+        return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
 
     async def resume(self, checkpoint_id: str, listeners: StepListeners) -> Any:
-        """Resume the run of ``checkpoint_id`` from that checkpoint."""
+        """Resume the run of ``checkpoint_id`` from that checkpoint.
+
+        The steps recorded after it are dropped with their journaled calls: they run again
+        and call again. With no step recorded after it, the step that was under way replays
+        its calls, as :meth:`resume_latest` does.
+        """
         record = await self._checkpoint(checkpoint_id)
         run = await self._get(record.run_id)
         self._check_not_owned(run)
@@ -178,7 +195,9 @@ class RunBook:
             for c in await self.store.list_checkpoints(run.run_id)
             if c.seq <= record.seq
         ]
-        return await self._resume(run, state, kept, listeners)
+        later = await self.store.load_steps(run.run_id, record.seq, record.seq + 1)
+        replay_until = record.seq if later else max(run.step_seq, record.seq) + 1
+        return await self._resume(run, state, kept, listeners, replay_until=replay_until)
 
     def _check_not_owned(self, run: RunRecord) -> None:
         if owner_alive(run, time.time()):
@@ -188,15 +207,16 @@ class RunBook:
                 run.run_id,
             )
 
-    async def _resume(
-        self,
-        run: RunRecord,
-        state: CheckpointState,
-        kept: list[str],
-        listeners: StepListeners,
-        *,
-        event_kind: str = RUN_RESUMED,
-    ) -> Any:
+    def _prepare(
+        self, run: RunRecord, state: CheckpointState, listeners: StepListeners
+    ) -> tuple[RunExecution, Snapshot]:
+        """The execution that continues ``run`` from ``state`` and the snapshot it starts
+        from; checks all that can fail before a write, and writes nothing.
+
+        Raises:
+            ConfigurationError: the run is another pipeline's, or the Clutch is inconsistent.
+            IncompatibleCheckpointError: an agent the state continues with is gone.
+        """
         if run.pipeline != self.clutch.name:
             raise ConfigurationError(
                 f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {self.clutch.name!r}"
@@ -212,8 +232,6 @@ class RunBook:
         if state.position is not None:
             execution.cursor.restore(state.position)
         if state.next_agent is not None and state.next_agent not in self.clutch._agents:
-            from nestegg.errors import IncompatibleCheckpointError
-
             raise IncompatibleCheckpointError(
                 f"the checkpoint continues with agent {state.next_agent!r}, which this "
                 "pipeline no longer has"
@@ -221,10 +239,6 @@ class RunBook:
         execution.pending_agent = state.next_agent
         execution.seq = state.seq
         execution.data_seq = state.data_seq
-        now = time.time()
-        claimed = await self.store.claim_run(
-            run.run_id, run.fence, current_owner(), now + self.lease, now
-        )
         base = Snapshot(
             state.seq,
             state.turn,
@@ -234,6 +248,25 @@ class RunBook:
             encode_value(state.metadata, "metadata"),
             encode_value(state.data, "data") if state.data_inline else None,
         )
+        return execution, base
+
+    async def _resume(
+        self,
+        run: RunRecord,
+        state: CheckpointState,
+        kept: list[str],
+        listeners: StepListeners,
+        *,
+        replay_until: int,
+    ) -> Any:
+        """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
+        those up to ``replay_until`` keep their journal entries and replay them."""
+        execution, base = self._prepare(run, state, listeners)
+        now = time.time()
+        claimed = await self.store.claim_run(
+            run.run_id, run.fence, current_owner(), now + self.lease, now
+        )
+        journal = await self._journal_of_steps(run.run_id, state.seq, replay_until)
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         event = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": run.status}
         return await self._execute(
@@ -241,12 +274,20 @@ class RunBook:
             execution,
             base,
             kept,
-            event_kind,
-            event,
-            state.seq,
+            (RUN_RESUMED, event),
             run_input_of(run),
-            replay_until=run.step_seq + 1,
+            truncate_after=state.seq,
+            journal=journal,
+            replay_until=replay_until,
         )
+
+    async def _journal_of_steps(self, run_id: str, after: int, upto: int) -> list[JournalRecord]:
+        """The journal entries of steps ``after < step <= upto``: written again by the
+        commit that truncates the run after ``after``, they survive it."""
+        entries: list[JournalRecord] = []
+        for step in range(after + 1, upto + 1):
+            entries.extend(await self.store.read_journal(run_id, step))
+        return entries
 
     async def _checkpoint(self, checkpoint_id: str) -> CheckpointRecord:
         store = await self.ready()

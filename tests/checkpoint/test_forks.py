@@ -22,6 +22,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointInfo, RunHistory
 from nestegg.errors import (
     CheckpointCorruptedError,
+    CheckpointFallbackWarning,
     CheckpointNotFoundError,
     CheckpointSerializationError,
     ConfigurationError,
@@ -137,7 +138,10 @@ async def test_a_fork_logs_where_it_came_from(checkpoint_store: CheckpointStorag
     assert (forked.seq, forked.kind) == (1, "run_forked")
     assert forked.data == {"parent_run": "orig", "parent_checkpoint": checkpoint_id}
     assert [e.seq for e in rest] == list(range(2, len(rest) + 2))
-    assert rest[-1].kind == "run_completed"
+    assert rest[0].kind == "step_started" and rest[-1].kind == "run_completed"
+    assert "run_resumed" not in {e.kind for e in rest}
+    [fork] = [r for r in await pipeline.clutch.list_runs() if r.run_id == "fork"]
+    assert fork.fence == 1
 
 
 async def test_a_fork_of_a_failed_run_leaves_it_failed_and_resumable(
@@ -258,9 +262,14 @@ async def test_a_failed_fork_resumes_with_the_data_it_was_given(
 
 
 def history_reader(
-    store: CheckpointStorage, seen: dict[tuple[str, str], list[Any]], fail: set[str]
+    store: CheckpointStorage,
+    seen: dict[tuple[str, str], list[Any]],
+    fail: set[str],
+    *,
+    hand_over_first: bool = False,
 ) -> Clutch:
-    """A Clutch of agents a, b, c, d that log the history data they see, per run."""
+    """A Clutch of agents a, b, c, d that log the history data they see, per run; with
+    ``hand_over_first``, a hands over to b without producing data."""
     clutch = Clutch("pipeline", checkpoint=config(store, keep_latest=None))
     for name in NAMES:
 
@@ -269,6 +278,8 @@ def history_reader(
             seen[(ctx.run_id, name)] = [entry["data"] for entry in ctx.state.history]
             if name in fail:
                 raise Flaky(f"{name} failed on purpose")
+            if hand_over_first and name == "a":
+                raise Handover("b")
             return [*data, name]
 
         agent.__name__ = agent.__qualname__ = name
@@ -276,12 +287,6 @@ def history_reader(
     return clutch
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fork copies the parent's step records unchanged and keeps the replaced data "
-    "only in its first checkpoint; later checkpoints rebuild the history from the step "
-    "records, so the replaced data turns back into the parent's",
-)
 async def test_a_resumed_fork_restores_the_history_it_had(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -305,17 +310,15 @@ async def test_a_resumed_fork_restores_the_history_it_had(
     assert seen["fork", "d"] == lived
 
 
-async def test_a_fork_makes_and_journals_its_own_calls(
-    checkpoint_store: CheckpointStorage,
-) -> None:
-    prompts: list[str] = []
-    fail: set[str] = set()
+def asking(store: CheckpointStorage, prompts: list[str], fail: set[str]) -> Clutch:
+    """A Clutch of agents a, b, c, d that each make one journaled call (logged in
+    ``prompts``), then fail if named in ``fail``, else append the reply."""
 
     async def complete(prompt: str) -> str:
         prompts.append(prompt)
         return prompt.upper()
 
-    clutch = Clutch("journaled", checkpoint=config(checkpoint_store, keep_latest=None))
+    clutch = Clutch("journaled", checkpoint=config(store, keep_latest=None))
     for name in NAMES:
 
         async def agent(data: list[str], name: str = name) -> list[str]:
@@ -326,6 +329,15 @@ async def test_a_fork_makes_and_journals_its_own_calls(
 
         agent.__name__ = agent.__qualname__ = name
         clutch.agent()(agent)
+    return clutch
+
+
+async def test_a_fork_makes_and_journals_its_own_calls(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    prompts: list[str] = []
+    fail: set[str] = set()
+    clutch = asking(checkpoint_store, prompts, fail)
 
     original = await clutch.run([], run_id="orig")
     checkpoints = await clutch.list_checkpoints("orig")
@@ -342,6 +354,103 @@ async def test_a_fork_makes_and_journals_its_own_calls(
     assert len(prompts) == 2
     after = await stored_everything(checkpoint_store)
     assert after["orig"] == before["orig"]
+
+
+async def test_a_resumed_fork_restores_the_data_it_was_given_in_place_of_the_input(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    seen: dict[tuple[str, str], list[Any]] = {}
+    fail: set[str] = set()
+    clutch = history_reader(checkpoint_store, seen, fail, hand_over_first=True)
+    assert await clutch.run([], run_id="orig") == list(NAMES[1:])
+    [handed_over, *_] = await clutch.list_checkpoints("orig")
+    before = await stored_view(checkpoint_store, "orig")
+    assert (handed_over.seq, seen["orig", "b"]) == (1, [])
+    fail.add("d")
+    with pytest.raises(Flaky):
+        await clutch.fork(handed_over.checkpoint_id, data=["x"], run_id="fork")
+    lived = seen["fork", "d"]
+    assert lived == [["x"], ["x", "b"]]
+
+    [*_, latest] = await clutch.list_checkpoints("fork")
+    restored = await clutch.get_checkpoint(latest.checkpoint_id)
+    assert (restored.seq, restored.data) == (3, ["x", "b", "c"])
+    assert [entry["data"] for entry in restored.history] == lived
+    fail.clear()
+    assert await clutch.resume_latest("fork") == ["x", "b", "c", "d"]
+    assert seen["fork", "d"] == lived
+    assert await stored_view(checkpoint_store, "orig") == before
+
+
+async def test_a_forks_parent_checkpoint_may_be_pruned_and_the_fork_goes_on(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, NAMES, keep_latest=None)
+    checkpoints = await finished(pipeline)
+    origin = checkpoints[1].checkpoint_id
+    pruning = Pipeline(checkpoint_store, NAMES, keep_latest=1)
+    pruning.fail.add("d")
+    with pytest.raises(Flaky):
+        await pruning.clutch.fork(origin, data=["x"], run_id="fork")
+    [latest] = await pruning.clutch.list_checkpoints("fork")
+    assert (latest.seq, latest.reason) == (3, "policy")
+    fork = await pruning.clutch.history("fork")
+    assert [(c.info, c.parent_id) for c in fork.checkpoints] == [(latest, origin)]
+
+    assert await pruning.clutch.cleanup() == {"runs_expired": 0, "checkpoints_pruned": 3}
+    assert await checkpoint_store.get_checkpoint(origin) is None
+    fork = await pruning.clutch.history("fork")
+    assert fork.run.parent_checkpoint == fork.checkpoints[0].parent_id == origin
+    pruning.fail.clear()
+    assert await pruning.clutch.resume_latest("fork") == ["x", "c", "d"]
+
+
+async def test_resuming_an_older_checkpoint_calls_again_from_it_on(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    prompts: list[str] = []
+    clutch = asking(checkpoint_store, prompts, set())
+    original = await clutch.run([], run_id="orig")
+    first, *_ = await clutch.list_checkpoints("orig")
+    journal = [await checkpoint_store.read_journal("orig", step) for step in (1, 2, 3, 4)]
+    prompts.clear()
+
+    assert await clutch.resume(first.checkpoint_id) == original
+    assert prompts == [f"{name} after {original[:at]}" for at, name in enumerate(NAMES)][1:]
+    again = [await checkpoint_store.read_journal("orig", step) for step in (1, 2, 3, 4)]
+    assert again[0] == journal[0]
+    assert all(len(entries) == 1 for entries in again)
+
+
+async def test_resuming_the_checkpoint_before_a_failed_step_replays_its_calls(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    prompts: list[str] = []
+    fail = {"c"}
+    clutch = asking(checkpoint_store, prompts, fail)
+    with pytest.raises(Flaky):
+        await clutch.run([], run_id="orig")
+    [*_, latest] = await clutch.list_checkpoints("orig")
+    assert latest.seq == 2
+    fail.clear()
+    assert len(await clutch.resume(latest.checkpoint_id)) == len(NAMES)
+    assert [p.split()[0] for p in prompts] == list(NAMES)
+
+
+async def test_resuming_past_a_damaged_checkpoint_replays_the_calls_of_the_later_steps(
+    checkpoint_store: CheckpointStorage, tamper: Tamper
+) -> None:
+    prompts: list[str] = []
+    fail = {"d"}
+    clutch = asking(checkpoint_store, prompts, fail)
+    with pytest.raises(Flaky):
+        await clutch.run([], run_id="orig")
+    [*_, latest] = await clutch.list_checkpoints("orig")
+    await tamper.damage_checkpoint(latest.checkpoint_id, lambda raw: raw.replace(b"}", b"]", 1))
+    fail.clear()
+    with pytest.warns(CheckpointFallbackWarning):
+        assert len(await clutch.resume_latest("orig")) == len(NAMES)
+    assert [p.split()[0] for p in prompts] == list(NAMES)
 
 
 async def test_a_fork_waits_no_longer_than_its_timeout_and_goes_on(
@@ -402,16 +511,8 @@ async def test_a_fork_of_an_unknown_checkpoint_raises_not_found_and_stores_nothi
 
 
 async def test_a_fork_of_a_malformed_checkpoint_id_raises_not_found(
-    checkpoint_store: CheckpointStorage, store_kind: str, request: pytest.FixtureRequest
+    checkpoint_store: CheckpointStorage,
 ) -> None:
-    if store_kind == "file":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the file store's get_checkpoint raises InvalidIdentifierError for an "
-                "id with a path separator instead of returning None",
-            )
-        )
     pipeline = Pipeline(checkpoint_store, NAMES)
     await finished(pipeline)
     before = await stored_everything(checkpoint_store)
@@ -530,12 +631,6 @@ async def test_a_fork_needs_checkpointing_and_a_consistent_pipeline(
     assert await stored_everything(checkpoint_store) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fork() creates the new run and commits its steps and first checkpoint before "
-    "_resume checks that the next agent exists; the failed fork stays stored as a "
-    "'running' run that list_interrupted() and recover() then pick up",
-)
 async def test_a_fork_without_the_next_agent_raises_incompatible_and_stores_nothing(
     checkpoint_store: CheckpointStorage,
 ) -> None:

@@ -147,6 +147,18 @@ async def test_get_missing_run_is_none(store: CheckpointStorage) -> None:
     assert await store.get_checkpoint("nope") is None
 
 
+@pytest.mark.parametrize("malformed", ["../orig", "a/b", "..", "", "x" * 201])
+async def test_get_checkpoint_of_a_malformed_id_is_none_and_changes_nothing(
+    store: CheckpointStorage, malformed: str
+) -> None:
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    before = await snapshot(store, run.run_id)
+    assert await store.get_checkpoint(malformed) is None
+    assert await snapshot(store, run.run_id) == before
+    assert [r.run_id for r in await store.list_runs()] == [run.run_id]
+
+
 async def test_list_runs_newest_first_and_filtered(store: CheckpointStorage) -> None:
     assert await store.list_runs() == []
     specs = [("a", RUNNING), ("b", COMPLETED), ("a", FAILED), ("b", RUNNING), ("a", COMPLETED)]
@@ -392,7 +404,33 @@ async def test_truncate_after_drops_later_steps_and_checkpoints(store: Checkpoin
     assert await store.list_checkpoints(rid) == [*old[:3], redo_checkpoint]
     assert await store.get_checkpoint(old[4].checkpoint_id) is None
     assert [e.seq for e in await store.read_events(rid)] == [1, 2, 3, 4, 5, 6]
-    assert await store.read_journal(rid, 4) == [make_journal(rid, 4, 0)]
+    assert await store.read_journal(rid, 4) == []
+
+
+async def test_truncate_after_drops_the_journal_of_later_steps_only(
+    store: CheckpointStorage,
+) -> None:
+    run, other = await create(store), await create(store)
+    rid = run.run_id
+    await commit_steps(store, run, range(1, 6))
+    journal = {step: [make_journal(rid, step, p) for p in range(2)] for step in range(1, 7)}
+    await store.commit(make_commit(run, journal=[e for step in journal for e in journal[step]]))
+    others = [make_journal(other.run_id, step, 0) for step in range(1, 7)]
+    await store.commit(make_commit(other, journal=others))
+    kept = make_journal(rid, 5, 1)
+    await store.commit(make_commit(run, truncate_after=3, journal=[kept]))
+
+    assert [await store.read_journal(rid, step) for step in range(1, 4)] == [
+        journal[step] for step in range(1, 4)
+    ]
+    assert await store.read_journal(rid, 4) == []
+    assert await store.read_journal(rid, 5) == [kept]
+    assert await store.read_journal(rid, 6) == []
+    assert [await store.read_journal(other.run_id, step) for step in range(1, 7)] == [
+        [entry] for entry in others
+    ]
+    await store.commit(make_commit(run, truncate_after=0))
+    assert [await store.read_journal(rid, step) for step in range(1, 7)] == [[]] * 6
 
 
 async def test_truncate_after_zero_drops_every_step(store: CheckpointStorage) -> None:

@@ -68,11 +68,12 @@ class CheckpointStorage(Protocol):
     async def commit(self, commit: Commit) -> None:
         """Apply one fenced change to a run atomically: all of it or nothing.
 
-        The order is the one :class:`~nestegg.checkpoint.records.Commit` gives. A step,
-        journal entry or checkpoint whose key exists (step seq, journal position,
-        checkpoint id) is replaced; events are never rewritten, and what a duplicate
-        event seq does is not defined. Raises StaleOwnerError if the run's fence is not
-        ``commit.fence``.
+        The order is the one :class:`~nestegg.checkpoint.records.Commit` gives; with
+        ``truncate_after`` set, the step records, checkpoints and journal entries of the
+        steps past it go first (events stay). A step, journal entry or checkpoint whose
+        key exists (step seq, journal position, checkpoint id) is replaced; events are
+        never rewritten, and what a duplicate event seq does is not defined. Raises
+        StaleOwnerError if the run's fence is not ``commit.fence``.
         """
 
     async def load_steps(
@@ -84,7 +85,7 @@ class CheckpointStorage(Protocol):
         """The run's checkpoints, oldest first."""
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
-        """One checkpoint, or None."""
+        """One checkpoint, or None (also for an id no checkpoint can have, like ``../x``)."""
 
     async def read_events(
         self, run_id: str, since_seq: int = 0, limit: int | None = None

@@ -86,6 +86,7 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
+    InvalidIdentifierError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -124,7 +125,9 @@ class FileCheckpointStorage:
 
     Raises:
         InvalidIdentifierError: a run or checkpoint id with a path separator, ``..`` or a
-            control character, or too long (checked before the disk is touched).
+            control character, or too long (checked before the disk is touched);
+            ``get_checkpoint`` returns None for such an id instead, as every store does
+            for an id it does not hold.
         StorageUnavailableError: the root cannot be read or written.
         StorageError: another file-system failure (a full disk, for one).
 
@@ -374,7 +377,11 @@ class FileCheckpointStorage:
         return sorted((r for r in records if r is not None), key=lambda c: (c.seq, c.checkpoint_id))
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
-        return await self._io(self._get_checkpoint, _checkpoint_id(checkpoint_id))
+        try:
+            checked = _checkpoint_id(checkpoint_id)
+        except InvalidIdentifierError:
+            return None  # never stored: commit refuses such an id (and the disk is not touched)
+        return await self._io(self._get_checkpoint, checked)
 
     def _get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from nestegg.checkpoint.records import CheckpointRecord, Commit, RunRecord
 from nestegg.checkpoint.stores.file_format import (
@@ -124,9 +125,27 @@ def remove_checkpoints(
 
 
 def truncate_after(run_dir: Path, index: Path, after: int) -> None:
-    """Drop step records and checkpoints past step ``after`` (steps.log is rewritten)."""
+    """Drop step records, journal entries and checkpoints past step ``after`` (steps.log
+    is rewritten, and journal.log when it holds entries to drop)."""
     steps_log = run_dir / FILE_STEPS_LOG
     kept = [line for header, line in read_log_lines(steps_log) if record_seq(header) <= after]
     write_atomically(steps_log, b"".join(line + b"\n" for line in kept))
+    _truncate_journal(run_dir / FILE_JOURNAL_LOG, after)
     files = checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR).values()
     remove_checkpoints(run_dir, index, [cid for seq, cid in files if seq > after])
+
+
+def _truncate_journal(journal_log: Path, after: int) -> None:
+    """Drop the entries of steps past ``after`` (unreadable lines stay, as in steps.log)."""
+    try:
+        lines = list(read_log_lines(journal_log))
+    except FileNotFoundError:
+        return
+    kept = [line for header, line in lines if _journal_step(header) <= after]
+    if len(kept) < len(lines):
+        write_atomically(journal_log, b"".join(line + b"\n" for line in kept))
+
+
+def _journal_step(header: dict[str, Any]) -> int:
+    step = header.get("step")
+    return step if isinstance(step, int) else -1

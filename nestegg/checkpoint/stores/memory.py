@@ -142,6 +142,7 @@ class MemoryCheckpointStorage:
 
     def _truncate(self, data: _RunData, after: int) -> None:
         data.steps = {seq: s for seq, s in data.steps.items() if seq <= after}
+        data.journal = {key: e for key, e in data.journal.items() if key[0] <= after}
         for checkpoint_id, record in list(data.checkpoints.items()):
             if record.seq > after:
                 del data.checkpoints[checkpoint_id]

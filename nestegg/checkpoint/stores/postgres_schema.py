@@ -204,9 +204,18 @@ END
 $fn$
 """
 
+_TRUNCATE_CHECKPOINTS = "DELETE FROM {checkpoints} WHERE run_id = p_run_id AND seq > v_after;"
+_TRUNCATE_JOURNAL = "DELETE FROM {journal} WHERE run_id = p_run_id AND step > v_after;"
+_COMMIT_FUNCTION_V3 = _COMMIT_FUNCTION.replace(
+    _TRUNCATE_CHECKPOINTS, f"{_TRUNCATE_CHECKPOINTS}\n        {_TRUNCATE_JOURNAL}"
+)
+"""Version 3 of ``{commit}``: a truncation also drops the journal entries of the steps
+it drops; otherwise the function of version 2."""
+
 MIGRATIONS: list[list[str]] = [
     _TABLES,
     [_COMMIT_FUNCTION],
+    [_COMMIT_FUNCTION_V3],
 ]
 """The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
 

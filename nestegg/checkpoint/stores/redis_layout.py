@@ -118,6 +118,10 @@ if after ~= '' then
         redis.call('DEL', prefix .. 'checkpoint:' .. id)
     end
     redis.call('ZREMRANGEBYSCORE', KEYS[7], '(' .. after, '+inf')
+    for _, field in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. after, '+inf')) do
+        redis.call('HDEL', KEYS[4], field)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '(' .. after, '+inf')
 end
 local i = 6
 local n = tonumber(ARGV[i]); i = i + 1

@@ -37,6 +37,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINTS,
     CLAIM_RUN,
     DELETE_CHECKPOINT,
+    DELETE_JOURNAL_AFTER,
     DELETE_STEPS_AFTER,
     FENCE_OF,
     INSERT_CHECKPOINT,
@@ -385,6 +386,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
         if commit.truncate_after is not None:
             after = commit.truncate_after
             conn.execute(DELETE_STEPS_AFTER, (base + after, base + MAX_SEQ))
+            conn.execute(DELETE_JOURNAL_AFTER, (run_id, after))
             conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
         _append(conn, commit, base)
         for checkpoint_id in commit.prune:

@@ -157,6 +157,7 @@ SELECT_EVENT_BATCHES = (
     "WHERE batch_key > run.base + ? AND batch_key <= run.base + ? ORDER BY batch_key"
 )
 INSERT_JOURNAL = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES (?,?,?,?)"
+DELETE_JOURNAL_AFTER = f"DELETE FROM {JOURNAL} WHERE run_id = ? AND step > ?"
 INSERT_CHECKPOINT = (
     f"INSERT OR REPLACE INTO {CHECKPOINTS} "
     "(checkpoint_id, run_id, seq, created_at, reason, body) VALUES (?,?,?,?,?,?)"
