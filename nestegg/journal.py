@@ -23,6 +23,7 @@ import functools
 import hashlib
 import inspect
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -211,14 +212,32 @@ def _describe(hint: Any) -> str:
     return hint.__qualname__ if isinstance(hint, type) else repr(hint)
 
 
+_result_types: weakref.WeakKeyDictionary[Any, tuple[Any, TypeAdapter[Any] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Function (or class) -> its return annotation and the adapter that validates it: built
+once per function, since a replay of many calls would otherwise pay for both each time."""
+
+
+def _result_type(fn: Callable[..., Any]) -> tuple[Any, TypeAdapter[Any] | None]:
+    target = _underlying(fn)
+    key = target if isinstance(target, type) else _function_of(target)
+    known = _result_types.get(key) if key is not None else None
+    if known is None:
+        hint = return_annotation(fn)
+        known = (hint, _adapter(hint))
+        if key is not None:
+            _result_types[key] = known
+    return known
+
+
 def rebuild_result(fn: Callable[..., Any], function: str, value: Any, where: str) -> Any:
     """A replayed ``value`` validated as ``fn``'s return annotation (unchanged without one).
 
     Raises:
         NonDeterminismError: the recorded value does not fit the annotation.
     """
-    hint = return_annotation(fn)
-    adapter = _adapter(hint)
+    hint, adapter = _result_type(fn)
     if adapter is None:
         return value
     try:
