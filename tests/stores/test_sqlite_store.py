@@ -127,6 +127,33 @@ def sqlite_url(path: Path) -> str:
 # --- processes sharing one file ---------------------------------------------------------
 
 
+async def test_opening_a_file_another_connection_is_writing_waits_to_convert_it_to_wal(
+    tmp_path: Path,
+) -> None:
+    # Converting to WAL needs the file alone, and SQLite does not wait for that (no busy
+    # handler: here it would deadlock with the writer), as when two processes open a new
+    # file at the same moment. The store retries instead of failing the open.
+    path = tmp_path / "rollback.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, writer.execute, ["COMMIT"]).start()
+    store = SQLiteCheckpointStorage(path)
+    try:
+        started = time.monotonic()
+        await store.setup()
+        assert time.monotonic() - started >= 0.25
+        assert await store.list_runs() == []
+    finally:
+        await store.close()
+        writer.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
 async def test_two_processes_commit_to_their_runs_on_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     seqs = ",".join(str(seq) for seq in range(1, 401))

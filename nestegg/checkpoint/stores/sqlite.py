@@ -30,7 +30,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection
+from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
 from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINT_COLUMNS,
@@ -183,7 +183,7 @@ class SQLiteCheckpointStorage:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(conn, SQLITE_BUSY_TIMEOUT_MS / 1000)
             conn.execute("PRAGMA synchronous = NORMAL")
             # SQLiteConnection takes the WAL checkpoints; SQLite's own stay as a backstop.
             conn.execute(f"PRAGMA wal_autocheckpoint = {4 * SQLITE_WAL_AUTOCHECKPOINT_PAGES}")

@@ -33,6 +33,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +91,37 @@ def _hand_back(
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the database in WAL mode (a database in memory keeps its own mode).
+
+    Converting a file needs it to itself, and SQLite gives up at once instead of waiting
+    (no busy handler) when another connection converts it too, as two processes opening
+    a new file at the same moment do. The conversion is therefore retried, with a growing
+    pause, for up to ``timeout_s``; a file already in WAL mode, as it stays once
+    converted, needs no lock at all.
+
+    Raises:
+        sqlite3.OperationalError: the file stayed locked for ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.001
+    while True:
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() in _INLINE_JOURNAL_MODES:
+            return
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        else:
+            if str(mode).lower() in _INLINE_JOURNAL_MODES:
+                return
+            if time.monotonic() + pause > deadline:
+                raise sqlite3.OperationalError("database is locked: WAL mode was refused")
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 class SQLiteConnection:
@@ -284,4 +316,4 @@ class SQLiteConnection:
             log.warning("WAL checkpoint of the SQLite store failed: %s", exc)
 
 
-__all__ = ["SQLiteConnection"]
+__all__ = ["SQLiteConnection", "use_wal"]
