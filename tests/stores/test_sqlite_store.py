@@ -154,6 +154,19 @@ async def test_opening_a_file_another_connection_is_writing_waits_to_convert_it_
         conn.close()
 
 
+def test_a_file_system_without_wal_keeps_its_journal_mode_at_once(tmp_path: Path) -> None:
+    # A VFS without shared-memory locking refuses WAL without an error: the store goes on
+    # in the mode SQLite gives it, without waiting for a lock that is not the cause.
+    conn = sqlite3.connect(f"file:{tmp_path / 'plain.db'}?vfs=unix-none", uri=True)
+    try:
+        started = time.monotonic()
+        sqlite_connection.use_wal(conn, timeout_s=5)
+        assert time.monotonic() - started < 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    finally:
+        conn.close()
+
+
 async def test_two_processes_commit_to_their_runs_on_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     seqs = ",".join(str(seq) for seq in range(1, 401))

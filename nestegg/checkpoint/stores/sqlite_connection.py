@@ -94,32 +94,29 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
-    """Put the database in WAL mode (a database in memory keeps its own mode).
+    """Put the database in WAL mode where SQLite can (a database in memory, or a file
+    system whose locking rules WAL out, keeps the mode SQLite gives it).
 
     Converting a file needs it to itself, and SQLite gives up at once instead of waiting
-    (no busy handler) when another connection converts it too, as two processes opening
-    a new file at the same moment do. The conversion is therefore retried, with a growing
-    pause, for up to ``timeout_s``; a file already in WAL mode, as it stays once
-    converted, needs no lock at all.
+    (no busy handler) when another connection writes or converts it too, as two
+    processes opening a new file at the same moment do. A busy conversion is therefore
+    retried, with a growing pause, for up to ``timeout_s``; a file already in WAL mode,
+    as it stays once converted, needs no lock at all.
 
     Raises:
-        sqlite3.OperationalError: the file stayed locked for ``timeout_s``.
+        sqlite3.OperationalError: the file stayed busy for ``timeout_s``.
     """
+    if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        return
     deadline = time.monotonic() + timeout_s
     pause = 0.001
     while True:
-        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() in _INLINE_JOURNAL_MODES:
-            return
         try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() + pause > deadline:
                 raise
-        else:
-            if str(mode).lower() in _INLINE_JOURNAL_MODES:
-                return
-            if time.monotonic() + pause > deadline:
-                raise sqlite3.OperationalError("database is locked: WAL mode was refused")
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
 
