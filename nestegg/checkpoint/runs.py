@@ -24,6 +24,7 @@ from nestegg.checkpoint.views import (
 )
 from nestegg.constants import COMPLETED, FINISHED, RUN_RESUMED, RUN_STARTED, RUNNING
 from nestegg.errors import (
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     ConfigurationError,
     IncompatibleCheckpointError,
@@ -163,7 +164,9 @@ class RunBook:
         """Resume a run from its newest valid checkpoint (or its input).
 
         The steps recorded after that checkpoint, and the one under way, run again and
-        replay their journaled calls.
+        replay their journaled calls. A fork has no input to fall back to: without a valid
+        checkpoint (its writing stopped between the run and its first commit, or every
+        checkpoint is damaged) it raises CheckpointCorruptedError.
         """
         chosen = self._run_id(run_id)
         if chosen is None:
@@ -176,6 +179,8 @@ class RunBook:
             return run_result(run)
         self._check_not_owned(run)
         state, checkpoints = await load_latest(self.store, run)
+        if state.checkpoint is None and run.parent_run is not None:
+            raise _fork_without_start(run)
         kept = [c.checkpoint_id for c in checkpoints]
         return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
 
@@ -384,3 +389,17 @@ def run_input_of(run: RunRecord) -> Any:
     from nestegg.checkpoint.views import run_input
 
     return run_input(run)
+
+
+def _fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
+    """The error of a fork with no valid checkpoint: its starting point is lost."""
+    why = (
+        "its writing stopped before its first checkpoint was stored"
+        if run.step_seq == 0
+        else "every checkpoint it has is damaged"
+    )
+    return CheckpointCorruptedError(
+        f"run {run.run_id!r} is a fork of run {run.parent_run!r} at checkpoint "
+        f"{run.parent_checkpoint!r} and has no valid checkpoint to start from ({why}): "
+        f"delete_run({run.run_id!r}) and fork again"
+    )

@@ -10,6 +10,7 @@ Checked on every embedded store (memory, SQLite, file) and on PostgreSQL and Red
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -777,3 +778,40 @@ async def test_history_reads_what_another_process_stored(
     assert [c.info for c in orig.checkpoints] == checkpoints
     fork = await reader.clutch.history("fork")
     assert fork.checkpoints[0].parent_id == checkpoints[0].checkpoint_id
+
+
+async def test_a_fork_whose_writing_stopped_before_its_first_commit_is_not_run_from_the_input(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # What a process killed between the fork's two writes leaves: the run, no steps, no
+    # checkpoint. Starting it over from the input would run the parent's steps again.
+    pipeline = Pipeline(checkpoint_store, NAMES, keep_latest=None)
+    checkpoints = await finished(pipeline)
+    parent = await checkpoint_store.get_run("orig")
+    assert parent is not None
+    torn = dataclasses.replace(
+        parent,
+        run_id="torn",
+        status="running",
+        owner=None,
+        lease_until=None,
+        result=None,
+        step_seq=0,
+        event_seq=0,
+        parent_run="orig",
+        parent_checkpoint=checkpoints[1].checkpoint_id,
+    )
+    await checkpoint_store.create_run(torn)
+    before = await stored_everything(checkpoint_store)
+
+    message = (
+        f"run 'torn' is a fork of run 'orig' at checkpoint '{checkpoints[1].checkpoint_id}' "
+        "and has no valid checkpoint to start from (its writing stopped before its first "
+        "checkpoint was stored): delete_run('torn') and fork again"
+    )
+    with pytest.raises(CheckpointCorruptedError, match=re.escape(message)):
+        await pipeline.clutch.resume_latest("torn")
+    outcome = (await pipeline.clutch.recover())["torn"]
+    assert isinstance(outcome, CheckpointCorruptedError)
+    assert pipeline.calls == []
+    assert await stored_everything(checkpoint_store) == before
