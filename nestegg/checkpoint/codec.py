@@ -200,10 +200,8 @@ def rebuild(value: Any, where: str) -> Any:
         raise CheckpointCorruptedError(f"{where} holds a damaged value ({exc})") from None
 
 
-def decode_value(raw: bytes | memoryview, where: str = "stored value") -> Any:
+def decode_value(raw: bytes, where: str = "stored value") -> Any:
     """The value :func:`encode_value` wrote; CheckpointCorruptedError naming ``where`` if not."""
-    if isinstance(raw, memoryview):
-        raw = raw.tobytes()
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -227,7 +225,8 @@ _ends_with_brace = methodcaller("endswith", b"}")
 
 
 def all_intact(records: Sequence[bytes]) -> bool:
-    """Whether every sealed record is whole and unaltered: :func:`intact` of many at once.
+    """Whether every sealed record is whole and unaltered: what :func:`unseal` checks of
+    one record (its head, its checksum, its closing brace), for many at once.
 
     The loop runs in C (``map`` over the records), not one Python step per record: what
     makes checking the ten thousand step records of a long run cheap.
