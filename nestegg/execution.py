@@ -180,13 +180,16 @@ class RunExecution:
             rebuild: turns a replayed result (and where it was recorded) into the value
                 returned.
 
+        Only called while :attr:`journaling` (``nestegg.call`` checks it first).
+
         Raises:
             NonDeterminismError: the journal holds another call at this position.
             JournaledCallError: the recorded call failed for good.
+            RuntimeError: no step is journaling calls.
         """
         step, position = self.call_step, self.call_position
-        if step is None:  # no agent is running: a plain call
-            return await invoke()
+        if step is None:
+            raise RuntimeError("journaled() needs a step that journals calls: check journaling")
         self.call_position += self.call_stride
         journal: Any = self.recorder
         recorded = await journal.journal_entry(step, position) if replay == "record" else None

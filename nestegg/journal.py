@@ -8,9 +8,9 @@ its position among the step's calls and the function's qualified name; its argum
 are hashed, and a re-execution that calls something else at a position raises
 :class:`NonDeterminismError` (unless the call says ``replay="rerun"``).
 
-A replayed result is rebuilt from the function's return annotation with pydantic's
-``TypeAdapter`` (a model comes back as the model, ``list[Model]`` as a list of them);
-without a usable annotation it comes back as stored (a model as its ``model_dump()``).
+A replayed result comes back as stored, or rebuilt from the function's return annotation
+when that holds a pydantic model, a dataclass or a TypedDict (see
+:mod:`nestegg.journal_results`).
 Calls made while a journaled call runs (a durable function calling another) are plain
 calls: the outer call's result is what the journal holds.
 """
@@ -18,13 +18,11 @@ calls: the outer call's result is what the journal holds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import inspect
 import math
-import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import (
@@ -34,16 +32,14 @@ from typing import (
     ParamSpec,
     Protocol,
     TypeVar,
-    get_args,
-    get_origin,
     overload,
 )
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
 
 from nestegg.context import current_context
-from nestegg.errors import ConfigurationError, NonDeterminismError
+from nestegg.errors import ConfigurationError
+from nestegg.journal_results import rebuild_result, underlying
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -119,138 +115,42 @@ def _check_options(replay: object, retry: object) -> None:
 # ------------------------------------------------------------------- identity
 
 
-def _underlying(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` without the decorators that set ``__wrapped__`` and without partials."""
-    while True:
-        fn = inspect.unwrap(fn)
-        if not isinstance(fn, functools.partial):
-            return fn
-        fn = fn.func
-
-
 def function_name(fn: Callable[..., Any]) -> str:
     """The qualified name that identifies a journaled function.
 
     Decorators that set ``__wrapped__`` (such as :func:`durable`) and
     ``functools.partial`` are seen through: the name is the underlying function's.
     """
-    target = _underlying(fn)
+    target = underlying(fn)
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     return f"{module}.{qualname}"
 
 
+_HASH_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def _hash_default(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump()
-    if isinstance(value, set | frozenset | tuple):
+    if isinstance(value, set | frozenset):  # iteration order depends on PYTHONHASHSEED
+        return sorted(value, key=_canonical)
+    if isinstance(value, tuple):
         return list(value)
     if isinstance(value, bytes | bytearray):
         return value.hex()
     return f"<{type(value).__qualname__}>"
 
 
+def _canonical(value: Any) -> bytes:
+    """``value`` as the JSON its hash is made of (dict keys sorted, sets in sorted order)."""
+    return orjson.dumps(value, default=_hash_default, option=_HASH_OPTIONS)
+
+
 def argument_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """A short stable hash of a call's arguments (objects JSON cannot hold count by type)."""
-    option = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-    raw = orjson.dumps([list(args), kwargs], default=_hash_default, option=option)
-    return hashlib.sha256(raw).hexdigest()[:24]
-
-
-# ------------------------------------------------------------- replayed types
-
-
-def _function_of(target: Any) -> Any:
-    method = getattr(target, "__func__", None)
-    for candidate in (target, method, type(target).__call__):
-        if inspect.isfunction(candidate):
-            return candidate
-    return None
-
-
-def _closure_names(func: Any) -> dict[str, Any]:
-    names: dict[str, Any] = {}
-    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
-        with contextlib.suppress(ValueError):  # a cell not filled yet
-            names[name] = cell.cell_contents
-    return names
-
-
-def return_annotation(fn: Callable[..., Any]) -> Any:
-    """The resolved return annotation of ``fn`` (of a class: the class), or None.
-
-    A string annotation is evaluated in the function's module and closure; None when
-    there is no annotation or it cannot be resolved.
-    """
-    target = _underlying(fn)
-    if isinstance(target, type):
-        return target
-    func = _function_of(target)
-    if func is None:
-        return None
-    hint = inspect.get_annotations(func).get("return")
-    if isinstance(hint, str):
-        try:
-            hint = eval(hint, func.__globals__, _closure_names(func))
-        except Exception:  # a name only known to type checkers, or not a type at all
-            return None
-    return hint
-
-
-def _adapter(hint: Any) -> TypeAdapter[Any] | None:
-    if get_origin(hint) in (Awaitable, Coroutine):
-        hint = get_args(hint)[-1] if get_args(hint) else None
-    if hint is None or hint is Any or hint is object or isinstance(hint, TypeVar):
-        return None
-    try:
-        return TypeAdapter(hint)
-    except Exception:  # a type pydantic cannot validate: the value stays as stored
-        return None
-
-
-def _describe(hint: Any) -> str:
-    return hint.__qualname__ if isinstance(hint, type) else repr(hint)
-
-
-_result_types: weakref.WeakKeyDictionary[Any, tuple[Any, TypeAdapter[Any] | None]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Function (or class) -> its return annotation and the adapter that validates it: built
-once per function, since a replay of many calls would otherwise pay for both each time."""
-
-
-def _result_type(fn: Callable[..., Any]) -> tuple[Any, TypeAdapter[Any] | None]:
-    target = _underlying(fn)
-    key = target if isinstance(target, type) else _function_of(target)
-    known = _result_types.get(key) if key is not None else None
-    if known is None:
-        hint = return_annotation(fn)
-        known = (hint, _adapter(hint))
-        if key is not None:
-            _result_types[key] = known
-    return known
-
-
-def rebuild_result(fn: Callable[..., Any], function: str, value: Any, where: str) -> Any:
-    """A replayed ``value`` validated as ``fn``'s return annotation (unchanged without one).
-
-    Raises:
-        NonDeterminismError: the recorded value does not fit the annotation.
-    """
-    hint, adapter = _result_type(fn)
-    if adapter is None:
-        return value
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors()[:3]
-        )
-        raise NonDeterminismError(
-            f"{where}: the journal recorded a result of {function} that does not fit its "
-            f"return annotation {_describe(hint)} ({problems}); pass replay='rerun' to call "
-            "again"
-        ) from error
+    """A short hash of a call's arguments, the same in every process (objects JSON cannot
+    hold count by type)."""
+    return hashlib.sha256(_canonical([list(args), kwargs])).hexdigest()[:24]
 
 
 # ----------------------------------------------------------------------- calls
@@ -335,40 +235,15 @@ def _resolve(call: _Call) -> _Call:
         call = call._replace(fn=spec.target, replay=replay, retry=call.retry or spec.retry)
 
 
-async def call(
+async def _call_journaled(
     fn: Callable[..., Any],
-    *args: Any,
-    replay: Replay = "record",
-    retry: RetryPolicy | None = None,
-    **kwargs: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    replay: Replay,
+    retry: RetryPolicy | None,
 ) -> Any:
-    """Call ``fn(*args, **kwargs)`` once per run step, journaled.
-
-    Sync functions run in a worker thread. Outside a checkpointed run, in the
-    ``on_request`` and ``on_response`` hooks and inside another journaled call this is a
-    plain call. A ``functools.partial`` is journaled as its function, with its bound
-    arguments hashed along with the call's; a :func:`durable` function is journaled once.
-    A replayed result is rebuilt as ``fn``'s return annotation when pydantic can validate
-    it (a model, ``list[Model]``, ...); without an annotation a model replays as its dict.
-
-    Args:
-        fn: the function (sync or async) to call.
-        replay: "record" replays a recorded outcome; "rerun" calls again and records anew.
-        retry: retries before the outcome is recorded.
-
-    Returns:
-        The function's result, or on re-execution the recorded one.
-
-    Raises:
-        ConfigurationError: ``replay`` or ``retry`` is not one of the allowed values.
-        NonDeterminismError: the journal recorded another call at this position, or a
-            result that does not fit ``fn``'s return annotation.
-        JournaledCallError: replaying a call that failed for good.
-
-    Example:
-        >>> answer = await nestegg.call(llm.complete, prompt)
-    """
-    _check_options(replay, retry)
+    """What :func:`call` and a :func:`durable` function do, with options already checked
+    (so that the called function's own arguments can be named anything)."""
     fn, args, kwargs, replay, retry = _resolve(_Call(fn, args, kwargs, replay, retry))
     ctx = current_context()
     execution = ctx._execution if ctx is not None else None
@@ -383,6 +258,46 @@ async def call(
         lambda: _outermost(fn, args, kwargs, retry),
         lambda value, where: rebuild_result(fn, name, value, where),
     )
+
+
+async def call(
+    fn: Callable[..., Any],
+    /,
+    *args: Any,
+    replay: Replay = "record",
+    retry: RetryPolicy | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Call ``fn(*args, **kwargs)`` once per run step, journaled.
+
+    Sync functions run in a worker thread. Outside a checkpointed run, in the
+    ``on_request`` and ``on_response`` hooks and inside another journaled call this is a
+    plain call. A ``functools.partial`` is journaled as its function, with its bound
+    arguments hashed along with the call's; a :func:`durable` function is journaled once.
+    A replayed result comes back as stored, or rebuilt as ``fn``'s return annotation when
+    that holds a pydantic model, a dataclass or a TypedDict (``Model``, ``list[Model]``,
+    ``Model | None``, ...). ``fn`` is positional-only: ``call(f, fn=1)`` passes ``fn=1`` to
+    ``f``; ``replay`` and ``retry`` are the call's own.
+
+    Args:
+        fn: the function (sync or async) to call.
+        replay: "record" replays a recorded outcome; "rerun" calls again and records anew.
+        retry: retries before the outcome is recorded.
+
+    Returns:
+        The function's result, or on re-execution the recorded one.
+
+    Raises:
+        ConfigurationError: ``replay`` or ``retry`` is not one of the allowed values.
+        NonDeterminismError: the journal recorded another call at this position, or a
+            result that cannot be rebuilt as ``fn``'s return annotation.
+        JournaledCallError: replaying a call that failed for good.
+
+    Example:
+        >>> answer = await nestegg.call(llm.complete, prompt)
+    """
+    _check_options(replay, retry)
+    return await _call_journaled(fn, args, kwargs, replay, retry)
 
 
 # -------------------------------------------------------------------- durable
@@ -424,8 +339,9 @@ def durable(
     """Decorate a function so that every call inside a checkpointed step is journaled.
 
     Works bare (``@durable``) and with options (``@durable(retry=...)``). The decorated
-    function keeps its parameters and is awaited (``await fetch(url)``), whether ``fn``
-    is sync or async; outside a checkpointed run it is a plain call.
+    function keeps its parameters (whatever their names: ``retry``, ``replay`` and ``fn``
+    are the function's own) and is awaited (``await fetch(url)``), whether ``fn`` is sync
+    or async; outside a checkpointed run it is a plain call.
 
     Args:
         fn: the function to decorate (sync or async).
@@ -451,7 +367,7 @@ def durable(
 
         @functools.wraps(target)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await call(target, *args, replay=replay, retry=retry, **kwargs)
+            return await _call_journaled(target, args, kwargs, replay, retry)
 
         setattr(wrapper, _DURABLE_ATTRIBUTE, _Durable(wrapper, target, replay, retry))
         return wrapper

@@ -13,17 +13,22 @@ store (memory, SQLite, file) and, for the core of it, on PostgreSQL and Redis.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import functools
 import math
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, field_validator
+from typing_extensions import TypedDict
 
 import nestegg
 from nestegg import Clutch, RetryPolicy, Strategy, get_context
@@ -36,6 +41,7 @@ from nestegg.errors import (
     NonDeterminismError,
 )
 from nestegg.journal import argument_hash, function_name
+from nestegg.journal_results import holds_structured_type
 from tests.checkpoint import conftest as checkpointed
 from tests.checkpoint.conftest import Flaky, config, wait_for
 from tests.stores import conftest as stores
@@ -449,6 +455,146 @@ async def test_a_recorded_result_that_does_not_fit_the_annotation_raises_non_det
         await fail_then_resume(clutch, fail)
 
 
+class Message(BaseModel):
+    from_: str = Field(alias="from")
+
+
+class Labelled(TypedDict):
+    reply: Reply
+    score: float
+
+
+class Incomplete(BaseModel):
+    """A model that is never fully defined: validating one raises PydanticUserError."""
+
+    later: Later  # type: ignore[name-defined]  # noqa: F821
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+async def test_a_model_with_aliased_fields_is_replayed(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def receive(sender: str) -> Message:
+        return Message.model_validate({"from": sender})
+
+    results: list[Any] = []
+    fail = [True]
+    clutch = Clutch("aliased", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        results.append(await nestegg.call(receive, "ann"))
+        if fail[0]:
+            raise Flaky("asker failed")
+        return data
+
+    await fail_then_resume(clutch, fail)
+    assert results == [Message.model_validate({"from": "ann"})] * 2
+
+
+async def test_only_annotations_holding_a_model_dataclass_or_typed_dict_rebuild(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def ratio(prompt: str) -> float:
+        return 3
+
+    async def ratios(prompt: str) -> dict[str, list[float]]:
+        return {prompt: [1, 2.5]}
+
+    async def replies(prompt: str) -> dict[str, Reply | None]:
+        return {prompt: Reply(text=prompt), "none": None}
+
+    async def labelled(prompt: str) -> Labelled:
+        return {"reply": Reply(text=prompt), "score": 1}
+
+    runs: list[list[Any]] = []
+    fail = [True]
+    clutch = Clutch("annotated", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        runs.append(
+            [
+                await nestegg.call(ratio, "a"),
+                await nestegg.call(ratios, "b"),
+                await nestegg.call(replies, "c"),
+                await nestegg.call(labelled, "d"),
+            ]
+        )
+        if fail[0]:
+            raise Flaky("asker failed")
+        return data
+
+    await fail_then_resume(clutch, fail)
+    first, replayed = runs
+    assert replayed == first
+    assert replayed[0] == 3 and type(replayed[0]) is int
+    assert replayed[1] == {"b": [1, 2.5]} and type(replayed[1]["b"][0]) is int
+    assert replayed[2] == {"c": Reply(text="c"), "none": None}
+    assert replayed[3] == {"reply": Reply(text="d"), "score": 1.0}
+
+
+def test_structured_types_are_found_anywhere_in_the_annotation() -> None:
+    holding = [Reply, list[Reply], Reply | None, dict[str, Reply], tuple[int, Point], Labelled]
+    holding += [Awaitable[list[Reply]], dict[str, list[Labelled | None]]]
+    plain = [float, int | None, list[float], dict[str, Any], tuple[int, ...], Any, None]
+    assert all(holds_structured_type(hint) for hint in holding)
+    assert not any(holds_structured_type(hint) for hint in plain)
+
+
+async def test_any_failure_to_rebuild_a_result_raises_non_determinism(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    replaying = [False]
+
+    class Checked(BaseModel):
+        text: str
+
+        @field_validator("text")
+        @classmethod
+        def looked_up(cls, value: str) -> str:
+            if replaying[0]:
+                raise KeyError(value)
+            return value
+
+    async def checked(prompt: str) -> Checked:
+        return Checked(text=prompt)
+
+    async def incomplete(prompt: str) -> Incomplete:
+        return {"later": prompt}  # type: ignore[return-value]
+
+    fail = [True]
+    failures = [
+        (checked, Checked, "KeyError: 'q')"),
+        (incomplete, Incomplete, "PydanticUserError: "),
+    ]
+    for fn, model, cause in failures:
+        fail[0], replaying[0] = True, False
+        clutch = Clutch("unfit", checkpoint=config(checkpoint_store))
+
+        async def asker(data: list[str], fn: Any = fn) -> list[str]:
+            await nestegg.call(fn, "q")
+            if fail[0]:
+                raise Flaky("asker failed")
+            return data
+
+        clutch.agent()(asker)
+        with pytest.raises(Flaky):
+            await clutch.run([], run_id=fn.__name__)
+        fail[0], replaying[0] = False, True
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        message = (
+            f"step 1, call 0: the journal recorded a result of {name} that cannot be rebuilt "
+            f"as its return annotation {model.__qualname__} ({cause}"
+        )
+        with pytest.raises(NonDeterminismError, match=re.escape(message)):
+            await clutch.resume_latest(fn.__name__)
+
+
 async def test_calls_past_the_recorded_ones_are_made(checkpoint_store: CheckpointStorage) -> None:
     llm = FakeLLM()
     attempt = [0]
@@ -707,6 +853,65 @@ async def test_objects_json_cannot_hold_are_hashed_by_their_type() -> None:
     assert function_name(nestegg.durable(FakeLLM().complete)) == COMPLETE
 
 
+HASH_OF_A_SET = """
+from nestegg.journal import argument_hash
+words = {f"word{i}" for i in range(32)}
+print(argument_hash((words, frozenset(words)), {"tags": {"x", "y", "z", "w"}}))
+"""
+
+
+def test_the_hash_of_a_set_is_the_same_in_every_process() -> None:
+    hashes = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", HASH_OF_A_SET], env=env, capture_output=True, check=True
+        )
+        hashes.add(out.stdout.strip())
+    assert len(hashes) == 1
+    assert argument_hash(({"b", "a"},), {}) == argument_hash((["a", "b"],), {})
+
+
+async def test_a_durable_function_can_have_parameters_named_retry_replay_and_fn(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    made: list[tuple[str, int, str]] = []
+
+    @nestegg.durable(retry=RetryPolicy(attempts=1))
+    async def send(fn: str, retry: int, replay: str) -> str:
+        made.append((fn, retry, replay))
+        return f"{fn}/{retry}/{replay}"
+
+    results: list[list[str]] = []
+    fail = [True]
+    clutch = Clutch("named", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        results.append(
+            [await send(fn="f", retry=2, replay="never"), await send("g", 3, replay="rerun")]
+        )
+        if fail[0]:
+            raise Flaky("asker failed")
+        return data
+
+    await fail_then_resume(clutch, fail)
+    assert results == [["f/2/never", "g/3/rerun"]] * 2
+    assert made == [("f", 2, "never"), ("g", 3, "rerun")]
+    assert [e["args"] for e in await journal_of(checkpoint_store, "job", 1)] == [
+        argument_hash((), {"fn": "f", "retry": 2, "replay": "never"}),
+        argument_hash(("g", 3), {"replay": "rerun"}),
+    ]
+
+
+async def test_call_passes_an_fn_keyword_to_the_function() -> None:
+    def echo(value: int = 0, fn: int = 0) -> tuple[int, int]:
+        return value, fn
+
+    assert await nestegg.call(echo, fn=1) == (0, 1)
+    assert await nestegg.call(echo, 2, fn=3) == (2, 3)
+
+
 async def test_a_partial_with_other_bound_arguments_raises_non_determinism(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -892,6 +1097,37 @@ async def test_a_call_in_on_response_is_a_plain_call(checkpoint_store: Checkpoin
     await clutch.run([], run_id="job")
     assert llm.prompts == ["inside", "after the run"]
     assert await checkpoint_store.read_journal("job", 2) == []
+
+
+async def test_the_execution_refuses_to_journal_a_call_when_no_step_journals(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    made: list[str] = []
+    refused: list[Exception] = []
+
+    async def invoke() -> str:
+        made.append("call")
+        return "made"
+
+    async def on_response(request: dict[str, Any], response: dict[str, Any]) -> None:
+        execution = get_context()._execution
+        assert execution is not None and not execution.journaling
+        try:
+            await execution.journaled(COMPLETE, "digest", "record", invoke)
+        except RuntimeError as error:
+            refused.append(error)
+
+    clutch = Clutch("hooked", on_response=on_response, checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def idle(data: list[str]) -> list[str]:
+        return data
+
+    await clutch.run([], run_id="job")
+    assert made == []
+    assert [str(e) for e in refused] == [
+        "journaled() needs a step that journals calls: check journaling"
+    ]
 
 
 # ---------------------------------------------------------- failures and retries
