@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Sequence
 from decimal import Decimal
 from enum import Enum
-from operator import itemgetter, methodcaller
+from operator import eq, itemgetter, methodcaller
 from typing import Any
 
 import orjson
@@ -232,7 +232,7 @@ def all_intact(records: Sequence[bytes]) -> bool:
     makes checking the ten thousand step records of a long run cheap.
     """
     computed = map(_SEAL_PREFIX.__mod__, map(zlib.crc32, map(_body_of, records)))
-    return list(computed) == list(map(_prefix_of, records)) and all(map(_ends_with_brace, records))
+    return all(map(eq, computed, map(_prefix_of, records))) and all(map(_ends_with_brace, records))
 
 
 def unseal(sealed: bytes, where: str) -> bytes:

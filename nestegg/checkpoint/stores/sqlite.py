@@ -318,9 +318,11 @@ def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> l
 
 def _load_steps(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StepRecord]:
     run_id = params[0]
-    with collector_paused():
-        rows = conn.execute(SELECT_STEPS, params).fetchall()
-        return [StepRecord(run_id, seq, agent, body) for seq, agent, body in rows]
+    with collector_paused():  # rows straight from the cursor: no list of them in between
+        return [
+            StepRecord(run_id, seq, agent, body)
+            for seq, agent, body in conn.execute(SELECT_STEPS, params)
+        ]
 
 
 def _read_events(
