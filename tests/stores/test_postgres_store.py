@@ -102,6 +102,35 @@ async def test_migrations_are_recorded_once_and_setup_is_idempotent(
     assert names == sorted(store.table_prefix + s for s in suffixes)
 
 
+async def test_a_version_2_schema_upgrades_and_its_truncations_then_drop_the_journal(
+    open_store: OpenStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nestegg.checkpoint.stores import postgres
+
+    with monkeypatch.context() as patched:  # the schema as version 2 left it
+        patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:2])
+        old = open_store()
+        await old.setup()
+    run = await create(old)
+    await commit_steps(old, run, range(1, 4))
+    journal = [make_journal(run.run_id, step, 0) for step in range(1, 4)]
+    await old.commit(make_commit(run, journal=journal))
+    assert await _versions(pg_url, old.table_prefix) == [1, 2]
+    await old.close()
+
+    new = open_store()
+    await new.setup()
+    assert await _versions(pg_url, new.table_prefix) == list(range(1, len(MIGRATIONS) + 1))
+    assert await new.read_journal(run.run_id, 3) == [journal[2]]
+    await new.commit(make_commit(run, truncate_after=1))
+    assert [s.seq for s in await new.load_steps(run.run_id)] == [1]
+    assert [await new.read_journal(run.run_id, step) for step in range(1, 4)] == [
+        [journal[0]],
+        [],
+        [],
+    ]
+
+
 async def test_concurrent_setup_from_many_tasks_and_pools(
     open_store: OpenStore, pg_url: str
 ) -> None:
