@@ -145,10 +145,13 @@ class Checkpointer:
         body = seal(orjson.dumps(payload))
         self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
 
-    async def start(self, truncate_after: int | None = None) -> None:
-        """Write the opening commit (queued events; on resume, the truncation) and start
-        the heartbeat."""
+    async def start(
+        self, truncate_after: int | None = None, journal_after: int | None = None
+    ) -> None:
+        """Write the opening commit (queued events; on resume, the truncation, which keeps
+        the journal through step ``journal_after``) and start the heartbeat."""
         self.pending.truncate_after = truncate_after
+        self.pending.journal_after = journal_after
         await self._commit_now()
         self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
 

@@ -112,12 +112,11 @@ class Commit:
     """Everything one atomic, fenced write does to a run.
 
     Applied in this order: check ``fence`` against the stored run (StaleOwnerError if it
-    moved on); drop the step records, checkpoints and journal entries of the steps past
-    ``truncate_after`` (events stay: their log is append-only); append ``steps``,
-    ``events``, ``journal``, ``checkpoints``; delete the checkpoints in ``prune``; then
-    update the run row with the fields that are not None. Journal entries a truncation
-    should keep (the calls of steps that replay them) go in ``journal``: appended after
-    the truncation, they survive it.
+    moved on); drop the step records and checkpoints past ``truncate_after`` and the
+    journal entries of the steps past ``journal_after`` (None: past ``truncate_after``;
+    events stay: their log is append-only); append ``steps``, ``events``, ``journal``,
+    ``checkpoints``; delete the checkpoints in ``prune``; then update the run row with the
+    fields that are not None.
     """
 
     run_id: str
@@ -128,6 +127,9 @@ class Commit:
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     prune: list[str] = field(default_factory=list)
     truncate_after: int | None = None
+    journal_after: int | None = None
+    """With ``truncate_after``: keep the journal of the steps up to this one (the steps a
+    resume runs again and replays); None: up to ``truncate_after``."""
     status: str | None = None
     result: bytes | None = None
     error: bytes | None = None
@@ -135,6 +137,10 @@ class Commit:
     step_seq: int | None = None
     event_seq: int | None = None
     updated_at: float = 0.0
+
+    def journal_kept_through(self, after: int) -> int:
+        """The last step whose journal entries a truncation after step ``after`` keeps."""
+        return after if self.journal_after is None else self.journal_after
 
     def size(self) -> int:
         """Bytes of the bodies it writes, about."""

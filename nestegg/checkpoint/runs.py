@@ -12,7 +12,7 @@ from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import active_runs, current_owner, is_interrupted, owner_alive
-from nestegg.checkpoint.records import CheckpointRecord, JournalRecord, RunRecord, new_run_id
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import (
@@ -130,11 +130,10 @@ class RunBook:
         input_data: Any,
         *,
         truncate_after: int | None = None,
-        journal: list[JournalRecord] | None = None,
         replay_until: int = 0,
     ) -> Any:
-        """Drive ``execution`` of the owned ``run``; its opening commit writes ``event``,
-        the truncation and the ``journal`` entries kept through it."""
+        """Drive ``execution`` of the owned ``run``; its opening commit writes ``event`` and
+        the truncation, which keeps the journal of the steps up to ``replay_until``."""
         recorder = Checkpointer(
             self.store,
             self.config.policy,
@@ -148,10 +147,9 @@ class RunBook:
         recorder.replay_until = replay_until
         if event is not None:
             recorder.event(event[0], time.time(), event[1])
-        recorder.pending.journal.extend(journal or ())
         active_runs[run.run_id] = run.fence
         try:
-            await recorder.start(truncate_after)
+            await recorder.start(truncate_after, replay_until)
             fresh = event is not None and event[0] == RUN_STARTED
             return await self.clutch._drive(execution, input_data, fresh=fresh)
         finally:
@@ -271,7 +269,6 @@ class RunBook:
         claimed = await self.store.claim_run(
             run.run_id, run.fence, current_owner(), now + self.lease, now
         )
-        journal = await self._journal_of_steps(run.run_id, state.seq, replay_until)
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         event = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": run.status}
         return await self._execute(
@@ -282,17 +279,8 @@ class RunBook:
             (RUN_RESUMED, event),
             run_input_of(run),
             truncate_after=state.seq,
-            journal=journal,
             replay_until=replay_until,
         )
-
-    async def _journal_of_steps(self, run_id: str, after: int, upto: int) -> list[JournalRecord]:
-        """The journal entries of steps ``after < step <= upto``: written again by the
-        commit that truncates the run after ``after``, they survive it. The steps are read
-        at once (one step with durability "sync"; more after a sparser policy)."""
-        steps = range(after + 1, upto + 1)
-        read = await asyncio.gather(*(self.store.read_journal(run_id, step) for step in steps))
-        return [entry for entries in read for entry in entries]
 
     async def _checkpoint(self, checkpoint_id: str) -> CheckpointRecord:
         store = await self.ready()

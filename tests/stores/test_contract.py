@@ -433,6 +433,22 @@ async def test_truncate_after_drops_the_journal_of_later_steps_only(
     assert [await store.read_journal(rid, step) for step in range(1, 7)] == [[]] * 6
 
 
+async def test_a_truncation_keeps_the_journal_through_journal_after(
+    store: CheckpointStorage,
+) -> None:
+    run = await create(store)
+    rid = run.run_id
+    await commit_steps(store, run, range(1, 6))
+    journal = [make_journal(rid, step, 0) for step in range(1, 7)]
+    await store.commit(make_commit(run, journal=journal))
+    await store.commit(make_commit(run, truncate_after=2, journal_after=4))
+
+    assert [s.seq for s in await store.load_steps(rid)] == [1, 2]
+    assert [await store.read_journal(rid, step) for step in range(1, 7)] == [
+        [entry] for entry in journal[:4]
+    ] + [[], []]
+
+
 async def test_truncate_after_zero_drops_every_step(store: CheckpointStorage) -> None:
     run = await create(store)
     await commit_steps(store, run, range(1, 4), checkpoints=True)

@@ -68,7 +68,12 @@ def redo_pending_commit(run_dir: Path, index: Path) -> None:
 def apply_commit(run_dir: Path, index: Path, commit: Commit, run: RunRecord) -> None:
     """Apply ``commit`` in the documented order; ``run`` is the run row it updates."""
     if commit.truncate_after is not None:
-        truncate_after(run_dir, index, commit.truncate_after)
+        truncate_after(
+            run_dir,
+            index,
+            commit.truncate_after,
+            commit.journal_kept_through(commit.truncate_after),
+        )
     for name, lines in (
         (FILE_STEPS_LOG, [step_line(s) for s in commit.steps]),
         (FILE_EVENTS_LOG, [event_line(e) for e in commit.events]),
@@ -124,13 +129,14 @@ def remove_checkpoints(
     return len(gone)
 
 
-def truncate_after(run_dir: Path, index: Path, after: int) -> None:
-    """Drop step records, journal entries and checkpoints past step ``after`` (steps.log
-    is rewritten, and journal.log when it holds entries to drop)."""
+def truncate_after(run_dir: Path, index: Path, after: int, journal_after: int) -> None:
+    """Drop step records and checkpoints past step ``after`` and journal entries past step
+    ``journal_after`` (steps.log is rewritten, and journal.log when it holds entries to
+    drop)."""
     steps_log = run_dir / FILE_STEPS_LOG
     kept = [line for header, line in read_log_lines(steps_log) if record_seq(header) <= after]
     write_atomically(steps_log, b"".join(line + b"\n" for line in kept))
-    _truncate_journal(run_dir / FILE_JOURNAL_LOG, after)
+    _truncate_journal(run_dir / FILE_JOURNAL_LOG, journal_after)
     files = checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR).values()
     remove_checkpoints(run_dir, index, [cid for seq, cid in files if seq > after])
 

@@ -126,7 +126,9 @@ class MemoryCheckpointStorage:
                 commit.run_id,
             )
         if commit.truncate_after is not None:
-            self._truncate(data, commit.truncate_after)
+            self._truncate(
+                data, commit.truncate_after, commit.journal_kept_through(commit.truncate_after)
+            )
         for step in commit.steps:
             data.steps[step.seq] = step
         data.events.extend(commit.events)
@@ -140,9 +142,9 @@ class MemoryCheckpointStorage:
                 self._checkpoint_runs.pop(checkpoint_id, None)
         apply_run_fields(data.run, commit)
 
-    def _truncate(self, data: _RunData, after: int) -> None:
+    def _truncate(self, data: _RunData, after: int, journal_after: int) -> None:
         data.steps = {seq: s for seq, s in data.steps.items() if seq <= after}
-        data.journal = {key: e for key, e in data.journal.items() if key[0] <= after}
+        data.journal = {key: e for key, e in data.journal.items() if key[0] <= journal_after}
         for checkpoint_id, record in list(data.checkpoints.items()):
             if record.seq > after:
                 del data.checkpoints[checkpoint_id]

@@ -14,6 +14,7 @@ applied. Its arguments are the run id, the fence, a JSON description of the comm
 one blob of all sealed bodies, which the JSON points into by (1-based start, length)::
 
     {"t": truncate_after,                                   (each key only when needed)
+     "k": the last step whose journal a truncation keeps (version 3; default "t"),
      "s": [[seq, agent, start, length], ...],               steps
      "e": [[seq, at, kind, start, length], ...],            events
      "j": [[step, position, start, length], ...],           journal entries
@@ -205,7 +206,10 @@ $fn$
 """
 
 _TRUNCATE_CHECKPOINTS = "DELETE FROM {checkpoints} WHERE run_id = p_run_id AND seq > v_after;"
-_TRUNCATE_JOURNAL = "DELETE FROM {journal} WHERE run_id = p_run_id AND step > v_after;"
+_TRUNCATE_JOURNAL = (
+    "DELETE FROM {journal} WHERE run_id = p_run_id "
+    "AND step > COALESCE((p_meta->>'k')::bigint, v_after);"
+)
 _COMMIT_FUNCTION_V3 = _COMMIT_FUNCTION.replace(
     _TRUNCATE_CHECKPOINTS, f"{_TRUNCATE_CHECKPOINTS}\n        {_TRUNCATE_JOURNAL}"
 )
@@ -340,6 +344,8 @@ def commit_params(c: Commit) -> list[Any]:
     meta: dict[str, Any] = {}
     if c.truncate_after is not None:
         meta["t"] = c.truncate_after
+        if c.journal_after is not None:
+            meta["k"] = c.journal_after
     if c.steps:
         meta["s"] = [[s.seq, s.agent, *place(s.body)] for s in c.steps]
     if c.events:

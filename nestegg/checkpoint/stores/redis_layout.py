@@ -103,6 +103,7 @@ COMMIT = (
     _SET_EXPIRY
     + """
 -- KEYS: the run's 7 keys. ARGV: prefix, ttl, run_id, fence, truncate_after ('' = none),
+-- journal_after (the journal kept through this step when truncating),
 -- then counted groups: steps (seq, member), events (seq, member),
 -- journal (step, field, body), checkpoints (id, seq, value), prune (id),
 -- run fields (field, value).
@@ -118,12 +119,13 @@ if after ~= '' then
         redis.call('DEL', prefix .. 'checkpoint:' .. id)
     end
     redis.call('ZREMRANGEBYSCORE', KEYS[7], '(' .. after, '+inf')
-    for _, field in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. after, '+inf')) do
+    local journal_after = ARGV[6]
+    for _, field in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. journal_after, '+inf')) do
         redis.call('HDEL', KEYS[4], field)
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '(' .. after, '+inf')
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '(' .. journal_after, '+inf')
 end
-local i = 6
+local i = 7
 local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
     redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[i], ARGV[i])
@@ -377,7 +379,13 @@ def command_bytes(args: Sequence[bytes | str | int | float]) -> bytes:
 
 def commit_args(c: Commit) -> list[Any]:
     """The commit script arguments after the prefix and ttl, in its order."""
-    args: list[Any] = [c.run_id, c.fence, "" if c.truncate_after is None else c.truncate_after]
+    after = "" if c.truncate_after is None else c.truncate_after
+    args: list[Any] = [
+        c.run_id,
+        c.fence,
+        after,
+        "" if c.truncate_after is None else c.journal_kept_through(c.truncate_after),
+    ]
     args.append(len(c.steps))
     for step in c.steps:
         args += [step.seq, step_member(step)]

@@ -388,7 +388,7 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
         if commit.truncate_after is not None:
             after = commit.truncate_after
             conn.execute(DELETE_STEPS_AFTER, (base + after, base + MAX_SEQ))
-            conn.execute(DELETE_JOURNAL_AFTER, (run_id, after))
+            conn.execute(DELETE_JOURNAL_AFTER, (run_id, commit.journal_kept_through(after)))
             conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
         _append(conn, commit, base)
         for checkpoint_id in commit.prune:
