@@ -13,7 +13,7 @@ import orjson
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.checkpointer import checkpoint_body
 from nestegg.checkpoint.codec import decode_value, encode_value, seal, unseal, unseal_json
-from nestegg.checkpoint.loader import load_state
+from nestegg.checkpoint.loader import load_state_and_steps
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -64,11 +64,10 @@ async def fork(
             f"not {book.clutch.name!r}"
         )
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
-    state = await load_state(book.store, parent, record)
+    state, copied = await load_state_and_steps(book.store, parent, record)
     replaced = encode_value(to_plain(data), "data") if data is not None else None
     if replaced is None and state.data_inline:  # a fork stored before its data was copied
         replaced = encode_value(state.data, "data")
-    copied = await book.store.load_steps(parent.run_id, 0, state.seq)
     steps = [_copy_step(step, new_id, replaced, state.data_seq) for step in copied]
     now = time.time()
     new_input = seal(replaced) if replaced is not None and state.data_seq == 0 else None

@@ -129,6 +129,15 @@ async def load_state(
         CheckpointCorruptedError: the checkpoint or a step record it needs is damaged
             or missing.
     """
+    state, _ = await load_state_and_steps(store, run, checkpoint)
+    return state
+
+
+async def load_state_and_steps(
+    store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
+) -> tuple[CheckpointState, list[StepRecord]]:
+    """:func:`load_state`, with the step records it read (those up to ``checkpoint``),
+    for a caller that copies them (a fork): read once, not twice."""
     where = f"checkpoint {checkpoint.checkpoint_id!r} of run {run.run_id!r}"
     body = unseal_json(checkpoint.body, where)
     try:
@@ -156,7 +165,7 @@ async def load_state(
         data_seq, source, data, history = 0, "input", first["data"], None
     if "data" in body:
         data = rebuild(body["data"], where)
-    return CheckpointState(
+    state = CheckpointState(
         run_id=run_id,
         checkpoint=CheckpointInfo.from_record(checkpoint),
         seq=seq,
@@ -170,6 +179,7 @@ async def load_state(
         next_agent=body.get("next"),
         data_inline="data" in body,
     )
+    return state, records
 
 
 async def load_latest(
