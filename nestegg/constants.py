@@ -61,6 +61,12 @@ SQLITE_EVENTS_TABLE = "events"
 """Version 1 of the schema: one row per event (version 2 moved them to batches)."""
 SQLITE_EVENT_BATCHES_TABLE = "event_batches"
 SQLITE_JOURNAL_TABLE = "journal"
+SQLITE_STEP_BLOCKS_TABLE = "step_blocks"
+STEP_BLOCK_STEPS = 256
+"""Step records the SQLite store packs into one block (steps k*256+1 to (k+1)*256)."""
+STEP_BLOCK_MAX_BYTES = 4 * 1024 * 1024
+"""A block whose records are larger than this is not packed: records that big cost
+little per row, and a block is written and read in one piece."""
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = 4000
 """WAL pages (4 KiB each) after which the WAL is copied back into the database.
 

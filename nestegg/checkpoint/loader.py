@@ -1,16 +1,18 @@
 """Loading a run's state: a checkpoint plus the step records up to its sequence number.
 
-Every record's checksum is checked. A torn or altered checkpoint or step record makes
-that checkpoint unusable; :func:`load_latest` then falls back to the newest valid one
-(or to the run's input) with a :class:`CheckpointFallbackWarning`.
+Every record's checksum is checked (a block's checksum checks all its records). A torn
+or altered checkpoint or step record makes that checkpoint unusable; :func:`load_latest`
+then falls back to the newest valid one (or to the run's input) with a
+:class:`CheckpointFallbackWarning`.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from itertools import compress, repeat
-from operator import add, attrgetter, ge, methodcaller
+from collections.abc import Iterable, Sequence
+from itertools import compress, groupby, repeat
+from operator import add, attrgetter, ge, methodcaller, sub
 
 import orjson
 
@@ -23,7 +25,17 @@ from nestegg.checkpoint.codec import (
     unseal,
     unseal_json,
 )
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepRecord
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
+from nestegg.checkpoint.step_blocks import (
+    DATA_KEY,
+    STEP_BODY_HEAD,
+    StepPiece,
+    block_where,
+    body_intact,
+    read_head,
+    step_records,
+    unpack_block,
+)
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import (
     CheckpointInfo,
@@ -54,19 +66,15 @@ def initial_state(run: RunRecord) -> CheckpointState:
     )
 
 
-_CANONICAL_HEAD = b'{"agent":'
-_DATA_KEY = b',"data":'
-
-
 def step_data(raw: bytes, where: str) -> bytes | None:
     """The JSON of the data a step record's body holds, without decoding it; None if none.
 
     The checkpointer writes the data last (``{"agent":...,"data":<json>}``); a body of
     another shape is parsed in full.
     """
-    if raw.startswith(_CANONICAL_HEAD):
-        at = raw.find(_DATA_KEY)
-        return None if at < 0 else raw[at + len(_DATA_KEY) : -1]
+    if raw.startswith(STEP_BODY_HEAD):
+        at = raw.find(DATA_KEY)
+        return None if at < 0 else raw[at + len(DATA_KEY) : -1]
     try:
         step = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -76,34 +84,65 @@ def step_data(raw: bytes, where: str) -> bytes | None:
     return orjson.dumps(step["data"]) if "data" in step else None
 
 
-def _history_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
-    """The history entries of the records that hold data, each checksum checked.
+def _history_entries(pieces: Sequence[StepPiece], run_id: str) -> list[HistoryEntry]:
+    """The history entries of the steps that hold data, every checksum checked.
 
-    The hot part of a resume (ten thousand records for a 10,000-step run): when every
-    record is intact and in the checkpointer's layout, which is the rule, the checks run
-    in C over all records at once (``map``), with no decoding and no copy: an entry keeps
-    the record and where its data JSON lies in it, sliced when the history is decoded.
-    Otherwise the records are read one by one, which names the damaged one.
+    The hot part of a resume (ten thousand records for a 10,000-step run). A block's
+    records are checked at once by its checksum; loose records, when intact and in the
+    checkpointer's layout, which is the rule, by checks that run in C over all of them
+    (``map``). Neither is decoded or copied: an entry keeps the record or block and where
+    its data JSON lies in it, sliced when the history is decoded. Otherwise the records
+    are read one by one, which names the damaged one.
     """
+    entries: list[HistoryEntry] = []
     with collector_paused():
-        bodies = [record.body for record in records]
-        if all_intact(bodies) and all(map(_in_canonical_layout, bodies)):
-            return _canonical_entries(records, bodies)
+        for kind, group in groupby(pieces, type):
+            if kind is StepBlock:
+                for block in group:
+                    entries += _block_entries(block)  # type: ignore[arg-type]
+            else:
+                entries += _record_entries(list(group), run_id)  # type: ignore[arg-type]
+    return entries
+
+
+def _record_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
+    """The entries of loose step records (see _history_entries)."""
+    bodies = [record.body for record in records]
+    if not (all_intact(bodies) and all(map(_in_canonical_layout, bodies))):
         return [entry for record in records if (entry := _entry(record, run_id)) is not None]
-
-
-_in_canonical_layout = methodcaller("startswith", _CANONICAL_HEAD, SEALED_BODY_AT)
-
-
-def _canonical_entries(records: list[StepRecord], bodies: list[bytes]) -> list[HistoryEntry]:
-    """The entries of intact records in the checkpointer's layout (see _history_entries)."""
-    found = list(map(bytes.find, bodies, repeat(_DATA_KEY), repeat(SEALED_BODY_AT)))
-    starts = map(add, found, repeat(len(_DATA_KEY)))
+    found = list(map(bytes.find, bodies, repeat(DATA_KEY), repeat(SEALED_BODY_AT)))
     seqs, agents = map(attrgetter("seq"), records), map(attrgetter("agent"), records)
-    entries = zip(seqs, agents, bodies, starts, repeat(_DATA_STOP))
-    if -1 in found:  # records without data (hand-overs) are no history entries
+    return _data_entries(seqs, agents, bodies, found, repeat(_DATA_STOP))
+
+
+def _block_entries(block: StepBlock) -> list[HistoryEntry]:
+    """The entries of a block of step records (see _history_entries)."""
+    head = read_head(block)
+    if not body_intact(block, head):
+        _record_entries(unpack_block(block, head), block.run_id)  # names a damaged record
+        raise CheckpointCorruptedError(f"{block_where(block)} failed their block's checksum")
+    seqs = range(block.first_seq, block.last_seq + 1)
+    stops = map(sub, head.ends, repeat(-_DATA_STOP))
+    return _data_entries(seqs, head.agents, repeat(block.body), head.data_keys, stops)
+
+
+def _data_entries(
+    seqs: Iterable[int],
+    agents: Iterable[str],
+    raws: Iterable[bytes],
+    found: list[int],
+    stops: Iterable[int],
+) -> list[HistoryEntry]:
+    """Entries ``(seq, agent, raw, start, stop)`` from where ``DATA_KEY`` was found in
+    each record; records without it (hand-overs, no data) are no history entries."""
+    starts = map(add, found, repeat(len(DATA_KEY)))
+    entries = zip(seqs, agents, raws, starts, stops, strict=False)  # some are repeat()s
+    if -1 in found:
         return list(compress(entries, map(ge, found, repeat(0))))
     return list(entries)
+
+
+_in_canonical_layout = methodcaller("startswith", STEP_BODY_HEAD, SEALED_BODY_AT)
 
 
 _DATA_STOP = -2
@@ -129,7 +168,7 @@ async def load_state(
         CheckpointCorruptedError: the checkpoint or a step record it needs is damaged
             or missing.
     """
-    state, _ = await load_state_and_steps(store, run, checkpoint)
+    state, _ = await _load(store, run, checkpoint)
     return state
 
 
@@ -138,6 +177,13 @@ async def load_state_and_steps(
 ) -> tuple[CheckpointState, list[StepRecord]]:
     """:func:`load_state`, with the step records it read (those up to ``checkpoint``),
     for a caller that copies them (a fork): read once, not twice."""
+    state, pieces = await _load(store, run, checkpoint)
+    return state, step_records(pieces)
+
+
+async def _load(
+    store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
+) -> tuple[CheckpointState, Sequence[StepPiece]]:
     where = f"checkpoint {checkpoint.checkpoint_id!r} of run {run.run_id!r}"
     body = unseal_json(checkpoint.body, where)
     try:
@@ -145,13 +191,14 @@ async def load_state_and_steps(
         metadata = rebuild(body.get("metadata") or {}, where)
     except (KeyError, TypeError, ValueError):
         raise CheckpointCorruptedError(f"{where} lacks its fields") from None
-    records = await store.load_steps(run.run_id, upto=seq)
-    if len(records) != seq or (records and records[-1].seq != seq):
+    pieces = await store.load_history(run.run_id, upto=seq)
+    stored = sum(_steps_in(piece) for piece in pieces)
+    if stored != seq or (pieces and _last_seq(pieces[-1]) != seq):
         raise CheckpointCorruptedError(
-            f"{where} covers {seq} steps but {len(records)} step records are stored"
+            f"{where} covers {seq} steps but {stored} step records are stored"
         )
     run_id = run.run_id
-    entries = _history_entries(records, run_id)
+    entries = _history_entries(pieces, run_id)
     if len(entries) != turn:
         raise CheckpointCorruptedError(
             f"{where} says turn {turn} but the steps give {len(entries)}"
@@ -179,7 +226,15 @@ async def load_state_and_steps(
         next_agent=body.get("next"),
         data_inline="data" in body,
     )
-    return state, records
+    return state, pieces
+
+
+def _steps_in(piece: StepPiece) -> int:
+    return piece.last_seq - piece.first_seq + 1 if type(piece) is StepBlock else 1
+
+
+def _last_seq(piece: StepPiece) -> int:
+    return piece.last_seq if type(piece) is StepBlock else piece.seq  # type: ignore[union-attr]
 
 
 async def load_latest(

@@ -74,6 +74,22 @@ class StepRecord(NamedTuple):
     body: bytes
 
 
+class StepBlock(NamedTuple):
+    """Consecutive step records kept as one (see :mod:`nestegg.checkpoint.step_blocks`):
+    those with ``first_seq <= seq <= last_seq``.
+
+    ``body`` holds their sealed bodies one after the other, unchanged; ``head`` is sealed
+    JSON naming each one's agent and where it ends in ``body``, and the checksum of
+    ``body``.
+    """
+
+    run_id: str
+    first_seq: int
+    last_seq: int
+    head: bytes
+    body: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
     """A small record of where a run stands after step ``seq``; body is sealed."""

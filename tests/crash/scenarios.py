@@ -10,6 +10,8 @@
   SIGKILLed and resumed run makes again only the calls the kills interrupted.
 - :func:`failed_step_replays_its_calls`: a step that failed after three journaled calls
   is resumed in another process: every call is made exactly once.
+- :func:`long_run_killed_at_block_edges`: a run of several blocks of steps is SIGKILLed
+  around the steps that complete a block (where the SQLite store packs them) and resumed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from nestegg.constants import FAILED, RUNNING
+from nestegg.constants import FAILED, RUNNING, STEP_BLOCK_STEPS
 from tests.crash.child import EXIT_LOCKED, EXIT_RUN_FAILED
 from tests.crash.harness import (
     CrashReport,
@@ -59,6 +61,9 @@ FAIL_TURN = 3
 FAILING_STRATEGY = "graph"
 MAX_WINNER_KILL_DELAY_S = 0.05
 KILLED = -signal.SIGKILL
+LONG_STEPS = 3 * STEP_BLOCK_STEPS + 40
+"""Steps of the long run: its history spans several blocks of step records."""
+LONG_STRATEGY = "round_robin"
 
 
 async def killed_and_resumed(
@@ -244,3 +249,28 @@ async def failed_step_replays_its_calls(
     executions = len(log_lines(log, run_id))
     assert executions == reference.steps + 1, f"{executions} executions\n{report}"
     await check_run(target, run_id, reference, executions, 1, report)
+
+
+async def long_run_killed_at_block_edges(
+    target: StoreTarget, tmp_path: Path, rng: random.Random, report: CrashReport
+) -> None:
+    """SIGKILL a long run once around each step that completes a block of steps (a few
+    executions before or after it), restart it each time; it must end as if never
+    interrupted, with at most one step run twice per kill."""
+    reference = await reference_run(LONG_STRATEGY, LONG_STEPS)
+    run_id = f"long-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "executions.log"
+    command = child_command(target, LONG_STRATEGY, run_id, LONG_STEPS, log)
+    kills = 0
+    for edge in range(STEP_BLOCK_STEPS, LONG_STEPS, STEP_BLOCK_STEPS):
+        executions = edge + rng.randint(-2, 2) + kills
+        process = spawn(command)
+        await wait_for(lambda: len(log_lines(log)) >= executions, process)  # noqa: B023
+        killed = kill(process)
+        report.note(f"kill near step {edge} after {len(log_lines(log))} executions: {killed}")
+        assert killed, f"the child ended before step {edge}\n{report}"
+        kills += 1
+    code, result = finish(spawn(command), report)
+    assert code == 0, f"the last child exited {code}: {result}\n{report}"
+    assert result == reference.result, f"result differs from an uninterrupted run\n{report}"
+    await check_run(target, run_id, reference, len(log_lines(log, run_id)), kills, report)

@@ -17,6 +17,7 @@ from tests.crash.scenarios import (
     failed_step_replays_its_calls,
     journaled_calls_survive_kills,
     killed_and_resumed,
+    long_run_killed_at_block_edges,
     racing_resumers,
     recovered_in_fresh_process,
 )
@@ -60,3 +61,9 @@ async def test_failed_step_resumed_in_another_process_makes_every_call_once(
     embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
 ) -> None:
     await failed_step_replays_its_calls(embedded_store, FAILING_STRATEGY, tmp_path, crash_rng[1])
+
+
+async def test_long_run_killed_where_blocks_of_steps_complete_resumes_to_the_same_result(
+    embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await long_run_killed_at_block_edges(embedded_store, tmp_path, *crash_rng)

@@ -58,8 +58,9 @@ def make_run(
 
 
 def make_step(run_id: str, seq: int, *, agent: str = "agent", data: Any = None) -> StepRecord:
-    """A step record whose sealed body names its run, seq and agent."""
-    body = {"run": run_id, "seq": seq, "agent": agent, "data": data}
+    """A step record whose sealed body names its agent, run and seq, in the checkpointer's
+    layout (the agent first, the data last: a store may pack such records in blocks)."""
+    body = {"agent": agent, "run": run_id, "seq": seq, "data": data}
     return StepRecord(run_id=run_id, seq=seq, agent=agent, body=seal_json(body))
 
 

@@ -18,6 +18,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    StepBlock,
     StepRecord,
 )
 
@@ -80,6 +81,15 @@ class CheckpointStorage(Protocol):
         self, run_id: str, after: int = 0, upto: int | None = None
     ) -> list[StepRecord]:
         """Step records with ``after < seq <= upto``, in order."""
+
+    async def load_history(
+        self, run_id: str, upto: int | None = None
+    ) -> Sequence[StepRecord | StepBlock]:
+        """The step records with ``seq <= upto``, in order, as the store keeps them: one
+        by one, or packed in :class:`~nestegg.checkpoint.records.StepBlock` s (what a
+        resume reads; :func:`~nestegg.checkpoint.step_blocks.step_records` gives the
+        records). A store that keeps no blocks gives ``load_steps(run_id, upto=upto)``.
+        """
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         """The run's checkpoints, oldest first."""

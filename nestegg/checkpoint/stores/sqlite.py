@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -30,6 +29,13 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.step_blocks import StepPiece, step_records
+from nestegg.checkpoint.stores.sqlite_blocks import (
+    blocks_completed,
+    load_history,
+    pack_completed_blocks,
+    truncate_steps,
+)
 from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
 from nestegg.checkpoint.stores.sqlite_schema import (
@@ -38,7 +44,6 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     CLAIM_RUN,
     DELETE_CHECKPOINT,
     DELETE_JOURNAL_AFTER,
-    DELETE_STEPS_AFTER,
     FENCE_OF,
     INSERT_CHECKPOINT,
     INSERT_EVENT_BATCH,
@@ -51,7 +56,6 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     RUNS,
     SELECT_EVENT_BATCHES,
     SELECT_RUN,
-    SELECT_STEPS,
     SEQ_SPAN,
     UPDATE_RUN,
     checkpoint_from_row,
@@ -69,6 +73,7 @@ from nestegg.constants import (
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
+    STEP_BLOCK_STEPS,
 )
 from nestegg.errors import (
     ConfigurationError,
@@ -243,6 +248,9 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
+        if packing := blocks_completed(commit):  # a block rewrites its steps' records
+            small = False
+            size += packing * STEP_BLOCK_STEPS * size // len(commit.steps)
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
@@ -252,6 +260,10 @@ class SQLiteCheckpointStorage:
     ) -> list[StepRecord]:
         params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
         return await self._connection.call(_load_steps, params)
+
+    async def load_history(self, run_id: str, upto: int | None = None) -> list[StepPiece]:
+        params = (run_id, 0, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
+        return await self._connection.call(load_history, params)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         query = (
@@ -317,12 +329,7 @@ def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> l
 
 
 def _load_steps(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StepRecord]:
-    run_id = params[0]
-    with collector_paused():  # rows straight from the cursor: no list of them in between
-        return [
-            StepRecord(run_id, seq, agent, body)
-            for seq, agent, body in conn.execute(SELECT_STEPS, params)
-        ]
+    return step_records(load_history(conn, params))
 
 
 def _read_events(
@@ -387,10 +394,11 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
         base = key * SEQ_SPAN
         if commit.truncate_after is not None:
             after = commit.truncate_after
-            conn.execute(DELETE_STEPS_AFTER, (base + after, base + MAX_SEQ))
+            truncate_steps(conn, run_id, base, after)
             conn.execute(DELETE_JOURNAL_AFTER, (run_id, commit.journal_kept_through(after)))
             conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
         _append(conn, commit, base)
+        pack_completed_blocks(conn, commit, base)
         for checkpoint_id in commit.prune:
             conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
 

@@ -24,6 +24,7 @@ from nestegg.constants import (
     SQLITE_EVENTS_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
+    SQLITE_STEP_BLOCKS_TABLE,
     SQLITE_STEPS_TABLE,
 )
 from nestegg.errors import StorageError
@@ -44,6 +45,7 @@ CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
 EVENTS_V1 = SQLITE_EVENTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
+STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
 INSERT_EVENT_BATCH = f"INSERT OR REPLACE INTO {EVENT_BATCHES} (batch_key, body) VALUES (?,?)"
 
 RUN_FIELDS = tuple(
@@ -122,6 +124,13 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         _events_into_batches,
         f"DROP TABLE {EVENTS_V1}",
     ),
+    (
+        # Version 3 packs the step records of full blocks of steps into one row each
+        # (see sqlite_blocks), keyed by run_key * SEQ_SPAN + the block's first seq.
+        f"""CREATE TABLE {STEP_BLOCKS} (
+            block_key INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, head BLOB NOT NULL,
+            body BLOB NOT NULL)""",
+    ),
 )
 """The schema, one entry per version; append, never edit."""
 
@@ -143,15 +152,34 @@ UPDATE_RUN = (
     "step_seq = coalesce(?, step_seq), event_seq = coalesce(?, event_seq), "
     "updated_at = coalesce(?, updated_at) WHERE run_id = ? AND fence = ? AND run_key = ?"
 )
+KEY_OF = f"SELECT run_key FROM {RUNS} WHERE run_id = ?"
 KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
 FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
 INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
 DELETE_STEPS_AFTER = f"DELETE FROM {STEPS} WHERE step_key > ? AND step_key <= ?"
 _RUN_BASE = f"(SELECT run_key * {SEQ_SPAN} AS base FROM {RUNS} WHERE run_id = ?) AS run"
 SELECT_STEPS = (
-    f"SELECT step_key - run.base, agent, body FROM {STEPS}, {_RUN_BASE} "
-    "WHERE step_key > run.base + ? AND step_key <= run.base + ? ORDER BY step_key"
+    f"SELECT step_key - ?1, agent, body FROM {STEPS} "
+    "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 ORDER BY step_key"
 )
+"""Loose step records ``(seq, agent, body)`` with ``?2 < seq <= ?3`` of the run whose
+keys start at ``?1``."""
+SELECT_BLOCKS = (
+    f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
+    "WHERE block_key > ?1 + ?2 AND block_key <= ?1 + ?3 ORDER BY block_key"
+)
+"""Blocks ``(first_seq, last_seq, head, body)`` with ``?2 < first_seq <= ?3`` (same keys)."""
+INSERT_BLOCK = (
+    f"INSERT OR REPLACE INTO {STEP_BLOCKS} (block_key, last_seq, head, body) VALUES (?,?,?,?)"
+)
+DELETE_BLOCKS_AFTER = f"DELETE FROM {STEP_BLOCKS} WHERE block_key > ? AND block_key <= ?"
+SELECT_BLOCK_HOLDING = (
+    f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
+    "WHERE block_key > ?1 + ?2 - ?3 AND block_key <= ?1 + ?2 AND last_seq > ?2"
+)
+"""The block of the run whose keys start at ``?1`` that holds step ``?2`` and later ones
+(blocks hold at most ``?3`` steps)."""
+INSERT_STEP_IF_NEW = f"INSERT OR IGNORE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
 SELECT_EVENT_BATCHES = (
     f"SELECT body FROM {EVENT_BATCHES}, {_RUN_BASE} "
     "WHERE batch_key > run.base + ? AND batch_key <= run.base + ? ORDER BY batch_key"
@@ -234,7 +262,11 @@ def migrate(conn: sqlite3.Connection) -> None:
 def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
     """Delete runs and everything of them (inside a transaction); how many runs went."""
     params = [(run_id,) for run_id in run_ids]
-    for table, key in ((STEPS, "step_key"), (EVENT_BATCHES, "batch_key")):
+    for table, key in (
+        (STEPS, "step_key"),
+        (STEP_BLOCKS, "block_key"),
+        (EVENT_BATCHES, "batch_key"),
+    ):
         conn.executemany(
             f"DELETE FROM {table} WHERE {key} >= (SELECT run_key * {SEQ_SPAN} FROM {RUNS} "
             f"WHERE run_id = ?1) AND {key} < (SELECT (run_key + 1) * {SEQ_SPAN} FROM {RUNS} "
