@@ -230,11 +230,11 @@ async def _load(
 
 
 def _steps_in(piece: StepPiece) -> int:
-    return piece.last_seq - piece.first_seq + 1 if type(piece) is StepBlock else 1
+    return piece.last_seq - piece.first_seq + 1 if isinstance(piece, StepBlock) else 1
 
 
 def _last_seq(piece: StepPiece) -> int:
-    return piece.last_seq if type(piece) is StepBlock else piece.seq  # type: ignore[union-attr]
+    return piece.last_seq if isinstance(piece, StepBlock) else piece.seq
 
 
 async def load_latest(

@@ -79,8 +79,8 @@ class StepBlock(NamedTuple):
     those with ``first_seq <= seq <= last_seq``.
 
     ``body`` holds their sealed bodies one after the other, unchanged; ``head`` is sealed
-    JSON naming each one's agent and where it ends in ``body``, and the checksum of
-    ``body``.
+    JSON naming each one's agent, where it ends in ``body`` and where its data is, and the
+    checksum of ``body``.
     """
 
     run_id: str

@@ -198,7 +198,10 @@ class RunBook:
             for c in await self.store.list_checkpoints(run.run_id)
             if c.seq <= record.seq
         ]
-        later = await self.store.load_steps(run.run_id, record.seq, record.seq + 1)
+        try:
+            later = bool(await self.store.load_steps(run.run_id, record.seq, record.seq + 1))
+        except CheckpointCorruptedError:  # recorded, in a damaged block the truncation drops
+            later = True
         replay_until = record.seq if later else max(run.step_seq, record.seq) + 1
         return await self._resume(run, state, kept, listeners, replay_until=replay_until)
 

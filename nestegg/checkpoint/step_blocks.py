@@ -20,6 +20,7 @@ import bisect
 import zlib
 from collections.abc import Sequence
 from itertools import accumulate, repeat
+from operator import add, le, lt, sub
 from typing import NamedTuple
 
 from nestegg.checkpoint.codec import SEALED_BODY_AT, all_intact, seal_json, unseal_json
@@ -78,8 +79,8 @@ def block_where(block: StepBlock) -> str:
 
 
 def read_head(block: StepBlock) -> BlockHead:
-    """The block's head, checked against the block (its checksum, the steps it names and
-    the bounds of their records).
+    """The block's head, checked against the block (its checksum, the steps it names, the
+    bounds of their records and where their data is).
 
     Raises:
         CheckpointCorruptedError: the head is damaged or does not fit the block.
@@ -95,14 +96,28 @@ def read_head(block: StepBlock) -> BlockHead:
             and set(map(type, agents)) == {str}
             and set(map(type, ends)) == set(map(type, data_keys)) == {int}
             and type(checksum) is str
-            and ends[-1] == len(block.body)
-            and all(map(int.__lt__, [0, *ends[:-1]], ends))
+            and _bounds_fit(block.body, ends, data_keys)
         )
     except (KeyError, TypeError, IndexError):
         fits = False
     if not fits:
         raise CheckpointCorruptedError(f"{where} does not describe its records")
     return BlockHead(agents, ends, data_keys, checksum)
+
+
+def _bounds_fit(body: bytes, ends: list[int], data_keys: list[int]) -> bool:
+    """Whether the records' ends rise to the body's end, and each data key is -1 (no data)
+    or inside its own record's body with room for some data and the two closing braces."""
+    starts = [0, *ends[:-1]]
+    with_data = len(data_keys) - data_keys.count(-1)
+    lowest = map(add, starts, repeat(SEALED_BODY_AT))
+    highest = map(sub, ends, repeat(len(DATA_KEY) + 3))
+    return (
+        ends[-1] == len(body)
+        and all(map(lt, starts, ends))
+        and sum(map(le, lowest, data_keys)) == with_data  # never true for a -1
+        and all(map(le, data_keys, highest))
+    )
 
 
 def body_intact(block: StepBlock, head: BlockHead) -> bool:
@@ -131,10 +146,10 @@ def step_records(pieces: Sequence[StepPiece]) -> list[StepRecord]:
     """The step records of pieces read in order, blocks unpacked."""
     records: list[StepRecord] = []
     for piece in pieces:
-        if type(piece) is StepBlock:
+        if isinstance(piece, StepBlock):
             records.extend(unpack_block(piece))
         else:
-            records.append(piece)  # type: ignore[arg-type]
+            records.append(piece)
     return records
 
 

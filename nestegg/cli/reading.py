@@ -11,7 +11,8 @@ import orjson
 from nestegg.checkpoint.codec import unseal, unseal_json
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
+from nestegg.checkpoint.step_blocks import unpack_block
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import (
     CheckpointInfo,
@@ -139,6 +140,19 @@ def step_row(seq: int, agent: str, body: bytes, run_id: str) -> dict[str, Any]:
         }
 
 
+def step_rows(piece: StepRecord | StepBlock, run_id: str) -> list[dict[str, Any]]:
+    """The rows of a step record or of a block of them (each ``damaged`` when its block's
+    head cannot be read: where the records lie in it is then unknown)."""
+    if isinstance(piece, StepRecord):
+        return [step_row(piece.seq, piece.agent, piece.body, run_id)]
+    try:
+        records = unpack_block(piece)
+    except CheckpointCorruptedError:
+        seqs = range(piece.first_seq, piece.last_seq + 1)
+        return [step_row(seq, "?", b"", run_id) for seq in seqs]
+    return [step_row(r.seq, r.agent, r.body, run_id) for r in records]
+
+
 def _decoded(read: Any, run: RunRecord) -> Any:
     try:
         return read(run)
@@ -156,10 +170,11 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
     for checkpoint in checkpoints:
         by_seq.setdefault(checkpoint.seq, []).append(checkpoint.checkpoint_id)
     steps = []
-    for record in await store.load_steps(run.run_id, after=after):
-        row = step_row(record.seq, record.agent, record.body, run.run_id)
-        row["checkpoints"] = by_seq.get(record.seq, [])
-        steps.append(row)
+    for piece in await store.load_history(run.run_id):  # blocks whole: heads read here
+        for row in step_rows(piece, run.run_id):
+            if row["seq"] > after:
+                row["checkpoints"] = by_seq.get(row["seq"], [])
+                steps.append(row)
     row = run_row(run, checkpoints[-1] if checkpoints else None, full_error=True)
     error = row["error"] or {}
     failed = (

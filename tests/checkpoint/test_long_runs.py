@@ -116,3 +116,26 @@ async def test_a_damaged_block_falls_back_past_every_checkpoint_that_needs_it(
     assert len(result["steps"]) == STEPS
     assert sorted(resumed.histories) == list(range(1, STEPS + 1))  # from the input again
     await reopened.close()
+
+
+async def test_a_damaged_later_block_does_not_stop_a_resume_from_before_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    whole, expected = await whole_run(store)
+    first = Loop(store, keep_latest=None)
+    await first.clutch.run({"steps": []}, run_id="again")
+    [checkpoint] = [
+        c for c in await first.clutch.list_checkpoints("again") if c.seq == STEP_BLOCK_STEPS
+    ]
+    await store.close()
+    rewrite_block(path, "head", 40, block=3)  # the second block of run "again"
+    reopened = SQLiteCheckpointStorage(path)
+    again = Loop(reopened, keep_latest=None)
+    assert await again.clutch.resume(checkpoint.checkpoint_id) == expected
+    assert sorted(again.histories) == list(range(STEP_BLOCK_STEPS + 1, STEPS + 1))
+    assert [len(h) for h in again.histories.values()] == [
+        len(whole.histories[turn]) for turn in again.histories
+    ]
+    await reopened.close()

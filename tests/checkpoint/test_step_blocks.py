@@ -115,6 +115,39 @@ def test_a_sealed_head_of_the_wrong_shape_is_corrupted(head: Any) -> None:
         read_head(block)
 
 
+def _with_data_keys(block: StepBlock, change: Any) -> StepBlock:
+    head = read_head(block)
+    fields = {"seq": block.first_seq, "agents": head.agents, "ends": head.ends}
+    data = change(list(head.data_keys))
+    return block._replace(head=seal_json({**fields, "data": data, "crc": head.checksum}))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda keys: [-5] * len(keys), id="negative"),
+        pytest.param(lambda keys: [0] * len(keys), id="in-the-seal"),
+        pytest.param(lambda keys: [10**9] * len(keys), id="past-the-end"),
+        pytest.param(lambda keys: [*keys[1:], keys[0]], id="another-record's"),
+        pytest.param(lambda keys: [7 if k == -1 else k for k in keys], id="where-there-is-none"),
+    ],
+)
+def test_data_offsets_outside_their_records_body_are_corrupted(change: Any) -> None:
+    block = block_of(records_of(LONG))
+    assert read_head(_with_data_keys(block, lambda keys: keys)) == read_head(block)
+    with pytest.raises(CheckpointCorruptedError, match="does not describe its records"):
+        read_head(_with_data_keys(block, change))
+
+
+def test_a_data_offset_off_within_its_record_fails_when_the_history_is_decoded() -> None:
+    records = records_of(LONG)
+    block = _with_data_keys(block_of(records), lambda keys: [keys[0] + 1, *keys[1:]])
+    entries = _history_entries([block], "r")
+    history = StoredHistory("r", {"source": "input", "data": 0}, entries)
+    with pytest.raises(CheckpointCorruptedError, match="data of step 1 of run 'r'"):
+        history.decode()
+
+
 def test_any_flipped_byte_of_the_body_fails_the_blocks_checksum() -> None:
     block = block_of(records_of(LONG))
     head = read_head(block)

@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import orjson
 import pytest
@@ -15,9 +16,10 @@ import pytest
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores import open_store
-from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
 from tests.cli.conftest import Cli, Filled, json_of
 from tests.cli.pipeline_app import POLICY, build
+from tests.stores.test_sqlite_blocks import rewrite_block
 
 RUN_KEYS = {
     "run_id", "pipeline", "status", "interrupted", "steps", "last_checkpoint", "created_at",
@@ -277,3 +279,32 @@ def test_terminal_output_fits_the_width(cli: Cli, filled: Filled, columns: int) 
     assert "\x1b[" in state.stdout  # highlighted
     assert json_of(cli("inspect", filled.ok, "-s", filled.url, "--json", "--path", "data",
                        **terminal))["name"] == "Acme"  # fmt: skip
+
+
+def test_show_marks_the_steps_of_a_block_with_a_damaged_head(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "long.db"
+    url = f"sqlite:///{path}"
+
+    async def long_run() -> None:
+        store = open_store(url)
+        clutch = Clutch("cli-long", strategy=Strategy.ROUND_ROBIN, max_turns=STEP_BLOCK_STEPS + 9,
+                        checkpoint=CheckpointConfig(storage=store))  # fmt: skip
+
+        @clutch.agent()
+        async def tick(n: int) -> int:
+            return n + 1
+
+        await clutch.run(0, run_id="long")
+        await store.close()
+
+    asyncio.run(long_run())
+    rewrite_block(path, "head", 30)
+    details = json_of(cli("show", "long", "--store", url, "--all", "--json"))
+    outcomes = [(s["seq"], s["agent"], s["outcome"]) for s in details["steps"]]
+    assert outcomes[:STEP_BLOCK_STEPS] == [(n, "?", "damaged") for n in range(1, 257)]
+    assert {outcome for _, _, outcome in outcomes[STEP_BLOCK_STEPS:]} == {"completed"}
+    assert len(outcomes) == STEP_BLOCK_STEPS + 9
+    text = cli("show", "long", "--store", url).stdout
+    shown = text.split("timeline\n", 1)[1].splitlines()[1:]
+    assert [line.split()[0] for line in shown] == [str(n) for n in range(236, 266)]
+    assert "damaged" in shown[0] and "damaged" not in shown[-1]

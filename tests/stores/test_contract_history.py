@@ -31,10 +31,10 @@ async def commit_at_once(
 
 
 async def history(
-    store: CheckpointStorage, run_id: str, upto: int | None = None
+    store: CheckpointStorage, run_id: str, upto: int | None = None, after: int = 0
 ) -> list[StepRecord]:
     """The records ``load_history`` gives, blocks unpacked."""
-    return step_records(await store.load_history(run_id, upto=upto))
+    return step_records(await store.load_history(run_id, after, upto))
 
 
 async def test_load_history_gives_every_record_in_order(store: CheckpointStorage) -> None:
@@ -63,6 +63,7 @@ async def test_load_steps_ranges_cut_across_blocks(
     run = await create(store)
     steps = await commit_at_once(store, run, range(1, STEPS + 1))
     assert await store.load_steps(run.run_id, after=after, upto=upto) == steps[after:upto]
+    assert await history(store, run.run_id, upto, after) == steps[after:upto]
 
 
 @pytest.mark.parametrize("after", [0, 1, BLOCK - 1, BLOCK, BLOCK + 100, 2 * BLOCK, STEPS - 1])
@@ -92,6 +93,19 @@ async def test_a_step_written_again_replaces_it_in_every_read(
     assert await store.load_steps(run.run_id) == expected
     assert await history(store, run.run_id) == expected
     assert await store.load_steps(run.run_id, after=seq - 1, upto=seq) == [again]
+
+
+async def test_a_step_written_again_survives_a_truncation_after_it_in_its_block(
+    store: CheckpointStorage,
+) -> None:
+    run = await create(store)
+    steps = await commit_at_once(store, run, range(1, STEPS + 1))
+    again = make_step(run.run_id, 100, agent="again", data="newer")
+    await store.commit(make_commit(run, steps=[again]))
+    await store.commit(make_commit(run, truncate_after=200))
+    expected = [*steps[:99], again, *steps[100:200]]
+    assert await store.load_steps(run.run_id) == expected
+    assert await history(store, run.run_id) == expected
 
 
 async def test_a_deleted_long_run_leaves_no_step_behind(store: CheckpointStorage) -> None:

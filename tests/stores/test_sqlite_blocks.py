@@ -32,6 +32,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 from nestegg.constants import COMPLETED, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointCorruptedError
 from tests.stores.builders import commit_steps, create, make_commit, make_run, make_step
+from tests.stores.test_sqlite_store import record_commit_threads
 
 BLOCK = STEP_BLOCK_STEPS
 
@@ -45,11 +46,13 @@ def table_rows(path: Path) -> dict[str, int]:
         }
 
 
-def rewrite_block(path: Path, column: str, change: int) -> None:
-    """Flip the byte at ``change`` of a column (head or body) of the run's first block."""
+def rewrite_block(path: Path, column: str, change: int, block: int = 0) -> None:
+    """Flip the byte at ``change`` of a column (head or body) of the file's first block
+    (or of the ``block``-th, from 0)."""
     with sqlite3.connect(path) as conn:
         key, value = conn.execute(
-            f"SELECT block_key, {column} FROM step_blocks ORDER BY block_key LIMIT 1"
+            f"SELECT block_key, {column} FROM step_blocks ORDER BY block_key LIMIT 1 OFFSET ?",
+            (block,),
         ).fetchone()
         damaged = bytearray(value)
         damaged[change] ^= 0x01
@@ -104,6 +107,17 @@ async def test_a_block_with_a_damaged_or_unusual_record_stays_loose(
     assert table_rows(tmp_path / "n.db") == {"steps": BLOCK, "step_blocks": 0}
     assert await store.load_steps(run.run_id) == steps
     assert await store.load_history(run.run_id) == steps
+
+
+async def test_a_commit_that_packs_a_block_runs_on_the_worker_thread(
+    store: SQLiteCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = record_commit_threads(monkeypatch)
+    run = await create(store)
+    await commit_steps(store, run, range(1, BLOCK + 2))
+    loop_thread = threading.get_ident()
+    assert threads[BLOCK - 1] != loop_thread  # step 256 packs the block
+    assert [*threads[: BLOCK - 1], threads[BLOCK]] == [loop_thread] * BLOCK
 
 
 @pytest.mark.parametrize(("slack", "packed"), [(0, 1), (-1, 0)])
@@ -291,7 +305,7 @@ async def test_a_read_takes_blocks_and_records_from_one_snapshot(
     writer = sqlite3.connect(tmp_path / "n.db", isolation_level=None)
     packing = make_commit(run, steps=steps[-1:], step_seq=BLOCK)
     read = WriterBetweenReads(reader, lambda: sqlite_store._commit(writer, packing, {}))
-    pieces = sqlite_blocks.load_history(read, (run.run_id, 0, MAX_SEQ))  # type: ignore[arg-type]
+    pieces = sqlite_blocks.read_history(read, (run.run_id, 0, MAX_SEQ))  # type: ignore[arg-type]
     assert step_records(pieces) == steps[:-1]  # what was there when the read began
     assert table_rows(tmp_path / "n.db") == {"steps": 0, "step_blocks": 1}
     reader.close()

@@ -423,7 +423,7 @@ async def test_the_loop_keeps_ticking_during_a_big_write(tmp_path: Path) -> None
 # --- which thread commits ------------------------------------------------------------------
 
 
-def _record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     threads: list[int] = []
     inner = sqlite_store._commit
 
@@ -438,7 +438,7 @@ def _record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_a_small_commit_with_the_lock_free_runs_on_the_loop_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threads = _record_commit_threads(monkeypatch)
+    threads = record_commit_threads(monkeypatch)
     store = SQLiteCheckpointStorage(tmp_path / "n.db")
     run = await create(store)
     for seq in (1, 2, 3):
@@ -451,7 +451,7 @@ async def test_a_small_commit_with_the_lock_free_runs_on_the_loop_thread(
 async def test_a_big_commit_or_a_taken_lock_goes_to_the_worker_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threads = _record_commit_threads(monkeypatch)
+    threads = record_commit_threads(monkeypatch)
     path = tmp_path / "n.db"
     store = SQLiteCheckpointStorage(path)
     run = await create(store)

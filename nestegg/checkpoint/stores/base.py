@@ -80,15 +80,20 @@ class CheckpointStorage(Protocol):
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
     ) -> list[StepRecord]:
-        """Step records with ``after < seq <= upto``, in order."""
+        """Step records with ``after < seq <= upto``, in order.
+
+        A store that keeps blocks of step records raises CheckpointCorruptedError when the
+        head of a block it has to open is damaged (a damaged record comes back as stored).
+        """
 
     async def load_history(
-        self, run_id: str, upto: int | None = None
+        self, run_id: str, after: int = 0, upto: int | None = None
     ) -> Sequence[StepRecord | StepBlock]:
-        """The step records with ``seq <= upto``, in order, as the store keeps them: one
-        by one, or packed in :class:`~nestegg.checkpoint.records.StepBlock` s (what a
-        resume reads; :func:`~nestegg.checkpoint.step_blocks.step_records` gives the
-        records). A store that keeps no blocks gives ``load_steps(run_id, upto=upto)``.
+        """The step records with ``after < seq <= upto``, in order, as the store keeps them:
+        one by one, or packed in :class:`~nestegg.checkpoint.records.StepBlock` s (what a
+        resume reads; a block is given whole only when all its steps are in the range, and
+        :func:`~nestegg.checkpoint.step_blocks.step_records` gives the records). A store
+        that keeps no blocks gives ``load_steps(run_id, after, upto)``.
         """
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:

@@ -32,8 +32,8 @@ from nestegg.checkpoint.records import (
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
 from nestegg.checkpoint.stores.sqlite_blocks import (
     blocks_completed,
-    load_history,
     pack_completed_blocks,
+    read_history,
     truncate_steps,
 )
 from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
@@ -248,9 +248,9 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        if packing := blocks_completed(commit):  # a block rewrites its steps' records
-            small = False
-            size += packing * STEP_BLOCK_STEPS * size // len(commit.steps)
+        if packing := blocks_completed(commit):  # writes its steps' records again
+            small = False  # ~300 KB for 256 steps of ~1 KB, and as many deleted rows
+            size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
@@ -261,9 +261,11 @@ class SQLiteCheckpointStorage:
         params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
         return await self._connection.call(_load_steps, params)
 
-    async def load_history(self, run_id: str, upto: int | None = None) -> list[StepPiece]:
-        params = (run_id, 0, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
-        return await self._connection.call(load_history, params)
+    async def load_history(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> list[StepPiece]:
+        params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
+        return await self._connection.call(read_history, params)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         query = (
@@ -329,7 +331,7 @@ def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> l
 
 
 def _load_steps(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StepRecord]:
-    return step_records(load_history(conn, params))
+    return step_records(read_history(conn, params))
 
 
 def _read_events(

@@ -175,7 +175,7 @@ INSERT_BLOCK = (
 DELETE_BLOCKS_AFTER = f"DELETE FROM {STEP_BLOCKS} WHERE block_key > ? AND block_key <= ?"
 SELECT_BLOCK_HOLDING = (
     f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
-    "WHERE block_key > ?1 + ?2 - ?3 AND block_key <= ?1 + ?2 AND last_seq > ?2"
+    "WHERE block_key > ?1 + max(?2 - ?3, 0) AND block_key <= ?1 + ?2 AND last_seq > ?2"
 )
 """The block of the run whose keys start at ``?1`` that holds step ``?2`` and later ones
 (blocks hold at most ``?3`` steps)."""
