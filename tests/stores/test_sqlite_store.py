@@ -478,9 +478,33 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     text = seal_json({"text": "y" * 20_000})
     for seq in range(1, 21):
         await store.commit(make_commit(run, steps=[StepRecord(run.run_id, seq, "a", text)]))
-    await store.get_run(run.run_id)  # after the queued WAL checkpoints on the worker
+    await store.close()  # waits for a WAL checkpoint under way
     assert path.stat().st_size > size_before + 10 * 20_000
     assert len(await store.load_steps(run.run_id)) == 20
+    await store.close()
+
+
+async def test_a_write_on_the_worker_does_not_wait_for_a_wal_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    inner = sqlite_connection.SQLiteConnection._checkpoint_wal
+
+    def slow_checkpoint(self: sqlite_connection.SQLiteConnection) -> None:
+        started.set()
+        release.wait(5)
+        inner(self)
+
+    monkeypatch.setattr(sqlite_connection.SQLiteConnection, "_checkpoint_wal", slow_checkpoint)
+    monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 1)
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+    assert await asyncio.to_thread(started.wait, 5)  # a checkpoint is under way
+    big = StepRecord(run.run_id, 2, "agent", seal_json({"text": "x" * 100_000}))
+    await asyncio.wait_for(store.commit(make_commit(run, steps=[big])), 2)  # on the worker
+    assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    release.set()
     await store.close()
 
 

@@ -202,7 +202,7 @@ class SQLiteCheckpointStorage:
     # -- the contract --------------------------------------------------------------------
 
     def _open_for_wal_checkpoints(self) -> sqlite3.Connection:
-        """A plain connection to the file, for WAL checkpoints (on the worker thread)."""
+        """A plain connection to the file, for WAL checkpoints (on their own thread)."""
         conn = sqlite3.connect(self._name, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         return conn
@@ -248,9 +248,8 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        if packing := blocks_completed(commit):  # writes its steps' records again
-            small = False  # ~300 KB for 256 steps of ~1 KB, and as many deleted rows
-            size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
+        if packing := blocks_completed(commit):  # writes its block's records again
+            size += packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)

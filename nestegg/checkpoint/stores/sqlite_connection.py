@@ -1,9 +1,10 @@
 """The SQLite store's one connection, and which thread uses it when.
 
-Anything that may wait runs on the store's worker thread, so the event loop never waits
-on a lock or on the disk: opening the file, reads, a write that has to wait for another
-connection's write lock, and the WAL checkpoints that copy the WAL back into the
-database (the only place ``synchronous=NORMAL`` syncs a file).
+Anything that may wait runs off the event loop, so it never waits on a lock or on the
+disk: opening the file, reads and a write that has to wait for another connection's
+write lock run on the store's worker thread; the WAL checkpoints that copy the WAL back
+into the database (the only place ``synchronous=NORMAL`` syncs a file) on a thread of
+their own.
 
 A write transaction that can take SQLite's write lock at once runs on the loop thread
 instead (:meth:`SQLiteConnection.write`): in WAL mode with ``synchronous=NORMAL`` a commit
@@ -15,12 +16,13 @@ waits with the usual busy timeout. The attempt is made only while the database i
 WAL mode (or in memory).
 
 WAL checkpoints are taken off the write path for the same reason: about every
-``SQLITE_WAL_AUTOCHECKPOINT_PAGES`` pages written (estimated from each write's size),
-the worker runs one on a second connection of its own, so writes go on while it syncs
-the files. SQLite's own automatic checkpoint stays on as a backstop at four times that
-(for writers that count nothing: other processes, short-lived stores). What may still
-touch the disk on the loop thread, rarely: that backstop, and the sync of the WAL
-header when SQLite starts reusing the WAL after a checkpoint.
+``SQLITE_WAL_AUTOCHECKPOINT_PAGES`` pages written (estimated from each write's size), a
+second thread runs one on a second connection of its own, so writes go on while it syncs
+the files, on the loop thread and on the worker alike. SQLite's own automatic checkpoint
+stays on as a backstop at four times that (for writers that count nothing: other
+processes, short-lived stores). What may still touch the disk on the loop thread, rarely:
+that backstop, and the sync of the WAL header when SQLite starts reusing the WAL after a
+checkpoint.
 
 A child process made by ``fork()`` drops the parent's connection and thread without
 touching them (SQLite connections must not cross a fork) and opens its own.
@@ -88,6 +90,10 @@ def _hand_back(
         pass
 
 
+def _nothing() -> None:
+    pass
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -151,6 +157,7 @@ class SQLiteConnection:
         self._setup_lock = threading.Lock()
         self._wal_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._wal_executor: ThreadPoolExecutor | None = None
         self._wal_bytes = 0
         self._inline_ok = False
         self._waits = True
@@ -184,7 +191,11 @@ class SQLiteConnection:
         if self._executor is None:
             return
         executor, self._executor = self._executor, None
+        wal_executor, self._wal_executor = self._wal_executor, None
         try:
+            if wal_executor is not None:  # let a WAL checkpoint under way finish
+                await asyncio.wrap_future(wal_executor.submit(_nothing))
+                wal_executor.shutdown(wait=True)
             await asyncio.wrap_future(executor.submit(self._close))
         finally:
             executor.shutdown(wait=True)
@@ -200,10 +211,18 @@ class SQLiteConnection:
                 executor = self._executor
         return executor
 
+    def _wal_worker(self) -> ThreadPoolExecutor:
+        with self._setup_lock:
+            if self._wal_executor is None:
+                self._wal_executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="nestegg-sqlite-wal"
+                )
+            return self._wal_executor
+
     def _forget_after_fork(self) -> None:
-        """In a forked child: drop the parent's connection and thread, untouched."""
+        """In a forked child: drop the parent's connections and threads, untouched."""
         self._conn = self._wal_conn = None
-        self._executor = None
+        self._executor = self._wal_executor = None
         self._lock, self._setup_lock, self._wal_lock = (threading.Lock() for _ in range(3))
         self._wal_bytes = 0
 
@@ -299,10 +318,10 @@ class SQLiteConnection:
         self._wal_bytes += _WAL_BYTES_PER_WRITE + 2 * size
         if self._wal_bytes >= _WAL_BYTES_PER_CHECKPOINT:
             self._wal_bytes = 0
-            self._worker().submit(self._checkpoint_wal)
+            self._wal_worker().submit(self._checkpoint_wal)
 
     def _checkpoint_wal(self) -> None:
-        """Copy the WAL back into the database, beside the writers (on the worker)."""
+        """Copy the WAL back into the database, beside the writers (on its own thread)."""
         try:
             with self._wal_lock:
                 if self._wal_conn is None and self._wal_opener is not None:
