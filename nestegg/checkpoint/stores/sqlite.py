@@ -70,6 +70,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_INLINE_PACK_BYTES,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
@@ -250,6 +251,7 @@ class SQLiteCheckpointStorage:
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
         if packing := blocks_completed(commit):  # writes its block's records again
             size += packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
+            small = small and size <= SQLITE_INLINE_PACK_BYTES
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
