@@ -74,9 +74,6 @@ Each such checkpoint syncs the WAL and the database: the larger this, the fewer 
 per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
 SQLITE_INLINE_WRITE_BYTES = 64 * 1024
 """Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
-SQLITE_INLINE_PACK_BYTES = 512 * 1024
-"""A commit that packs a block of steps may run on the event loop's thread if the block is
-about this size or smaller (a few milliseconds of work; larger ones go to the worker)."""
 SQLITE_PAGE_SIZE = 4096
 """Bytes of a database page (SQLite's default)."""
 SQLITE_PAGES_PER_WRITE = 8

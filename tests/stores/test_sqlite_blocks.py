@@ -109,27 +109,16 @@ async def test_a_block_with_a_damaged_or_unusual_record_stays_loose(
     assert await store.load_history(run.run_id) == steps
 
 
-async def test_a_commit_that_packs_a_block_runs_on_the_loop_thread_too(
+async def test_a_commit_that_packs_a_block_runs_on_the_worker_thread(
     store: SQLiteCheckpointStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads = record_commit_threads(monkeypatch)
     run = await create(store)
     await commit_steps(store, run, range(1, BLOCK + 2))
-    assert threads == [threading.get_ident()] * (BLOCK + 1)  # step 256 packs the block
-    assert table_rows(tmp_path / "n.db") == {"steps": 1, "step_blocks": 1}
-
-
-async def test_a_commit_that_packs_a_big_block_runs_on_the_worker_thread(
-    store: SQLiteCheckpointStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    threads = record_commit_threads(monkeypatch)
-    run = await create(store)
-    steps = [make_step(run.run_id, seq, data="x" * 3000) for seq in range(1, BLOCK + 1)]
-    for step in steps:
-        await store.commit(make_commit(run, steps=[step], step_seq=step.seq))
     loop_thread = threading.get_ident()
-    assert threads[:-1] == [loop_thread] * (BLOCK - 1) and threads[-1] != loop_thread
-    assert table_rows(tmp_path / "n.db") == {"steps": 0, "step_blocks": 1}
+    assert threads[BLOCK - 1] != loop_thread  # step 256 packs the block
+    assert [*threads[: BLOCK - 1], threads[BLOCK]] == [loop_thread] * BLOCK
+    assert table_rows(tmp_path / "n.db") == {"steps": 1, "step_blocks": 1}
 
 
 @pytest.mark.parametrize(("slack", "packed"), [(0, 1), (-1, 0)])

@@ -478,10 +478,12 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     text = seal_json({"text": "y" * 20_000})
     for seq in range(1, 21):
         await store.commit(make_commit(run, steps=[StepRecord(run.run_id, seq, "a", text)]))
-    await store.close()  # waits for a WAL checkpoint under way
-    assert path.stat().st_size > size_before + 10 * 20_000
+    wal_thread = store._connection._wal_worker()
+    await asyncio.wrap_future(wal_thread.submit(lambda: None))  # after the checkpoints
+    assert path.stat().st_size > size_before + 10 * 20_000  # the store still open
     assert len(await store.load_steps(run.run_id)) == 20
     await store.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("nestegg-sqlite")]
 
 
 async def test_a_write_on_the_worker_does_not_wait_for_a_wal_checkpoint(

@@ -1,9 +1,10 @@
 """The embedded default store: one SQLite file, stdlib ``sqlite3`` in WAL mode.
 
-One connection per store; :mod:`~nestegg.checkpoint.stores.sqlite_connection` decides
-which thread uses it: a step's commit runs on the loop thread when SQLite's write lock
-is free at once, everything that may wait runs on the store's worker thread, so the
-event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
+One connection per store (and one for WAL checkpoints);
+:mod:`~nestegg.checkpoint.stores.sqlite_connection` decides which thread uses it: a
+step's commit runs on the loop thread when SQLite's write lock is free at once,
+everything that may wait on the store's worker thread (WAL checkpoints on their own), so
+the event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
 transactions, which makes many runs in one process and several processes on one file
 safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
 synced at WAL checkpoints).
@@ -70,7 +71,6 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
-    SQLITE_INLINE_PACK_BYTES,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
@@ -216,7 +216,7 @@ class SQLiteCheckpointStorage:
         await self._connection.call(lambda conn: None)
 
     async def close(self) -> None:
-        """Close the connection and stop the worker thread; a later call reopens them."""
+        """Close the connections and stop the threads; a later call reopens them."""
         await self._connection.close()
 
     async def create_run(self, run: RunRecord) -> None:
@@ -249,9 +249,9 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        if packing := blocks_completed(commit):  # writes its block's records again
-            size += packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
-            small = small and size <= SQLITE_INLINE_PACK_BYTES
+        if packing := blocks_completed(commit):  # rewrites a block's records: on the worker
+            small = False  # (its size is not known before it is read)
+            size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
@@ -312,7 +312,7 @@ class SQLiteCheckpointStorage:
         return await self._connection.write(_expire_runs, query, params, small=False)
 
 
-# -- work done on the worker thread ---------------------------------------------------------
+# -- work done on the worker thread (or on the loop thread, for a write that can) ------------
 
 
 def _run_filter(pipeline: str | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:

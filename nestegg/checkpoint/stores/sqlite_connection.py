@@ -24,7 +24,7 @@ processes, short-lived stores). What may still touch the disk on the loop thread
 that backstop, and the sync of the WAL header when SQLite starts reusing the WAL after a
 checkpoint.
 
-A child process made by ``fork()`` drops the parent's connection and thread without
+A child process made by ``fork()`` drops the parent's connections and threads without
 touching them (SQLite connections must not cross a fork) and opens its own.
 """
 
@@ -90,10 +90,6 @@ def _hand_back(
         pass
 
 
-def _nothing() -> None:
-    pass
-
-
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -128,7 +124,8 @@ def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
 
 
 class SQLiteConnection:
-    """One lazily opened connection, shared by the loop thread and one worker thread.
+    """One lazily opened connection, shared by the loop thread and one worker thread, and
+    a second one for WAL checkpoints, on a thread of its own.
 
     Args:
         opener: opens and sets up the connection (on the worker thread).
@@ -187,18 +184,23 @@ class SQLiteConnection:
         return result
 
     async def close(self) -> None:
-        """Close the connection and stop the worker thread; a later call reopens them."""
-        if self._executor is None:
-            return
+        """Close the connections and stop the threads; a later call reopens them.
+
+        The work already queued, and a WAL checkpoint under way, finish first; off the
+        loop thread, and to the end even if the caller is cancelled.
+        """
         executor, self._executor = self._executor, None
         wal_executor, self._wal_executor = self._wal_executor, None
-        try:
-            if wal_executor is not None:  # let a WAL checkpoint under way finish
-                await asyncio.wrap_future(wal_executor.submit(_nothing))
-                wal_executor.shutdown(wait=True)
-            await asyncio.wrap_future(executor.submit(self._close))
-        finally:
-            executor.shutdown(wait=True)
+        if executor is None and wal_executor is None:
+            return
+
+        def shut_down() -> None:
+            for pool in (executor, wal_executor):
+                if pool is not None:
+                    pool.shutdown(wait=True)
+            self._close()
+
+        await asyncio.to_thread(shut_down)
 
     def _worker(self) -> ThreadPoolExecutor:
         executor = self._executor
@@ -313,7 +315,7 @@ class SQLiteConnection:
         return True
 
     def _count_write(self, size: int) -> None:
-        if self._wal_opener is None:
+        if self._wal_opener is None or self._executor is None:  # closed meanwhile
             return
         self._wal_bytes += _WAL_BYTES_PER_WRITE + 2 * size
         if self._wal_bytes >= _WAL_BYTES_PER_CHECKPOINT:
