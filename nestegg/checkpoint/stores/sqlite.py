@@ -249,7 +249,7 @@ class SQLiteCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         size = commit.size()
         small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        if packing := blocks_completed(commit):  # rewrites a block's records: on the worker
+        if packing := len(blocks_completed(commit)):  # rewrites a block: on the worker
             small = False  # (its size is not known before it is read)
             size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
         if len(self._run_keys) > RUN_KEYS_KEPT:

@@ -38,16 +38,15 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 from nestegg.constants import STEP_BLOCK_MAX_BYTES, STEP_BLOCK_STEPS
 
 
-def blocks_completed(commit: Commit) -> int:
-    """How many blocks the commit's steps complete (each may be packed by it)."""
-    return sum(1 for step in commit.steps if not step.seq % STEP_BLOCK_STEPS)
+def blocks_completed(commit: Commit) -> list[int]:
+    """The last steps of the blocks the commit's steps complete (each may be packed by it)."""
+    return [step.seq for step in commit.steps if not step.seq % STEP_BLOCK_STEPS]
 
 
 def pack_completed_blocks(conn: sqlite3.Connection, commit: Commit, base: int) -> None:
     """Pack the blocks the commit's steps complete (inside its transaction)."""
-    for step in commit.steps:
-        if not step.seq % STEP_BLOCK_STEPS:
-            _pack(conn, commit.run_id, base, step.seq - STEP_BLOCK_STEPS)
+    for last in blocks_completed(commit):
+        _pack(conn, commit.run_id, base, last - STEP_BLOCK_STEPS)
 
 
 def _pack(conn: sqlite3.Connection, run_id: str, base: int, before: int) -> None:
@@ -86,9 +85,6 @@ def truncate_steps(conn: sqlite3.Connection, run_id: str, base: int, after: int)
 @contextmanager
 def read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
     """The statements of the block read one snapshot of the database."""
-    if conn.in_transaction:
-        yield
-        return
     conn.execute("BEGIN")
     try:
         yield
