@@ -312,3 +312,22 @@ async def test_a_read_takes_blocks_and_records_from_one_snapshot(
     reader.close()
     writer.close()
     assert await store.load_steps(run.run_id) == steps
+
+
+async def test_a_truncation_into_a_block_with_a_damaged_head_is_refused_and_changes_nothing(
+    store: SQLiteCheckpointStorage, tmp_path: Path
+) -> None:
+    run = await create(store)
+    steps = [make_step(run.run_id, seq) for seq in range(1, BLOCK + 11)]
+    await commit_at_once(store, run, steps)
+    await store.close()
+    rewrite_block(tmp_path / "n.db", "head", 30)
+    with sqlite3.connect(tmp_path / "n.db") as conn:
+        before = conn.execute("SELECT block_key, head, body FROM step_blocks").fetchall()
+    message = f"the block of steps 1 to {BLOCK} of run {run.run_id!r}"
+    with pytest.raises(CheckpointCorruptedError, match=message):
+        await store.commit(make_commit(run, truncate_after=100))
+    assert table_rows(tmp_path / "n.db") == {"steps": 10, "step_blocks": 1}
+    with sqlite3.connect(tmp_path / "n.db") as conn:
+        assert conn.execute("SELECT block_key, head, body FROM step_blocks").fetchall() == before
+    assert await store.load_steps(run.run_id, after=BLOCK) == steps[BLOCK:]
