@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
-from nestegg.checkpoint.codec import encode_value, seal
+from nestegg.checkpoint.codec import encode_value, seal, unseal_value
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import active_runs, current_owner, is_interrupted, owner_alive
@@ -78,17 +78,18 @@ class RunBook:
     async def run(self, input_data: Any, run_id: str | None, listeners: StepListeners) -> Any:
         """Start a new run (or return the stored result of a completed one)."""
         run_id = self._run_id(run_id) or new_run_id()
+        data = to_plain(input_data)
+        sealed_input = seal(encode_value(data, "input"))
         store = await self.ready()
         existing = await store.get_run(run_id)
         if existing is not None:
-            return self._existing(existing)
-        data = to_plain(input_data)
+            return self._existing(existing, sealed_input)
         now = time.time()
         record = RunRecord(
             run_id=run_id,
             pipeline=self.clutch.name,
             status=RUNNING,
-            input=seal(encode_value(data, "input")),
+            input=sealed_input,
             created_at=now,
             updated_at=now,
             fence=1,
@@ -99,23 +100,35 @@ class RunBook:
             await store.create_run(record)
         except RunExistsError:
             raced = await store.get_run(run_id)
-            return self._existing(raced) if raced else None
+            return self._existing(raced, sealed_input) if raced else None
         ctx = self.clutch._new_context(run_id, data)
         execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
         base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
         return await self._execute(record, execution, base, [], (RUN_STARTED, {}), data)
 
-    def _existing(self, run: RunRecord) -> Any:
+    def _existing(self, run: RunRecord, sealed_input: bytes) -> Any:
+        """What run() does with an id that exists: the result of a completed run of the
+        same input; otherwise a RunExistsError (or RunLockedError) saying what to do."""
         if run.status == COMPLETED:
+            if not _same_input(run, sealed_input):
+                raise RunExistsError(
+                    f"run {run.run_id!r} completed with a different input: a run id names "
+                    f"one run of one input; pass a new id for this input "
+                    f"(run(input, run_id=...)), or delete_run({run.run_id!r}) first to run "
+                    "it again under this id",
+                    run.run_id,
+                )
             return run_result(run)
-        if owner_alive(run, time.time()):
+        now = time.time()
+        if owner_alive(run, now):
             raise RunLockedError(
                 f"run {run.run_id!r} is being executed by another process "
                 f"(pid {run.owner.pid if run.owner else '?'})",
                 run.run_id,
             )
+        status = "interrupted" if is_interrupted(run, now) else run.status
         raise RunExistsError(
-            f"run {run.run_id!r} exists with status {run.status!r}: continue it with "
+            f"run {run.run_id!r} exists with status {status!r}: continue it with "
             f"resume_latest({run.run_id!r})",
             run.run_id,
         )
@@ -373,6 +386,17 @@ class RunBook:
                         run.run_id, [c.checkpoint_id for c in surplus]
                     )
         return {"runs_expired": len(expired), "checkpoints_pruned": pruned}
+
+
+def _same_input(run: RunRecord, sealed_input: bytes) -> bool:
+    """Whether ``run`` was started with the input sealed as ``sealed_input``: the stored
+    bytes compared first, the decoded values when they differ (the keys of a dict in
+    another order)."""
+    stored = bytes(run.input)
+    if stored == sealed_input:
+        return True
+    where = f"input of run {run.run_id!r}"
+    return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
 
 
 def run_input_of(run: RunRecord) -> Any:

@@ -66,7 +66,7 @@ async def test_the_default_store_is_sqlite_in_nestegg_home(
     # Another Clutch (another process) finds the run in the same place.
     again, again_calls = pipeline(CheckpointConfig())
     async with again:
-        assert await again.run([], run_id="default") == ["in", "first", "second"]
+        assert await again.run(["in"], run_id="default") == ["in", "first", "second"]
         [info] = await again.list_runs()
         assert info.run_id == "default" and info.status == "completed"
     assert calls == ["first", "second"] and again_calls == []

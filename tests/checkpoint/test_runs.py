@@ -24,7 +24,7 @@ from nestegg.errors import (
     RunNotFoundError,
 )
 
-from .conftest import Flaky, Pipeline, stored_view, wait_for
+from .conftest import Flaky, Pipeline, config, stored_view, wait_for
 
 FOREIGN_HOST = "elsewhere#00000000"
 
@@ -58,13 +58,62 @@ async def test_run_of_a_completed_run_returns_its_result_without_executing(
     before = await stored_view(checkpoint_store, "done")
 
     again = Pipeline(checkpoint_store)
-    assert await again.clutch.run(["other", "input"], run_id="done") == ["a", "b", "c"]
+    assert await again.clutch.run([], run_id="done") == ["a", "b", "c"]
     restarted = Pipeline(await reopen_store())
     assert await restarted.clutch.run([], run_id="done") == ["a", "b", "c"]
     assert await restarted.clutch.resume_latest("done") == ["a", "b", "c"]
 
     assert again.calls == [] and restarted.calls == []
     assert await stored_view(checkpoint_store, "done") == before
+
+
+async def test_run_of_a_completed_run_with_another_input_raises_run_exists(
+    checkpoint_store: CheckpointStorage,
+    reopen_store: Callable[[], Awaitable[CheckpointStorage]],
+) -> None:
+    first = Pipeline(checkpoint_store)
+    assert await first.clutch.run(["alice"], run_id="fixed") == ["alice", "a", "b", "c"]
+    before = await stored_view(checkpoint_store, "fixed")
+
+    for store in (checkpoint_store, await reopen_store()):
+        again = Pipeline(store)
+        with pytest.raises(RunExistsError) as raised:
+            await again.clutch.run(["bob"], run_id="fixed")
+        assert again.calls == []
+        message = str(raised.value)
+        assert raised.value.run_id == "fixed"
+        assert "completed" in message and "different input" in message
+        assert "run_id=" in message and "delete_run('fixed')" in message
+        with pytest.raises(RunExistsError, match="different input"):
+            await (await again.clutch.submit(["alice", "bob"], run_id="fixed")).result(5)
+        with pytest.raises(RunExistsError, match="different input"):
+            _ = [event async for event in again.clutch.stream([], run_id="fixed")]
+        assert await again.clutch.run(["alice"], run_id="fixed") == ["alice", "a", "b", "c"]
+    assert await stored_view(checkpoint_store, "fixed") == before
+
+
+async def test_same_input_is_recognised_in_any_key_order_and_as_a_model(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    from pydantic import BaseModel
+
+    class Ticket(BaseModel):
+        customer: str
+        amount: float
+
+    clutch = Clutch("keys", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def echo(data: dict[str, object]) -> dict[str, object]:
+        return {**data, "seen": True}
+
+    first = await clutch.run({"customer": "alice", "amount": 1.5}, run_id="k")
+    assert await clutch.run({"amount": 1.5, "customer": "alice"}, run_id="k") == first
+    assert await clutch.run(Ticket(customer="alice", amount=1.5), run_id="k") == first
+    with pytest.raises(RunExistsError, match="different input"):
+        await clutch.run({"customer": "alice", "amount": 2.5}, run_id="k")
+    with pytest.raises(RunExistsError, match="different input"):
+        await clutch.run({"customer": "alice", "amount": 1.5, "x": None}, run_id="k")
 
 
 async def test_run_of_a_failed_run_raises_run_exists_naming_resume_latest(
@@ -107,8 +156,9 @@ async def test_run_of_an_interrupted_run_raises_run_exists(
     gone = Owner(host=FOREIGN_HOST, pid=12345, started="1")
     await take_over(checkpoint_store, "orphan", gone, lease=-1.0)
 
-    with pytest.raises(RunExistsError, match=r"resume_latest\('orphan'\)"):
+    with pytest.raises(RunExistsError, match=r"resume_latest\('orphan'\)") as raised:
         await pipeline.clutch.run([], run_id="orphan")
+    assert "interrupted" in str(raised.value) and "running" not in str(raised.value)
     assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["orphan"]
 
 
@@ -188,8 +238,11 @@ async def test_run_id_argument_overrides_the_configured_one(
 
     assert await pipeline.clutch.run(["y"]) == ["y", "a", "b", "c"]
     assert {r.run_id for r in await pipeline.clutch.list_runs()} == {"given", "configured"}
-    # The configured id now names a completed run: run() returns its result.
-    assert await pipeline.clutch.run(["z"]) == ["y", "a", "b", "c"]
+    # The configured id now names a completed run: run() of its input returns its result,
+    # run() of another input is refused.
+    assert await pipeline.clutch.run(["y"]) == ["y", "a", "b", "c"]
+    with pytest.raises(RunExistsError, match=r"different input.*delete_run\('configured'\)"):
+        await pipeline.clutch.run(["z"])
     assert pipeline.calls == ["a", "b", "c"] * 2
 
 
