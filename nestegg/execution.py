@@ -79,12 +79,28 @@ def replay_entry(
         raise NonDeterminismError(
             f"step {step}, call {position}: the journal recorded "
             f"{recorded.get('function')}(args {recorded.get('args')}) but the step now calls "
-            f"{function}(args {digest}); pass replay='rerun' to call again"
+            f"{function}(args {digest}); {_likely_cause(recorded.get('function') != function)}"
         )
     error = recorded.get("error")
     if error is not None:
         raise JournaledCallError(function, str(error.get("type")), str(error.get("message")))
     return recorded.get("result")
+
+
+def _likely_cause(other_function: bool) -> str:
+    """What usually makes a re-executed step call something else, and what to do."""
+    if other_function:
+        cause = (
+            "was the function renamed or moved, or the agent changed to call another one? "
+            "Give a function a fixed name with durable(name=...); "
+        )
+    else:
+        cause = (
+            "an argument differs from the recorded call's: does it change between runs "
+            "(a timestamp, a random id, data read anew)? Pass such values in the run's "
+            "input or compute them inside the journaled call; "
+        )
+    return cause + "replay='rerun' calls again, paying for the call again"
 
 
 class NullRecorder:

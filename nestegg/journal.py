@@ -40,6 +40,7 @@ import orjson
 from nestegg.context import current_context
 from nestegg.errors import ConfigurationError
 from nestegg.journal_results import rebuild_result, underlying
+from nestegg.module_names import stable_module_name
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -105,6 +106,11 @@ def _check_on(value: object) -> None:
             raise ConfigurationError(f"{expected}, got {value!r}: {item!r} is not one")
 
 
+def _check_name(name: object) -> None:
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ConfigurationError(f"durable(name=...) must be a non-empty str, got {name!r}")
+
+
 def _check_options(replay: object, retry: object) -> None:
     if replay not in ("record", "rerun"):
         raise ConfigurationError(f"replay must be 'record' or 'rerun', got {replay!r}")
@@ -116,13 +122,17 @@ def _check_options(replay: object, retry: object) -> None:
 
 
 def function_name(fn: Callable[..., Any]) -> str:
-    """The qualified name that identifies a journaled function.
+    """The qualified name that identifies a journaled function: ``module.qualname``.
 
     Decorators that set ``__wrapped__`` (such as :func:`durable`) and
-    ``functools.partial`` are seen through: the name is the underlying function's.
+    ``functools.partial`` are seen through: the name is the underlying function's. The
+    module is named as it is imported, however the program was started: a function of a
+    script run as ``python mypipe.py`` (module ``__main__``) is ``mypipe.<qualname>``,
+    as when ``nestegg recover --app mypipe:clutch`` imports it (see
+    :mod:`nestegg.module_names`).
     """
     target = underlying(fn)
-    module = getattr(target, "__module__", None) or "?"
+    module = stable_module_name(getattr(target, "__module__", None) or "?")
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     return f"{module}.{qualname}"
 
@@ -206,6 +216,7 @@ class _Durable:
     target: Callable[..., Any]
     replay: Replay
     retry: RetryPolicy | None
+    name: str | None = None
 
 
 class _Call(NamedTuple):
@@ -214,13 +225,15 @@ class _Call(NamedTuple):
     kwargs: dict[str, Any]
     replay: Replay
     retry: RetryPolicy | None
+    name: str | None = None
 
 
 def _resolve(call: _Call) -> _Call:
     """The call with partials applied and durable wrappers replaced by their function.
 
     A durable function's options apply unless the call sets its own: ``retry`` of the
-    call wins, and the call reruns when either says ``replay="rerun"``.
+    call wins, and the call reruns when either says ``replay="rerun"``; the outermost
+    durable ``name=`` names the call.
     """
     while True:
         fn = call.fn
@@ -232,7 +245,12 @@ def _resolve(call: _Call) -> _Call:
         if not isinstance(spec, _Durable) or spec.wrapper is not fn:
             return call
         replay: Replay = "rerun" if "rerun" in (call.replay, spec.replay) else "record"
-        call = call._replace(fn=spec.target, replay=replay, retry=call.retry or spec.retry)
+        call = call._replace(
+            fn=spec.target,
+            replay=replay,
+            retry=call.retry or spec.retry,
+            name=call.name or spec.name,
+        )
 
 
 async def _call_journaled(
@@ -241,15 +259,17 @@ async def _call_journaled(
     kwargs: dict[str, Any],
     replay: Replay,
     retry: RetryPolicy | None,
+    name: str | None = None,
 ) -> Any:
     """What :func:`call` and a :func:`durable` function do, with options already checked
     (so that the called function's own arguments can be named anything)."""
-    fn, args, kwargs, replay, retry = _resolve(_Call(fn, args, kwargs, replay, retry))
+    call = _resolve(_Call(fn, args, kwargs, replay, retry, name))
+    fn, args, kwargs, replay, retry, given = call
     ctx = current_context()
     execution = ctx._execution if ctx is not None else None
     if execution is None or not execution.journaling or _inside_call.get():
         return await _with_retry(fn, args, kwargs, retry)
-    name = function_name(fn)
+    name = given or function_name(fn)
     digest = argument_hash(args, kwargs)
     return await execution.journaled(
         name,
@@ -304,7 +324,7 @@ async def call(
 
 
 class DurableDecorator(Protocol):
-    """What ``durable(replay=..., retry=...)`` returns: a decorator that keeps the
+    """What ``durable(replay=..., retry=..., name=...)`` returns: a decorator that keeps the
     decorated function's parameters and makes it awaitable."""
 
     @overload
@@ -316,18 +336,28 @@ class DurableDecorator(Protocol):
 
 @overload
 def durable(
-    fn: AsyncFunction[P, T], *, replay: Replay = ..., retry: RetryPolicy | None = ...
+    fn: AsyncFunction[P, T],
+    *,
+    replay: Replay = ...,
+    retry: RetryPolicy | None = ...,
+    name: str | None = ...,
 ) -> AsyncFunction[P, T]: ...
 
 
 @overload
 def durable(
-    fn: Callable[P, T], *, replay: Replay = ..., retry: RetryPolicy | None = ...
+    fn: Callable[P, T],
+    *,
+    replay: Replay = ...,
+    retry: RetryPolicy | None = ...,
+    name: str | None = ...,
 ) -> AsyncFunction[P, T]: ...
 
 
 @overload
-def durable(*, replay: Replay = ..., retry: RetryPolicy | None = ...) -> DurableDecorator: ...
+def durable(
+    *, replay: Replay = ..., retry: RetryPolicy | None = ..., name: str | None = ...
+) -> DurableDecorator: ...
 
 
 def durable(
@@ -335,6 +365,7 @@ def durable(
     *,
     replay: Replay = "record",
     retry: RetryPolicy | None = None,
+    name: str | None = None,
 ) -> Any:
     """Decorate a function so that every call inside a checkpointed step is journaled.
 
@@ -347,19 +378,24 @@ def durable(
         fn: the function to decorate (sync or async).
         replay: "record" replays a recorded outcome; "rerun" calls again and records anew.
         retry: retries before the outcome is recorded.
+        name: the name its calls are journaled under (default: the function's
+            ``module.qualname``, see :func:`function_name`); a recorded call replays
+            when the name and the arguments match, so a function with a fixed name can
+            be renamed or moved while runs that called it are unfinished.
 
     Returns:
         The awaitable function, or (without ``fn``) a decorator that makes one.
 
     Raises:
-        ConfigurationError: ``fn`` is not callable, or ``replay`` or ``retry`` is not one
-            of the allowed values (checked when decorating).
+        ConfigurationError: ``fn`` is not callable, or ``replay``, ``retry`` or ``name``
+            is not one of the allowed values (checked when decorating).
 
     Example:
-        >>> @nestegg.durable(retry=RetryPolicy(attempts=3))
+        >>> @nestegg.durable(retry=RetryPolicy(attempts=3), name="llm.ask")
         ... async def ask_llm(prompt: str) -> str: ...
     """
     _check_options(replay, retry)
+    _check_name(name)
 
     def decorate(target: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
         if not callable(target):
@@ -367,9 +403,9 @@ def durable(
 
         @functools.wraps(target)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await _call_journaled(target, args, kwargs, replay, retry)
+            return await _call_journaled(target, args, kwargs, replay, retry, name)
 
-        setattr(wrapper, _DURABLE_ATTRIBUTE, _Durable(wrapper, target, replay, retry))
+        setattr(wrapper, _DURABLE_ATTRIBUTE, _Durable(wrapper, target, replay, retry, name))
         return wrapper
 
     return decorate(fn) if fn is not None else decorate

@@ -750,7 +750,9 @@ async def test_another_function_at_a_position_raises_non_determinism(
     digest = argument_hash(("q",), {})
     message = (
         f"step 1, call 0: the journal recorded {COMPLETE}(args {digest}) but the step now "
-        f"calls tests.test_journal.FakeLLM.echo(args {digest}); pass replay='rerun' to call again"
+        f"calls tests.test_journal.FakeLLM.echo(args {digest}); was the function renamed or "
+        "moved, or the agent changed to call another one? Give a function a fixed name with "
+        "durable(name=...); replay='rerun' calls again, paying for the call again"
     )
     with pytest.raises(NonDeterminismError, match=re.escape(message)):
         await clutch.resume_latest("job")
@@ -781,10 +783,12 @@ async def test_other_arguments_at_a_position_raise_non_determinism(
     new = argument_hash(("second wording",), {})
     message = (
         f"step 1, call 0: the journal recorded {COMPLETE}(args {old}) but the step now "
-        f"calls {COMPLETE}(args {new})"
+        f"calls {COMPLETE}(args {new}); an argument differs from the recorded call's: does "
+        "it change between runs (a timestamp, a random id, data read anew)? "
     )
-    with pytest.raises(NonDeterminismError, match=re.escape(message)):
+    with pytest.raises(NonDeterminismError, match=re.escape(message)) as raised:
         await clutch.resume_latest("job")
+    assert str(raised.value).endswith("replay='rerun' calls again, paying for the call again")
     assert llm.prompts == ["first wording"]
     [entry] = await journal_of(checkpoint_store, "job", 1)
     assert entry["args"] == old and entry["result"] == answer("first wording")

@@ -1,0 +1,80 @@
+"""Module names that do not depend on how a program was started.
+
+A function defined in the module Python started (``python mypipe.py``) has the module name
+``__main__``, while the same function imported by ``nestegg recover --app mypipe:clutch``
+is in ``mypipe``. Names recorded in a run's journal use :func:`stable_module_name`, which
+gives the started module the name its file would have when imported: the module name of
+``python -m pkg.mod``, or the file's path relative to the current directory or an entry
+of ``sys.path`` (``python examples/demo.py`` -> ``examples.demo``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+MAIN = "__main__"
+
+
+def importable_name(file: str | os.PathLike[str], roots: Iterable[str]) -> str | None:
+    """The dotted name the Python file ``file`` is imported as from one of ``roots``.
+
+    Of the roots that hold the file, the highest one gives the name (``examples.demo``
+    rather than ``demo`` when both the project and its ``examples`` directory are roots);
+    an empty root is the current directory.
+
+    Returns:
+        The name, or None if no root holds the file under a path of identifiers.
+
+    Example:
+        >>> importable_name("/src/app/examples/demo.py", ["/src/app/examples", "/src/app"])
+        'examples.demo'
+    """
+    path = Path(file).resolve()
+    if path.suffix != ".py":
+        return None
+    best: list[str] = []
+    for root in roots:
+        try:
+            relative = path.relative_to(Path(root or os.curdir).resolve())
+        except (ValueError, OSError):
+            continue
+        parts = [*relative.parent.parts, relative.stem]
+        if parts[-1] == "__init__":
+            parts.pop()
+        if len(parts) > len(best) and all(part.isidentifier() for part in parts):
+            best = parts
+    return ".".join(best) or None
+
+
+def main_module_name(main: ModuleType | None, roots: Iterable[str]) -> str:
+    """The name the module ``main`` (Python's ``__main__``) has when imported.
+
+    Started with ``python -m pkg.mod``: ``pkg.mod`` (from its ``__spec__``). Started as a
+    file: :func:`importable_name` of the file from ``roots``. Otherwise (an interactive
+    session, ``python -c``): ``__main__``.
+    """
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name and name != MAIN:
+        return name
+    file = getattr(main, "__file__", None)
+    if isinstance(file, str):
+        return importable_name(file, roots) or MAIN
+    return MAIN
+
+
+@functools.cache
+def _started_module_name() -> str:
+    """This process's ``__main__`` as imported from the current directory or ``sys.path``
+    (worked out once: a later ``os.chdir`` does not rename recorded functions)."""
+    return main_module_name(sys.modules.get(MAIN), [os.getcwd(), *sys.path])
+
+
+def stable_module_name(module: str) -> str:
+    """``module``, with ``__main__`` replaced by the name its file has when imported."""
+    return _started_module_name() if module == MAIN else module
