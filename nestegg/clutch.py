@@ -296,8 +296,8 @@ class Clutch:
     ) -> Any:
         """Run the pipeline on ``input_data`` and return the last data.
 
-        With checkpointing, a ``run_id`` that already completed returns its stored result
-        without executing anything.
+        With checkpointing, a ``run_id`` that already completed with the same input returns
+        its stored result without executing anything.
 
         Args:
             input_data: the first agent's input.
@@ -306,7 +306,8 @@ class Clutch:
 
         Raises:
             TimeoutError: the run did not finish within ``timeout``.
-            RunExistsError: the run id belongs to an unfinished run (resume it instead).
+            RunExistsError: the run id belongs to an unfinished run (resume it instead), or
+                to a completed run of another input (pass a new run id, or delete that run).
             RunLockedError: another live process is executing that run.
         """
         task = await self.submit(input_data, run_id=run_id)

@@ -11,7 +11,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     ├── NoActiveRunError                checkpoint() while no run of the Clutch executes
     ├── RunError                        about a run as a whole
     │   ├── RunNotFoundError            no run with that id
-    │   ├── RunExistsError              the id is taken by an unfinished run: resume it
+    │   ├── RunExistsError              the id is taken: unfinished (resume it), other input
     │   ├── RunLockedError              another live process owns the run
     │   └── StaleOwnerError             this process lost ownership (fencing token moved on)
     ├── CheckpointError                 about one checkpoint
@@ -69,7 +69,8 @@ class RunNotFoundError(RunError, LookupError):
 
 
 class RunExistsError(RunError):
-    """A run with that id exists and is unfinished: resume it instead."""
+    """A run with that id exists: unfinished (resume it instead), or completed with another
+    input (use a new run id, or delete that run)."""
 
 
 class RunLockedError(RunError):

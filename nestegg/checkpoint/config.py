@@ -89,13 +89,16 @@ class CheckpointConfig:
         storage: a store, or None for the embedded default (SQLite at
             ``$NESTEGG_HOME/nestegg.db``, ``NESTEGG_HOME`` defaulting to ``~/.nestegg``).
         policy: when to checkpoint and what to keep.
-        run_id: the run id to use (None: a new id for every run).
+        run_id: the id of every run of this Clutch that ``run()`` gets no ``run_id=`` for
+            (None: a new id for every run). For a one-off job: a completed run id given
+            another input raises RunExistsError, so a pipeline that runs many inputs passes
+            ``run(input, run_id=...)`` instead.
         lease: how long a run's owner holds it without a heartbeat before another
             process may take it over.
 
     Example:
         >>> CheckpointConfig(storage=FileCheckpointStorage(Path("./checkpoints")),
-        ...                  policy=CheckpointPolicy(keep_latest=3), run_id="pipeline-xyz")
+        ...                  policy=CheckpointPolicy(keep_latest=3))
     """
 
     storage: CheckpointStorage | None = None
