@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 MAIN = "__main__"
+STARTED = (MAIN, "__mp_main__")
+"""The names of the started module (``__mp_main__``: in a multiprocessing child)."""
 
 
 def importable_name(file: str | os.PathLike[str], roots: Iterable[str]) -> str | None:
@@ -69,12 +71,22 @@ def main_module_name(main: ModuleType | None, roots: Iterable[str]) -> str:
 
 
 @functools.cache
-def _started_module_name() -> str:
-    """This process's ``__main__`` as imported from the current directory or ``sys.path``
-    (worked out once: a later ``os.chdir`` does not rename recorded functions)."""
-    return main_module_name(sys.modules.get(MAIN), [os.getcwd(), *sys.path])
+def _started_module_name(started: str) -> str:
+    """This process's started module as imported from the current directory or
+    ``sys.path`` (worked out once: a later ``os.chdir`` does not rename what was recorded)."""
+    return main_module_name(sys.modules.get(started), [os.getcwd(), *sys.path])
 
 
 def stable_module_name(module: str) -> str:
     """``module``, with ``__main__`` replaced by the name its file has when imported."""
-    return _started_module_name() if module == MAIN else module
+    return _started_module_name(module) if module in STARTED else module
+
+
+def started_module(name: str) -> ModuleType | None:
+    """The started module if :func:`stable_module_name` gives it the name ``name`` (so a
+    name recorded by this process finds what it named, not a second import of the file)."""
+    for started in STARTED:
+        module = sys.modules.get(started)
+        if module is not None and name not in STARTED and stable_module_name(started) == name:
+            return module
+    return None

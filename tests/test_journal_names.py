@@ -70,6 +70,18 @@ def test_the_started_module_is_named_by_its_spec_then_by_its_file(tmp_path: Path
     assert main_module_name(None, [str(tmp_path)]) == "__main__"
 
 
+def run_as_flows_mod(tmp_path: Path, script: str, command: list[str]) -> list[str]:
+    """Write ``script`` to flows/mod.py in ``tmp_path``, start it there by ``command`` (the
+    arguments after ``python``) and give the words it printed."""
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "mod.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 SCRIPT = """
 import nestegg
 from nestegg.journal import function_name
@@ -92,13 +104,63 @@ print(function_name(expensive), function_name(decorated))
 def test_a_started_script_names_its_functions_as_its_module_would(
     tmp_path: Path, command: list[str]
 ) -> None:
+    assert run_as_flows_mod(tmp_path, SCRIPT, command) == [
+        "flows.mod.expensive",
+        "flows.mod.decorated",
+    ]
+
+
+SPAWNING_SCRIPT = """
+import multiprocessing
+from nestegg.journal import function_name
+
+async def expensive(x):
+    return x
+
+def name_in_child(_):
+    return function_name(expensive)  # the script is __mp_main__ in a spawned child
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(function_name(expensive), pool.map(name_in_child, [0])[0])
+"""
+
+
+def test_a_spawned_child_names_the_script_s_functions_as_the_script_does(tmp_path: Path) -> None:
+    assert run_as_flows_mod(tmp_path, SPAWNING_SCRIPT, ["flows/mod.py"]) == [
+        "flows.mod.expensive",
+        "flows.mod.expensive",
+    ]
+
+
+ENUM_SCRIPT = """
+import enum, sys
+from nestegg.checkpoint.codec import decode_value, encode_value
+
+class Kind(enum.Enum):
+    BILLING = "billing"
+
+stored = encode_value(Kind.BILLING)
+print(stored.decode(), decode_value(stored) is Kind.BILLING, "flows.mod" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("command", [["-m", "flows.mod"], ["flows/mod.py"]])
+def test_an_enum_of_a_started_script_is_stored_by_its_module_name_and_read_back(
+    tmp_path: Path, command: list[str]
+) -> None:
     (tmp_path / "flows").mkdir()
-    (tmp_path / "flows" / "mod.py").write_text(SCRIPT)
+    (tmp_path / "flows" / "mod.py").write_text(ENUM_SCRIPT)
     done = subprocess.run(
         [sys.executable, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["flows.mod.expensive", "flows.mod.decorated"]
+    # Read back in the process that stored it: its own member, not a second import's.
+    assert done.stdout.split() == [
+        '{"$ne":"enum","v":["flows.mod:Kind","billing"]}',
+        "True",
+        "False",
+    ]
 
 
 def test_an_imported_function_keeps_its_module_name() -> None:

@@ -28,6 +28,7 @@ import orjson
 from pydantic import BaseModel
 
 from nestegg.errors import CheckpointCorruptedError, CheckpointSerializationError
+from nestegg.module_names import stable_module_name, started_module
 
 TAG = "$ne"
 _INT_LIMIT = 2**63
@@ -42,7 +43,8 @@ def _tag(tag: str, value: Any) -> dict[str, Any]:
 
 def _encode_scalar(value: Any, path: str) -> Any:
     if isinstance(value, Enum):
-        where = f"{type(value).__module__}:{type(value).__qualname__}"
+        module = stable_module_name(type(value).__module__)
+        where = f"{module}:{type(value).__qualname__}"
         return _tag("enum", [where, to_jsonable(value.value, f"{path}.value")])
     if isinstance(value, dt.datetime):
         return _tag("datetime", value.isoformat())
@@ -97,7 +99,7 @@ def _restore_enum(spec: list[Any]) -> Any:
     value = from_jsonable(raw)
     module, _, qualname = str(where).partition(":")
     try:
-        target: Any = importlib.import_module(module)
+        target: Any = started_module(module) or importlib.import_module(module)
         for part in qualname.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError):

@@ -25,7 +25,7 @@ HANG_ENV = "FLOW_HANG"
 LOG_ENV = "FLOW_LOG"
 
 FLOW = """
-import asyncio, os, sys
+import asyncio, enum, os, sys
 from pathlib import Path
 
 import nestegg
@@ -33,6 +33,10 @@ from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig
 
 clutch = Clutch("flow", checkpoint=CheckpointConfig())
+
+
+class Kind(enum.Enum):
+    BILLING = "billing"
 
 
 def paid(what):
@@ -53,7 +57,8 @@ async def lookup(x):
 
 @clutch.agent()
 async def first(data):
-    return {**data, "a": await expensive(data["n"]), "b": await nestegg.call(lookup, data["n"])}
+    a, b = await expensive(data["n"]), await nestegg.call(lookup, data["n"])
+    return {**data, "a": a, "b": b, "kind": Kind.BILLING}
 
 
 @clutch.agent()
@@ -62,7 +67,7 @@ async def second(data):
     if os.environ.get("FLOW_HANG"):
         paid("hang")
         await asyncio.sleep(60)
-    return {**data, "c": c}
+    return {**data, "c": c, "kind_is_a_member": data["kind"] is Kind.BILLING}
 
 
 if __name__ == "__main__":
@@ -136,6 +141,10 @@ def test_a_killed_run_started_as_a_module_or_a_file_is_recovered_by_the_command(
     row = _recovered(tmp_path, env, "flows.mod:clutch", "flow-1")
 
     assert row["status"] == "completed" and row["steps"] == 2
+    shown = _nestegg(tmp_path, env, "show", "flow-1", "--json")
+    result = orjson.loads(shown.stdout)["result"]
+    # The Enum the killed process stored came back as the member the module defines.
+    assert result["c"] == "e-e-1" and result["kind_is_a_member"] is True
     # The resumed step replayed its journaled call; nothing was paid again.
     assert _lines(log) == ["expensive 1", "lookup 1", "expensive e-1", "hang"]
 
