@@ -149,14 +149,8 @@ print(stored.decode(), decode_value(stored) is Kind.BILLING, "flows.mod" in sys.
 def test_an_enum_of_a_started_script_is_stored_by_its_module_name_and_read_back(
     tmp_path: Path, command: list[str]
 ) -> None:
-    (tmp_path / "flows").mkdir()
-    (tmp_path / "flows" / "mod.py").write_text(ENUM_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
     # Read back in the process that stored it: its own member, not a second import's.
-    assert done.stdout.split() == [
+    assert run_as_flows_mod(tmp_path, ENUM_SCRIPT, command) == [
         '{"$ne":"enum","v":["flows.mod:Kind","billing"]}',
         "True",
         "False",
