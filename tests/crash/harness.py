@@ -220,6 +220,8 @@ class Reference:
     length: int
     result: Any
     steps: int
+    seed: int = 0
+    """The run's input is ``initial_input(seed)``."""
 
     def pipeline(self, store: CheckpointStorage) -> Clutch:
         """The same pipeline on ``store``, counting nothing."""
@@ -238,7 +240,7 @@ async def reference_run(strategy: str, steps: int, seed: int = 0, calls: int = 0
         clutch = build_pipeline(strategy, steps, work, sync_config(store))
         result = await clutch.run(initial_input(seed), timeout=None, run_id="reference")
         (info,) = await clutch.list_runs()
-        _references[key] = Reference(strategy, steps, result, info.steps)
+        _references[key] = Reference(strategy, steps, result, info.steps, seed)
     return _references[key]
 
 
@@ -291,7 +293,7 @@ async def check_run(
         assert info.steps == reference.steps, f"{info}\n{report}"
         events = await clutch.events(run_id)
         check_events(events, reference.steps, kills, report)
-        again = await clutch.run(initial_input(), timeout=None, run_id=run_id)
+        again = await clutch.run(initial_input(reference.seed), timeout=None, run_id=run_id)
         assert again == reference.result, f"stored result differs\n{report}"
         assert len(await clutch.events(run_id)) == len(events), "run() executed again"
     finally:
