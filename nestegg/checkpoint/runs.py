@@ -127,10 +127,15 @@ class RunBook:
                 run.run_id,
             )
         status = "interrupted" if is_interrupted(run, now) else run.status
+        if _same_input(run, sealed_input):
+            what = f"continue it with resume_latest({run.run_id!r})"
+        else:
+            what = (
+                f"it was started with a different input; continue it with "
+                f"resume_latest({run.run_id!r}), or pass a new id for this input"
+            )
         raise RunExistsError(
-            f"run {run.run_id!r} exists with status {status!r}: continue it with "
-            f"resume_latest({run.run_id!r})",
-            run.run_id,
+            f"run {run.run_id!r} exists with status {status!r}: {what}", run.run_id
         )
 
     async def _execute(

@@ -4,6 +4,7 @@ manual checkpoints."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -128,6 +129,13 @@ async def test_run_of_a_failed_run_raises_run_exists_naming_resume_latest(
 
     assert raised.value.run_id == "broken"
     assert "failed" in str(raised.value)
+    assert "different input" not in str(raised.value)
+    message = (
+        "run 'broken' exists with status 'failed': it was started with a different input; "
+        "continue it with resume_latest('broken'), or pass a new id for this input"
+    )
+    with pytest.raises(RunExistsError, match=re.escape(message)):
+        await pipeline.clutch.run(["other"], run_id="broken")
     assert pipeline.calls == []
     assert await stored_view(checkpoint_store, "broken") == before
 
