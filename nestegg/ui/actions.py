@@ -172,4 +172,5 @@ async def prune(request: Request) -> JSONResponse:
     if body.get("dry_run"):
         return JSONResponse({"dry_run": True, **plan.to_json()})
     runs, checkpoints = await apply_prune(store, plan)
-    return JSONResponse({"runs": runs, "checkpoints": checkpoints, **plan.to_json()})
+    deleted = {"deleted_runs": runs, "deleted_checkpoints": checkpoints}
+    return JSONResponse({**plan.to_json(), **deleted})
