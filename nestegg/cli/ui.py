@@ -18,6 +18,7 @@ from nestegg.errors import MissingDependencyError
 
 DEFAULT_PORT = 8765
 DEFAULT_HOST = "127.0.0.1"
+SHUTDOWN_SECONDS = 2
 
 
 def is_loopback(host: str) -> bool:
@@ -87,4 +88,10 @@ def ui_command(
         out.line(f"open http://{shown}:{port}/?token={quote(token)} to allow writes from the page")
     out.line("Ctrl-C stops it")
     sys.stdout.flush()
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,  # open live pages do not hold it up
+    )

@@ -74,7 +74,14 @@ async def run_page(request: Request) -> HTMLResponse:
         store, request.path_params["run_id"], _int(request, "before")
     )
     relatives = await queries.family(store, details["run"])
-    return _render(request, "run.html", d=details, family=relatives, window=queries.STEP_WINDOW)
+    return _render(
+        request,
+        "run.html",
+        d=details,
+        family=relatives,
+        window=queries.STEP_WINDOW,
+        range=queries.range_text(details),
+    )
 
 
 async def run_live(request: Request) -> JSONResponse:
@@ -84,6 +91,8 @@ async def run_live(request: Request) -> JSONResponse:
     details = await queries.run_window(
         store_of(request), request.path_params["run_id"], None, queries.STEP_WINDOW
     )
+    bars = [[s["seq"], s["bar"]] for s in details["steps"]]
+    shown = queries.range_text(details)
     details["steps"] = [s for s in details["steps"] if s["seq"] > after]
     templates = request.app.state.templates
     settings = request.app.state.settings
@@ -93,6 +102,8 @@ async def run_live(request: Request) -> JSONResponse:
             "summary": templates.get_template("run_summary.html").render(d=details, **flags),
             "rows": templates.get_template("run_steps.html").render(d=details, **flags),
             "high": details["high"],
+            "range": shown,
+            "bars": bars,
             "status": details["run"]["shown_status"],
         }
     )

@@ -171,6 +171,12 @@ async def run_window(
     }
 
 
+def range_text(window: dict[str, Any]) -> str:
+    """Which steps a window shows: ``steps 1-200 of 10000``."""
+    first = window["low"] + 1 if window["steps"] else 0
+    return f"steps {first}\N{EN DASH}{window['high']} of {window['run']['steps']}"
+
+
 def previous_checkpoint(ids: list[str], checkpoint_id: str) -> str | None:
     """The checkpoint before ``checkpoint_id`` in a run's list, or None."""
     at = ids.index(checkpoint_id) if checkpoint_id in ids else 0

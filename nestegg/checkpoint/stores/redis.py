@@ -360,11 +360,11 @@ class RedisCheckpointStorage:
         runs: list[RunRecord] = []
         if limit is not None and limit <= 0:
             return runs
-        if before is None:
+        if before is None and limit is None:
             found = self._iter_runs(
                 pipeline, True, lambda r: statuses is None or r.status in statuses
             )
-        else:
+        else:  # a page: read the index a batch at a time, not all of it
             found = self._iter_older(pipeline, before, statuses)
         async for run in found:
             runs.append(run)
@@ -373,17 +373,22 @@ class RedisCheckpointStorage:
         return runs
 
     async def _iter_older(
-        self, pipeline: str | None, before: tuple[float, str], statuses: Sequence[str] | None
+        self,
+        pipeline: str | None,
+        before: tuple[float, str] | None,
+        statuses: Sequence[str] | None,
     ) -> AsyncIterator[RunRecord]:
-        """Runs after ``before`` newest first, read from the index a batch at a time."""
+        """Runs after ``before`` (None: all) newest first, read from the index a batch at a
+        time."""
         index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
-        at, last_id = before
+        at, last_id = before if before is not None else (float("inf"), "")
         offset = 0
         while True:
             batch: list[tuple[bytes, float]] = await self._call(
                 partial(
                     self._client.zrevrangebyscore,
-                    index, repr(at), "-inf", start=offset, num=_SCAN_BATCH, withscores=True,
+                    index, "+inf" if before is None else repr(at), "-inf",
+                    start=offset, num=_SCAN_BATCH, withscores=True,
                 ),
                 idempotent=True,
             )  # fmt: skip

@@ -99,6 +99,11 @@
             if (!row.nextElementSibling) row.remove();  // trailing ones come again
           });
           body.insertAdjacentHTML("beforeend", data.rows);
+          data.bars.forEach(function (pair) {  // widths relative to the longest step shown
+            var bar = body.querySelector('tr[data-seq="' + pair[0] + '"] .bar');
+            if (bar) bar.style.width = pair[1] + "%";
+          });
+          document.getElementById("range").textContent = data.range;
           page.setAttribute("data-high", data.high);
         })
         .finally(function () { busy = false; if (again) { again = false; refresh(); } });
