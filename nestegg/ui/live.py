@@ -80,10 +80,9 @@ async def runs_events(request: Request) -> StreamingResponse:
     async def events() -> AsyncIterator[bytes]:
         seen = None
         while True:
-            page = await queries.runs_page(store, status=status, pipeline=pipeline, before=None)
-            signature = queries.runs_signature(page.rows)
+            signature = await queries.runs_signature(store, status=status, pipeline=pipeline)
             if seen is not None and signature != seen:
-                yield message("change", {"runs": len(page.rows)})
+                yield message("change", {"runs": len(signature)})
             seen = signature
             if await request.is_disconnected():
                 return

@@ -52,6 +52,11 @@ def decode_cursor(text: str | None) -> tuple[float, str] | None:
         return None
 
 
+def _statuses(status: str | None) -> list[str] | None:
+    """The stored statuses a filter reads (``interrupted`` runs are running ones)."""
+    return [RUNNING] if status == INTERRUPTED else ([status] if status else None)
+
+
 @dataclass(frozen=True, slots=True)
 class RunsPage:
     """One page of the runs table and the cursor of the next (None: the last page)."""
@@ -72,9 +77,8 @@ async def runs_page(
 
     Reads ``size + 1`` runs from the store and the checkpoints of those shown.
     """
-    statuses = [RUNNING] if status == INTERRUPTED else ([status] if status else None)
     runs = await store.list_runs(
-        pipeline=pipeline or None, statuses=statuses, limit=size + 1, before=before
+        pipeline=pipeline or None, statuses=_statuses(status), limit=size + 1, before=before
     )
     more = len(runs) > size
     runs = runs[:size]
@@ -97,9 +101,16 @@ def flagged(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def runs_signature(rows: list[dict[str, Any]]) -> list[Any]:
-    """What changes on a page of runs when any of them moves on."""
-    return [(r["run_id"], r["shown_status"], r["steps"], r["updated_at"]) for r in rows]
+async def runs_signature(
+    store: CheckpointStorage, *, status: str | None, pipeline: str | None
+) -> list[tuple[Any, ...]]:
+    """What changes on the first page of runs when any of them moves on (runs only: no
+    checkpoint is read)."""
+    runs = await store.list_runs(
+        pipeline=pipeline or None, statuses=_statuses(status), limit=RUNS_PAGE
+    )
+    now = time.time()
+    return [(r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now)) for r in runs]
 
 
 def _decoded(read: Callable[[RunRecord], Any], run: RunRecord) -> Any:

@@ -92,7 +92,12 @@ def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     started: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume")
     assert started.status_code == 202
     _wait_for(ui, ui.filled.gone, "completed")
-    assert "3 items" in ui.client.get(f"/runs/{ui.filled.gone}").text
+    page = ui.client.get(f"/runs/{ui.filled.gone}").text
+    assert "3 items" in page
+    # It failed at step 2, then its owner vanished while it was marked running: both show
+    # before step 2, where they happened.
+    assert "step 2 (enrich) failed" in page
+    assert "crash or takeover: resumed by another owner after step 1" in page
 
 
 def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:

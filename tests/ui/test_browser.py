@@ -90,11 +90,13 @@ def test_open_the_runs_page_then_a_run_and_see_its_steps(
 def test_a_step_committed_by_another_process_appears_without_reload(
     server: Server, store: tuple[str, Filled], page: Any, tmp_path: Path
 ) -> None:
+    page.goto(server.base + "/")
+    page.evaluate("window.notReloaded = true")
     env = child_env(tmp_path / "home", **{GATE_ENV: str(tmp_path)})
     child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, store[0]], cwd=ROOT, env=env)
     try:
-        page.goto(server.base + "/")
-        page.wait_for_selector("a[href='/runs/live']", timeout=20_000)  # the table, live too
+        page.wait_for_selector("a[href='/runs/live']", timeout=20_000)  # the table is live too
+        assert page.evaluate("window.notReloaded") is True
         page.click("a[href='/runs/live']")
         page.wait_for_selector("#steps td.agent")
         assert _agents(page) == ["first"]
