@@ -57,8 +57,8 @@ class UISettings:
     """What the application serves and may do.
 
     Attributes:
-        store_url: the store (None: ``$NESTEGG_STORE``'s choice is made by the caller; None
-            here means the embedded default).
+        store_url: the store's URL (None: the embedded default); the command passes what
+            ``--store`` or ``$NESTEGG_STORE`` chose.
         store: an open store to use instead of opening ``store_url`` (not closed here).
         clutch: the user's Clutch (``--app``), needed to resume and fork.
         allow_writes: whether resume, fork, delete and prune are offered.

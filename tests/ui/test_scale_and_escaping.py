@@ -60,6 +60,11 @@ def test_a_run_of_10000_steps_opens_in_under_a_second(long_run: str) -> None:
         seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', earlier.text)]
         assert seqs == list(range(1, 201))
         assert 'href="/runs/long?before=' in page.text  # the way to earlier steps
+        started = time.perf_counter()
+        detail = client.get(f"/runs/long/steps/{LONG_STEPS - 1}")
+        took = time.perf_counter() - started
+        print(f"a step's details: {took * 1000:.0f} ms")
+        assert detail.status_code == 200 and took < OPEN_BOUND_SECONDS
 
 
 def test_the_runs_table_pages_through_many_runs(tmp_path: Path) -> None:

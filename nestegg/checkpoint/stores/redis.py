@@ -365,7 +365,9 @@ class RedisCheckpointStorage:
                 pipeline, True, lambda r: statuses is None or r.status in statuses
             )
         else:  # a page: read the index a batch at a time, not all of it
-            found = self._iter_older(pipeline, before, statuses)
+            # Without a status filter, a page needs only ``limit`` runs from the index.
+            batch = _SCAN_BATCH if statuses is not None or limit is None else limit
+            found = self._iter_older(pipeline, before, statuses, min(batch, _SCAN_BATCH))
         async for run in found:
             runs.append(run)
             if limit is not None and len(runs) >= limit:
@@ -377,9 +379,10 @@ class RedisCheckpointStorage:
         pipeline: str | None,
         before: tuple[float, str] | None,
         statuses: Sequence[str] | None,
+        batch_size: int,
     ) -> AsyncIterator[RunRecord]:
-        """Runs after ``before`` (None: all) newest first, read from the index a batch at a
-        time."""
+        """Runs after ``before`` (None: all) newest first, read from the index
+        ``batch_size`` at a time."""
         index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
         at, last_id = before if before is not None else (float("inf"), "")
         offset = 0
@@ -388,7 +391,7 @@ class RedisCheckpointStorage:
                 partial(
                     self._client.zrevrangebyscore,
                     index, "+inf" if before is None else repr(at), "-inf",
-                    start=offset, num=_SCAN_BATCH, withscores=True,
+                    start=offset, num=batch_size, withscores=True,
                 ),
                 idempotent=True,
             )  # fmt: skip
@@ -399,7 +402,7 @@ class RedisCheckpointStorage:
                 run = run_from_hash(raw) if raw else None  # None: expired meanwhile
                 if run is not None and (statuses is None or run.status in statuses):
                     yield run
-            if len(batch) < _SCAN_BATCH:
+            if len(batch) < batch_size:
                 return
 
     async def claim_run(
