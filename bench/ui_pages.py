@@ -7,11 +7,11 @@ socket), after one warm-up request; the median of ``--reps`` requests is printed
   cursor), and the first page filtered by a status 1 % of the runs have;
 - the page of a run of 10,000 steps (its newest 200 steps) and its first 200 steps.
 
-Stores: SQLite (a temp file), and PostgreSQL and Redis (``NESTEGG_TEST_PG_URL``,
-``NESTEGG_TEST_REDIS_URL``; their own table or key prefix, dropped afterwards) with
-``--servers``.
+Stores: SQLite (a temp file), PostgreSQL and Redis (``NESTEGG_TEST_PG_URL``,
+``NESTEGG_TEST_REDIS_URL``; their own table or key prefix, dropped afterwards).
 
-    .venv/bin/python bench/ui_pages.py [--runs 100000] [--steps 10000] [--servers]
+    .venv/bin/python bench/ui_pages.py [--runs 100000] [--steps 10000]
+        [--stores sqlite postgres redis]
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from nestegg.ui import UISettings, create_app
 PG_URL = os.environ.get("NESTEGG_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 T0 = 1_700_000_000.0
-CONCURRENCY = 64
+CONCURRENCY = 32
+"""Writers filling the store at once (below the Redis store's connection pool)."""
 
 
 @asynccontextmanager
@@ -150,10 +151,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--depth", type=int, default=100, help="pages deep (50 runs each)")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--servers", action="store_true", help="PostgreSQL and Redis too")
+    parser.add_argument(
+        "--stores", nargs="+", choices=["sqlite", "postgres", "redis"], default=["sqlite"]
+    )
     args = parser.parse_args()
-    kinds = ["sqlite", "postgres", "redis"] if args.servers else ["sqlite"]
-    for kind in kinds:
+    for kind in args.stores:
         asyncio.run(measure(kind, args.runs, args.steps, args.depth, args.reps))
 
 
