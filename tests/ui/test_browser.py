@@ -199,3 +199,28 @@ def test_markup_is_shown_as_text_and_never_runs(tmp_path: Path, browser: Any) ->
     finally:
         context.close()
     assert dialogs == []
+
+
+def test_a_long_value_is_cut_and_shown_whole_on_demand(tmp_path: Path, page: Any) -> None:
+    from nestegg.checkpoint.stores import open_store
+    from tests.ui.pipelines import hostile_pipeline
+
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    long_text = "y" * 400
+
+    async def run() -> None:
+        opened = open_store(url)
+        try:
+            await hostile_pipeline(opened).run({"text": long_text}, run_id="long-value")
+        finally:
+            await opened.close()
+
+    run_apart(run())
+    with ui_server(tmp_path / "home", "--store", url) as server:
+        page.goto(f"{server.base}/runs/long-value")
+        page.click("a.cp")
+        holder = page.locator("#state-tree span.val").first
+        shown = holder.inner_text()
+        assert long_text not in shown and "show all (402 chars)" in shown
+        holder.locator("button.expand").click()
+        assert page.locator("#state-tree").inner_text().count(long_text) == 1

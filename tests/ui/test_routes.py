@@ -111,6 +111,13 @@ def test_requests_for_another_host_are_refused(ui: Ui) -> None:
     assert page.status_code == 400
 
 
+def test_pages_run_only_their_own_script_and_cannot_be_framed(ui: Ui) -> None:
+    headers = ui.client.get("/").headers
+    policy = headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert headers["x-frame-options"] == "DENY"
+
+
 @pytest.mark.parametrize("path", ["/static/app.js", "/static/app.css"])
 def test_static_files_are_served_from_the_package(ui: Ui, path: str) -> None:
     assert ui.client.get(path).status_code == 200
