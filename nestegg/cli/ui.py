@@ -10,8 +10,15 @@ from urllib.parse import quote
 
 import typer
 
-from nestegg.cli.app import CommandError, StoreOption, app, describe_store, store_url
-from nestegg.cli.apps import APP_HELP, import_app
+from nestegg.cli.app import (
+    CommandError,
+    StoreOption,
+    app,
+    describe_store,
+    explicit_store,
+    store_url,
+)
+from nestegg.cli.apps import APP_HELP, import_app, own_store
 from nestegg.cli.render import Output
 from nestegg.constants import EXIT_USAGE
 from nestegg.errors import MissingDependencyError
@@ -82,7 +89,12 @@ def ui_command(
     )
     shown = f"[{host}]" if ":" in host else host
     out = Output()
-    out.line(f"nestegg ui: http://{shown}:{port}/ (store: {describe_store(url)})")
+    described = describe_store(url)
+    if clutch is not None and own_store(clutch) is not None:
+        described = f"the store the Clutch at {app_spec} names"
+        if explicit_store(ctx, store):
+            out.note(f"note: the Clutch at {app_spec} names its own store; --store is ignored")
+    out.line(f"nestegg ui: http://{shown}:{port}/ (store: {described})")
     if allow_writes:
         out.line(f"write token: {token}")
         out.line(f"open http://{shown}:{port}/?token={quote(token)} to allow writes from the page")

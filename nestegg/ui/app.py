@@ -28,6 +28,7 @@ from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     ConfigurationError,
+    IncompatibleCheckpointError,
     InvalidIdentifierError,
     NestEggError,
     RunExistsError,
@@ -48,6 +49,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[NestEggError], int], ...] = (
     (ConfigurationError, 400),
     (RunExistsError, 409),
     (RunLockedError, 409),
+    (IncompatibleCheckpointError, 409),
     (StorageUnavailableError, 503),
     (CheckpointCorruptedError, 500),
 )

@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from nestegg.cli import reading
 from nestegg.constants import RUNNING
 from nestegg.ui import queries
-from nestegg.ui.pages import store_of
+from nestegg.ui.pages import int_param, store_of
 
 POLL_SECONDS = 0.25
 """Seconds between reads of a run's event log."""
@@ -43,13 +43,16 @@ async def run_events(request: Request) -> StreamingResponse:
     ``?since=`` (an event sequence number); ``end`` when the run stopped running."""
     store = store_of(request)
     run = await reading.get_run(store, request.path_params["run_id"])
-    since = int(request.query_params.get("since") or 0)
+    since = int_param(request, "since") or 0
 
     async def events() -> AsyncIterator[bytes]:
         nonlocal since
         quiet = 0.0
         while True:
-            current = await reading.get_run(store, run.run_id)
+            current = await store.get_run(run.run_id)
+            if current is None:  # deleted meanwhile
+                yield message("end", {"status": "deleted"})
+                return
             records = await store.read_events(run.run_id, since, EVENTS_PER_READ)
             if records:
                 since = records[-1].seq

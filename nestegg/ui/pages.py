@@ -32,7 +32,8 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
     return HTMLResponse(html)
 
 
-def _int(request: Request, name: str) -> int | None:
+def int_param(request: Request, name: str) -> int | None:
+    """The whole number in query parameter ``name`` (None if absent); bad input otherwise."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
@@ -71,7 +72,7 @@ async def run_page(request: Request) -> HTMLResponse:
     """A run: summary, input, result or error, a window of its timeline, its forks."""
     store = store_of(request)
     details = await queries.run_window(
-        store, request.path_params["run_id"], _int(request, "before")
+        store, request.path_params["run_id"], int_param(request, "before")
     )
     relatives = await queries.family(store, details["run"])
     return _render(
@@ -87,7 +88,7 @@ async def run_page(request: Request) -> HTMLResponse:
 async def run_live(request: Request) -> JSONResponse:
     """What the run page replaces and appends after a change: its summary and the steps
     after ``?after=``, as HTML."""
-    after = _int(request, "after") or 0
+    after = int_param(request, "after") or 0
     details = await queries.run_window(
         store_of(request), request.path_params["run_id"], None, queries.STEP_WINDOW
     )

@@ -57,12 +57,13 @@ def child_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def ui_server(home: Path, *args: str) -> Iterator[Server]:
-    """``nestegg ui ARGS`` on a free port, ready to answer; stopped (SIGTERM) afterwards."""
+def ui_server(home: Path, *args: str, **env: str) -> Iterator[Server]:
+    """``nestegg ui ARGS`` on a free port (``env`` added to its environment), ready to
+    answer; stopped (SIGTERM) afterwards."""
     port = free_port()
     command = [sys.executable, "-m", "nestegg.cli", "ui", "--port", str(port), *args]
     process = subprocess.Popen(
-        command, cwd=ROOT, env=child_env(home), stdout=subprocess.PIPE,
+        command, cwd=ROOT, env=child_env(home, **env), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert process.stdout is not None

@@ -11,6 +11,7 @@ import pytest
 
 from nestegg.cli.ui import is_loopback
 from nestegg.constants import EXIT_USAGE
+from tests.cli.pipeline_app import OWN_STORE_ENV
 from tests.ui.browser import ROOT, child_env, stop, ui_server
 
 TIMEOUT = 60
@@ -39,6 +40,19 @@ def test_with_allow_writes_it_prints_the_token_and_the_url_that_keeps_it(
     with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
         assert len(server.token) >= 20
         assert f"{server.base}/?token={server.token}" in "".join(server.output)
+
+
+def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
+    app = "tests.cli.pipeline_app:own_store_pipeline"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    own = {OWN_STORE_ENV: str(tmp_path / "own")}
+    with ui_server(tmp_path / "home", "--app", app, "--store", other, **own) as server:
+        assert server.output[0] == (
+            f"note: the Clutch at {app} names its own store; --store is ignored\n"
+        )
+        assert f"(store: the store the Clutch at {app} names)" in server.output[1]
+        assert _get(server.base + "/")[0] == 200
+    assert not (tmp_path / "other.db").exists()  # the --store one was never opened
 
 
 def test_a_host_other_machines_reach_is_refused_without_allow_remote(tmp_path: Path) -> None:

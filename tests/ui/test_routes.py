@@ -92,6 +92,9 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     assert ui.client.get("/checkpoints/no-such-checkpoint").status_code == 404
     assert ui.client.get("/diff", params={"old": "x"}).status_code == 400
     assert ui.client.get(f"/runs/{ui.filled.ok}", params={"before": "x"}).status_code == 400
+    stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": "x"})
+    assert stream.status_code == 400 and "since must be a whole number" in stream.json()["error"]
+    assert ui.client.get("/events/runs/no-such-run").status_code == 404
 
 
 def test_the_live_stream_of_a_finished_run_sends_its_changes_and_ends(ui: Ui) -> None:
