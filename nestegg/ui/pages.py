@@ -81,6 +81,7 @@ async def run_page(request: Request) -> HTMLResponse:
         d=details,
         family=relatives,
         window=queries.STEP_WINDOW,
+        fork_scan=queries.FORK_SCAN,
         range=queries.range_text(details),
     )
 

@@ -32,6 +32,9 @@ EVENTS_READ = 5000
 """Newest events read for a run page's incidents (crashes, failures, takeovers)."""
 INCIDENT_KINDS = (STEP_FAILED, RUN_RESUMED, RUN_FORKED)
 ANCESTORS_SHOWN = 20
+FORK_SCAN = 5000
+"""Newer runs of a run's pipeline read at most to find the runs forked from it."""
+FORK_SCAN_PAGE = 500
 INTERRUPTED = "interrupted"
 WAITING = "waiting"
 
@@ -226,12 +229,30 @@ async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any
         if record is None:
             break
         parent, at = record.parent_run, record.parent_checkpoint
-    children = [
-        {"run_id": r.run_id, "checkpoint": r.parent_checkpoint, "status": r.status}
-        for r in await store.list_runs(pipeline=run["pipeline"])
-        if r.parent_run == run["run_id"]
-    ]
-    return {"ancestors": ancestors, "children": children}
+    children, complete = await _forks_of(store, run)
+    return {"ancestors": ancestors, "children": children, "complete": complete}
+
+
+async def _forks_of(store: CheckpointStorage, run: dict[str, Any]) -> tuple[list[Any], bool]:
+    """The runs forked from ``run`` (newer runs of its pipeline, newest first, at most
+    FORK_SCAN of them read), and whether all newer runs were read."""
+    children: list[dict[str, Any]] = []
+    created = run["created_at"].timestamp()
+    before: tuple[float, str] | None = None
+    for _ in range(FORK_SCAN // FORK_SCAN_PAGE):
+        page = await store.list_runs(pipeline=run["pipeline"], limit=FORK_SCAN_PAGE, before=before)
+        for other in page:
+            if other.created_at < created:  # forks are newer than their parent
+                return children, True
+            if other.parent_run == run["run_id"]:
+                children.append(
+                    {"run_id": other.run_id, "checkpoint": other.parent_checkpoint,
+                     "status": other.status}
+                )  # fmt: skip
+        if len(page) < FORK_SCAN_PAGE:
+            return children, True
+        before = (page[-1].created_at, page[-1].run_id)
+    return children, False
 
 
 async def state_of(store: CheckpointStorage, checkpoint_id: str) -> dict[str, Any]:
