@@ -113,12 +113,28 @@ def test_a_step_committed_by_another_process_appears_without_reload(
         first_bar = str(page.locator("tr[data-seq='1'] .bar").get_attribute("style"))
         assert float(first_bar.split(":")[1].strip(" %;")) < 50  # rescaled to the longer step
         assert child.wait(30) == 0
-        if target := os.environ.get(SCREENSHOT_ENV):
-            page.locator("tr.step[data-seq='2'] button.calls").click()
-            page.wait_for_selector("tr.detail")
-            page.screenshot(path=str(ROOT / target), full_page=True)
     finally:
         stop(child)
+
+
+def test_resume_an_interrupted_run_from_its_page(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    gone = store[1].gone
+    page.on("dialog", lambda dialog: dialog.accept())  # "Resume this run?"
+    page.goto(f"{server.base}/runs/{gone}?token={server.token}")
+    assert page.inner_text("#status") == "interrupted"
+    assert _agents(page) == ["fetch"]
+    page.click("button.act:text-is('resume')")
+    page.wait_for_selector("#status.completed", timeout=15_000)  # live, no reload
+    assert _agents(page) == ["fetch", "enrich", "report"]
+    incidents = page.locator("tr.incident").all_inner_texts()
+    assert any("step 2 (enrich) failed" in text for text in incidents)
+    assert any("crash or takeover" in text for text in incidents)
+    page.locator("tr.step[data-seq='2'] button.calls").click()
+    page.wait_for_selector("table.journal")
+    if target := os.environ.get(SCREENSHOT_ENV):
+        page.screenshot(path=str(ROOT / target), full_page=True)
 
 
 def test_diff_two_checkpoints(server: Server, store: tuple[str, Filled], page: Any) -> None:
