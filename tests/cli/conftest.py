@@ -25,6 +25,7 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import app
 from nestegg.constants import HOME_ENV, STORE_ENV
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
@@ -63,10 +64,10 @@ def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path / "home")
 
 
-async def fill(url: str, suffix: str = "") -> Filled:
-    """Three runs of the test pipeline in the store at ``url``."""
+async def fill(url: str, suffix: str = "", opened: CheckpointStorage | None = None) -> Filled:
+    """Three runs of the test pipeline in the store at ``url`` (or in ``opened``)."""
     filled = Filled(url, f"ok{suffix}", f"bad{suffix}", f"gone{suffix}")
-    store = open_store(url)
+    store = opened or open_store(url)
     try:
         clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
         await clutch.run({"name": "Acme"}, run_id=filled.ok)

@@ -53,8 +53,11 @@ class CheckpointStorage(Protocol):
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, filtered by pipeline and status."""
+        """Runs, newest first (by ``created_at``, then ``run_id``), filtered by pipeline and
+        status; with ``before=(created_at, run_id)`` only the runs after that one in this
+        order (the next page: pass the last run of the previous one)."""
 
     async def claim_run(
         self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float

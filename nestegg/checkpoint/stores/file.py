@@ -284,17 +284,23 @@ class FileCheckpointStorage:
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        return await self._io(self._list_runs, pipeline, statuses, limit)
+        return await self._io(self._list_runs, pipeline, statuses, limit, before)
 
     def _list_runs(
-        self, pipeline: str | None, statuses: Sequence[str] | None, limit: int | None
+        self,
+        pipeline: str | None,
+        statuses: Sequence[str] | None,
+        limit: int | None,
+        before: tuple[float, str] | None,
     ) -> list[RunRecord]:
         runs = [
             run
             for run in self._all_runs()
             if (pipeline is None or run.pipeline == pipeline)
             and (statuses is None or run.status in statuses)
+            and (before is None or (run.created_at, run.run_id) < before)
         ]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit] if limit is not None else runs

@@ -94,12 +94,14 @@ class MemoryCheckpointStorage:
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
         runs = [
             dataclasses.replace(d.run)
             for d in self._runs.values()
             if (pipeline is None or d.run.pipeline == pipeline)
             and (statuses is None or d.run.status in statuses)
+            and (before is None or (d.run.created_at, d.run.run_id) < before)
         ]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit] if limit is not None else runs

@@ -396,11 +396,14 @@ class PostgresCheckpointStorage:
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
         params = {
             "pipeline": pipeline,
             "statuses": list(statuses) if statuses is not None else None,
             "limit": limit,
+            "before_at": before[0] if before is not None else None,
+            "before_id": before[1] if before is not None else None,
         }
         return [run_from_row(row) for row in await self._fetchall("list_runs", params)]
 

@@ -243,6 +243,8 @@ QUERIES: dict[str, str] = {
     "list_runs": f"SELECT {_RUN_COLUMNS} FROM {{runs}} "
     "WHERE (%(pipeline)s::text IS NULL OR pipeline = %(pipeline)s::text) "
     "AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "
+    "AND (%(before_at)s::float8 IS NULL "
+    "OR (created_at, run_id) < (%(before_at)s::float8, %(before_id)s::text)) "
     "ORDER BY created_at DESC, run_id DESC LIMIT %(limit)s::bigint",
     "claim_run": "UPDATE {runs} SET fence = fence + 1, owner_host = %s, owner_pid = %s, "
     "owner_started = %s, lease_until = %s, status = %s, updated_at = %s "

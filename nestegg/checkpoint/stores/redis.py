@@ -355,17 +355,55 @@ class RedisCheckpointStorage:
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
         runs: list[RunRecord] = []
         if limit is not None and limit <= 0:
             return runs
-        async for run in self._iter_runs(
-            pipeline, True, lambda r: statuses is None or r.status in statuses
-        ):
+        if before is None and limit is None:
+            found = self._iter_runs(
+                pipeline, True, lambda r: statuses is None or r.status in statuses
+            )
+        else:  # a page: read the index a batch at a time, not all of it
+            # Without a status filter, a page needs only ``limit`` runs from the index.
+            batch = _SCAN_BATCH if statuses is not None or limit is None else limit
+            found = self._iter_older(pipeline, before, statuses, min(batch, _SCAN_BATCH))
+        async for run in found:
             runs.append(run)
             if limit is not None and len(runs) >= limit:
                 break
         return runs
+
+    async def _iter_older(
+        self,
+        pipeline: str | None,
+        before: tuple[float, str] | None,
+        statuses: Sequence[str] | None,
+        batch_size: int,
+    ) -> AsyncIterator[RunRecord]:
+        """Runs after ``before`` (None: all) newest first, read from the index
+        ``batch_size`` at a time."""
+        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
+        at, last_id = before if before is not None else (float("inf"), "")
+        offset = 0
+        while True:
+            batch: list[tuple[bytes, float]] = await self._call(
+                partial(
+                    self._client.zrevrangebyscore,
+                    index, "+inf" if before is None else repr(at), "-inf",
+                    start=offset, num=batch_size, withscores=True,
+                ),
+                idempotent=True,
+            )  # fmt: skip
+            offset += len(batch)
+            ids = [m for m, score in batch if score < at or m.decode() < last_id]
+            hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
+            for raw in hashes:
+                run = run_from_hash(raw) if raw else None  # None: expired meanwhile
+                if run is not None and (statuses is None or run.status in statuses):
+                    yield run
+            if len(batch) < batch_size:
+                return
 
     async def claim_run(
         self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float

@@ -233,8 +233,12 @@ class SQLiteCheckpointStorage:
         pipeline: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int | None = None,
+        before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
         where, params = _run_filter(pipeline, statuses)
+        if before is not None:
+            where += " AND (created_at, run_id) < (?, ?)"
+            params.extend(before)
         query = f"{SELECT_RUN}{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(-1 if limit is None else limit)
         rows = await self._connection.call(_fetch_all, query, params)

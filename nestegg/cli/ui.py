@@ -1,0 +1,109 @@
+"""The ``nestegg ui`` command: serve the run inspector in the browser."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import sys
+from typing import Annotated
+from urllib.parse import quote
+
+import typer
+
+from nestegg.cli.app import (
+    CommandError,
+    StoreOption,
+    app,
+    describe_store,
+    explicit_store,
+    store_url,
+)
+from nestegg.cli.apps import APP_HELP, import_app, own_store
+from nestegg.cli.render import Output
+from nestegg.constants import EXIT_USAGE
+from nestegg.errors import MissingDependencyError
+
+DEFAULT_PORT = 8765
+DEFAULT_HOST = "127.0.0.1"
+SHUTDOWN_SECONDS = 2
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only answers this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command("ui")
+def ui_command(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = (
+        DEFAULT_PORT
+    ),
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
+        DEFAULT_HOST
+    ),
+    app_spec: Annotated[
+        str | None, typer.Option("--app", "-a", help=APP_HELP, show_default=False)
+    ] = None,
+    allow_writes: Annotated[
+        bool,
+        typer.Option(
+            "--allow-writes",
+            help="Offer resume, fork (with --app), delete and prune; each needs the token "
+            "printed at start-up.",
+        ),
+    ] = False,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a --host other machines can reach.")
+    ] = False,
+    store: StoreOption = None,
+) -> None:
+    """Inspect runs in the browser: runs, timelines, states, diffs, live.
+
+    Serves http://HOST:PORT/ until Ctrl-C. Read-only unless --allow-writes.
+    """
+    if not is_loopback(host) and not allow_remote:
+        raise CommandError(
+            f"--host {host} is reachable from other machines; add --allow-remote to mean it",
+            EXIT_USAGE,
+        )
+    try:
+        import uvicorn
+
+        from nestegg.ui import UISettings, create_app
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"nestegg ui needs its extra: pip install 'nestegg[ui]' ({error})"
+        ) from error
+    clutch = import_app(app_spec) if app_spec else None
+    url = store_url(ctx, store)
+    token = secrets.token_urlsafe(24)
+    hosts = ["*"] if not is_loopback(host) else ["127.0.0.1", "localhost", "[::1]", host]
+    settings = UISettings(
+        store_url=url, clutch=clutch, allow_writes=allow_writes, token=token, hosts=hosts
+    )
+    shown = f"[{host}]" if ":" in host else host
+    out = Output()
+    described = describe_store(url)
+    if clutch is not None and own_store(clutch) is not None:
+        described = f"the store the Clutch at {app_spec} names"
+        if explicit_store(ctx, store):
+            out.note(f"note: the Clutch at {app_spec} names its own store; --store is ignored")
+    out.line(f"nestegg ui: http://{shown}:{port}/ (store: {described})")
+    if allow_writes:
+        out.line(f"write token: {token}")
+        out.line(f"open http://{shown}:{port}/?token={quote(token)} to allow writes from the page")
+    out.line("Ctrl-C stops it")
+    sys.stdout.flush()
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,  # open live pages do not hold it up
+    )

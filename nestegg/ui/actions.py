@@ -1,0 +1,176 @@
+"""Writes from the page: resume, fork, delete and prune.
+
+Each needs the application started with ``allow_writes`` and the start-up token in the
+``X-Nestegg-Token`` header: a page from another origin cannot send that header without a
+CORS preflight this application never answers, and cannot read the token. Resume and fork
+run the user's Clutch (``--app``) in this process, in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from nestegg.checkpoint.ownership import owner_alive
+from nestegg.checkpoint.records import new_run_id
+from nestegg.cli.app import CommandError
+from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
+from nestegg.cli.reading import get_run
+from nestegg.clutch import Clutch
+from nestegg.constants import FINISHED, STATUSES
+from nestegg.errors import ConfigurationError, RunLockedError
+from nestegg.ui.pages import store_of
+
+log = logging.getLogger("nestegg.ui")
+
+TOKEN_HEADER = "X-Nestegg-Token"
+FORK_START_SECONDS = 5.0
+"""How long a fork request waits for the new run to be stored (or to fail)."""
+Handler = Callable[[Request], Awaitable[JSONResponse]]
+
+
+def _refused(message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=403)
+
+
+def _check(request: Request, needs_app: bool = False) -> JSONResponse | None:
+    settings = request.app.state.settings
+    if not settings.allow_writes:
+        return _refused("writes are disabled: start nestegg ui with --allow-writes")
+    given = request.headers.get(TOKEN_HEADER, "")
+    if not settings.token or not secrets.compare_digest(given, settings.token):
+        return _refused(f"missing or wrong {TOKEN_HEADER} header (printed at start-up)")
+    if needs_app and settings.clutch is None:
+        return _refused("resume and fork need your Clutch: start nestegg ui with --app")
+    return None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ConfigurationError(f"the request body is not JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise ConfigurationError("the request body must be a JSON object")
+    return body
+
+
+def _start(request: Request, work: Awaitable[Any], what: str) -> asyncio.Task[Any]:
+    background: set[asyncio.Task[Any]] = request.app.state.background
+
+    async def guarded() -> Any:
+        try:
+            return await work
+        except Exception as error:
+            log.warning("%s failed: %s", what, error)
+            raise
+
+    task = asyncio.ensure_future(guarded())
+    background.add(task)
+    task.add_done_callback(background.discard)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+    return task
+
+
+async def stop_background(app: Starlette) -> None:
+    """Cancel the runs this application started and wait for them (at shutdown)."""
+    tasks = list(app.state.background)
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(BaseException):
+            await task
+
+
+async def resume(request: Request) -> JSONResponse:
+    """Resume a run with the Clutch, in the background: 202 once started."""
+    if (refusal := _check(request, needs_app=True)) is not None:
+        return refusal
+    run = await get_run(store_of(request), request.path_params["run_id"])
+    if owner_alive(run, time.time()):
+        raise RunLockedError(f"run {run.run_id!r} is executing; not resumed", run.run_id)
+    clutch: Clutch = request.app.state.settings.clutch
+    _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
+    return JSONResponse({"run_id": run.run_id, "started": True}, status_code=202)
+
+
+async def fork(request: Request) -> JSONResponse:
+    """Fork from a checkpoint with ``{"data": ...}`` (absent: the checkpoint's data) on a
+    new run; 201 with its id once it is stored, the error if it could not start."""
+    if (refusal := _check(request, needs_app=True)) is not None:
+        return refusal
+    body = await _body(request)
+    checkpoint_id = request.path_params["checkpoint_id"]
+    clutch: Clutch = request.app.state.settings.clutch
+    store = store_of(request)
+    run_id = new_run_id()
+    task = _start(
+        request,
+        clutch.fork(checkpoint_id, body.get("data"), run_id=run_id),
+        f"fork of checkpoint {checkpoint_id!r}",
+    )
+    deadline = time.monotonic() + FORK_START_SECONDS
+    while not task.done() and time.monotonic() < deadline:
+        if await store.get_run(run_id) is not None:
+            break
+        await asyncio.sleep(0.02)
+    if task.done() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+    return JSONResponse({"run_id": run_id}, status_code=201)
+
+
+async def delete(request: Request) -> JSONResponse:
+    """Delete a run and everything of it, unless a live process executes it (409)."""
+    if (refusal := _check(request)) is not None:
+        return refusal
+    store = store_of(request)
+    run = await get_run(store, request.path_params["run_id"])
+    if owner_alive(run, time.time()):
+        raise RunLockedError(f"run {run.run_id!r} is executing; not deleted", run.run_id)
+    await store.delete_run(run.run_id)
+    return JSONResponse({"deleted": run.run_id})
+
+
+def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
+    keep, older, status = body.get("keep"), body.get("older_than"), body.get("status")
+    if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
+        raise ConfigurationError(f"keep must be a whole number >= 1, got {keep!r}")
+    if keep is None and not older:
+        raise ConfigurationError("prune needs keep and/or older_than")
+    if status is not None and status not in STATUSES:
+        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+    try:
+        age = parse_duration(str(older)) if older else None
+    except CommandError as error:
+        raise ConfigurationError(str(error)) from error
+    statuses = [status] if status else list(FINISHED)
+    return {"keep": keep, "older_than": age, "statuses": statuses,
+            "pipeline": body.get("pipeline") or None}  # fmt: skip
+
+
+async def prune(request: Request) -> JSONResponse:
+    """Delete old runs (``older_than``) and surplus checkpoints (``keep``), as ``nestegg
+    prune`` does; ``dry_run`` only lists them."""
+    if (refusal := _check(request)) is not None:
+        return refusal
+    body = await _body(request)
+    store = store_of(request)
+    plan = await plan_prune(store, **_prune_options(body))
+    if body.get("dry_run"):
+        return JSONResponse({"dry_run": True, **plan.to_json()})
+    runs, checkpoints = await apply_prune(store, plan)
+    deleted = {"deleted_runs": runs, "deleted_checkpoints": checkpoints}
+    return JSONResponse({**plan.to_json(), **deleted})

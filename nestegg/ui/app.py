@@ -1,0 +1,196 @@
+"""The Starlette application of ``nestegg ui``: routes, the store's lifetime, errors.
+
+Everything it needs is served from the package (templates and static files beside this
+module); it binds where it is told (the command refuses a non-loopback host unless asked),
+answers only requests whose Host is one it serves, and writes only with ``allow_writes``
+and the start-up token in the ``X-Nestegg-Token`` header.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.clutch import Clutch
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    ConfigurationError,
+    IncompatibleCheckpointError,
+    InvalidIdentifierError,
+    NestEggError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    StorageUnavailableError,
+)
+from nestegg.ui import actions, live, pages
+from nestegg.ui.render import STATIC, environment
+
+log = logging.getLogger("nestegg.ui")
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+_STATUS_BY_ERROR: tuple[tuple[type[NestEggError], int], ...] = (
+    (RunNotFoundError, 404),
+    (CheckpointNotFoundError, 404),
+    (InvalidIdentifierError, 400),
+    (ConfigurationError, 400),
+    (RunExistsError, 409),
+    (RunLockedError, 409),
+    (IncompatibleCheckpointError, 409),
+    (StorageUnavailableError, 503),
+    (CheckpointCorruptedError, 500),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UISettings:
+    """What the application serves and may do.
+
+    Attributes:
+        store_url: the store's URL (None: the embedded default); the command passes what
+            ``--store`` or ``$NESTEGG_STORE`` chose.
+        store: an open store to use instead of opening ``store_url`` (not closed here).
+        clutch: the user's Clutch (``--app``), needed to resume and fork.
+        allow_writes: whether resume, fork, delete and prune are offered.
+        token: the secret a write must carry in ``X-Nestegg-Token``.
+        hosts: the Host header values served (``*``: any).
+    """
+
+    store_url: str | None = None
+    store: CheckpointStorage | None = None
+    clutch: Clutch | None = None
+    allow_writes: bool = False
+    token: str = ""
+    hosts: Sequence[str] = field(default=LOOPBACK_HOSTS)
+
+
+SECURITY_HEADERS = [
+    # Only this application's own script runs, and no other site may frame its pages (a
+    # framed page could be clicked into a write).
+    (
+        b"content-security-policy",
+        b"default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def status_for(error: BaseException) -> int:
+    """The HTTP status a nestegg error answers with."""
+    for kind, status in _STATUS_BY_ERROR:
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+async def _error(request: Request, error: Exception) -> Response:
+    status = status_for(error)
+    if status >= 500 and not isinstance(error, NestEggError):
+        log.error("error serving %s", request.url.path, exc_info=error)
+    message = " ".join(str(error).split()) or type(error).__name__
+    if request.url.path.startswith(("/api/", "/events/")) or request.url.path.endswith("/live"):
+        return JSONResponse({"error": message}, status_code=status)
+    templates = request.app.state.templates
+    html = templates.get_template("error.html").render(status=status, message=message)
+    return HTMLResponse(html, status_code=status)
+
+
+@contextlib.asynccontextmanager
+async def _opened(settings: UISettings) -> AsyncIterator[CheckpointStorage]:
+    if settings.store is not None:
+        yield settings.store
+        return
+    if settings.clutch is not None:
+        from nestegg.cli.apps import bound
+
+        async with bound(settings.clutch, settings.store_url) as store:
+            yield store
+        return
+    from nestegg.cli.app import open_selected
+
+    store = open_selected(settings.store_url)
+    try:
+        await store.setup()
+        yield store
+    finally:
+        await store.close()
+
+
+def create_app(settings: UISettings) -> Starlette:
+    """The ``nestegg ui`` application for ``settings``.
+
+    Example:
+        >>> app = create_app(UISettings(store_url="sqlite:///runs.db"))
+        >>> # uvicorn.run(app, host="127.0.0.1", port=8765)
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with _opened(settings) as store:
+            app.state.store = store
+            try:
+                yield
+            finally:
+                await actions.stop_background(app)
+
+    app = Starlette(
+        routes=[
+            Route("/", pages.runs_page),
+            Route("/runs/{run_id:str}", pages.run_page),
+            Route("/runs/{run_id:str}/live", pages.run_live),
+            Route("/runs/{run_id:str}/steps/{seq:int}", pages.step_page),
+            Route("/checkpoints/{checkpoint_id:str}", pages.state_page),
+            Route("/diff", pages.diff_page),
+            Route("/events/runs", live.runs_events),
+            Route("/events/runs/{run_id:str}", live.run_events),
+            Route("/api/runs/{run_id:str}/resume", actions.resume, methods=["POST"]),
+            Route("/api/runs/{run_id:str}", actions.delete, methods=["DELETE"]),
+            Route("/api/checkpoints/{checkpoint_id:str}/fork", actions.fork, methods=["POST"]),
+            Route("/api/prune", actions.prune, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts)),
+        ],
+        exception_handlers={NestEggError: _error, Exception: _error},
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.templates = environment()
+    app.state.background = set()
+    return app

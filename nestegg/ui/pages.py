@@ -1,0 +1,157 @@
+"""The HTML pages: runs, a run, one step, a state and a diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.paths import PathNotFoundError, select
+from nestegg.constants import STATUSES
+from nestegg.errors import CheckpointNotFoundError, ConfigurationError
+from nestegg.ui import queries
+
+STATUS_CHOICES = (*STATUSES, queries.INTERRUPTED)
+
+
+def store_of(request: Request) -> CheckpointStorage:
+    """The store the application opened."""
+    store: CheckpointStorage = request.app.state.store
+    return store
+
+
+def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
+    settings = request.app.state.settings
+    context.update(
+        writes=settings.allow_writes,
+        can_run=settings.allow_writes and settings.clutch is not None,
+    )
+    html = request.app.state.templates.get_template(name).render(**context)
+    return HTMLResponse(html)
+
+
+def int_param(request: Request, name: str) -> int | None:
+    """The whole number in query parameter ``name`` (None if absent); bad input otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+async def runs_page(request: Request) -> HTMLResponse:
+    """The runs table: filters by status and pipeline, a page at a time (``?before=``)."""
+    status = request.query_params.get("status") or None
+    if status is not None and status not in STATUS_CHOICES:
+        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(STATUS_CHOICES)}")
+    pipeline = request.query_params.get("pipeline") or None
+    cursor = request.query_params.get("before")
+    page = await queries.runs_page(
+        store_of(request),
+        status=status,
+        pipeline=pipeline,
+        before=queries.decode_cursor(cursor),
+    )
+    name = "runs_rows.html" if request.query_params.get("fragment") else "runs.html"
+    return _render(
+        request,
+        name,
+        page=page,
+        status=status,
+        pipeline=pipeline or "",
+        statuses=STATUS_CHOICES,
+        paged=bool(cursor),
+    )
+
+
+async def run_page(request: Request) -> HTMLResponse:
+    """A run: summary, input, result or error, a window of its timeline, its forks."""
+    store = store_of(request)
+    details = await queries.run_window(
+        store, request.path_params["run_id"], int_param(request, "before")
+    )
+    relatives = await queries.family(store, details["run"])
+    return _render(
+        request,
+        "run.html",
+        d=details,
+        family=relatives,
+        window=queries.STEP_WINDOW,
+        fork_scan=queries.FORK_SCAN,
+        range=queries.range_text(details),
+    )
+
+
+async def run_live(request: Request) -> JSONResponse:
+    """What the run page replaces and appends after a change: its summary and the steps
+    after ``?after=``, as HTML."""
+    after = int_param(request, "after") or 0
+    details = await queries.run_window(
+        store_of(request), request.path_params["run_id"], None, queries.STEP_WINDOW
+    )
+    bars = [[s["seq"], s["bar"]] for s in details["steps"]]
+    shown = queries.range_text(details)
+    details["steps"] = [s for s in details["steps"] if s["seq"] > after]
+    templates = request.app.state.templates
+    settings = request.app.state.settings
+    flags = {"writes": settings.allow_writes, "can_run": settings.allow_writes and settings.clutch}
+    return JSONResponse(
+        {
+            "summary": templates.get_template("run_summary.html").render(d=details, **flags),
+            "rows": templates.get_template("run_steps.html").render(d=details, **flags),
+            "high": details["high"],
+            "range": shown,
+            "bars": bars,
+            "status": details["run"]["shown_status"],
+        }
+    )
+
+
+async def step_page(request: Request) -> HTMLResponse:
+    """One step's data and journaled calls (loaded when its row is opened)."""
+    detail = await queries.step_detail(
+        store_of(request), request.path_params["run_id"], request.path_params["seq"]
+    )
+    return _render(request, "step.html", s=detail)
+
+
+def _part(state: dict[str, Any], path: str | None) -> Any:
+    if not path:
+        return state
+    try:
+        return select(state, path)
+    except ValueError as error:
+        raise ConfigurationError(f"bad path: {error}") from error
+    except PathNotFoundError as error:
+        raise CheckpointNotFoundError(str(error)) from error
+
+
+async def state_page(request: Request) -> HTMLResponse:
+    """The state a checkpoint restores, as a tree (``?path=`` shows a part of it)."""
+    checkpoint_id = request.path_params["checkpoint_id"]
+    loaded = await queries.state_of(store_of(request), checkpoint_id)
+    state = loaded["state"]
+    path = request.query_params.get("path") or ""
+    return _render(
+        request,
+        "state.html",
+        state=state,
+        part=_part(state, path),
+        path=path,
+        previous=queries.previous_checkpoint(loaded["checkpoint_ids"], checkpoint_id),
+        checkpoint_ids=loaded["checkpoint_ids"],
+    )
+
+
+async def diff_page(request: Request) -> HTMLResponse:
+    """What changed between checkpoints ``?old=`` and ``?new=``."""
+    old = request.query_params.get("old") or ""
+    new = request.query_params.get("new") or ""
+    if not old or not new:
+        raise ConfigurationError("a diff needs two checkpoints: ?old=ID&new=ID")
+    result = await queries.diff_of(store_of(request), old, new)
+    return _render(request, "diff.html", **result)

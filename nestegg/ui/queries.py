@@ -1,0 +1,281 @@
+"""What the pages read from a store: a page of runs, a window of a run's steps, one step's
+journal, a run's family of forks, a state as a tree and a diff.
+
+Built on the command's reading helpers (:mod:`nestegg.cli.reading`); nothing here reads a
+whole run's history or every run of the store, so a 10,000-step run or 100,000 runs stay
+cheap to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nestegg.checkpoint.codec import unseal_json
+from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.records import EventRecord, RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import Event, run_input, run_result
+from nestegg.cli import reading
+from nestegg.cli.diff import diff_values
+from nestegg.constants import RUN_FORKED, RUN_RESUMED, RUNNING, STEP_FAILED, STEP_STARTED
+from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
+
+RUNS_PAGE = 50
+"""Runs on a page of the runs table."""
+STEP_WINDOW = 200
+"""Steps of the timeline shown at once (the newest, or those before ``?before=``)."""
+EVENTS_READ = 5000
+"""Newest events read for a run page's incidents (crashes, failures, takeovers)."""
+INCIDENT_KINDS = (STEP_FAILED, RUN_RESUMED, RUN_FORKED)
+ANCESTORS_SHOWN = 20
+FORK_SCAN = 5000
+"""Newer runs of a run's pipeline read at most to find the runs forked from it."""
+FORK_SCAN_PAGE = 500
+INTERRUPTED = "interrupted"
+WAITING = "waiting"
+
+
+def encode_cursor(run: RunRecord) -> str:
+    """The ``?before=`` value of the page after ``run``: its creation time and id."""
+    return f"{run.created_at!r}:{run.run_id}"
+
+
+def decode_cursor(text: str | None) -> tuple[float, str] | None:
+    """A cursor from :func:`encode_cursor`; None for none or a malformed one."""
+    if not text or ":" not in text:
+        return None
+    at, _, run_id = text.partition(":")
+    try:
+        return float(at), run_id
+    except ValueError:
+        return None
+
+
+def _statuses(status: str | None) -> list[str] | None:
+    """The stored statuses a filter reads (``interrupted`` runs are running ones)."""
+    return [RUNNING] if status == INTERRUPTED else ([status] if status else None)
+
+
+@dataclass(frozen=True, slots=True)
+class RunsPage:
+    """One page of the runs table and the cursor of the next (None: the last page)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+async def runs_page(
+    store: CheckpointStorage,
+    *,
+    status: str | None,
+    pipeline: str | None,
+    before: tuple[float, str] | None,
+    size: int = RUNS_PAGE,
+) -> RunsPage:
+    """A page of runs, newest first; ``status`` may be ``interrupted`` (running, owner gone).
+
+    Reads ``size + 1`` runs from the store and the checkpoints of those shown.
+    """
+    runs = await store.list_runs(
+        pipeline=pipeline or None, statuses=_statuses(status), limit=size + 1, before=before
+    )
+    more = len(runs) > size
+    runs = runs[:size]
+    cursor = encode_cursor(runs[-1]) if more and runs else None
+    if status == INTERRUPTED:
+        now = time.time()
+        runs = [run for run in runs if is_interrupted(run, now)]
+    listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
+    rows = [
+        flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None))
+        for run, checkpoints in zip(runs, listed, strict=True)
+    ]
+    return RunsPage(rows, cursor)
+
+
+def flagged(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the status people see (``interrupted``) and whether it needs a look."""
+    row["shown_status"] = reading.shown_status(row)
+    row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
+    return row
+
+
+async def runs_signature(
+    store: CheckpointStorage, *, status: str | None, pipeline: str | None
+) -> list[tuple[Any, ...]]:
+    """What changes on the first page of runs when any of them moves on (runs only: no
+    checkpoint is read)."""
+    runs = await store.list_runs(
+        pipeline=pipeline or None, statuses=_statuses(status), limit=RUNS_PAGE
+    )
+    now = time.time()
+    return [(r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now)) for r in runs]
+
+
+def _decoded(read: Callable[[RunRecord], Any], run: RunRecord) -> Any:
+    try:
+        return read(run)
+    except CheckpointCorruptedError as error:
+        return {"unreadable": str(error)}
+
+
+def event_row(record: EventRecord) -> dict[str, Any]:
+    """An event as plain data (``unreadable`` in its data when damaged)."""
+    try:
+        return reading.event_row(Event.from_record(record))
+    except CheckpointCorruptedError as error:
+        return {"seq": record.seq, "kind": record.kind, "data": {"unreadable": str(error)}}
+
+
+def _incidents(events: list[EventRecord], low: int, high: int) -> dict[int, list[dict[str, Any]]]:
+    """Failures, resumes and forks of the steps ``low < seq <= high + 1``, by step: a resume
+    after step n (a crash or takeover when the run was still running) shows before n + 1."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for record in events:
+        if record.kind not in INCIDENT_KINDS:
+            continue
+        row = event_row(record)
+        data = row["data"]
+        seq = int(data.get("seq", 0)) + (0 if record.kind == STEP_FAILED else 1)
+        if low < seq <= high + 1:
+            if record.kind == RUN_RESUMED:
+                row["takeover"] = data.get("previous") == RUNNING
+            found.setdefault(seq, []).append(row)
+    return found
+
+
+async def run_window(
+    store: CheckpointStorage, run_id: str, before: int | None, size: int = STEP_WINDOW
+) -> dict[str, Any]:
+    """A run's page: summary, input, result or error, and the steps ``before - size <= seq
+    < before`` (the newest when None) with their checkpoints and incidents."""
+    run = await reading.get_run(store, run_id)
+    high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))
+    low = max(0, high - size)
+    checkpoints = await store.list_checkpoints(run.run_id)
+    history = await store.load_history(run.run_id, low, high)
+    events = await store.read_events(run.run_id, max(0, run.event_seq - EVENTS_READ))
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for checkpoint in checkpoints:
+        if low <= checkpoint.seq <= high:
+            by_seq.setdefault(checkpoint.seq, []).append(reading.checkpoint_row(checkpoint))
+    steps = [row for piece in history for row in reading.step_rows(piece, run.run_id)]
+    longest = max((s["duration"] or 0.0 for s in steps), default=0.0)
+    incidents = _incidents(events, low, high)
+    for step in steps:
+        step["checkpoints"] = by_seq.get(step["seq"], [])
+        step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
+        step["incidents"] = incidents.get(step["seq"], [])
+    row = flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None, full_error=True))
+    return {
+        "run": row,
+        "input": _decoded(run_input, run),
+        "result": _decoded(run_result, run),
+        "steps": steps,
+        "low": low,
+        "high": high,
+        "after_incidents": incidents.get(high + 1, []) if high == run.step_seq else [],
+        "initial_checkpoints": by_seq.get(0, []),
+        "checkpoint_ids": [c.checkpoint_id for c in checkpoints],
+        "last_event": run.event_seq,
+    }
+
+
+def range_text(window: dict[str, Any]) -> str:
+    """Which steps a window shows: ``steps 1-200 of 10000``."""
+    first = window["low"] + 1 if window["steps"] else 0
+    return f"steps {first}\N{EN DASH}{window['high']} of {window['run']['steps']}"
+
+
+def previous_checkpoint(ids: list[str], checkpoint_id: str) -> str | None:
+    """The checkpoint before ``checkpoint_id`` in a run's list, or None."""
+    at = ids.index(checkpoint_id) if checkpoint_id in ids else 0
+    return ids[at - 1] if at > 0 else None
+
+
+async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[str, Any]:
+    """One step: its record's row and data, and its journaled calls with how often the step
+    ran (a call recorded once is replayed by every later attempt)."""
+    run = await reading.get_run(store, run_id)
+    rows = [row for piece in await store.load_history(run_id, seq - 1, seq) for row in
+            reading.step_rows(piece, run_id)]  # fmt: skip
+    attempts = sum(
+        1
+        for record in await store.read_events(run_id)
+        if record.kind == STEP_STARTED and event_row(record)["data"].get("seq") == seq
+    )
+    calls = []
+    for record in await store.read_journal(run.run_id, seq):
+        try:
+            entry = unseal_json(record.body, f"journal entry {seq}/{record.position}")
+        except CheckpointCorruptedError as error:
+            entry = {"unreadable": str(error)}
+        calls.append({"position": record.position, **entry})
+    return {"run_id": run.run_id, "seq": seq, "step": rows[0] if rows else None,
+            "calls": calls, "attempts": attempts}  # fmt: skip
+
+
+async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any]:
+    """The runs a run was forked from (oldest first) and the runs forked from it."""
+    ancestors: list[dict[str, Any]] = []
+    parent, at = run["parent_run"], run["parent_checkpoint"]
+    while parent and len(ancestors) < ANCESTORS_SHOWN:
+        record = await store.get_run(parent)
+        ancestors.insert(0, {"run_id": parent, "checkpoint": at, "exists": record is not None})
+        if record is None:
+            break
+        parent, at = record.parent_run, record.parent_checkpoint
+    children, complete = await _forks_of(store, run)
+    return {"ancestors": ancestors, "children": children, "complete": complete}
+
+
+async def _forks_of(store: CheckpointStorage, run: dict[str, Any]) -> tuple[list[Any], bool]:
+    """The runs forked from ``run`` (newer runs of its pipeline, newest first, at most
+    FORK_SCAN of them read), and whether all newer runs were read."""
+    children: list[dict[str, Any]] = []
+    created = run["created_at"].timestamp()
+    before: tuple[float, str] | None = None
+    for _ in range(FORK_SCAN // FORK_SCAN_PAGE):
+        page = await store.list_runs(pipeline=run["pipeline"], limit=FORK_SCAN_PAGE, before=before)
+        for other in page:
+            if other.created_at < created:  # forks are newer than their parent
+                return children, True
+            if other.parent_run == run["run_id"]:
+                children.append(
+                    {"run_id": other.run_id, "checkpoint": other.parent_checkpoint,
+                     "status": other.status}
+                )  # fmt: skip
+        if len(page) < FORK_SCAN_PAGE:
+            return children, True
+        before = (page[-1].created_at, page[-1].run_id)
+    return children, False
+
+
+async def state_of(store: CheckpointStorage, checkpoint_id: str) -> dict[str, Any]:
+    """A checkpoint's restored state as plain data, with the ids of its run's checkpoints.
+
+    Raises:
+        CheckpointNotFoundError: no such checkpoint.
+    """
+    record = await store.get_checkpoint(checkpoint_id)
+    if record is None:
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
+    state = reading.state_json(await reading.resolve_state(store, checkpoint_id))
+    ids = [c.checkpoint_id for c in await store.list_checkpoints(record.run_id)]
+    return {"state": state, "checkpoint_ids": ids}
+
+
+async def diff_of(store: CheckpointStorage, old: str, new: str) -> dict[str, Any]:
+    """What changed from checkpoint ``old`` to ``new`` (ids and run ids left out)."""
+    keys = ("checkpoint_id", "run_id")
+    first = reading.state_json(await reading.resolve_state(store, old))
+    second = reading.state_json(await reading.resolve_state(store, new))
+    changes = diff_values(
+        {k: v for k, v in first.items() if k not in keys},
+        {k: v for k, v in second.items() if k not in keys},
+    )
+    return {"old": first, "new": second, "changes": changes}

@@ -1,0 +1,74 @@
+"""Turning data into what the templates show: JSON trees, shortened values, times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from nestegg.cli.paths import Key, format_path
+from nestegg.cli.render import plain, seconds, to_json, when
+from nestegg.cli.runs import owner_text
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+SHORT_CHARS = 160
+"""A value longer than this (as JSON) is shortened, with a button showing all of it."""
+TREE_ITEMS = 200
+"""Items of an object or array shown in a tree; the rest through a link to that path."""
+TREE_OPEN_DEPTH = 2
+"""Levels of a tree shown open."""
+
+
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON."""
+    return to_json(value, indent=False)
+
+
+def shortened(value: Any) -> dict[str, Any]:
+    """A value's JSON text and, when it is long, its first characters."""
+    text = json_text(value)
+    short = text[:SHORT_CHARS] + "…" if len(text) > SHORT_CHARS else None
+    return {"text": text, "short": short, "chars": len(text)}
+
+
+def tree(value: Any, keys: list[Key] | None = None, key: Key | None = None) -> dict[str, Any]:
+    """A value as nested nodes for the collapsible tree (a node knows its path)."""
+    if keys is None:
+        value, keys = plain(value), []
+    node: dict[str, Any] = {"key": key, "path": format_path(keys), "depth": len(keys)}
+    items: list[tuple[Key, Any]]
+    if isinstance(value, dict):
+        node["type"], items = "object", [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        node["type"], items = "array", list(enumerate(value))
+    else:
+        return {**node, "type": "scalar", **shortened(value)}
+    node["size"] = len(items)
+    node["more"] = max(0, len(items) - TREE_ITEMS)
+    node["children"] = [tree(v, [*keys, k], k) for k, v in items[:TREE_ITEMS]]
+    return node
+
+
+def environment() -> Environment:
+    """The templates, escaping everything they render."""
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        when=when,
+        seconds=lambda v: "-" if v is None else seconds(v),
+        owner=owner_text,
+        short=shortened,
+        tree=tree,
+        json=json_text,
+        json_pretty=lambda v: to_json(v, indent=True),
+        q=lambda v: quote(str(v), safe=""),
+    )
+    env.globals.update(TREE_OPEN_DEPTH=TREE_OPEN_DEPTH)
+    return env

@@ -1,0 +1,126 @@
+"""Writes from the page on every store: refused without --allow-writes or the token,
+done with them; nothing changes when refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from nestegg.checkpoint.stores import open_store
+from nestegg.ui import UISettings
+from tests.ui.conftest import Ui, client_for
+
+WAIT_SECONDS = 20
+
+
+def _status(ui: Ui, run_id: str) -> str | None:
+    """The status the live endpoint gives, or None when the run is gone."""
+    response = ui.client.get(f"/runs/{run_id}/live")
+    return response.json()["status"] if response.status_code == 200 else None
+
+
+def _wait_for(ui: Ui, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while _status(ui, run_id) != status:
+        assert time.monotonic() < deadline, f"run {run_id} never became {status}"
+        time.sleep(0.05)
+
+
+def _checkpoints(ui: Ui, run_id: str) -> list[str]:
+    import re
+
+    page = ui.client.get(f"/runs/{run_id}").text
+    return re.findall(r'class="cp" href="/checkpoints/([^"?]+)"', page)
+
+
+def test_a_write_without_the_token_is_refused_and_changes_nothing(ui: Ui) -> None:
+    for token in (None, "wrong"):
+        refused: Any = ui.write("DELETE", f"/api/runs/{ui.filled.ok}", token=token)
+        assert refused.status_code == 403
+        assert "X-Nestegg-Token" in refused.json()["error"]
+        fork: Any = ui.write("POST", "/api/checkpoints/x/fork", token=token, json={})
+        assert fork.status_code == 403
+    assert _status(ui, ui.filled.ok) == "completed"
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3
+
+
+def test_writes_are_refused_without_allow_writes() -> None:
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+
+    settings = UISettings(store=MemoryCheckpointStorage(), token="t")
+    with client_for(settings) as client:
+        response = client.delete("/api/runs/x", headers={"X-Nestegg-Token": "t"})
+        assert response.status_code == 403 and "--allow-writes" in response.json()["error"]
+        page = client.get("/").text
+        assert "prune-form" not in page and "writes allowed" not in page
+
+
+def test_delete_removes_a_finished_run(ui: Ui) -> None:
+    deleted: Any = ui.write("DELETE", f"/api/runs/{ui.filled.bad}")
+    assert deleted.status_code == 200 and deleted.json() == {"deleted": ui.filled.bad}
+    assert ui.client.get(f"/runs/{ui.filled.bad}").status_code == 404
+    again: Any = ui.write("DELETE", f"/api/runs/{ui.filled.bad}")
+    assert again.status_code == 404
+
+
+def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    bad: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", content=b"{not json")
+    assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
+    missing: Any = ui.write("POST", "/api/checkpoints/nope/fork", json={})
+    assert missing.status_code == 404
+    edited = {"name": "Forked", "items": [9], "tags": {"size": "small"}, "page": "p"}
+    fork: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": edited})
+    assert fork.status_code == 201
+    run_id = fork.json()["run_id"]
+    try:
+        _wait_for(ui, run_id, "completed")
+        page = ui.client.get(f"/runs/{run_id}").text
+        assert "Forked: 1 items" in page  # report ran on the edited data
+        assert f'href="/runs/{ui.filled.ok}"' in page  # its parent, in the family tree
+        parent = ui.client.get(f"/runs/{ui.filled.ok}").text
+        assert f'href="/runs/{run_id}"' in parent  # and the child in the parent's
+    finally:
+        ui.write("DELETE", f"/api/runs/{run_id}")
+
+
+def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
+    locked: Any = ui.write("POST", "/api/runs/no-such-run/resume")
+    assert locked.status_code == 404
+    started: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume")
+    assert started.status_code == 202
+    _wait_for(ui, ui.filled.gone, "completed")
+    page = ui.client.get(f"/runs/{ui.filled.gone}").text
+    assert "3 items" in page
+    # It failed at step 2, then its owner vanished while it was marked running: both show
+    # before step 2, where they happened.
+    assert "step 2 (enrich) failed" in page
+    assert "crash or takeover: resumed by another owner after step 1" in page
+
+
+def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:
+    body = {"keep": 1, "pipeline": "cli-test", "dry_run": True}
+    plan: Any = ui.write("POST", "/api/prune", json=body)
+    assert plan.status_code == 200
+    assert len(plan.json()["checkpoints"][ui.filled.ok]) == 2
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3
+    done: Any = ui.write("POST", "/api/prune", json={**body, "dry_run": False})
+    assert done.status_code == 200 and done.json()["deleted_checkpoints"] >= 2
+    assert len(_checkpoints(ui, ui.filled.ok)) == 1
+    refused: Any = ui.write("POST", "/api/prune", json={"older_than": "soon"})
+    assert refused.status_code == 400 and "bad duration" in refused.json()["error"]
+    assert ui.write("POST", "/api/prune", json={}).status_code == 400  # type: ignore[attr-defined]
+
+
+def test_a_store_given_to_the_app_is_left_open(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
+
+    async def runs() -> int:
+        return len(await store.list_runs())
+
+    with client_for(UISettings(store=store)) as client:
+        assert client.get("/").status_code == 200
+    assert asyncio.run(runs()) == 0  # still usable: the app did not close it
+    asyncio.run(store.close())

@@ -1,0 +1,242 @@
+"""``nestegg ui`` end to end: a real server process, a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.conftest import Filled, fill
+from tests.ui.browser import ROOT, Server, child_env, launch_chromium, run_apart, stop, ui_server
+from tests.ui.pipelines import GATE_ENV
+
+pytestmark = pytest.mark.browser
+
+LIVE_SECONDS = 2.0
+"""A step committed by another process shows on the open page within this."""
+SCREENSHOT_ENV = "NESTEGG_UI_SCREENSHOT"
+"""Where to save a screenshot of a run page (docs/ui-run.png is made this way)."""
+LIVE_CHILD = """
+import asyncio, sys
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+from nestegg.checkpoint.stores import open_store
+from tests.ui.pipelines import live_pipeline
+
+policy = CheckpointPolicy(keep_latest=None)
+config = CheckpointConfig(storage=open_store(sys.argv[1]), policy=policy)
+asyncio.run(live_pipeline(config).run({"name": "live"}, run_id="live", timeout=60))
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium for the module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, Filled]:
+    """A SQLite store with a completed, a failed and an interrupted run."""
+    url = f"sqlite:///{tmp_path / 'ui.db'}"
+    return url, run_apart(fill(url))
+
+
+@pytest.fixture
+def server(tmp_path: Path, store: tuple[str, Filled]) -> Iterator[Server]:
+    """``nestegg ui`` on that store, writes allowed, the test pipeline as its Clutch."""
+    app = "tests.cli.pipeline_app:pipeline"
+    with ui_server(tmp_path / "home", "--store", store[0], "--allow-writes", "--app", app) as s:
+        yield s
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser page (its own storage)."""
+    context = browser.new_context(viewport={"width": 1000, "height": 720})
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def _agents(page: Any) -> list[str]:
+    return [text.strip() for text in page.locator("#steps td.agent").all_inner_texts()]
+
+
+def test_open_the_runs_page_then_a_run_and_see_its_steps(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    page.goto(server.base + "/")
+    assert page.locator("table.runs tbody tr").count() == 3
+    assert page.locator("tr.flagged").count() == 1  # the interrupted run
+    page.click(f"a[href='/runs/{store[1].ok}']")
+    page.wait_for_selector("#steps")
+    assert _agents(page) == ["fetch", "enrich", "report"]
+    page.locator("tr.step[data-seq='2'] button.calls").click()
+    page.wait_for_selector("table.journal")
+    assert "tests.cli.pipeline_app.ask_size" in page.inner_text("table.journal")
+
+
+def test_a_step_committed_by_another_process_appears_without_reload(
+    server: Server, store: tuple[str, Filled], page: Any, tmp_path: Path
+) -> None:
+    page.goto(server.base + "/")
+    page.evaluate("window.notReloaded = true")
+    env = child_env(tmp_path / "home", **{GATE_ENV: str(tmp_path)})
+    child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, store[0]], cwd=ROOT, env=env)
+    try:
+        page.wait_for_selector("a[href='/runs/live']", timeout=20_000)  # the table is live too
+        assert page.evaluate("window.notReloaded") is True
+        page.click("a[href='/runs/live']")
+        page.wait_for_selector("#steps td.agent")
+        assert _agents(page) == ["first"]
+        page.evaluate("window.notReloaded = true")
+        (tmp_path / "go").touch()
+        started = time.monotonic()
+        page.wait_for_selector("#steps td.agent:text-is('second')", timeout=LIVE_SECONDS * 1000)
+        shown = time.monotonic() - started
+        print(f"step shown {shown * 1000:.0f} ms after it was let through")
+        assert page.evaluate("window.notReloaded") is True
+        page.wait_for_selector("#status.completed", timeout=10_000)
+        assert _agents(page) == ["first", "second"]
+        assert page.inner_text("#range") == "steps 1\N{EN DASH}2 of 2"
+        first_bar = str(page.locator("tr[data-seq='1'] .bar").get_attribute("style"))
+        assert float(first_bar.split(":")[1].strip(" %;")) < 50  # rescaled to the longer step
+        assert child.wait(30) == 0
+    finally:
+        stop(child)
+
+
+def test_resume_an_interrupted_run_from_its_page(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    gone = store[1].gone
+    page.on("dialog", lambda dialog: dialog.accept())  # "Resume this run?"
+    page.goto(f"{server.base}/runs/{gone}?token={server.token}")
+    assert page.inner_text("#status") == "interrupted"
+    assert _agents(page) == ["fetch"]
+    page.click("button.act:text-is('resume')")
+    page.wait_for_selector("#status.completed", timeout=15_000)  # live, no reload
+    assert _agents(page) == ["fetch", "enrich", "report"]
+    incidents = page.locator("tr.incident").all_inner_texts()
+    assert any("step 2 (enrich) failed" in text for text in incidents)
+    assert any("crash or takeover" in text for text in incidents)
+    page.locator("tr.step[data-seq='2'] button.calls").click()
+    page.wait_for_selector("table.journal")
+    if target := os.environ.get(SCREENSHOT_ENV):
+        page.screenshot(path=str(ROOT / target), full_page=True)
+
+
+def test_diff_two_checkpoints(server: Server, store: tuple[str, Filled], page: Any) -> None:
+    page.goto(f"{server.base}/runs/{store[1].ok}")
+    ids = [str(link.get_attribute("href")).rsplit("/", 1)[1] for link in page.locator("a.cp").all()]
+    page.fill("#diff-form input[name=old]", ids[0])
+    page.fill("#diff-form input[name=new]", ids[2])
+    page.click("#diff-form button")
+    page.wait_for_selector("table.diff")
+    rows = page.locator("table.diff tr").all_inner_texts()
+    assert any(r.startswith("+") and "data.items" in r for r in rows)
+    assert any(r.startswith("+") and "data.report" in r for r in rows)
+    page.goto(f"{server.base}/checkpoints/{ids[2]}")
+    page.click("#diff-previous")
+    page.wait_for_selector("table.diff")
+    assert any("data.report" in r for r in page.locator("table.diff tr").all_inner_texts())
+
+
+def test_fork_with_edited_data_and_a_write_without_the_token_is_refused(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    ok = store[1].ok
+    delete = "async ([url, headers]) => (await fetch(url, {method: 'DELETE', headers})).status"
+    target = f"{server.base}/api/runs/{ok}"
+    page.goto(server.base + "/")
+    assert page.evaluate(delete, [target, {}]) == 403  # this page, but no token
+    page.goto("data:text/html,<p>another site</p>")
+    with pytest.raises(Exception, match="Failed to fetch"):  # another origin: blocked
+        page.evaluate(delete, [target, {"X-Nestegg-Token": server.token}])
+    page.goto(f"{server.base}/?token={server.token}")  # kept by the page, dropped from the URL
+    assert "token" not in page.url
+    page.goto(f"{server.base}/runs/{ok}")
+    assert _agents(page) == ["fetch", "enrich", "report"]  # the refused delete changed nothing
+    second = str(page.locator("a.cp").nth(1).get_attribute("href"))
+    page.goto(server.base + second)
+    editor = page.locator("#fork-data")
+    editor.fill('{"name": "Forked", "items": [')
+    assert page.locator("#fork").is_disabled()
+    assert "not valid JSON" in page.inner_text("#fork-error")
+    editor.fill('{"name": "Forked", "items": [7], "tags": {"size": "s"}, "page": "p"}')
+    assert page.locator("#fork").is_enabled()
+    page.click("#fork")
+    page.wait_for_url(f"{server.base}/runs/*")
+    assert page.url != f"{server.base}/runs/{ok}"
+    page.wait_for_selector("#status.completed", timeout=15_000)
+    assert "Forked: 1 items" in page.inner_text("#summary")
+    assert page.locator(f"section.family a[href='/runs/{ok}']").count() == 1
+
+
+def test_markup_is_shown_as_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
+    from tests.ui.pipelines import HOSTILE_AGENT, HOSTILE_RUN_ID, hostile_pipeline
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+
+    async def run() -> None:
+        from nestegg.checkpoint.stores import open_store
+
+        opened = open_store(url)
+        try:
+            await hostile_pipeline(opened).run({"x": 1}, run_id=HOSTILE_RUN_ID)
+        finally:
+            await opened.close()
+
+    run_apart(run())
+    context = browser.new_context()
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    try:
+        with ui_server(tmp_path / "home", "--store", url) as server:
+            page.goto(server.base + "/")
+            assert HOSTILE_RUN_ID in page.inner_text("table.runs")
+            page.locator("table.runs a").first.click()
+            page.wait_for_selector("#steps")
+            assert page.inner_text("h1.run-id") == HOSTILE_RUN_ID
+            assert _agents(page) == [HOSTILE_AGENT]
+            assert page.locator("img").count() == 0
+    finally:
+        context.close()
+    assert dialogs == []
+
+
+def test_a_long_value_is_cut_and_shown_whole_on_demand(tmp_path: Path, page: Any) -> None:
+    from nestegg.checkpoint.stores import open_store
+    from tests.ui.pipelines import hostile_pipeline
+
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    long_text = "y" * 400
+
+    async def run() -> None:
+        opened = open_store(url)
+        try:
+            await hostile_pipeline(opened).run({"text": long_text}, run_id="long-value")
+        finally:
+            await opened.close()
+
+    run_apart(run())
+    with ui_server(tmp_path / "home", "--store", url) as server:
+        page.goto(f"{server.base}/runs/long-value")
+        page.click("a.cp")
+        holder = page.locator("#state-tree span.val").first
+        shown = holder.inner_text()
+        assert long_text not in shown and "show all (402 chars)" in shown
+        holder.locator("button.expand").click()
+        assert page.locator("#state-tree").inner_text().count(long_text) == 1

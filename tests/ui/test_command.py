@@ -1,0 +1,75 @@
+"""``nestegg ui`` as a real process: it starts, serves, refuses what it must, and stops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+import pytest
+
+from nestegg.cli.ui import is_loopback
+from nestegg.constants import EXIT_USAGE
+from tests.cli.pipeline_app import OWN_STORE_ENV
+from tests.ui.browser import ROOT, child_env, stop, ui_server
+
+TIMEOUT = 60
+
+
+def _get(url: str, **headers: str) -> tuple[int, str]:
+    with urlopen(Request(url, headers=headers), timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def test_it_serves_the_store_it_is_given_and_stops_on_sigterm(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with ui_server(tmp_path / "home", "--store", url) as server:
+        status, page = _get(server.base + "/")
+        assert status == 200 and "no runs" in page
+        assert server.output[0].startswith(f"nestegg ui: {server.base}/ (store: {url})")
+        assert not any("token" in line for line in server.output)  # read-only: no token
+        code = stop(server.process)
+    assert code in (0, -15)  # uvicorn ends on SIGTERM after shutting down
+
+
+def test_with_allow_writes_it_prints_the_token_and_the_url_that_keeps_it(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
+        assert len(server.token) >= 20
+        assert f"{server.base}/?token={server.token}" in "".join(server.output)
+
+
+def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
+    app = "tests.cli.pipeline_app:own_store_pipeline"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    own = {OWN_STORE_ENV: str(tmp_path / "own")}
+    with ui_server(tmp_path / "home", "--app", app, "--store", other, **own) as server:
+        assert server.output[0] == (
+            f"note: the Clutch at {app} names its own store; --store is ignored\n"
+        )
+        assert f"(store: the store the Clutch at {app} names)" in server.output[1]
+        assert _get(server.base + "/")[0] == 200
+    assert not (tmp_path / "other.db").exists()  # the --store one was never opened
+
+
+def test_a_host_other_machines_reach_is_refused_without_allow_remote(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nestegg.cli", "ui", "--host", "0.0.0.0", "--port", "1"],
+        cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.strip() == (
+        "error: --host 0.0.0.0 is reachable from other machines; add --allow-remote to mean it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.8.9.1", True), ("localhost", True), ("::1", True),
+     ("[::1]", True), ("0.0.0.0", False), ("192.168.1.4", False), ("example.org", False)],
+)  # fmt: skip
+def test_which_hosts_are_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback

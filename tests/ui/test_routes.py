@@ -1,0 +1,126 @@
+"""The pages of ``nestegg ui`` on every store, through Starlette's test client."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.ui.conftest import Ui
+
+CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
+"""A checkpoint of the timeline (taken after a step)."""
+
+
+def _row(html: str, run_id: str) -> str:
+    """The runs table's row of ``run_id``."""
+    pattern = r'<tr class="run[^"]*">\s*<td><a href="/runs/' + re.escape(run_id) + '">.*?</tr>'
+    match = re.search(pattern, html, re.S)
+    assert match, f"no row for {run_id}"
+    return match.group(0)
+
+
+def test_the_runs_table_shows_every_run_with_its_status_and_flags(ui: Ui) -> None:
+    page = ui.client.get("/")
+    assert page.status_code == 200
+    ok, bad, gone = (_row(page.text, r) for r in (ui.filled.ok, ui.filled.bad, ui.filled.gone))
+    assert ">completed<" in ok and ">3<" in ok and "flagged" not in ok
+    assert ">failed<" in bad and ">1<" in bad
+    assert ">interrupted<" in gone and "flagged" in gone and "⚑" in gone
+    assert "@3" in ok  # its last checkpoint, after step 3
+
+
+def _listed(html: str, run_id: str) -> bool:
+    return f'href="/runs/{run_id}"' in html
+
+
+def test_the_runs_table_filters_by_status_and_pipeline(ui: Ui) -> None:
+    ok, bad, gone = ui.filled.ok, ui.filled.bad, ui.filled.gone
+    failed = ui.client.get("/", params={"status": "failed"}).text
+    assert _listed(failed, bad) and not _listed(failed, ok)
+    interrupted = ui.client.get("/", params={"status": "interrupted"}).text
+    assert _listed(interrupted, gone) and not _listed(interrupted, bad)
+    other = ui.client.get("/", params={"pipeline": "no-such-pipeline"}).text
+    assert "no runs" in other and not _listed(other, ok)
+    mine = ui.client.get("/", params={"pipeline": "cli-test", "fragment": "rows"}).text
+    assert _listed(mine, ok) and "<html" not in mine
+    refused = ui.client.get("/", params={"status": "sleeping"})
+    assert refused.status_code == 400 and "unknown status" in refused.text
+
+
+def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
+    page = ui.client.get(f"/runs/{ui.filled.ok}")
+    assert page.status_code == 200
+    agents = re.findall(r'<td class="agent">([^<]*)</td>', page.text)
+    assert agents == ["fetch", "enrich", "report"]
+    assert "Acme: 3 items" in page.text  # the result
+    assert "steps 1\N{EN DASH}3 of 3" in page.text
+    assert len(CHECKPOINT_LINK.findall(page.text)) == 3
+    failed = ui.client.get(f"/runs/{ui.filled.bad}").text
+    assert "RuntimeError: enrich broke" in failed and "step 2 (enrich) failed" in failed
+
+
+def test_a_step_shows_its_journaled_calls(ui: Ui) -> None:
+    detail = ui.client.get(f"/runs/{ui.filled.ok}/steps/2")
+    assert detail.status_code == 200
+    assert "tests.cli.pipeline_app.ask_size" in detail.text
+    assert "executed" in detail.text and "&#34;big&#34;" in detail.text
+    assert "no journaled calls" in ui.client.get(f"/runs/{ui.filled.ok}/steps/1").text
+
+
+def test_a_checkpoint_shows_its_state_and_the_diff_with_the_previous(ui: Ui) -> None:
+    page = ui.client.get(f"/runs/{ui.filled.ok}").text
+    first, second, _ = CHECKPOINT_LINK.findall(page)
+    state = ui.client.get(f"/checkpoints/{second}")
+    assert state.status_code == 200
+    assert '<span class="key">items</span>' in state.text and "after step 2" in state.text
+    assert f"/diff?old={first}&amp;new={second}" in state.text
+    part = ui.client.get(f"/checkpoints/{second}", params={"path": "data.tags"}).text
+    assert '<span class="key">size</span>' in part and '<span class="key">items</span>' not in part
+    assert ui.client.get(f"/checkpoints/{second}", params={"path": "data.nope"}).status_code == 404
+    diff = ui.client.get("/diff", params={"old": first, "new": second})
+    assert diff.status_code == 200
+    assert re.search(r'<tr class="added">.*?data\.items', diff.text, re.S)
+    assert re.search(r'<tr class="added">.*?data\.tags', diff.text, re.S)
+    same = ui.client.get("/diff", params={"old": second, "new": second}).text
+    assert "no differences" in same
+
+
+def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
+    missing = ui.client.get("/runs/no-such-run")
+    assert missing.status_code == 404 and "no run &#39;no-such-run&#39;" in missing.text
+    assert ui.client.get("/checkpoints/no-such-checkpoint").status_code == 404
+    assert ui.client.get("/diff", params={"old": "x"}).status_code == 400
+    assert ui.client.get(f"/runs/{ui.filled.ok}", params={"before": "x"}).status_code == 400
+    stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": "x"})
+    assert stream.status_code == 400 and "since must be a whole number" in stream.json()["error"]
+    assert ui.client.get("/events/runs/no-such-run").status_code == 404
+
+
+def test_the_live_stream_of_a_finished_run_sends_its_changes_and_ends(ui: Ui) -> None:
+    stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": 2})
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    events = re.findall(r"event: (\w+)\ndata: (.*)\n", stream.text)
+    assert [kind for kind, _ in events] == ["change", "end"]
+    assert '"status":"completed"' in events[0][1] and '"steps":3' in events[0][1]
+    live = ui.client.get(f"/runs/{ui.filled.ok}/live", params={"after": 1}).json()
+    assert live["high"] == 3 and live["status"] == "completed"
+    assert re.findall(r'<td class="agent">([^<]*)</td>', live["rows"]) == ["enrich", "report"]
+
+
+def test_requests_for_another_host_are_refused(ui: Ui) -> None:
+    # A page of another site whose name resolves to 127.0.0.1 (DNS rebinding) gets nothing.
+    page = ui.client.get("/", headers={"Host": "evil.example:8765"})
+    assert page.status_code == 400
+
+
+def test_pages_run_only_their_own_script_and_cannot_be_framed(ui: Ui) -> None:
+    headers = ui.client.get("/").headers
+    policy = headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize("path", ["/static/app.js", "/static/app.css"])
+def test_static_files_are_served_from_the_package(ui: Ui, path: str) -> None:
+    assert ui.client.get(path).status_code == 200

@@ -1,0 +1,119 @@
+"""What could make a page slow or unsafe: 10,000 steps, many runs, markup in names and data."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nestegg.checkpoint.stores import open_store
+from nestegg.ui import UISettings
+from nestegg.ui.queries import RUNS_PAGE, STEP_WINDOW
+from tests.stores.builders import create
+from tests.ui.conftest import client_for
+from tests.ui.pipelines import (
+    HOSTILE_AGENT,
+    HOSTILE_DATA,
+    HOSTILE_RUN_ID,
+    hostile_pipeline,
+    long_pipeline,
+)
+
+LONG_STEPS = 10_000
+OPEN_BOUND_SECONDS = 1.0
+"""A 10,000-step run's page must open within this (the best of three tries)."""
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A SQLite store holding one run of 10,000 steps (``long``)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('long') / 'long.db'}"
+
+    async def run() -> None:
+        store = open_store(url)
+        try:
+            await long_pipeline(store, LONG_STEPS).run({"n": 0, "last": []}, run_id="long")
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    yield url
+
+
+def test_a_run_of_10000_steps_opens_in_under_a_second(long_run: str) -> None:
+    with client_for(UISettings(store_url=long_run)) as client:
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            page = client.get("/runs/long")
+            timings.append(time.perf_counter() - started)
+            assert page.status_code == 200
+        print(f"10,000-step run page: {', '.join(f'{t * 1000:.0f} ms' for t in timings)}")
+        seqs = [int(s) for s in re.findall(r'<tr class="step [^"]*" data-seq="(\d+)"', page.text)]
+        assert seqs == list(range(LONG_STEPS - STEP_WINDOW + 1, LONG_STEPS + 1))
+        assert min(timings) < OPEN_BOUND_SECONDS
+        earlier = client.get("/runs/long", params={"before": 201})
+        seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', earlier.text)]
+        assert seqs == list(range(1, 201))
+        assert 'href="/runs/long?before=' in page.text  # the way to earlier steps
+        started = time.perf_counter()
+        detail = client.get(f"/runs/long/steps/{LONG_STEPS - 1}")
+        took = time.perf_counter() - started
+        print(f"a step's details: {took * 1000:.0f} ms")
+        assert detail.status_code == 200 and took < OPEN_BOUND_SECONDS
+
+
+def test_the_runs_table_pages_through_many_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    total = 2 * RUNS_PAGE + 7
+
+    async def make() -> None:
+        store = open_store(url)
+        try:
+            await store.setup()
+            for i in range(total):
+                await create(store, run_id=f"run-{i:04d}", created_at=1_000_000.0 + i)
+        finally:
+            await store.close()
+
+    asyncio.run(make())
+    seen: list[str] = []
+    with client_for(UISettings(store_url=url)) as client:
+        path: str | None = "/"
+        while path:
+            page = client.get(path.replace("&amp;", "&")).text
+            seen += re.findall(r'<td><a href="/runs/([^"]+)">', page)
+            older = re.search(r'<a id="older" href="([^"]+)"', page)
+            path = older.group(1) if older else None
+    assert seen == [f"run-{i:04d}" for i in reversed(range(total))]
+
+
+def test_markup_in_run_ids_agent_names_and_data_is_shown_as_text(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hostile.db'}"
+
+    async def run() -> None:
+        store = open_store(url)
+        try:
+            await hostile_pipeline(store).run({"name": "<b>x</b>"}, run_id=HOSTILE_RUN_ID)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    with client_for(UISettings(store_url=url)) as client:
+        listing = client.get("/").text
+        quoted = "%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E"
+        run_page = client.get(f"/runs/{quoted}").text
+        checkpoint = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)[-1]
+        pages = [listing, run_page, client.get(f"/checkpoints/{checkpoint}").text]
+        pages.append(client.get(f"/runs/{quoted}/steps/1").text)
+    for html in pages:
+        assert "<img src=x" not in html and "<script>alert" not in html and "<b>x" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in listing
+    assert f'href="/runs/{quoted}"' in listing
+    assert "&lt;script&gt;alert(1)&lt;x&gt;" in run_page
+    assert "&lt;/script&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in pages[2]
+    assert HOSTILE_AGENT not in run_page and HOSTILE_DATA not in pages[2]

@@ -1,0 +1,53 @@
+"""How a state is shown: long values cut with a way to see them, big lists cut with a link
+to that part, and a tree that opens two levels deep."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.ui import UISettings
+from nestegg.ui.render import SHORT_CHARS, TREE_ITEMS, shortened, tree
+from tests.ui.conftest import client_for
+
+LONG = "x" * 500
+
+
+def test_shortened_keeps_short_values_and_cuts_long_ones() -> None:
+    assert shortened({"a": 1}) == {"text": '{"a":1}', "short": None, "chars": 7}
+    cut = shortened(LONG)
+    assert cut["text"] == f'"{LONG}"' and cut["chars"] == 502
+    assert cut["short"] == f'"{LONG}'[:SHORT_CHARS] + "…"
+
+
+def test_a_tree_knows_each_nodes_path_and_cuts_big_containers() -> None:
+    root = tree({"items": list(range(TREE_ITEMS + 5)), "deep": {"a": [{"b": 1}]}})
+    items, deep = root["children"]
+    assert (items["path"], items["size"], items["more"]) == ("items", TREE_ITEMS + 5, 5)
+    assert len(items["children"]) == TREE_ITEMS
+    leaf = deep["children"][0]["children"][0]["children"][0]
+    assert (leaf["path"], leaf["text"], leaf["depth"]) == ("deep.a[0].b", "1", 4)
+
+
+def test_a_checkpoint_page_cuts_long_values_and_links_the_rest() -> None:
+    store = MemoryCheckpointStorage()
+    clutch = Clutch("big", strategy=Strategy.SEQUENTIAL, checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def grow(data: dict[str, Any]) -> dict[str, Any]:
+        return {"long": LONG, "many": list(range(TREE_ITEMS + 50))}
+
+    asyncio.run(clutch.run({}, run_id="big"))
+    with client_for(UISettings(store=store)) as client:
+        run_page = client.get("/runs/big").text
+        checkpoint = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)[-1]
+        page = client.get(f"/checkpoints/{checkpoint}").text
+        part = client.get(f"/checkpoints/{checkpoint}", params={"path": "data.many"}).text
+    assert "show all (502 chars)" in page and f'data-full="&#34;{LONG}&#34;"' in page
+    assert "… 50 more" in page
+    assert f'href="/checkpoints/{checkpoint}?path=data.many"' in page
+    assert part.count('<div class="leaf">') == TREE_ITEMS and "part <code>data.many</code>" in part
