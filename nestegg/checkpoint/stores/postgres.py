@@ -14,10 +14,14 @@ psycopg and psycopg_pool are imported only here.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import functools
 import hashlib
 import math
 import socket
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -132,6 +136,19 @@ def _answer_by(conn: Connection, deadline: float) -> Iterator[None]:
         handle.cancel()
 
 
+def _close_at_exit(
+    store_ref: weakref.ref[PostgresCheckpointStorage], loop: asyncio.AbstractEventLoop
+) -> None:
+    """Close the pool of a store nobody closed while its event loop can still run that:
+    else the pool's tasks are destroyed pending when the interpreter exits (with
+    ``asyncio.run`` they are cancelled already; with ``run_until_complete`` they are not)."""
+    store = store_ref()
+    if store is None or store._pool is None or loop.is_closed() or loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # best effort at exit: nothing is left to tell
+        loop.run_until_complete(store.close())
+
+
 def _until(deadline: float) -> float:
     """Seconds left before ``deadline`` (a little at least, so that a pool asked at the
     deadline still hands over a connection it has idle)."""
@@ -220,6 +237,7 @@ class PostgresCheckpointStorage:
         self._held_cursor: Cursor = None
         self._held_until = 0.0
         self._held_busy = False
+        self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -279,6 +297,9 @@ class PostgresCheckpointStorage:
             await pool.close()
             raise
         self._pool = pool
+        loop = asyncio.get_running_loop()
+        self._exit_hook = functools.partial(_close_at_exit, weakref.ref(self), loop)
+        atexit.register(self._exit_hook)
 
     def _render(self, conn: Connection) -> None:
         names = {key: sql.Identifier(self.table_prefix + s) for key, s in TABLE_SUFFIXES.items()}
@@ -345,6 +366,9 @@ class PostgresCheckpointStorage:
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
+            if self._exit_hook is not None:
+                atexit.unregister(self._exit_hook)
+                self._exit_hook = None
             await pool.close()
 
     async def drop(self) -> None:
