@@ -178,8 +178,9 @@ class PostgresCheckpointStorage:
         prepare_threshold: psycopg prepares a statement after this many uses on a
             connection; ``None`` never prepares (needed behind PgBouncer in transaction
             mode).
-        connect_timeout: seconds to wait for a connection before
-            ``StorageUnavailableError``.
+        connect_timeout: seconds an operation waits for a connection and the server's
+            answer, retries included, before ``StorageUnavailableError`` (a query still
+            unanswered then is abandoned and its connection dropped).
         retries: retries (with backoff) of reads and commits after a connection failure,
             none starting later than ``connect_timeout`` after the first try; a commit
             is idempotent under its fence, so repeating it is safe.
