@@ -42,6 +42,7 @@ REASON_FORK = "fork"
 
 # Event kinds.
 RUN_STARTED = "run_started"
+RUN_INTERRUPTED = "run_interrupted"
 RUN_RESUMED = "run_resumed"
 RUN_FORKED = "run_forked"
 RUN_COMPLETED = "run_completed"
@@ -52,6 +53,13 @@ STEP_COMPLETED = "step_completed"
 STEP_FAILED = "step_failed"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_PRUNED = "checkpoint_pruned"
+LIVE_STEP_DELAY = 0.05
+"""Seconds after a step starts (durability "sync") at which its start is committed on its
+own, for the live views, if no journaled call of the step has carried it yet; a step that
+ends sooner commits its start with its end, at no extra cost."""
+IN_FLIGHT_EVENT_WINDOW = 64
+"""How many of a run's last events `nestegg show` reads to find the step in flight (all of
+them when its start is further back)."""
 
 # SQLite store: table names and limits.
 SQLITE_RUNS_TABLE = "runs"

@@ -55,6 +55,9 @@ class Recorder(Protocol):
     async def record_step(self, step: StepResult) -> None:
         """Record a completed step (and a checkpoint when the policy says so)."""
 
+    def step_started(self, seq: int, agent: str, started: float) -> None:
+        """Note that a step started (its start may be written while it runs)."""
+
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record that a step raised; the run is marked failed."""
 
@@ -110,6 +113,9 @@ class NullRecorder:
         return None
 
     async def record_step(self, step: StepResult) -> None:
+        return None
+
+    def step_started(self, seq: int, agent: str, started: float) -> None:
         return None
 
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
@@ -274,6 +280,7 @@ class RunExecution:
         self.current_agent = agent.name
         started = time.time()
         target = None
+        self.recorder.step_started(seq, agent.name, started)
         try:
             output = await self._call(agent, ctx.data)
             produced, outcome = True, OUTCOME_COMPLETED

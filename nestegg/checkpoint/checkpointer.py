@@ -44,6 +44,7 @@ from nestegg.constants import (
     COMPLETED,
     FAILED,
     FINISHED,
+    LIVE_STEP_DELAY,
     REASON_FINAL,
     REASON_MANUAL,
     REASON_POLICY,
@@ -136,6 +137,9 @@ class Checkpointer:
         self.replay_until = 0
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}
+        self._unstarted: tuple[int, str, float] | None = None
+        self._start_timer: asyncio.TimerHandle | None = None
+        self._start_commit: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -168,6 +172,63 @@ class Checkpointer:
             except Exception as error:  # the next step's commit reports store failures
                 log.warning("heartbeat of run %r failed: %s", self.run_id, error)
 
+    # ------------------------------------------------------- the step in flight
+
+    @property
+    def _live(self) -> bool:
+        """Whether a commit may go out during a step: in sync mode nothing else is pending
+        then, so events written now keep their order in the store."""
+        return self.durability == "sync" and not self.pending.events
+
+    def step_started(self, seq: int, agent: str, started: float) -> None:
+        """Note that step ``seq`` started. Its ``step_started`` event is committed with the
+        step's first journaled call, or on its own ``LIVE_STEP_DELAY`` after the start,
+        whichever comes first (sync durability), else with the step's end."""
+        self._unstarted = (seq, agent, started)
+        if self.durability == "sync" and self._start_timer is None:  # one timer, not one a step
+            self._arm_start_timer(LIVE_STEP_DELAY)
+
+    def _arm_start_timer(self, delay: float) -> None:
+        self._start_timer = asyncio.get_running_loop().call_later(delay, self._publish_start)
+
+    def _take_start(self, commit: Commit) -> None:
+        """Move the in-flight step's start event, not written yet, into ``commit``."""
+        if self._unstarted is None:
+            return
+        seq, agent, started = self._unstarted
+        self._unstarted = None
+        self.event_seq += 1
+        body = seal(orjson.dumps({"seq": seq, "agent": agent}))
+        commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
+        commit.event_seq = self.event_seq
+
+    def _publish_start(self) -> None:
+        self._start_timer = None
+        if self._unstarted is None:
+            return
+        left = self._unstarted[2] + LIVE_STEP_DELAY - time.time()
+        if left > 0:  # armed for an earlier step: this one started later
+            self._arm_start_timer(left)
+        elif self._start_commit is None and self._live:
+            commit = Commit(self.run_id, self.fence)
+            self._take_start(commit)
+            self._start_commit = asyncio.get_running_loop().create_task(self._send(commit))
+
+    async def _send(self, commit: Commit) -> None:
+        try:
+            await self.store.commit(commit)
+        except Exception as error:  # the step's own commit carries the event instead
+            log.warning("could not record the start of a step of run %r: %s", self.run_id, error)
+            self.pending.events[:0] = commit.events
+
+    async def _settle_start(self) -> None:
+        """Wait for the start commit in flight, so that it lands before what follows."""
+        task = self._start_commit
+        if task is not None:
+            await asyncio.shield(task)
+            if self._start_commit is task:
+                self._start_commit = None
+
     def _take_pending(self) -> Commit:
         commit, self.pending = self.pending, Commit(self.run_id, self.fence)
         now = time.time()
@@ -178,6 +239,7 @@ class Checkpointer:
 
     async def _commit_now(self) -> None:
         """Write everything pending and wait until it is stored."""
+        await self._settle_start()
         commit = self._take_pending()
         saved, self.saved = self.saved, []
         if self.writer is not None and self.queue is not None:
@@ -220,6 +282,11 @@ class Checkpointer:
                 await self.on_checkpoint(info)
 
     async def _stop(self) -> None:
+        if self._start_timer is not None:
+            self._start_timer.cancel()
+            self._start_timer = None
+        with contextlib.suppress(Exception):
+            await self._settle_start()
         for task in (self.heartbeat, self.writer):
             if task is not None:
                 task.cancel()
@@ -265,8 +332,14 @@ class Checkpointer:
         await self._journal_commit(step, position, body)
 
     async def _journal_commit(self, step: int, position: int, body: bytes) -> None:
+        """Commit a journal entry now; in sync mode with the step's start when that is not
+        written yet, so that the live views show the step with its first call."""
         record = JournalRecord(self.run_id, step, position, seal(body))
-        await self.store.commit(Commit(self.run_id, self.fence, journal=[record]))
+        commit = Commit(self.run_id, self.fence, journal=[record])
+        if self._unstarted is not None and self._live:
+            await self._settle_start()
+            self._take_start(commit)
+        await self.store.commit(commit)
         if self._journal_step == step:
             self._journal[position] = record
 
@@ -322,7 +395,7 @@ class Checkpointer:
         body = head + (b',"data":%s}' % step.output if step.output is not None else b"}")
         self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, seal(body)))
         self.pending.step_seq = step.seq
-        self.event(STEP_STARTED, step.started, {"seq": step.seq, "agent": step.agent})
+        self._take_start(self.pending)
         self.event(
             STEP_COMPLETED,
             now,
@@ -383,16 +456,18 @@ class Checkpointer:
 
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record the failure and a checkpoint of the last good state; status failed."""
+        now = time.time()
         detail = {
             "type": type(error).__qualname__,
             "message": str(error),
             "agent": agent,
             "seq": seq,
+            "started": started,
+            "duration": now - started,
             "traceback": "".join(traceback.format_exception(error))[-8000:],
         }
-        if not any(step.seq == seq for step in self.pending.steps):
-            self.event(STEP_STARTED, started, {"seq": seq, "agent": agent})
-        self.event(STEP_FAILED, time.time(), {k: v for k, v in detail.items() if k != "traceback"})
+        self._take_start(self.pending)
+        self.event(STEP_FAILED, now, {k: v for k, v in detail.items() if k != "traceback"})
         await self._stop_with(FAILED, RUN_FAILED, seal_json(detail))
 
     async def cancelled(self) -> None:

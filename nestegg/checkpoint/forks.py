@@ -101,7 +101,7 @@ async def fork(
             await book.store.delete_run(new_id)
         raise
     started = replace(child, step_seq=state.seq, event_seq=forked.seq)
-    return await book._execute(started, execution, base, [start_id], None, input_data)
+    return await book._execute(started, execution, base, [start_id], [], input_data)
 
 
 def _child_run(

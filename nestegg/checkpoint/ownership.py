@@ -12,6 +12,7 @@ import os
 import socket
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from nestegg.checkpoint.records import Owner, RunRecord
 from nestegg.constants import RUNNING
@@ -77,3 +78,11 @@ def owner_alive(run: RunRecord, now: float) -> bool:
 def is_interrupted(run: RunRecord, now: float) -> bool:
     """A run that is marked running but whose owner is gone."""
     return run.status == RUNNING and not owner_alive(run, now)
+
+
+def interruption(run: RunRecord) -> dict[str, Any]:
+    """What a ``run_interrupted`` event says of a run whose owner is gone: that owner (host,
+    pid, process start) and the steps it had committed."""
+    owner = run.owner
+    who = {"host": owner.host, "pid": owner.pid, "started": owner.started} if owner else None
+    return {"owner": who, "steps": run.step_seq}

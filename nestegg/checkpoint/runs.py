@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name, to_plain
@@ -11,7 +12,13 @@ from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
 from nestegg.checkpoint.codec import encode_value, seal, unseal_value
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.loader import load_latest, load_state
-from nestegg.checkpoint.ownership import active_runs, current_owner, is_interrupted, owner_alive
+from nestegg.checkpoint.ownership import (
+    active_runs,
+    current_owner,
+    interruption,
+    is_interrupted,
+    owner_alive,
+)
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -22,7 +29,14 @@ from nestegg.checkpoint.views import (
     RunInfo,
     run_result,
 )
-from nestegg.constants import COMPLETED, FINISHED, RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.constants import (
+    COMPLETED,
+    FINISHED,
+    RUN_INTERRUPTED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    RUNNING,
+)
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -104,7 +118,7 @@ class RunBook:
         ctx = self.clutch._new_context(run_id, data)
         execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
         base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
-        return await self._execute(record, execution, base, [], (RUN_STARTED, {}), data)
+        return await self._execute(record, execution, base, [], [(RUN_STARTED, {})], data)
 
     def _existing(self, run: RunRecord, sealed_input: bytes) -> Any:
         """What run() does with an id that exists: the result of a completed run of the
@@ -144,13 +158,13 @@ class RunBook:
         execution: RunExecution,
         base: Snapshot,
         kept: list[str],
-        event: tuple[str, dict[str, Any]] | None,
+        events: Sequence[tuple[str, dict[str, Any]]],
         input_data: Any,
         *,
         truncate_after: int | None = None,
         replay_until: int = 0,
     ) -> Any:
-        """Drive ``execution`` of the owned ``run``; its opening commit writes ``event`` and
+        """Drive ``execution`` of the owned ``run``; its opening commit writes ``events`` and
         the truncation, which keeps the journal of the steps up to ``replay_until``."""
         recorder = Checkpointer(
             self.store,
@@ -163,12 +177,12 @@ class RunBook:
         )
         execution.recorder = recorder
         recorder.replay_until = replay_until
-        if event is not None:
-            recorder.event(event[0], time.time(), event[1])
+        for kind, payload in events:
+            recorder.event(kind, time.time(), payload)
         active_runs[run.run_id] = run.fence
         try:
             await recorder.start(truncate_after, replay_until)
-            fresh = event is not None and event[0] == RUN_STARTED
+            fresh = any(kind == RUN_STARTED for kind, _ in events)
             return await self.clutch._drive(execution, input_data, fresh=fresh)
         finally:
             if active_runs.get(run.run_id) == run.fence:
@@ -291,13 +305,22 @@ class RunBook:
             run.run_id, run.fence, current_owner(), now + self.lease, now
         )
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-        event = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": run.status}
+        event: dict[str, Any] = {
+            "checkpoint_id": checkpoint_id,
+            "seq": state.seq,
+            "previous": run.status,
+        }
+        events = [(RUN_RESUMED, event)]
+        if run.status == RUNNING:  # its owner died mid-run: this process takes it over
+            events.insert(0, (RUN_INTERRUPTED, interruption(run)))
+            event["previous"] = "interrupted"
+            event["previous_owner"] = events[0][1]["owner"]
         return await self._execute(
             claimed,
             execution,
             base,
             kept,
-            (RUN_RESUMED, event),
+            events,
             run_input_of(run),
             truncate_after=state.seq,
             replay_until=replay_until,

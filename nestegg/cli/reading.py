@@ -11,7 +11,14 @@ import orjson
 from nestegg.checkpoint.codec import unseal, unseal_json
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    EventRecord,
+    JournalRecord,
+    RunRecord,
+    StepBlock,
+    StepRecord,
+)
 from nestegg.checkpoint.step_blocks import unpack_block
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import (
@@ -23,6 +30,7 @@ from nestegg.checkpoint.views import (
     run_result,
     to_datetime,
 )
+from nestegg.constants import IN_FLIGHT_EVENT_WINDOW, RUNNING, STEP_STARTED
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
@@ -179,6 +187,7 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
     error = row["error"] or {}
     failed = (
         {k: error.get(k) for k in ERROR_SUMMARY_KEYS}
+        | {"started": _at(error.get("started")), "duration": error.get("duration")}
         if "seq" in error and "agent" in error
         else None
     )
@@ -191,7 +200,44 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
         "initial_checkpoints": by_seq.get(0, []),
         "checkpoints": [checkpoint_row(c) for c in checkpoints],
         "failed_step": failed,
+        "step_in_flight": await step_in_flight(store, run) if run.status == RUNNING else None,
     }
+
+
+def _at(seconds: Any) -> datetime | None:
+    return datetime.fromtimestamp(seconds, UTC) if isinstance(seconds, int | float) else None
+
+
+async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
+    """The step a running run has started and not committed yet (its agent, start and the
+    calls it has journaled so far), from its ``step_started`` event; None when there is
+    none (between steps, or a start not written yet)."""
+    seq = run.step_seq + 1
+    since = max(0, run.event_seq - IN_FLIGHT_EVENT_WINDOW)
+    start = _last_start(await store.read_events(run.run_id, since))
+    if start is None and since:  # a step with many journaled calls: look further back
+        start = _last_start(await store.read_events(run.run_id))
+    try:
+        event = Event.from_record(start) if start is not None else None
+    except CheckpointCorruptedError:
+        return None
+    if event is None or event.data.get("seq") != seq:
+        return None
+    calls = [_call_row(record) for record in await store.read_journal(run.run_id, seq)]
+    return {"seq": seq, "agent": event.data.get("agent"), "started": event.at, "calls": calls}
+
+
+def _last_start(events: list[EventRecord]) -> EventRecord | None:
+    return next((e for e in reversed(events) if e.kind == STEP_STARTED), None)
+
+
+def _call_row(record: JournalRecord) -> dict[str, Any]:
+    try:
+        entry = unseal_json(record.body, f"journal entry {record.step}/{record.position}")
+    except CheckpointCorruptedError:
+        entry = {"error": "damaged"}
+    outcome = "failed" if "error" in entry else "returned"
+    return {"position": record.position, "function": entry.get("function"), "outcome": outcome}
 
 
 async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointState:

@@ -122,6 +122,15 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
     out.pairs(items)
 
 
+def _in_flight_row(step: dict[str, Any], status: str) -> list[str]:
+    """The timeline row of the step under way (``interrupted`` when its owner is gone)."""
+    outcome = "interrupted" if status == "interrupted" else "running"
+    calls = step["calls"]
+    if calls:
+        outcome += f", {len(calls)} call{'' if len(calls) == 1 else 's'} journaled"
+    return [str(step["seq"]), str(step["agent"]), when(step["started"]), "-", outcome, ""]
+
+
 def _show_timeline(out: Output, details: dict[str, Any]) -> None:
     rows = []
     for step in details["steps"]:
@@ -137,7 +146,10 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
         )
     failed = details["failed_step"]
     if failed:
-        rows.append([str(failed["seq"]), str(failed["agent"]), "-", "-", "failed", ""])
+        started, duration = when(failed["started"]), seconds(failed["duration"])
+        rows.append([str(failed["seq"]), str(failed["agent"]), started, duration, "failed", ""])
+    if details["step_in_flight"]:
+        rows.append(_in_flight_row(details["step_in_flight"], reading.shown_status(details["run"])))
     out.line()
     if details["steps_before"]:
         out.line(f"({details['steps_before']} earlier steps not shown; --all shows them)")

@@ -108,21 +108,25 @@ def test_show_summary_and_timeline(cli: Cli, filled: Filled) -> None:
     timeline = text.split("timeline\n", 1)[1].splitlines()
     assert timeline[0].split() == ["STEP", "AGENT", "STARTED", "DURATION", "OUTCOME", "CHECKPOINT"]
     assert timeline[1].split()[:2] == ["1", "fetch"] and "completed" in timeline[1]
-    assert timeline[2].split() == ["2", "enrich", "-", "-", "failed"]
+    failed = timeline[2].split()  # the failed step shows when it started and how long it ran
+    assert failed[:2] == ["2", "enrich"] and failed[2] != "-" and failed[-1] == "failed"
 
 
 def test_show_json(cli: Cli, filled_any: Filled) -> None:
     details = json_of(cli("show", filled_any.ok, "--store", filled_any.url, "--json"))
     assert set(details) == {"run", "input", "result", "steps_before", "steps",
-                            "initial_checkpoints", "checkpoints", "failed_step"}  # fmt: skip
+                            "initial_checkpoints", "checkpoints", "failed_step",
+                            "step_in_flight"}  # fmt: skip
     assert details["input"] == {"name": "Acme"}
     assert details["result"]["report"] == "Acme: 3 items"
     assert [s["agent"] for s in details["steps"]] == ["fetch", "enrich", "report"]
     assert all(len(s["checkpoints"]) == 1 for s in details["steps"])
     assert details["failed_step"] is None
     failed = json_of(cli("show", filled_any.bad, "--store", filled_any.url, "--json"))
+    started, duration = failed["failed_step"].pop("started"), failed["failed_step"].pop("duration")
     assert failed["failed_step"] == {"type": "RuntimeError", "message": "enrich broke",
                                      "agent": "enrich", "seq": 2}  # fmt: skip
+    assert started is not None and duration >= 0
     assert "traceback" in failed["run"]["error"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -110,6 +111,20 @@ class PrivatePostgres:
     def kill(self) -> None:
         """Stop the cluster at once (immediate mode: no clean shutdown, as a crash)."""
         self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def _signal_all(self, signum: int) -> None:
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True)
+        for pid in [postmaster, *map(int, children.stdout.split())]:
+            os.kill(pid, signum)
+
+    def pause(self) -> None:
+        """SIGSTOP the server and its backends: it still accepts TCP but never answers."""
+        self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT what pause() stopped."""
+        self._signal_all(signal.SIGCONT)
 
     def remove(self) -> None:
         """Stop the cluster and delete its files."""

@@ -99,6 +99,14 @@ async def _write_through_a_restart(store: Any, server: Any) -> dict[str, int]:
     return counts
 
 
+async def _claimed_with_one_step(store: Any) -> Any:
+    run = await create(store)
+    now = time.time()
+    claimed = await store.claim_run(run.run_id, run.fence, OWNER, now + 60, now)
+    await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 1)]))
+    return claimed
+
+
 def _check_outcome(counts: dict[str, int], retries: int) -> None:
     if retries == 0:  # no retries: the outage surfaces, and the run goes on afterwards
         assert counts["unavailable"] >= 1
@@ -142,10 +150,8 @@ async def test_a_redis_that_stops_answering_is_unavailable_within_the_timeout(
     store = RedisCheckpointStorage(private_redis.url, connect_timeout=1, retries=0)
     assert private_redis.process is not None
     try:
-        run = await create(store)
-        now = time.time()
-        claimed = await store.claim_run(run.run_id, run.fence, OWNER, now + 60, now)
-        await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 1)]))
+        claimed = await _claimed_with_one_step(store)
+        run = claimed
         private_redis.process.send_signal(signal.SIGSTOP)
         started = time.monotonic()
         try:
@@ -156,5 +162,33 @@ async def test_a_redis_that_stops_answering_is_unavailable_within_the_timeout(
         assert time.monotonic() - started < 5
         await store.commit(make_commit(claimed, steps=[make_step(run.run_id, 2)]))
         assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("outage", ["stops answering", "killed"])
+async def test_a_postgres_outage_mid_run_is_unavailable_within_the_timeout(
+    private_postgres: PrivatePostgres, outage: str
+) -> None:
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+
+    store = PostgresCheckpointStorage(private_postgres.url, connect_timeout=2)
+    down, up = private_postgres.pause, private_postgres.resume
+    if outage == "killed":
+        down, up = private_postgres.kill, private_postgres.start
+    try:
+        claimed = await _claimed_with_one_step(store)
+        down()
+        started = time.monotonic()
+        try:
+            with pytest.raises(StorageUnavailableError, match=r"127\.0\.0\.1"):
+                async with asyncio.timeout(30):  # without a bound it would wait for good
+                    await store.commit(make_commit(claimed, steps=[make_step(claimed.run_id, 2)]))
+            waited = time.monotonic() - started
+        finally:
+            up()
+        assert waited < 2 + 1.5  # connect_timeout, and the last backoff at most
+        await store.commit(make_commit(claimed, steps=[make_step(claimed.run_id, 2)]))
+        assert [s.seq for s in await store.load_steps(claimed.run_id)] == [1, 2]
     finally:
         await store.close()

@@ -14,8 +14,14 @@ psycopg and psycopg_pool are imported only here.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import functools
 import hashlib
+import math
+import socket
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -40,7 +46,7 @@ from nestegg.checkpoint.stores.postgres_schema import (
     run_from_row,
     validate_table_prefix,
 )
-from nestegg.checkpoint.stores.retry import retry_unavailable
+from nestegg.checkpoint.stores.retry import backoff_delay, retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
     PG_POOL_MAX_SIZE,
@@ -78,6 +84,10 @@ _HOLD_SECONDS = 60.0
 """How long the store keeps one pool connection between operations before it gives it
 back (so that the pool's checks and ``max_lifetime`` still reach it)."""
 
+_PASSING_REFUSALS = ("the database system is", "too many clients")
+"""Refusals by a server that may let the same connection in a moment later (it is starting
+up, shutting down or recovering; it is full); any other answer it gives is final."""
+
 
 def _require_driver() -> None:
     if _DRIVER_ERROR is not None:
@@ -96,6 +106,53 @@ def _driver_errors(where: str) -> Iterator[None]:
         raise StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}") from exc
     except psycopg.Error as exc:
         raise StorageError(f"PostgreSQL at {where} failed: {exc}") from exc
+
+
+def _is_final(exc: Exception) -> bool:
+    """Whether a failed connection is refused for good: the server answered (``FATAL:``,
+    as for no such database or a failed authentication) with more than a passing refusal."""
+    text = str(exc)
+    return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
+
+
+@contextmanager
+def _answer_by(conn: Connection, deadline: float) -> Iterator[None]:
+    """Cut ``conn`` off (shut its socket down, so that the query waiting on it fails at once
+    with psycopg's OperationalError) if the server has not answered by ``deadline``
+    (``time.monotonic()``); a stopped or unreachable server would keep it waiting forever."""
+
+    def cut() -> None:
+        try:
+            with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):  # already closed: the query has failed already
+            pass
+
+    loop = asyncio.get_running_loop()
+    handle = loop.call_later(max(0.0, deadline - time.monotonic()), cut)
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
+def _close_at_exit(
+    store_ref: weakref.ref[PostgresCheckpointStorage], loop: asyncio.AbstractEventLoop
+) -> None:
+    """Close the pool of a store nobody closed while its event loop can still run that:
+    else the pool's tasks are destroyed pending when the interpreter exits (with
+    ``asyncio.run`` they are cancelled already; with ``run_until_complete`` they are not)."""
+    store = store_ref()
+    if store is None or store._pool is None or loop.is_closed() or loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # best effort at exit: nothing is left to tell
+        loop.run_until_complete(store.close())
+
+
+def _until(deadline: float) -> float:
+    """Seconds left before ``deadline`` (a little at least, so that a pool asked at the
+    deadline still hands over a connection it has idle)."""
+    return max(0.01, deadline - time.monotonic())
 
 
 def _describe(conninfo: str) -> str:
@@ -121,8 +178,9 @@ class PostgresCheckpointStorage:
         prepare_threshold: psycopg prepares a statement after this many uses on a
             connection; ``None`` never prepares (needed behind PgBouncer in transaction
             mode).
-        connect_timeout: seconds to wait for a connection before
-            ``StorageUnavailableError``.
+        connect_timeout: seconds an operation waits for a connection and the server's
+            answer, retries included, before ``StorageUnavailableError`` (a query still
+            unanswered then is abandoned and its connection dropped).
         retries: retries (with backoff) of reads and commits after a connection failure,
             none starting later than ``connect_timeout`` after the first try; a commit
             is idempotent under its fence, so repeating it is safe.
@@ -166,6 +224,7 @@ class PostgresCheckpointStorage:
         self._connection_options: dict[str, Any] = {
             "autocommit": True,
             "prepare_threshold": prepare_threshold,
+            "connect_timeout": max(1, math.ceil(connect_timeout)),
         }
         self._connect_timeout = connect_timeout
         self._retries = retries
@@ -179,6 +238,7 @@ class PostgresCheckpointStorage:
         self._held_cursor: Cursor = None
         self._held_until = 0.0
         self._held_busy = False
+        self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -189,9 +249,39 @@ class PostgresCheckpointStorage:
 
     # -- connections and schema -------------------------------------------------------------
 
+    async def _probe(self) -> None:
+        """Connect once, outside the pool, retrying until ``connect_timeout`` while the
+        server cannot be reached: a pool that fails only says that it timed out, where
+        psycopg's own error names the cause (refused, no such database, authentication)."""
+        deadline = time.monotonic() + self._connect_timeout
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                async with asyncio.timeout(remaining):
+                    conn = await psycopg.AsyncConnection.connect(
+                        self._url or "", connect_timeout=max(1, math.ceil(remaining))
+                    )
+                await conn.close()
+                return
+            except TimeoutError:
+                raise StorageUnavailableError(
+                    f"PostgreSQL at {self._where} is unavailable: no answer within "
+                    f"{self._connect_timeout:g} s"
+                ) from None
+            except psycopg.OperationalError as exc:
+                delay = backoff_delay(attempt)
+                if _is_final(exc) or time.monotonic() + delay >= deadline:
+                    raise StorageUnavailableError(
+                        f"PostgreSQL at {self._where} is unavailable: {exc}"
+                    ) from exc
+            await asyncio.sleep(delay)
+            attempt += 1
+
     async def _open_pool(self) -> None:
         if self._pool is not None:
             return
+        await self._probe()
         pool = psycopg_pool.AsyncConnectionPool(
             self._url or "",
             open=False,
@@ -208,6 +298,9 @@ class PostgresCheckpointStorage:
             await pool.close()
             raise
         self._pool = pool
+        loop = asyncio.get_running_loop()
+        self._exit_hook = functools.partial(_close_at_exit, weakref.ref(self), loop)
+        atexit.register(self._exit_hook)
 
     def _render(self, conn: Connection) -> None:
         names = {key: sql.Identifier(self.table_prefix + s) for key, s in TABLE_SUFFIXES.items()}
@@ -274,6 +367,9 @@ class PostgresCheckpointStorage:
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
+            if self._exit_hook is not None:
+                atexit.unregister(self._exit_hook)
+                self._exit_hook = None
             await pool.close()
 
     async def drop(self) -> None:
@@ -298,21 +394,24 @@ class PostgresCheckpointStorage:
         if conn is not None and self._pool is not None:
             await self._pool.putconn(conn)  # rolls back or replaces it as needed
 
-    async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]]) -> T:
+    async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
         """Run ``operation`` on a cursor of the connection this store keeps between
         operations when it is free (a step's commit then skips the pool and reuses the
-        cursor), else on one of a connection from the pool."""
+        cursor), else on one of a connection from the pool; waiting for a connection and
+        for the server's answer until ``deadline`` at most."""
         if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
-            async with self._pool.connection() as conn:
-                return await operation(conn.cursor())
+            async with self._pool.connection(timeout=_until(deadline)) as conn:
+                with _answer_by(conn, deadline):
+                    return await operation(conn.cursor())
         self._held_busy = True
         try:
             if self._held is None:
-                self._held = await self._pool.getconn()
+                self._held = await self._pool.getconn(timeout=_until(deadline))
                 self._held_cursor = self._held.cursor()
                 self._held_until = time.monotonic() + _HOLD_SECONDS
             try:
-                result = await operation(self._held_cursor)
+                with _answer_by(self._held, deadline):
+                    result = await operation(self._held_cursor)
                 if not self._held.autocommit:
                     await self._held.commit()
             except BaseException:
@@ -330,9 +429,11 @@ class PostgresCheckpointStorage:
         if not self._ready:
             await self.setup()
 
+        deadline = time.monotonic() + self._connect_timeout
+
         async def attempt() -> T:
             with _driver_errors(self._where):
-                return await self._on_cursor(operation)
+                return await self._on_cursor(operation, deadline)
 
         if not idempotent:
             return await attempt()

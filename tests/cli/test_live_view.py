@@ -1,0 +1,192 @@
+"""What `nestegg show` and `nestegg events` tell while a step runs, after a crash and a
+takeover, and of a failed step: each command runs as a process of its own, on every store.
+
+The pipelines run in the test's own process (a step waits on an asyncio.Event, so the
+commands see it in flight) or in a child killed with SIGKILL mid-step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import nestegg
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from nestegg.constants import HOME_ENV, STORE_ENV
+from tests.cli.conftest import delete_runs
+from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 60
+CHILD = """
+import asyncio, sys
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from tests.cli.pipeline_app import POLICY, build
+
+clutch = build("cli-test", CheckpointConfig(storage=open_store(sys.argv[1]), policy=POLICY))
+asyncio.run(clutch.run({"name": "Killed"}, run_id=sys.argv[2], timeout=30))
+"""
+
+
+async def nestegg_cli(tmp_path: Path, *args: str) -> str:
+    """The stdout of ``python -m nestegg.cli ARGS`` (run without blocking the loop)."""
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, KILL_ENV)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nestegg.cli", *args,
+        cwd=ROOT, env={**env, HOME_ENV: str(tmp_path / "home")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def shown(tmp_path: Path, url: str, run_id: str) -> dict[str, Any]:
+    details: dict[str, Any] = orjson.loads(
+        await nestegg_cli(tmp_path, "show", run_id, "--json", "--store", url)
+    )
+    return details
+
+
+async def events(tmp_path: Path, url: str, run_id: str) -> list[dict[str, Any]]:
+    lines = await nestegg_cli(tmp_path, "events", run_id, "--json", "--store", url)
+    return [orjson.loads(line) for line in lines.splitlines()]
+
+
+def timeline_row(text: str, seq: int) -> str:
+    """The timeline row of step ``seq`` in the text of `nestegg show`."""
+    rows = [line for line in text.splitlines() if line.split()[:1] == [str(seq)]]
+    assert rows, text
+    return rows[-1]
+
+
+@pytest.fixture
+async def run_id(any_url: str) -> AsyncIterator[str]:
+    chosen = f"live-{uuid.uuid4().hex[:8]}"
+    yield chosen
+    await delete_runs(any_url, (chosen,))
+
+
+async def ask(topic: str) -> str:
+    """Stands in for a paid call."""
+    return f"about {topic}"
+
+
+async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    thinking, working = asyncio.Event(), asyncio.Event()
+    store = open_store(any_url)
+    clutch = Clutch(
+        "live",
+        strategy=Strategy.SEQUENTIAL,
+        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
+    )
+
+    @clutch.agent()
+    async def think(data: dict) -> dict:
+        await thinking.wait()  # no journaled call: the start is written on its own
+        return data
+
+    @clutch.agent()
+    async def work(data: dict) -> dict:
+        answer = await nestegg.call(ask, "eggs")
+        await working.wait()
+        return {**data, "answer": answer}
+
+    try:
+        run = asyncio.create_task(clutch.run({"n": 1}, run_id=run_id))
+        await asyncio.sleep(0.3)
+        first = (await shown(tmp_path, any_url, run_id))["step_in_flight"]
+        assert (first["seq"], first["agent"], first["calls"]) == (1, "think", [])
+        assert first["started"] is not None
+        text = await nestegg_cli(tmp_path, "show", run_id, "--store", any_url)
+        assert "think" in timeline_row(text, 1) and "running" in timeline_row(text, 1)
+        thinking.set()
+        await asyncio.sleep(0.3)
+
+        second = (await shown(tmp_path, any_url, run_id))["step_in_flight"]
+        assert (second["seq"], second["agent"]) == (2, "work")
+        assert second["calls"] == [
+            {"position": 0, "function": f"{__name__}.ask", "outcome": "returned"}
+        ]
+        text = await nestegg_cli(tmp_path, "show", run_id, "--store", any_url)
+        assert "running, 1 call journaled" in timeline_row(text, 2)
+        logged = [(e["kind"], e["data"]) for e in await events(tmp_path, any_url, run_id)]
+        assert logged[-1] == ("step_started", {"seq": 2, "agent": "work"})
+        working.set()
+        assert (await run)["answer"] == "about eggs"
+    finally:
+        thinking.set()
+        working.set()
+        await store.close()
+    done = await shown(tmp_path, any_url, run_id)
+    assert done["step_in_flight"] is None and len(done["steps"]) == 2
+    kinds = [e["kind"] for e in await events(tmp_path, any_url, run_id)]
+    assert kinds.count("step_started") == 2  # each start written once
+
+
+async def test_a_crash_and_its_takeover_are_on_the_timeline(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, any_url, run_id],
+        cwd=ROOT, env={**env, KILL_ENV: "1", HOME_ENV: str(tmp_path / "home")},
+    )  # fmt: skip
+    assert await asyncio.to_thread(child.wait, TIMEOUT) == -signal.SIGKILL
+    before = await shown(tmp_path, any_url, run_id)
+    assert before["run"]["interrupted"] is True
+    assert (before["step_in_flight"]["seq"], before["step_in_flight"]["agent"]) == (2, "enrich")
+    assert len(before["step_in_flight"]["calls"]) == 1
+    text = await nestegg_cli(tmp_path, "show", run_id, "--store", any_url)
+    assert "interrupted, 1 call journaled" in timeline_row(text, 2)
+
+    store = open_store(any_url)
+    try:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        assert (await clutch.resume_latest(run_id))["report"] == "Killed: 3 items"
+    finally:
+        await store.close()
+    logged = await events(tmp_path, any_url, run_id)
+    kinds = [e["kind"] for e in logged]
+    interrupted = logged[kinds.index("run_interrupted")]
+    resumed = logged[kinds.index("run_interrupted") + 1]
+    assert interrupted["data"]["owner"]["pid"] == child.pid
+    assert interrupted["data"]["steps"] == 1
+    assert resumed["kind"] == "run_resumed"
+    assert resumed["data"]["previous"] == "interrupted"
+    assert resumed["data"]["previous_owner"]["pid"] == child.pid
+    assert kinds[-1] == "run_completed"
+
+
+async def test_a_failed_step_shows_its_start_and_duration(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    store = open_store(any_url)
+    os.environ[FAIL_ENV] = "1"
+    try:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        with pytest.raises(RuntimeError, match="enrich broke"):
+            await clutch.run({"name": "Broken"}, run_id=run_id)
+    finally:
+        del os.environ[FAIL_ENV]
+        await store.close()
+    failed = (await shown(tmp_path, any_url, run_id))["failed_step"]
+    assert (failed["seq"], failed["agent"]) == (2, "enrich")
+    assert failed["started"] is not None and failed["duration"] >= 0
+    row = timeline_row(await nestegg_cli(tmp_path, "show", run_id, "--store", any_url), 2)
+    assert row.split()[2] != "-" and "failed" in row  # STARTED holds a time
