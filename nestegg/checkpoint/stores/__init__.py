@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -79,3 +79,24 @@ def default_store() -> CheckpointStorage:
 
 
 __all__ = ["CheckpointStorage", "default_home", "default_store", "open_store", "store_class"]
+
+
+if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its capabilities)
+    from nestegg.checkpoint.stores.base import DroppableStore
+    from nestegg.checkpoint.stores.file import FileCheckpointStorage
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+    from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+
+    _STORES_FILL_THE_PROTOCOL: tuple[type[CheckpointStorage], ...] = (
+        MemoryCheckpointStorage,
+        FileCheckpointStorage,
+        SQLiteCheckpointStorage,
+        PostgresCheckpointStorage,
+        RedisCheckpointStorage,
+    )
+    _SERVER_STORES_DROP: tuple[type[DroppableStore], ...] = (
+        PostgresCheckpointStorage,
+        RedisCheckpointStorage,
+    )

@@ -2,14 +2,17 @@
 
 A store keeps records; it does not interpret them. Ownership is a compare-and-set on
 the run's fencing token (``claim_run``), and every change to a run is one atomic,
-fenced :class:`~nestegg.checkpoint.records.Commit`. The contract-test suite in
-``tests/stores`` runs unchanged against every store.
+fenced :class:`~nestegg.checkpoint.records.Commit`. The contract suite in
+:mod:`nestegg.testing` runs unchanged against every store.
+
+Optional capabilities are small Protocols of their own, checked with ``isinstance``:
+:class:`DroppableStore` (``drop()``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -34,6 +37,10 @@ class CheckpointStorage(Protocol):
     Lists come oldest first (by sequence number), except ``list_runs`` (newest first).
     Records are stored and returned byte for byte: a store never decodes a body.
     """
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """A store for ``url`` (the scheme its registry entry names); opens nothing yet."""
 
     async def setup(self) -> None:
         """Create what the store needs (idempotent); called before first use."""
@@ -121,3 +128,11 @@ class CheckpointStorage(Protocol):
     ) -> list[str]:
         """Delete whole runs in ``statuses`` updated strictly before ``updated_before``
         (optionally of one pipeline), with everything of them; their ids."""
+
+
+@runtime_checkable
+class DroppableStore(Protocol):
+    """A store that can delete everything it keeps, its schema included (tests, removal)."""
+
+    async def drop(self) -> None:
+        """Delete this store's tables or keys with everything stored in them."""

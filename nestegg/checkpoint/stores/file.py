@@ -431,10 +431,13 @@ class FileCheckpointStorage:
     async def delete_run(self, run_id: str) -> bool:
         return await self._io(self._delete_run, _run_id(run_id))
 
-    def _delete_run(self, run_id: str) -> bool:
-        """Move the run's directory to the trash under its lock, then remove it."""
+    def _delete_run(self, run_id: str, still: Callable[[RunRecord], bool] | None = None) -> bool:
+        """Move the run's directory to the trash under its lock, then remove it; with
+        ``still``, only if the run read under the lock still passes it."""
         try:
-            with self._locked(run_id, redo=False) as run_dir:
+            with self._locked(run_id, redo=still is not None) as run_dir:
+                if still is not None and not still(self._read_row(run_dir, run_id)):
+                    return False
                 checkpoint_ids = [
                     cid for _, cid in checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR).values()
                 ]
@@ -472,14 +475,16 @@ class FileCheckpointStorage:
     def _expire_runs(
         self, statuses: list[str], updated_before: float, pipeline: str | None
     ) -> list[str]:
-        expired = [
-            run.run_id
-            for run in self._all_runs()
-            if run.status in statuses
-            and run.updated_at < updated_before
-            and (pipeline is None or run.pipeline == pipeline)
-        ]
-        return [run_id for run_id in expired if self._delete_run(run_id)]
+        def expires(run: RunRecord) -> bool:
+            return (
+                run.status in statuses
+                and run.updated_at < updated_before
+                and (pipeline is None or run.pipeline == pipeline)
+            )
+
+        # Checked again under each run's lock: a run claimed meanwhile is running now.
+        expired = [run.run_id for run in self._all_runs() if expires(run)]
+        return [run_id for run_id in expired if self._delete_run(run_id, expires)]
 
 
 __all__ = ["FileCheckpointStorage", "storage_error"]

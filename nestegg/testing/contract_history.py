@@ -1,4 +1,4 @@
-"""The store contract for long histories, run against every store: ``load_history`` gives
+"""The store contract for long histories, run against every registered store: ``load_history`` gives
 the records ``load_steps`` gives (a store may keep them packed in blocks), across block
 edges, truncations, rewritten steps and deletion.
 
@@ -14,7 +14,7 @@ from nestegg.checkpoint.records import RunRecord, StepRecord
 from nestegg.checkpoint.step_blocks import step_records
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import STEP_BLOCK_STEPS
-from tests.stores.builders import commit_steps, create, make_commit, make_step
+from nestegg.testing.builders import commit_steps, create, make_commit, make_step
 
 BLOCK = STEP_BLOCK_STEPS
 STEPS = 2 * BLOCK + 88
