@@ -20,6 +20,12 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -52,7 +58,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    MissingDependencyError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -61,30 +66,13 @@ from nestegg.errors import (
     StorageUnavailableError,
 )
 
-_DRIVER_ERROR: ImportError | None = None
-try:
-    import psycopg
-    import psycopg_pool
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
-except ImportError as exc:  # the constructor names the extra to install
-    _DRIVER_ERROR = exc
-
 T = TypeVar("T")
-Connection = Any  # psycopg.AsyncConnection[Any]; Any keeps the module importable without it
+Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
 
 _HOLD_SECONDS = 60.0
 """How long the store keeps one pool connection between operations before it gives it
 back (so that the pool's checks and ``max_lifetime`` still reach it)."""
-
-
-def _require_driver() -> None:
-    if _DRIVER_ERROR is not None:
-        raise MissingDependencyError(
-            f"the PostgreSQL store needs psycopg 3 and psycopg_pool ({_DRIVER_ERROR.name} is "
-            "missing): pip install 'nestegg[postgres]'"
-        ) from _DRIVER_ERROR
 
 
 @contextmanager
@@ -149,7 +137,6 @@ class PostgresCheckpointStorage:
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
     ) -> None:
-        _require_driver()
         self.table_prefix = validate_table_prefix(table_prefix)
         if url is None and pool is None:
             raise ConfigurationError("PostgresCheckpointStorage needs a url or a pool")

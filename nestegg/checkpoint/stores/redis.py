@@ -24,6 +24,12 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -58,7 +64,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    MissingDependencyError,
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
@@ -67,26 +72,9 @@ from nestegg.errors import (
     StorageUnavailableError,
 )
 
-_DRIVER_ERROR: ImportError | None = None
-try:
-    import redis.asyncio as aioredis
-    import redis.exceptions as redis_errors
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-except ImportError as exc:  # the constructor names the extra to install
-    _DRIVER_ERROR = exc
-
 T = TypeVar("T")
 
 _SCAN_BATCH = 500
-
-
-def _require_driver() -> None:
-    if _DRIVER_ERROR is not None:
-        raise MissingDependencyError(
-            f"the Redis store needs redis-py ({_DRIVER_ERROR.name} is missing): "
-            "pip install 'nestegg[redis]'"
-        ) from _DRIVER_ERROR
 
 
 @contextmanager
@@ -140,7 +128,6 @@ class RedisCheckpointStorage:
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
     ) -> None:
-        _require_driver()
         self.prefix = validate_key_prefix(prefix)
         self._ttl = ttl_seconds(expire_finished_after)
         self._retries = retries
