@@ -13,7 +13,7 @@ from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import unpack_block
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -170,7 +170,7 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
     for checkpoint in checkpoints:
         by_seq.setdefault(checkpoint.seq, []).append(checkpoint.checkpoint_id)
     steps = []
-    for piece in await store.load_history(run.run_id):  # blocks whole: heads read here
+    for piece in await load_history(store, run.run_id):  # blocks whole: heads read here
         for row in step_rows(piece, run.run_id):
             if row["seq"] > after:
                 row["checkpoints"] = by_seq.get(row["seq"], [])

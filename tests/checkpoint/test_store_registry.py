@@ -9,7 +9,7 @@ import pytest
 
 import nestegg.checkpoint
 from nestegg.checkpoint.stores import open_store, store_class
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import BlockHistoryStore, CheckpointStorage, DroppableStore
 from nestegg.checkpoint.stores.registry import BY_SCHEME, STORES, StoreEntry, import_store
 from nestegg.errors import ConfigurationError, MissingDependencyError
 
@@ -61,3 +61,14 @@ def test_a_missing_driver_names_the_extra_through_the_registry(
         with pytest.raises(MissingDependencyError, match=rf"pip install 'nestegg\[{extra}\]'"):
             build()
     assert module not in sys.modules
+
+
+def test_only_the_sqlite_store_keeps_block_history(tmp_path: Path) -> None:
+    stores = {
+        "memory": open_store("memory://"),
+        "file": open_store((tmp_path / "f").as_uri()),
+        "sqlite": open_store(f"sqlite:///{tmp_path / 'a.db'}"),
+    }
+    kinds = {kind for kind, store in stores.items() if isinstance(store, BlockHistoryStore)}
+    assert kinds == {"sqlite"}
+    assert not any(isinstance(store, DroppableStore) for store in stores.values())

@@ -48,7 +48,7 @@ __all__ = ["CheckpointStorage", "default_home", "default_store", "open_store", "
 
 
 if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its capabilities)
-    from nestegg.checkpoint.stores.base import DroppableStore
+    from nestegg.checkpoint.stores.base import BlockHistoryStore, DroppableStore
     from nestegg.checkpoint.stores.file import FileCheckpointStorage
     from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
     from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
@@ -66,3 +66,4 @@ if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its ca
         PostgresCheckpointStorage,
         RedisCheckpointStorage,
     )
+    _BLOCK_HISTORY_STORES: tuple[type[BlockHistoryStore], ...] = (SQLiteCheckpointStorage,)

@@ -365,11 +365,6 @@ class FileCheckpointStorage:
                 steps[seq] = StepRecord(run_id, seq, str(header.get("agent")), body)
         return [steps[seq] for seq in sorted(steps)]
 
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
-
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         return await self._io(lambda: self._read_checkpoints(self._settled(_run_id(run_id))))
 

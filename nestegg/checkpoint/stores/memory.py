@@ -162,11 +162,6 @@ class MemoryCheckpointStorage:
             if seq > after and (upto is None or seq <= upto)
         ]
 
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
-
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         data = self._runs.get(run_id)
         if data is None:

@@ -431,11 +431,6 @@ class PostgresCheckpointStorage:
         rows = await self._fetchall("load_steps", params)
         return [StepRecord(run_id, seq, agent, bytes(body)) for seq, agent, body in rows]
 
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
-
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         return [checkpoint_from_row(r) for r in await self._fetchall("list_checkpoints", [run_id])]
 

@@ -399,11 +399,6 @@ class RedisCheckpointStorage:
         )
         return [step_from_member(run_id, member) for member in members]
 
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
-
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         async def fetch() -> tuple[list[bytes], list[bytes | None]]:
             async with self._client.pipeline(transaction=True) as pipe:
