@@ -48,6 +48,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.file_commit import (
     commit_durably,
     redo_pending_commit,
@@ -87,10 +88,7 @@ from nestegg.constants import (
 from nestegg.errors import (
     ConfigurationError,
     InvalidIdentifierError,
-    RunExistsError,
-    RunLockedError,
     RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
@@ -194,7 +192,7 @@ class FileCheckpointStorage:
             try:
                 fd = os.open(lock_path, os.O_RDWR)
             except FileNotFoundError:
-                raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+                raise run_not_found(run_id) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if same_file(fd, lock_path):
@@ -249,7 +247,7 @@ class FileCheckpointStorage:
                 staging.rename(self._run_dir(run.run_id))
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise RunExistsError(f"run {run.run_id!r} exists", run.run_id) from None
+                    raise run_exists(run.run_id) from None
                 raise
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -275,7 +273,7 @@ class FileCheckpointStorage:
         try:
             row = (run_dir / FILE_RUN).read_bytes()
         except FileNotFoundError:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+            raise run_not_found(run_id) from None
         return decode_run(row, b"", run_dir / FILE_RUN)
 
     async def list_runs(
@@ -321,7 +319,7 @@ class FileCheckpointStorage:
         with self._locked(run_id) as run_dir:
             run = self._read_row(run_dir, run_id)
             if run.fence != expected_fence:
-                raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+                raise run_claimed(run_id)
             run.fence += 1
             run.owner = owner
             run.lease_until = lease_until
@@ -343,11 +341,7 @@ class FileCheckpointStorage:
         with self._locked(commit.run_id) as run_dir:
             run = self._read_row(run_dir, commit.run_id)
             if run.fence != commit.fence:
-                raise StaleOwnerError(
-                    f"run {commit.run_id!r} is owned by a newer owner (fence {run.fence}, "
-                    f"this write carries {commit.fence})",
-                    commit.run_id,
-                )
+                raise stale_fence(commit.run_id, run.fence, commit.fence)
             commit_durably(run_dir, self._index, commit, run)
 
     # -- reading -------------------------------------------------------------------------

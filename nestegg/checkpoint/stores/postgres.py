@@ -35,6 +35,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.postgres_schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
@@ -58,10 +59,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
@@ -371,7 +368,7 @@ class PostgresCheckpointStorage:
             return await cursor.fetchone()
 
         if await self._with_connection(insert, idempotent=False) is None:
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._fetchone("get_run", [run_id])
@@ -405,8 +402,8 @@ class PostgresCheckpointStorage:
         if row is not None:
             return run_from_row(row)
         if await self._fetchone("run_exists", [run_id]) is None:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id)
-        raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            raise run_not_found(run_id)
+        raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
         params = commit_params(commit)
@@ -415,12 +412,8 @@ class PostgresCheckpointStorage:
         if stored == commit.fence:
             return
         if stored is None:
-            raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
-        raise StaleOwnerError(
-            f"run {commit.run_id!r} is owned by a newer owner (fence {stored}, "
-            f"this write carries {commit.fence})",
-            commit.run_id,
-        )
+            raise run_not_found(commit.run_id)
+        raise stale_fence(commit.run_id, stored, commit.fence)
 
     # -- reads --------------------------------------------------------------------------
 

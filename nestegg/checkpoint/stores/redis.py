@@ -40,6 +40,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores import redis_layout
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.redis_layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
@@ -64,10 +65,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
@@ -302,7 +299,7 @@ class RedisCheckpointStorage:
             args += [name, value]
         created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
         if not created:
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
 
     def _pipeline_key(self, pipeline: str) -> str:
         return self._key("pipeline:", pipeline)
@@ -370,8 +367,8 @@ class RedisCheckpointStorage:
         if reply[0] == 1:
             return run_from_hash(pairs_to_dict(reply[1]))
         if reply[0] == 0:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id)
-        raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            raise run_not_found(run_id)
+        raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
@@ -380,12 +377,8 @@ class RedisCheckpointStorage:
         if reply[0] == 1:
             return
         if reply[0] == 0:
-            raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
-        raise StaleOwnerError(
-            f"run {commit.run_id!r} is owned by a newer owner (fence {int(reply[1])}, "
-            f"this write carries {commit.fence})",
-            commit.run_id,
-        )
+            raise run_not_found(commit.run_id)
+        raise stale_fence(commit.run_id, int(reply[1]), commit.fence)
 
     # -- reads --------------------------------------------------------------------------
 
