@@ -107,7 +107,6 @@ CHECKPOINT_PRUNED = EventKind.CHECKPOINT_PRUNED
 SQLITE_RUNS_TABLE = "runs"
 SQLITE_STEPS_TABLE = "steps"
 SQLITE_CHECKPOINTS_TABLE = "checkpoints"
-SQLITE_EVENTS_TABLE = "events"
 """Version 1 of the schema: one row per event (version 2 moved them to batches)."""
 SQLITE_EVENT_BATCHES_TABLE = "event_batches"
 SQLITE_JOURNAL_TABLE = "journal"
