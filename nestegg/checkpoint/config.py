@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
@@ -92,6 +94,9 @@ class CheckpointConfig:
         run_id: the run id to use (None: a new id for every run).
         lease: how long a run's owner holds it without a heartbeat before another
             process may take it over.
+        clock: the time (UNIX seconds) that leases, heartbeats, the ``ttl`` and
+            ``min_interval`` of the policy and stored timestamps are measured by;
+            ``time.time`` unless a test passes a fake one.
 
     Example:
         >>> CheckpointConfig(storage=FileCheckpointStorage(Path("./checkpoints")),
@@ -102,6 +107,7 @@ class CheckpointConfig:
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     run_id: str | None = None
     lease: timedelta = DEFAULT_LEASE
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, CheckpointPolicy):
@@ -111,4 +117,8 @@ class CheckpointConfig:
         if not isinstance(self.lease, timedelta) or self.lease.total_seconds() <= 0:
             raise ConfigurationError(
                 f"CheckpointConfig.lease must be a positive timedelta, got {self.lease!r}"
+            )
+        if not callable(self.clock):
+            raise ConfigurationError(
+                f"CheckpointConfig.clock must be a callable giving UNIX seconds, got {self.clock!r}"
             )

@@ -17,10 +17,14 @@ location isolated from every other test (each call: a new handle on the same dat
 contract test then runs once per registered store, as ``test_...[mine]``. A server store
 passes ``server=True`` (its tests are marked ``server``) and a ``cleanup`` coroutine
 function that removes what the test left.
+
+:class:`FakeClock` is a clock for ``CheckpointConfig(clock=...)`` that moves only when a
+test advances it: leases, TTL and ``min_interval`` are then tested without sleeping.
 """
 
 from __future__ import annotations
 
+from nestegg.testing.clock import FakeClock
 from nestegg.testing.registry import (
     RegisteredStore,
     StoreOpener,
@@ -31,6 +35,7 @@ from nestegg.testing.registry import (
 )
 
 __all__ = [
+    "FakeClock",
     "RegisteredStore",
     "StoreOpener",
     "StoreSite",

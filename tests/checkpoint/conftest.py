@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import timedelta
@@ -78,9 +79,16 @@ async def checkpoint_store(
 # ----------------------------------------------------------------------- pipelines
 
 
-def config(store: CheckpointStorage, run_id: str | None = None, **policy: Any) -> CheckpointConfig:
-    """A CheckpointConfig on ``store`` with a policy made of ``policy``."""
-    return CheckpointConfig(storage=store, policy=CheckpointPolicy(**policy), run_id=run_id)
+def config(
+    store: CheckpointStorage,
+    run_id: str | None = None,
+    clock: Callable[[], float] = time.time,
+    **policy: Any,
+) -> CheckpointConfig:
+    """A CheckpointConfig on ``store`` with a policy made of ``policy``, timed by ``clock``."""
+    return CheckpointConfig(
+        storage=store, policy=CheckpointPolicy(**policy), run_id=run_id, clock=clock
+    )
 
 
 class Pipeline:
@@ -100,6 +108,7 @@ class Pipeline:
         run_id: str | None = None,
         max_turns: int = 100,
         on_checkpoint: Any = None,
+        clock: Callable[[], float] = time.time,
         **policy: Any,
     ) -> None:
         self.calls: list[str] = []
@@ -110,7 +119,7 @@ class Pipeline:
             name,
             strategy=strategy,
             max_turns=max_turns,
-            checkpoint=config(store, run_id, **policy),
+            checkpoint=config(store, run_id, clock, **policy),
             on_checkpoint=on_checkpoint,
         )
         for agent_name in names:
