@@ -14,6 +14,10 @@ from nestegg.testing.contract_runs import *  # noqa: F403
 from nestegg.testing.fixtures import parametrize_stores, store, store_factory, store_name
 from nestegg.testing.registry import register_store
 
+pytestmark = [pytest.mark.asyncio]
+"""Every contract test is a coroutine: marked, so it runs under pytest-asyncio's strict
+mode too."""
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run each contract test once per registered store."""
@@ -23,6 +27,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 __all__ = [
     *sorted(name for name in dict(globals()) if name.startswith("test_")),
     "pytest_generate_tests",
+    "pytestmark",
     "register_store",
     "store",
     "store_factory",
