@@ -6,7 +6,8 @@ import time
 
 
 class FakeClock:
-    """A callable giving UNIX seconds, standing still until :meth:`advance` moves it.
+    """A callable giving UNIX seconds, standing still until :meth:`advance` moves it; it
+    starts at ``start``, else at the current whole second.
 
     Pass it as ``CheckpointConfig(clock=...)``.
 
@@ -17,7 +18,7 @@ class FakeClock:
     """
 
     def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
+        self.now = float(int(time.time())) if start is None else start
 
     def __call__(self) -> float:
         return self.now
