@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import ClutchContext, ClutchState, current_context
 from nestegg.errors import ConfigurationError, NoActiveRunError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
@@ -352,7 +353,8 @@ class Clutch:
         execution = ctx._execution if ctx is not None else None
         if execution is not None and self._executions.get(execution.run_id) is execution:
             if run_id is None or run_id == execution.run_id:
-                return await execution.recorder.checkpoint_now("agent", execution.current_agent)
+                recorder = execution.recorder
+                return await recorder.checkpoint_now(REASON_AGENT, execution.current_agent)
         if run_id is None:
             if len(self._executions) != 1:
                 raise NoActiveRunError(
@@ -363,7 +365,7 @@ class Clutch:
         execution = self._executions.get(run_id)
         if execution is None:
             raise NoActiveRunError(f"run {run_id!r} is not executing in this Clutch")
-        return await execution.recorder.checkpoint_now("manual", None)
+        return await execution.recorder.checkpoint_now(REASON_MANUAL, None)
 
     def _checkpointing(self) -> RunBook:
         if self._checkpoint_config is None:

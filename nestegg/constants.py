@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import StrEnum
 
 MAX_NAME_LENGTH = 200
 """Longest run id, agent or pipeline name accepted."""
@@ -20,39 +21,89 @@ DEFAULT_KEY_PREFIX = "nestegg:"
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
-# Run statuses.
-RUNNING = "running"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-STATUSES = (RUNNING, COMPLETED, FAILED, CANCELLED)
+
+class StoredValue(StrEnum):
+    """A name stored as its value: prints, formats and reprs as that plain string, so
+    messages and stored text are the same as with the string itself."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class RunStatus(StoredValue):
+    """A run's status, stored as its value."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepOutcome(StoredValue):
+    """How a step ended, stored as its value."""
+
+    COMPLETED = "completed"
+    TERMINATED = "terminated"
+    HANDOVER = "handover"
+
+
+class CheckpointReason(StoredValue):
+    """Why a checkpoint was taken, stored as its value."""
+
+    POLICY = "policy"
+    MANUAL = "manual"
+    AGENT = "agent"
+    FINAL = "final"
+    FORK = "fork"
+
+
+class EventKind(StoredValue):
+    """The kind of an event, stored as its value."""
+
+    RUN_STARTED = "run_started"
+    RUN_INTERRUPTED = "run_interrupted"
+    RUN_RESUMED = "run_resumed"
+    RUN_FORKED = "run_forked"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+    STEP_STARTED = "step_started"
+    STEP_COMPLETED = "step_completed"
+    STEP_FAILED = "step_failed"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    CHECKPOINT_PRUNED = "checkpoint_pruned"
+
+
+# The members under their short names (equal to their values as strings).
+RUNNING = RunStatus.RUNNING
+COMPLETED = RunStatus.COMPLETED
+FAILED = RunStatus.FAILED
+CANCELLED = RunStatus.CANCELLED
+STATUSES = tuple(RunStatus)
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 
-# Step outcomes.
-OUTCOME_COMPLETED = "completed"
-OUTCOME_TERMINATED = "terminated"
-OUTCOME_HANDOVER = "handover"
+OUTCOME_COMPLETED = StepOutcome.COMPLETED
+OUTCOME_TERMINATED = StepOutcome.TERMINATED
+OUTCOME_HANDOVER = StepOutcome.HANDOVER
 
-# Checkpoint reasons.
-REASON_POLICY = "policy"
-REASON_MANUAL = "manual"
-REASON_AGENT = "agent"
-REASON_FINAL = "final"
-REASON_FORK = "fork"
+REASON_POLICY = CheckpointReason.POLICY
+REASON_MANUAL = CheckpointReason.MANUAL
+REASON_AGENT = CheckpointReason.AGENT
+REASON_FINAL = CheckpointReason.FINAL
+REASON_FORK = CheckpointReason.FORK
 
-# Event kinds.
-RUN_STARTED = "run_started"
-RUN_INTERRUPTED = "run_interrupted"
-RUN_RESUMED = "run_resumed"
-RUN_FORKED = "run_forked"
-RUN_COMPLETED = "run_completed"
-RUN_FAILED = "run_failed"
-RUN_CANCELLED = "run_cancelled"
-STEP_STARTED = "step_started"
-STEP_COMPLETED = "step_completed"
-STEP_FAILED = "step_failed"
-CHECKPOINT_SAVED = "checkpoint_saved"
-CHECKPOINT_PRUNED = "checkpoint_pruned"
+RUN_STARTED = EventKind.RUN_STARTED
+RUN_INTERRUPTED = EventKind.RUN_INTERRUPTED
+RUN_RESUMED = EventKind.RUN_RESUMED
+RUN_FORKED = EventKind.RUN_FORKED
+RUN_COMPLETED = EventKind.RUN_COMPLETED
+RUN_FAILED = EventKind.RUN_FAILED
+RUN_CANCELLED = EventKind.RUN_CANCELLED
+STEP_STARTED = EventKind.STEP_STARTED
+STEP_COMPLETED = EventKind.STEP_COMPLETED
+STEP_FAILED = EventKind.STEP_FAILED
+CHECKPOINT_SAVED = EventKind.CHECKPOINT_SAVED
+CHECKPOINT_PRUNED = EventKind.CHECKPOINT_PRUNED
 LIVE_STEP_DELAY = 0.05
 """Seconds after a step starts (durability "sync") at which its start is committed on its
 own, for the live views, if no journaled call of the step has carried it yet; a step that
@@ -65,7 +116,6 @@ them when its start is further back)."""
 SQLITE_RUNS_TABLE = "runs"
 SQLITE_STEPS_TABLE = "steps"
 SQLITE_CHECKPOINTS_TABLE = "checkpoints"
-SQLITE_EVENTS_TABLE = "events"
 """Version 1 of the schema: one row per event (version 2 moved them to batches)."""
 SQLITE_EVENT_BATCHES_TABLE = "event_batches"
 SQLITE_JOURNAL_TABLE = "journal"

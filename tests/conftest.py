@@ -12,6 +12,8 @@ from functools import cache
 
 import pytest
 
+import tests.registry  # noqa: F401  (registers the project's stores with nestegg.testing)
+
 PG_URL_ENV = "NESTEGG_TEST_PG_URL"
 REDIS_URL_ENV = "NESTEGG_TEST_REDIS_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -42,19 +42,23 @@ from nestegg.errors import (
 )
 from nestegg.journal import argument_hash, function_name
 from nestegg.journal_results import holds_structured_type
+from nestegg.testing import fixtures as store_fixtures
+from nestegg.testing.fixtures import StoreFactory
 from tests.checkpoint import conftest as checkpointed
 from tests.checkpoint.conftest import Flaky, config, wait_for
-from tests.stores import conftest as stores
+from tests.registry import SERVER_KINDS
 
-# The per-store fixtures of tests/checkpoint (memory, SQLite, file) and tests/stores (all).
+# The per-store fixtures of tests/checkpoint (memory, SQLite, file) and of every registered
+# store (tests/registry.py).
 store_kind = checkpointed.store_kind
 store_root = checkpointed.store_root
 reopen_store = checkpointed.reopen_store
 checkpoint_store = checkpointed.checkpoint_store
-store_factory = stores.store_factory
 
 Reopen = Callable[[], Awaitable[CheckpointStorage]]
-SERVER_STORES = [pytest.param(kind, marks=pytest.mark.server) for kind in stores.SERVER_KINDS]
+store_factory = store_fixtures.store_factory
+store_name = store_fixtures.store_name
+SERVER_STORES = [pytest.param(kind, marks=pytest.mark.server) for kind in SERVER_KINDS]
 
 
 class FakeLLM:
@@ -709,9 +713,9 @@ async def test_durable_works_with_and_without_parentheses(
     ]
 
 
-@pytest.mark.parametrize("store_factory", SERVER_STORES, indirect=True)
+@pytest.mark.parametrize("store_name", SERVER_STORES, indirect=True)
 async def test_server_stores_replay_the_recorded_calls(
-    store_factory: stores.StoreFactory,
+    store_factory: StoreFactory,
 ) -> None:
     pipeline = Journaled(await store_factory())
     pipeline.fail_turn = 1

@@ -108,8 +108,10 @@ class Checkpointer:
         base: Snapshot,
         kept: list[str],
         on_checkpoint: CheckpointHook | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.policy = policy
         self.run_id = run.run_id
         self.pipeline = run.pipeline
@@ -163,7 +165,7 @@ class Checkpointer:
         interval = self.lease_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            renewal = Commit(self.run_id, self.fence, lease_until=time.time() + self.lease_seconds)
+            renewal = Commit(self.run_id, self.fence, lease_until=self.clock() + self.lease_seconds)
             try:
                 await self.store.commit(renewal)
             except StaleOwnerError:
@@ -231,7 +233,7 @@ class Checkpointer:
 
     def _take_pending(self) -> Commit:
         commit, self.pending = self.pending, Commit(self.run_id, self.fence)
-        now = time.time()
+        now = self.clock()
         commit.updated_at = now
         commit.lease_until = now + self.lease_seconds
         commit.event_seq = self.event_seq
@@ -346,7 +348,7 @@ class Checkpointer:
     # -------------------------------------------------------------- checkpoints
 
     def _add_checkpoint(self, reason: str, state: Snapshot, next_agent: str | None) -> str:
-        now = time.time()
+        now = self.clock()
         checkpoint_id = new_checkpoint_id()
         body = checkpoint_body(state, next_agent)
         record = CheckpointRecord(checkpoint_id, self.run_id, state.seq, now, reason, seal(body))
@@ -384,7 +386,7 @@ class Checkpointer:
     async def record_step(self, step: StepResult) -> None:
         """Append the step record and events; checkpoint when due; commit by durability."""
         metadata = encode_value(step.metadata, "metadata") if step.metadata else b"{}"
-        now = time.time()
+        now = self.clock()
         head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%r,"duration":%r' % (
             orjson.dumps(step.agent),
             step.outcome.encode(),
@@ -442,7 +444,7 @@ class Checkpointer:
         if self.last_good.seq != self.checkpointed_seq or not self.kept:
             self._add_checkpoint(REASON_FINAL, self.last_good, None)
         checkpoint_id = self.kept[-1]
-        self.event(RUN_COMPLETED, time.time(), {"steps": self.last_good.seq})
+        self.event(RUN_COMPLETED, self.clock(), {"steps": self.last_good.seq})
         self.pending.status = COMPLETED
         self.pending.result = final_result
         try:
@@ -477,7 +479,7 @@ class Checkpointer:
     async def _stop_with(self, status: str, kind: str, error: bytes | None) -> None:
         if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
             self._add_checkpoint(REASON_FINAL, self.last_good, None)
-        self.event(kind, time.time(), {"steps": self.last_good.seq})
+        self.event(kind, self.clock(), {"steps": self.last_good.seq})
         self.pending.status = status
         self.pending.error = error
         try:
@@ -495,7 +497,7 @@ class Checkpointer:
     async def _expire(self) -> None:
         if self.policy.ttl is None:
             return
-        cutoff = time.time() - self.policy.ttl.total_seconds()
+        cutoff = self.clock() - self.policy.ttl.total_seconds()
         try:
             await self.store.expire_runs(FINISHED, cutoff, self.pipeline)
         except Exception as error:

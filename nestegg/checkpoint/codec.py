@@ -145,11 +145,6 @@ def has_tags(raw: bytes) -> bool:
     return b'"$ne"' in raw
 
 
-def dumps(value: Any) -> bytes:
-    """Plain JSON types to bytes."""
-    return orjson.dumps(value)
-
-
 def _lone_surrogate_path(tree: Any, path: str) -> str | None:
     """Where in a :func:`to_jsonable` tree the first string UTF-8 cannot hold sits."""
     if type(tree) is str:

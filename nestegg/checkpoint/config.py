@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
@@ -95,6 +97,9 @@ class CheckpointConfig:
             ``run(input, run_id=...)`` instead.
         lease: how long a run's owner holds it without a heartbeat before another
             process may take it over.
+        clock: the time (UNIX seconds) that leases, heartbeats, the ``ttl`` and
+            ``min_interval`` of the policy and stored timestamps are measured by;
+            ``time.time`` unless a test passes a fake one.
 
     Example:
         >>> CheckpointConfig(storage=FileCheckpointStorage(Path("./checkpoints")),
@@ -105,6 +110,7 @@ class CheckpointConfig:
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     run_id: str | None = None
     lease: timedelta = DEFAULT_LEASE
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, CheckpointPolicy):
@@ -114,4 +120,8 @@ class CheckpointConfig:
         if not isinstance(self.lease, timedelta) or self.lease.total_seconds() <= 0:
             raise ConfigurationError(
                 f"CheckpointConfig.lease must be a positive timedelta, got {self.lease!r}"
+            )
+        if not callable(self.clock):
+            raise ConfigurationError(
+                f"CheckpointConfig.clock must be a callable giving UNIX seconds, got {self.clock!r}"
             )

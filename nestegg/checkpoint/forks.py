@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -69,7 +68,7 @@ async def fork(
     if replaced is None and state.data_inline:  # a fork stored before its data was copied
         replaced = encode_value(state.data, "data")
     steps = [_copy_step(step, new_id, replaced, state.data_seq) for step in copied]
-    now = time.time()
+    now = book.config.clock()
     new_input = seal(replaced) if replaced is not None and state.data_seq == 0 else None
     child = _child_run(book, parent, new_id, checkpoint_id, new_input, now)
     start_id = new_checkpoint_id()

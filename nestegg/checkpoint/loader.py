@@ -36,7 +36,7 @@ from nestegg.checkpoint.step_blocks import (
     step_records,
     unpack_block,
 )
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -191,7 +191,7 @@ async def _load(
         metadata = rebuild(body.get("metadata") or {}, where)
     except (KeyError, TypeError, ValueError):
         raise CheckpointCorruptedError(f"{where} lacks its fields") from None
-    pieces = await store.load_history(run.run_id, upto=seq)
+    pieces = await load_history(store, run.run_id, upto=seq)
     stored = sum(_steps_in(piece) for piece in pieces)
     if stored != seq or (pieces and _last_seq(pieces[-1]) != seq):
         raise CheckpointCorruptedError(

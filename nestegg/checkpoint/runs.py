@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +97,7 @@ class RunBook:
         existing = await store.get_run(run_id)
         if existing is not None:
             return self._existing(existing, sealed_input)
-        now = time.time()
+        now = self.config.clock()
         record = RunRecord(
             run_id=run_id,
             pipeline=self.clutch.name,
@@ -133,7 +132,7 @@ class RunBook:
                     run.run_id,
                 )
             return run_result(run)
-        now = time.time()
+        now = self.config.clock()
         if owner_alive(run, now):
             raise RunLockedError(
                 f"run {run.run_id!r} is being executed by another process "
@@ -174,11 +173,12 @@ class RunBook:
             base=base,
             kept=kept,
             on_checkpoint=self.clutch._on_checkpoint,
+            clock=self.config.clock,
         )
         execution.recorder = recorder
         recorder.replay_until = replay_until
         for kind, payload in events:
-            recorder.event(kind, time.time(), payload)
+            recorder.event(kind, self.config.clock(), payload)
         active_runs[run.run_id] = run.fence
         try:
             await recorder.start(truncate_after, replay_until)
@@ -238,7 +238,7 @@ class RunBook:
         return await self._resume(run, state, kept, listeners, replay_until=replay_until)
 
     def _check_not_owned(self, run: RunRecord) -> None:
-        if owner_alive(run, time.time()):
+        if owner_alive(run, self.config.clock()):
             raise RunLockedError(
                 f"run {run.run_id!r} is being executed by a live process "
                 f"(pid {run.owner.pid if run.owner else '?'}); it cannot be resumed now",
@@ -300,7 +300,7 @@ class RunBook:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
         those up to ``replay_until`` keep their journal entries and replay them."""
         execution, base = self._prepare(run, state, listeners)
-        now = time.time()
+        now = self.config.clock()
         claimed = await self.store.claim_run(
             run.run_id, run.fence, current_owner(), now + self.lease, now
         )
@@ -338,7 +338,7 @@ class RunBook:
     async def list_interrupted(self) -> list[RunInfo]:
         """Running runs of this pipeline whose owner is gone."""
         store = await self.ready()
-        now = time.time()
+        now = self.config.clock()
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
         return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now)]
 
@@ -392,7 +392,7 @@ class RunBook:
         """Delete a run and everything of it."""
         store = await self.ready()
         run = await store.get_run(check_name(run_id, "run id"))
-        if run is not None and owner_alive(run, time.time()):
+        if run is not None and owner_alive(run, self.config.clock()):
             raise RunLockedError(f"run {run_id!r} is executing; it cannot be deleted", run_id)
         return await store.delete_run(run_id)
 
@@ -402,7 +402,7 @@ class RunBook:
         policy = self.config.policy
         expired: list[str] = []
         if policy.ttl is not None:
-            cutoff = time.time() - policy.ttl.total_seconds()
+            cutoff = self.config.clock() - policy.ttl.total_seconds()
             expired = await store.expire_runs(FINISHED, cutoff, self.clutch.name)
         pruned = 0
         if policy.keep_latest is not None:

@@ -11,7 +11,8 @@ searching them. Only intact records in the checkpointer's layout are packed, so 
 never vouches for a record that was already damaged.
 
 A store keeps each step record in one place: loose, or in one block. Readers get either
-(``CheckpointStorage.load_history``); :func:`step_records` turns both into records.
+(:func:`~nestegg.checkpoint.stores.base.load_history`); :func:`step_records` turns both
+into records.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import unpack_block
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -178,7 +178,7 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
     for checkpoint in checkpoints:
         by_seq.setdefault(checkpoint.seq, []).append(checkpoint.checkpoint_id)
     steps = []
-    for piece in await store.load_history(run.run_id):  # blocks whole: heads read here
+    for piece in await load_history(store, run.run_id):  # blocks whole: heads read here
         for row in step_rows(piece, run.run_id):
             if row["seq"] > after:
                 row["checkpoints"] = by_seq.get(row["seq"], [])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -21,29 +23,15 @@ import pytest
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.stores.sqlite_schema import SEQ_SPAN
+from nestegg.testing import StoreSite, registered_store
+from tests.registry import FILE_STORE_DIR, SQLITE_FILE
 
 STORE_KINDS = ("memory", "sqlite", "file")
-SQLITE_FILE = "nestegg.db"
-FILE_STORE_DIR = "filestore"
 
 
 class Flaky(Exception):
     """The failure an agent raises on purpose."""
-
-
-def open_store_of(kind: str, root: Path, shared: MemoryCheckpointStorage) -> CheckpointStorage:
-    """A new handle on the store of ``kind`` kept under ``root`` (memory: ``shared``)."""
-    if kind == "memory":
-        return shared
-    if kind == "sqlite":
-        from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
-
-        return SQLiteCheckpointStorage(root / SQLITE_FILE)
-    from nestegg.checkpoint.stores.file import FileCheckpointStorage
-
-    return FileCheckpointStorage(root / FILE_STORE_DIR)
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -61,14 +49,16 @@ def store_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def reopen_store(
-    store_kind: str, store_root: Path
+    store_kind: str, store_root: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Callable[[], Awaitable[CheckpointStorage]]]:
-    """Opens (and sets up) further handles on the same stored data; all closed at the end."""
-    shared = MemoryCheckpointStorage()
+    """Opens (and sets up) further handles on the same stored data (the store registered
+    as ``store_kind``, kept under ``store_root``); all closed at the end."""
+    site = StoreSite(store_root, uuid.uuid4().hex[:12], request)
+    build = registered_store(store_kind).factory(site)
     opened: list[CheckpointStorage] = []
 
     async def reopen() -> CheckpointStorage:
-        store = open_store_of(store_kind, store_root, shared)
+        store = build()
         opened.append(store)
         await store.setup()
         return store
@@ -89,9 +79,16 @@ async def checkpoint_store(
 # ----------------------------------------------------------------------- pipelines
 
 
-def config(store: CheckpointStorage, run_id: str | None = None, **policy: Any) -> CheckpointConfig:
-    """A CheckpointConfig on ``store`` with a policy made of ``policy``."""
-    return CheckpointConfig(storage=store, policy=CheckpointPolicy(**policy), run_id=run_id)
+def config(
+    store: CheckpointStorage,
+    run_id: str | None = None,
+    clock: Callable[[], float] = time.time,
+    **policy: Any,
+) -> CheckpointConfig:
+    """A CheckpointConfig on ``store`` with a policy made of ``policy``, timed by ``clock``."""
+    return CheckpointConfig(
+        storage=store, policy=CheckpointPolicy(**policy), run_id=run_id, clock=clock
+    )
 
 
 class Pipeline:
@@ -111,6 +108,7 @@ class Pipeline:
         run_id: str | None = None,
         max_turns: int = 100,
         on_checkpoint: Any = None,
+        clock: Callable[[], float] = time.time,
         **policy: Any,
     ) -> None:
         self.calls: list[str] = []
@@ -121,7 +119,7 @@ class Pipeline:
             name,
             strategy=strategy,
             max_turns=max_turns,
-            checkpoint=config(store, run_id, **policy),
+            checkpoint=config(store, run_id, clock, **policy),
             on_checkpoint=on_checkpoint,
         )
         for agent_name in names:

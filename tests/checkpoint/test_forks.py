@@ -32,15 +32,18 @@ from nestegg.errors import (
     RunExistsError,
     RunNotFoundError,
 )
-from tests.stores import conftest as stores
+from nestegg.testing import fixtures as store_fixtures
+from nestegg.testing.fixtures import StoreFactory
+from tests.registry import SERVER_KINDS
 
 from .conftest import Flaky, Pipeline, Tamper, config, stored_view, wait_for
 
-# Every store of tests/stores, for the server stores (PostgreSQL, Redis).
-store_factory = stores.store_factory
+# Every registered store (tests/registry.py), for the server stores (PostgreSQL, Redis).
 
 Reopen = Callable[[], Awaitable[CheckpointStorage]]
-SERVER_STORES = [pytest.param(kind, marks=pytest.mark.server) for kind in stores.SERVER_KINDS]
+store_factory = store_fixtures.store_factory
+store_name = store_fixtures.store_name
+SERVER_STORES = [pytest.param(kind, marks=pytest.mark.server) for kind in SERVER_KINDS]
 NAMES = ("a", "b", "c", "d")
 
 
@@ -472,8 +475,8 @@ async def test_a_fork_waits_no_longer_than_its_timeout_and_goes_on(
     assert runs == {"orig": "completed", "fork": "completed"}
 
 
-@pytest.mark.parametrize("store_factory", SERVER_STORES, indirect=True)
-async def test_server_stores_fork_and_draw_the_tree(store_factory: stores.StoreFactory) -> None:
+@pytest.mark.parametrize("store_name", SERVER_STORES, indirect=True)
+async def test_server_stores_fork_and_draw_the_tree(store_factory: StoreFactory) -> None:
     store = await store_factory()
     pipeline = Pipeline(store, NAMES, keep_latest=None)
     checkpoints = await finished(pipeline)

@@ -12,6 +12,7 @@ from nestegg import Strategy, get_context
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import ConfigurationError
+from nestegg.testing import FakeClock
 
 from .conftest import Flaky, Pipeline, wait_for
 
@@ -221,16 +222,18 @@ async def test_min_interval_throttles_policy_checkpoints_but_not_the_final_one(
 async def test_min_interval_lets_a_checkpoint_through_once_it_has_passed(
     checkpoint_store: CheckpointStorage,
 ) -> None:
+    clock = FakeClock()
     pipeline = Pipeline(
         checkpoint_store,
         ("a", "b", "c", "d"),
-        min_interval=timedelta(seconds=0.5),
+        min_interval=timedelta(seconds=30),
         keep_latest=None,
+        clock=clock,
     )
     slow = pipeline.appender("b")
 
     async def b(data: list[str]) -> list[str]:
-        await asyncio.sleep(0.6)
+        clock.advance(31)
         return await slow(data)
 
     pipeline.clutch._agents.pop("b")
@@ -283,20 +286,20 @@ async def test_min_interval_does_not_throttle_manual_checkpoints(
 async def test_ttl_expires_finished_runs_after_inactivity(
     checkpoint_store: CheckpointStorage,
 ) -> None:
-    ttl = timedelta(seconds=0.5)
-    pipeline = Pipeline(checkpoint_store, ttl=ttl)
+    clock = FakeClock()
+    pipeline = Pipeline(checkpoint_store, ttl=timedelta(seconds=30), clock=clock)
     await pipeline.clutch.run([], run_id="old")
     pipeline.fail.add("b")
     with pytest.raises(Flaky):
         await pipeline.clutch.run([], run_id="old-failed")
     pipeline.fail.clear()
-    await asyncio.sleep(0.6)
+    clock.advance(31)
     # The write path expires what is due: finishing "new" removes both old runs.
     await pipeline.clutch.run([], run_id="new")
     assert [r.run_id for r in await pipeline.clutch.list_runs()] == ["new"]
     assert await pipeline.clutch.cleanup() == {"runs_expired": 0, "checkpoints_pruned": 0}
 
-    await asyncio.sleep(0.6)
+    clock.advance(31)
     assert await pipeline.clutch.cleanup() == {"runs_expired": 1, "checkpoints_pruned": 0}
     assert await pipeline.clutch.list_runs() == []
     assert await checkpoint_store.load_steps("new") == []
@@ -306,28 +309,30 @@ async def test_ttl_expires_finished_runs_after_inactivity(
 async def test_ttl_measures_inactivity_from_the_last_update(
     checkpoint_store: CheckpointStorage,
 ) -> None:
-    pipeline = Pipeline(checkpoint_store, ttl=timedelta(seconds=0.5))
+    clock = FakeClock()
+    pipeline = Pipeline(checkpoint_store, ttl=timedelta(seconds=30), clock=clock)
     pipeline.fail.add("c")
     with pytest.raises(Flaky):
         await pipeline.clutch.run([], run_id="revived")
-    await asyncio.sleep(0.6)
+    clock.advance(31)
     pipeline.fail.clear()
     # Resumed long after it was created: its last update is recent, so it stays.
     assert await pipeline.clutch.resume_latest("revived") == ["a", "b", "c"]
     assert await pipeline.clutch.cleanup() == {"runs_expired": 0, "checkpoints_pruned": 0}
     [info] = await pipeline.clutch.list_runs()
-    assert (info.updated_at - info.created_at).total_seconds() >= 0.6
+    assert (info.updated_at - info.created_at).total_seconds() == 31
 
-    await asyncio.sleep(0.6)
+    clock.advance(31)
     assert await pipeline.clutch.cleanup() == {"runs_expired": 1, "checkpoints_pruned": 0}
 
 
 async def test_ttl_never_expires_a_running_run(checkpoint_store: CheckpointStorage) -> None:
-    pipeline = Pipeline(checkpoint_store, ttl=timedelta(seconds=0.1))
+    clock = FakeClock()
+    pipeline = Pipeline(checkpoint_store, ttl=timedelta(seconds=10), clock=clock)
     release = pipeline.gate("b")
     task = await pipeline.clutch.submit([], run_id="slow")
     await wait_for(pipeline.entered["b"])
-    await asyncio.sleep(0.2)
+    clock.advance(20)
     assert await pipeline.clutch.cleanup() == {"runs_expired": 0, "checkpoints_pruned": 0}
     release.set()
     assert await task.result(timeout=5) == ["a", "b", "c"]

@@ -28,7 +28,9 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import app
 from nestegg.constants import HOME_ENV, STORE_ENV
+from nestegg.testing import StoreSite
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
+from tests.registry import store_target
 
 GONE_PID = 99_999_999
 """Above any pid_max: no process has it."""
@@ -117,11 +119,11 @@ async def delete_runs(url: str, run_ids: tuple[str, ...]) -> None:
 
 
 def store_url_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty, isolated store of ``kind`` as a URL."""
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'cli.db'}"
-    elif kind == "file":
-        yield f"file://{tmp_path / 'store'}"
+    """An empty, isolated store of ``kind`` as a URL: an embedded store where
+    tests/registry.py puts it; a server store in a database of its own (a command cannot
+    name a table or key prefix)."""
+    if kind in LOCAL_KINDS:
+        yield store_target(kind, StoreSite(tmp_path, "", request)).url
     elif kind == "postgres":
         yield from _postgres_database(request.getfixturevalue("pg_url"))
     else:

@@ -14,18 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.crash.harness import CrashReport, StoreTarget, new_rng
-from tests.stores.conftest import delete_redis_keys, drop_postgres_tables
+from nestegg.testing import StoreSite
+from tests.crash.harness import CrashReport, new_rng
+from tests.registry import SERVER_KINDS, StoreTarget, clean_server, store_target
 
 EMBEDDED_KINDS = ("file", "sqlite")
-SERVER_KINDS = ("postgres", "redis")
 
 
 def embedded_target(kind: str, tmp_path: Path) -> StoreTarget:
     """A file or SQLite store in ``tmp_path``."""
-    if kind == "file":
-        return StoreTarget(kind, (tmp_path / "runs").as_uri())
-    return StoreTarget(kind, f"sqlite:///{tmp_path / 'runs.db'}")
+    return store_target(kind, StoreSite(tmp_path, "", None))
 
 
 @pytest.fixture(params=EMBEDDED_KINDS)
@@ -35,20 +33,13 @@ def embedded_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreTarge
 
 
 @pytest.fixture(params=[pytest.param(kind, marks=pytest.mark.server) for kind in SERVER_KINDS])
-async def server_store(request: pytest.FixtureRequest) -> AsyncIterator[StoreTarget]:
+async def server_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreTarget]:
     """PostgreSQL under its own table prefix, then Redis under its own key prefix."""
-    tag = uuid.uuid4().hex[:10]
-    if request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
-        target = StoreTarget("postgres", url, f"crash_{tag}_")
-    else:
-        url = request.getfixturevalue("redis_url")
-        target = StoreTarget("redis", url, f"nestegg-crash:{tag}:")
-    yield target
-    if target.kind == "postgres":
-        await drop_postgres_tables(url, target.prefix or "")
-    else:
-        await delete_redis_keys(url, target.prefix or "")
+    site = StoreSite(tmp_path, uuid.uuid4().hex[:10], request)
+    yield store_target(request.param, site)
+    await clean_server(site, request.param)
 
 
 @pytest.fixture

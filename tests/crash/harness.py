@@ -33,9 +33,9 @@ from tests.crash.child import (
     Workload,
     build_pipeline,
     initial_input,
-    open_test_store,
     sync_config,
 )
+from tests.registry import StoreTarget
 
 CHILD = Path(__file__).with_name("child.py")
 CRASH_SEED_ENV = "NESTEGG_CRASH_SEED"
@@ -46,23 +46,6 @@ STARTUP_KILL_WINDOW_S = 0.6
 STARTUP_KILL_SHARE = 0.2
 MAX_LINES_BEFORE_KILL = 4
 MAX_KILL_DELAY_S = 0.02
-
-
-@dataclass(frozen=True)
-class StoreTarget:
-    """Where the child keeps its runs: a store URL and, for a server, its own prefix."""
-
-    kind: str
-    url: str
-    prefix: str | None = None
-
-    def open(self) -> CheckpointStorage:
-        """A new handle on the store (the caller closes it)."""
-        return open_test_store(self.url, self.prefix)
-
-    def args(self) -> list[str]:
-        """The child's command-line arguments naming this store."""
-        return ["--store", self.url] + (["--prefix", self.prefix] if self.prefix else [])
 
 
 @dataclass

@@ -21,8 +21,8 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
 from nestegg.errors import NestEggError, StorageError, StorageUnavailableError
-from tests.stores.builders import commit_steps, create
-from tests.stores.conftest import delete_redis_keys, drop_postgres_tables
+from nestegg.testing.builders import commit_steps, create
+from tests.servers import delete_redis_keys, drop_postgres_tables
 
 UNREACHABLE_DEADLINE_S = 20
 

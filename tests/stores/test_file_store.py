@@ -29,7 +29,7 @@ from nestegg.errors import (
     StorageError,
     StorageUnavailableError,
 )
-from tests.stores.builders import (
+from nestegg.testing.builders import (
     OWNER,
     commit_steps,
     create,
@@ -240,7 +240,7 @@ CRASHING_CHILD = r"""
 import asyncio, os, sys
 from nestegg.checkpoint.stores import file_commit
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from tests.stores.builders import make_checkpoint, make_commit, make_event, make_step
+from nestegg.testing.builders import make_checkpoint, make_commit, make_event, make_step
 
 def die(*args, **kwargs):
     os._exit(17)  # like SIGKILL: no cleanup, no flush

@@ -26,7 +26,7 @@ from nestegg.errors import (
     StaleOwnerError,
     StorageUnavailableError,
 )
-from tests.stores.builders import (
+from nestegg.testing.builders import (
     OWNER,
     commit_steps,
     create,
@@ -36,7 +36,7 @@ from tests.stores.builders import (
     make_journal,
     make_step,
 )
-from tests.stores.conftest import drop_postgres_tables
+from tests.servers import drop_postgres_tables
 
 pytestmark = pytest.mark.server
 

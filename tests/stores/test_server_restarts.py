@@ -18,7 +18,7 @@ import pytest
 
 from nestegg.checkpoint.codec import unseal_json
 from nestegg.errors import StorageUnavailableError
-from tests.stores.builders import (
+from nestegg.testing.builders import (
     OWNER,
     create,
     make_checkpoint,

@@ -31,7 +31,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
 )
 from nestegg.constants import COMPLETED, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointCorruptedError
-from tests.stores.builders import commit_steps, create, make_commit, make_run, make_step
+from nestegg.testing.builders import commit_steps, create, make_commit, make_run, make_step
 from tests.stores.test_sqlite_store import record_commit_threads
 
 BLOCK = STEP_BLOCK_STEPS

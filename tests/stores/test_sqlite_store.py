@@ -34,7 +34,7 @@ from nestegg.errors import (
     StorageError,
     StorageUnavailableError,
 )
-from tests.stores.builders import (
+from nestegg.testing.builders import (
     commit_steps,
     create,
     make_checkpoint,
@@ -51,7 +51,9 @@ CHILD = r"""
 import asyncio, sys, time
 from nestegg.checkpoint.stores import open_store
 from nestegg.errors import RunLockedError
-from tests.stores.builders import OWNER, create, make_checkpoint, make_commit, make_event, make_step
+from nestegg.testing.builders import (
+    OWNER, create, make_checkpoint, make_commit, make_event, make_step,
+)
 
 async def commit_run(url, run_id, seqs, start):
     store = open_store(url)

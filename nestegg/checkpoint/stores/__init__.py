@@ -1,54 +1,20 @@
 """Checkpoint stores, one module each; :func:`open_store` picks one by URL scheme.
 
 Each store's driver is imported only in its own module, and only when that store is
-used: ``import nestegg`` never imports psycopg or redis.
+used: ``import nestegg`` never imports psycopg or redis. Which module holds which store is
+said once, in :mod:`nestegg.checkpoint.stores.registry`.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.registry import store_class
 from nestegg.constants import DEFAULT_DB_NAME, DEFAULT_HOME, HOME_ENV
-from nestegg.errors import ConfigurationError, MissingDependencyError
-
-# scheme -> (module, class, extra that installs its driver)
-_SCHEMES: dict[str, tuple[str, str, str | None]] = {
-    "memory": ("nestegg.checkpoint.stores.memory", "MemoryCheckpointStorage", None),
-    "file": ("nestegg.checkpoint.stores.file", "FileCheckpointStorage", None),
-    "sqlite": ("nestegg.checkpoint.stores.sqlite", "SQLiteCheckpointStorage", None),
-    "postgresql": ("nestegg.checkpoint.stores.postgres", "PostgresCheckpointStorage", "postgres"),
-    "postgres": ("nestegg.checkpoint.stores.postgres", "PostgresCheckpointStorage", "postgres"),
-    "redis": ("nestegg.checkpoint.stores.redis", "RedisCheckpointStorage", "redis"),
-    "rediss": ("nestegg.checkpoint.stores.redis", "RedisCheckpointStorage", "redis"),
-}
-
-
-def store_class(scheme: str) -> Any:
-    """The store class for a URL scheme, imported lazily.
-
-    Raises:
-        ConfigurationError: an unknown scheme.
-        MissingDependencyError: the store's driver is not installed (names the extra).
-    """
-    try:
-        module_name, class_name, extra = _SCHEMES[scheme]
-    except KeyError:
-        known = ", ".join(sorted(_SCHEMES))
-        raise ConfigurationError(f"unknown store scheme {scheme!r}; known: {known}") from None
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        if extra is None:
-            raise
-        raise MissingDependencyError(
-            f"the {scheme} store needs its driver ({exc.name}): pip install 'nestegg[{extra}]'"
-        ) from exc
-    return getattr(module, class_name)
 
 
 def open_store(url: str) -> CheckpointStorage:
@@ -79,3 +45,25 @@ def default_store() -> CheckpointStorage:
 
 
 __all__ = ["CheckpointStorage", "default_home", "default_store", "open_store", "store_class"]
+
+
+if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its capabilities)
+    from nestegg.checkpoint.stores.base import BlockHistoryStore, DroppableStore
+    from nestegg.checkpoint.stores.file import FileCheckpointStorage
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+    from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+
+    _STORES_FILL_THE_PROTOCOL: tuple[type[CheckpointStorage], ...] = (
+        MemoryCheckpointStorage,
+        FileCheckpointStorage,
+        SQLiteCheckpointStorage,
+        PostgresCheckpointStorage,
+        RedisCheckpointStorage,
+    )
+    _SERVER_STORES_DROP: tuple[type[DroppableStore], ...] = (
+        PostgresCheckpointStorage,
+        RedisCheckpointStorage,
+    )
+    _BLOCK_HISTORY_STORES: tuple[type[BlockHistoryStore], ...] = (SQLiteCheckpointStorage,)

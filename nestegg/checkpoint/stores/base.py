@@ -2,14 +2,18 @@
 
 A store keeps records; it does not interpret them. Ownership is a compare-and-set on
 the run's fencing token (``claim_run``), and every change to a run is one atomic,
-fenced :class:`~nestegg.checkpoint.records.Commit`. The contract-test suite in
-``tests/stores`` runs unchanged against every store.
+fenced :class:`~nestegg.checkpoint.records.Commit`. The contract suite in
+:mod:`nestegg.testing` runs unchanged against every store.
+
+Optional capabilities are small Protocols of their own, checked with ``isinstance``:
+:class:`DroppableStore` (``drop()``) and :class:`BlockHistoryStore` (``load_history()``,
+for a store that packs step records in blocks; :func:`load_history` reads either kind).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -34,6 +38,10 @@ class CheckpointStorage(Protocol):
     Lists come oldest first (by sequence number), except ``list_runs`` (newest first).
     Records are stored and returned byte for byte: a store never decodes a body.
     """
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """A store for ``url`` (the scheme its registry entry names); opens nothing yet."""
 
     async def setup(self) -> None:
         """Create what the store needs (idempotent); called before first use."""
@@ -89,16 +97,6 @@ class CheckpointStorage(Protocol):
         head of a block it has to open is damaged (a damaged record comes back as stored).
         """
 
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> Sequence[StepRecord | StepBlock]:
-        """The step records with ``after < seq <= upto``, in order, as the store keeps them:
-        one by one, or packed in :class:`~nestegg.checkpoint.records.StepBlock` s (what a
-        resume reads; a block is given whole only when all its steps are in the range, and
-        :func:`~nestegg.checkpoint.step_blocks.step_records` gives the records). A store
-        that keeps no blocks gives ``load_steps(run_id, after, upto)``.
-        """
-
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         """The run's checkpoints, oldest first."""
 
@@ -124,3 +122,35 @@ class CheckpointStorage(Protocol):
     ) -> list[str]:
         """Delete whole runs in ``statuses`` updated strictly before ``updated_before``
         (optionally of one pipeline), with everything of them; their ids."""
+
+
+@runtime_checkable
+class DroppableStore(Protocol):
+    """A store that can delete everything it keeps, its schema included (tests, removal)."""
+
+    async def drop(self) -> None:
+        """Delete this store's tables or keys with everything stored in them."""
+
+
+@runtime_checkable
+class BlockHistoryStore(Protocol):
+    """A store that keeps step records packed in blocks, and gives them as it keeps them."""
+
+    async def load_history(
+        self, run_id: str, after: int = 0, upto: int | None = None
+    ) -> Sequence[StepRecord | StepBlock]:
+        """The step records with ``after < seq <= upto``, in order, as the store keeps them:
+        one by one, or packed in :class:`~nestegg.checkpoint.records.StepBlock` s (what a
+        resume reads; a block is given whole only when all its steps are in the range, and
+        :func:`~nestegg.checkpoint.step_blocks.step_records` gives the records).
+        """
+
+
+async def load_history(
+    store: CheckpointStorage, run_id: str, after: int = 0, upto: int | None = None
+) -> Sequence[StepRecord | StepBlock]:
+    """The run's step records with ``after < seq <= upto`` as ``store`` keeps them: packed
+    in blocks by a :class:`BlockHistoryStore`, else one by one (``load_steps``)."""
+    if isinstance(store, BlockHistoryStore):
+        return await store.load_history(run_id, after, upto)
+    return await store.load_steps(run_id, after, upto)

@@ -48,6 +48,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.file_commit import (
     commit_durably,
     redo_pending_commit,
@@ -87,10 +88,7 @@ from nestegg.constants import (
 from nestegg.errors import (
     ConfigurationError,
     InvalidIdentifierError,
-    RunExistsError,
-    RunLockedError,
     RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
@@ -194,7 +192,7 @@ class FileCheckpointStorage:
             try:
                 fd = os.open(lock_path, os.O_RDWR)
             except FileNotFoundError:
-                raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+                raise run_not_found(run_id) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if same_file(fd, lock_path):
@@ -249,7 +247,7 @@ class FileCheckpointStorage:
                 staging.rename(self._run_dir(run.run_id))
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise RunExistsError(f"run {run.run_id!r} exists", run.run_id) from None
+                    raise run_exists(run.run_id) from None
                 raise
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -275,7 +273,7 @@ class FileCheckpointStorage:
         try:
             row = (run_dir / FILE_RUN).read_bytes()
         except FileNotFoundError:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id) from None
+            raise run_not_found(run_id) from None
         return decode_run(row, b"", run_dir / FILE_RUN)
 
     async def list_runs(
@@ -327,7 +325,7 @@ class FileCheckpointStorage:
         with self._locked(run_id) as run_dir:
             run = self._read_row(run_dir, run_id)
             if run.fence != expected_fence:
-                raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+                raise run_claimed(run_id)
             run.fence += 1
             run.owner = owner
             run.lease_until = lease_until
@@ -349,11 +347,7 @@ class FileCheckpointStorage:
         with self._locked(commit.run_id) as run_dir:
             run = self._read_row(run_dir, commit.run_id)
             if run.fence != commit.fence:
-                raise StaleOwnerError(
-                    f"run {commit.run_id!r} is owned by a newer owner (fence {run.fence}, "
-                    f"this write carries {commit.fence})",
-                    commit.run_id,
-                )
+                raise stale_fence(commit.run_id, run.fence, commit.fence)
             commit_durably(run_dir, self._index, commit, run)
 
     # -- reading -------------------------------------------------------------------------
@@ -370,11 +364,6 @@ class FileCheckpointStorage:
             if seq > after and (upto is None or seq <= upto):
                 steps[seq] = StepRecord(run_id, seq, str(header.get("agent")), body)
         return [steps[seq] for seq in sorted(steps)]
-
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         return await self._io(lambda: self._read_checkpoints(self._settled(_run_id(run_id))))
@@ -437,10 +426,13 @@ class FileCheckpointStorage:
     async def delete_run(self, run_id: str) -> bool:
         return await self._io(self._delete_run, _run_id(run_id))
 
-    def _delete_run(self, run_id: str) -> bool:
-        """Move the run's directory to the trash under its lock, then remove it."""
+    def _delete_run(self, run_id: str, still: Callable[[RunRecord], bool] | None = None) -> bool:
+        """Move the run's directory to the trash under its lock, then remove it; with
+        ``still``, only if the run read under the lock still passes it."""
         try:
-            with self._locked(run_id, redo=False) as run_dir:
+            with self._locked(run_id, redo=still is not None) as run_dir:
+                if still is not None and not still(self._read_row(run_dir, run_id)):
+                    return False
                 checkpoint_ids = [
                     cid for _, cid in checkpoint_files(run_dir / FILE_CHECKPOINTS_DIR).values()
                 ]
@@ -478,14 +470,16 @@ class FileCheckpointStorage:
     def _expire_runs(
         self, statuses: list[str], updated_before: float, pipeline: str | None
     ) -> list[str]:
-        expired = [
-            run.run_id
-            for run in self._all_runs()
-            if run.status in statuses
-            and run.updated_at < updated_before
-            and (pipeline is None or run.pipeline == pipeline)
-        ]
-        return [run_id for run_id in expired if self._delete_run(run_id)]
+        def expires(run: RunRecord) -> bool:
+            return (
+                run.status in statuses
+                and run.updated_at < updated_before
+                and (pipeline is None or run.pipeline == pipeline)
+            )
+
+        # Checked again under each run's lock: a run claimed meanwhile is running now.
+        expired = [run.run_id for run in self._all_runs() if expires(run)]
+        return [run_id for run_id in expired if self._delete_run(run_id, expires)]
 
 
 __all__ = ["FileCheckpointStorage", "storage_error"]

@@ -15,13 +15,10 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.constants import RUNNING
 from nestegg.errors import (
     ConfigurationError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
 )
 
 
@@ -76,12 +73,12 @@ class MemoryCheckpointStorage:
     def _data(self, run_id: str) -> _RunData:
         data = self._runs.get(run_id)
         if data is None:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id)
+            raise run_not_found(run_id)
         return data
 
     async def create_run(self, run: RunRecord) -> None:
         if run.run_id in self._runs:
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
         self._runs[run.run_id] = _RunData(dataclasses.replace(run))
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -111,7 +108,7 @@ class MemoryCheckpointStorage:
     ) -> RunRecord:
         run = self._data(run_id).run
         if run.fence != expected_fence:
-            raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            raise run_claimed(run_id)
         run.fence += 1
         run.owner = owner
         run.lease_until = lease_until
@@ -122,11 +119,7 @@ class MemoryCheckpointStorage:
     async def commit(self, commit: Commit) -> None:
         data = self._data(commit.run_id)
         if data.run.fence != commit.fence:
-            raise StaleOwnerError(
-                f"run {commit.run_id!r} is owned by a newer owner (fence {data.run.fence}, "
-                f"this write carries {commit.fence})",
-                commit.run_id,
-            )
+            raise stale_fence(commit.run_id, data.run.fence, commit.fence)
         if commit.truncate_after is not None:
             self._truncate(
                 data, commit.truncate_after, commit.journal_kept_through(commit.truncate_after)
@@ -163,11 +156,6 @@ class MemoryCheckpointStorage:
             for seq in sorted(data.steps)
             if seq > after and (upto is None or seq <= upto)
         ]
-
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         data = self._runs.get(run_id)

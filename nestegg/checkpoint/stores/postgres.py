@@ -26,6 +26,12 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -35,6 +41,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.postgres_schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
@@ -58,26 +65,12 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    MissingDependencyError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
 
-_DRIVER_ERROR: ImportError | None = None
-try:
-    import psycopg
-    import psycopg_pool
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
-except ImportError as exc:  # the constructor names the extra to install
-    _DRIVER_ERROR = exc
-
 T = TypeVar("T")
-Connection = Any  # psycopg.AsyncConnection[Any]; Any keeps the module importable without it
+Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
 
 _HOLD_SECONDS = 60.0
@@ -87,14 +80,6 @@ back (so that the pool's checks and ``max_lifetime`` still reach it)."""
 _PASSING_REFUSALS = ("the database system is", "too many clients")
 """Refusals by a server that may let the same connection in a moment later (it is starting
 up, shutting down or recovering; it is full); any other answer it gives is final."""
-
-
-def _require_driver() -> None:
-    if _DRIVER_ERROR is not None:
-        raise MissingDependencyError(
-            f"the PostgreSQL store needs psycopg 3 and psycopg_pool ({_DRIVER_ERROR.name} is "
-            "missing): pip install 'nestegg[postgres]'"
-        ) from _DRIVER_ERROR
 
 
 @contextmanager
@@ -207,7 +192,6 @@ class PostgresCheckpointStorage:
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
     ) -> None:
-        _require_driver()
         self.table_prefix = validate_table_prefix(table_prefix)
         if url is None and pool is None:
             raise ConfigurationError("PostgresCheckpointStorage needs a url or a pool")
@@ -485,7 +469,7 @@ class PostgresCheckpointStorage:
             return await cursor.fetchone()
 
         if await self._with_connection(insert, idempotent=False) is None:
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._fetchone("get_run", [run_id])
@@ -522,8 +506,8 @@ class PostgresCheckpointStorage:
         if row is not None:
             return run_from_row(row)
         if await self._fetchone("run_exists", [run_id]) is None:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id)
-        raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            raise run_not_found(run_id)
+        raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
         params = commit_params(commit)
@@ -532,12 +516,8 @@ class PostgresCheckpointStorage:
         if stored == commit.fence:
             return
         if stored is None:
-            raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
-        raise StaleOwnerError(
-            f"run {commit.run_id!r} is owned by a newer owner (fence {stored}, "
-            f"this write carries {commit.fence})",
-            commit.run_id,
-        )
+            raise run_not_found(commit.run_id)
+        raise stale_fence(commit.run_id, stored, commit.fence)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -547,11 +527,6 @@ class PostgresCheckpointStorage:
         params = {"run_id": run_id, "after": after, "upto": upto}
         rows = await self._fetchall("load_steps", params)
         return [StepRecord(run_id, seq, agent, bytes(body)) for seq, agent, body in rows]
-
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         return [checkpoint_from_row(r) for r in await self._fetchall("list_checkpoints", [run_id])]

@@ -24,6 +24,12 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -34,6 +40,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores import redis_layout
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.redis_layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
@@ -58,35 +65,13 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    MissingDependencyError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
 
-_DRIVER_ERROR: ImportError | None = None
-try:
-    import redis.asyncio as aioredis
-    import redis.exceptions as redis_errors
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-except ImportError as exc:  # the constructor names the extra to install
-    _DRIVER_ERROR = exc
-
 T = TypeVar("T")
 
 _SCAN_BATCH = 500
-
-
-def _require_driver() -> None:
-    if _DRIVER_ERROR is not None:
-        raise MissingDependencyError(
-            f"the Redis store needs redis-py ({_DRIVER_ERROR.name} is missing): "
-            "pip install 'nestegg[redis]'"
-        ) from _DRIVER_ERROR
 
 
 @contextmanager
@@ -140,7 +125,6 @@ class RedisCheckpointStorage:
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
     ) -> None:
-        _require_driver()
         self.prefix = validate_key_prefix(prefix)
         self._ttl = ttl_seconds(expire_finished_after)
         self._retries = retries
@@ -315,7 +299,7 @@ class RedisCheckpointStorage:
             args += [name, value]
         created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
         if not created:
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
 
     def _pipeline_key(self, pipeline: str) -> str:
         return self._key("pipeline:", pipeline)
@@ -421,8 +405,8 @@ class RedisCheckpointStorage:
         if reply[0] == 1:
             return run_from_hash(pairs_to_dict(reply[1]))
         if reply[0] == 0:
-            raise RunNotFoundError(f"no run {run_id!r}", run_id)
-        raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+            raise run_not_found(run_id)
+        raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
@@ -431,12 +415,8 @@ class RedisCheckpointStorage:
         if reply[0] == 1:
             return
         if reply[0] == 0:
-            raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
-        raise StaleOwnerError(
-            f"run {commit.run_id!r} is owned by a newer owner (fence {int(reply[1])}, "
-            f"this write carries {commit.fence})",
-            commit.run_id,
-        )
+            raise run_not_found(commit.run_id)
+        raise stale_fence(commit.run_id, int(reply[1]), commit.fence)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -449,11 +429,6 @@ class RedisCheckpointStorage:
             idempotent=True,
         )
         return [step_from_member(run_id, member) for member in members]
-
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        return await self.load_steps(run_id, after, upto)  # this store keeps no blocks
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         async def fetch() -> tuple[list[bytes], list[bytes | None]]:

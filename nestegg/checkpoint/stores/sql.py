@@ -6,10 +6,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.registry import BY_NAME, store_class
 from nestegg.constants import DEFAULT_TABLE_PREFIX
 from nestegg.errors import ConfigurationError
 
-_POSTGRES_SCHEMES = ("postgresql", "postgres")
+_POSTGRES_SCHEMES = BY_NAME["PostgresCheckpointStorage"].schemes
 
 
 def SQLCheckpointStorage(  # named like the store classes it stands for
@@ -46,9 +47,9 @@ def SQLCheckpointStorage(  # named like the store classes it stands for
     """
     scheme = urlsplit(url).scheme
     if scheme in _POSTGRES_SCHEMES:
-        from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
-
-        return PostgresCheckpointStorage(url, pool=pool, table_prefix=table_prefix, **options)
+        postgres = store_class(scheme)
+        store: CheckpointStorage = postgres(url, pool=pool, table_prefix=table_prefix, **options)
+        return store
     if scheme == "sqlite":
         extra = sorted(options) + (["pool"] if pool is not None else [])
         if table_prefix != DEFAULT_TABLE_PREFIX:

@@ -31,6 +31,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
+from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.sqlite_blocks import (
     blocks_completed,
     pack_completed_blocks,
@@ -78,10 +79,6 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    RunExistsError,
-    RunLockedError,
-    RunNotFoundError,
-    StaleOwnerError,
     StorageError,
     StorageUnavailableError,
 )
@@ -222,7 +219,7 @@ class SQLiteCheckpointStorage:
     async def create_run(self, run: RunRecord) -> None:
         row = run_to_row(run)
         if not await self._connection.write(_create_run, row, size=len(run.input), small=False):
-            raise RunExistsError(f"run {run.run_id!r} exists", run.run_id)
+            raise run_exists(run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._connection.call(_get_run, run_id)
@@ -362,8 +359,8 @@ def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
     with write_transaction(conn):
         if conn.execute(CLAIM_RUN, params).rowcount == 0:
             if conn.execute(FENCE_OF, (run_id,)).fetchone() is None:
-                raise RunNotFoundError(f"no run {run_id!r}", run_id)
-            raise RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
+                raise run_not_found(run_id)
+            raise run_claimed(run_id)
         row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
     return run_from_row(row)
 
@@ -414,14 +411,10 @@ def _run_key(conn: sqlite3.Connection, commit: Commit) -> int:
     """The key of the commit's run, if the commit's fence is the run's."""
     found = conn.execute(KEY_AND_FENCE_OF, (commit.run_id,)).fetchone()
     if found is None:
-        raise RunNotFoundError(f"no run {commit.run_id!r}", commit.run_id)
+        raise run_not_found(commit.run_id)
     key, fence = found
     if fence != commit.fence:
-        raise StaleOwnerError(
-            f"run {commit.run_id!r} is owned by a newer owner (fence {fence}, "
-            f"this write carries {commit.fence})",
-            commit.run_id,
-        )
+        raise stale_fence(commit.run_id, fence, commit.fence)
     return int(key)
 
 

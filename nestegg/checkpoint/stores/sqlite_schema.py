@@ -21,7 +21,6 @@ from nestegg.checkpoint.stores.sqlite_events import pack_events
 from nestegg.constants import (
     SQLITE_CHECKPOINTS_TABLE,
     SQLITE_EVENT_BATCHES_TABLE,
-    SQLITE_EVENTS_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
     SQLITE_STEP_BLOCKS_TABLE,
@@ -42,7 +41,6 @@ MAX_SEQ = SEQ_SPAN - 1
 RUNS = SQLITE_RUNS_TABLE
 STEPS = SQLITE_STEPS_TABLE
 CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
-EVENTS_V1 = SQLITE_EVENTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
 STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
@@ -56,15 +54,16 @@ RUN_COLUMNS = ", ".join(RUN_FIELDS)
 
 
 def _events_into_batches(conn: sqlite3.Connection) -> None:
-    """Version 1 to 2: the events of version 1's table, one batch each."""
+    """Version 1 to 2: the events of version 1's table, one batch each (the names and the
+    key span of version 2, written out)."""
     rows = conn.execute(
-        f"SELECT r.run_key, e.run_id, e.seq, e.at, e.kind, e.body "
-        f"FROM {EVENTS_V1} e JOIN {RUNS} r ON r.run_id = e.run_id"
+        "SELECT r.run_key, e.run_id, e.seq, e.at, e.kind, e.body "
+        "FROM events e JOIN runs r ON r.run_id = e.run_id"
     )
     conn.executemany(
-        INSERT_EVENT_BATCH,
+        "INSERT OR REPLACE INTO event_batches (batch_key, body) VALUES (?,?)",
         (
-            (key * SEQ_SPAN + seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
+            (key * 4294967296 + seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
             for key, run_id, seq, at, kind, body in rows
         ),
     )
@@ -72,29 +71,30 @@ def _events_into_batches(conn: sqlite3.Connection) -> None:
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
+# Written out literally, with the names each version had: never edit an entry.
 MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
     (
         # Small columns first, blobs last: a step's row update then touches only the
         # row's first page, however big the input is.
-        f"""CREATE TABLE {RUNS} (
+        """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, status TEXT NOT NULL,
             created_at REAL NOT NULL, updated_at REAL NOT NULL, fence INTEGER NOT NULL,
             owner TEXT, lease_until REAL, step_seq INTEGER NOT NULL,
             event_seq INTEGER NOT NULL, parent_run TEXT, parent_checkpoint TEXT,
             result BLOB, error BLOB, input BLOB NOT NULL)""",
-        f"CREATE INDEX {RUNS}_by_created ON {RUNS} (created_at)",
-        f"""CREATE TABLE {STEPS} (
+        "CREATE INDEX runs_by_created ON runs (created_at)",
+        """CREATE TABLE steps (
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, agent TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, seq))""",
-        f"""CREATE TABLE {CHECKPOINTS} (
+        """CREATE TABLE checkpoints (
             checkpoint_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             created_at REAL NOT NULL, reason TEXT NOT NULL, body BLOB NOT NULL
             ) WITHOUT ROWID""",
-        f"CREATE INDEX {CHECKPOINTS}_by_run ON {CHECKPOINTS} (run_id, seq)",
-        f"""CREATE TABLE {EVENTS_V1} (
+        "CREATE INDEX checkpoints_by_run ON checkpoints (run_id, seq)",
+        """CREATE TABLE events (
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
-        f"""CREATE TABLE {JOURNAL} (
+        """CREATE TABLE journal (
             run_id TEXT NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (run_id, step, position))""",
     ),
@@ -103,31 +103,36 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         # (its rowid); steps and events are keyed by run_key * SEQ_SPAN + seq, so each is
         # one b-tree that grows at its right edge, without a second index; and a commit's
         # events go in one row (see sqlite_events).
-        f"""CREATE TABLE {RUNS}_v2 (
+        """CREATE TABLE runs_v2 (
             run_key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE, pipeline TEXT NOT NULL,
             status TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
             fence INTEGER NOT NULL, owner TEXT, lease_until REAL, step_seq INTEGER NOT NULL,
             event_seq INTEGER NOT NULL, parent_run TEXT, parent_checkpoint TEXT,
             result BLOB, error BLOB, input BLOB NOT NULL)""",
-        f"INSERT INTO {RUNS}_v2 (run_key, {RUN_COLUMNS}) SELECT rowid, {RUN_COLUMNS} FROM {RUNS}",
-        f"DROP TABLE {RUNS}",
-        f"ALTER TABLE {RUNS}_v2 RENAME TO {RUNS}",
-        f"CREATE INDEX {RUNS}_by_created ON {RUNS} (created_at)",
-        f"""CREATE TABLE {STEPS}_v2 (
+        """INSERT INTO runs_v2 (run_key, run_id, pipeline, status, created_at, updated_at,
+            fence, owner, lease_until, step_seq, event_seq, parent_run, parent_checkpoint,
+            result, error, input)
+            SELECT rowid, run_id, pipeline, status, created_at, updated_at, fence, owner,
+            lease_until, step_seq, event_seq, parent_run, parent_checkpoint, result, error,
+            input FROM runs""",
+        "DROP TABLE runs",
+        "ALTER TABLE runs_v2 RENAME TO runs",
+        "CREATE INDEX runs_by_created ON runs (created_at)",
+        """CREATE TABLE steps_v2 (
             step_key INTEGER PRIMARY KEY, agent TEXT NOT NULL, body BLOB NOT NULL)""",
-        f"""INSERT INTO {STEPS}_v2 (step_key, agent, body)
-            SELECT r.run_key * {SEQ_SPAN} + s.seq, s.agent, s.body
-            FROM {STEPS} s JOIN {RUNS} r ON r.run_id = s.run_id""",
-        f"DROP TABLE {STEPS}",
-        f"ALTER TABLE {STEPS}_v2 RENAME TO {STEPS}",
-        f"CREATE TABLE {EVENT_BATCHES} (batch_key INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+        """INSERT INTO steps_v2 (step_key, agent, body)
+            SELECT r.run_key * 4294967296 + s.seq, s.agent, s.body
+            FROM steps s JOIN runs r ON r.run_id = s.run_id""",
+        "DROP TABLE steps",
+        "ALTER TABLE steps_v2 RENAME TO steps",
+        "CREATE TABLE event_batches (batch_key INTEGER PRIMARY KEY, body BLOB NOT NULL)",
         _events_into_batches,
-        f"DROP TABLE {EVENTS_V1}",
+        "DROP TABLE events",
     ),
     (
         # Version 3 packs the step records of full blocks of steps into one row each
         # (see sqlite_blocks), keyed by run_key * SEQ_SPAN + the block's first seq.
-        f"""CREATE TABLE {STEP_BLOCKS} (
+        """CREATE TABLE step_blocks (
             block_key INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, head BLOB NOT NULL,
             body BLOB NOT NULL)""",
     ),

@@ -1,6 +1,7 @@
-"""The store contract for long histories, run against every store: ``load_history`` gives
-the records ``load_steps`` gives (a store may keep them packed in blocks), across block
-edges, truncations, rewritten steps and deletion.
+"""The store contract for long histories, run against every registered store:
+:func:`~nestegg.checkpoint.stores.base.load_history` gives the records ``load_steps`` gives
+(a :class:`~nestegg.checkpoint.stores.base.BlockHistoryStore` keeps them packed in blocks),
+across block edges, truncations, rewritten steps and deletion.
 
 Runs are longer than one block (``STEP_BLOCK_STEPS``), so a store that packs blocks (the
 SQLite store) packs some here; the records are in the checkpointer's layout.
@@ -12,9 +13,9 @@ import pytest
 
 from nestegg.checkpoint.records import RunRecord, StepRecord
 from nestegg.checkpoint.step_blocks import step_records
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.constants import STEP_BLOCK_STEPS
-from tests.stores.builders import commit_steps, create, make_commit, make_step
+from nestegg.testing.builders import commit_steps, create, make_commit, make_step
 
 BLOCK = STEP_BLOCK_STEPS
 STEPS = 2 * BLOCK + 88
@@ -34,7 +35,7 @@ async def history(
     store: CheckpointStorage, run_id: str, upto: int | None = None, after: int = 0
 ) -> list[StepRecord]:
     """The records ``load_history`` gives, blocks unpacked."""
-    return step_records(await store.load_history(run_id, after, upto))
+    return step_records(await load_history(store, run_id, after, upto))
 
 
 async def test_load_history_gives_every_record_in_order(store: CheckpointStorage) -> None:
@@ -113,7 +114,7 @@ async def test_a_deleted_long_run_leaves_no_step_behind(store: CheckpointStorage
     await commit_at_once(store, run, range(1, STEPS + 1))
     assert await store.delete_run(run.run_id)
     assert await store.load_steps(run.run_id) == []
-    assert await store.load_history(run.run_id) == []
+    assert await load_history(store, run.run_id) == []
     again = await create(store, run_id=run.run_id)
     steps = await commit_at_once(store, again, range(1, BLOCK + 1))
     assert await history(store, run.run_id) == steps
@@ -125,4 +126,4 @@ async def test_long_runs_side_by_side_stay_apart(store: CheckpointStorage) -> No
     theirs = await commit_at_once(store, second, range(1, BLOCK + 1), agent="second")
     assert await history(store, first.run_id) == mine
     assert await history(store, second.run_id) == theirs
-    assert await store.load_history("no-such-run") == []
+    assert await load_history(store, "no-such-run") == []

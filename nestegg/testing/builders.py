@@ -1,4 +1,5 @@
-"""Builders of store records for tests: runs with sealed input, steps, events, checkpoints."""
+"""Builders of store records for the contract suite: runs with sealed input, steps, events,
+checkpoints; and what a reader can see of a run."""
 
 from __future__ import annotations
 
@@ -136,3 +137,24 @@ async def commit_steps(
         )
         steps.append(step)
     return steps
+
+
+async def snapshot(store: CheckpointStorage, run_id: str, steps: range = range(10)) -> Any:
+    """Everything a reader can see of one run."""
+    checkpoints = await store.list_checkpoints(run_id)
+    return (
+        await store.get_run(run_id),
+        await store.load_steps(run_id),
+        await store.read_events(run_id),
+        checkpoints,
+        [await store.get_checkpoint(c.checkpoint_id) for c in checkpoints],
+        [await store.read_journal(run_id, step) for step in steps],
+    )
+
+
+def assert_bytes_fields(*records: Any) -> None:
+    """Sealed payloads come back as bytes, not memoryview/bytearray/str."""
+    for record in records:
+        for name in ("input", "result", "error", "body"):
+            value = getattr(record, name, None)
+            assert value is None or type(value) is bytes, (name, type(value))

@@ -1,0 +1,88 @@
+"""The one registry of stores: which module holds each store, the URL schemes it opens and
+the extra that installs its driver.
+
+``open_store``, ``store_class`` and the lazy names of :mod:`nestegg.checkpoint` are all
+built from :data:`STORES`, and :func:`import_store` is the one path that imports a store's
+module: a missing driver reaches the user there as ``MissingDependencyError`` naming the
+extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from nestegg.errors import ConfigurationError, MissingDependencyError
+
+_STORES_PACKAGE = "nestegg.checkpoint.stores"
+
+
+@dataclass(frozen=True)
+class StoreEntry:
+    """One store: the name it is exported as, its module (under
+    ``nestegg.checkpoint.stores``), the URL schemes it opens and the extra of its driver."""
+
+    name: str
+    module: str
+    schemes: tuple[str, ...] = ()
+    extra: str | None = None
+
+    @property
+    def module_path(self) -> str:
+        """The store's module, dotted from the top."""
+        return f"{_STORES_PACKAGE}.{self.module}"
+
+
+STORES: tuple[StoreEntry, ...] = (
+    StoreEntry("MemoryCheckpointStorage", "memory", ("memory",)),
+    StoreEntry("FileCheckpointStorage", "file", ("file",)),
+    StoreEntry("SQLiteCheckpointStorage", "sqlite", ("sqlite",)),
+    StoreEntry("PostgresCheckpointStorage", "postgres", ("postgresql", "postgres"), "postgres"),
+    StoreEntry("RedisCheckpointStorage", "redis", ("redis", "rediss"), "redis"),
+    StoreEntry("SQLCheckpointStorage", "sql"),  # picks PostgreSQL or SQLite by URL
+)
+"""Every store nestegg ships, by the name it is exported as."""
+
+BY_NAME: dict[str, StoreEntry] = {entry.name: entry for entry in STORES}
+BY_SCHEME: dict[str, StoreEntry] = {scheme: entry for entry in STORES for scheme in entry.schemes}
+
+
+def import_store(entry: StoreEntry) -> Any:
+    """The store ``entry`` names (a class, or the ``SQLCheckpointStorage`` function).
+
+    Raises:
+        MissingDependencyError: the store's driver is not installed (names the extra).
+    """
+    try:
+        module = importlib.import_module(entry.module_path)
+    except ImportError as exc:
+        if entry.extra is None or not _outside_nestegg(exc):
+            raise
+        raise MissingDependencyError(
+            f"the {entry.module} store needs its driver ({exc.name}): "
+            f"pip install 'nestegg[{entry.extra}]'"
+        ) from exc
+    return getattr(module, entry.name)
+
+
+def _outside_nestegg(exc: ImportError) -> bool:
+    return not (exc.name or "nestegg").startswith("nestegg")
+
+
+def store_class(scheme: str) -> Any:
+    """The store class for a URL scheme, imported lazily.
+
+    Raises:
+        ConfigurationError: an unknown scheme.
+        MissingDependencyError: the store's driver is not installed (names the extra).
+    """
+    try:
+        entry = BY_SCHEME[scheme]
+    except KeyError:
+        known = ", ".join(sorted(BY_SCHEME))
+        raise ConfigurationError(f"unknown store scheme {scheme!r}; known: {known}") from None
+    return import_store(entry)
+
+
+__all__ = ["BY_NAME", "BY_SCHEME", "STORES", "StoreEntry", "import_store", "store_class"]

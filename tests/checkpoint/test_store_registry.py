@@ -1,0 +1,74 @@
+"""The one registry of stores (stores/registry.py): lazy names, schemes, missing drivers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import nestegg.checkpoint
+from nestegg.checkpoint.stores import open_store, store_class
+from nestegg.checkpoint.stores.base import BlockHistoryStore, CheckpointStorage, DroppableStore
+from nestegg.checkpoint.stores.registry import BY_SCHEME, STORES, StoreEntry, import_store
+from nestegg.errors import ConfigurationError, MissingDependencyError
+
+
+@pytest.mark.parametrize("entry", STORES, ids=[entry.name for entry in STORES])
+def test_every_entry_is_a_lazy_name_of_nestegg_checkpoint(entry: StoreEntry) -> None:
+    assert entry.name in nestegg.checkpoint.__all__
+    assert getattr(nestegg.checkpoint, entry.name) is import_store(entry)
+
+
+@pytest.mark.parametrize("scheme", sorted(BY_SCHEME))
+def test_every_scheme_names_a_class_that_fills_the_protocol(scheme: str) -> None:
+    cls = store_class(scheme)
+    assert cls.__name__ == BY_SCHEME[scheme].name
+    assert issubclass(cls, CheckpointStorage)
+
+
+def test_open_store_builds_the_registered_class(tmp_path: Path) -> None:
+    for url in ("memory://", f"sqlite:///{tmp_path / 'a.db'}", (tmp_path / "f").as_uri()):
+        store = open_store(url)
+        assert type(store) is store_class(url.split(":", 1)[0])
+
+
+def test_an_unknown_scheme_names_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match="unknown store scheme 'mysql'; known: file, "):
+        open_store("mysql://x")
+
+
+def test_an_unknown_name_of_nestegg_checkpoint_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="NoSuchStorage"):
+        nestegg.checkpoint.NoSuchStorage  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("driver", "scheme", "extra"),
+    [("psycopg", "postgresql", "postgres"), ("redis", "redis", "redis")],
+)
+def test_a_missing_driver_names_the_extra_through_the_registry(
+    monkeypatch: pytest.MonkeyPatch, driver: str, scheme: str, extra: str
+) -> None:
+    module = BY_SCHEME[scheme].module_path
+    monkeypatch.setitem(sys.modules, driver, None)
+    monkeypatch.delitem(sys.modules, module)
+    for build in (
+        lambda: store_class(scheme),
+        lambda: open_store(f"{scheme}://127.0.0.1/0"),
+        lambda: getattr(nestegg.checkpoint, BY_SCHEME[scheme].name),
+    ):
+        with pytest.raises(MissingDependencyError, match=rf"pip install 'nestegg\[{extra}\]'"):
+            build()
+    assert module not in sys.modules
+
+
+def test_only_the_sqlite_store_keeps_block_history(tmp_path: Path) -> None:
+    stores = {
+        "memory": open_store("memory://"),
+        "file": open_store((tmp_path / "f").as_uri()),
+        "sqlite": open_store(f"sqlite:///{tmp_path / 'a.db'}"),
+    }
+    kinds = {kind for kind, store in stores.items() if isinstance(store, BlockHistoryStore)}
+    assert kinds == {"sqlite"}
+    assert not any(isinstance(store, DroppableStore) for store in stores.values())
