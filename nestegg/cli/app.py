@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from nestegg.checkpoint.stores import default_store, open_store
+from nestegg.checkpoint.stores import default_home, default_store, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import (
     DEFAULT_DB_NAME,
@@ -205,6 +205,13 @@ def explicit_store(ctx: typer.Context, store: str | None) -> bool:
     """Whether --store was given on the command line (not from the environment)."""
     settings = ctx.find_object(Settings) or Settings()
     return bool(store or settings.store)
+
+
+def describe_store(url: str | None) -> str:
+    """The store as users know it: its URL, or the embedded default's path."""
+    if url:
+        return url
+    return f"the default store ({default_home() / DEFAULT_DB_NAME})"
 
 
 def open_selected(url: str | None) -> CheckpointStorage:

@@ -17,7 +17,7 @@ from typing import Any
 from nestegg.checkpoint.codec import unseal_json
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import Event, run_input, run_result
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
@@ -157,7 +157,7 @@ async def run_window(
     high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))
     low = max(0, high - size)
     checkpoints = await store.list_checkpoints(run.run_id)
-    history = await store.load_history(run.run_id, low, high)
+    history = await load_history(store, run.run_id, low, high)
     events = await store.read_events(run.run_id, max(0, run.event_seq - EVENTS_READ))
     by_seq: dict[int, list[dict[str, Any]]] = {}
     for checkpoint in checkpoints:
@@ -201,7 +201,7 @@ async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[s
     """One step: its record's row and data, and its journaled calls with how often the step
     ran (a call recorded once is replayed by every later attempt)."""
     run = await reading.get_run(store, run_id)
-    rows = [row for piece in await store.load_history(run_id, seq - 1, seq) for row in
+    rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
     attempts = sum(
         1

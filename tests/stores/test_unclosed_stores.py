@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores.conftest import SERVER_KINDS, STORE_KINDS, delete_redis_keys, drop_postgres_tables
+from tests.registry import EMBEDDED_KINDS, SERVER_KINDS
+from tests.servers import delete_redis_keys, drop_postgres_tables
+
+STORE_KINDS = EMBEDDED_KINDS + SERVER_KINDS
 
 SCRIPT = textwrap.dedent(
     """

@@ -6,8 +6,8 @@ import pytest
 
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.cli import reading
+from nestegg.testing.builders import create
 from nestegg.ui import queries
-from tests.stores.builders import create
 
 
 async def _family(store: MemoryCheckpointStorage, run_id: str) -> dict[str, object]:

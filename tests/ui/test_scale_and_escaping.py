@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from nestegg.checkpoint.stores import open_store
+from nestegg.testing.builders import create
 from nestegg.ui import UISettings
 from nestegg.ui.queries import RUNS_PAGE, STEP_WINDOW
-from tests.stores.builders import create
 from tests.ui.conftest import client_for
 from tests.ui.pipelines import (
     HOSTILE_AGENT,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import COMPLETED, FAILED
-from tests.stores.builders import T0, create
+from nestegg.testing.builders import T0, create
 
 
 async def _page_ids(store: CheckpointStorage, size: int, **filters: object) -> list[list[str]]:
