@@ -69,6 +69,7 @@ from nestegg.checkpoint.stores.file_io import (
     sync_directory,
 )
 from nestegg.constants import (
+    DAMAGED,
     FILE_CHECKPOINT_INDEX_DIR,
     FILE_CHECKPOINTS_DIR,
     FILE_EVENTS_LOG,
@@ -76,6 +77,7 @@ from nestegg.constants import (
     FILE_JOURNAL_LOG,
     FILE_LEFTOVER_SECONDS,
     FILE_LOCK,
+    FILE_NAME_MAX_BYTES,
     FILE_PENDING_COMMIT,
     FILE_RUN,
     FILE_RUNS_DIR,
@@ -85,6 +87,7 @@ from nestegg.constants import (
     RUNNING,
 )
 from nestegg.errors import (
+    CheckpointCorruptedError,
     ConfigurationError,
     InvalidIdentifierError,
     RunExistsError,
@@ -109,12 +112,34 @@ def storage_error(exc: OSError, root: Path) -> StorageError:
     return StorageError(f"the file store at {root} failed: {exc}")
 
 
+def _file_name(name: str, what: str) -> str:
+    """``name`` if it is a safe identifier that fits in a file name (InvalidIdentifierError,
+    as for any unsafe id, when its UTF-8 form is longer than the file system allows)."""
+    size = len(check_name(name, what).encode("utf-8", "surrogatepass"))
+    if size > FILE_NAME_MAX_BYTES:
+        raise InvalidIdentifierError(
+            f"{what} {name[:40]!r}... is {size} bytes long in UTF-8; the file store allows "
+            f"at most {FILE_NAME_MAX_BYTES} (one file name)"
+        )
+    return name
+
+
 def _run_id(run_id: str) -> str:
-    return check_name(run_id, "run id")
+    return _file_name(run_id, "run id")
 
 
 def _checkpoint_id(checkpoint_id: str) -> str:
-    return check_name(checkpoint_id, "checkpoint id")
+    return _file_name(checkpoint_id, "checkpoint id")
+
+
+def _damaged_run(run_dir: Path, missing: str) -> RunRecord:
+    """A stand-in for a run whose directory lacks a file every run has: listed with the
+    status ``damaged`` (reading it raises the StorageError that says what is missing)."""
+    try:
+        when = run_dir.stat().st_mtime
+    except FileNotFoundError:
+        when = 0.0
+    return RunRecord(run_dir.name, "?", DAMAGED, b"", when, when, error=missing.encode())
 
 
 class FileCheckpointStorage:
@@ -266,8 +291,13 @@ class FileCheckpointStorage:
                 (run_dir / FILE_RUN).read_bytes(),
                 (run_dir / FILE_INPUT).read_bytes(),
             )
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            if not os.path.lexists(run_dir):
+                return None  # no such run (or deleted meanwhile: the whole directory goes)
+            raise StorageError(
+                f"run {run_id!r} is damaged: its directory {run_dir} has no "
+                f"{Path(str(exc.filename)).name}"
+            ) from None
         return decode_run(row, input_bytes, run_dir / FILE_RUN)
 
     def _read_row(self, run_dir: Path, run_id: str) -> RunRecord:
@@ -305,8 +335,11 @@ class FileCheckpointStorage:
         except FileNotFoundError:
             return
         for name in entries:
-            run = self._get_run(name)
-            if run is not None:  # None: deleted meanwhile, or not a run
+            try:
+                run = self._get_run(name)
+            except StorageError as exc:  # listed as damaged; reading it says why
+                run = _damaged_run(self._runs / name, str(exc))
+            if run is not None:  # None: deleted meanwhile
                 yield run
 
     async def claim_run(
@@ -420,7 +453,14 @@ class FileCheckpointStorage:
 
     def _read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         entries: dict[int, JournalRecord] = {}
-        for header, body in read_log(self._settled(run_id) / FILE_JOURNAL_LOG):
+        run_dir = self._settled(run_id)
+        path = run_dir / FILE_JOURNAL_LOG
+        if not path.exists() and (run_dir / FILE_RUN).exists():  # every run has one
+            raise CheckpointCorruptedError(
+                f"the journal of run {run_id!r} is missing ({path}): its journaled calls "
+                "cannot be replayed, and running them again would pay for them twice"
+            )
+        for header, body in read_log(path):
             if header.get("step") == step and isinstance(header.get("position"), int):
                 position = header["position"]
                 entries[position] = JournalRecord(run_id, step, position, body)

@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -55,6 +55,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     KEY_AND_FENCE_OF,
     MAX_SEQ,
     RUNS,
+    SCHEMA_VERSION,
     SELECT_EVENT_BATCHES,
     SELECT_RUN,
     SEQ_SPAN,
@@ -130,12 +131,45 @@ def _create_database_file(path: Path) -> None:
     os.close(fd)
 
 
+def _read_only_uri(path: Path) -> str:
+    """A ``mode=ro`` URI for ``path``; ``immutable=1`` too where SQLite could not keep its
+    shared-memory file (a read-only directory with no WAL beside the file), as on a
+    read-only mount."""
+    uri = f"file:{quote(str(path))}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    if not os.access(path.parent, os.W_OK) and not wal.exists():
+        uri += "&immutable=1"
+    return uri
+
+
+def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of a database opened read-only; StorageError when the file is
+    not a nestegg store (empty or damaged) or is newer than this nestegg."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 0:
+        size = path.stat().st_size
+        what = (
+            "it is empty (0 bytes)" if size == 0 else f"it holds no nestegg schema ({size} bytes)"
+        )
+        raise StorageError(f"the SQLite database {path} is damaged or not a nestegg store: {what}")
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"the database {path} has schema version {version}; this nestegg knows up to "
+            f"{SCHEMA_VERSION}: upgrade nestegg"
+        )
+    return version
+
+
 class SQLiteCheckpointStorage:
     """Keeps runs in one SQLite database file; the default store.
 
     Args:
         path: the database file; it and its directory are created on first use (the
             directory 0700, the files 0600). ``":memory:"`` keeps everything in memory.
+        read_only: open an existing file for reading only (``mode=ro``; ``immutable`` in a
+            read-only directory), never creating or converting it: a database on a
+            read-only mount can be inspected. Writes then fail with StorageUnavailableError;
+            a file of an older schema is upgraded first where it is writable.
 
     Raises:
         StorageUnavailableError: the file cannot be created or opened (on first use).
@@ -146,19 +180,24 @@ class SQLiteCheckpointStorage:
         >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
         self._name = str(self.path)
+        self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
             busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS,
-            wal_opener=self._open_for_wal_checkpoints if isinstance(self.path, Path) else None,
+            wal_opener=(
+                self._open_for_wal_checkpoints
+                if isinstance(self.path, Path) and not self.read_only
+                else None
+            ),
         )
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteCheckpointStorage:
+    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteCheckpointStorage:
         """A store for ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite://``
         (in memory).
 
@@ -171,13 +210,15 @@ class SQLiteCheckpointStorage:
                 f"not a SQLite store URL: {url!r} (expected sqlite:///path/to/file.db)"
             )
         path = unquote(parts.path)[1:]
-        return cls(path or MEMORY_PATH)
+        return cls(path or MEMORY_PATH, read_only=read_only)
 
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStorage({self._name!r})"
 
     def _open(self) -> sqlite3.Connection:
         """Open and set up the connection (on the worker thread)."""
+        if isinstance(self.path, Path) and self.read_only:
+            return self._open_read_only(self.path)
         if isinstance(self.path, Path):
             _create_database_file(self.path)
         conn = sqlite3.connect(
@@ -198,6 +239,34 @@ class SQLiteCheckpointStorage:
         except BaseException:
             conn.close()
             raise
+        return conn
+
+    def _open_read_only(self, path: Path) -> sqlite3.Connection:
+        """Open an existing file for reading only; a file of an older schema is upgraded
+        first, by a writing connection that is closed again."""
+        if not path.is_file():
+            raise StorageUnavailableError(f"no SQLite database at {path}")
+        conn = self._connect_read_only(path)
+        try:
+            version = _check_read_only_schema(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        if version == SCHEMA_VERSION:
+            return conn
+        conn.close()
+        SQLiteCheckpointStorage(path)._open().close()
+        return self._connect_read_only(path)
+
+    def _connect_read_only(self, path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            _read_only_uri(path),
+            uri=True,
+            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         return conn
 
     # -- the contract --------------------------------------------------------------------
