@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import (
+    CheckpointFallbackWarning,
     CheckpointNotFoundError,
     ConfigurationError,
     InvalidIdentifierError,
@@ -89,7 +91,20 @@ def configure_logging(argv: Sequence[str]) -> None:
     handler.setFormatter(logging.Formatter("warning: %(message)s"))
     handler.addFilter(_OwnWarningsOnly())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.captureWarnings(True)  # the same messages come through nestegg's logger
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """nestegg's warnings as one ``warning: ...`` line each; other libraries' hidden."""
+    if issubclass(category, CheckpointFallbackWarning):
+        sys.stderr.write(f"warning: {' '.join(str(message).split())}\n")
 
 
 def _click_exception_type() -> type[Exception]:

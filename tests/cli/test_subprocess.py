@@ -39,13 +39,17 @@ def _script() -> str:
     return script
 
 
-def nestegg(tmp_path: Path, *args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the command (``python -m nestegg.cli`` or the installed script) in the repo."""
+def nestegg(
+    tmp_path: Path, *args: str, script: bool = False, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the command (``python -m nestegg.cli`` or the installed script) in the repo,
+    with ``env`` added to its environment."""
     command = [_script()] if script else [sys.executable, "-m", "nestegg.cli"]
     return subprocess.run(
         [*command, *args],
         cwd=ROOT,
-        env=_env(tmp_path),
+        env=_env(tmp_path, **env),
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

@@ -132,6 +132,16 @@ def _checkpoint_id(checkpoint_id: str) -> str:
     return _file_name(checkpoint_id, "checkpoint id")
 
 
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is (or was) a run's: a file in its place, or a directory
+    holding any file every run has (an empty directory is not a run)."""
+    if not os.path.lexists(run_dir):
+        return False
+    if not run_dir.is_dir():
+        return True
+    return any((run_dir / name).exists() for name in (FILE_RUN, FILE_INPUT, FILE_LOCK))
+
+
 def _damaged_run(run_dir: Path, missing: str) -> RunRecord:
     """A stand-in for a run whose directory lacks a file every run has: listed with the
     status ``damaged`` (reading it raises the StorageError that says what is missing)."""
@@ -292,11 +302,11 @@ class FileCheckpointStorage:
                 (run_dir / FILE_INPUT).read_bytes(),
             )
         except (FileNotFoundError, NotADirectoryError) as exc:
-            if not os.path.lexists(run_dir):
+            if not _holds_a_run(run_dir):
                 return None  # no such run (or deleted meanwhile: the whole directory goes)
+            what = f"has no {Path(str(exc.filename)).name}" if run_dir.is_dir() else "is a file"
             raise StorageError(
-                f"run {run_id!r} is damaged: its directory {run_dir} has no "
-                f"{Path(str(exc.filename)).name}"
+                f"run {run_id!r} is damaged: its directory {run_dir} {what}"
             ) from None
         return decode_run(row, input_bytes, run_dir / FILE_RUN)
 

@@ -132,14 +132,17 @@ def _create_database_file(path: Path) -> None:
 
 
 def _read_only_uri(path: Path) -> str:
-    """A ``mode=ro`` URI for ``path``; ``immutable=1`` too where SQLite could not keep its
-    shared-memory file (a read-only directory with no WAL beside the file), as on a
-    read-only mount."""
-    uri = f"file:{quote(str(path))}?mode=ro"
-    wal = path.with_name(path.name + "-wal")
-    if not os.access(path.parent, os.W_OK) and not wal.exists():
-        uri += "&immutable=1"
-    return uri
+    """A URI that opens ``path`` without creating it: ``mode=rw`` where it can be written
+    (its connection is then made ``query_only``, and closing it tidies the WAL as any
+    connection does), else ``mode=ro``, ``immutable`` too where SQLite could not keep its
+    shared-memory file (a read-only directory with no WAL beside the file: a read-only
+    mount)."""
+    uri = f"file:{quote(str(path))}"
+    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        return f"{uri}?mode=rw"
+    if not path.with_name(path.name + "-wal").exists():
+        return f"{uri}?mode=ro&immutable=1"
+    return f"{uri}?mode=ro"
 
 
 def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
@@ -242,23 +245,10 @@ class SQLiteCheckpointStorage:
         return conn
 
     def _open_read_only(self, path: Path) -> sqlite3.Connection:
-        """Open an existing file for reading only; a file of an older schema is upgraded
-        first, by a writing connection that is closed again."""
+        """Open an existing file for reading only (a file of an older schema is upgraded
+        first where it can be written)."""
         if not path.is_file():
             raise StorageUnavailableError(f"no SQLite database at {path}")
-        conn = self._connect_read_only(path)
-        try:
-            version = _check_read_only_schema(conn, path)
-        except BaseException:
-            conn.close()
-            raise
-        if version == SCHEMA_VERSION:
-            return conn
-        conn.close()
-        SQLiteCheckpointStorage(path)._open().close()
-        return self._connect_read_only(path)
-
-    def _connect_read_only(self, path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(
             _read_only_uri(path),
             uri=True,
@@ -266,7 +256,14 @@ class SQLiteCheckpointStorage:
             isolation_level=None,
             check_same_thread=False,
         )
-        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            if _check_read_only_schema(conn, path) < SCHEMA_VERSION:
+                migrate(conn)
+            conn.execute("PRAGMA query_only = ON")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     # -- the contract --------------------------------------------------------------------
