@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,9 @@ from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.render import MAX_CELL_WIDTH, Output
-from nestegg.constants import EXIT_OK
+from nestegg.constants import EXIT_OK, HOME_ENV, STORE_ENV
 from tests.cli.pipeline_app import POLICY
+from tests.cli.test_subprocess import ROOT
 from tests.cli.test_subprocess import nestegg as run_nestegg
 
 COMMANDS = ("runs", "show", "checkpoints", "inspect", "diff", "events", "resume", "recover",
@@ -144,3 +148,44 @@ def test_inspect_and_diff_shorten_long_values(tmp_path: Path) -> None:
     assert len(full_diff.stdout) > BIG
     as_json = run_nestegg(tmp_path, "inspect", "big", "--json", "--store", url)
     assert orjson.loads(as_json.stdout)["data"]["before"] == "z" * BIG  # JSON is whole
+
+
+def _demo(tmp_path: Path) -> str:
+    """Run ``make demo``'s script with its home in ``tmp_path``; its last line."""
+    env = {**os.environ, HOME_ENV: str(tmp_path / "home")}
+    env.pop(STORE_ENV, None)
+    done = subprocess.run([sys.executable, "examples/demo.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    return done.stdout.splitlines()[-1]
+
+
+def test_the_demo_hint_names_the_venv_command_and_works(tmp_path: Path) -> None:
+    hint = _demo(tmp_path)
+    command = str(Path(sys.executable).parent.relative_to(ROOT) / "nestegg")
+    assert hint.startswith(f"Try: {command} runs   |   {command} show demo-")
+    for line in hint.removeprefix("Try: ").split("|"):
+        args = line.split()
+        assert args[0] == command
+        result = run_nestegg(tmp_path, *args[1:])
+        assert result.returncode == EXIT_OK, (line, result.stderr)
+
+
+def test_the_readme_export_import_example_works(tmp_path: Path) -> None:
+    run_id = _demo(tmp_path).split()[-1]
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.split("#")[0].split() for line in readme.splitlines()
+             if line.startswith(".venv/bin/nestegg export") or
+             line.startswith(".venv/bin/nestegg import")]  # fmt: skip
+    assert [args[1] for args in lines] == ["export", "import"]
+    env = {**os.environ, HOME_ENV: str(tmp_path / "home")}
+    env.pop(STORE_ENV, None)
+    for args in lines:
+        args = [run_id if arg == "RUN" else arg for arg in args[1:]]
+        done = subprocess.run([sys.executable, "-m", "nestegg.cli", *args], cwd=tmp_path,
+                              env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == EXIT_OK, (args, done.stderr)
+    copy = run_nestegg(
+        tmp_path, "show", run_id, "--json", "-s", f"sqlite:///{tmp_path / 'copy.db'}"
+    )
+    assert orjson.loads(copy.stdout)["run"]["status"] == "completed"
