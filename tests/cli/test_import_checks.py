@@ -4,6 +4,7 @@ writes nothing when one is refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import uuid
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import pytest
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.transfer import export_run
 from nestegg.constants import EXIT_USAGE, MAX_NAME_LENGTH
+from nestegg.errors import InvalidIdentifierError
 from tests.cli.conftest import Cli, fill, json_of
 
 Edit = Callable[[dict[str, Any]], None]
@@ -57,12 +59,25 @@ def test_import_refuses_what_run_would_refuse(
     edit(bad)
     path = tmp_path / "bad.json"
     path.write_bytes(orjson.dumps(bad))
-    result = cli("import", str(path), "--store", any_url)
-    assert result.exit_code == EXIT_USAGE, (result.stdout, result.stderr)
-    assert message in result.stderr and len(result.stderr.splitlines()) == 1
     ids = {document["run"]["run_id"], bad["run"]["run_id"]}
-    listed = json_of(cli("runs", "--json", "--limit", "1000", "--store", any_url))
-    assert not [row for row in listed if row["run_id"] in ids]  # nothing written
+    try:
+        result = cli("import", str(path), "--store", any_url)
+        assert result.exit_code == EXIT_USAGE, (result.stdout, result.stderr)
+        assert message in result.stderr and len(result.stderr.splitlines()) == 1
+        listed = json_of(cli("runs", "--json", "--limit", "1000", "--store", any_url))
+        assert not [row for row in listed if row["run_id"] in ids]  # nothing written
+    finally:
+        asyncio.run(_forget(any_url, ids))  # a shared server store keeps nothing of a failure
+
+
+async def _forget(url: str, run_ids: set[str]) -> None:
+    store = open_store(url)
+    try:
+        for run_id in run_ids:
+            with contextlib.suppress(InvalidIdentifierError):
+                await store.delete_run(run_id)
+    finally:
+        await store.close()
 
 
 async def _source_document(tmp_path: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import CheckpointCorruptedError
-from tests.cli.conftest import Filled, fill
+from tests.cli.conftest import Cli, Filled, fill
 from tests.cli.test_subprocess import nestegg
 
 READING = (
@@ -252,3 +252,10 @@ async def _setup(url: str) -> None:
     store = open_store(url)
     await store.setup()
     await store.close()
+
+
+def test_an_invalid_id_exits_2_on_server_stores_too(cli: Cli, filled_any: Filled) -> None:
+    for args in (["show", "../x"], ["delete", "a/b", "--yes"], ["diff", "..", "x"]):
+        result = cli(*args, "--store", filled_any.url)
+        assert result.exit_code == EXIT_USAGE, (args, result.stderr)
+        assert "contains a path separator, '..' or a control character" in result.stderr

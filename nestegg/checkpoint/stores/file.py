@@ -302,6 +302,8 @@ class FileCheckpointStorage:
                 (run_dir / FILE_INPUT).read_bytes(),
             )
         except (FileNotFoundError, NotADirectoryError) as exc:
+            if isinstance(exc, NotADirectoryError) and not self._runs.is_dir():
+                raise  # the store's root is unusable, not the run
             if not _holds_a_run(run_dir):
                 return None  # no such run (or deleted meanwhile: the whole directory goes)
             what = f"has no {Path(str(exc.filename)).name}" if run_dir.is_dir() else "is a file"
