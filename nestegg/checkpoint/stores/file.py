@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -56,8 +55,11 @@ from nestegg.checkpoint.stores.file_commit import (
 )
 from nestegg.checkpoint.stores.file_format import (
     checkpoint_files,
+    damaged_run,
     decode_run,
     encode_run,
+    file_name_id,
+    holds_a_run,
     read_checkpoint_file,
     read_log,
     record_seq,
@@ -69,7 +71,6 @@ from nestegg.checkpoint.stores.file_io import (
     sync_directory,
 )
 from nestegg.constants import (
-    DAMAGED,
     FILE_CHECKPOINT_INDEX_DIR,
     FILE_CHECKPOINTS_DIR,
     FILE_EVENTS_LOG,
@@ -77,7 +78,6 @@ from nestegg.constants import (
     FILE_JOURNAL_LOG,
     FILE_LEFTOVER_SECONDS,
     FILE_LOCK,
-    FILE_NAME_MAX_BYTES,
     FILE_PENDING_COMMIT,
     FILE_RUN,
     FILE_RUNS_DIR,
@@ -112,44 +112,12 @@ def storage_error(exc: OSError, root: Path) -> StorageError:
     return StorageError(f"the file store at {root} failed: {exc}")
 
 
-def _file_name(name: str, what: str) -> str:
-    """``name`` if it is a safe identifier that fits in a file name (InvalidIdentifierError,
-    as for any unsafe id, when its UTF-8 form is longer than the file system allows)."""
-    size = len(check_name(name, what).encode("utf-8", "surrogatepass"))
-    if size > FILE_NAME_MAX_BYTES:
-        raise InvalidIdentifierError(
-            f"{what} {name[:40]!r}... is {size} bytes long in UTF-8; the file store allows "
-            f"at most {FILE_NAME_MAX_BYTES} (one file name)"
-        )
-    return name
-
-
 def _run_id(run_id: str) -> str:
-    return _file_name(run_id, "run id")
+    return file_name_id(run_id, "run id")
 
 
 def _checkpoint_id(checkpoint_id: str) -> str:
-    return _file_name(checkpoint_id, "checkpoint id")
-
-
-def _holds_a_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` is (or was) a run's: a file in its place, or a directory
-    holding any file every run has (an empty directory is not a run)."""
-    if not os.path.lexists(run_dir):
-        return False
-    if not run_dir.is_dir():
-        return True
-    return any((run_dir / name).exists() for name in (FILE_RUN, FILE_INPUT, FILE_LOCK))
-
-
-def _damaged_run(run_dir: Path, missing: str) -> RunRecord:
-    """A stand-in for a run whose directory lacks a file every run has: listed with the
-    status ``damaged`` (reading it raises the StorageError that says what is missing)."""
-    try:
-        when = run_dir.stat().st_mtime
-    except FileNotFoundError:
-        when = 0.0
-    return RunRecord(run_dir.name, "?", DAMAGED, b"", when, when, error=missing.encode())
+    return file_name_id(checkpoint_id, "checkpoint id")
 
 
 class FileCheckpointStorage:
@@ -304,7 +272,7 @@ class FileCheckpointStorage:
         except (FileNotFoundError, NotADirectoryError) as exc:
             if isinstance(exc, NotADirectoryError) and not self._runs.is_dir():
                 raise  # the store's root is unusable, not the run
-            if not _holds_a_run(run_dir):
+            if not holds_a_run(run_dir):
                 return None  # no such run (or deleted meanwhile: the whole directory goes)
             what = f"has no {Path(str(exc.filename)).name}" if run_dir.is_dir() else "is a file"
             raise StorageError(
@@ -350,7 +318,7 @@ class FileCheckpointStorage:
             try:
                 run = self._get_run(name)
             except StorageError as exc:  # listed as damaged; reading it says why
-                run = _damaged_run(self._runs / name, str(exc))
+                run = damaged_run(self._runs / name, str(exc))
             if run is not None:  # None: deleted meanwhile
                 yield run
 

@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -39,6 +39,7 @@ from nestegg.checkpoint.stores.sqlite_blocks import (
 )
 from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
+from nestegg.checkpoint.stores.sqlite_read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
@@ -55,7 +56,6 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     KEY_AND_FENCE_OF,
     MAX_SEQ,
     RUNS,
-    SCHEMA_VERSION,
     SELECT_EVENT_BATCHES,
     SELECT_RUN,
     SEQ_SPAN,
@@ -131,38 +131,6 @@ def _create_database_file(path: Path) -> None:
     os.close(fd)
 
 
-def _read_only_uri(path: Path) -> str:
-    """A URI that opens ``path`` without creating it: ``mode=rw`` where it can be written
-    (its connection is then made ``query_only``, and closing it tidies the WAL as any
-    connection does), else ``mode=ro``, ``immutable`` too where SQLite could not keep its
-    shared-memory file (a read-only directory with no WAL beside the file: a read-only
-    mount)."""
-    uri = f"file:{quote(str(path))}"
-    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
-        return f"{uri}?mode=rw"
-    if not path.with_name(path.name + "-wal").exists():
-        return f"{uri}?mode=ro&immutable=1"
-    return f"{uri}?mode=ro"
-
-
-def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
-    """The schema version of a database opened read-only; StorageError when the file is
-    not a nestegg store (empty or damaged) or is newer than this nestegg."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == 0:
-        size = path.stat().st_size
-        what = (
-            "it is empty (0 bytes)" if size == 0 else f"it holds no nestegg schema ({size} bytes)"
-        )
-        raise StorageError(f"the SQLite database {path} is damaged or not a nestegg store: {what}")
-    if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"the database {path} has schema version {version}; this nestegg knows up to "
-            f"{SCHEMA_VERSION}: upgrade nestegg"
-        )
-    return version
-
-
 class SQLiteCheckpointStorage:
     """Keeps runs in one SQLite database file; the default store.
 
@@ -221,7 +189,7 @@ class SQLiteCheckpointStorage:
     def _open(self) -> sqlite3.Connection:
         """Open and set up the connection (on the worker thread)."""
         if isinstance(self.path, Path) and self.read_only:
-            return self._open_read_only(self.path)
+            return open_read_only(self.path)
         if isinstance(self.path, Path):
             _create_database_file(self.path)
         conn = sqlite3.connect(
@@ -239,28 +207,6 @@ class SQLiteCheckpointStorage:
             conn.execute(f"PRAGMA wal_autocheckpoint = {4 * SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
             migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _open_read_only(self, path: Path) -> sqlite3.Connection:
-        """Open an existing file for reading only (a file of an older schema is upgraded
-        first where it can be written)."""
-        if not path.is_file():
-            raise StorageUnavailableError(f"no SQLite database at {path}")
-        conn = sqlite3.connect(
-            _read_only_uri(path),
-            uri=True,
-            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-            if _check_read_only_schema(conn, path) < SCHEMA_VERSION:
-                migrate(conn)
-            conn.execute("PRAGMA query_only = ON")
         except BaseException:
             conn.close()
             raise
