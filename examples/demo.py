@@ -80,6 +80,16 @@ async def child(run_id: str) -> None:
     await pipeline.run({"name": "Acme Corp"}, run_id=run_id, timeout=None)
 
 
+def nestegg_command() -> str:
+    """The nestegg command beside this Python (``.venv/bin/nestegg`` after ``make demo``),
+    relative to the current directory when it is below it."""
+    script = Path(sys.executable).parent / "nestegg"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 async def main() -> None:
     CALL_LOG.unlink(missing_ok=True)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -116,7 +126,8 @@ async def main() -> None:
     print("4. The event log of the run:")
     for event in await pipeline.events(run_id):
         print(f"   {event.seq:3d} {event.kind:17s} {dict(event.data)}")
-    print("Try: nestegg runs   |   nestegg show " + run_id)
+    command = nestegg_command()
+    print(f"Try: {command} runs   |   {command} show {run_id}")
     await pipeline.stop()
 
 

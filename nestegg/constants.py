@@ -80,6 +80,8 @@ COMPLETED = RunStatus.COMPLETED
 FAILED = RunStatus.FAILED
 CANCELLED = RunStatus.CANCELLED
 STATUSES = tuple(RunStatus)
+DAMAGED = "damaged"
+"""Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 
 OUTCOME_COMPLETED = StepOutcome.COMPLETED
@@ -142,6 +144,8 @@ SQLITE_WAL_AUTOCHECKPOINT_PAGES, so it is not cut and regrown every time."""
 
 # File store: the layout under its root directory.
 FILE_RUNS_DIR = "runs"
+FILE_NAME_MAX_BYTES = 255
+"""The longest file name (in bytes) the file store gives a run or checkpoint id."""
 FILE_CHECKPOINT_INDEX_DIR = "checkpoint-index"
 FILE_STAGING_DIR = "staging"
 FILE_TRASH_DIR = "trash"
@@ -188,6 +192,10 @@ EXIT_INTERRUPTED = 130
 CLI_RUN_LIMIT = 50
 """Runs `nestegg runs` lists unless --limit says otherwise."""
 CLI_SHOW_STEPS = 30
+CLI_VALUE_CHARS = 200
+"""Characters of a string that inspect and diff show before cutting it (--full: all)."""
+CLI_VALUE_ITEMS = 100
+"""Items of a list or keys of a dict that inspect and diff show before cutting it."""
 """Steps `nestegg show` lists (the newest) unless --all."""
 CLI_POLL_INTERVAL = 1.0
 """Seconds between polls of `nestegg events --follow`."""

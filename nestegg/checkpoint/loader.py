@@ -248,14 +248,30 @@ async def load_latest(
         CheckpointCorruptedError: even the run's input is damaged.
     """
     checkpoints = await store.list_checkpoints(run.run_id)
+    skipped: list[CheckpointCorruptedError] = []
     for index in range(len(checkpoints) - 1, -1, -1):
         checkpoint = checkpoints[index]
         try:
             state = await load_state(store, run, checkpoint)
         except CheckpointCorruptedError as error:
-            message = f"skipping damaged checkpoint: {error}; falling back to an older one"
-            warnings.warn(message, CheckpointFallbackWarning, stacklevel=2)
-            log.warning(message)
+            skipped.append(error)
             continue
+        if skipped:
+            _warn_fallback(skipped, f"checkpoint {checkpoint.checkpoint_id!r} at step {state.seq}")
         return state, checkpoints[: index + 1]
+    if skipped:
+        _warn_fallback(skipped, None)
     return initial_state(run), []
+
+
+def _warn_fallback(skipped: list[CheckpointCorruptedError], older: str | None) -> None:
+    """One warning for the damaged checkpoints a load skipped, saying where it resumes."""
+    if older is not None:
+        where = f"falling back to the older {older}"
+    else:
+        where = "there is no older checkpoint: falling back to the run's input (step 0)"
+    damaged = "; ".join(str(error) for error in skipped)
+    count = "a damaged checkpoint" if len(skipped) == 1 else f"{len(skipped)} damaged checkpoints"
+    message = f"skipping {count}: {damaged}; {where}"
+    # a warning only (logging it too would print it twice where no logging is set up)
+    warnings.warn(message, CheckpointFallbackWarning, stacklevel=3)

@@ -12,29 +12,38 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
-from nestegg.checkpoint.stores import default_home, default_store, open_store
+from nestegg.checkpoint.stores import default_home, open_store, store_class
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.constants import (
     DEFAULT_DB_NAME,
+    DEFAULT_HOME,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    FILE_RUNS_DIR,
+    HOME_ENV,
     STORE_ENV,
 )
 from nestegg.errors import (
+    CheckpointFallbackWarning,
     CheckpointNotFoundError,
     ConfigurationError,
     InvalidIdentifierError,
+    MissingDependencyError,
     NestEggError,
     RunNotFoundError,
     StorageUnavailableError,
@@ -82,7 +91,20 @@ def configure_logging(argv: Sequence[str]) -> None:
     handler.setFormatter(logging.Formatter("warning: %(message)s"))
     handler.addFilter(_OwnWarningsOnly())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.captureWarnings(True)  # the same messages come through nestegg's logger
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """nestegg's warnings as one ``warning: ...`` line each; other libraries' hidden."""
+    if issubclass(category, CheckpointFallbackWarning):
+        sys.stderr.write(f"warning: {' '.join(str(message).split())}\n")
 
 
 def _click_exception_type() -> type[Exception]:
@@ -132,8 +154,48 @@ def _report(error: BaseException, debug: bool) -> int:
     return exit_code_for(error)
 
 
+METAVARS = {
+    "store": "URL",
+    "older_than": "DURATION",
+    "output": "FILE",
+    "source": "FILE",
+    "app": "MODULE:ATTR",
+    "poll_interval": "SECONDS",
+    "since": "SEQ",
+    "limit": "N",
+    "keep": "N",
+    "concurrency": "N",
+}
+"""Names shown in help for values (the others: the parameter's name in capitals)."""
+
+
+class _NamedArgument(TyperArgument):
+    """An argument shown by its name alone: ``RUN_ID``, not ``{run_id}`` or ``<str>``."""
+
+    def _usage_display_name(self) -> str:
+        return self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _name_values(params: Sequence[Any]) -> None:
+    """Give each value a name in help (``RUN_ID``, ``--store URL``), not its type."""
+    for param in params:
+        if param.metavar is None and not getattr(param, "is_flag", False) and param.name:
+            param.metavar = METAVARS.get(param.name, param.name.upper())
+        if type(param) is TyperArgument:
+            param.__class__ = _NamedArgument
+
+
 class NestEggGroup(TyperGroup):
     """The command group; turns every exception into one line on stderr and an exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _name_values(self.params)
+        for command in self.commands.values():
+            _name_values(command.params)
 
     def main(  # type: ignore[override]
         self,
@@ -181,11 +243,25 @@ class Settings:
     debug: bool = False
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from nestegg import __version__
+
+        sys.stdout.write(f"nestegg {__version__}\n")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
     store: StoreOption = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks with errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Inspect, resume, recover and clean up checkpointed nestegg runs.
 
@@ -196,8 +272,19 @@ def main_options(
 
 def store_url(ctx: typer.Context, store: str | None) -> str | None:
     """The store URL chosen: the command's --store, the global one, $NESTEGG_STORE, else None
-    (the embedded default)."""
+    (the embedded default).
+
+    Raises:
+        CommandError: an empty --store (bad usage; leave it out for the default).
+    """
     settings = ctx.find_object(Settings) or Settings()
+    for given in (store, settings.store):
+        if given is not None and not given.strip():
+            raise CommandError(
+                "--store is empty: give a store URL, or leave --store out for "
+                f"${STORE_ENV} or the default store",
+                EXIT_USAGE,
+            )
     return store or settings.store or os.environ.get(STORE_ENV) or None
 
 
@@ -207,41 +294,120 @@ def explicit_store(ctx: typer.Context, store: str | None) -> bool:
     return bool(store or settings.store)
 
 
+def home_path() -> Path:
+    """``$NESTEGG_HOME`` (else ``~/.nestegg``), without creating it."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+
+
 def describe_store(url: str | None) -> str:
     """The store as users know it: its URL, or the embedded default's path."""
     if url:
         return url
-    return f"the default store ({default_home() / DEFAULT_DB_NAME})"
+    return f"the default store ({home_path() / DEFAULT_DB_NAME})"
+
+
+def _origin(url: str) -> str:
+    return f"${STORE_ENV}" if os.environ.get(STORE_ENV) == url else "--store"
+
+
+def _default_store() -> CheckpointStorage:
+    """The embedded default store; a home that cannot be created is reported as the same
+    database through a URL is."""
+    try:
+        home = default_home()
+    except OSError as error:
+        path = home_path() / DEFAULT_DB_NAME
+        raise StorageUnavailableError(f"cannot open the SQLite database {path}: {error}") from None
+    store: CheckpointStorage = store_class("sqlite")(home / DEFAULT_DB_NAME)
+    return store
 
 
 def open_selected(url: str | None) -> CheckpointStorage:
     """The store for ``url``, or the embedded default when None.
 
     Raises:
-        ConfigurationError: an unknown scheme or a malformed URL.
+        CommandError: an unknown scheme or a malformed URL (naming where it came from).
     """
     try:
-        return open_store(url) if url else default_store()
+        return open_store(url) if url else _default_store()
     except (ValueError, TypeError) as error:
-        if isinstance(error, NestEggError):
+        if isinstance(error, MissingDependencyError) or not url:
             raise
-        raise CommandError(f"bad store URL {url!r}: {error}", EXIT_USAGE) from error
+        raise CommandError(_bad_url(url, error), EXIT_USAGE) from error
 
 
-async def _with_store(url: str | None, work: Callable[[CheckpointStorage], Awaitable[T]]) -> T:
-    store = open_selected(url)
+def _bad_url(url: str, error: Exception) -> str:
+    if "://" not in url:
+        reason = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
+    else:
+        reason = str(error)
+    return f"bad store URL {url!r} from {_origin(url)}: {reason}"
+
+
+def _embedded_for_reading(url: str | None) -> Any:
+    """The SQLite (read-only) or file store ``url`` names, else None; not opened yet."""
+    if not url:
+        return SQLiteCheckpointStorage(home_path() / DEFAULT_DB_NAME, read_only=True)
+    if url.startswith("sqlite:"):
+        return SQLiteCheckpointStorage.from_url(url, read_only=True)
+    if url.startswith("file:"):
+        return FileCheckpointStorage.from_url(url)
+    return None
+
+
+def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
+    """The store for a command that needs one to exist: an embedded store (SQLite, file)
+    is never created, and SQLite is opened read-only if ``read_only``.
+
+    Raises:
+        CommandError: no store there (exit 3), or a bad URL (exit 2).
+    """
     try:
-        await store.setup()
+        store = _embedded_for_reading(url)
+    except (ValueError, TypeError) as error:
+        raise CommandError(_bad_url(str(url), error), EXIT_USAGE) from error
+    if store is None:
+        return open_selected(url)
+    where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
+    if isinstance(store, SQLiteCheckpointStorage):
+        if isinstance(store.path, Path) and not store.path.is_file():
+            raise CommandError(f"no store at {where}: no such file", EXIT_NOT_FOUND)
+    elif not (store.root / FILE_RUNS_DIR).is_dir():
+        raise CommandError(f"no store at {where}: no nestegg file store there", EXIT_NOT_FOUND)
+    opened: CheckpointStorage = store if read_only else open_selected(url)
+    return opened
+
+
+async def _with_store(
+    url: str | None,
+    work: Callable[[CheckpointStorage], Awaitable[T]],
+    read_only: bool,
+    existing: bool,
+) -> T:
+    store = _open_existing(url, read_only) if read_only or existing else open_selected(url)
+    try:
+        if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
+            await store.setup()
         return await work(store)
     finally:
         await store.close()
 
 
 def run_with_store(
-    ctx: typer.Context, store: str | None, work: Callable[[CheckpointStorage], Awaitable[T]]
+    ctx: typer.Context,
+    store: str | None,
+    work: Callable[[CheckpointStorage], Awaitable[T]],
+    *,
+    read_only: bool = False,
+    existing: bool = False,
 ) -> T:
-    """Open the selected store, run ``work`` on it in an event loop, close the store."""
-    return asyncio.run(_with_store(store_url(ctx, store), work))
+    """Open the selected store, run ``work`` on it in an event loop, close the store.
+
+    ``existing``: an embedded store must exist (nothing is created: CommandError with
+    exit 3 otherwise); ``read_only`` too, and SQLite is opened read-only.
+    """
+    url = store_url(ctx, store)
+    return asyncio.run(_with_store(url, work, read_only, existing))
 
 
 def run_async(work: Callable[[], Awaitable[T]]) -> T:

@@ -16,9 +16,9 @@ import typer
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
+from nestegg.cli.app import CommandError, StoreOption, app, run_with_store, store_url
 from nestegg.cli.reading import get_run
-from nestegg.cli.render import Output
+from nestegg.cli.render import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, Output, counted
 from nestegg.cli.runs import check_status
 from nestegg.cli.transfer import ExportFormatError, export_run, import_run
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED
@@ -27,6 +27,12 @@ from nestegg.errors import RunLockedError
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
+IMPORTED_NOUNS = {
+    "steps": STEPS,
+    "checkpoints": CHECKPOINTS,
+    "events": EVENTS,
+    "journal": JOURNAL_ENTRIES,
+}
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 DryRunOption = Annotated[
     bool, typer.Option("--dry-run", help="Show what would be deleted; change nothing.")
@@ -116,9 +122,9 @@ async def apply_prune(store: CheckpointStorage, plan: PrunePlan) -> tuple[int, i
 
 def _print_plan(out: Output, plan: PrunePlan, keep: int | None) -> None:
     for run in plan.runs:
-        out.line(f"run {run.run_id} ({run.pipeline}, {run.status}, {run.step_seq} steps)")
+        out.line(f"run {run.run_id} ({run.pipeline}, {run.status}, {counted(run.step_seq, STEPS)})")
     for run_id, ids in plan.checkpoints.items():
-        out.line(f"{len(ids)} checkpoints of run {run_id} (keeping the newest {keep})")
+        out.line(f"{counted(len(ids), CHECKPOINTS)} of run {run_id} (keeping the newest {keep})")
 
 
 @app.command("prune")
@@ -158,7 +164,7 @@ def prune_command(
         plan = await plan_prune(
             opened, keep=keep, older_than=age, statuses=statuses, pipeline=pipeline
         )
-        total = f"{len(plan.runs)} runs and {plan.checkpoint_count} checkpoints"
+        total = f"{counted(len(plan.runs), RUNS)} and {counted(plan.checkpoint_count, CHECKPOINTS)}"
         if not plan.runs and not plan.checkpoints:
             out.line("nothing to prune")
             return
@@ -168,9 +174,9 @@ def prune_command(
             return
         confirm_or_stop(f"Delete {total}?", yes)
         runs, checkpoints = await apply_prune(opened, plan)
-        out.line(f"deleted {runs} runs and {checkpoints} checkpoints")
+        out.line(f"deleted {counted(runs, RUNS)} and {counted(checkpoints, CHECKPOINTS)}")
 
-    run_with_store(ctx, store, work)
+    run_with_store(ctx, store, work, existing=True)
 
 
 @app.command("delete")
@@ -194,8 +200,8 @@ def delete_command(
             raise RunLockedError(f"run {run_id!r} is executing ({owner}); not deleted", run_id)
         checkpoints = len(await opened.list_checkpoints(run_id))
         what = (
-            f"run {run_id} ({run.pipeline}, {run.status}, {run.step_seq} steps, "
-            f"{checkpoints} checkpoints)"
+            f"run {run_id} ({run.pipeline}, {run.status}, {counted(run.step_seq, STEPS)}, "
+            f"{counted(checkpoints, CHECKPOINTS)})"
         )
         if dry_run:
             out.line(f"dry run: would delete {what}; nothing was changed")
@@ -204,7 +210,7 @@ def delete_command(
         await opened.delete_run(run_id)
         out.line(f"deleted {what}")
 
-    run_with_store(ctx, store, work)
+    run_with_store(ctx, store, work, existing=True)
 
 
 @app.command("export")
@@ -224,7 +230,8 @@ def export_command(
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return await export_run(opened, run_id)
 
-    document = orjson.dumps(run_with_store(ctx, store, work), option=orjson.OPT_INDENT_2)
+    exported = run_with_store(ctx, store, work, read_only=True)
+    document = orjson.dumps(exported, option=orjson.OPT_INDENT_2)
     if output is None:
         sys.stdout.buffer.write(document + b"\n")
         sys.stdout.flush()
@@ -271,5 +278,8 @@ def import_command(
 
     run = run_with_store(ctx, store, work)
     parts = {k: len(document[k]) for k in ("steps", "checkpoints", "events", "journal")}
-    counts = ", ".join(f"{n} {k}" for k, n in parts.items())
-    Output().line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")
+    counts = ", ".join(counted(n, IMPORTED_NOUNS[k]) for k, n in parts.items())
+    out = Output()
+    out.line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")
+    if (store_url(ctx, store) or "").startswith("memory:"):
+        out.note("warning: memory:// keeps nothing after the command ends: the run is gone now")

@@ -23,7 +23,7 @@ from nestegg.cli.app import (
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.reading import get_run
-from nestegg.cli.render import Output, to_json
+from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.clutch import Clutch
 from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED
 from nestegg.errors import NestEggError, RunLockedError
@@ -59,7 +59,9 @@ async def _spinner(out: Output, store: CheckpointStorage, run_id: str) -> AsyncI
                 await asyncio.sleep(PROGRESS_POLL_SECONDS)
                 run = await store.get_run(run_id)
                 if run is not None:
-                    status.update(f"resuming run {run_id}: {run.step_seq} steps committed")
+                    status.update(
+                        f"resuming run {run_id}: {counted(run.step_seq, STEPS)} committed"
+                    )
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -110,7 +112,7 @@ def resume_command(
         out.json(summary)
         return
     out.line(
-        f"run {run_id} {summary['status']}: {summary['steps']} steps "
+        f"run {run_id} {summary['status']}: {counted(summary['steps'], STEPS)} "
         f"(was {summary['previous_status']} at step {summary['previous_steps']})"
     )
     out.line(f"result: {to_json(summary['result'], indent=False)}")
@@ -195,7 +197,7 @@ def recover_command(
         rows = [[o["run_id"], o["outcome"], o.get("error", "")] for o in outcomes]
         out.table(("RUN", "OUTCOME", "DETAIL"), rows, status_column=1, whole=(0, 1))
         out.line(
-            f"recovered {counts['completed']} of {len(outcomes)} runs; "
+            f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
             f"{counts['failed']} failed, {counts['skipped']} taken by another process"
         )
     if counts["failed"]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.codec import unseal, unseal_json
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import is_interrupted
@@ -37,8 +38,9 @@ ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
 
 
 async def get_run(store: CheckpointStorage, run_id: str) -> RunRecord:
-    """The run, or RunNotFoundError."""
-    run = await store.get_run(run_id)
+    """The run, or RunNotFoundError (InvalidIdentifierError for an id no run can have, on
+    every store alike)."""
+    run = await store.get_run(check_name(run_id, "run id"))
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
     return run
@@ -244,10 +246,11 @@ async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointS
     """The state of a checkpoint id, or of a run id's newest valid checkpoint.
 
     Raises:
+        InvalidIdentifierError: an id no checkpoint or run can have.
         CheckpointNotFoundError: neither a checkpoint nor a run has that id.
         CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
     """
-    record = await store.get_checkpoint(reference)
+    record = await store.get_checkpoint(check_name(reference, "checkpoint or run id"))
     if record is not None:
         run = await get_run(store, record.run_id)
         return await load_state(store, run, record)

@@ -18,15 +18,57 @@ from typing import Any
 
 import orjson
 from rich import box
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nestegg.constants import COMPLETED, FAILED, RUNNING
+from nestegg.constants import (
+    CLI_VALUE_CHARS,
+    CLI_VALUE_ITEMS,
+    COMPLETED,
+    DAMAGED,
+    FAILED,
+    RUNNING,
+)
 
 _INT_LIMIT = 2**63
 MIN_COLUMN_WIDTH = 4
-STATUS_STYLES = {COMPLETED: "green", FAILED: "red", RUNNING: "cyan", "interrupted": "yellow"}
+MAX_CELL_WIDTH = 60
+"""Terminal cells a table cell takes at most (a longer one, say a very long run id, ends
+in an ellipsis; --json has it whole)."""
+STATUS_STYLES = {
+    COMPLETED: "green",
+    FAILED: "red",
+    RUNNING: "cyan",
+    "interrupted": "yellow",
+    DAMAGED: "red",
+}
+
+
+RUNS = ("run", "runs")
+STEPS = ("step", "steps")
+CHECKPOINTS = ("checkpoint", "checkpoints")
+EVENTS = ("event", "events")
+JOURNAL_ENTRIES = ("journal entry", "journal entries")
+
+
+def counted(count: int, noun: tuple[str, str]) -> str:
+    """``1 run``, ``2 runs``: the count with the noun's singular or plural."""
+    return f"{count} {noun[0] if count == 1 else noun[1]}"
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells (wide characters count two), ending
+    in an ellipsis when cut."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, max(0, width - 1)).rstrip() + "…"
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` padded with spaces to ``width`` terminal cells."""
+    return text + " " * max(0, width - cell_len(text))
 
 
 def _plain_scalar(value: Any) -> Any:
@@ -58,6 +100,24 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [plain(v) for v in value]
     return _plain_scalar(value)
+
+
+def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITEMS) -> Any:
+    """``value`` (plain JSON types) with long strings, lists and dicts cut, each cut saying
+    how much it left out: what ``inspect`` and ``diff`` show unless ``--full``."""
+    if isinstance(value, str) and len(value) > chars:
+        return f"{value[:chars]}… ({len(value) - chars:,} more characters; --full shows all)"
+    if isinstance(value, list):
+        kept = [shorten(v, chars, items) for v in value[:items]]
+        if len(value) > items:
+            kept.append(f"… ({len(value) - items:,} more items; --full shows all)")
+        return kept
+    if isinstance(value, dict):
+        shown = {k: shorten(v, chars, items) for k, v in list(value.items())[:items]}
+        if len(value) > items:
+            shown["…"] = f"{len(value) - items:,} more keys; --full shows all"
+        return shown
+    return value
 
 
 def to_json(value: Any, *, indent: bool = True) -> str:
@@ -144,8 +204,10 @@ class Output:
             self._plain_table(columns, rows, title)
             return
         table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", header_style="bold")
+        rows = [[clip(cell, MAX_CELL_WIDTH) for cell in row] for row in rows]
         widths = [
-            max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(columns)
+            max([cell_len(name), *(cell_len(row[i]) for row in rows)])
+            for i, name in enumerate(columns)
         ]
         available = self.console.width - 3 * len(columns) - 1
         for name, width in zip(columns, fit_widths(widths, whole, available), strict=True):
@@ -160,12 +222,13 @@ class Output:
     def _plain_table(
         self, columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None
     ) -> None:
-        widths = [len(c) for c in columns]
+        rows = [[clip(cell, MAX_CELL_WIDTH) for cell in row] for row in rows]
+        widths = [cell_len(c) for c in columns]
         for row in rows:
-            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+            widths = [max(w, cell_len(cell)) for w, cell in zip(widths, row, strict=True)]
         lines = [title] if title else []
         for row in [list(columns), *rows]:
-            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+            cells = [pad(cell, width) for cell, width in zip(row, widths, strict=True)]
             lines.append("  ".join(cells).rstrip())
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
@@ -175,6 +238,6 @@ class Output:
         width = max((len(name) for name, _ in items), default=0)
         room = max(MIN_COLUMN_WIDTH, self.console.width - width - 2)
         for name, value in items:
-            if self.terminal and len(value) > room:  # a terminal gets one line per item
-                value = value[: room - 1] + "…"
+            if self.terminal:  # a terminal gets one line per item
+                value = clip(value, room)
             self.line(f"{name + ':':<{width + 1}} {value}")

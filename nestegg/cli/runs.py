@@ -16,11 +16,13 @@ from nestegg.cli import reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
 from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.cli.render import Output, seconds, to_json, when
+from nestegg.cli.render import Output, counted, plain, seconds, shorten, to_json, when
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
     CLI_SHOW_STEPS,
+    CLI_VALUE_CHARS,
+    CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     RUNNING,
@@ -28,6 +30,14 @@ from nestegg.constants import (
 )
 from nestegg.errors import CheckpointCorruptedError
 
+FullOption = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help=f"Show long values whole (default: strings cut at {CLI_VALUE_CHARS} characters, "
+        f"lists and dicts at {CLI_VALUE_ITEMS} items; --json is always whole).",
+    ),
+]
 RUN_COLUMNS = ("RUN", "PIPELINE", "STATUS", "STEPS", "LAST CHECKPOINT", "UPDATED", "OWNER")
 
 
@@ -90,7 +100,7 @@ def runs_command(
             opened, pipeline=pipeline, statuses=statuses, interrupted=interrupted, limit=limit
         )
 
-    rows = run_with_store(ctx, store, work)
+    rows = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)
     if as_json:
         out.json(rows)
@@ -152,7 +162,8 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
         rows.append(_in_flight_row(details["step_in_flight"], reading.shown_status(details["run"])))
     out.line()
     if details["steps_before"]:
-        out.line(f"({details['steps_before']} earlier steps not shown; --all shows them)")
+        before = counted(details["steps_before"], ("earlier step", "earlier steps"))
+        out.line(f"({before} not shown; --all shows them)")
     if details["initial_checkpoints"]:
         out.line(f"checkpoint before the first step: {', '.join(details['initial_checkpoints'])}")
     columns = ("STEP", "AGENT", "STARTED", "DURATION", "OUTCOME", "CHECKPOINT")
@@ -179,7 +190,7 @@ def show_command(
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return await reading.run_details(opened, run_id, tail)
 
-    details = run_with_store(ctx, store, work)
+    details = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)
     if as_json:
         out.json(details)
@@ -204,7 +215,7 @@ def checkpoints_command(
         run = await reading.get_run(opened, run_id)
         return [reading.checkpoint_row(c) for c in await opened.list_checkpoints(run.run_id)]
 
-    rows = run_with_store(ctx, store, work)
+    rows = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)
     if as_json:
         out.json(rows)
@@ -252,6 +263,7 @@ def inspect_command(
         str | None,
         typer.Option(help="Only this part of the state, e.g. data.items[0] or metadata."),
     ] = None,
+    full: FullOption = False,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -264,8 +276,9 @@ def inspect_command(
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return reading.state_json(await reading.resolve_state(opened, checkpoint))
 
-    state = run_with_store(ctx, store, work)
-    Output(as_json).json(_part(state, path))
+    state = run_with_store(ctx, store, work, read_only=True)
+    part = _part(state, path)
+    Output(as_json).json(part if full or as_json else shorten(plain(part)))
 
 
 @app.command("diff")
@@ -274,6 +287,7 @@ def diff_command(
     old: Annotated[str, typer.Argument(help="The earlier checkpoint (or run) id.")],
     new: Annotated[str, typer.Argument(help="The later checkpoint (or run) id.")],
     path: Annotated[str | None, typer.Option(help="Compare only this part of the state.")] = None,
+    full: FullOption = False,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -287,7 +301,7 @@ def diff_command(
         second = await reading.resolve_state(opened, new)
         return reading.state_json(first), reading.state_json(second)
 
-    first, second = run_with_store(ctx, store, work)
+    first, second = run_with_store(ctx, store, work, read_only=True)
     keys = ("checkpoint_id", "run_id")
     before = {k: v for k, v in first.items() if k not in keys}
     after = {k: v for k, v in second.items() if k not in keys}
@@ -300,17 +314,17 @@ def diff_command(
         return
     if not changes:
         out.line("no differences")
+
+    def shown(value: Any) -> str:
+        return to_json(value if full else shorten(plain(value)), indent=False)
+
     for change in changes:
         if change.kind == ADDED:
-            out.line(f"+ {change.path}: {to_json(change.new, indent=False)}")
+            out.line(f"+ {change.path}: {shown(change.new)}")
         elif change.kind == REMOVED:
-            out.line(f"- {change.path}: {to_json(change.old, indent=False)}")
+            out.line(f"- {change.path}: {shown(change.old)}")
         else:
-            old_text, new_text = (
-                to_json(change.old, indent=False),
-                to_json(change.new, indent=False),
-            )
-            out.line(f"~ {change.path}: {old_text} -> {new_text}")
+            out.line(f"~ {change.path}: {shown(change.old)} -> {shown(change.new)}")
 
 
 def _event_row(record: EventRecord) -> dict[str, Any]:
@@ -394,4 +408,4 @@ def events_command(
         for record in await opened.read_events(run_id, since):
             _print_event(out, _event_row(record))
 
-    run_with_store(ctx, store, work)
+    run_with_store(ctx, store, work, read_only=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.codec import unseal
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -35,7 +36,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.reading import get_run
-from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION
+from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION, STATUSES
 from nestegg.errors import RunExistsError
 
 Blob = str | dict[str, str]
@@ -205,12 +206,53 @@ def read_document(document: Any) -> tuple[RunRecord, Commit]:
     return run, commit
 
 
+def _check_ids(run: RunRecord, commit: Commit) -> None:
+    """The ids and names as ``run()`` and the stores check them."""
+    check_name(run.run_id, "run id")
+    if run.parent_run is not None:
+        check_name(str(run.parent_run), "parent run id")
+    if run.parent_checkpoint is not None:
+        check_name(str(run.parent_checkpoint), "parent checkpoint id")
+    for step in commit.steps:
+        check_name(step.agent, f"agent name of step {step.seq}")
+    for checkpoint in commit.checkpoints:
+        check_name(checkpoint.checkpoint_id, "checkpoint id")
+
+
+def _check_fields(run: RunRecord, commit: Commit) -> None:
+    """Statuses, counters and sequence numbers that a run can hold."""
+    if run.status not in STATUSES:
+        raise ExportFormatError(f"run.status {run.status!r} is not one of {', '.join(STATUSES)}")
+    if not run.pipeline:
+        raise ExportFormatError("run.pipeline is empty")
+    if run.fence < 1 or run.step_seq < 0 or run.event_seq < 0:
+        raise ExportFormatError("run.fence must be at least 1, step_seq and event_seq at least 0")
+    where = {
+        "steps": ([s.seq for s in commit.steps], run.step_seq),
+        "events": ([e.seq for e in commit.events], run.event_seq),
+        "checkpoints": ([c.seq + 1 for c in commit.checkpoints], run.step_seq + 1),
+    }
+    for name, (seqs, top) in where.items():
+        wrong = [seq for seq in seqs if not 1 <= seq <= top]
+        if wrong:
+            raise ExportFormatError(f"{name}: sequence number {wrong[0]} is outside 1..{top}")
+    if len({s.seq for s in commit.steps}) != len(commit.steps):
+        raise ExportFormatError("steps: a sequence number appears twice")
+    wrong_steps = [j.step for j in commit.journal if j.step < 1 or j.position < 0]
+    if wrong_steps:
+        raise ExportFormatError(f"journal: step {wrong_steps[0]} or its position is out of range")
+
+
 def verify(run: RunRecord, commit: Commit) -> None:
-    """Check every record's checksum.
+    """Check every id and field as ``run()`` does, and every record's checksum.
 
     Raises:
+        InvalidIdentifierError: an id or agent name that ``run()`` would refuse.
+        ExportFormatError: a status, counter or sequence number no run can have.
         CheckpointCorruptedError: naming the first damaged record.
     """
+    _check_ids(run, commit)
+    _check_fields(run, commit)
     rid = run.run_id
     unseal(run.input, f"input of run {rid!r}")
     for name in ("result", "error"):
@@ -231,7 +273,8 @@ async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
     """Re-create an exported run in ``store``, exactly as it was exported.
 
     Raises:
-        ExportFormatError: the document is not an export.
+        ExportFormatError: the document is not an export, or holds what no run can.
+        InvalidIdentifierError: an id that ``run()`` would refuse (nothing is written).
         CheckpointCorruptedError: a record in it fails its checksum (nothing is written).
         RunExistsError: the store already has a run with that id.
     """

@@ -4,6 +4,7 @@ raw JSONDecodeError, never a wrong state."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 
@@ -36,12 +37,20 @@ async def failed_at_d(store: CheckpointStorage, run_id: str) -> Pipeline:
 
 
 async def resume_counting_warnings(pipeline: Pipeline, run_id: str) -> tuple[object, int]:
-    """resume_latest's result and how many CheckpointFallbackWarnings it gave."""
+    """resume_latest's result and how many damaged checkpoints its one
+    CheckpointFallbackWarning (if any) names."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = await pipeline.clutch.resume_latest(run_id)
-    fallbacks = [w for w in caught if issubclass(w.category, CheckpointFallbackWarning)]
-    return result, len(fallbacks)
+    fallbacks = [
+        str(w.message) for w in caught if issubclass(w.category, CheckpointFallbackWarning)
+    ]
+    assert len(fallbacks) <= 1, fallbacks  # one warning, however many it skipped
+    if not fallbacks:
+        return result, 0
+    skipped = re.match(r"skipping (a|\d+) damaged checkpoints?: ", fallbacks[0])
+    assert skipped is not None, fallbacks[0]
+    return result, 1 if skipped[1] == "a" else int(skipped[1])
 
 
 def flip(offset: int) -> Callable[[bytes], bytes]:

@@ -60,14 +60,15 @@ def test_not_found_exits_3(cli: Cli, filled: Filled) -> None:
     [UNREACHABLE_SQLITE, "file:///proc/no-such-dir/store", "redis://127.0.0.1:1/0"],
 )
 def test_unreachable_store_exits_4(cli: Cli, url: str) -> None:
-    result = cli("runs", "--store", url)
+    # import is a command that writes (creates the store): the store cannot be made there
+    result = cli("import", "-", "--store", url, input="{}")
     assert result.exit_code == EXIT_UNAVAILABLE, result.output
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
     assert "Traceback" not in result.stderr
 
 
 def test_debug_shows_the_traceback(cli: Cli) -> None:
-    result = cli("--debug", "runs", "--store", UNREACHABLE_SQLITE)
+    result = cli("--debug", "import", "-", "--store", UNREACHABLE_SQLITE, input="{}")
     assert result.exit_code == EXIT_UNAVAILABLE
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: cannot open")

@@ -79,7 +79,7 @@ def test_prune_older_than_by_status(cli: Cli, filled: Filled) -> None:
     time.sleep(0.05)
     only_failed = cli("prune", "--older-than", "0s", "--status", "failed", "--yes", "-s", url)
     assert only_failed.exit_code == 0, only_failed.stderr
-    assert only_failed.stdout.splitlines()[-1] == "deleted 1 runs and 0 checkpoints"
+    assert only_failed.stdout.splitlines()[-1] == "deleted 1 run and 0 checkpoints"
     assert _ids(cli, url) == {filled.ok, filled.gone}
     finished = cli("prune", "--older-than", "0s", "--dry-run", "-s", url)
     assert finished.stdout.splitlines()[0].startswith(f"run {filled.ok} (cli-test, completed")
@@ -127,7 +127,7 @@ def test_delete(cli: Cli, filled: Filled) -> None:
     url = filled.url
     dry = cli("delete", filled.bad, "--dry-run", "--store", url)
     assert dry.stdout == (
-        f"dry run: would delete run {filled.bad} (cli-test, failed, 1 steps, 1 checkpoints); "
+        f"dry run: would delete run {filled.bad} (cli-test, failed, 1 step, 1 checkpoint); "
         "nothing was changed\n"
     )
     declined = cli("delete", filled.bad, "--store", url, input="n\n")

@@ -70,7 +70,14 @@ def test_runs_table_is_plain_text_in_a_pipe(cli: Cli, filled: Filled) -> None:
     assert rows[filled.ok][2:4] == ["completed", "3"]
 
 
+async def _create(url: str) -> None:
+    store = open_store(url)
+    await store.setup()
+    await store.close()
+
+
 def test_runs_of_an_empty_store(cli: Cli, local_url: str) -> None:
+    asyncio.run(_create(local_url))
     result = cli("runs", "--store", local_url)
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no runs\n")
     assert json_of(cli("runs", "--store", "memory://", "--json")) == []

@@ -39,13 +39,17 @@ def _script() -> str:
     return script
 
 
-def nestegg(tmp_path: Path, *args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the command (``python -m nestegg.cli`` or the installed script) in the repo."""
+def nestegg(
+    tmp_path: Path, *args: str, script: bool = False, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the command (``python -m nestegg.cli`` or the installed script) in the repo,
+    with ``env`` added to its environment."""
     command = [_script()] if script else [sys.executable, "-m", "nestegg.cli"]
     return subprocess.run(
         [*command, *args],
         cwd=ROOT,
-        env=_env(tmp_path),
+        env=_env(tmp_path, **env),
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -77,7 +81,7 @@ def test_a_killed_run_is_listed_and_recovered(tmp_path: Path, kind: str) -> None
     )  # fmt: skip
     assert recovered.returncode == 0, recovered.stderr
     assert recovered.stdout.splitlines()[-1] == (
-        "recovered 1 of 1 runs; 0 failed, 0 taken by another process"
+        "recovered 1 of 1 run; 0 failed, 0 taken by another process"
     )
     shown = orjson.loads(nestegg(tmp_path, "show", "killed", "--json", "--store", url).stdout)
     assert shown["run"]["status"] == "completed"
@@ -97,8 +101,11 @@ def test_python_dash_m_nestegg_and_errors_from_a_process(tmp_path: Path) -> None
     assert helped.returncode == 0 and "recover" in helped.stdout
     missing = nestegg(tmp_path, "show", "nope", script=True)
     assert missing.returncode == EXIT_NOT_FOUND
-    assert missing.stderr == "error: no run 'nope' in the store\n"  # the default store
-    assert (tmp_path / "home" / "nestegg.db").exists()
+    default = tmp_path / "home" / "nestegg.db"
+    assert missing.stderr == (
+        f"error: no store at {default} (the default store; a run creates it): no such file\n"
+    )
+    assert not (tmp_path / "home").exists()  # a command that reads creates nothing
 
 
 def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:

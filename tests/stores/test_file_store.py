@@ -444,3 +444,38 @@ async def test_two_processes_appending_to_one_run_never_tear_a_line(tmp_path: Pa
         lines = (run_dir(tmp_path, run.run_id) / name).read_bytes().split(b"\n")
         assert lines.pop() == b""
         assert len(lines) == 120 and all(orjson.loads(line) for line in lines)
+
+
+# --- ids that do not fit in a file name -----------------------------------------------
+
+LONG_IN_BYTES = "é" * 128  # 128 characters (allowed), 256 bytes in UTF-8 (one too many)
+
+
+async def test_an_id_too_long_for_a_file_name_is_refused_when_the_run_starts(
+    tmp_path: Path,
+) -> None:
+    from nestegg import Clutch
+    from nestegg.checkpoint import CheckpointConfig
+
+    root = tmp_path / "store"
+    clutch = Clutch("p", checkpoint=CheckpointConfig(storage=FileCheckpointStorage(root)))
+    calls: list[str] = []
+
+    @clutch.agent()
+    async def first(data: str) -> str:
+        calls.append(data)
+        return data
+
+    with pytest.raises(InvalidIdentifierError, match="256 bytes long in UTF-8; the file store"):
+        await clutch.run("x", run_id=LONG_IN_BYTES)
+    assert calls == []  # refused before any step ran
+    assert not (root / "runs").exists() or os.listdir(root / "runs") == []
+    assert await clutch.run("x", run_id="é" * 127) == "x"  # 254 bytes fit
+    await clutch.stop()
+
+
+async def test_a_long_id_fits_in_the_other_stores(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    await store.create_run(dataclasses.replace(make_run(), run_id=LONG_IN_BYTES))
+    assert (await store.get_run(LONG_IN_BYTES)) is not None
+    await store.close()

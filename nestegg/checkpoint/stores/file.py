@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -57,8 +56,11 @@ from nestegg.checkpoint.stores.file_commit import (
 )
 from nestegg.checkpoint.stores.file_format import (
     checkpoint_files,
+    damaged_run,
     decode_run,
     encode_run,
+    file_name_id,
+    holds_a_run,
     read_checkpoint_file,
     read_log,
     record_seq,
@@ -86,6 +88,7 @@ from nestegg.constants import (
     RUNNING,
 )
 from nestegg.errors import (
+    CheckpointCorruptedError,
     ConfigurationError,
     InvalidIdentifierError,
     RunNotFoundError,
@@ -108,11 +111,11 @@ def storage_error(exc: OSError, root: Path) -> StorageError:
 
 
 def _run_id(run_id: str) -> str:
-    return check_name(run_id, "run id")
+    return file_name_id(run_id, "run id")
 
 
 def _checkpoint_id(checkpoint_id: str) -> str:
-    return check_name(checkpoint_id, "checkpoint id")
+    return file_name_id(checkpoint_id, "checkpoint id")
 
 
 class FileCheckpointStorage:
@@ -264,8 +267,15 @@ class FileCheckpointStorage:
                 (run_dir / FILE_RUN).read_bytes(),
                 (run_dir / FILE_INPUT).read_bytes(),
             )
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            if isinstance(exc, NotADirectoryError) and not self._runs.is_dir():
+                raise  # the store's root is unusable, not the run
+            if not holds_a_run(run_dir):
+                return None  # no such run (or deleted meanwhile: the whole directory goes)
+            what = f"has no {Path(str(exc.filename)).name}" if run_dir.is_dir() else "is a file"
+            raise StorageError(
+                f"run {run_id!r} is damaged: its directory {run_dir} {what}"
+            ) from None
         return decode_run(row, input_bytes, run_dir / FILE_RUN)
 
     def _read_row(self, run_dir: Path, run_id: str) -> RunRecord:
@@ -309,8 +319,11 @@ class FileCheckpointStorage:
         except FileNotFoundError:
             return
         for name in entries:
-            run = self._get_run(name)
-            if run is not None:  # None: deleted meanwhile, or not a run
+            try:
+                run = self._get_run(name)
+            except StorageError as exc:  # listed as damaged; reading it says why
+                run = damaged_run(self._runs / name, str(exc))
+            if run is not None:  # None: deleted meanwhile
                 yield run
 
     async def claim_run(
@@ -415,7 +428,14 @@ class FileCheckpointStorage:
 
     def _read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         entries: dict[int, JournalRecord] = {}
-        for header, body in read_log(self._settled(run_id) / FILE_JOURNAL_LOG):
+        run_dir = self._settled(run_id)
+        path = run_dir / FILE_JOURNAL_LOG
+        if not path.exists() and (run_dir / FILE_RUN).exists():  # every run has one
+            raise CheckpointCorruptedError(
+                f"the journal of run {run_id!r} is missing ({path}): its journaled calls "
+                "cannot be replayed, and running them again would pay for them twice"
+            )
+        for header, body in read_log(path):
             if header.get("step") == step and isinstance(header.get("position"), int):
                 position = header["position"]
                 entries[position] = JournalRecord(run_id, step, position, body)

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -38,8 +39,15 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.constants import FILE_UNREADABLE_REASON
-from nestegg.errors import StorageError
+from nestegg.constants import (
+    DAMAGED,
+    FILE_INPUT,
+    FILE_LOCK,
+    FILE_NAME_MAX_BYTES,
+    FILE_RUN,
+    FILE_UNREADABLE_REASON,
+)
+from nestegg.errors import InvalidIdentifierError, StorageError
 
 log = logging.getLogger("nestegg")
 
@@ -287,3 +295,35 @@ def decode_commit(data: bytes, where: Path) -> Commit:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise StorageError(f"{where} is damaged: {exc}") from None
+
+
+def file_name_id(name: str, what: str) -> str:
+    """``name`` if it is a safe identifier that fits in a file name (InvalidIdentifierError,
+    as for any unsafe id, when its UTF-8 form is longer than the file system allows)."""
+    size = len(check_name(name, what).encode("utf-8", "surrogatepass"))
+    if size > FILE_NAME_MAX_BYTES:
+        raise InvalidIdentifierError(
+            f"{what} {name[:40]!r}... is {size} bytes long in UTF-8; the file store allows "
+            f"at most {FILE_NAME_MAX_BYTES} (one file name)"
+        )
+    return name
+
+
+def holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is (or was) a run's: a file in its place, or a directory
+    holding any file every run has (an empty directory is not a run)."""
+    if not os.path.lexists(run_dir):
+        return False
+    if not run_dir.is_dir():
+        return True
+    return any((run_dir / name).exists() for name in (FILE_RUN, FILE_INPUT, FILE_LOCK))
+
+
+def damaged_run(run_dir: Path, missing: str) -> RunRecord:
+    """A stand-in for a run whose directory lacks a file every run has: listed with the
+    status ``damaged`` (reading it raises the StorageError that says what is missing)."""
+    try:
+        when = run_dir.stat().st_mtime
+    except FileNotFoundError:
+        when = 0.0
+    return RunRecord(run_dir.name, "?", DAMAGED, b"", when, when, error=missing.encode())

@@ -40,6 +40,7 @@ from nestegg.checkpoint.stores.sqlite_blocks import (
 )
 from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
+from nestegg.checkpoint.stores.sqlite_read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite_schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
@@ -133,6 +134,10 @@ class SQLiteCheckpointStorage:
     Args:
         path: the database file; it and its directory are created on first use (the
             directory 0700, the files 0600). ``":memory:"`` keeps everything in memory.
+        read_only: open an existing file for reading only (``mode=ro``; ``immutable`` in a
+            read-only directory), never creating or converting it: a database on a
+            read-only mount can be inspected. Writes then fail with StorageUnavailableError;
+            a file of an older schema is upgraded first where it is writable.
 
     Raises:
         StorageUnavailableError: the file cannot be created or opened (on first use).
@@ -143,19 +148,24 @@ class SQLiteCheckpointStorage:
         >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
         self._name = str(self.path)
+        self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
             busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS,
-            wal_opener=self._open_for_wal_checkpoints if isinstance(self.path, Path) else None,
+            wal_opener=(
+                self._open_for_wal_checkpoints
+                if isinstance(self.path, Path) and not self.read_only
+                else None
+            ),
         )
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteCheckpointStorage:
+    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteCheckpointStorage:
         """A store for ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite://``
         (in memory).
 
@@ -168,13 +178,15 @@ class SQLiteCheckpointStorage:
                 f"not a SQLite store URL: {url!r} (expected sqlite:///path/to/file.db)"
             )
         path = unquote(parts.path)[1:]
-        return cls(path or MEMORY_PATH)
+        return cls(path or MEMORY_PATH, read_only=read_only)
 
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStorage({self._name!r})"
 
     def _open(self) -> sqlite3.Connection:
         """Open and set up the connection (on the worker thread)."""
+        if isinstance(self.path, Path) and self.read_only:
+            return open_read_only(self.path)
         if isinstance(self.path, Path):
             _create_database_file(self.path)
         conn = sqlite3.connect(

@@ -1,0 +1,81 @@
+"""Opening an existing SQLite store for reading only, as the commands that only read do.
+
+The file is never created, converted to WAL or given a schema: a 0-byte or foreign file is
+reported as damaged, not turned into an empty store. Where the file and its directory can
+be written, the connection is an ordinary one (``mode=rw``, so the file must exist) made
+``query_only``: closing it tidies the WAL as any connection does, and a file of an older
+schema is upgraded first. Where they cannot (a read-only mount), SQLite opens it
+``mode=ro``, and ``immutable`` too when there is no WAL beside it, since SQLite could not
+create its shared-memory file there.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from nestegg.checkpoint.stores.sqlite_schema import SCHEMA_VERSION, migrate
+from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS
+from nestegg.errors import StorageError, StorageUnavailableError
+
+
+def _read_only_uri(path: Path) -> str:
+    """A URI that opens ``path`` without creating it: ``mode=rw`` where it can be written
+    (its connection is then made ``query_only``, and closing it tidies the WAL as any
+    connection does), else ``mode=ro``, ``immutable`` too where SQLite could not keep its
+    shared-memory file (a read-only directory with no WAL beside the file: a read-only
+    mount)."""
+    uri = f"file:{quote(str(path))}"
+    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        return f"{uri}?mode=rw"
+    if not path.with_name(path.name + "-wal").exists():
+        return f"{uri}?mode=ro&immutable=1"
+    return f"{uri}?mode=ro"
+
+
+def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of a database opened read-only; StorageError when the file is
+    not a nestegg store (empty or damaged) or is newer than this nestegg."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 0:
+        size = path.stat().st_size
+        what = (
+            "it is empty (0 bytes)" if size == 0 else f"it holds no nestegg schema ({size} bytes)"
+        )
+        raise StorageError(f"the SQLite database {path} is damaged or not a nestegg store: {what}")
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"the database {path} has schema version {version}; this nestegg knows up to "
+            f"{SCHEMA_VERSION}: upgrade nestegg"
+        )
+    return version
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that reads the existing database at ``path``.
+
+    Raises:
+        StorageUnavailableError: no file there.
+        StorageError: the file is empty or not a nestegg store, or of a newer schema.
+        sqlite3.Error: the driver failed (the store wraps it).
+    """
+    if not path.is_file():
+        raise StorageUnavailableError(f"no SQLite database at {path}")
+    conn = sqlite3.connect(
+        _read_only_uri(path),
+        uri=True,
+        timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if _check_read_only_schema(conn, path) < SCHEMA_VERSION:
+            migrate(conn)
+        conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

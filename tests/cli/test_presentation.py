@@ -1,0 +1,191 @@
+"""What users read: the version, help, counts, tables, warnings and long values."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from rich.cells import cell_len
+from rich.console import Console
+
+import nestegg
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from nestegg.cli.render import MAX_CELL_WIDTH, Output
+from nestegg.constants import EXIT_OK, HOME_ENV, STORE_ENV
+from tests.cli.pipeline_app import POLICY
+from tests.cli.test_subprocess import ROOT
+from tests.cli.test_subprocess import nestegg as run_nestegg
+
+COMMANDS = ("runs", "show", "checkpoints", "inspect", "diff", "events", "resume", "recover",
+            "prune", "delete", "export", "import")  # fmt: skip
+WIDE_ID = "データ処理-run"
+LONG_ID = "a-very-long-run-id-" + "x" * 150
+
+
+async def _store_runs(url: str, runs: dict[str, Any]) -> None:
+    """One run per id, through two agents, each keeping its input."""
+    store = open_store(url)
+    clutch = Clutch("present", checkpoint=CheckpointConfig(storage=store, policy=POLICY))
+
+    @clutch.agent()
+    async def first(data: Any) -> Any:
+        return data
+
+    @clutch.agent()
+    async def second(data: Any) -> Any:
+        return {"before": data, "after": "changed"}
+
+    for run_id, data in runs.items():
+        await clutch.run(data, run_id=run_id)
+    await store.close()
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run_nestegg(tmp_path, "--version")
+    assert (result.returncode, result.stdout) == (EXIT_OK, f"nestegg {nestegg.__version__}\n")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_names_values_not_types(tmp_path: Path, command: str) -> None:
+    result = run_nestegg(tmp_path, command, "--help")
+    assert result.returncode == EXIT_OK
+    assert "<str>" not in result.stdout and "<int>" not in result.stdout
+    assert "{" not in result.stdout.splitlines()[0]
+    assert "--store URL" in result.stdout
+
+
+def test_help_of_show_says_run_id(tmp_path: Path) -> None:
+    usage = run_nestegg(tmp_path, "show", "--help").stdout
+    assert usage.startswith("Usage: nestegg show [OPTIONS] RUN_ID\n")
+    assert "\n  RUN_ID  The run id." in usage
+
+
+def test_a_table_in_a_pipe_stays_aligned(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {WIDE_ID: 1, LONG_ID: 2, "short": 3}))
+    result = run_nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_OK, result.stderr
+    lines = result.stdout.splitlines()
+    words = ["STATUS", "completed", "completed", "completed"]
+    status_at = {
+        cell_len(line[: line.index(word)]) for line, word in zip(lines, words, strict=True)
+    }
+    assert len(status_at) == 1  # the STATUS column starts at the same cell on every line
+    long_cell = next(line for line in lines if line.startswith("a-very-long"))
+    assert long_cell.split("  ")[0].endswith("…")
+    assert cell_len(long_cell.split("  ")[0]) <= MAX_CELL_WIDTH
+    assert LONG_ID in run_nestegg(tmp_path, "runs", "--json", "--store", url).stdout
+
+
+def test_a_table_on_a_terminal_stays_aligned() -> None:
+    out = Output()
+    buffer = io.StringIO()
+    out.console = Console(file=buffer, force_terminal=True, width=100, color_system=None)
+    out.terminal = True
+    out.table(("RUN", "STATUS"), [[WIDE_ID, "completed"], [LONG_ID, "failed"], ["s", "failed"]])
+    lines = [line for line in buffer.getvalue().splitlines() if line.strip()]
+    rows = [line for line in lines if "completed" in line or "failed" in line]
+    assert len({cell_len(line[: line.index(line.split()[-1])]) for line in rows}) == 1
+    assert any("…" in line for line in rows)
+
+
+def _damage_checkpoints(path: Path, keep_oldest: bool) -> None:
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT checkpoint_id, body FROM checkpoints ORDER BY seq").fetchall()
+    for checkpoint_id, body in rows[1:] if keep_oldest else rows:
+        damaged = bytes(body).replace(b'"turn"', b'"tuRn"')
+        conn.execute("UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+                     (damaged, checkpoint_id))  # fmt: skip
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("keep_oldest", [True, False])
+def test_the_fallback_warning_is_printed_once(tmp_path: Path, keep_oldest: bool) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"r": {"k": 1}}))
+    _damage_checkpoints(tmp_path / "x.db", keep_oldest)
+    result = run_nestegg(tmp_path, "inspect", "r", "--path", "seq", "--store", url)
+    assert result.returncode == EXIT_OK, result.stderr
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("warning: skipping "), warnings
+    if keep_oldest:
+        assert "falling back to the older checkpoint" in warnings[0]
+        assert result.stdout == "1\n"
+    else:
+        assert "there is no older checkpoint: falling back to the run's input" in warnings[0]
+        assert result.stdout == "0\n"
+
+
+BIG = 2_000_000
+
+
+def test_inspect_and_diff_shorten_long_values(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"big": "z" * BIG}))
+    ids = [row["checkpoint_id"] for row in orjson.loads(
+        run_nestegg(tmp_path, "checkpoints", "big", "--json", "--store", url).stdout)]  # fmt: skip
+    inspected = run_nestegg(tmp_path, "inspect", "big", "--store", url)
+    assert inspected.returncode == EXIT_OK, inspected.stderr
+    assert len(inspected.stdout) < 10_000
+    assert f"{BIG - 200:,} more characters; --full shows all" in inspected.stdout
+    diffed = run_nestegg(tmp_path, "diff", ids[0], ids[-1], "--store", url)
+    assert diffed.returncode == EXIT_OK, diffed.stderr
+    assert len(diffed.stdout) < 10_000 and "more characters" in diffed.stdout
+    full = run_nestegg(tmp_path, "inspect", "big", "--full", "--store", url)
+    assert len(full.stdout) > BIG and "more characters" not in full.stdout
+    full_diff = run_nestegg(tmp_path, "diff", ids[0], ids[-1], "--full", "--store", url)
+    assert len(full_diff.stdout) > BIG
+    as_json = run_nestegg(tmp_path, "inspect", "big", "--json", "--store", url)
+    assert orjson.loads(as_json.stdout)["data"]["before"] == "z" * BIG  # JSON is whole
+
+
+def _demo(tmp_path: Path) -> str:
+    """Run ``make demo``'s script with its home in ``tmp_path``; its last line."""
+    env = {**os.environ, HOME_ENV: str(tmp_path / "home")}
+    env.pop(STORE_ENV, None)
+    done = subprocess.run([sys.executable, "examples/demo.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    return done.stdout.splitlines()[-1]
+
+
+def test_the_demo_hint_names_the_venv_command_and_works(tmp_path: Path) -> None:
+    hint = _demo(tmp_path)
+    command = str(Path(sys.executable).parent.relative_to(ROOT) / "nestegg")
+    assert hint.startswith(f"Try: {command} runs   |   {command} show demo-")
+    for line in hint.removeprefix("Try: ").split("|"):
+        args = line.split()
+        assert args[0] == command
+        result = run_nestegg(tmp_path, *args[1:])
+        assert result.returncode == EXIT_OK, (line, result.stderr)
+
+
+def test_the_readme_export_import_example_works(tmp_path: Path) -> None:
+    run_id = _demo(tmp_path).split()[-1]
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.split("#")[0].split() for line in readme.splitlines()
+             if line.startswith(".venv/bin/nestegg export") or
+             line.startswith(".venv/bin/nestegg import")]  # fmt: skip
+    assert [args[1] for args in lines] == ["export", "import"]
+    env = {**os.environ, HOME_ENV: str(tmp_path / "home")}
+    env.pop(STORE_ENV, None)
+    for args in lines:
+        args = [run_id if arg == "RUN" else arg for arg in args[1:]]
+        done = subprocess.run([sys.executable, "-m", "nestegg.cli", *args], cwd=tmp_path,
+                              env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == EXIT_OK, (args, done.stderr)
+    copy = run_nestegg(
+        tmp_path, "show", run_id, "--json", "-s", f"sqlite:///{tmp_path / 'copy.db'}"
+    )
+    assert orjson.loads(copy.stdout)["run"]["status"] == "completed"

@@ -1,0 +1,261 @@
+"""Which store a command opens, and how: reading commands create nothing and open SQLite
+read-only; a missing, empty or damaged store or run says so with one exit code per cause.
+Run as real processes, as users run them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.constants import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    STORE_ENV,
+)
+from nestegg.errors import CheckpointCorruptedError
+from tests.cli.conftest import Cli, Filled, fill
+from tests.cli.test_subprocess import nestegg
+
+READING = (
+    ["runs"],
+    ["show", "ok"],
+    ["checkpoints", "ok"],
+    ["inspect", "ok"],
+    ["diff", "ok", "ok"],
+    ["events", "ok"],
+    ["export", "ok"],
+)
+
+
+def _url(kind: str, where: Path) -> str:
+    return f"sqlite:///{where / 'x.db'}" if kind == "sqlite" else f"file://{where / 'store'}"
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+@pytest.mark.parametrize("args", [*READING, ["delete", "ok", "--yes"], ["prune", "--keep", "1"]])
+def test_a_missing_store_is_not_created(tmp_path: Path, kind: str, args: list[str]) -> None:
+    url = _url(kind, tmp_path / "no" / "such" / "dir")
+    before = _tree(tmp_path)
+    result = nestegg(tmp_path, *args, "--store", url)
+    assert result.returncode == EXIT_NOT_FOUND, result.stderr
+    assert result.stderr.startswith(f"error: no store at {url}")
+    assert len(result.stderr.splitlines()) == 1
+    assert _tree(tmp_path) == before  # no directory, no file
+
+
+def test_the_missing_default_store_is_not_created(tmp_path: Path) -> None:
+    result = nestegg(tmp_path, "runs")
+    assert result.returncode == EXIT_NOT_FOUND
+    assert "no store at" in result.stderr and "the default store" in result.stderr
+    assert not (tmp_path / "home").exists()
+
+
+def test_an_empty_sqlite_file_is_damaged_not_empty(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    path.touch()
+    for args in (["runs"], ["show", "ok"], ["export", "ok"]):
+        result = nestegg(tmp_path, *args, "--store", f"sqlite:///{path}")
+        assert result.returncode == EXIT_FAILED, result.stderr
+        assert "is damaged or not a nestegg store: it is empty (0 bytes)" in result.stderr
+        assert result.stdout == ""
+    assert path.stat().st_size == 0 and _tree(tmp_path) == ["x.db"]  # left as it was
+
+
+@pytest.mark.parametrize("missing", ["run.json", "input.json"])
+def test_a_file_store_run_without_its_record_is_damaged(tmp_path: Path, missing: str) -> None:
+    url = _url("file", tmp_path)
+    filled = asyncio.run(fill(url))
+    (tmp_path / "store" / "runs" / filled.ok / missing).unlink()
+    listed = nestegg(tmp_path, "runs", "--store", url, "--json")
+    assert listed.returncode == EXIT_OK, listed.stderr
+    rows = {row["run_id"]: row for row in orjson.loads(listed.stdout)}
+    assert rows[filled.ok]["status"] == "damaged" and len(rows) == 3
+    table = nestegg(tmp_path, "runs", "--store", url).stdout
+    assert any(line.split()[:3] == [filled.ok, "?", "damaged"] for line in table.splitlines())
+    shown = nestegg(tmp_path, "show", filled.ok, "--store", url)
+    assert shown.returncode == EXIT_FAILED
+    assert shown.stderr == (
+        f"error: run {filled.ok!r} is damaged: its directory "
+        f"{tmp_path / 'store' / 'runs' / filled.ok} has no {missing}\n"
+    )
+
+
+def test_a_run_directory_that_is_a_file_is_damaged_exit_1(tmp_path: Path) -> None:
+    url = _url("file", tmp_path)
+    filled = asyncio.run(fill(url))
+    run_dir = tmp_path / "store" / "runs" / filled.ok
+    shutil.rmtree(run_dir)
+    run_dir.write_text("not a run\n")
+    result = nestegg(tmp_path, "show", filled.ok, "--store", url)
+    assert result.returncode == EXIT_FAILED, result.stderr  # damaged, not "unreachable" (4)
+    assert "is damaged" in result.stderr
+
+
+def test_a_deleted_journal_is_detected_not_paid_again(tmp_path: Path) -> None:
+    url = _url("file", tmp_path)
+    filled = asyncio.run(fill(url))  # bad: failed in enrich after its journaled call
+    (tmp_path / "store" / "runs" / filled.bad / "journal.log").unlink()
+    store = FileCheckpointStorage(tmp_path / "store")
+    with pytest.raises(CheckpointCorruptedError, match="journal of run 'bad' is missing"):
+        asyncio.run(store.read_journal(filled.bad, 2))
+    result = nestegg(
+        tmp_path, "resume", filled.bad, "--app", "tests.cli.pipeline_app:pipeline", "-s", url
+    )
+    assert result.returncode == EXIT_FAILED
+    assert "journal of run 'bad' is missing" in result.stderr
+
+
+def _read_only_mount(directory: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` in a mount namespace where ``directory`` is a read-only bind mount."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    script = (
+        f'mount --bind "{directory}" "{directory}" && '
+        f'mount -o remount,ro,bind "{directory}" "{directory}" && exec "$@"'
+    )
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", "touch", str(directory / "probe")],
+        capture_output=True,
+        text=True,
+    )
+    if "Read-only file system" not in probe.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {probe.stderr.strip()}")
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *command],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != STORE_ENV},
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+
+
+def test_sqlite_on_a_read_only_mount_can_be_inspected(tmp_path: Path) -> None:
+    import sys
+
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    url = f"sqlite:///{directory / 'x.db'}"
+    filled = asyncio.run(fill(url))
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    command = (sys.executable, "-m", "nestegg.cli")
+    listed = _read_only_mount(directory, *command, "runs", "--json", "-s", url)
+    assert listed.returncode == EXIT_OK, listed.stderr
+    assert {r["run_id"] for r in orjson.loads(listed.stdout)} == {"ok", "bad", "gone"}
+    shown = _read_only_mount(directory, *command, "show", filled.ok, "--json", "-s", url)
+    assert orjson.loads(shown.stdout)["run"]["status"] == "completed", shown.stderr
+    exported = _read_only_mount(directory, *command, "export", filled.ok, "-s", url)
+    assert orjson.loads(exported.stdout)["run"]["run_id"] == filled.ok, exported.stderr
+    # and a writing command says the store cannot be written
+    deleted = _read_only_mount(directory, *command, "delete", filled.ok, "--yes", "-s", url)
+    assert deleted.returncode == EXIT_UNAVAILABLE, deleted.stderr
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_reading_a_writable_sqlite_store_changes_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(fill(url))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for args in READING:
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_OK, (args, result.stderr)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_an_invalid_id_exits_2_on_every_store(tmp_path: Path, kind: str) -> None:
+    url = _url(kind, tmp_path)
+    asyncio.run(fill(url))
+    for args in (["show", "../x"], ["export", "a/b"], ["inspect", ".."], ["events", "x\ny"]):
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_USAGE, (args, result.stderr)
+        assert "contains a path separator, '..' or a control character" in result.stderr
+
+
+def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(tmp_path: Path) -> None:
+    home = Path("/proc/no-such-home")
+    through_url = nestegg(
+        tmp_path, "import", "-", "-s", f"sqlite:///{home / 'nestegg.db'}", stdin="{}"
+    )
+    by_default = nestegg(tmp_path, "import", "-", stdin="{}", NESTEGG_HOME=str(home))
+    assert through_url.returncode == by_default.returncode == EXIT_UNAVAILABLE
+    assert by_default.stderr == through_url.stderr
+    assert by_default.stderr.startswith(f"error: cannot open the SQLite database {home}")
+
+
+def test_a_bad_store_from_the_environment_names_the_value_and_where(tmp_path: Path) -> None:
+    result = nestegg(tmp_path, "runs", NESTEGG_STORE="bogus")
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr.startswith("error: bad store URL 'bogus' from $NESTEGG_STORE: ")
+    given = nestegg(tmp_path, "runs", "--store", "nope://x")
+    assert given.stderr.startswith("error: bad store URL 'nope://x' from --store: ")
+
+
+def test_an_empty_store_option_is_an_error(tmp_path: Path) -> None:
+    for args in (["runs", "--store", ""], ["--store", " ", "runs"]):
+        result = nestegg(tmp_path, *args)
+        assert result.returncode == EXIT_USAGE
+        assert result.stderr.startswith("error: --store is empty")
+    assert not (tmp_path / "home").exists()
+
+
+def test_import_into_memory_warns(tmp_path: Path, filled_doc: Path) -> None:
+    result = nestegg(tmp_path, "import", str(filled_doc), "--store", "memory://")
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "memory:// keeps nothing after the command ends" in result.stderr
+    other = nestegg(tmp_path, "import", str(filled_doc), "--store", _url("sqlite", tmp_path))
+    assert "warning" not in other.stderr
+    assert other.stdout.endswith("1 journal entry\n")
+
+
+@pytest.fixture
+def filled_doc(tmp_path: Path) -> Path:
+    """An export of the completed run of a filled store."""
+    url = _url("sqlite", tmp_path / "source")
+    (tmp_path / "source").mkdir()
+    filled: Filled = asyncio.run(fill(url))
+    path = tmp_path / "ok.json"
+    result = nestegg(tmp_path, "export", filled.ok, "-o", str(path), "-s", url)
+    assert result.returncode == EXIT_OK, result.stderr
+    return path
+
+
+def test_reading_leaves_no_sqlite_files_behind(tmp_path: Path) -> None:
+    """The read-only connection leaves no WAL or shared-memory file behind."""
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(fill(url))
+    conn = sqlite3.connect(tmp_path / "x.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.db"]
+    nestegg(tmp_path, "runs", "-s", url)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.db"]
+
+
+async def _setup(url: str) -> None:
+    store = open_store(url)
+    await store.setup()
+    await store.close()
+
+
+def test_an_invalid_id_exits_2_on_server_stores_too(cli: Cli, filled_any: Filled) -> None:
+    for args in (["show", "../x"], ["delete", "a/b", "--yes"], ["diff", "..", "x"]):
+        result = cli(*args, "--store", filled_any.url)
+        assert result.exit_code == EXIT_USAGE, (args, result.stderr)
+        assert "contains a path separator, '..' or a control character" in result.stderr
