@@ -112,7 +112,7 @@ def _recovered(cwd: Path, env: dict[str, str], app: str, run_id: str) -> dict[st
     recovered = _nestegg(cwd, env, "recover", "--app", app)
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     assert recovered.stdout.splitlines()[-1] == (
-        "recovered 1 of 1 runs; 0 failed, 0 taken by another process"
+        "recovered 1 of 1 run; 0 failed, 0 taken by another process"
     ), recovered.stdout
     listed = _nestegg(cwd, env, "runs", "--json")
     assert listed.returncode == 0, listed.stderr
