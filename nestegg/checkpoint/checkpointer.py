@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from nestegg import telemetry
 from nestegg.checkpoint.codec import (
     encode_value,
     seal,
@@ -109,6 +110,7 @@ class Checkpointer:
         on_checkpoint: CheckpointHook | None = None,
     ) -> None:
         self.store = store
+        self.commit = telemetry.timed_commit(store)
         self.policy = policy
         self.run_id = run.run_id
         self.pipeline = run.pipeline
@@ -183,7 +185,7 @@ class Checkpointer:
         if self.writer is not None and self.queue is not None:
             await self.queue.join()
             self._raise_writer_error()
-        await self.store.commit(commit)
+        await self.commit(commit)
         await self._notify(saved)
 
     async def _flush(self) -> None:
@@ -203,7 +205,7 @@ class Checkpointer:
             commit, saved = await self.queue.get()
             try:
                 if self.writer_error is None:
-                    await self.store.commit(commit)
+                    await self.commit(commit)
                     await self._notify(saved)
             except Exception as error:
                 self.writer_error = error
