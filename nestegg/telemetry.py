@@ -183,7 +183,7 @@ def _meter_instruments() -> Instruments | None:
             "nestegg.runs.recovered", "{run}", "Interrupted runs resumed to completion."
         ),
     )
-    _instruments.append((provider, made))
+    _instruments[:] = [(provider, made)]
     return made
 
 
@@ -196,13 +196,16 @@ def _error_type(error: BaseException) -> str:
     return type(error).__qualname__
 
 
-def _fail(span: Span | None, error: BaseException) -> None:
-    """Mark ``span`` as ended by ``error`` (status, ``error.type``, exception event)."""
+def _fail(span: Span | None, error: BaseException, outcome_key: str | None = None) -> None:
+    """Mark ``span`` as ended by ``error`` (status, ``error.type``, exception event, and
+    ``failed`` under ``outcome_key``)."""
     if span is None:
         return
     from opentelemetry.trace import Status, StatusCode
 
     span.set_attribute(ERROR_TYPE, _error_type(error))
+    if outcome_key is not None:
+        span.set_attribute(outcome_key, "failed")
     span.record_exception(error)
     span.set_status(Status(StatusCode.ERROR, f"{_error_type(error)}: {error}"))
 
@@ -361,7 +364,7 @@ class RunTelemetry:
             try:
                 stop = await step(agent)
             except BaseException as error:
-                _fail(span, error)
+                _fail(span, error, STEP_OUTCOME)
                 self._stepped(agent.name, seq, "failed", started)
                 raise
             outcome = execution.last_outcome
