@@ -27,29 +27,67 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
-
+from nestegg import otel
 from nestegg.constants import RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.otel import (
+    AGENT_NAME,
+    CHECKPOINT_ID,
+    CONVERSATION_ID,
+    FENCE,
+    JOURNAL_POSITION,
+    OPERATION,
+    REPLAYED,
+    RESUMED,
+    RUN_ID,
+    RUN_STATUS,
+    STEP_INPUT,
+    STEP_OUTCOME,
+    STEP_OUTPUT,
+    STEP_SEQ,
+    STORE,
+    STRATEGY,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_RESULT,
+    TOOL_TYPE,
+    WORKFLOW_NAME,
+    Instruments,
+    continue_trace,
+    extract_context,
+    inject_context,
+)
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Counter, Histogram
     from opentelemetry.trace import Span, SpanContext, Tracer
 
     from nestegg.agents import AgentNode
     from nestegg.execution import RunExecution
 
+__all__ = [
+    "RunTelemetry",
+    "capture_content",
+    "configure",
+    "continue_trace",
+    "extract_context",
+    "inject_context",
+    "latest_conventions",
+    "step_runner",
+    "store_name",
+    "timed_commit",
+    "traced_attempt",
+    "traced_drive",
+]
+
 log = logging.getLogger("nestegg")
 log.addHandler(logging.NullHandler())
 
 T = TypeVar("T")
-SCOPE = "nestegg"
 TRACE_KEY = "trace"
 """The key of the opening event's payload that holds the attempt's trace context."""
 CAPTURE_ENV = "NESTEGG_CAPTURE_CONTENT"
@@ -58,29 +96,6 @@ STABILITY_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
 LATEST_GENAI = "gen_ai_latest_experimental"
 _CAPTURE_VALUES = frozenset({"true", "1", "yes", "span_only", "span_and_event"})
 
-OPERATION = "gen_ai.operation.name"
-WORKFLOW_NAME = "gen_ai.workflow.name"
-AGENT_NAME = "gen_ai.agent.name"
-CONVERSATION_ID = "gen_ai.conversation.id"
-TOOL_NAME = "gen_ai.tool.name"
-TOOL_TYPE = "gen_ai.tool.type"
-TOOL_CALL_ID = "gen_ai.tool.call.id"
-TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
-TOOL_RESULT = "gen_ai.tool.call.result"
-ERROR_TYPE = "error.type"
-RUN_ID = "nestegg.run.id"
-STEP_SEQ = "nestegg.step.seq"
-STEP_OUTCOME = "nestegg.step.outcome"
-STEP_INPUT = "nestegg.step.input"
-STEP_OUTPUT = "nestegg.step.output"
-CHECKPOINT_ID = "nestegg.checkpoint.id"
-FENCE = "nestegg.fence"
-RESUMED = "nestegg.resumed"
-STRATEGY = "nestegg.strategy"
-STORE = "nestegg.store"
-RUN_STATUS = "nestegg.run.status"
-JOURNAL_POSITION = "nestegg.journal.position"
-REPLAYED = "nestegg.journal.replayed"
 
 _settings: dict[str, bool | None] = {"capture_content": None}
 
@@ -115,196 +130,6 @@ def latest_conventions() -> bool:
     return LATEST_GENAI in (value.strip() for value in values)
 
 
-def _otel_loaded() -> bool:
-    """Whether the application imported OpenTelemetry (else no SDK can be configured)."""
-    return "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
-
-
-def _tracer() -> Tracer | None:
-    """nestegg's tracer when a tracer provider is configured; None otherwise."""
-    if not _otel_loaded():
-        return None
-    from opentelemetry import trace
-
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        return None
-    from nestegg import __version__
-
-    return provider.get_tracer(SCOPE, __version__)
-
-
-@dataclass(frozen=True, slots=True)
-class Instruments:
-    """nestegg's metric instruments on one meter provider."""
-
-    steps: Counter
-    step_duration: Histogram
-    commit_duration: Histogram
-    calls: Counter
-    runs: Counter
-    recovered: Counter
-
-
-_instruments: list[tuple[object, Instruments]] = []
-
-
-def _meter_instruments() -> Instruments | None:
-    """The instruments on the configured meter provider; None without one."""
-    if not _otel_loaded():
-        return None
-    from opentelemetry import metrics
-
-    provider = metrics.get_meter_provider()
-    if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__ in (
-        "_ProxyMeterProvider",
-        "ProxyMeterProvider",
-    ):
-        return None
-    for known, instruments in _instruments:
-        if known is provider:
-            return instruments
-    from nestegg import __version__
-
-    meter = provider.get_meter(SCOPE, __version__)
-    made = Instruments(
-        steps=meter.create_counter("nestegg.steps", "{step}", "Executed steps."),
-        step_duration=meter.create_histogram(
-            "nestegg.step.duration", "s", "Duration of a step, its checkpoint included."
-        ),
-        commit_duration=meter.create_histogram(
-            "nestegg.checkpoint.commit.duration", "s", "Duration of a step's store commit."
-        ),
-        calls=meter.create_counter(
-            "nestegg.journal.calls", "{call}", "Journaled calls, executed or replayed."
-        ),
-        runs=meter.create_counter("nestegg.runs", "{run}", "Run attempts by final status."),
-        recovered=meter.create_counter(
-            "nestegg.runs.recovered", "{run}", "Interrupted runs resumed to completion."
-        ),
-    )
-    _instruments[:] = [(provider, made)]
-    return made
-
-
-def _json(value: Any) -> str:
-    """``value`` as JSON text for a span attribute (what JSON cannot hold as its repr)."""
-    return orjson.dumps(value, default=repr, option=orjson.OPT_NON_STR_KEYS).decode()
-
-
-def _error_type(error: BaseException) -> str:
-    return type(error).__qualname__
-
-
-def _fail(span: Span | None, error: BaseException, outcome_key: str | None = None) -> None:
-    """Mark ``span`` as ended by ``error`` (status, ``error.type``, exception event, and
-    ``failed`` under ``outcome_key``)."""
-    if span is None:
-        return
-    from opentelemetry.trace import Status, StatusCode
-
-    span.set_attribute(ERROR_TYPE, _error_type(error))
-    if outcome_key is not None:
-        span.set_attribute(outcome_key, "failed")
-    span.record_exception(error)
-    span.set_status(Status(StatusCode.ERROR, f"{_error_type(error)}: {error}"))
-
-
-@contextmanager
-def _span(
-    tracer: Tracer | None,
-    name: str,
-    attributes: dict[str, Any],
-    links: list[SpanContext] | None = None,
-) -> Iterator[Span | None]:
-    """An INTERNAL span made current while the block runs (nothing without a tracer)."""
-    if tracer is None:
-        yield None
-        return
-    from opentelemetry.trace import Link, SpanKind
-
-    with tracer.start_as_current_span(
-        name,
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        links=[Link(context) for context in links or ()],
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        yield span
-
-
-# ----------------------------------------------------------------- trace context
-
-
-def inject_context() -> dict[str, str]:
-    """The current trace context as message headers (W3C ``traceparent``, ...).
-
-    A broker transport puts them in a message so that the worker that takes it continues
-    the same trace (:func:`continue_trace`). Empty when no trace is under way or
-    OpenTelemetry is not in use.
-    """
-    if not _otel_loaded():
-        return {}
-    from opentelemetry import propagate
-
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return carrier
-
-
-def extract_context(carrier: Mapping[str, str]) -> Any:
-    """The OpenTelemetry context that :func:`inject_context` headers carry; None when
-    OpenTelemetry is not in use."""
-    if not _otel_loaded() or not carrier:
-        return None
-    from opentelemetry import propagate
-
-    return propagate.extract(dict(carrier))
-
-
-@contextmanager
-def continue_trace(carrier: Mapping[str, str] | None) -> Iterator[None]:
-    """Make the trace context of ``carrier`` (message headers) current while the block runs.
-
-    Example:
-        >>> with telemetry.continue_trace(message.headers):
-        ...     await clutch.resume_latest(run_id)
-    """
-    context = extract_context(carrier) if carrier else None
-    if context is None:
-        yield
-        return
-    from opentelemetry import context as otel_context
-
-    token = otel_context.attach(context)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
-
-
-def _stored_context() -> dict[str, str]:
-    """The current span's context as W3C headers, for the run's opening event."""
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier)
-    return carrier
-
-
-def _span_context_of(carrier: Any) -> SpanContext | None:
-    """The span context stored by :func:`_stored_context`; None if there is none."""
-    if not isinstance(carrier, dict):
-        return None
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    context = TraceContextTextMapPropagator().extract(carrier)
-    span_context = trace.get_current_span(context).get_span_context()
-    return span_context if span_context.is_valid else None
-
-
 async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
     """The workflow span of the run's latest earlier attempt, from its opening event."""
     from nestegg.checkpoint.views import Event
@@ -312,7 +137,7 @@ async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
     found: SpanContext | None = None
     for record in await store.read_events(run_id, 0):
         if record.kind in (RUN_STARTED, RUN_RESUMED):
-            found = _span_context_of(Event.from_record(record).data.get(TRACE_KEY)) or found
+            found = otel.span_context_of(Event.from_record(record).data.get(TRACE_KEY)) or found
     return found
 
 
@@ -358,13 +183,13 @@ class RunTelemetry:
             STEP_SEQ: seq,
         }
         if self.capture:
-            attributes[STEP_INPUT] = _json(execution.ctx.data)
+            attributes[STEP_INPUT] = otel.to_json(execution.ctx.data)
         started = time.perf_counter()
-        with _span(self.tracer, f"invoke_agent {agent.name}", attributes) as span:
+        with otel.span(self.tracer, f"invoke_agent {agent.name}", attributes) as span:
             try:
                 stop = await step(agent)
             except BaseException as error:
-                _fail(span, error, STEP_OUTCOME)
+                otel.fail(span, error, STEP_OUTCOME)
                 self._stepped(agent.name, seq, "failed", started)
                 raise
             outcome = execution.last_outcome
@@ -374,7 +199,7 @@ class RunTelemetry:
                 if checkpoint_id is not None:
                     span.set_attribute(CHECKPOINT_ID, checkpoint_id)
                 if self.capture:
-                    span.set_attribute(STEP_OUTPUT, _json(execution.ctx.data))
+                    span.set_attribute(STEP_OUTPUT, otel.to_json(execution.ctx.data))
         self._stepped(agent.name, seq, outcome, started)
         return stop
 
@@ -424,17 +249,19 @@ class RunTelemetry:
             JOURNAL_POSITION: position,
         }
         if self.capture:
-            attributes[TOOL_ARGUMENTS] = _json({"args": arguments[0], "kwargs": arguments[1]})
-        with _span(self.tracer, f"execute_tool {function}", attributes) as span:
+            attributes[TOOL_ARGUMENTS] = otel.to_json(
+                {"args": arguments[0], "kwargs": arguments[1]}
+            )
+        with otel.span(self.tracer, f"execute_tool {function}", attributes) as span:
             try:
                 result = await execution.journaled(function, digest, replay, counted, rebuild)
             except BaseException as error:
                 self._called(span, function, step, position, not executed)
-                _fail(span, error)
+                otel.fail(span, error)
                 raise
             self._called(span, function, step, position, not executed)
             if span is not None and self.capture:
-                span.set_attribute(TOOL_RESULT, _json(result))
+                span.set_attribute(TOOL_RESULT, otel.to_json(result))
         return result
 
     def _called(
@@ -482,7 +309,7 @@ def timed_commit(store: Any) -> Callable[[Any], Awaitable[None]]:
     """``store.commit``, timed into ``nestegg.checkpoint.commit.duration`` when a meter
     provider is configured (chosen once per run)."""
     commit: Callable[[Any], Awaitable[None]] = store.commit
-    instruments = _meter_instruments()
+    instruments = otel.meter_instruments()
     if instruments is None:
         return commit
     labels = {STORE: store_name(store)}
@@ -592,7 +419,7 @@ async def _attempt(
     run_id = execution.run_id
     resumed = opening is not None and opening[0] == RUN_RESUMED
     interrupted = resumed and opening is not None and opening[1].get("previous") == RUNNING
-    tracer, instruments = _tracer(), _meter_instruments()
+    tracer, instruments = otel.tracer(), otel.meter_instruments()
     reports = tracer is not None or instruments is not None or log.isEnabledFor(logging.DEBUG)
     if not reports and not log.isEnabledFor(logging.INFO):
         return await body(opening)
@@ -607,16 +434,16 @@ async def _attempt(
         links = [previous] if previous is not None else []
     status = "failed"
     name = f"invoke_workflow {where.pipeline}"
-    with _span(tracer, name, where.attributes(run_id, opening), links) as span:
+    with otel.span(tracer, name, where.attributes(run_id, opening), links) as span:
         if span is not None and opening is not None:
-            opening = (opening[0], {**opening[1], TRACE_KEY: _stored_context()})
+            opening = (opening[0], {**opening[1], TRACE_KEY: otel.stored_context()})
         try:
             result = await body(opening)
             status = "completed"
         except BaseException as error:
             status = "cancelled" if _cancelled(error) else "failed"
             if status == "failed":
-                _fail(span, error)
+                otel.fail(span, error)
             raise
         finally:
             _finished(span, instruments, where.pipeline, status, interrupted)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 
-from nestegg import Clutch, call, get_context, telemetry
+from nestegg import Clutch, call, get_context, otel, telemetry
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
 from tests.otel_sdk import Sdk, install_sdk, reset_globals
 
@@ -212,7 +214,7 @@ async def test_a_failed_step_is_an_error_and_the_resume_replays_and_links(
 async def test_without_an_sdk_no_span_is_made(no_sdk: None, tmp_path: Path) -> None:
     flaky = Flaky()
     clutch = pipeline(tmp_path / "runs.db", flaky)
-    assert telemetry._tracer() is None and telemetry._meter_instruments() is None
+    assert otel.tracer() is None and otel.meter_instruments() is None
     assert await clutch.run({}, run_id="r1")
     await close(clutch)
     assert flaky.executions and all(e is not None for e in flaky.executions)
@@ -335,3 +337,44 @@ def test_the_library_is_quiet_by_default_and_never_prints() -> None:
         and node.func.id == "print"
     ]
     assert printing == []
+
+
+NO_OTEL_SCRIPT = """
+import asyncio, logging, sys
+block = sys.argv[1] == "block"
+if block:
+    sys.modules["opentelemetry"] = None  # as if the extra were not installed
+logging.basicConfig(level=logging.DEBUG if block else logging.WARNING)
+from nestegg import Clutch, call, telemetry
+from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage
+
+async def llm(prompt):
+    return prompt.upper()
+
+async def main():
+    clutch = Clutch("p", checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()))
+
+    @clutch.agent()
+    async def a(data):
+        return {"a": await call(llm, "x")}
+
+    assert await clutch.run({}, run_id="r1") == {"a": "X"}
+    assert telemetry.inject_context() == {}
+    with telemetry.continue_trace({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}):
+        pass
+    assert "opentelemetry.trace" not in sys.modules
+
+asyncio.run(main())
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["not-imported", "block"])
+def test_runs_without_opentelemetry_imported_or_installed(mode: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_OTEL_SCRIPT, mode], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+    if mode == "block":  # DEBUG logging on: the run was reported to the log, without spans
+        assert "run r1 step 1 (a): completed" in done.stderr
