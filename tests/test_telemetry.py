@@ -378,3 +378,23 @@ def test_runs_without_opentelemetry_imported_or_installed(mode: str) -> None:
     assert done.stdout == "ok\n"
     if mode == "block":  # DEBUG logging on: the run was reported to the log, without spans
         assert "run r1 step 1 (a): completed" in done.stderr
+
+
+def test_the_console_example_prints_the_spans_and_metrics_of_a_resumed_run() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "examples/otel_console.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.count('"name": "invoke_workflow research"') == 2
+    assert out.count('"name": "invoke_agent search"') == 2
+    assert out.count('"error.type": "TimeoutError"') == 2  # the failed step and its attempt
+    assert '"nestegg.journal.replayed": true' in out
+    assert '"nestegg.resumed": true' in out
+    for metric in ("nestegg.steps", "nestegg.journal.calls", "nestegg.runs"):
+        assert f'"name": "{metric}"' in out
