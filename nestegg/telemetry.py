@@ -135,9 +135,14 @@ async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
     from nestegg.checkpoint.views import Event
 
     found: SpanContext | None = None
-    for record in await store.read_events(run_id, 0):
-        if record.kind in (RUN_STARTED, RUN_RESUMED):
-            found = otel.span_context_of(Event.from_record(record).data.get(TRACE_KEY)) or found
+    try:
+        for record in await store.read_events(run_id, 0):
+            if record.kind in (RUN_STARTED, RUN_RESUMED):
+                carrier = Event.from_record(record).data.get(TRACE_KEY)
+                found = otel.span_context_of(carrier) or found
+    except Exception as error:  # a resume never fails for want of a link
+        log.warning("run %s: no link to its earlier attempt: %s", run_id, error,
+                    extra={"run_id": run_id})  # fmt: skip
     return found
 
 
