@@ -6,6 +6,7 @@ spans at all without an SDK."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import logging
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 from opentelemetry import trace
 
 from nestegg import Clutch, call, get_context, otel, telemetry
-from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
+from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage, SQLiteCheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from tests.otel_sdk import Sdk, install_sdk, reset_globals
 
 PIPELINE = "enrich"
@@ -54,10 +56,12 @@ class Flaky:
         self.executions: list[int | None] = []
 
 
-def pipeline(store_path: Path, flaky: Flaky | None = None) -> Clutch:
-    """Three sequential agents: a makes one journaled call, b two, c none."""
+def pipeline(store: Path | CheckpointStorage, flaky: Flaky | None = None) -> Clutch:
+    """Three sequential agents (a makes one journaled call, b two, c none) on ``store`` (or
+    a SQLite store at that path)."""
     flaky = flaky or Flaky()
-    store = SQLiteCheckpointStorage(store_path)
+    if isinstance(store, Path):
+        store = SQLiteCheckpointStorage(store)
     clutch = Clutch(PIPELINE, checkpoint=CheckpointConfig(storage=store))
 
     @clutch.agent()
@@ -398,3 +402,49 @@ def test_the_console_example_prints_the_spans_and_metrics_of_a_resumed_run() -> 
     assert '"nestegg.resumed": true' in out
     for metric in ("nestegg.steps", "nestegg.journal.calls", "nestegg.runs"):
         assert f'"name": "{metric}"' in out
+
+
+async def test_a_cancelled_run_is_not_an_error(sdk: Sdk) -> None:
+    clutch = Clutch("waits", checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()))
+    started = asyncio.Event()
+
+    @clutch.agent()
+    async def slow(data: dict[str, Any]) -> dict[str, Any]:
+        started.set()
+        await asyncio.sleep(60)
+        return data
+
+    task = await clutch.submit({}, run_id="r1")
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task.result()
+    (workflow,) = by_name(sdk.finished())["invoke_workflow waits"]
+    assert workflow.attributes["nestegg.run.status"] == "cancelled"
+    assert workflow.status.status_code == trace.StatusCode.UNSET
+    assert sdk.metrics()["nestegg.runs"] == [
+        ({"gen_ai.workflow.name": "waits", "nestegg.run.status": "cancelled"}, 1)
+    ]
+
+
+class UnreadableEvents(MemoryCheckpointStorage):
+    """A store whose event log cannot be read (everything else works)."""
+
+    async def read_events(self, run_id: str, since_seq: int = 0, limit: int | None = None) -> Any:
+        raise OSError("the event log is unreadable")
+
+
+async def test_a_resume_whose_earlier_trace_cannot_be_read_runs_without_a_link(
+    sdk: Sdk, caplog: pytest.LogCaptureFixture
+) -> None:
+    flaky = Flaky()
+    flaky.armed = True
+    clutch = pipeline(UnreadableEvents(), flaky)
+    with pytest.raises(ValueError):
+        await clutch.run({}, run_id="r1")
+    sdk.spans.clear()
+    with caplog.at_level(logging.WARNING, logger="nestegg"):
+        assert (await clutch.resume_latest("r1"))["c"] is True
+    (workflow,) = by_name(sdk.finished())["invoke_workflow enrich"]
+    assert list(workflow.links) == []
+    assert "no link to its earlier attempt: the event log is unreadable" in caplog.text
