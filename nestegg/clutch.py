@@ -7,6 +7,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from nestegg import telemetry
 from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import ClutchContext, ClutchState, current_context
@@ -228,6 +229,7 @@ class Clutch:
         state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
         return ClutchContext(data=data, source="input", state=state)
 
+    @telemetry.traced_drive
     async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
         run_id = execution.run_id
         request = {"clutch_id": run_id, "input": input_data}

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nestegg import telemetry
 from nestegg.agents import AgentNode, to_plain, to_typed
 from nestegg.constants import (
     OUTCOME_COMPLETED,
@@ -169,6 +170,8 @@ class RunExecution:
         self.call_step: int | None = None
         self.call_position = 0
         self.call_stride = 1
+        self.last_outcome = OUTCOME_COMPLETED
+        self.telemetry: telemetry.RunTelemetry | None = None
         ctx._execution = self
 
     @property
@@ -235,11 +238,12 @@ class RunExecution:
         """Run steps until the strategy stops, max_turns is reached or an agent terminates."""
         ctx = self.ctx
         set_context(ctx)
+        step = telemetry.step_runner(self)
         try:
             while ctx.state.turn < self.max_turns:
                 await self.recorder.boundary()
                 agent = await self._next_agent()
-                if agent is None or await self._step(agent):
+                if agent is None or await step(agent):
                     break
                 if not self.seq % YIELD_EVERY_STEPS:
                     await asyncio.sleep(0)  # let timeouts and cancellation in
@@ -308,6 +312,7 @@ class RunExecution:
             ctx.advance(agent.name, output)
             self.data_seq = seq
         self.seq = seq
+        self.last_outcome = outcome
         self.current_agent = None
         await self._record(seq, agent, outcome, stored, started, target)
         if self.listeners.queues:

@@ -271,13 +271,13 @@ async def _call_journaled(
         return await _with_retry(fn, args, kwargs, retry)
     name = given or function_name(fn)
     digest = argument_hash(args, kwargs)
-    return await execution.journaled(
-        name,
-        digest,
-        replay,
-        lambda: _outermost(fn, args, kwargs, retry),
-        lambda value, where: rebuild_result(fn, name, value, where),
-    )
+    invoke = functools.partial(_outermost, fn, args, kwargs, retry)
+    rebuild = functools.partial(rebuild_result, fn, name)
+    if execution.telemetry is not None:
+        return await execution.telemetry.call(
+            execution, name, digest, replay, invoke, rebuild, (args, kwargs)
+        )
+    return await execution.journaled(name, digest, replay, invoke, rebuild)
 
 
 async def call(

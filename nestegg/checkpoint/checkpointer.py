@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from nestegg import telemetry
 from nestegg.checkpoint.codec import (
     encode_value,
     seal,
@@ -112,6 +113,7 @@ class Checkpointer:
     ) -> None:
         self.store = store
         self.clock = clock
+        self.commit = telemetry.timed_commit(store)
         self.policy = policy
         self.run_id = run.run_id
         self.pipeline = run.pipeline
@@ -247,7 +249,7 @@ class Checkpointer:
         if self.writer is not None and self.queue is not None:
             await self.queue.join()
             self._raise_writer_error()
-        await self.store.commit(commit)
+        await self.commit(commit)
         await self._notify(saved)
 
     async def _flush(self) -> None:
@@ -267,7 +269,7 @@ class Checkpointer:
             commit, saved = await self.queue.get()
             try:
                 if self.writer_error is None:
-                    await self.store.commit(commit)
+                    await self.commit(commit)
                     await self._notify(saved)
             except Exception as error:
                 self.writer_error = error

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from nestegg import telemetry
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
 from nestegg.checkpoint.codec import encode_value, seal, unseal_value
@@ -151,6 +152,7 @@ class RunBook:
             f"run {run.run_id!r} exists with status {status!r}: {what}", run.run_id
         )
 
+    @telemetry.traced_attempt
     async def _execute(
         self,
         run: RunRecord,

@@ -1,0 +1,477 @@
+"""OpenTelemetry traces and metrics of runs, steps and journaled calls, and log records.
+
+With ``pip install 'nestegg[otel]'`` (``opentelemetry-api`` only) and an SDK configured by
+the application, every run attempt is an ``invoke_workflow {pipeline}`` span, every step an
+``invoke_agent {agent}`` span under it and every journaled call an ``execute_tool
+{function}`` span under its step, named and attributed as the OpenTelemetry GenAI semantic
+conventions say, plus nestegg's own ``nestegg.*`` attributes (a call served from the
+journal carries ``nestegg.journal.replayed=true``). A resumed attempt links to the span of
+the attempt it continues, whose trace context is kept in the run's opening event. Metrics
+go to the global meter provider.
+
+Nothing of it runs unless an SDK is configured: whether a tracer provider, a meter provider
+or a DEBUG level on the ``nestegg`` logger is set is looked up once per run attempt (and
+OpenTelemetry is not even imported unless the application imported it); without any, the
+step loop runs exactly as it does without this module.
+
+Step data and call arguments and results are recorded on spans only when asked for:
+:func:`configure` ``(capture_content=True)``, ``NESTEGG_CAPTURE_CONTENT=true`` or
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``true``, ``SPAN_ONLY`` or
+``SPAN_AND_EVENT``). ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` names the
+workflow on its span with ``gen_ai.agent.name`` (the latest experimental GenAI conventions)
+instead of ``gen_ai.workflow.name``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from nestegg import otel
+from nestegg.constants import RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.otel import (
+    AGENT_NAME,
+    CHECKPOINT_ID,
+    CONVERSATION_ID,
+    FENCE,
+    JOURNAL_POSITION,
+    OPERATION,
+    REPLAYED,
+    RESUMED,
+    RUN_ID,
+    RUN_STATUS,
+    STEP_INPUT,
+    STEP_OUTCOME,
+    STEP_OUTPUT,
+    STEP_SEQ,
+    STORE,
+    STRATEGY,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_RESULT,
+    TOOL_TYPE,
+    WORKFLOW_NAME,
+    Instruments,
+    continue_trace,
+    extract_context,
+    inject_context,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, SpanContext, Tracer
+
+    from nestegg.agents import AgentNode
+    from nestegg.execution import RunExecution
+
+__all__ = [
+    "RunTelemetry",
+    "capture_content",
+    "configure",
+    "continue_trace",
+    "extract_context",
+    "inject_context",
+    "latest_conventions",
+    "step_runner",
+    "store_name",
+    "timed_commit",
+    "traced_attempt",
+    "traced_drive",
+]
+
+log = logging.getLogger("nestegg")
+log.addHandler(logging.NullHandler())
+
+T = TypeVar("T")
+TRACE_KEY = "trace"
+"""The key of the opening event's payload that holds the attempt's trace context."""
+CAPTURE_ENV = "NESTEGG_CAPTURE_CONTENT"
+GENAI_CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+STABILITY_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+LATEST_GENAI = "gen_ai_latest_experimental"
+_CAPTURE_VALUES = frozenset({"true", "1", "yes", "span_only", "span_and_event"})
+
+
+_settings: dict[str, bool | None] = {"capture_content": None}
+
+
+def configure(*, capture_content: bool | None = None) -> None:
+    """Set what the spans of runs started from now on record.
+
+    Args:
+        capture_content: record step data (``nestegg.step.input``/``output``) and the
+            arguments and results of journaled calls (``gen_ai.tool.call.arguments``/
+            ``result``) on spans; None: as the environment says (off by default).
+
+    Example:
+        >>> nestegg.telemetry.configure(capture_content=True)
+    """
+    _settings["capture_content"] = capture_content
+
+
+def capture_content() -> bool:
+    """Whether spans record step data and call arguments and results (see :func:`configure`)."""
+    chosen = _settings["capture_content"]
+    if chosen is not None:
+        return chosen
+    values = (os.environ.get(CAPTURE_ENV, ""), os.environ.get(GENAI_CAPTURE_ENV, ""))
+    return any(value.strip().lower() in _CAPTURE_VALUES for value in values)
+
+
+def latest_conventions() -> bool:
+    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` asks for the latest experimental GenAI
+    conventions."""
+    values = os.environ.get(STABILITY_ENV, "").split(",")
+    return LATEST_GENAI in (value.strip() for value in values)
+
+
+async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
+    """The workflow span of the run's latest earlier attempt, from its opening event."""
+    from nestegg.checkpoint.views import Event
+
+    found: SpanContext | None = None
+    try:
+        for record in await store.read_events(run_id, 0):
+            if record.kind in (RUN_STARTED, RUN_RESUMED):
+                carrier = Event.from_record(record).data.get(TRACE_KEY)
+                found = otel.span_context_of(carrier) or found
+    except Exception as error:  # a resume never fails for want of a link
+        log.warning("run %s: no link to its earlier attempt: %s", run_id, error,
+                    extra={"run_id": run_id})  # fmt: skip
+    return found
+
+
+# ---------------------------------------------------------------------- a run
+
+
+class RunTelemetry:
+    """What one run attempt reports: spans, metrics and DEBUG log records of its steps and
+    journaled calls (each only when configured)."""
+
+    def __init__(
+        self,
+        tracer: Tracer | None,
+        instruments: Instruments | None,
+        run_id: str,
+        pipeline: str,
+    ) -> None:
+        self.tracer = tracer
+        self.instruments = instruments
+        self.run_id = run_id
+        self.pipeline = pipeline
+        self.capture = capture_content() and tracer is not None
+        self.debug = log.isEnabledFor(logging.DEBUG)
+
+    def step_runner(
+        self, execution: RunExecution, step: Callable[[AgentNode], Awaitable[bool]]
+    ) -> Callable[[AgentNode], Awaitable[bool]]:
+        """``step`` (one step of ``execution``) reported as an ``invoke_agent`` span."""
+        return functools.partial(self._step, execution, step)
+
+    async def _step(
+        self,
+        execution: RunExecution,
+        step: Callable[[AgentNode], Awaitable[bool]],
+        agent: AgentNode,
+    ) -> bool:
+        seq = execution.seq + 1
+        attributes: dict[str, Any] = {
+            OPERATION: "invoke_agent",
+            AGENT_NAME: agent.name,
+            CONVERSATION_ID: self.run_id,
+            RUN_ID: self.run_id,
+            STEP_SEQ: seq,
+        }
+        if self.capture:
+            attributes[STEP_INPUT] = otel.to_json(execution.ctx.data)
+        started = time.perf_counter()
+        with otel.span(self.tracer, f"invoke_agent {agent.name}", attributes) as span:
+            try:
+                stop = await step(agent)
+            except BaseException as error:
+                otel.fail(span, error, STEP_OUTCOME)
+                self._stepped(agent.name, seq, "failed", started)
+                raise
+            outcome = execution.last_outcome
+            if span is not None:
+                span.set_attribute(STEP_OUTCOME, outcome)
+                checkpoint_id = _checkpoint_of(execution.recorder, seq)
+                if checkpoint_id is not None:
+                    span.set_attribute(CHECKPOINT_ID, checkpoint_id)
+                if self.capture:
+                    span.set_attribute(STEP_OUTPUT, otel.to_json(execution.ctx.data))
+        self._stepped(agent.name, seq, outcome, started)
+        return stop
+
+    def _stepped(self, agent: str, seq: int, outcome: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        if self.instruments is not None:
+            labels = {WORKFLOW_NAME: self.pipeline, AGENT_NAME: agent, STEP_OUTCOME: outcome}
+            self.instruments.steps.add(1, labels)
+            self.instruments.step_duration.record(elapsed, labels)
+        if self.debug:
+            log.debug(
+                "run %s step %d (%s): %s in %.6f s",
+                self.run_id,
+                seq,
+                agent,
+                outcome,
+                elapsed,
+                extra={"run_id": self.run_id, "step": seq, "agent": agent, "outcome": outcome},
+            )
+
+    async def call(
+        self,
+        execution: RunExecution,
+        function: str,
+        digest: str,
+        replay: str,
+        invoke: Callable[[], Awaitable[Any]],
+        rebuild: Callable[[Any, str], Any] | None,
+        arguments: tuple[tuple[Any, ...], dict[str, Any]],
+    ) -> Any:
+        """A journaled call of ``execution`` reported as an ``execute_tool`` span."""
+        step, position = execution.call_step, execution.call_position
+        executed = False
+
+        async def counted() -> Any:
+            nonlocal executed
+            executed = True
+            return await invoke()
+
+        attributes: dict[str, Any] = {
+            OPERATION: "execute_tool",
+            TOOL_NAME: function,
+            TOOL_TYPE: "function",
+            TOOL_CALL_ID: f"{self.run_id}/{step}/{position}",
+            RUN_ID: self.run_id,
+            STEP_SEQ: step,
+            JOURNAL_POSITION: position,
+        }
+        if self.capture:
+            attributes[TOOL_ARGUMENTS] = otel.to_json(
+                {"args": arguments[0], "kwargs": arguments[1]}
+            )
+        with otel.span(self.tracer, f"execute_tool {function}", attributes) as span:
+            try:
+                result = await execution.journaled(function, digest, replay, counted, rebuild)
+            except BaseException as error:
+                self._called(span, function, step, position, not executed)
+                otel.fail(span, error)
+                raise
+            self._called(span, function, step, position, not executed)
+            if span is not None and self.capture:
+                span.set_attribute(TOOL_RESULT, otel.to_json(result))
+        return result
+
+    def _called(
+        self, span: Span | None, function: str, step: int | None, position: int, replayed: bool
+    ) -> None:
+        if span is not None:
+            span.set_attribute(REPLAYED, replayed)
+        if self.instruments is not None:
+            labels: dict[str, str | bool] = {
+                WORKFLOW_NAME: self.pipeline,
+                TOOL_NAME: function,
+                REPLAYED: replayed,
+            }
+            self.instruments.calls.add(1, labels)
+        if self.debug:
+            log.debug(
+                "run %s step %s call %d %s: %s",
+                self.run_id,
+                step,
+                position,
+                function,
+                "replayed from the journal" if replayed else "executed",
+                extra={"run_id": self.run_id, "step": step, "function": function},
+            )
+
+
+def _checkpoint_of(recorder: Any, seq: int) -> str | None:
+    """The id of the checkpoint the recorder wrote with step ``seq``, if it wrote one."""
+    if getattr(recorder, "checkpointed_seq", None) != seq:
+        return None
+    kept = getattr(recorder, "kept", None)
+    return str(kept[-1]) if kept else None
+
+
+def step_runner(execution: RunExecution) -> Callable[[AgentNode], Awaitable[bool]]:
+    """The function that runs one step of ``execution``: its own, or reported when the run
+    reports (chosen once per run, so that the step loop does nothing more when off)."""
+    telemetry = execution.telemetry
+    if telemetry is None:
+        return execution._step
+    return telemetry.step_runner(execution, execution._step)
+
+
+def timed_commit(store: Any) -> Callable[[Any], Awaitable[None]]:
+    """``store.commit``, timed into ``nestegg.checkpoint.commit.duration`` when a meter
+    provider is configured (chosen once per run)."""
+    commit: Callable[[Any], Awaitable[None]] = store.commit
+    instruments = otel.meter_instruments()
+    if instruments is None:
+        return commit
+    labels = {STORE: store_name(store)}
+    histogram = instruments.commit_duration
+
+    async def timed(change: Any) -> None:
+        started = time.perf_counter()
+        try:
+            await commit(change)
+        finally:
+            histogram.record(time.perf_counter() - started, labels)
+
+    return timed
+
+
+def store_name(store: Any) -> str:
+    """A store's short name: its URL scheme (``sqlite``, ``redis``, ...) or class name."""
+    from nestegg.checkpoint.stores import _SCHEMES
+
+    name = type(store).__name__
+    return next((scheme for scheme, spec in _SCHEMES.items() if spec[1] == name), name)
+
+
+# ------------------------------------------------------------------ run attempts
+
+Opening = tuple[str, dict[str, Any]] | None
+"""A run attempt's opening event (kind, payload), if it writes one."""
+
+
+def traced_attempt(
+    execute: Callable[..., Awaitable[T]],
+) -> Callable[..., Awaitable[T]]:
+    """Decorate ``RunBook._execute``: a checkpointed run attempt is an ``invoke_workflow``
+    span whose trace context its opening event keeps (so that a resume, in any process,
+    links to it)."""
+
+    @functools.wraps(execute)
+    async def attempt(
+        book: Any, run: Any, execution: RunExecution, base: Any, kept: Any, event: Opening,
+        *args: Any, **kwargs: Any,
+    ) -> T:  # fmt: skip
+        async def body(opening: Opening) -> T:
+            return await execute(book, run, execution, base, kept, opening, *args, **kwargs)
+
+        where = _Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
+        return await _attempt(execution, where, event, body)
+
+    return attempt
+
+
+def traced_drive(
+    drive: Callable[..., Awaitable[T]],
+) -> Callable[..., Awaitable[T]]:
+    """Decorate ``Clutch._drive``: a run without checkpointing is an ``invoke_workflow``
+    span too (a checkpointed one already is, see :func:`traced_attempt`)."""
+
+    @functools.wraps(drive)
+    async def driven(clutch: Any, execution: RunExecution, *args: Any, **kwargs: Any) -> T:
+        if getattr(execution.recorder, "journals", False):
+            return await drive(clutch, execution, *args, **kwargs)
+
+        async def body(_: Opening) -> T:
+            return await drive(clutch, execution, *args, **kwargs)
+
+        return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), None, body)
+
+    return driven
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What a run attempt's span says about where it runs."""
+
+    pipeline: str
+    strategy: Any
+    store: Any = None
+    fence: int | None = None
+
+    def attributes(self, run_id: str, opening: Opening) -> dict[str, Any]:
+        resumed = opening is not None and opening[0] == RUN_RESUMED
+        name_key = AGENT_NAME if latest_conventions() else WORKFLOW_NAME
+        attributes: dict[str, Any] = {
+            OPERATION: "invoke_workflow",
+            name_key: self.pipeline,
+            CONVERSATION_ID: run_id,
+            RUN_ID: run_id,
+            RESUMED: resumed,
+            STRATEGY: str(getattr(self.strategy, "value", self.strategy)),
+        }
+        if self.store is not None:
+            attributes[STORE] = store_name(self.store)
+        if self.fence is not None:
+            attributes[FENCE] = self.fence
+        checkpoint_id = opening[1].get("checkpoint_id") if resumed and opening else None
+        if checkpoint_id is not None:
+            attributes[CHECKPOINT_ID] = checkpoint_id
+        return attributes
+
+
+async def _attempt(
+    execution: RunExecution,
+    where: _Attempt,
+    opening: Opening,
+    body: Callable[[Opening], Awaitable[T]],
+) -> T:
+    """Run ``body`` as one attempt of ``execution``'s run, reported as configured."""
+    run_id = execution.run_id
+    resumed = opening is not None and opening[0] == RUN_RESUMED
+    interrupted = resumed and opening is not None and opening[1].get("previous") == RUNNING
+    tracer, instruments = otel.tracer(), otel.meter_instruments()
+    reports = tracer is not None or instruments is not None or log.isEnabledFor(logging.DEBUG)
+    if not reports and not log.isEnabledFor(logging.INFO):
+        return await body(opening)
+    if reports:
+        execution.telemetry = RunTelemetry(tracer, instruments, run_id, where.pipeline)
+    extra = {"run_id": run_id, "pipeline": where.pipeline}
+    log.info("run %s of %s %s", run_id, where.pipeline, "resumed" if resumed else "started",
+             extra=extra)  # fmt: skip
+    links = []
+    if tracer is not None and resumed and where.store is not None:
+        previous = await _previous_attempt(where.store, run_id)
+        links = [previous] if previous is not None else []
+    status = "failed"
+    name = f"invoke_workflow {where.pipeline}"
+    with otel.span(tracer, name, where.attributes(run_id, opening), links) as span:
+        if span is not None and opening is not None:
+            opening = (opening[0], {**opening[1], TRACE_KEY: otel.stored_context()})
+        try:
+            result = await body(opening)
+            status = "completed"
+        except BaseException as error:
+            status = "cancelled" if _cancelled(error) else "failed"
+            if status == "failed":
+                otel.fail(span, error)
+            raise
+        finally:
+            _finished(span, instruments, where.pipeline, status, interrupted)
+            log.info("run %s of %s %s", run_id, where.pipeline, status, extra=extra)
+    return result
+
+
+def _cancelled(error: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(error, asyncio.CancelledError)
+
+
+def _finished(
+    span: Span | None,
+    instruments: Instruments | None,
+    pipeline: str,
+    status: str,
+    interrupted: bool,
+) -> None:
+    if span is not None:
+        span.set_attribute(RUN_STATUS, status)
+    if instruments is not None:
+        instruments.runs.add(1, {WORKFLOW_NAME: pipeline, RUN_STATUS: status})
+        if interrupted and status == "completed":
+            instruments.recovered.add(1, {WORKFLOW_NAME: pipeline})
