@@ -28,12 +28,12 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nestegg import otel
-from nestegg.constants import RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, RUN_STARTED
 from nestegg.otel import (
     AGENT_NAME,
     CHECKPOINT_ID,
@@ -332,16 +332,22 @@ def timed_commit(store: Any) -> Callable[[Any], Awaitable[None]]:
 
 def store_name(store: Any) -> str:
     """A store's short name: its URL scheme (``sqlite``, ``redis``, ...) or class name."""
-    from nestegg.checkpoint.stores import _SCHEMES
+    from nestegg.checkpoint.stores.registry import BY_NAME
 
     name = type(store).__name__
-    return next((scheme for scheme, spec in _SCHEMES.items() if spec[1] == name), name)
+    entry = BY_NAME.get(name)
+    return entry.schemes[0] if entry is not None and entry.schemes else name
 
 
 # ------------------------------------------------------------------ run attempts
 
-Opening = tuple[str, dict[str, Any]] | None
-"""A run attempt's opening event (kind, payload), if it writes one."""
+Opening = Sequence[tuple[str, dict[str, Any]]]
+"""A run attempt's opening events (kind, payload), the last one opening it (none: a fork's
+attempt, whose events its fork commit wrote)."""
+
+
+def _last(events: Opening) -> tuple[str, dict[str, Any]] | None:
+    return events[-1] if events else None
 
 
 def traced_attempt(
@@ -379,7 +385,7 @@ def traced_drive(
         async def body(_: Opening) -> T:
             return await drive(clutch, execution, *args, **kwargs)
 
-        return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), None, body)
+        return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), (), body)
 
     return driven
 
@@ -393,7 +399,8 @@ class _Attempt:
     store: Any = None
     fence: int | None = None
 
-    def attributes(self, run_id: str, opening: Opening) -> dict[str, Any]:
+    def attributes(self, run_id: str, events: Opening) -> dict[str, Any]:
+        opening = _last(events)
         resumed = opening is not None and opening[0] == RUN_RESUMED
         name_key = AGENT_NAME if latest_conventions() else WORKFLOW_NAME
         attributes: dict[str, Any] = {
@@ -417,17 +424,18 @@ class _Attempt:
 async def _attempt(
     execution: RunExecution,
     where: _Attempt,
-    opening: Opening,
+    events: Opening,
     body: Callable[[Opening], Awaitable[T]],
 ) -> T:
     """Run ``body`` as one attempt of ``execution``'s run, reported as configured."""
     run_id = execution.run_id
+    opening = _last(events)
     resumed = opening is not None and opening[0] == RUN_RESUMED
-    interrupted = resumed and opening is not None and opening[1].get("previous") == RUNNING
+    interrupted = resumed and any(kind == RUN_INTERRUPTED for kind, _ in events)
     tracer, instruments = otel.tracer(), otel.meter_instruments()
     reports = tracer is not None or instruments is not None or log.isEnabledFor(logging.DEBUG)
     if not reports and not log.isEnabledFor(logging.INFO):
-        return await body(opening)
+        return await body(events)
     if reports:
         execution.telemetry = RunTelemetry(tracer, instruments, run_id, where.pipeline)
     extra = {"run_id": run_id, "pipeline": where.pipeline}
@@ -439,11 +447,12 @@ async def _attempt(
         links = [previous] if previous is not None else []
     status = "failed"
     name = f"invoke_workflow {where.pipeline}"
-    with otel.span(tracer, name, where.attributes(run_id, opening), links) as span:
+    with otel.span(tracer, name, where.attributes(run_id, events), links) as span:
         if span is not None and opening is not None:
-            opening = (opening[0], {**opening[1], TRACE_KEY: otel.stored_context()})
+            traced = {**opening[1], TRACE_KEY: otel.stored_context()}
+            events = [*events[:-1], (opening[0], traced)]
         try:
-            result = await body(opening)
+            result = await body(events)
             status = "completed"
         except BaseException as error:
             status = "cancelled" if _cancelled(error) else "failed"
