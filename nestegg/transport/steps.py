@@ -296,12 +296,15 @@ class StepRunner:
             log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
             await delivery.ack()
             return
+        route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
+        if outcome == STEP_DONE and route is None and self.clutch.strategy is not Strategy.SELECTOR:
+            await recorder.finish(execution.ctx.data, execution.data_seq)  # nothing comes next
+            outcome = RUN_DONE
         if outcome == RUN_DONE:
             await delivery.ack()
             return
         if outcome != STEP_DONE or recorder.lease_seconds:
             await recorder.release()
-        route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
         await self.publish(claimed.run_id, execution.seq + 1, claimed.fence, route)
         await delivery.ack()
 

@@ -1,10 +1,10 @@
 """Pipelines the transport tests run in worker processes (``nestegg worker``).
 
-Configured from the environment so that every test has its own keys:
+Configured from the environment when built, so that every test has its own keys:
 ``NESTEGG_TEST_REDIS_URL`` (store and Redis broker), ``NESTEGG_TEST_PREFIX`` (key prefix
-of the store and of the streams), ``NESTEGG_TEST_TRANSPORT`` (broker URL, default the
-Redis one), ``NESTEGG_TEST_LEASE`` (seconds) and ``NESTEGG_TEST_SLOW`` (seconds a slow
-step takes).
+of the store, streams, queues and counters), ``NESTEGG_TEST_TRANSPORT`` (an AMQP URL;
+default Redis Streams), ``NESTEGG_TEST_LEASE`` (seconds) and ``NESTEGG_TEST_SLOW``
+(seconds the slow step takes).
 """
 
 from __future__ import annotations
@@ -23,43 +23,57 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.transport.redis_streams import RedisStreamsTransport
 
-REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-PREFIX = os.environ.get("NESTEGG_TEST_PREFIX", "nestegg-test:")
-LEASE = float(os.environ.get("NESTEGG_TEST_LEASE", "2"))
-SLOW = float(os.environ.get("NESTEGG_TEST_SLOW", "0"))
+REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
 STEPS = 10
 
 
+def setting(name: str, default: str) -> str:
+    """A test setting from the environment (read when a pipeline is built)."""
+    return os.environ.get(f"NESTEGG_TEST_{name}", default)
+
+
+def redis_url() -> str:
+    """The Redis of the store, the counters and the Redis broker."""
+    return setting("REDIS_URL", REDIS_URL_DEFAULT)
+
+
+def prefix() -> str:
+    """The key prefix of this test's store, streams, queues and counters."""
+    return setting("PREFIX", "nestegg-test:")
+
+
 def transport() -> Any:
-    """The broker of the tests: Redis Streams under the prefix, or the URL given."""
+    """The broker of the tests: Redis Streams under the prefix, or the AMQP URL given."""
     url = os.environ.get("NESTEGG_TEST_TRANSPORT")
     if url is None or url.startswith("redis"):
-        return RedisStreamsTransport(url or REDIS_URL, prefix=PREFIX)
+        return RedisStreamsTransport(url or redis_url(), prefix=prefix())
     from nestegg.transport.rabbitmq import RabbitMQTransport
 
-    return RabbitMQTransport(url, prefix=PREFIX)
+    return RabbitMQTransport(url, prefix=prefix())
 
 
 def config() -> CheckpointConfig:
     """The Redis store under the prefix, with a short lease."""
-    storage = RedisCheckpointStorage(REDIS_URL, prefix=PREFIX)
-    return CheckpointConfig(storage=storage, lease=timedelta(seconds=LEASE))
+    storage = RedisCheckpointStorage(redis_url(), prefix=prefix())
+    lease = timedelta(seconds=float(setting("LEASE", "2")))
+    return CheckpointConfig(storage=storage, lease=lease)
 
 
-_counter: list[Any] = []
+_counters: dict[Any, Any] = {}
 
 
 def counter() -> Any:
-    """A Redis client for the side-effect counters (one per process and loop)."""
-    if not _counter:
-        _counter.append(aioredis.Redis.from_url(REDIS_URL))
-    return _counter[0]
+    """A Redis client for the side-effect counters (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _counters:
+        _counters[loop] = aioredis.Redis.from_url(redis_url())
+    return _counters[loop]
 
 
 @nestegg.durable
 async def side_effect(run_id: str, step: int) -> int:
     """Counts its executions per run and step in Redis; returns the count."""
-    return int(await counter().hincrby(f"{PREFIX}effects", f"{run_id}:{step}", 1))
+    return int(await counter().hincrby(f"{prefix()}effects", f"{run_id}:{step}", 1))
 
 
 async def _chain_step(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -70,55 +84,69 @@ async def _chain_step(data: dict[str, Any], name: str) -> dict[str, Any]:
     return {"trail": [*data.get("trail", []), f"{name}{step}"], "n": data.get("n", 0) + 1}
 
 
-chain = Clutch(
-    "chain",
-    strategy=Strategy.ROUND_ROBIN,
-    max_turns=STEPS,
-    transport=transport(),
-    checkpoint=config(),
-)
+def make_chain() -> Clutch:
+    """Ten steps, ping and pong in turn, each with a journaled side effect."""
+    chain = Clutch(
+        "chain",
+        strategy=Strategy.ROUND_ROBIN,
+        max_turns=STEPS,
+        transport=transport(),
+        checkpoint=config(),
+    )
+
+    @chain.agent()
+    async def ping(data: dict[str, Any]) -> dict[str, Any]:
+        return await _chain_step(data, "ping")
+
+    @chain.agent()
+    async def pong(data: dict[str, Any]) -> dict[str, Any]:
+        return await _chain_step(data, "pong")
+
+    return chain
 
 
-@chain.agent()
-async def ping(data: dict[str, Any]) -> dict[str, Any]:
-    return await _chain_step(data, "ping")
+def make_slow() -> Clutch:
+    """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect."""
+    slow = Clutch("slow", transport=transport(), checkpoint=config())
+    seconds = float(setting("SLOW", "0"))
+
+    @slow.agent()
+    async def crawl(data: dict[str, Any]) -> dict[str, Any]:
+        await side_effect(get_context().state.clutch_id, 1)
+        await asyncio.sleep(seconds)
+        return {**data, "crawled": os.getpid()}
+
+    @slow.agent()
+    async def after(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "after": os.getpid()}
+
+    return slow
 
 
-@chain.agent()
-async def pong(data: dict[str, Any]) -> dict[str, Any]:
-    return await _chain_step(data, "pong")
+def make_split() -> Clutch:
+    """Three agents in order, each noting the pid that ran it; the third may fail."""
+    split = Clutch("split", transport=transport(), checkpoint=config())
+
+    @split.agent()
+    async def first(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "first": os.getpid()}
+
+    @split.agent()
+    async def second(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "second": os.getpid()}
+
+    @split.agent()
+    async def third(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("fail"):
+            raise ValueError(f"bad input {data['fail']}")
+        return {**data, "third": os.getpid()}
+
+    return split
 
 
-slow = Clutch("slow", transport=transport(), checkpoint=config())
-
-
-@slow.agent()
-async def crawl(data: dict[str, Any]) -> dict[str, Any]:
-    await side_effect(get_context().state.clutch_id, 1)
-    await asyncio.sleep(SLOW)
-    return {**data, "crawled": True}
-
-
-@slow.agent()
-async def after(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "after": os.getpid()}
-
-
-split = Clutch("split", transport=transport(), checkpoint=config())
-
-
-@split.agent()
-async def first(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "first": os.getpid()}
-
-
-@split.agent()
-async def second(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "second": os.getpid()}
-
-
-@split.agent()
-async def third(data: dict[str, Any]) -> dict[str, Any]:
-    if data.get("fail"):
-        raise ValueError(f"bad input {data['fail']}")
-    return {**data, "third": os.getpid()}
+def __getattr__(name: str) -> Clutch:
+    """``apps:chain``, ``apps:slow``, ``apps:split``: built from the environment on use."""
+    makers = {"chain": make_chain, "slow": make_slow, "split": make_split}
+    if name in makers:
+        return makers[name]()
+    raise AttributeError(name)
