@@ -93,6 +93,10 @@ class Delivery(Protocol):
     async def requeue(self) -> None:
         """Give it back now for any consumer to take."""
 
+    async def forward(self, channel: str, message: StepMessage) -> None:
+        """Publish ``message`` to ``channel``, then ack this one (in one round trip where
+        the broker allows)."""
+
 
 @runtime_checkable
 class Transport(Protocol):

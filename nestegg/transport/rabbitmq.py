@@ -37,9 +37,16 @@ def broker_errors(what: str) -> Iterator[None]:
 class RabbitDelivery:
     """A message delivered from a queue to this transport's consumer."""
 
-    __slots__ = ("channel", "incoming", "message", "redelivered")
+    __slots__ = ("channel", "incoming", "message", "redelivered", "transport")
 
-    def __init__(self, channel: str, incoming: AbstractIncomingMessage, message: StepMessage):
+    def __init__(
+        self,
+        transport: RabbitMQTransport,
+        channel: str,
+        incoming: AbstractIncomingMessage,
+        message: StepMessage,
+    ) -> None:
+        self.transport = transport
         self.channel = channel
         self.incoming = incoming
         self.message = message
@@ -57,6 +64,11 @@ class RabbitDelivery:
         """basic.nack with requeue."""
         with broker_errors(f"requeue on {self.channel}"):
             await self.incoming.nack(requeue=True)
+
+    async def forward(self, channel: str, message: StepMessage) -> None:
+        """Publish ``message`` (confirmed), then ack this one."""
+        await self.transport.publish(channel, message)
+        await self.ack()
 
 
 class RabbitMQTransport:
@@ -144,7 +156,7 @@ class RabbitMQTransport:
                     log.warning("dropping a message of %s: %s", channel, error)
                     await incoming.ack()
                     continue
-                yield RabbitDelivery(channel, incoming, message)
+                yield RabbitDelivery(self, channel, incoming, message)
         finally:
             await self._stop_consuming(tags, arrived)
 

@@ -84,10 +84,17 @@ class RedisDelivery:
 
     async def requeue(self) -> None:
         """Add the message again at the stream's end and drop this entry, atomically."""
-        key = self.transport.key(self.channel)
-        with broker_errors(f"requeue of {self.entry_id} on {self.channel}"):
-            async with self.transport.client.pipeline(transaction=True) as pipe:
-                pipe.xadd(key, {FIELD: self.message.encode()})
+        await self.forward(self.channel, self.message)
+
+    async def forward(self, channel: str, message: StepMessage) -> None:
+        """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
+        transaction, one round trip."""
+        transport = self.transport
+        await transport._ensure_group(channel)
+        key = transport.key(self.channel)
+        with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
+            async with transport.client.pipeline(transaction=True) as pipe:
+                pipe.xadd(transport.key(channel), {FIELD: message.encode()})
                 pipe.xack(key, GROUP, self.entry_id)
                 pipe.xdel(key, self.entry_id)
                 await pipe.execute()

@@ -35,6 +35,7 @@ from nestegg.constants import (
 from nestegg.errors import (
     NestEggError,
     RunLockedError,
+    RunNotFoundError,
     StaleOwnerError,
     StorageError,
     TransportError,
@@ -192,13 +193,13 @@ class StepRunner:
         message = delivery.message
         try:
             try:
-                run = await self._judged(store, delivery)
+                claimed = await self._claim(store, delivery)
             except asyncio.CancelledError:
                 with contextlib.suppress(TransportError):
                     await asyncio.shield(delivery.requeue())
                 raise
-            if run is not None:
-                await self._take(store, run, delivery)
+            if claimed is not None:
+                await self._take(store, claimed, delivery)
             else:
                 await delivery.ack()
         except (StorageError, TransportError) as error:
@@ -206,6 +207,30 @@ class StepRunner:
             await asyncio.sleep(STORE_RETRY_DELAY)
             with contextlib.suppress(TransportError):
                 await delivery.requeue()
+
+    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
+        """The run claimed for this delivery, or None when the message is done with.
+
+        A fresh message whose fence is the run's is claimed at once, without reading the
+        run first: its sender released the run before sending it, and any claim since
+        would have moved the fence on (so the step is not committed and nobody holds
+        the run). Otherwise the run is read and judged.
+        """
+        message = delivery.message
+        if not delivery.redelivered:
+            with contextlib.suppress(RunLockedError, RunNotFoundError):
+                return await self._claim_at(store, message.run_id, message.fence)
+        run = await self._judged(store, delivery)
+        if run is None:
+            return None
+        try:
+            return await self._claim_at(store, run.run_id, run.fence)
+        except RunLockedError:
+            return None  # another worker took it first
+
+    async def _claim_at(self, store: CheckpointStorage, run_id: str, fence: int) -> RunRecord:
+        now = time.time()
+        return await store.claim_run(run_id, fence, current_owner(), now + self.lease, now)
 
     async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run to claim for this delivery, or None when it is done with (repointed if
@@ -229,15 +254,7 @@ class StepRunner:
             await asyncio.sleep(min(max(wait, CLOCK_MARGIN), self.lease / 3))
             await delivery.keep_alive()
 
-    async def _take(self, store: CheckpointStorage, run: RunRecord, delivery: Delivery) -> None:
-        now = time.time()
-        try:
-            claimed = await store.claim_run(
-                run.run_id, run.fence, current_owner(), now + self.lease, now
-            )
-        except RunLockedError:
-            await delivery.ack()  # another worker took it first
-            return
+    async def _take(self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery) -> None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
         except NestEggError as error:
@@ -305,8 +322,8 @@ class StepRunner:
             return
         if outcome != STEP_DONE or recorder.lease_seconds:
             await recorder.release()
-        await self.publish(claimed.run_id, execution.seq + 1, claimed.fence, route)
-        await delivery.ack()
+        message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route)
+        await delivery.forward(channel_name(self.clutch.name, route), message)
 
     async def _hand_back(
         self, store: CheckpointStorage, recorder: StepRecorder, delivery: Delivery
