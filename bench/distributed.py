@@ -27,6 +27,8 @@ from typing import Any
 from distributed_app import REDIS_URL, make
 from harness import START_INPUT, Table, median, print_tables, progress
 
+from nestegg.transport.caller import publish_first
+
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
@@ -81,7 +83,8 @@ class Deployment:
             from nestegg.transport.rabbitmq import RabbitMQTransport
 
             rabbit = RabbitMQTransport(self.env["BENCH_TRANSPORT"], prefix=prefix)
-            await rabbit.delete_channels(["nestegg.bench", "nestegg.bench.left", "nestegg.bench.right"])
+            channels = ["nestegg.bench", "nestegg.bench.left", "nestegg.bench.right"]
+            await rabbit.delete_channels(channels)
             await rabbit.close()
 
 
@@ -138,17 +141,11 @@ async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> fl
         await warm_up(caller)
         book = caller._book()
         store = await book.ready()
-        from nestegg.transport.caller import run_remote  # noqa: F401 (the caller path)
-        from nestegg.transport.steps import first_route
-        from nestegg.transport.base import StepMessage, channel_name
-
+        assert caller.transport is not None
         started = time.perf_counter()
-        for _ in range(runs):
+        for _ in range(runs):  # what submit() does, without a waiting task per run
             run = await book.create_queued(START_INPUT, None)
-            agent = first_route(caller)
-            message = StepMessage(run.run_id, 1, run.fence, agent)
-            assert caller.transport is not None
-            await caller.transport.publish(channel_name(caller.name, agent), message)
+            await publish_first(caller, caller.transport, run)
         while await store.list_runs(pipeline=caller.name, statuses=["running"]):
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
@@ -167,7 +164,8 @@ async def scaling(broker: str, runs: int, run_steps: int, reps: int) -> Table:
             rates[workers].append(await throughput(broker, runs, run_steps, workers))
     one, two = median(rates[1]), median(rates[2])
     table = Table(
-        f"Throughput of {runs} concurrent {run_steps}-step runs ({broker_name(broker)}, Redis store)",
+        f"Throughput of {runs} concurrent {run_steps}-step runs "
+        f"({broker_name(broker)}, Redis store)",
         ["workers", "steps/s (median)", "vs 1 worker"],
     )
     table.rows.append(["1 process", f"{one:,.0f}", "1.00x"])

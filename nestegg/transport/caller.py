@@ -111,6 +111,14 @@ async def wait_result(
         pause = min(pause * 1.5, POLL_MAX)
 
 
+async def publish_first(clutch: Clutch, transport: Transport, run: RunRecord) -> None:
+    """Publish the first step of a stored run (to its first agent's channel, or to the
+    pipeline's for a SELECTOR)."""
+    agent = first_route(clutch)
+    message = StepMessage(run.run_id, 1, run.fence, agent)
+    await transport.publish(channel_name(clutch.name, agent), message)
+
+
 async def run_remote(
     clutch: Clutch,
     book: RunBook,
@@ -129,9 +137,7 @@ async def run_remote(
     request = {"clutch_id": run.run_id, "input": to_plain(input_data)}
     if clutch._on_request is not None:
         await clutch._on_request(request)
-    agent = first_route(clutch)
-    message = StepMessage(run.run_id, 1, run.fence, agent)
-    await transport.publish(channel_name(clutch.name, agent), message)
+    await publish_first(clutch, transport, run)
     result = await wait_result(book.store, run.run_id, None, listeners)
     if clutch._on_response is not None:
         response = {"_clutch_response": True, "clutch_id": run.run_id, "result": result}
