@@ -91,7 +91,7 @@ class Delivery(Protocol):
         """Say that this consumer still works on it (it is not given to another)."""
 
     async def requeue(self) -> None:
-        """Give it back now for any consumer to take."""
+        """Give it back now for any consumer to take; it comes back redelivered."""
 
     async def forward(self, channel: str, message: StepMessage) -> None:
         """Publish ``message`` to ``channel``, then ack this one (in one round trip where

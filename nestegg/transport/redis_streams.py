@@ -29,6 +29,8 @@ log = logging.getLogger("nestegg")
 
 GROUP = "nestegg"
 FIELD = "m"
+REDELIVERED_FIELD = "r"
+"""Set on a message given back (requeued): it counts as redelivered."""
 READ_BLOCK_MS = 500
 """How long one XREADGROUP waits for a message before the consumer looks for stale ones."""
 
@@ -83,18 +85,22 @@ class RedisDelivery:
             )
 
     async def requeue(self) -> None:
-        """Add the message again at the stream's end and drop this entry, atomically."""
-        await self.forward(self.channel, self.message)
+        """Add the message again at the stream's end, marked redelivered, and drop this
+        entry, atomically."""
+        await self.forward(self.channel, self.message, {REDELIVERED_FIELD: b"1"})
 
-    async def forward(self, channel: str, message: StepMessage) -> None:
+    async def forward(
+        self, channel: str, message: StepMessage, marks: dict[str, bytes] | None = None
+    ) -> None:
         """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
         transaction, one round trip."""
         transport = self.transport
         await transport._ensure_group(channel)
         key = transport.key(self.channel)
+        fields = {FIELD: message.encode(), **(marks or {})}
         with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
             async with transport.client.pipeline(transaction=True) as pipe:
-                pipe.xadd(transport.key(channel), {FIELD: message.encode()})
+                pipe.xadd(transport.key(channel), fields)
                 pipe.xack(key, GROUP, self.entry_id)
                 pipe.xdel(key, self.entry_id)
                 await pipe.execute()
@@ -197,7 +203,8 @@ class RedisStreamsTransport:
             dropped = RedisDelivery(self, channel, entry, StepMessage("", 0, 0), redelivered)
             await dropped.ack()
             return None
-        return RedisDelivery(self, channel, entry, message, redelivered)
+        requeued = REDELIVERED_FIELD.encode() in fields or REDELIVERED_FIELD in fields
+        return RedisDelivery(self, channel, entry, message, redelivered or requeued)
 
     async def delete_channels(self, channels: Sequence[str]) -> None:
         """Delete the channels' streams with their groups (tests, teardown)."""

@@ -309,6 +309,8 @@ class StepRunner:
             log.info("run %r was taken over while step %d ran", claimed.run_id, execution.seq)
             await delivery.ack()
             return
+        except (StorageError, TransportError):
+            raise  # the message is given back (handle)
         except Exception as error:  # the step failed: recorded as the run's failure
             log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
             await delivery.ack()
