@@ -16,11 +16,11 @@ import dataclasses
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from nestegg.checkpoint.checkpointer import Checkpointer
+from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
 from nestegg.checkpoint.codec import seal, seal_json
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
@@ -56,6 +56,8 @@ CLOCK_MARGIN = 0.05
 """Seconds added when waiting for a lease to expire (clocks of hosts differ a little)."""
 STORE_RETRY_DELAY = 1.0
 """Seconds before a message is given back after the store failed."""
+WARM_RUNS = 256
+"""Runs whose state a worker keeps after their step, for their next step."""
 
 
 class Verdict(enum.Enum):
@@ -86,6 +88,27 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     if held:
         return Verdict.WAIT if redelivered else Verdict.DROP
     return Verdict.TAKE
+
+
+class Warm(NamedTuple):
+    """A run's state as this worker left it after a step (fence and sequence numbers as
+    committed), to continue from without reading the store again."""
+
+    fence: int
+    step_seq: int
+    event_seq: int
+    execution: RunExecution
+    base: Snapshot
+    kept: tuple[str, ...]
+
+    def continues(self, claimed: RunRecord) -> bool:
+        """Whether ``claimed`` is the run as left, claimed again by this worker: nobody
+        claimed it in between (the fence moved by one) and nothing was committed since."""
+        return (
+            claimed.fence == self.fence + 1
+            and claimed.step_seq == self.step_seq
+            and claimed.event_seq == self.event_seq
+        )
 
 
 class StepRecorder(Checkpointer):
@@ -173,6 +196,8 @@ class StepRunner:
         self.transport = transport
         self.hosts = hosts
         self.book: RunBook = clutch._book()
+        self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
+        self.warm: dict[str, Warm] = {}
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
             self.book.config.policy,
@@ -230,7 +255,7 @@ class StepRunner:
 
     async def _claim_at(self, store: CheckpointStorage, run_id: str, fence: int) -> RunRecord:
         now = time.time()
-        return await store.claim_run(run_id, fence, current_owner(), now + self.lease, now)
+        return await store.claim_run(run_id, fence, self.owner, now + self.lease, now)
 
     async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run to claim for this delivery, or None when it is done with (repointed if
@@ -272,7 +297,15 @@ class StepRunner:
     async def _prepare(
         self, claimed: RunRecord, delivery: Delivery
     ) -> tuple[RunExecution, StepRecorder]:
-        execution, base, kept, state = await self.book.load_for_step(claimed, StepListeners())
+        warm = self.warm.pop(claimed.run_id, None)
+        resumed: dict[str, Any] | None = None
+        if warm is not None and warm.continues(claimed):
+            execution, base, kept = warm.execution, warm.base, list(warm.kept)
+        else:
+            execution, base, kept, state = await self.book.load_for_step(claimed, StepListeners())
+            if state.seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one
+                checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
+                resumed = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": RUNNING}
         recorder = StepRecorder(
             self.book.store,
             self.policy,
@@ -287,14 +320,20 @@ class StepRunner:
         recorder.replay_until = claimed.step_seq + 1
         if claimed.event_seq == 0:
             recorder.event(RUN_STARTED, time.time(), {})
-        if state.seq < claimed.step_seq:  # a damaged checkpoint: go back to a valid one
-            checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-            event = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": RUNNING}
-            recorder.event(RUN_RESUMED, time.time(), event)
-            await recorder.start(state.seq, claimed.step_seq + 1)
+        if resumed is not None:
+            recorder.event(RUN_RESUMED, time.time(), resumed)
+            await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
         else:
             recorder.begin()
         return execution, recorder
+
+    def _keep_warm(self, fence: int, execution: RunExecution, recorder: StepRecorder) -> None:
+        """Keep a run's state after its step, for its next step if this worker gets it."""
+        while len(self.warm) >= WARM_RUNS:
+            del self.warm[next(iter(self.warm))]
+        kept = tuple(recorder.kept)
+        warm = Warm(fence, execution.seq, recorder.event_seq, execution, recorder.last_good, kept)
+        self.warm[execution.run_id] = warm
 
     async def _run(
         self,
@@ -326,6 +365,8 @@ class StepRunner:
             await recorder.release()
         message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route)
         await delivery.forward(channel_name(self.clutch.name, route), message)
+        if outcome == STEP_DONE:
+            self._keep_warm(claimed.fence, execution, recorder)
 
     async def _hand_back(
         self, store: CheckpointStorage, recorder: StepRecorder, delivery: Delivery
