@@ -40,6 +40,11 @@ class Clutch:
         name: the pipeline's name (also recorded with every checkpointed run).
         strategy: SEQUENTIAL, ROUND_ROBIN, GRAPH or SELECTOR.
         max_turns: stop after this many turns (steps that produced data).
+        transport: a broker URL (``redis://``, ``rediss://``, ``amqp://``) or a
+            :class:`~nestegg.transport.Transport`: runs are executed by workers
+            (:meth:`serve`, ``nestegg worker``) and this Clutch's ``run``, ``submit`` and
+            ``stream`` only store them and publish their steps. Needs ``checkpoint=`` with
+            a store every worker reaches.
         order: explicit agent order (default: registration order).
         on_request: awaited with ``{"clutch_id", "input"}`` when a run starts.
         on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
@@ -48,7 +53,10 @@ class Clutch:
         on_checkpoint: awaited with a CheckpointInfo after each checkpoint is stored.
 
     Raises:
-        ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async.
+        ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async; a
+            transport without checkpointing or with the memory store, or of an unknown
+            scheme.
+        MissingDependencyError: the broker's client is not installed.
 
     Example:
         >>> clutch = Clutch("review", strategy=Strategy.SEQUENTIAL)

@@ -140,3 +140,54 @@ async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Depl
     finally:
         await caller.stop()
         await worker.stop()
+
+
+@pytest.mark.server
+async def test_hooks_run_where_they_belong_and_on_step_once_per_step(
+    deployment: Deployment,
+) -> None:
+    from tests.transport.apps import config, transport
+
+    seen: dict[str, list[Any]] = {"request": [], "response": [], "step": []}
+
+    async def on_request(request: dict[str, Any]) -> None:
+        seen["request"].append(request)
+
+    async def on_response(request: dict[str, Any], response: dict[str, Any]) -> None:
+        seen["response"].append(response)
+
+    async def on_step(agent: str, data: Any, output: Any) -> None:
+        seen["step"].append((agent, output["n"]))
+
+    def build() -> Clutch:
+        clutch = Clutch(
+            "hooked",
+            max_turns=4,
+            transport=transport(),
+            checkpoint=config(),
+            on_request=on_request,
+            on_response=on_response,
+            on_step=on_step,
+        )
+
+        @clutch.agent()
+        async def count(data: dict[str, Any]) -> dict[str, Any]:
+            return {"n": data["n"] + 1}
+
+        @clutch.agent()
+        async def again(data: dict[str, Any]) -> dict[str, Any]:
+            return {"n": data["n"] + 1}
+
+        return clutch
+
+    caller, worker = build(), build()
+    try:
+        async with serving(worker):
+            result = await caller.run({"n": 0}, run_id="hooked", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result == {"n": 2}
+    assert seen["request"] == [{"clutch_id": "hooked", "input": {"n": 0}}]
+    assert seen["response"] == [{"_clutch_response": True, "clutch_id": "hooked", "result": result}]
+    assert seen["step"] == [("count", 1), ("again", 2)]
