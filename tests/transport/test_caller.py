@@ -191,3 +191,45 @@ async def test_hooks_run_where_they_belong_and_on_step_once_per_step(
     assert seen["request"] == [{"clutch_id": "hooked", "input": {"n": 0}}]
     assert seen["response"] == [{"_clutch_response": True, "clutch_id": "hooked", "result": result}]
     assert seen["step"] == [("count", 1), ("again", 2)]
+
+
+@pytest.mark.server
+async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agent(
+    deployment: Deployment,
+) -> None:
+    from nestegg import Strategy
+    from tests.transport.apps import config, transport
+
+    asked: list[int] = []
+    ran: list[tuple[str, str]] = []
+
+    def build(tag: str) -> Clutch:
+        clutch = Clutch("picky", Strategy.SELECTOR, transport=transport(), checkpoint=config())
+
+        @clutch.selector
+        async def choose(data: dict[str, Any]) -> str | None:
+            asked.append(data["n"])
+            return None if data["n"] >= 4 else ("even", "odd")[data["n"] % 2]
+
+        @clutch.agent()
+        async def even(data: dict[str, Any]) -> dict[str, Any]:
+            ran.append(("even", tag))
+            return {"n": data["n"] + 1}
+
+        @clutch.agent()
+        async def odd(data: dict[str, Any]) -> dict[str, Any]:
+            ran.append(("odd", tag))
+            return {"n": data["n"] + 1}
+
+        return clutch
+
+    caller, evens, odds = build("caller"), build("evens"), build("odds")
+    try:
+        async with serving(evens, agents=["even"]), serving(odds, agents=["odd"]):
+            result = await caller.run({"n": 0}, run_id="picky", timeout=20)
+    finally:
+        for clutch in (caller, evens, odds):
+            await clutch.stop()
+    assert result == {"n": 4}
+    assert ran == [("even", "evens"), ("odd", "odds"), ("even", "evens"), ("odd", "odds")]
+    assert asked[-1] == 4 and set(asked) == {0, 1, 2, 3, 4}
