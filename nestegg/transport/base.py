@@ -110,8 +110,11 @@ class Transport(Protocol):
     async def publish(self, channel: str, message: StepMessage) -> None:
         """Send ``message`` to ``channel``."""
 
-    def consume(self, channels: Sequence[str], *, hold: float) -> AsyncIterator[Delivery]:
-        """Deliveries from ``channels``, one at a time as they are asked for."""
+    def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """Deliveries from ``channels`` as they are asked for; at most about ``prefetch``
+        taken from each channel ahead of being asked for."""
 
     async def close(self) -> None:
         """Release the broker connections."""

@@ -128,14 +128,16 @@ class RabbitMQTransport:
         with broker_errors(f"publish to {channel}"):
             await amqp.default_exchange.publish(body, routing_key=self.queue(channel))
 
-    async def consume(self, channels: Sequence[str], *, hold: float) -> AsyncIterator[Delivery]:
-        """Messages of ``channels``, at most one unacked per queue beyond those taken;
+    async def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """Messages of ``channels``, at most ``prefetch`` unacked per queue (basic.qos);
         ``hold`` plays no part (a dead consumer's messages come back when its connection
         drops)."""
         connection = await self._connect()
         with broker_errors("opening a consumer channel"):
             amqp = await connection.channel()
-            await amqp.set_qos(prefetch_count=1)
+            await amqp.set_qos(prefetch_count=prefetch)
         self._consumers.append(amqp)
         arrived: asyncio.Queue[tuple[str, AbstractIncomingMessage]] = asyncio.Queue()
         tags: list[tuple[Any, str]] = []

@@ -150,9 +150,12 @@ class RedisStreamsTransport:
         with broker_errors(f"publish to {channel}"):
             await self.client.xadd(self.key(channel), {FIELD: message.encode()})
 
-    async def consume(self, channels: Sequence[str], *, hold: float) -> AsyncIterator[Delivery]:
-        """New messages of ``channels`` (XREADGROUP) and, every ``hold / 4`` seconds at
-        most, messages idle for ``hold`` seconds or more (XAUTOCLAIM), as redelivered."""
+    async def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """New messages of ``channels`` (XREADGROUP, one per stream per read: a message is
+        read when it is asked for, whatever ``prefetch``) and, every ``hold / 4`` seconds
+        at most, messages idle for ``hold`` seconds or more (XAUTOCLAIM), as redelivered."""
         for channel in channels:
             await self._ensure_group(channel)
         streams = {self.key(channel): ">" for channel in channels}

@@ -137,7 +137,7 @@ class Worker:
 
     async def _consume(self, slots: asyncio.Semaphore) -> None:
         deliveries: AsyncIterator[Delivery] = self.transport.consume(
-            self.channels, hold=self.runner.lease
+            self.channels, hold=self.runner.lease, prefetch=self.concurrency
         )
         try:
             while True:
