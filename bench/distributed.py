@@ -95,11 +95,29 @@ async def warm_up(clutch: Any) -> None:
     await clutch.run(START_INPUT, timeout=120)
 
 
+async def redis_round_trip(ops: int = 300) -> float:
+    """ms of one Redis SET of ~1 KB, the mean of ``ops`` (the machine's floor, as in
+    floors.py)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(REDIS_URL)
+    key, value = f"nestegg-bench-floor-{uuid.uuid4().hex[:8]}", b"x" * 1000
+    try:
+        await client.set(key, value)
+        started = time.perf_counter()
+        for _ in range(ops):
+            await client.set(key, value)
+        return (time.perf_counter() - started) * 1000 / ops
+    finally:
+        await client.delete(key)
+        await client.aclose()
+
+
 async def overhead(broker: str, steps: int, reps: int) -> Table:
     """ms per step of one run, local mode and through one worker (concurrency 1)."""
     deployment = Deployment(broker, steps=steps)
     deployment.start_worker(1)
-    local_ms, remote_ms = [], []
+    local_ms, remote_ms, floor_ms = [], [], []
     try:
         with deployment.applied():
             local, remote = make(transport=False), make()
@@ -113,6 +131,7 @@ async def overhead(broker: str, steps: int, reps: int) -> Table:
             started = time.perf_counter()
             await remote.run(START_INPUT, timeout=None)
             remote_ms.append((time.perf_counter() - started) * 1000 / steps)
+            floor_ms.append(await redis_round_trip())
         await local.stop()
         await remote.stop()
     finally:
@@ -123,7 +142,11 @@ async def overhead(broker: str, steps: int, reps: int) -> Table:
     )
     table.rows.append(["local (run() in the caller)", f"{median(local_ms):.3f}"])
     table.rows.append(["distributed (1 worker process)", f"{median(remote_ms):.3f}"])
-    table.rows.append(["overhead", f"{median(remote_ms) - median(local_ms):.3f}"])
+    extra = median(remote_ms) - median(local_ms)
+    floor = median(floor_ms)
+    table.rows.append(["overhead", f"{extra:.3f}"])
+    table.rows.append(["a Redis SET of ~1 KB (the machine's round trip)", f"{floor:.3f}"])
+    table.rows.append(["overhead in such round trips", f"{extra / floor:.1f}"])
     table.notes.append(
         f"one run of {steps} steps of ~1 KB, {reps} repetitions interleaved; the distributed "
         "time is end to end in the caller (store the run, publish, the worker's steps, the "
