@@ -198,10 +198,12 @@ class RunBook:
     async def create_queued(self, input_data: Any, run_id: str | None) -> RunRecord:
         """Store a new run that workers execute: status running, no owner, no lease.
 
-        A completed run of that id is returned as stored (its result stands).
+        A completed run of that id and this input is returned as stored (its result
+        stands).
 
         Raises:
-            RunExistsError: the id belongs to an unfinished run.
+            RunExistsError: the id belongs to an unfinished run, or to a run completed
+                with a different input.
             RunLockedError: a live process executes a run of that id.
         """
         run_id = self._run_id(run_id) or new_run_id()

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import server_missing
-from tests.stores.conftest import delete_redis_keys
+from tests.servers import delete_redis_keys
 
 RABBITMQ_URL_ENV = "NESTEGG_TEST_RABBITMQ_URL"
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"

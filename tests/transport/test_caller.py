@@ -120,7 +120,9 @@ async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
     try:
         async with serving(worker):
             first = await caller.run({}, run_id="once", timeout=20)
-        again = await caller.run({"ignored": True}, run_id="once", timeout=5)
+        again = await caller.run({}, run_id="once", timeout=5)
+        with pytest.raises(RunExistsError, match="different input"):
+            await caller.run({"other": True}, run_id="once", timeout=5)
         await caller._book().create_queued({}, "pending")
         with pytest.raises(RunExistsError, match="pending"):
             await caller.run({}, run_id="pending", timeout=5)
