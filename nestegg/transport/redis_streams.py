@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -93,17 +94,27 @@ class RedisDelivery:
         self, channel: str, message: StepMessage, marks: dict[str, bytes] | None = None
     ) -> None:
         """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
-        transaction, one round trip."""
+        transaction, one round trip.
+
+        When this transport consumes ``channel`` and is not waiting on a read, the same
+        transaction reads the channel's next message for it (most often the one just
+        added): the slot this delivery frees takes it without another round trip.
+        """
         transport = self.transport
         await transport._ensure_group(channel)
         key = transport.key(self.channel)
         fields = {FIELD: message.encode(), **(marks or {})}
+        read_ahead = transport._may_read_ahead(channel)
         with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
             async with transport.client.pipeline(transaction=True) as pipe:
                 pipe.xadd(transport.key(channel), fields)
                 pipe.xack(key, GROUP, self.entry_id)
                 pipe.xdel(key, self.entry_id)
-                await pipe.execute()
+                if read_ahead:
+                    pipe.xreadgroup(GROUP, transport.consumer, {transport.key(channel): ">"}, 1)
+                replies = await pipe.execute()
+        if read_ahead:
+            await transport._take_ahead(channel, replies[-1])
 
 
 class RedisStreamsTransport:
@@ -128,6 +139,9 @@ class RedisStreamsTransport:
         self.owns_client = client is None
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._groups: set[str] = set()
+        self._consuming: set[str] = set()
+        self._reading = False
+        self._ahead: deque[RedisDelivery] = deque()
 
     def key(self, channel: str) -> str:
         """The stream key of a channel."""
@@ -144,6 +158,19 @@ class RedisStreamsTransport:
                     raise
         self._groups.add(channel)
 
+    def _may_read_ahead(self, channel: str) -> bool:
+        """Whether a forward to ``channel`` should read its next message for this
+        consumer: it consumes the channel, is not blocked on a read (which would not see
+        the message taken) and holds no message read ahead yet."""
+        return channel in self._consuming and not self._reading and not self._ahead
+
+    async def _take_ahead(self, channel: str, reply: Any) -> None:
+        for _, entries in reply or []:
+            for entry_id, fields in entries:
+                delivery = await self._delivery(channel, entry_id, fields, False)
+                if delivery is not None:
+                    self._ahead.append(delivery)
+
     async def publish(self, channel: str, message: StepMessage) -> None:
         """XADD the message to the channel's stream."""
         await self._ensure_group(channel)
@@ -158,27 +185,49 @@ class RedisStreamsTransport:
         at most, messages idle for ``hold`` seconds or more (XAUTOCLAIM), as redelivered."""
         for channel in channels:
             await self._ensure_group(channel)
+        self._consuming.update(channels)
+        try:
+            async for delivery in self._deliveries(channels, hold):
+                yield delivery
+        finally:
+            self._consuming.difference_update(channels)
+            await self._give_back_ahead()
+
+    async def _deliveries(self, channels: Sequence[str], hold: float) -> AsyncIterator[Delivery]:
         streams = {self.key(channel): ">" for channel in channels}
         by_key = {self.key(channel): channel for channel in channels}
         reclaim_every = max(0.05, min(hold / 4, 1.0))
         next_reclaim = 0.0
         while True:
+            while self._ahead:
+                yield self._ahead.popleft()
             if time.monotonic() >= next_reclaim:
                 next_reclaim = time.monotonic() + reclaim_every
                 for channel in channels:
                     for delivery in await self._reclaim(channel, hold):
                         yield delivery
             block = max(1, min(READ_BLOCK_MS, int((next_reclaim - time.monotonic()) * 1000)))
-            with broker_errors(f"reading {', '.join(channels)}"):
-                replies = await self.client.xreadgroup(
-                    GROUP, self.consumer, streams, count=1, block=block
-                )
+            self._reading = True
+            try:
+                with broker_errors(f"reading {', '.join(channels)}"):
+                    replies = await self.client.xreadgroup(
+                        GROUP, self.consumer, streams, count=1, block=block
+                    )
+            finally:
+                self._reading = False
             for key, entries in replies or []:
                 channel = by_key[_text(key)]
                 for entry_id, fields in entries:
                     fresh = await self._delivery(channel, entry_id, fields, False)
                     if fresh is not None:
                         yield fresh
+
+    async def _give_back_ahead(self) -> None:
+        """Requeue the messages read ahead that no one took (the consumer stopped)."""
+        while self._ahead:
+            delivery = self._ahead.popleft()
+            with contextlib.suppress(TransportError, asyncio.CancelledError):
+                await delivery.requeue()
 
     async def _reclaim(self, channel: str, hold: float) -> list[RedisDelivery]:
         with broker_errors(f"reclaiming idle messages of {channel}"):
