@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -88,23 +87,28 @@ class RedisDelivery:
     async def requeue(self) -> None:
         """Add the message again at the stream's end, marked redelivered, and drop this
         entry, atomically."""
-        await self.forward(self.channel, self.message, {REDELIVERED_FIELD: b"1"})
+        key = self.transport.key(self.channel)
+        fields = {FIELD: self.message.encode(), REDELIVERED_FIELD: b"1"}
+        with broker_errors(f"requeue of {self.entry_id} on {self.channel}"):
+            async with self.transport.client.pipeline(transaction=True) as pipe:
+                pipe.xadd(key, fields)
+                pipe.xack(key, GROUP, self.entry_id)
+                pipe.xdel(key, self.entry_id)
+                await pipe.execute()
 
-    async def forward(
-        self, channel: str, message: StepMessage, marks: dict[str, bytes] | None = None
-    ) -> None:
+    async def forward(self, channel: str, message: StepMessage) -> RedisDelivery | None:
         """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
         transaction, one round trip.
 
-        When this transport consumes ``channel`` and is not waiting on a read, the same
-        transaction reads the channel's next message for it (most often the one just
-        added): the slot this delivery frees takes it without another round trip.
+        While this transport consumes ``channel``, the same transaction reads the
+        channel's next message for it (the oldest not yet delivered: often the one just
+        added) and returns it, for the caller to handle in the slot this one frees.
         """
         transport = self.transport
         await transport._ensure_group(channel)
         key = transport.key(self.channel)
-        fields = {FIELD: message.encode(), **(marks or {})}
-        read_ahead = transport._may_read_ahead(channel)
+        fields = {FIELD: message.encode()}
+        read_ahead = channel in transport._consuming
         with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
             async with transport.client.pipeline(transaction=True) as pipe:
                 pipe.xadd(transport.key(channel), fields)
@@ -113,8 +117,12 @@ class RedisDelivery:
                 if read_ahead:
                     pipe.xreadgroup(GROUP, transport.consumer, {transport.key(channel): ">"}, 1)
                 replies = await pipe.execute()
-        if read_ahead:
-            await transport._take_ahead(channel, replies[-1])
+        if not read_ahead:
+            return None
+        for _, entries in replies[-1] or []:
+            for entry_id, read in entries:
+                return await transport._delivery(channel, entry_id, read, False)
+        return None
 
 
 class RedisStreamsTransport:
@@ -140,8 +148,6 @@ class RedisStreamsTransport:
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._groups: set[str] = set()
         self._consuming: set[str] = set()
-        self._reading = False
-        self._ahead: deque[RedisDelivery] = deque()
 
     def key(self, channel: str) -> str:
         """The stream key of a channel."""
@@ -157,19 +163,6 @@ class RedisStreamsTransport:
                 if "BUSYGROUP" not in str(error):
                     raise
         self._groups.add(channel)
-
-    def _may_read_ahead(self, channel: str) -> bool:
-        """Whether a forward to ``channel`` should read its next message for this
-        consumer: it consumes the channel, is not blocked on a read (which would not see
-        the message taken) and holds no message read ahead yet."""
-        return channel in self._consuming and not self._reading and not self._ahead
-
-    async def _take_ahead(self, channel: str, reply: Any) -> None:
-        for _, entries in reply or []:
-            for entry_id, fields in entries:
-                delivery = await self._delivery(channel, entry_id, fields, False)
-                if delivery is not None:
-                    self._ahead.append(delivery)
 
     async def publish(self, channel: str, message: StepMessage) -> None:
         """XADD the message to the channel's stream."""
@@ -191,7 +184,6 @@ class RedisStreamsTransport:
                 yield delivery
         finally:
             self._consuming.difference_update(channels)
-            await self._give_back_ahead()
 
     async def _deliveries(self, channels: Sequence[str], hold: float) -> AsyncIterator[Delivery]:
         streams = {self.key(channel): ">" for channel in channels}
@@ -199,35 +191,22 @@ class RedisStreamsTransport:
         reclaim_every = max(0.05, min(hold / 4, 1.0))
         next_reclaim = 0.0
         while True:
-            while self._ahead:
-                yield self._ahead.popleft()
             if time.monotonic() >= next_reclaim:
                 next_reclaim = time.monotonic() + reclaim_every
                 for channel in channels:
                     for delivery in await self._reclaim(channel, hold):
                         yield delivery
             block = max(1, min(READ_BLOCK_MS, int((next_reclaim - time.monotonic()) * 1000)))
-            self._reading = True
-            try:
-                with broker_errors(f"reading {', '.join(channels)}"):
-                    replies = await self.client.xreadgroup(
-                        GROUP, self.consumer, streams, count=1, block=block
-                    )
-            finally:
-                self._reading = False
+            with broker_errors(f"reading {', '.join(channels)}"):
+                replies = await self.client.xreadgroup(
+                    GROUP, self.consumer, streams, count=1, block=block
+                )
             for key, entries in replies or []:
                 channel = by_key[_text(key)]
                 for entry_id, fields in entries:
                     fresh = await self._delivery(channel, entry_id, fields, False)
                     if fresh is not None:
                         yield fresh
-
-    async def _give_back_ahead(self) -> None:
-        """Requeue the messages read ahead that no one took (the consumer stopped)."""
-        while self._ahead:
-            delivery = self._ahead.popleft()
-            with contextlib.suppress(TransportError, asyncio.CancelledError):
-                await delivery.requeue()
 
     async def _reclaim(self, channel: str, hold: float) -> list[RedisDelivery]:
         with broker_errors(f"reclaiming idle messages of {channel}"):
