@@ -155,11 +155,17 @@ async def overhead(broker: str, steps: int, reps: int) -> Table:
     return table
 
 
-async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> float:
-    """Aggregate committed steps per second of ``runs`` concurrent runs on ``workers``."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> tuple[float, float]:
+    """Aggregate committed steps per second of ``runs`` concurrent runs on ``workers``,
+    and the workers' CPU milliseconds per step."""
     deployment = Deployment(broker, steps=run_steps)
-    for _ in range(workers):
-        deployment.start_worker(64)
+    processes = [deployment.start_worker(64) for _ in range(workers)]
     try:
         with deployment.applied():
             caller = make()
@@ -167,6 +173,7 @@ async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> fl
         book = caller._book()
         store = await book.ready()
         assert caller.transport is not None
+        cpu_before = sum(cpu_seconds(p.pid) for p in processes)
         started = time.perf_counter()
         run_ids = []
         for _ in range(runs):  # what submit() does, without a waiting task per run
@@ -176,30 +183,35 @@ async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> fl
         for run_id in run_ids:  # in order: the poll of each is cheap, most are done
             await wait_result(store, run_id, None)
         elapsed = time.perf_counter() - started
+        cpu = sum(cpu_seconds(p.pid) for p in processes) - cpu_before
         await caller.stop()
     finally:
         await deployment.close()
-    return runs * run_steps / elapsed
+    return runs * run_steps / elapsed, cpu * 1000 / (runs * run_steps)
 
 
 async def scaling(broker: str, runs: int, run_steps: int, reps: int) -> Table:
     """Steps per second of 1 and 2 worker processes."""
     rates: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}
     for rep in range(reps):
         for workers in (1, 2) if rep % 2 == 0 else (2, 1):
             progress(f"throughput rep {rep + 1}/{reps}, {workers} workers")
-            rates[workers].append(await throughput(broker, runs, run_steps, workers))
+            rate, cpu_ms = await throughput(broker, runs, run_steps, workers)
+            rates[workers].append(rate)
+            cpu[workers].append(cpu_ms)
     one, two = median(rates[1]), median(rates[2])
     table = Table(
         f"Throughput of {runs} concurrent {run_steps}-step runs "
         f"({broker_name(broker)}, Redis store)",
-        ["workers", "steps/s (median)", "vs 1 worker"],
+        ["workers", "steps/s (median)", "vs 1 worker", "worker CPU ms per step (median)"],
     )
-    table.rows.append(["1 process", f"{one:,.0f}", "1.00x"])
-    table.rows.append(["2 processes", f"{two:,.0f}", f"{two / one:.2f}x"])
+    table.rows.append(["1 process", f"{one:,.0f}", "1.00x", f"{median(cpu[1]):.2f}"])
+    table.rows.append(["2 processes", f"{two:,.0f}", f"{two / one:.2f}x", f"{median(cpu[2]):.2f}"])
     table.notes.append(
         f"concurrency 64 per worker; from the first publish to the last run completed; "
-        f"{reps} repetitions; the machine's other load shares its {os.cpu_count()} cores"
+        f"{reps} repetitions; the machine's other load shares its {os.cpu_count()} cores; "
+        "worker CPU: user + system time of the worker processes (/proc) over the steps"
     )
     return table
 

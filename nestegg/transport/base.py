@@ -93,9 +93,10 @@ class Delivery(Protocol):
     async def requeue(self) -> None:
         """Give it back now for any consumer to take; it comes back redelivered."""
 
-    async def forward(self, channel: str, message: StepMessage) -> None:
+    async def forward(self, channel: str, message: StepMessage) -> Delivery | None:
         """Publish ``message`` to ``channel``, then ack this one (in one round trip where
-        the broker allows)."""
+        the broker allows). May return the next message of ``channel`` for this consumer,
+        read in the same round trip, to handle in the slot this one frees."""
 
 
 @runtime_checkable

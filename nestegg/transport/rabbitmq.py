@@ -24,6 +24,10 @@ from nestegg.transport.base import Delivery, StepMessage
 
 log = logging.getLogger("nestegg")
 
+CLOSE_TIMEOUT = 5.0
+"""Seconds a consumer's cancellation or the connection's close may take (a broker that does
+not answer does not hold a stopping worker)."""
+
 
 @contextlib.contextmanager
 def broker_errors(what: str) -> Iterator[None]:
@@ -66,7 +70,8 @@ class RabbitDelivery:
             await self.incoming.nack(requeue=True)
 
     async def forward(self, channel: str, message: StepMessage) -> None:
-        """Publish ``message`` (confirmed), then ack this one."""
+        """Publish ``message`` (confirmed), then ack this one; nothing is read ahead (the
+        broker pushes the next message)."""
         await self.transport.publish(channel, message)
         await self.ack()
 
@@ -167,12 +172,18 @@ class RabbitMQTransport:
     ) -> None:
         """Cancel the consumers (deliveries already taken can still be acked) and give
         back what arrived but was not taken."""
-        with contextlib.suppress(AMQPError, ConnectionError, OSError, asyncio.CancelledError):
+
+        async def stop() -> None:
             for queue, tag in tags:
                 await queue.cancel(tag)
             while not arrived.empty():
                 _, incoming = arrived.get_nowait()
                 await incoming.nack(requeue=True)
+
+        with contextlib.suppress(
+            AMQPError, ConnectionError, OSError, asyncio.CancelledError, TimeoutError
+        ):
+            await asyncio.wait_for(stop(), CLOSE_TIMEOUT)
 
     async def delete_channels(self, channels: Sequence[str]) -> None:
         """Delete the channels' queues (tests, teardown)."""
@@ -185,7 +196,7 @@ class RabbitMQTransport:
     async def close(self) -> None:
         """Close the connection (unacked messages go back to their queues)."""
         if self._connection is not None:
-            with contextlib.suppress(AMQPError, ConnectionError, OSError):
-                await self._connection.close()
+            with contextlib.suppress(AMQPError, ConnectionError, OSError, TimeoutError):
+                await asyncio.wait_for(self._connection.close(), CLOSE_TIMEOUT)
         self._connection = self._publisher = None
         self._consumers.clear()

@@ -87,23 +87,42 @@ class RedisDelivery:
     async def requeue(self) -> None:
         """Add the message again at the stream's end, marked redelivered, and drop this
         entry, atomically."""
-        await self.forward(self.channel, self.message, {REDELIVERED_FIELD: b"1"})
+        key = self.transport.key(self.channel)
+        fields = {FIELD: self.message.encode(), REDELIVERED_FIELD: b"1"}
+        with broker_errors(f"requeue of {self.entry_id} on {self.channel}"):
+            async with self.transport.client.pipeline(transaction=True) as pipe:
+                pipe.xadd(key, fields)
+                pipe.xack(key, GROUP, self.entry_id)
+                pipe.xdel(key, self.entry_id)
+                await pipe.execute()
 
-    async def forward(
-        self, channel: str, message: StepMessage, marks: dict[str, bytes] | None = None
-    ) -> None:
+    async def forward(self, channel: str, message: StepMessage) -> RedisDelivery | None:
         """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
-        transaction, one round trip."""
+        transaction, one round trip.
+
+        While this transport consumes ``channel``, the same transaction reads the
+        channel's next message for it (the oldest not yet delivered: often the one just
+        added) and returns it, for the caller to handle in the slot this one frees.
+        """
         transport = self.transport
         await transport._ensure_group(channel)
         key = transport.key(self.channel)
-        fields = {FIELD: message.encode(), **(marks or {})}
+        fields = {FIELD: message.encode()}
+        read_ahead = channel in transport._consuming
         with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
             async with transport.client.pipeline(transaction=True) as pipe:
                 pipe.xadd(transport.key(channel), fields)
                 pipe.xack(key, GROUP, self.entry_id)
                 pipe.xdel(key, self.entry_id)
-                await pipe.execute()
+                if read_ahead:
+                    pipe.xreadgroup(GROUP, transport.consumer, {transport.key(channel): ">"}, 1)
+                replies = await pipe.execute()
+        if not read_ahead:
+            return None
+        for _, entries in replies[-1] or []:
+            for entry_id, read in entries:
+                return await transport._delivery(channel, entry_id, read, False)
+        return None
 
 
 class RedisStreamsTransport:
@@ -128,6 +147,7 @@ class RedisStreamsTransport:
         self.owns_client = client is None
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._groups: set[str] = set()
+        self._consuming: set[str] = set()
 
     def key(self, channel: str) -> str:
         """The stream key of a channel."""
@@ -158,6 +178,14 @@ class RedisStreamsTransport:
         at most, messages idle for ``hold`` seconds or more (XAUTOCLAIM), as redelivered."""
         for channel in channels:
             await self._ensure_group(channel)
+        self._consuming.update(channels)
+        try:
+            async for delivery in self._deliveries(channels, hold):
+                yield delivery
+        finally:
+            self._consuming.difference_update(channels)
+
+    async def _deliveries(self, channels: Sequence[str], hold: float) -> AsyncIterator[Delivery]:
         streams = {self.key(channel): ">" for channel in channels}
         by_key = {self.key(channel): channel for channel in channels}
         reclaim_every = max(0.05, min(hold / 4, 1.0))

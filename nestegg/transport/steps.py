@@ -213,7 +213,13 @@ class StepRunner:
         await self.transport.publish(channel_name(self.clutch.name, agent), message)
 
     async def handle(self, delivery: Delivery) -> None:
-        """Deal with one delivery completely: ack it, or leave it for redelivery."""
+        """Deal with one delivery completely (ack it, or leave it for redelivery), then
+        with each message the broker handed over with the ack, in the same slot."""
+        following: Delivery | None = delivery
+        while following is not None:
+            following = await self._handle_one(following)
+
+    async def _handle_one(self, delivery: Delivery) -> Delivery | None:
         store = await self.book.ready()
         message = delivery.message
         try:
@@ -224,14 +230,14 @@ class StepRunner:
                     await asyncio.shield(delivery.requeue())
                 raise
             if claimed is not None:
-                await self._take(store, claimed, delivery)
-            else:
-                await delivery.ack()
+                return await self._take(store, claimed, delivery)
+            await delivery.ack()
         except (StorageError, TransportError) as error:
             log.warning("step %d of run %r: %s; giving it back", message.seq, message.run_id, error)
             await asyncio.sleep(STORE_RETRY_DELAY)
             with contextlib.suppress(TransportError):
                 await delivery.requeue()
+        return None
 
     async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run claimed for this delivery, or None when the message is done with.
@@ -279,15 +285,17 @@ class StepRunner:
             await asyncio.sleep(min(max(wait, CLOCK_MARGIN), self.lease / 3))
             await delivery.keep_alive()
 
-    async def _take(self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery) -> None:
+    async def _take(
+        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery
+    ) -> Delivery | None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
         except NestEggError as error:
             await self._fail(claimed, error)
             await delivery.ack()
-            return
+            return None
         try:
-            await self._run(claimed, execution, recorder, delivery)
+            return await self._run(claimed, execution, recorder, delivery)
         except asyncio.CancelledError:
             await asyncio.shield(self._hand_back(store, recorder, delivery))
             raise
@@ -341,32 +349,34 @@ class StepRunner:
         execution: RunExecution,
         recorder: StepRecorder,
         delivery: Delivery,
-    ) -> None:
+    ) -> Delivery | None:
+        """Run the step; ack; the message handed over with the ack, if any."""
         try:
             outcome = await execution.execute_one(self.hosts.__contains__)
         except StaleOwnerError:
             log.info("run %r was taken over while step %d ran", claimed.run_id, execution.seq)
             await delivery.ack()
-            return
+            return None
         except (StorageError, TransportError):
             raise  # the message is given back (handle)
         except Exception as error:  # the step failed: recorded as the run's failure
             log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
             await delivery.ack()
-            return
+            return None
         route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
         if outcome == STEP_DONE and route is None and self.clutch.strategy is not Strategy.SELECTOR:
             await recorder.finish(execution.ctx.data, execution.data_seq)  # nothing comes next
             outcome = RUN_DONE
         if outcome == RUN_DONE:
             await delivery.ack()
-            return
+            return None
         if outcome != STEP_DONE or recorder.lease_seconds:
             await recorder.release()
         message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route)
-        await delivery.forward(channel_name(self.clutch.name, route), message)
+        following = await delivery.forward(channel_name(self.clutch.name, route), message)
         if outcome == STEP_DONE:
             self._keep_warm(claimed.fence, execution, recorder)
+        return following
 
     async def _hand_back(
         self, store: CheckpointStorage, recorder: StepRecorder, delivery: Delivery

@@ -29,6 +29,8 @@ log = logging.getLogger("nestegg")
 
 BROKER_RETRY_DELAY = 1.0
 """Seconds before consuming again after the broker failed."""
+STOP_TIMEOUT = 10.0
+"""Seconds a stopping worker waits for its consumer and sweeper to end before draining."""
 
 
 def hosted_agents(clutch: Clutch, agents: Sequence[str] | None) -> frozenset[str]:
@@ -110,9 +112,7 @@ class Worker:
         finally:
             for task in (consumer, sweeper, stopped):
                 task.cancel()
-            for task in (consumer, sweeper, stopped):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.wait({consumer, sweeper, stopped}, timeout=STOP_TIMEOUT)
             await self._drain()
 
     async def _drain(self) -> None:

@@ -102,3 +102,24 @@ def test_the_verdict_on_a_message(
     run: RunRecord | None, seq: int, redelivered: bool, verdict: Verdict
 ) -> None:
     assert judge(run, StepMessage("r", seq, 3), redelivered, NOW) is verdict
+
+
+@pytest.mark.parametrize(
+    ("fence", "step_seq", "event_seq", "continues"),
+    [
+        (5, 3, 9, True),  # claimed again by this worker, nothing in between
+        (6, 3, 9, False),  # another claim in between
+        (5, 4, 9, False),  # a step committed in between
+        (5, 3, 10, False),  # an event written in between
+    ],
+)
+def test_a_kept_state_is_used_only_for_the_run_as_left(
+    fence: int, step_seq: int, event_seq: int, continues: bool
+) -> None:
+    from nestegg.transport.steps import Warm
+
+    warm = Warm(4, 3, 9, execution=None, base=None, kept=())  # type: ignore[arg-type]
+    claimed = RunRecord(
+        "r", "p", "running", b"", 0.0, 0.0, fence=fence, step_seq=step_seq, event_seq=event_seq
+    )
+    assert warm.continues(claimed) is continues
