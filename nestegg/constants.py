@@ -80,6 +80,8 @@ COMPLETED = RunStatus.COMPLETED
 FAILED = RunStatus.FAILED
 CANCELLED = RunStatus.CANCELLED
 STATUSES = tuple(RunStatus)
+INTERRUPTED = "interrupted"
+"""Not a stored status: a running run whose owner is gone, as listings and events name it."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)

@@ -21,6 +21,7 @@ STORED = {
     CheckpointReason: ["policy", "manual", "agent", "final", "fork"],
     EventKind: [
         "run_started",
+        "run_interrupted",
         "run_resumed",
         "run_forked",
         "run_completed",

@@ -32,6 +32,7 @@ from nestegg.checkpoint.views import (
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
+    INTERRUPTED,
     RUN_INTERRUPTED,
     RUN_RESUMED,
     RUN_STARTED,
@@ -145,7 +146,7 @@ class RunBook:
                 f"(pid {run.owner.pid if run.owner else '?'})",
                 run.run_id,
             )
-        status = "interrupted" if is_interrupted(run, now) else run.status
+        status = INTERRUPTED if is_interrupted(run, now) else run.status
         if _same_input(run, sealed_input):
             what = f"continue it with resume_latest({run.run_id!r})"
         else:
@@ -365,7 +366,7 @@ class RunBook:
         events = [(RUN_RESUMED, event)]
         if run.status == RUNNING:  # its owner died mid-run: this process takes it over
             events.insert(0, (RUN_INTERRUPTED, interruption(run)))
-            event["previous"] = "interrupted"
+            event["previous"] = INTERRUPTED
             event["previous_owner"] = events[0][1]["owner"]
         return await self._execute(
             claimed,

@@ -21,7 +21,14 @@ from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import Event, run_input, run_result
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
-from nestegg.constants import RUN_FORKED, RUN_RESUMED, RUNNING, STEP_FAILED, STEP_STARTED
+from nestegg.constants import (
+    INTERRUPTED,
+    RUN_FORKED,
+    RUN_RESUMED,
+    RUNNING,
+    STEP_FAILED,
+    STEP_STARTED,
+)
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
 
 RUNS_PAGE = 50
@@ -35,7 +42,6 @@ ANCESTORS_SHOWN = 20
 FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
 FORK_SCAN_PAGE = 500
-INTERRUPTED = "interrupted"
 WAITING = "waiting"
 
 
@@ -133,7 +139,8 @@ def event_row(record: EventRecord) -> dict[str, Any]:
 
 def _incidents(events: list[EventRecord], low: int, high: int) -> dict[int, list[dict[str, Any]]]:
     """Failures, resumes and forks of the steps ``low < seq <= high + 1``, by step: a resume
-    after step n (a crash or takeover when the run was still running) shows before n + 1."""
+    after step n (a crash or takeover when the run was still running: ``previous`` is
+    ``interrupted``, or ``running`` in runs resumed before that was recorded) shows before n + 1."""
     found: dict[int, list[dict[str, Any]]] = {}
     for record in events:
         if record.kind not in INCIDENT_KINDS:
@@ -143,7 +150,7 @@ def _incidents(events: list[EventRecord], low: int, high: int) -> dict[int, list
         seq = int(data.get("seq", 0)) + (0 if record.kind == STEP_FAILED else 1)
         if low < seq <= high + 1:
             if record.kind == RUN_RESUMED:
-                row["takeover"] = data.get("previous") == RUNNING
+                row["takeover"] = data.get("previous") in (RUNNING, INTERRUPTED)
             found.setdefault(seq, []).append(row)
     return found
 

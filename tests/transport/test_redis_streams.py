@@ -12,7 +12,7 @@ import pytest
 
 from nestegg.transport.base import Delivery, StepMessage
 from nestegg.transport.redis_streams import GROUP, RedisStreamsTransport
-from tests.stores.conftest import delete_redis_keys
+from tests.servers import delete_redis_keys
 
 pytestmark = pytest.mark.server
 HOLD = 0.4
