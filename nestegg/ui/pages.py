@@ -9,11 +9,11 @@ from starlette.responses import HTMLResponse, JSONResponse
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.constants import STATUSES
+from nestegg.constants import INTERRUPTED, STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
 
-STATUS_CHOICES = (*STATUSES, queries.INTERRUPTED)
+STATUS_CHOICES = (*STATUSES, INTERRUPTED)
 
 
 def store_of(request: Request) -> CheckpointStorage:
