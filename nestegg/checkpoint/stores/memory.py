@@ -15,6 +15,7 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.memory_threads import MemoryThreadRows
 from nestegg.constants import RUNNING
 from nestegg.errors import (
     ConfigurationError,
@@ -45,7 +46,7 @@ def apply_run_fields(run: RunRecord, commit: Commit) -> None:
     run.updated_at = commit.updated_at or run.updated_at
 
 
-class MemoryCheckpointStorage:
+class MemoryCheckpointStorage(MemoryThreadRows):
     """Keeps everything in memory, in this process.
 
     Example:
