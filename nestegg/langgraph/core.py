@@ -25,7 +25,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from nestegg.checkpoint.stores.threads import (
     BLOB,
     CHECKPOINT,
-    KEY_END,
     WRITE,
     ThreadChange,
     ThreadRow,
@@ -58,7 +57,11 @@ from nestegg.langgraph.rows import (
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {
-        "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
     }
 
 
@@ -136,7 +139,8 @@ class ThreadCheckpoints:
         conf = config["configurable"]
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         checkpoint_id = conf["checkpoint_id"]
-        keep, replace = [], []
+        keep: list[ThreadRow] = []
+        replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
             body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), task_path)
@@ -161,7 +165,7 @@ class ThreadCheckpoints:
             )
         return await self._tuple(thread_id, rows[0]) if rows else None
 
-    async def list(
+    async def list_checkpoints(
         self,
         config: RunnableConfig | None,
         *,
@@ -193,7 +197,12 @@ class ThreadCheckpoints:
         return found
 
     async def _checkpoint_rows(
-        self, thread_id: str, ns: str | None, before_id: str | None, limit: int | None, filtered: bool
+        self,
+        thread_id: str,
+        ns: str | None,
+        before_id: str | None,
+        limit: int | None,
+        filtered: bool,
     ) -> list[ThreadRow]:
         low, high = prefix_range("" if ns is None else ns + SEP)
         if ns is not None and before_id:
@@ -297,9 +306,7 @@ class ThreadCheckpoints:
         delete: list[tuple[str, str, str]] = []
         for ns, ids in by_ns.items():
             delete.extend(_checkpoint_rows(ns, ids))
-        await self.store.apply_thread_change(
-            thread_id, ThreadChange(delete=delete), self.clock()
-        )
+        await self.store.apply_thread_change(thread_id, ThreadChange(delete=delete), self.clock())
         self.forget(thread_id)
         await self.retention.collect(self, thread_id)
 
@@ -320,6 +327,3 @@ def _checkpoint_rows(ns: str, checkpoint_ids: Sequence[str]) -> list[tuple[str, 
 
 def _copy(value: Any) -> Any:
     return list(value) if type(value) is list else value
-
-
-__all__ = ["KEY_END"]

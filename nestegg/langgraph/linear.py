@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from nestegg.checkpoint.stores.threads import ThreadRow
 from nestegg.errors import CheckpointCorruptedError
-from nestegg.langgraph.rows import DELTA, EMPTY, FULL, BlobBody, Typed, split_key
+from nestegg.langgraph.rows import DELTA, EMPTY, FULL, BlobBody, split_key
 
 DEFAULT_FULL_EVERY = 64
 """Versions of a channel between two full copies."""
@@ -128,6 +128,3 @@ def rebuild(
 def decode_full(serde: SerializerProtocol, body: BlobBody, version: str) -> tuple[Any, Latest]:
     value = serde.loads_typed(body.value)
     return value, Latest(version, list(value) if type(value) is list else value, version, 0)
-
-
-__all__ = ["Typed"]

@@ -91,7 +91,9 @@ class Retention:
             return []
         now = self.clock()
         self._next_sweep = now + min(max(self.ttl / 10, MIN_SWEEP_SECONDS), MAX_SWEEP_SECONDS)
-        expired = [i.thread_id for i in await core.store.list_threads() if i.updated_at < now - self.ttl]
+        expired = [
+            i.thread_id for i in await core.store.list_threads() if i.updated_at < now - self.ttl
+        ]
         if expired:
             await core.store.delete_threads(expired)
             for thread_id in expired:

@@ -171,7 +171,9 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints, newest first, filtered by thread, namespace, metadata, ``before``."""
-        found = self._run(self._core.list(config, filter=filter, before=before, limit=limit))
+        found = self._run(
+            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        )
         return iter(found)
 
     async def alist(
@@ -183,7 +185,9 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list`."""
-        found = await self._arun(self._core.list(config, filter=filter, before=before, limit=limit))
+        found = await self._arun(
+            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        )
         for item in found:
             yield item
 

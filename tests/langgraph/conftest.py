@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from nestegg.langgraph import NestEggSaver  # noqa: E402
-from tests.stores.conftest import _OPENERS, SERVER_KINDS, STORE_KINDS  # noqa: E402
+from nestegg.langgraph import NestEggSaver
+from tests.stores.conftest import _OPENERS, SERVER_KINDS, STORE_KINDS
 
 SaverFactory = Callable[..., NestEggSaver]
 

@@ -106,7 +106,10 @@ class RedisThreadRows:
     def _row_keys(self, thread_id: str) -> list[str]:
         keys: list[str] = []
         for kind in ROW_KINDS:
-            keys += [f"{self.prefix}lg:{thread_id}:{kind}", f"{self.prefix}lg:{thread_id}:{kind}:keys"]
+            keys += [
+                f"{self.prefix}lg:{thread_id}:{kind}",
+                f"{self.prefix}lg:{thread_id}:{kind}:keys",
+            ]
         return keys
 
     def _kind_keys(self, thread_id: str, kind: str) -> list[str]:
@@ -133,7 +136,11 @@ class RedisThreadRows:
             return []
         hash_key = self._kind_keys(thread_id, kind)[0]
         bodies = await self._call(lambda: self._client.hmget(hash_key, wanted), idempotent=True)
-        return [ThreadRow(kind, key, bytes(b)) for key, b in zip(wanted, bodies) if b is not None]
+        return [
+            ThreadRow(kind, key, bytes(b))
+            for key, b in zip(wanted, bodies, strict=True)
+            if b is not None
+        ]
 
     async def scan_thread_rows(
         self,
@@ -147,9 +154,7 @@ class RedisThreadRows:
     ) -> list[ThreadRow]:
         """See ThreadStore."""
         args = [low, high, "1" if newest_first else "0", -1 if limit is None else limit]
-        flat = await self._script(
-            self._thread_script(SCAN), self._kind_keys(thread_id, kind), args
-        )
+        flat = await self._script(self._thread_script(SCAN), self._kind_keys(thread_id, kind), args)
         return [
             ThreadRow(kind, flat[j].decode(), bytes(flat[j + 1])) for j in range(0, len(flat), 2)
         ]

@@ -21,7 +21,9 @@ _TOUCH = f"INSERT OR REPLACE INTO {THREADS} (thread_id, updated_at) VALUES (?, ?
 _DELETE_RANGE = f"DELETE FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
 _PUT = f"INSERT OR REPLACE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
 _PUT_NEW = f"INSERT OR IGNORE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
-_SCAN = f"SELECT kind, key, body FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
+_SCAN = (
+    f"SELECT kind, key, body FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
+)
 _LIST = (
     f"SELECT t.thread_id, t.updated_at, count(r.key) FROM {THREADS} t "
     f"JOIN {ROWS} r ON r.thread_id = t.thread_id "
@@ -47,7 +49,9 @@ def _fetch(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[
 
 def _delete(conn: sqlite3.Connection, thread_ids: list[str]) -> int:
     with write_transaction(conn):
-        conn.execute(f"DELETE FROM {ROWS} WHERE thread_id IN ({marks(len(thread_ids))})", thread_ids)
+        conn.execute(
+            f"DELETE FROM {ROWS} WHERE thread_id IN ({marks(len(thread_ids))})", thread_ids
+        )
         query = f"DELETE FROM {THREADS} WHERE thread_id IN ({marks(len(thread_ids))})"
         return conn.execute(query, thread_ids).rowcount
 
