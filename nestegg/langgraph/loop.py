@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -35,8 +36,25 @@ class LoopThread:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return await asyncio.wrap_future(future)
 
+    @property
+    def running(self) -> bool:
+        return not self._loop.is_closed()
+
     def stop(self) -> None:
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
+
+
+_LOOPS: weakref.WeakKeyDictionary[Any, LoopThread] = weakref.WeakKeyDictionary()
+_LOOPS_LOCK = threading.Lock()
+
+
+def loop_of(store: Any) -> LoopThread:
+    """The loop every saver over ``store`` uses (its connections belong to one loop)."""
+    with _LOOPS_LOCK:
+        loop = _LOOPS.get(store)
+        if loop is None or not loop.running:
+            loop = _LOOPS[store] = LoopThread()
+        return loop

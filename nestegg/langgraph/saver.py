@@ -24,7 +24,7 @@ from nestegg.checkpoint.stores.threads import ThreadStore
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph.core import ThreadCheckpoints
 from nestegg.langgraph.linear import DEFAULT_FULL_EVERY
-from nestegg.langgraph.loop import LoopThread
+from nestegg.langgraph.loop import LoopThread, loop_of
 from nestegg.langgraph.retention import Retention, prune
 
 T = TypeVar("T")
@@ -40,7 +40,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     Args:
         storage: a nestegg store with the ThreadStore capability; the saver sets it up on
-            first use and uses it from a thread of its own (pass a store not used elsewhere).
+            first use and calls it from a thread of its own, shared by every saver over
+            that store (so pass a store that is not used from another event loop).
         serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
         ttl: delete threads not written for this long (checked on the write path).
         keep_latest: keep this many checkpoints per thread namespace (on every write).
@@ -90,8 +91,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     # -- lifecycle ------------------------------------------------------------------------
 
     def _loop_thread(self) -> LoopThread:
-        if self._loop is None:
-            self._loop = LoopThread()
+        if self._loop is None or not self._loop.running:
+            self._loop = loop_of(self.storage)
         return self._loop
 
     async def _ready_then(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -111,13 +112,13 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         return await self._loop_thread().arun(self._ready_then(coro))
 
     def close(self) -> None:
-        """Stop the saver's thread; close the store if the saver opened it."""
+        """Close the store (and stop the thread that served it) if the saver opened it."""
         if self._loop is None:
             return
         if self._close_storage:
             self._loop.run(self.storage.close())  # type: ignore[attr-defined]
             self._ready = False
-        self._loop.stop()
+            self._loop.stop()
         self._loop = None
 
     async def aclose(self) -> None:
@@ -125,8 +126,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         if self._loop is not None and self._close_storage:
             await self._loop.arun(self.storage.close())  # type: ignore[attr-defined]
             self._ready = False
-            self._close_storage = False
-        self.close()
+            self._loop.stop()
+        self._loop = None
 
     def __enter__(self) -> NestEggSaver:
         return self
