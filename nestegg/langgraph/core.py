@@ -42,6 +42,7 @@ from nestegg.langgraph.retention import Retention
 from nestegg.langgraph.rows import (
     DELTA,
     EMPTY,
+    PACK,
     SEP,
     BlobBody,
     CheckpointBody,
@@ -77,15 +78,18 @@ class ThreadCheckpoints:
         store: ThreadStore,
         serde: SerializerProtocol,
         retention: Retention,
-        full_every: int,
+        pack_every: int,
         clock: Callable[[], float],
+        defer_writes: bool = True,
     ) -> None:
         self.store = store
         self.serde = serde
         self.retention = retention
-        self.full_every = full_every
+        self.pack_every = pack_every
         self.clock = clock
         self.latest = LatestValues()
+        self.defer_writes = defer_writes
+        self._pending: dict[str, list[ThreadRow]] = {}
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -100,7 +104,11 @@ class ThreadCheckpoints:
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        rows = [self._blob_row(thread_id, ns, ch, ver, values) for ch, ver in new_versions.items()]
+        rows = [
+            row
+            for ch, ver in new_versions.items()
+            for row in self._blob_rows(thread_id, ns, ch, ver, values)
+        ]
         meta = get_checkpoint_metadata(config, metadata)
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
@@ -111,23 +119,24 @@ class ThreadCheckpoints:
         )
         rows.append(ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack()))
         drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
-        change = ThreadChange(put=rows, delete=_checkpoint_rows(ns, drop))
+        gone = tuple(writes_prefix(ns, cid) for cid in drop)
+        writes = [r for r in self._pending.pop(thread_id, []) if not r.key.startswith(gone)]
+        change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
         await self.store.apply_thread_change(thread_id, change, self.clock())
         await self.retention.after_put(self, thread_id)
         return _config(thread_id, ns, checkpoint["id"])
 
-    def _blob_row(
+    def _blob_rows(
         self, thread_id: str, ns: str, channel: str, version: Any, values: Mapping[str, Any]
-    ) -> ThreadRow:
-        key = blob_key(ns, channel, version)
+    ) -> list[ThreadRow]:
         if channel not in values:
-            return ThreadRow(BLOB, key, empty_blob().pack())
+            return [ThreadRow(BLOB, blob_key(ns, channel, version), empty_blob().pack())]
         latest = self.latest.get(thread_id, ns, channel)
-        blob, new_latest = encode_value(
-            self.serde, latest, str(version), values[channel], self.full_every
+        bodies, new_latest = encode_value(
+            self.serde, latest, str(version), values[channel], self.pack_every
         )
         self.latest.set(thread_id, ns, channel, new_latest)
-        return ThreadRow(BLOB, key, blob.pack())
+        return [ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()) for v, body in bodies]
 
     async def put_writes(
         self,
@@ -146,14 +155,27 @@ class ThreadCheckpoints:
             body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), task_path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
             (replace if i < 0 else keep).append(row)
+        if self.defer_writes and not replace:
+            self._pending.setdefault(thread_id, []).extend(keep)
+            return
+        keep = self._pending.pop(thread_id, []) + keep
         change = ThreadChange(put=replace, put_new=keep)
         await self.store.apply_thread_change(thread_id, change, self.clock())
+
+    async def flush(self, thread_id: str | None = None) -> None:
+        """Commit the writes kept for the next checkpoint (of one thread, or of all)."""
+        thread_ids = list(self._pending) if thread_id is None else [thread_id]
+        for tid in thread_ids:
+            rows = self._pending.pop(tid, None)
+            if rows:
+                await self.store.apply_thread_change(tid, ThreadChange(put_new=rows), self.clock())
 
     # -- reads ----------------------------------------------------------------------------
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        await self.flush(thread_id)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             keys = [checkpoint_key(ns, checkpoint_id)]
@@ -174,6 +196,7 @@ class ThreadCheckpoints:
         limit: int | None = None,
     ) -> list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
+        await self.flush(conf.get("thread_id"))
         if conf.get("thread_id") is not None:
             thread_ids = [conf["thread_id"]]
         else:
@@ -258,8 +281,12 @@ class ThreadCheckpoints:
             return None
         latest: Latest
         if blob.kind == DELTA:
-            low = blob_key(ns, channel, blob.anchor or "")
-            chain = await self.store.scan_thread_rows(thread_id, BLOB, low, row.key)
+            chain = [row]
+            if blob.depth:
+                low = blob_key(ns, channel, blob.anchor or "")
+                chain = await self.store.scan_thread_rows(thread_id, BLOB, low, row.key + "\x01")
+            low, high = prefix_range(blob_key(ns, channel, PACK))
+            chain += await self.store.scan_thread_rows(thread_id, BLOB, low, high)
             value, latest = rebuild(self.serde, blob, version, chain)
         else:
             value, latest = decode_full(self.serde, blob, version)
@@ -279,9 +306,11 @@ class ThreadCheckpoints:
 
     async def delete_thread(self, thread_id: str) -> None:
         self.forget(thread_id)
+        self._pending.pop(thread_id, None)
         await self.store.delete_threads([thread_id])
 
     async def copy_thread(self, source_id: str, target_id: str) -> None:
+        await self.flush()
         self.forget(target_id)
         await self.store.copy_thread(source_id, target_id, self.clock())
 
@@ -289,6 +318,7 @@ class ThreadCheckpoints:
         wanted = set(run_ids)
         if not wanted:
             return
+        await self.flush()
         for info in await self.store.list_threads():
             low, high = prefix_range("")
             rows = await self.store.scan_thread_rows(info.thread_id, CHECKPOINT, low, high)

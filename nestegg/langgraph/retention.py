@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, ThreadChange, ThreadStore
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph.rows import (
-    DELTA,
     SEP,
     BlobBody,
     CheckpointBody,
@@ -89,6 +88,7 @@ class Retention:
         """Delete the threads not written for ``ttl``; their ids."""
         if self.ttl is None:
             return []
+        await core.flush()
         now = self.clock()
         self._next_sweep = now + min(max(self.ttl / 10, MIN_SWEEP_SECONDS), MAX_SWEEP_SECONDS)
         expired = [
@@ -125,7 +125,7 @@ def _mark_chain(blobs: dict[str, BlobBody], key: str, needed: set[str]) -> None:
     while key not in needed and key in blobs:
         needed.add(key)
         blob = blobs[key]
-        if blob.kind != DELTA or blob.base is None:
+        if blob.base is None:
             return
         ns, channel, _ = split_key(key)
         key = blob_key(ns, channel, blob.base)
@@ -138,6 +138,7 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
         raise ConfigurationError(
             f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
         )
+    await core.flush()
     if strategy == "delete":
         for thread_id in thread_ids:
             core.forget(thread_id)

@@ -25,6 +25,7 @@ Typed = tuple[str, bytes]
 
 FULL = "full"
 DELTA = "delta"
+PACK = "pack"
 EMPTY = "empty"
 
 
@@ -103,10 +104,13 @@ class CheckpointBody:
 
 @dataclass(frozen=True, slots=True)
 class BlobBody:
-    """One channel value: a full copy, the items appended to ``base`` (a delta), or empty.
+    """One channel value: stored whole (full), the items appended to the value at the row
+    version ``base`` (a delta), the items of several deltas (a pack, see
+    :mod:`nestegg.langgraph.linear`), or empty.
 
-    ``anchor`` is the version of the full copy the delta chain starts at; ``depth`` how many
-    deltas lie between it and this one; ``items`` the list's length at this version.
+    ``anchor``: the version the delta chain starts at; ``depth``: how many deltas lie
+    between it and this one; ``items``: the list's length at this version (or, for a
+    pack, at its end).
     """
 
     kind: str

@@ -23,7 +23,7 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.threads import ThreadStore
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph.core import ThreadCheckpoints
-from nestegg.langgraph.linear import DEFAULT_FULL_EVERY
+from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
 from nestegg.langgraph.loop import LoopThread, loop_of
 from nestegg.langgraph.retention import Retention, prune
 
@@ -35,8 +35,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     Redis): threads are kept in records of their own, apart from nestegg's runs.
 
     A list that grows (``add_messages``, ``operator.add``) is stored as the items each
-    version adds, with a full copy every ``full_every`` versions, so a thread's storage
-    grows with what its steps produced.
+    version adds (packed together again every ``pack_every`` versions), so a thread's
+    storage grows with what its steps produced, not with the square of it.
 
     Args:
         storage: a nestegg store with the ThreadStore capability; the saver sets it up on
@@ -45,7 +45,14 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
         ttl: delete threads not written for this long (checked on the write path).
         keep_latest: keep this many checkpoints per thread namespace (on every write).
-        full_every: versions of a channel between two full copies.
+        pack_every: versions of a channel between two packs: the most deltas a read
+            combines.
+        defer_writes: commit a task's writes with the checkpoint that follows them, in one
+            transaction (error, interrupt, scheduled and resume writes, reads of the
+            thread and closing the saver commit them at once). A process killed between a
+            task's end and that checkpoint runs the task again on resume, as LangGraph
+            does for a task whose writes were not stored. False commits every
+            ``put_writes`` on its own.
         clock: seconds since the epoch (injected in tests).
         close_storage: close the store when the saver closes (``from_url`` sets it).
 
@@ -64,7 +71,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         ttl: timedelta | None = None,
         keep_latest: int | None = None,
-        full_every: int = DEFAULT_FULL_EVERY,
+        pack_every: int = DEFAULT_PACK_EVERY,
+        defer_writes: bool = True,
         clock: Callable[[], float] = time.time,
         close_storage: bool = False,
     ) -> None:
@@ -73,11 +81,13 @@ class NestEggSaver(BaseCheckpointSaver[str]):
             raise ConfigurationError(
                 f"{type(storage).__name__} cannot keep LangGraph threads (no ThreadStore)"
             )
-        if not isinstance(full_every, int) or full_every < 1:
-            raise ConfigurationError(f"full_every must be a positive integer, got {full_every!r}")
+        if not isinstance(pack_every, int) or pack_every < 1:
+            raise ConfigurationError(f"pack_every must be a positive integer, got {pack_every!r}")
         self.storage = storage
-        retention = Retention(keep_latest, ttl, full_every, clock)
-        self._core = ThreadCheckpoints(storage, self.serde, retention, full_every, clock)
+        retention = Retention(keep_latest, ttl, pack_every, clock)
+        self._core = ThreadCheckpoints(
+            storage, self.serde, retention, pack_every, clock, defer_writes
+        )
         self._close_storage = close_storage
         self._loop: LoopThread | None = None
         self._ready = False
@@ -115,6 +125,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         """Close the store (and stop the thread that served it) if the saver opened it."""
         if self._loop is None:
             return
+        self._loop.run(self._core.flush())
         if self._close_storage:
             self._loop.run(self.storage.close())  # type: ignore[attr-defined]
             self._ready = False
@@ -123,6 +134,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """:meth:`close` from async code."""
+        if self._loop is not None:
+            await self._loop.arun(self._core.flush())
         if self._loop is not None and self._close_storage:
             await self._loop.arun(self.storage.close())  # type: ignore[attr-defined]
             self._ready = False

@@ -71,7 +71,7 @@ async def test_interrupt_and_resume_with_ainvoke_and_subgraph_state(
 
 @pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
 def test_a_growing_list_is_rebuilt_at_every_checkpoint(saver_factory: SaverFactory) -> None:
-    saver = saver_factory(full_every=8)
+    saver = saver_factory(pack_every=8)
     steps = 30
     app = build_loop(saver, steps)
     config = loop_config(str(uuid.uuid4()), steps)

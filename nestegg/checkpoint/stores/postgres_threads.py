@@ -15,6 +15,17 @@ from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRo
 T = TypeVar("T")
 
 _QUERIES = {
+    # A change without deletes in one statement (one round trip): the new rows, then the
+    # thread's time.
+    "put_rows": "WITH n AS (INSERT INTO {lg_rows} (thread_id, kind, key, body) "
+    "SELECT %(thread)s, k, key, body FROM unnest(%(nk)s::text[], %(nkey)s::text[], "
+    "%(nbody)s::bytea[]) AS x(k, key, body) ON CONFLICT (thread_id, kind, key) DO NOTHING), "
+    "p AS (INSERT INTO {lg_rows} (thread_id, kind, key, body) "
+    "SELECT %(thread)s, k, key, body FROM unnest(%(pk)s::text[], %(pkey)s::text[], "
+    "%(pbody)s::bytea[]) AS x(k, key, body) "
+    "ON CONFLICT (thread_id, kind, key) DO UPDATE SET body = EXCLUDED.body) "
+    "INSERT INTO {lg_threads} (thread_id, updated_at) VALUES (%(thread)s, %(now)s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
     "touch": "INSERT INTO {lg_threads} (thread_id, updated_at) VALUES (%s, %s) "
     "ON CONFLICT (thread_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
     "delete_range": "DELETE FROM {lg_rows} WHERE thread_id = %s AND kind = %s "
@@ -45,21 +56,27 @@ class PostgresThreadRows:
 
     table_prefix: str
     _with_connection: Callable[..., Awaitable[Any]]
+    __rendered: dict[str, bytes]
 
-    def _thread_query(self, name: str) -> Any:
-        from psycopg import sql  # the driver, imported where the store is used
+    def _thread_query(self, name: str, conn: Any) -> bytes:
+        """The statement ``name`` with this store's table names (rendered once)."""
+        try:
+            rendered = self.__rendered
+        except AttributeError:
+            rendered = self.__rendered = {}
+        if name not in rendered:
+            from psycopg import sql  # the driver, imported where the store is used
 
-        names = {
-            "lg_threads": sql.Identifier(self.table_prefix + "lg_threads"),
-            "lg_rows": sql.Identifier(self.table_prefix + "lg_rows"),
-        }
-        return sql.SQL(_QUERIES[name]).format(**names)
+            names = {
+                "lg_threads": sql.Identifier(self.table_prefix + "lg_threads"),
+                "lg_rows": sql.Identifier(self.table_prefix + "lg_rows"),
+            }
+            rendered[name] = sql.SQL(_QUERIES[name]).format(**names).as_bytes(conn)
+        return rendered[name]
 
     async def _thread_fetch(self, name: str, params: Sequence[Any]) -> list[Any]:
-        query = self._thread_query(name)
-
         async def fetch(cursor: Any) -> list[Any]:
-            await cursor.execute(query, params)
+            await cursor.execute(self._thread_query(name, cursor.connection), params)
             rows: list[Any] = await cursor.fetchall()
             return rows
 
@@ -68,9 +85,14 @@ class PostgresThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        q = self._thread_query
+        if not change.delete and not (change.put and change.put_new):
+            await self._put_thread_rows(thread_id, change, now)
+            return
 
         async def apply(cursor: Any) -> None:
+            def q(name: str) -> bytes:
+                return self._thread_query(name, cursor.connection)
+
             async with cursor.connection.transaction():
                 if change.delete:
                     await cursor.executemany(
@@ -84,6 +106,18 @@ class PostgresThreadRows:
                 await cursor.execute(q("touch"), (thread_id, now))
 
         await self._with_connection(apply, idempotent=True)
+
+    async def _put_thread_rows(self, thread_id: str, change: ThreadChange, now: float) -> None:
+        params: dict[str, Any] = {"thread": thread_id, "now": now}
+        for tag, rows in (("n", change.put_new), ("p", change.put)):
+            params[f"{tag}k"] = [r.kind for r in rows]
+            params[f"{tag}key"] = [r.key for r in rows]
+            params[f"{tag}body"] = [r.body for r in rows]
+
+        async def put(cursor: Any) -> None:
+            await cursor.execute(self._thread_query("put_rows", cursor.connection), params)
+
+        await self._with_connection(put, idempotent=True)
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]
@@ -122,8 +156,9 @@ class PostgresThreadRows:
 
         async def delete(cursor: Any) -> int:
             async with cursor.connection.transaction():
-                await cursor.execute(self._thread_query("delete_rows"), (ids,))
-                await cursor.execute(self._thread_query("delete_threads"), (ids,))
+                conn = cursor.connection
+                await cursor.execute(self._thread_query("delete_rows", conn), (ids,))
+                await cursor.execute(self._thread_query("delete_threads", conn), (ids,))
                 return int(cursor.rowcount)
 
         count: int = await self._with_connection(delete, idempotent=True)
@@ -134,10 +169,11 @@ class PostgresThreadRows:
 
         async def copy(cursor: Any) -> bool:
             async with cursor.connection.transaction():
-                await cursor.execute(self._thread_query("copy"), (target_id, source_id))
+                conn = cursor.connection
+                await cursor.execute(self._thread_query("copy", conn), (target_id, source_id))
                 copied = int(cursor.rowcount) > 0
                 if copied:
-                    await cursor.execute(self._thread_query("touch"), (target_id, now))
+                    await cursor.execute(self._thread_query("touch", conn), (target_id, now))
                 return copied
 
         result: bool = await self._with_connection(copy, idempotent=True)
