@@ -65,7 +65,8 @@ class ThreadStore(Protocol):
     """
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
-        """Apply ``change`` to the thread and set its ``updated_at`` to ``now``."""
+        """Apply ``change`` to the thread and set its ``updated_at`` to ``now`` (a store
+        may leave it alone when it is less than a second older)."""
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]
