@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from nestegg.cli import housekeeping, operate, runs
+from nestegg.cli import housekeeping, operate, runs, threads
 from nestegg.cli.app import app, configure_logging
 
-_COMMAND_MODULES = (runs, operate, housekeeping)
+_COMMAND_MODULES = (runs, operate, housekeeping, threads)
 
 
 def main() -> None:
