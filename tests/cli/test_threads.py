@@ -13,8 +13,8 @@ from tests.cli.test_subprocess import nestegg
 
 pytest.importorskip("langgraph.graph")
 
-from nestegg.langgraph import NestEggSaver  # noqa: E402
-from tests.langgraph.graphs import build_loop, loop_config  # noqa: E402
+from nestegg.langgraph import NestEggSaver
+from tests.langgraph.graphs import build_loop, loop_config
 
 
 @pytest.fixture
