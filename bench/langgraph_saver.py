@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from checkpoint_vs_langgraph import truncate_wal
@@ -49,6 +50,15 @@ Sample = tuple[float, int]
 """Seconds and bytes stored."""
 
 
+def timed_loop(store: Any, steps: int) -> float:
+    """Seconds the loop graph takes on a NestEggSaver over ``store`` (closed afterwards)."""
+    with NestEggSaver(store, close_storage=True) as saver:
+        app = build_loop(saver, steps)
+        start = time.perf_counter()
+        run_loop(app, "t", steps)
+        return time.perf_counter() - start
+
+
 def sqlite_saver(steps: int) -> Sample:
     with tempfile.TemporaryDirectory(prefix="lg-sqlite-") as tmp:
         db_path = Path(tmp) / "langgraph.db"
@@ -70,11 +80,7 @@ def sqlite_saver(steps: int) -> Sample:
 def nestegg_sqlite(steps: int) -> Sample:
     with tempfile.TemporaryDirectory(prefix="lg-nestegg-") as tmp:
         db_path = Path(tmp) / "nestegg.db"
-        with NestEggSaver(SQLiteCheckpointStorage(db_path), close_storage=True) as saver:
-            app = build_loop(saver, steps)
-            start = time.perf_counter()
-            run_loop(app, "t", steps)
-            elapsed = time.perf_counter() - start
+        elapsed = timed_loop(SQLiteCheckpointStorage(db_path), steps)
         truncate_wal(db_path)
         return elapsed, directory_bytes(Path(tmp))
 
@@ -86,12 +92,7 @@ def postgres_saver(steps: int) -> Sample:
 def nestegg_postgres(steps: int) -> Sample:
     prefix = f"bench_lgs_{uuid.uuid4().hex[:8]}_"
     try:
-        store = PostgresCheckpointStorage(PG_URL, table_prefix=prefix)
-        with NestEggSaver(store, close_storage=True) as saver:
-            app = build_loop(saver, steps)
-            start = time.perf_counter()
-            run_loop(app, "t", steps)
-            elapsed = time.perf_counter() - start
+        elapsed = timed_loop(PostgresCheckpointStorage(PG_URL, table_prefix=prefix), steps)
         return elapsed, asyncio.run(pg_prefixed_bytes(prefix))
     finally:
         asyncio.run(pg_drop_prefixed(prefix))
@@ -100,12 +101,7 @@ def nestegg_postgres(steps: int) -> Sample:
 def nestegg_redis(steps: int) -> Sample:
     prefix = f"bench-lgs:{uuid.uuid4().hex[:8]}:"
     try:
-        store = RedisCheckpointStorage(REDIS_URL, prefix=prefix)
-        with NestEggSaver(store, close_storage=True) as saver:
-            app = build_loop(saver, steps)
-            start = time.perf_counter()
-            run_loop(app, "t", steps)
-            elapsed = time.perf_counter() - start
+        elapsed = timed_loop(RedisCheckpointStorage(REDIS_URL, prefix=prefix), steps)
         return elapsed, asyncio.run(redis_prefixed_bytes(prefix))
     finally:
         asyncio.run(redis_drop_prefixed(prefix))

@@ -26,18 +26,22 @@ from nestegg.checkpoint.stores.file_io import (
     sync_directory,
     write_atomically,
 )
+from nestegg.checkpoint.stores.memory_threads import (
+    Rows,
+    apply_change,
+    rows_with_keys,
+    scan_rows,
+)
 from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
 
 THREADS_DIR = "lg-threads"
 COMPACT_MIN_BYTES = 1 << 20
 """A log is rewritten once it is this large and at least twice its live rows."""
 
-_Rows = dict[tuple[str, str], bytes]
-
 
 @dataclass
 class _State:
-    rows: _Rows = field(default_factory=dict)
+    rows: Rows = field(default_factory=dict)
     updated_at: float = 0.0
     offset: int = 0
     inode: int = -1
@@ -55,14 +59,12 @@ def _encode(change: ThreadChange, now: float) -> bytes:
 
 def _replay(state: _State, line: bytes) -> None:
     record: dict[str, Any] = orjson.loads(line)
-    rows = state.rows
-    for kind, low, high in record["d"]:
-        for key in [k for k in rows if k[0] == kind and low <= k[1] < high]:
-            del rows[key]
-    for kind, key, body in record["n"]:
-        rows.setdefault((kind, key), base64.b64decode(body))
-    for kind, key, body in record["p"]:
-        rows[(kind, key)] = base64.b64decode(body)
+
+    def rows(items: list[list[str]]) -> list[ThreadRow]:
+        return [ThreadRow(kind, key, base64.b64decode(body)) for kind, key, body in items]
+
+    change = ThreadChange(rows(record["p"]), rows(record["n"]), [tuple(d) for d in record["d"]])
+    apply_change(state.rows, change)
     state.updated_at = record["t"]
 
 
@@ -134,8 +136,7 @@ class FileThreadRows:
     ) -> list[ThreadRow]:
         """See ThreadStore."""
         rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
-        found = sorted({key for key in keys if (kind, key) in rows})
-        return [ThreadRow(kind, key, rows[(kind, key)]) for key in found]
+        return rows_with_keys(rows, kind, keys)
 
     async def scan_thread_rows(
         self,
@@ -149,11 +150,7 @@ class FileThreadRows:
     ) -> list[ThreadRow]:
         """See ThreadStore."""
         rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
-        keys = sorted((key for k, key in rows if k == kind and low <= key < high))
-        if newest_first:
-            keys.reverse()
-        keys = keys if limit is None else keys[:limit]
-        return [ThreadRow(kind, key, rows[(kind, key)]) for key in keys]
+        return scan_rows(rows, kind, low, high, newest_first, limit)
 
     def _list(self) -> list[ThreadInfo]:
         try:

@@ -6,21 +6,48 @@ from collections.abc import Sequence
 
 from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
 
-_Rows = dict[tuple[str, str], bytes]
+Rows = dict[tuple[str, str], bytes]
+"""A thread's rows by (kind, key): the memory store's, and the file store's once read."""
 
 
-def _scan(rows: _Rows, kind: str, low: str, high: str) -> list[ThreadRow]:
-    keys = sorted(key for k, key in rows if k == kind and low <= key < high)
+def apply_change(rows: Rows, change: ThreadChange) -> None:
+    """Apply ``change`` to ``rows`` (deletes, then new rows, then replacing ones)."""
+    for kind, low, high in change.delete:
+        for row in scan_rows(rows, kind, low, high):
+            del rows[(kind, row.key)]
+    for row in change.put_new:
+        rows.setdefault((row.kind, row.key), bytes(row.body))
+    for row in change.put:
+        rows[(row.kind, row.key)] = bytes(row.body)
+
+
+def rows_with_keys(rows: Rows, kind: str, keys: Sequence[str]) -> list[ThreadRow]:
+    """The rows of ``kind`` with those keys, in key order."""
+    found = sorted({key for key in keys if (kind, key) in rows})
+    return [ThreadRow(kind, key, rows[(kind, key)]) for key in found]
+
+
+def scan_rows(
+    rows: Rows,
+    kind: str,
+    low: str,
+    high: str,
+    newest_first: bool = False,
+    limit: int | None = None,
+) -> list[ThreadRow]:
+    """The rows of ``kind`` with ``low <= key < high``, in key order (or reversed)."""
+    keys = sorted((key for k, key in rows if k == kind and low <= key < high), reverse=newest_first)
+    keys = keys if limit is None else keys[:limit]
     return [ThreadRow(kind, key, rows[(kind, key)]) for key in keys]
 
 
 class MemoryThreadRows:
     """The :class:`~nestegg.checkpoint.stores.threads.ThreadStore` capability in memory."""
 
-    __thread_rows: dict[str, _Rows]
+    __thread_rows: dict[str, Rows]
     __thread_times: dict[str, float]
 
-    def _threads(self) -> dict[str, _Rows]:
+    def _threads(self) -> dict[str, Rows]:
         try:
             return self.__thread_rows
         except AttributeError:
@@ -29,23 +56,14 @@ class MemoryThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        rows = self._threads().setdefault(thread_id, {})
-        for kind, low, high in change.delete:
-            for row in _scan(rows, kind, low, high):
-                del rows[(kind, row.key)]
-        for row in change.put_new:
-            rows.setdefault((row.kind, row.key), bytes(row.body))
-        for row in change.put:
-            rows[(row.kind, row.key)] = bytes(row.body)
+        apply_change(self._threads().setdefault(thread_id, {}), change)
         self.__thread_times[thread_id] = now
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]
     ) -> list[ThreadRow]:
         """See ThreadStore."""
-        rows = self._threads().get(thread_id, {})
-        found = sorted({key for key in keys if (kind, key) in rows})
-        return [ThreadRow(kind, key, rows[(kind, key)]) for key in found]
+        return rows_with_keys(self._threads().get(thread_id, {}), kind, keys)
 
     async def scan_thread_rows(
         self,
@@ -58,10 +76,8 @@ class MemoryThreadRows:
         limit: int | None = None,
     ) -> list[ThreadRow]:
         """See ThreadStore."""
-        found = _scan(self._threads().get(thread_id, {}), kind, low, high)
-        if newest_first:
-            found.reverse()
-        return found if limit is None else found[:limit]
+        rows = self._threads().get(thread_id, {})
+        return scan_rows(rows, kind, low, high, newest_first, limit)
 
     async def list_threads(self) -> list[ThreadInfo]:
         """See ThreadStore."""
