@@ -14,11 +14,12 @@ conformance = pytest.importorskip("langgraph.checkpoint.conformance")
 from langgraph.checkpoint.conformance.capabilities import Capability  # noqa: E402
 
 
+@pytest.mark.parametrize("defer_writes", [True, False])
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
-async def test_all_eight_capabilities_pass(saver_factory: SaverFactory) -> None:
+async def test_all_eight_capabilities_pass(saver_factory: SaverFactory, defer_writes: bool) -> None:
     @conformance.checkpointer_test(name="NestEggSaver")
     async def factory() -> AsyncIterator[NestEggSaver]:
-        yield saver_factory()
+        yield saver_factory(defer_writes=defer_writes)
 
     report = await conformance.validate(factory)
     results = report.results

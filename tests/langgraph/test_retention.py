@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -156,6 +157,17 @@ def test_bad_settings_are_refused_by_name() -> None:
     with pytest.raises(ConfigurationError, match="cannot keep LangGraph threads"):
         NestEggSaver(object())
     saver = NestEggSaver(store)
+    _run(saver, "t", 3)
+    before = saver._run(_rows(store, "t", CHECKPOINT))
     with pytest.raises(ConfigurationError, match="prune strategy 'all'"):
         saver.prune(["t"], strategy="all")
+    assert saver._run(_rows(store, "t", CHECKPOINT)) == before  # nothing changed
     saver.close()
+
+
+@pytest.mark.parametrize("scheme", ["memory://", "sqlite:///{dir}/g.db", "file://{dir}/threads"])
+def test_from_url_opens_the_store_and_closes_it_with_the_saver(scheme: str, tmp_path: Path) -> None:
+    with NestEggSaver.from_url(scheme.format(dir=tmp_path)) as saver:
+        result = _run(saver, "t", 4)
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+    assert result["turn"] == 4
