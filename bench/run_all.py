@@ -28,6 +28,10 @@ BENCHMARKS = {
     "server": ("server_stores.py", ["--sizes", "100", "1000", "--reps", "1"]),
     "journal": ("journal_call.py", ["--calls", "200", "--reps", "1"]),
     "distributed": ("distributed.py", ["--steps", "50", "--runs", "40", "--reps", "1"]),
+    "langgraph": (
+        "langgraph_saver.py",
+        ["--steps", "200", "--reps", "1", "--linear", "100", "1000"],
+    ),
 }
 """name -> (script, the arguments of a quick run)."""
 

@@ -124,6 +124,10 @@ SQLITE_CHECKPOINTS_TABLE = "checkpoints"
 SQLITE_EVENT_BATCHES_TABLE = "event_batches"
 SQLITE_JOURNAL_TABLE = "journal"
 SQLITE_STEP_BLOCKS_TABLE = "step_blocks"
+SQLITE_THREADS_TABLE = "lg_threads"
+"""LangGraph threads (nestegg.langgraph), apart from runs: one row per thread."""
+SQLITE_THREAD_ROWS_TABLE = "lg_rows"
+"""The rows (checkpoints, channel values, writes) of LangGraph threads."""
 STEP_BLOCK_STEPS = 256
 """Step records the SQLite store packs into one block (steps k*256+1 to (k+1)*256)."""
 STEP_BLOCK_MAX_BYTES = 4 * 1024 * 1024

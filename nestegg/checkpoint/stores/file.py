@@ -71,6 +71,7 @@ from nestegg.checkpoint.stores.file_io import (
     same_file,
     sync_directory,
 )
+from nestegg.checkpoint.stores.file_threads import FileThreadRows
 from nestegg.constants import (
     FILE_CHECKPOINT_INDEX_DIR,
     FILE_CHECKPOINTS_DIR,
@@ -118,7 +119,7 @@ def _checkpoint_id(checkpoint_id: str) -> str:
     return file_name_id(checkpoint_id, "checkpoint id")
 
 
-class FileCheckpointStorage:
+class FileCheckpointStorage(FileThreadRows):
     """Keeps each run in its own directory of readable JSON files.
 
     Args:

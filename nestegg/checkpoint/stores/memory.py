@@ -16,6 +16,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.memory_threads import MemoryThreadRows
 from nestegg.constants import RUNNING
 from nestegg.errors import (
     ConfigurationError,
@@ -42,7 +43,7 @@ def apply_run_fields(run: RunRecord, commit: Commit) -> None:
     run.updated_at = commit.updated_at or run.updated_at
 
 
-class MemoryCheckpointStorage:
+class MemoryCheckpointStorage(MemoryThreadRows):
     """Keeps everything in memory, in this process.
 
     Example:

@@ -53,6 +53,7 @@ from nestegg.checkpoint.stores.postgres_schema import (
     run_from_row,
     validate_table_prefix,
 )
+from nestegg.checkpoint.stores.postgres_threads import PostgresThreadRows
 from nestegg.checkpoint.stores.retry import backoff_delay, retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
@@ -148,7 +149,7 @@ def _describe(conninfo: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
-class PostgresCheckpointStorage:
+class PostgresCheckpointStorage(PostgresThreadRows):
     """Keeps runs in PostgreSQL, shared by every process and machine that reaches it.
 
     Args:

@@ -48,6 +48,8 @@ TABLE_SUFFIXES: dict[str, str] = {
     "events": "events",
     "journal": "journal",
     "checkpoints": "checkpoints",
+    "lg_threads": "lg_threads",
+    "lg_rows": "lg_rows",
 }
 # Placeholder name -> function or index suffix appended to the table prefix.
 OBJECT_SUFFIXES: dict[str, str] = {
@@ -286,12 +288,31 @@ MIGRATIONS: list[list[str]] = [
     _TABLES,
     [_COMMIT_FUNCTION],
     [_COMMIT_FUNCTION_V3],
+    [
+        # LangGraph threads (nestegg.langgraph), apart from runs: see postgres_threads.
+        """
+        CREATE TABLE {lg_threads} (
+            thread_id text COLLATE "C" PRIMARY KEY,
+            updated_at double precision NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE {lg_rows} (
+            thread_id text COLLATE "C" NOT NULL,
+            kind text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            body bytea NOT NULL,
+            PRIMARY KEY (thread_id, kind, key)
+        )
+        """,
+    ],
 ]
 """The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
 
 DROP_STATEMENTS = [
     "DROP FUNCTION IF EXISTS {commit}",
     "DROP TABLE IF EXISTS {checkpoints}, {journal}, {events}, {steps}, {runs}, {versions}",
+    "DROP TABLE IF EXISTS {lg_rows}, {lg_threads}",
 ]
 
 _RUN_COLUMNS = (

@@ -55,6 +55,7 @@ from nestegg.checkpoint.stores.redis_layout import (
     ttl_seconds,
     validate_key_prefix,
 )
+from nestegg.checkpoint.stores.redis_threads import RedisThreadRows
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
@@ -85,7 +86,7 @@ def _driver_errors() -> Iterator[None]:
         raise StorageError(f"Redis failed: {exc}") from exc
 
 
-class RedisCheckpointStorage:
+class RedisCheckpointStorage(RedisThreadRows):
     """Keeps runs in Redis, shared by every process and machine that reaches it.
 
     Args:

@@ -70,6 +70,7 @@ from nestegg.checkpoint.stores.sqlite_schema import (
     run_to_row,
     write_transaction,
 )
+from nestegg.checkpoint.stores.sqlite_threads import SQLiteThreadRows
 from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -128,7 +129,7 @@ def _create_database_file(path: Path) -> None:
     os.close(fd)
 
 
-class SQLiteCheckpointStorage:
+class SQLiteCheckpointStorage(SQLiteThreadRows):
     """Keeps runs in one SQLite database file; the default store.
 
     Args:

@@ -25,6 +25,8 @@ from nestegg.constants import (
     SQLITE_RUNS_TABLE,
     SQLITE_STEP_BLOCKS_TABLE,
     SQLITE_STEPS_TABLE,
+    SQLITE_THREAD_ROWS_TABLE,
+    SQLITE_THREADS_TABLE,
 )
 from nestegg.errors import StorageError
 
@@ -135,6 +137,15 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         """CREATE TABLE step_blocks (
             block_key INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, head BLOB NOT NULL,
             body BLOB NOT NULL)""",
+    ),
+    (
+        # Version 4 keeps LangGraph threads (nestegg.langgraph), apart from runs: see
+        # sqlite_threads.
+        f"""CREATE TABLE {SQLITE_THREADS_TABLE} (
+            thread_id TEXT PRIMARY KEY, updated_at REAL NOT NULL) WITHOUT ROWID""",
+        f"""CREATE TABLE {SQLITE_THREAD_ROWS_TABLE} (
+            thread_id TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+            body BLOB NOT NULL, PRIMARY KEY (thread_id, kind, key))""",
     ),
 )
 """The schema, one entry per version; append, never edit."""

@@ -1,0 +1,205 @@
+"""LangGraph thread rows of the file store: a log per thread, in a directory of its own.
+
+``{root}/lg-threads/{thread id as hex}.log`` holds one JSON line per change (deletes,
+rows to add, rows to replace, its time; bodies in base64), appended and fsynced under an
+exclusive lock, so a change is there whole or (a torn last line, cut off) not at all. A
+read replays the log (only the lines added since the last read of the same file); a log
+that holds mostly replaced or deleted rows is rewritten (atomically) on a write.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.stores.file_io import (
+    append_durably,
+    make_private_dirs,
+    sync_directory,
+    write_atomically,
+)
+from nestegg.checkpoint.stores.memory_threads import (
+    Rows,
+    apply_change,
+    rows_with_keys,
+    scan_rows,
+)
+from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
+
+THREADS_DIR = "lg-threads"
+COMPACT_MIN_BYTES = 1 << 20
+"""A log is rewritten once it is this large and at least twice its live rows."""
+
+
+@dataclass
+class _State:
+    rows: Rows = field(default_factory=dict)
+    updated_at: float = 0.0
+    offset: int = 0
+    inode: int = -1
+    live_bytes: int = 0
+
+
+def _encode(change: ThreadChange, now: float) -> bytes:
+    def rows(items: Sequence[ThreadRow]) -> list[list[str]]:
+        return [[r.kind, r.key, base64.b64encode(r.body).decode()] for r in items]
+
+    record = {"t": now, "d": [list(d) for d in change.delete]}
+    record |= {"n": rows(change.put_new), "p": rows(change.put)}
+    return orjson.dumps(record) + b"\n"
+
+
+def _replay(state: _State, line: bytes) -> None:
+    record: dict[str, Any] = orjson.loads(line)
+
+    def rows(items: list[list[str]]) -> list[ThreadRow]:
+        return [ThreadRow(kind, key, base64.b64decode(body)) for kind, key, body in items]
+
+    change = ThreadChange(rows(record["p"]), rows(record["n"]), [tuple(d) for d in record["d"]])
+    apply_change(state.rows, change)
+    state.updated_at = record["t"]
+
+
+class FileThreadRows:
+    """The :class:`~nestegg.checkpoint.stores.threads.ThreadStore` capability in files."""
+
+    root: Path
+    __states: dict[str, _State]
+    __lock: threading.Lock
+
+    def _thread_states(self) -> dict[str, _State]:
+        try:
+            return self.__states
+        except AttributeError:
+            self.__states, self.__lock = {}, threading.Lock()
+            return self.__states
+
+    def _threads_dir(self) -> Path:
+        return self.root / THREADS_DIR
+
+    def _thread_path(self, thread_id: str) -> Path:
+        return self._threads_dir() / f"{thread_id.encode().hex()}.log"
+
+    def _read(self, thread_id: str) -> _State:
+        """The thread's rows as its log holds them now (empty if there is none)."""
+        states = self._thread_states()
+        with self.__lock:
+            path = self._thread_path(thread_id)
+            try:
+                with open(path, "rb") as f:
+                    stat = os.fstat(f.fileno())
+                    state = states.get(thread_id)
+                    if state is None or state.inode != stat.st_ino or stat.st_size < state.offset:
+                        state = _State(inode=stat.st_ino)
+                    f.seek(state.offset)
+                    data = f.read()
+            except FileNotFoundError:
+                states.pop(thread_id, None)
+                return _State()
+            end = data.rfind(b"\n") + 1  # a torn last line is not read
+            for line in data[:end].splitlines():
+                _replay(state, line)
+            state.offset += end
+            state.live_bytes = sum(len(b) for b in state.rows.values())
+            states[thread_id] = state
+            return state
+
+    def _apply(self, thread_id: str, change: ThreadChange, now: float) -> None:
+        make_private_dirs(self._threads_dir())
+        path = self._thread_path(thread_id)
+        with open(path, "ab") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            existed = path.stat().st_size > 0
+            append_durably(path, _encode(change, now))
+            if not existed:
+                sync_directory(path.parent)
+            state = self._read(thread_id)
+            if state.offset > COMPACT_MIN_BYTES and state.offset > 3 * state.live_bytes:
+                snapshot = [ThreadRow(k, key, body) for (k, key), body in state.rows.items()]
+                write_atomically(path, _encode(ThreadChange(put=snapshot), state.updated_at))
+                sync_directory(path.parent)
+
+    async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
+        """See ThreadStore."""
+        await self._io(self._apply, thread_id, change, now)  # type: ignore[attr-defined]
+
+    async def get_thread_rows(
+        self, thread_id: str, kind: str, keys: Sequence[str]
+    ) -> list[ThreadRow]:
+        """See ThreadStore."""
+        rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
+        return rows_with_keys(rows, kind, keys)
+
+    async def scan_thread_rows(
+        self,
+        thread_id: str,
+        kind: str,
+        low: str,
+        high: str,
+        *,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[ThreadRow]:
+        """See ThreadStore."""
+        rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
+        return scan_rows(rows, kind, low, high, newest_first, limit)
+
+    def _list(self) -> list[ThreadInfo]:
+        try:
+            names = os.listdir(self._threads_dir())
+        except FileNotFoundError:
+            return []
+        infos = []
+        for name in names:
+            if not name.endswith(".log"):
+                continue
+            thread_id = bytes.fromhex(name[:-4]).decode()
+            state = self._read(thread_id)
+            if state.rows:
+                infos.append(ThreadInfo(thread_id, state.updated_at, len(state.rows)))
+        return sorted(infos, key=lambda info: (-info.updated_at, info.thread_id))
+
+    async def list_threads(self) -> list[ThreadInfo]:
+        """See ThreadStore."""
+        infos: list[ThreadInfo] = await self._io(self._list)  # type: ignore[attr-defined]
+        return infos
+
+    def _delete(self, thread_ids: list[str]) -> int:
+        count = 0
+        for thread_id in thread_ids:
+            try:
+                self._thread_path(thread_id).unlink()
+                count += 1
+            except FileNotFoundError:
+                pass
+            self._thread_states().pop(thread_id, None)
+        if count:
+            sync_directory(self._threads_dir())
+        return count
+
+    async def delete_threads(self, thread_ids: Sequence[str]) -> int:
+        """See ThreadStore."""
+        ids = list(dict.fromkeys(thread_ids))
+        count: int = await self._io(self._delete, ids)  # type: ignore[attr-defined]
+        return count
+
+    def _copy(self, source_id: str, target_id: str, now: float) -> bool:
+        rows = self._read(source_id).rows
+        if not rows:
+            return False
+        snapshot = [ThreadRow(k, key, body) for (k, key), body in rows.items()]
+        self._apply(target_id, ThreadChange(put=snapshot), now)
+        return True
+
+    async def copy_thread(self, source_id: str, target_id: str, now: float) -> bool:
+        """See ThreadStore."""
+        copied: bool = await self._io(self._copy, source_id, target_id, now)  # type: ignore[attr-defined]
+        return copied

@@ -1,0 +1,176 @@
+"""Commands for LangGraph threads kept by NestEggSaver: threads, thread, threads prune."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.threads import ThreadStore
+from nestegg.cli.app import (
+    CommandError,
+    JsonOption,
+    StoreOption,
+    app,
+    open_selected,
+    run_with_store,
+    store_url,
+)
+from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
+from nestegg.cli.render import Output, when
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.errors import MissingDependencyError
+
+threads_app = typer.Typer(
+    help="LangGraph threads kept by NestEggSaver: list them (no subcommand) or prune them.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+app.add_typer(threads_app, name="threads")
+
+
+def _langgraph() -> Any:
+    try:
+        from nestegg.langgraph import inspect
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"LangGraph threads need langgraph-checkpoint ({exc.name}): "
+            "pip install 'nestegg[langgraph]'"
+        ) from exc
+    return inspect
+
+
+def _threads(store: CheckpointStorage) -> ThreadStore:
+    if not isinstance(store, ThreadStore):
+        raise CommandError(f"{type(store).__name__} keeps no LangGraph threads", EXIT_USAGE)
+    return store
+
+
+@threads_app.callback()
+def threads_command(
+    ctx: typer.Context, as_json: JsonOption = False, store: StoreOption = None
+) -> None:
+    """The LangGraph threads in the store, most recently written first."""
+    if ctx.invoked_subcommand is not None:
+        return
+    inspect = _langgraph()
+
+    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await inspect.thread_summaries(_threads(opened))
+        return rows
+
+    rows = run_with_store(ctx, store, work)
+    out = Output(as_json)
+    if as_json:
+        out.json(rows)
+        return
+    if not rows:
+        out.note("no LangGraph threads")
+        return
+    cells = [
+        [
+            r["thread_id"],
+            str(r["checkpoints"]),
+            ", ".join(n or "(root)" for n in r["namespaces"]),
+            when(r["updated_at"]),
+            r["latest_checkpoint"] or "-",
+        ]
+        for r in rows
+    ]
+    out.table(("THREAD", "CHECKPOINTS", "NAMESPACES", "UPDATED", "LATEST CHECKPOINT"), cells)
+
+
+@app.command("thread")
+def thread_command(
+    ctx: typer.Context,
+    thread_id: Annotated[str, typer.Argument(help="The LangGraph thread id.", show_default=False)],
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """A LangGraph thread's checkpoints, newest first, with their metadata."""
+    inspect = _langgraph()
+
+    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await inspect.thread_checkpoints(_threads(opened), thread_id)
+        return rows
+
+    rows = run_with_store(ctx, store, work)
+    if not rows:
+        raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
+    out = Output(as_json)
+    if as_json:
+        out.json(rows)
+        return
+    cells = [
+        [
+            r["checkpoint_id"],
+            r["checkpoint_ns"] or "(root)",
+            "-" if r["step"] is None else str(r["step"]),
+            str(r["source"] or "-"),
+            r["run_id"] or "-",
+            r["parent_id"] or "-",
+        ]
+        for r in rows
+    ]
+    out.table(("CHECKPOINT", "NAMESPACE", "STEP", "SOURCE", "RUN", "PARENT"), cells, whole=(0,))
+
+
+@threads_app.command("prune")
+def prune_command(
+    ctx: typer.Context,
+    thread_ids: Annotated[
+        list[str] | None,
+        typer.Argument(help="Threads to prune (default: all).", show_default=False),
+    ] = None,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the threads instead of keeping the latest.")
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Only threads not written for this long (7d, 12h).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: DryRunOption = False,
+    yes: YesOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Keep only each namespace's latest checkpoint of LangGraph threads (and what it needs),
+    or delete the threads with --delete."""
+    inspect = _langgraph()
+    cutoff = time.time() - parse_duration(older_than).total_seconds() if older_than else None
+
+    async def chosen(opened: CheckpointStorage) -> list[str]:
+        summaries = await inspect.thread_summaries(_threads(opened))
+        wanted = set(thread_ids or [])
+        return [
+            s["thread_id"]
+            for s in summaries
+            if (not wanted or s["thread_id"] in wanted)
+            and (cutoff is None or s["updated_at"].timestamp() < cutoff)
+        ]
+
+    targets = run_with_store(ctx, store, chosen)
+    out = Output(False)
+    strategy = "delete" if delete else "keep_latest"
+    action = "delete" if delete else "prune to their latest checkpoints"
+    if not targets:
+        out.note("no LangGraph threads to prune")
+        return
+    if dry_run:
+        for thread_id in targets:
+            out.line(thread_id)
+        out.note(f"would {action}: {len(targets)} thread(s) (dry run, nothing changed)")
+        return
+    confirm_or_stop(f"{action} {len(targets)} LangGraph thread(s)?", yes)
+    from nestegg.langgraph import NestEggSaver
+
+    with NestEggSaver(open_selected(store_url(ctx, store)), close_storage=True) as saver:
+        saver.prune(targets, strategy=strategy)
+    for thread_id in targets:
+        out.line(thread_id)
+    out.note(f"{'deleted' if delete else 'pruned'} {len(targets)} LangGraph thread(s)")

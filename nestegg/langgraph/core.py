@@ -1,0 +1,359 @@
+"""What a LangGraph checkpoint means in thread rows: reads, writes and retention.
+
+Runs on the saver's loop (:mod:`nestegg.langgraph.loop`); talks to the store only through
+:class:`~nestegg.checkpoint.stores.threads.ThreadStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from nestegg.checkpoint.stores.threads import (
+    BLOB,
+    CHECKPOINT,
+    WRITE,
+    ThreadChange,
+    ThreadRow,
+    ThreadStore,
+)
+from nestegg.langgraph.linear import (
+    Latest,
+    LatestValues,
+    decode_full,
+    empty_blob,
+    encode_value,
+    rebuild,
+)
+from nestegg.langgraph.retention import Retention
+from nestegg.langgraph.rows import (
+    DELTA,
+    EMPTY,
+    PACK,
+    SEP,
+    BlobBody,
+    CheckpointBody,
+    WriteBody,
+    blob_key,
+    checkpoint_key,
+    prefix_range,
+    split_key,
+    write_key,
+    writes_prefix,
+)
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
+    return not wanted or all(metadata.get(k) == v for k, v in wanted.items())
+
+
+class ThreadCheckpoints:
+    """LangGraph's saver operations over a ThreadStore."""
+
+    def __init__(
+        self,
+        store: ThreadStore,
+        serde: SerializerProtocol,
+        retention: Retention,
+        pack_every: int,
+        clock: Callable[[], float],
+        defer_writes: bool = True,
+    ) -> None:
+        self.store = store
+        self.serde = serde
+        self.retention = retention
+        self.pack_every = pack_every
+        self.clock = clock
+        self.latest = LatestValues()
+        self.defer_writes = defer_writes
+        self._pending: dict[str, list[ThreadRow]] = {}
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values")
+        rows = [
+            row
+            for ch, ver in new_versions.items()
+            for row in self._blob_rows(thread_id, ns, ch, ver, values)
+        ]
+        meta = get_checkpoint_metadata(config, metadata)
+        body = CheckpointBody(
+            checkpoint=self.serde.dumps_typed(c),
+            metadata=self.serde.dumps_typed(meta),
+            parent_id=conf.get("checkpoint_id"),
+            run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
+            versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
+        )
+        rows.append(ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack()))
+        drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
+        gone = tuple(writes_prefix(ns, cid) for cid in drop)
+        writes = [r for r in self._pending.pop(thread_id, []) if not r.key.startswith(gone)]
+        change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
+        await self.store.apply_thread_change(thread_id, change, self.clock())
+        await self.retention.after_put(self, thread_id)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def _blob_rows(
+        self, thread_id: str, ns: str, channel: str, version: Any, values: Mapping[str, Any]
+    ) -> list[ThreadRow]:
+        if channel not in values:
+            return [ThreadRow(BLOB, blob_key(ns, channel, version), empty_blob().pack())]
+        latest = self.latest.get(thread_id, ns, channel)
+        bodies, new_latest = encode_value(
+            self.serde, latest, str(version), values[channel], self.pack_every
+        )
+        self.latest.set(thread_id, ns, channel, new_latest)
+        return [ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()) for v, body in bodies]
+
+    async def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        conf = config["configurable"]
+        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        checkpoint_id = conf["checkpoint_id"]
+        keep: list[ThreadRow] = []
+        replace: list[ThreadRow] = []
+        for idx, (channel, value) in enumerate(writes):
+            i = WRITES_IDX_MAP.get(channel, idx)
+            body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), task_path)
+            row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
+            (replace if i < 0 else keep).append(row)
+        if self.defer_writes and not replace:
+            self._pending.setdefault(thread_id, []).extend(keep)
+            return
+        keep = self._pending.pop(thread_id, []) + keep
+        change = ThreadChange(put=replace, put_new=keep)
+        await self.store.apply_thread_change(thread_id, change, self.clock())
+
+    async def flush(self, thread_id: str | None = None) -> None:
+        """Commit the writes kept for the next checkpoint (of one thread, or of all)."""
+        thread_ids = list(self._pending) if thread_id is None else [thread_id]
+        for tid in thread_ids:
+            rows = self._pending.pop(tid, None)
+            if rows:
+                await self.store.apply_thread_change(tid, ThreadChange(put_new=rows), self.clock())
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        await self.flush(thread_id)
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            keys = [checkpoint_key(ns, checkpoint_id)]
+            rows = await self.store.get_thread_rows(thread_id, CHECKPOINT, keys)
+        else:
+            low, high = prefix_range(ns + SEP)
+            rows = await self.store.scan_thread_rows(
+                thread_id, CHECKPOINT, low, high, newest_first=True, limit=1
+            )
+        return await self._tuple(thread_id, rows[0]) if rows else None
+
+    async def list_checkpoints(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> list[CheckpointTuple]:
+        conf = config["configurable"] if config else {}
+        await self.flush(conf.get("thread_id"))
+        if conf.get("thread_id") is not None:
+            thread_ids = [conf["thread_id"]]
+        else:
+            thread_ids = [info.thread_id for info in await self.store.list_threads()]
+        ns: str | None = conf.get("checkpoint_ns")
+        wanted_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        found: list[CheckpointTuple] = []
+        for thread_id in thread_ids:
+            rows = await self._checkpoint_rows(thread_id, ns, before_id, limit, bool(filter))
+            for row in rows:
+                cid = split_key(row.key)[-1]
+                if wanted_id and cid != wanted_id:
+                    continue
+                body = CheckpointBody.unpack(row.body)
+                if not _matches(self.serde.loads_typed(body.metadata), filter):
+                    continue
+                if limit is not None and len(found) >= limit:
+                    return found
+                found.append(await self._tuple(thread_id, row, body))
+        return found
+
+    async def _checkpoint_rows(
+        self,
+        thread_id: str,
+        ns: str | None,
+        before_id: str | None,
+        limit: int | None,
+        filtered: bool,
+    ) -> list[ThreadRow]:
+        low, high = prefix_range("" if ns is None else ns + SEP)
+        if ns is not None and before_id:
+            high = checkpoint_key(ns, before_id)
+        pushed = limit if ns is not None and not filtered else None
+        rows = await self.store.scan_thread_rows(
+            thread_id, CHECKPOINT, low, high, newest_first=True, limit=pushed
+        )
+        if ns is None:
+            rows.sort(key=lambda row: split_key(row.key)[-1], reverse=True)
+            if before_id:
+                rows = [row for row in rows if split_key(row.key)[-1] < before_id]
+        return rows
+
+    async def _tuple(
+        self, thread_id: str, row: ThreadRow, body: CheckpointBody | None = None
+    ) -> CheckpointTuple:
+        ns, checkpoint_id = split_key(row.key)
+        body = body or CheckpointBody.unpack(row.body)
+        checkpoint: dict[str, Any] = self.serde.loads_typed(body.checkpoint)
+        checkpoint["channel_values"] = await self._values(thread_id, ns, body.versions)
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint_id),
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=self.serde.loads_typed(body.metadata),
+            parent_config=_config(thread_id, ns, body.parent_id) if body.parent_id else None,
+            pending_writes=await self._writes(thread_id, ns, checkpoint_id),
+        )
+
+    async def _values(self, thread_id: str, ns: str, versions: Mapping[str, str]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        wanted: dict[str, str] = {}
+        for channel, version in versions.items():
+            cached = self.latest.get(thread_id, ns, channel)
+            if cached is not None and cached.version == version:
+                values[channel] = _copy(cached.value)
+            else:
+                wanted[blob_key(ns, channel, version)] = channel
+        if not wanted:
+            return values
+        for row in await self.store.get_thread_rows(thread_id, BLOB, list(wanted)):
+            channel = wanted[row.key]
+            value = await self._value(thread_id, ns, channel, versions[channel], row)
+            if value is not None:
+                values[channel] = value[0]
+        return values
+
+    async def _value(
+        self, thread_id: str, ns: str, channel: str, version: str, row: ThreadRow
+    ) -> tuple[Any] | None:
+        blob = BlobBody.unpack(row.body)
+        if blob.kind == EMPTY:
+            return None
+        latest: Latest
+        if blob.kind == DELTA:
+            chain = [row]
+            if blob.depth:
+                low = blob_key(ns, channel, blob.anchor or "")
+                chain = await self.store.scan_thread_rows(thread_id, BLOB, low, row.key + "\x01")
+            low, high = prefix_range(blob_key(ns, channel, PACK))
+            chain += await self.store.scan_thread_rows(thread_id, BLOB, low, high)
+            value, latest = rebuild(self.serde, blob, version, chain)
+        else:
+            value, latest = decode_full(self.serde, blob, version)
+        current = self.latest.get(thread_id, ns, channel)
+        if current is None or current.version <= version:
+            self.latest.set(thread_id, ns, channel, latest)
+        return (value,)
+
+    async def _writes(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
+        low, high = prefix_range(writes_prefix(ns, checkpoint_id))
+        rows = await self.store.scan_thread_rows(thread_id, WRITE, low, high)
+        bodies = [WriteBody.unpack(row.body) for row in rows]
+        bodies.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+        return [(w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in bodies]
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> None:
+        self.forget(thread_id)
+        self._pending.pop(thread_id, None)
+        await self.store.delete_threads([thread_id])
+
+    async def copy_thread(self, source_id: str, target_id: str) -> None:
+        await self.flush()
+        self.forget(target_id)
+        await self.store.copy_thread(source_id, target_id, self.clock())
+
+    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        await self.flush()
+        for info in await self.store.list_threads():
+            low, high = prefix_range("")
+            rows = await self.store.scan_thread_rows(info.thread_id, CHECKPOINT, low, high)
+            doomed = [r.key for r in rows if CheckpointBody.unpack(r.body).run_id in wanted]
+            if doomed:
+                await self.drop_checkpoints(info.thread_id, doomed)
+
+    async def drop_checkpoints(self, thread_id: str, keys: Sequence[str]) -> None:
+        """Delete those checkpoints (by row key) with their writes, then the channel values
+        no remaining checkpoint needs."""
+        by_ns: dict[str, list[str]] = {}
+        for key in keys:
+            ns, cid = split_key(key)
+            by_ns.setdefault(ns, []).append(cid)
+        delete: list[tuple[str, str, str]] = []
+        for ns, ids in by_ns.items():
+            delete.extend(_checkpoint_rows(ns, ids))
+        await self.store.apply_thread_change(thread_id, ThreadChange(delete=delete), self.clock())
+        self.forget(thread_id)
+        await self.retention.collect(self, thread_id)
+
+    def forget(self, thread_id: str) -> None:
+        self.latest.forget(thread_id)
+        self.retention.forget(thread_id)
+
+
+def _checkpoint_rows(ns: str, checkpoint_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(kind, low, high) ranges covering those checkpoints and their writes."""
+    ranges: list[tuple[str, str, str]] = []
+    for cid in checkpoint_ids:
+        key = checkpoint_key(ns, cid)
+        ranges.append((CHECKPOINT, key, key + "\x01"))
+        ranges.append((WRITE, *prefix_range(writes_prefix(ns, cid))))
+    return ranges
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if type(value) is list else value

@@ -1,0 +1,60 @@
+"""What the ``nestegg`` command shows of LangGraph threads: summaries and checkpoints,
+read from a store without a graph (metadata decoded with LangGraph's default serializer)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from nestegg.checkpoint.stores.threads import CHECKPOINT, ThreadStore
+from nestegg.langgraph.rows import CheckpointBody, prefix_range, split_key
+
+
+def _time(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+async def thread_summaries(store: ThreadStore) -> list[dict[str, Any]]:
+    """Every thread, most recently written first: id, checkpoints, namespaces, last write."""
+    summaries = []
+    for info in await store.list_threads():
+        rows = await store.scan_thread_rows(info.thread_id, CHECKPOINT, *prefix_range(""))
+        namespaces = sorted({split_key(row.key)[0] for row in rows})
+        latest = max((split_key(row.key)[1] for row in rows), default=None)
+        summaries.append(
+            {
+                "thread_id": info.thread_id,
+                "checkpoints": len(rows),
+                "namespaces": namespaces,
+                "latest_checkpoint": latest,
+                "updated_at": _time(info.updated_at),
+            }
+        )
+    return summaries
+
+
+async def thread_checkpoints(store: ThreadStore, thread_id: str) -> list[dict[str, Any]]:
+    """A thread's checkpoints, newest first, with their metadata."""
+    serde = JsonPlusSerializer()
+    rows = await store.scan_thread_rows(thread_id, CHECKPOINT, *prefix_range(""))
+    found = []
+    for row in rows:
+        ns, checkpoint_id = split_key(row.key)
+        body = CheckpointBody.unpack(row.body)
+        metadata = serde.loads_typed(body.metadata)
+        found.append(
+            {
+                "checkpoint_id": checkpoint_id,
+                "checkpoint_ns": ns,
+                "parent_id": body.parent_id,
+                "step": metadata.get("step"),
+                "source": metadata.get("source"),
+                "run_id": body.run_id,
+                "channels": sorted(body.versions),
+                "metadata": metadata,
+            }
+        )
+    found.sort(key=lambda c: c["checkpoint_id"], reverse=True)
+    return found

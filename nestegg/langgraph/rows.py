@@ -1,0 +1,167 @@
+"""The one owner of how LangGraph checkpoints are laid out in thread rows.
+
+Keys (``SEP`` joins the parts; namespaces, channels and ids never hold it):
+
+- checkpoint: ``ns SEP checkpoint_id`` (uuid6 ids sort by time)
+- blob: ``ns SEP channel SEP version`` (one value of one channel at one version)
+- write: ``ns SEP checkpoint_id SEP task_id SEP idx`` (a pending write)
+
+Bodies are msgpack maps; the values in them (checkpoint, metadata, channel values,
+writes) are serialized by the graph's serializer, as ``(type, bytes)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ormsgpack
+
+from nestegg.checkpoint.stores.threads import KEY_END
+from nestegg.errors import CheckpointCorruptedError
+
+SEP = "\x1f"
+Typed = tuple[str, bytes]
+
+FULL = "full"
+DELTA = "delta"
+PACK = "pack"
+EMPTY = "empty"
+
+
+def checkpoint_key(ns: str, checkpoint_id: str) -> str:
+    return f"{ns}{SEP}{checkpoint_id}"
+
+
+def blob_key(ns: str, channel: str, version: str | int | float) -> str:
+    return f"{ns}{SEP}{channel}{SEP}{version}"
+
+
+def write_key(ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
+    return f"{ns}{SEP}{checkpoint_id}{SEP}{task_id}{SEP}{idx}"
+
+
+def writes_prefix(ns: str, checkpoint_id: str) -> str:
+    return f"{ns}{SEP}{checkpoint_id}{SEP}"
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """The (low, high) of a scan of every key starting with ``prefix``."""
+    return prefix, prefix + KEY_END
+
+
+def split_key(key: str) -> list[str]:
+    return key.split(SEP)
+
+
+def _pack(body: dict[str, Any]) -> bytes:
+    return ormsgpack.packb(body)
+
+
+def _unpack(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = ormsgpack.unpackb(body)
+    except ormsgpack.MsgpackDecodeError as exc:
+        raise CheckpointCorruptedError(f"the LangGraph {what} row cannot be read: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CheckpointCorruptedError(f"the LangGraph {what} row is not a map")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointBody:
+    """A stored checkpoint: the checkpoint without its values, its metadata, its parent."""
+
+    checkpoint: Typed
+    metadata: Typed
+    parent_id: str | None
+    run_id: str | None
+    versions: dict[str, str]
+    """channel -> version (as stored in blob keys) of every value the checkpoint has."""
+
+    def pack(self) -> bytes:
+        return _pack(
+            {
+                "c": list(self.checkpoint),
+                "m": list(self.metadata),
+                "p": self.parent_id,
+                "r": self.run_id,
+                "v": self.versions,
+            }
+        )
+
+    @classmethod
+    def unpack(cls, body: bytes) -> CheckpointBody:
+        m = _unpack(body, "checkpoint")
+        return cls(
+            checkpoint=(m["c"][0], m["c"][1]),
+            metadata=(m["m"][0], m["m"][1]),
+            parent_id=m.get("p"),
+            run_id=m.get("r"),
+            versions=dict(m.get("v") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BlobBody:
+    """One channel value: stored whole (full), the items appended to the value at the row
+    version ``base`` (a delta), the items of several deltas (a pack, see
+    :mod:`nestegg.langgraph.linear`), or empty.
+
+    ``anchor``: the version the delta chain starts at; ``depth``: how many deltas lie
+    between it and this one; ``items``: the list's length at this version (or, for a
+    pack, at its end).
+    """
+
+    kind: str
+    value: Typed
+    base: str | None = None
+    anchor: str | None = None
+    depth: int = 0
+    items: int = 0
+
+    def pack(self) -> bytes:
+        return _pack(
+            {
+                "k": self.kind,
+                "t": self.value[0],
+                "d": self.value[1],
+                "b": self.base,
+                "a": self.anchor,
+                "n": self.depth,
+                "i": self.items,
+            }
+        )
+
+    @classmethod
+    def unpack(cls, body: bytes) -> BlobBody:
+        m = _unpack(body, "channel value")
+        return cls(m["k"], (m["t"], m["d"]), m.get("b"), m.get("a"), m.get("n", 0), m.get("i", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBody:
+    """One pending write of a task."""
+
+    task_id: str
+    idx: int
+    channel: str
+    value: Typed
+    task_path: str
+
+    def pack(self) -> bytes:
+        return _pack(
+            {
+                "task": self.task_id,
+                "i": self.idx,
+                "ch": self.channel,
+                "t": self.value[0],
+                "d": self.value[1],
+                "path": self.task_path,
+            }
+        )
+
+    @classmethod
+    def unpack(cls, body: bytes) -> WriteBody:
+        m = _unpack(body, "write")
+        return cls(m["task"], m["i"], m["ch"], (m["t"], m["d"]), m.get("path", ""))

@@ -1,0 +1,280 @@
+"""NestEggSaver: LangGraph's checkpointer over any nestegg store."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.threads import ThreadStore
+from nestegg.errors import ConfigurationError
+from nestegg.langgraph.core import ThreadCheckpoints
+from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
+from nestegg.langgraph.loop import LoopThread, loop_of
+from nestegg.langgraph.retention import Retention, prune
+
+T = TypeVar("T")
+
+
+class NestEggSaver(BaseCheckpointSaver[str]):
+    """LangGraph's checkpointer over a nestegg store (memory, file, SQLite, PostgreSQL,
+    Redis): threads are kept in records of their own, apart from nestegg's runs.
+
+    A list that grows (``add_messages``, ``operator.add``) is stored as the items each
+    version adds (packed together again every ``pack_every`` versions), so a thread's
+    storage grows with what its steps produced, not with the square of it.
+
+    Args:
+        storage: a nestegg store with the ThreadStore capability; the saver sets it up on
+            first use and calls it from a thread of its own, shared by every saver over
+            that store (so pass a store that is not used from another event loop).
+        serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
+        ttl: delete threads not written for this long (checked on the write path).
+        keep_latest: keep this many checkpoints per thread namespace (on every write).
+        pack_every: versions of a channel between two packs: the most deltas a read
+            combines.
+        defer_writes: commit a task's writes with the checkpoint that follows them, in one
+            transaction (error, interrupt, scheduled and resume writes, reads of the
+            thread and closing the saver commit them at once). A process killed between a
+            task's end and that checkpoint runs the task again on resume, as LangGraph
+            does for a task whose writes were not stored. False commits every
+            ``put_writes`` on its own.
+        clock: seconds since the epoch (injected in tests).
+        close_storage: close the store when the saver closes (``from_url`` sets it).
+
+    Raises:
+        ConfigurationError: the store cannot keep threads, or a setting is invalid.
+
+    Example:
+        >>> with NestEggSaver.from_url("sqlite:///graph.db") as saver:
+        ...     graph = builder.compile(checkpointer=saver)
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: timedelta | None = None,
+        keep_latest: int | None = None,
+        pack_every: int = DEFAULT_PACK_EVERY,
+        defer_writes: bool = True,
+        clock: Callable[[], float] = time.time,
+        close_storage: bool = False,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not isinstance(storage, ThreadStore):
+            raise ConfigurationError(
+                f"{type(storage).__name__} cannot keep LangGraph threads (no ThreadStore)"
+            )
+        if not isinstance(pack_every, int) or pack_every < 1:
+            raise ConfigurationError(f"pack_every must be a positive integer, got {pack_every!r}")
+        self.storage = storage
+        retention = Retention(keep_latest, ttl, pack_every, clock)
+        self._core = ThreadCheckpoints(
+            storage, self.serde, retention, pack_every, clock, defer_writes
+        )
+        self._close_storage = close_storage
+        self._loop: LoopThread | None = None
+        self._ready = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> NestEggSaver:
+        """A saver over the store at ``url`` (``sqlite:///…``, ``postgresql://…``,
+        ``redis://…``, ``file:///…``, ``memory://``), closed with the saver."""
+        return cls(open_store(url), close_storage=True, **options)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _loop_thread(self) -> LoopThread:
+        if self._loop is None or not self._loop.running:
+            self._loop = loop_of(self.storage)
+        return self._loop
+
+    async def _ready_then(self, coro: Coroutine[Any, Any, T]) -> T:
+        if not self._ready:
+            try:
+                await self.storage.setup()  # type: ignore[attr-defined]
+            except BaseException:
+                coro.close()
+                raise
+            self._ready = True
+        return await coro
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop_thread().run(self._ready_then(coro))
+
+    async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await self._loop_thread().arun(self._ready_then(coro))
+
+    def close(self) -> None:
+        """Close the store (and stop the thread that served it) if the saver opened it."""
+        if self._loop is None:
+            return
+        self._loop.run(self._core.flush())
+        if self._close_storage:
+            self._loop.run(self.storage.close())  # type: ignore[attr-defined]
+            self._ready = False
+            self._loop.stop()
+        self._loop = None
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code."""
+        if self._loop is not None:
+            await self._loop.arun(self._core.flush())
+        if self._loop is not None and self._close_storage:
+            await self._loop.arun(self.storage.close())  # type: ignore[attr-defined]
+            self._ready = False
+            self._loop.stop()
+        self._loop = None
+
+    def __enter__(self) -> NestEggSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> NestEggSaver:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- LangGraph's interface ------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Versions that sort as strings: a zero-padded counter and a random tail."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, or the thread's newest)."""
+        return self._run(self._core.get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple`."""
+        return await self._arun(self._core.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints, newest first, filtered by thread, namespace, metadata, ``before``."""
+        found = self._run(
+            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        )
+        return iter(found)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list`."""
+        found = await self._arun(
+            self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
+        )
+        for item in found:
+            yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and the channel values of ``new_versions``."""
+        return self._run(self._core.put(config, checkpoint, metadata, new_versions))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async :meth:`put`."""
+        return await self._arun(self._core.put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes (a write already stored under its index is kept;
+        error, interrupt, scheduled and resume writes are replaced)."""
+        self._run(self._core.put_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async :meth:`put_writes`."""
+        await self._arun(self._core.put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread with everything of it."""
+        self._run(self._core.delete_thread(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread`."""
+        await self._arun(self._core.delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) made by those runs, in every thread."""
+        self._run(self._core.delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`delete_for_runs`."""
+        await self._arun(self._core.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread into another."""
+        self._run(self._core.copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`copy_thread`."""
+        await self._arun(self._core.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's newest checkpoint and what it needs;
+        ``delete``: delete the threads."""
+        self._run(prune(self._core, thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`prune`."""
+        await self._arun(prune(self._core, thread_ids, strategy))

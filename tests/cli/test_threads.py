@@ -1,0 +1,80 @@
+"""`nestegg threads`, `nestegg thread` and `nestegg threads prune` as real processes, on the
+LangGraph threads a graph left in a SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from nestegg.constants import EXIT_NOT_FOUND
+from tests.cli.test_subprocess import nestegg
+
+pytest.importorskip("langgraph.graph")
+
+from nestegg.langgraph import NestEggSaver
+from tests.langgraph.graphs import build_loop, loop_config
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'graph.db'}"
+    with NestEggSaver.from_url(url) as saver:
+        build_loop(saver, 5).invoke({"items": [], "turn": 0}, loop_config("chat-1", 5))
+        build_loop(saver, 2).invoke({"items": [], "turn": 0}, loop_config("chat-2", 2))
+    return url
+
+
+def _json(tmp_path: Path, *args: str) -> object:
+    done = nestegg(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout)
+
+
+def test_threads_lists_every_thread_with_its_checkpoints(tmp_path: Path, store: str) -> None:
+    rows = _json(tmp_path, "--store", store, "threads", "--json")
+    assert isinstance(rows, list)
+    assert {r["thread_id"]: r["checkpoints"] for r in rows} == {"chat-1": 7, "chat-2": 4}
+    plain = nestegg(tmp_path, "--store", store, "threads")
+    assert plain.returncode == 0 and "chat-1" in plain.stdout and "CHECKPOINTS" in plain.stdout
+
+
+def test_thread_shows_checkpoints_newest_first_with_metadata(tmp_path: Path, store: str) -> None:
+    rows = _json(tmp_path, "--store", store, "thread", "chat-2", "--json")
+    assert isinstance(rows, list)
+    assert [r["step"] for r in rows] == [2, 1, 0, -1]
+    assert rows[-1]["metadata"]["source"] == "input" and rows[-1]["parent_id"] is None
+    assert rows[0]["parent_id"] == rows[1]["checkpoint_id"]
+    missing = nestegg(tmp_path, "--store", store, "thread", "nope")
+    assert missing.returncode == EXIT_NOT_FOUND
+    assert missing.stderr.strip() == "error: no LangGraph thread 'nope'"
+
+
+def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
+    tmp_path: Path, store: str
+) -> None:
+    dry = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.split() == ["chat-1"]
+    assert _json(tmp_path, "--store", store, "thread", "chat-1", "--json").__len__() == 7
+
+    done = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 1  # type: ignore[arg-type]
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-2", "--json")) == 4  # type: ignore[arg-type]
+    with NestEggSaver.from_url(store) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "chat-1"}})
+        assert latest is not None and len(latest.checkpoint["channel_values"]["items"]) == 5
+
+
+def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
+    tmp_path: Path, store: str
+) -> None:
+    refused = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete")
+    assert refused.returncode == 1
+    assert len(_json(tmp_path, "--store", store, "threads", "--json")) == 2  # type: ignore[arg-type]
+    done = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
+    assert done.returncode == 0 and sorted(done.stdout.split()) == ["chat-1", "chat-2"]
+    assert _json(tmp_path, "--store", store, "threads", "--json") == []
+    recent = nestegg(tmp_path, "--store", store, "threads", "prune", "--older-than", "1d", "--yes")
+    assert recent.returncode == 0 and recent.stdout == ""

@@ -1,0 +1,90 @@
+"""LangGraph's own usage through real graphs on NestEggSaver: add_messages, interrupts and
+Command(resume=...), history, update_state and forks, subgraphs, invoke and ainvoke."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from langgraph.types import Command
+
+from tests.langgraph.conftest import SaverFactory, kinds
+from tests.langgraph.graphs import build_chat, build_loop, loop_config
+
+GRAPH_KINDS = kinds("memory", "file", "sqlite", "postgres", "redis")
+
+
+def _contents(state: dict) -> list[str]:
+    return [m.content for m in state["messages"]]
+
+
+@pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
+def test_interrupt_resume_history_and_fork_with_invoke(saver_factory: SaverFactory) -> None:
+    saver = saver_factory()
+    app = build_chat(saver)
+    config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+    first = app.invoke({"messages": [("user", "hello")], "approved": False}, config)
+    assert "__interrupt__" in first
+    assert app.get_state(config).next == ("review",)
+
+    done = app.invoke(Command(resume="yes"), config)
+    assert done["approved"] is True
+    assert _contents(done) == ["hello", "draft 1", "yes", "polished"]
+
+    history = list(app.get_state_history(config))
+    assert history[0].values == done and history[-1].values.get("messages", []) == []
+    steps = [h.metadata["step"] for h in history]
+    assert steps == sorted(steps, reverse=True)
+
+    # Fork from the checkpoint before the review: a different answer this time.
+    before_review = next(h for h in history if h.next == ("review",))
+    assert _contents(before_review.values) == ["hello", "draft 1"]
+    forked = app.update_state(before_review.config, {"messages": [("user", "also this")]})
+    again = app.invoke(None, forked)
+    assert "__interrupt__" in again
+    fork_done = app.invoke(Command(resume="no"), config)
+    assert fork_done["approved"] is False
+    assert _contents(fork_done) == ["hello", "draft 1", "also this", "no", "polished"]
+    # The first branch is still there, unchanged.
+    assert app.get_state(history[0].config).values == done
+
+
+@pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
+async def test_interrupt_and_resume_with_ainvoke_and_subgraph_state(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    app = build_chat(saver)
+    config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+    await app.ainvoke({"messages": [("user", "hi")], "approved": False}, config)
+    state = await app.aget_state(config)
+    assert state.next == ("review",) and state.interrupts[0].value == {"question": "approve?"}
+    done = await app.ainvoke(Command(resume="yes"), config)
+    assert _contents(done) == ["hi", "draft 1", "yes", "polished"]
+    # The subgraph checkpointed into a namespace of its own in the same thread.
+    namespaces = {t.config["configurable"]["checkpoint_ns"] async for t in saver.alist(config)}
+    assert "" in namespaces and any(ns.startswith("inner:") for ns in namespaces)
+    history = [h async for h in app.aget_state_history(config)]
+    assert len(history) >= 5
+
+
+@pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
+def test_a_growing_list_is_rebuilt_at_every_checkpoint(saver_factory: SaverFactory) -> None:
+    saver = saver_factory(pack_every=8)
+    steps = 30
+    app = build_loop(saver, steps)
+    config = loop_config(str(uuid.uuid4()), steps)
+    result = app.invoke({"items": [], "turn": 0}, config, durability="sync")
+    assert len(result["items"]) == steps
+    for snapshot in app.get_state_history(config):
+        turn = snapshot.values.get("turn", 0)
+        assert snapshot.values.get("items", []) == result["items"][:turn]
+    # A fresh saver (nothing remembered) reads the same values back.
+    other = type(saver)(saver.storage)
+    assert other.get_tuple(config).checkpoint["channel_values"]["items"] == result["items"]
+    # ... and continues the thread as deltas on what it read.
+    thread_id = config["configurable"]["thread_id"]
+    more = build_loop(other, steps + 5).invoke({"items": []}, loop_config(thread_id, steps + 5))
+    assert more["items"][:steps] == result["items"] and len(more["items"]) == steps + 5
+    other.close()
