@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +10,13 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
+import uuid
+
 from nestegg.langgraph import NestEggSaver
-from tests.stores.conftest import _OPENERS, SERVER_KINDS, STORE_KINDS
+from nestegg.testing.registry import StoreSite, registered_store
+from tests.registry import EMBEDDED_KINDS, SERVER_KINDS
+
+STORE_KINDS = EMBEDDED_KINDS + SERVER_KINDS
 
 SaverFactory = Callable[..., NestEggSaver]
 
@@ -32,20 +37,21 @@ async def saver_factory(
     ``request.param``; all closed and their locations removed at the end."""
     kind = request.param
     savers: list[NestEggSaver] = []
-    sweeps: list[Callable[[], Awaitable[None]]] = []
+    spec = registered_store(kind)
+    sites: list[StoreSite] = []
 
     def build(**options: Any) -> NestEggSaver:
         directory = tmp_path / f"s{len(savers)}"
         directory.mkdir()
-        open_store, sweep = _OPENERS[kind](request, directory)
-        saver = NestEggSaver(open_store(), close_storage=True, **options)
+        site = StoreSite(directory, uuid.uuid4().hex[:12], request)
+        saver = NestEggSaver(spec.factory(site)(), close_storage=True, **options)
         savers.append(saver)
-        if sweep is not None:
-            sweeps.append(sweep)
+        sites.append(site)
         return saver
 
     yield build
     for saver in savers:
         await saver.aclose()
-    for sweep in sweeps:
-        await sweep()
+    if spec.cleanup is not None:
+        for site in sites:
+            await spec.cleanup(site)

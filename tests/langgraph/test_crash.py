@@ -14,7 +14,7 @@ import pytest
 
 from nestegg.langgraph import NestEggSaver
 from tests.langgraph.crash_child import open_store
-from tests.stores.conftest import delete_redis_keys, drop_postgres_tables
+from tests.servers import delete_redis_keys, drop_postgres_tables
 
 CHILD = Path(__file__).with_name("crash_child.py")
 STEPS = 40
