@@ -2,13 +2,13 @@
 
 Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journal`` and
 ``…checkpoints`` in the connection's current schema; they are created on first use from
-the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres_schema` under an
+the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
 call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row.
-The store keeps one pool connection (and its cursor) between operations, so that a
-step's commit does not go through the pool; operations that overlap it take others.
+Every operation takes a connection from the pool (``pool.connection()``) and gives it
+back.
 
-psycopg and psycopg_pool are imported only here.
+psycopg and psycopg_pool are imported only in this package.
 """
 
 from __future__ import annotations
@@ -41,8 +41,15 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.postgres_schema import (
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
+from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
+from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
     OBJECT_SUFFIXES,
@@ -50,10 +57,11 @@ from nestegg.checkpoint.stores.postgres_schema import (
     TABLE_SUFFIXES,
     checkpoint_from_row,
     commit_params,
+    migration_names,
     run_from_row,
     validate_table_prefix,
 )
-from nestegg.checkpoint.stores.postgres_threads import PostgresThreadRows
+from nestegg.checkpoint.stores.postgres.threads import PostgresThreadRows
 from nestegg.checkpoint.stores.retry import backoff_delay, retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
@@ -66,39 +74,12 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    StorageError,
     StorageUnavailableError,
 )
 
 T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
-
-_HOLD_SECONDS = 60.0
-"""How long the store keeps one pool connection between operations before it gives it
-back (so that the pool's checks and ``max_lifetime`` still reach it)."""
-
-_PASSING_REFUSALS = ("the database system is", "too many clients")
-"""Refusals by a server that may let the same connection in a moment later (it is starting
-up, shutting down or recovering; it is full); any other answer it gives is final."""
-
-
-@contextmanager
-def _driver_errors(where: str) -> Iterator[None]:
-    """The one place where psycopg's exceptions become nestegg's."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:  # lost or refused connections, pool timeouts
-        raise StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}") from exc
-    except psycopg.Error as exc:
-        raise StorageError(f"PostgreSQL at {where} failed: {exc}") from exc
-
-
-def _is_final(exc: Exception) -> bool:
-    """Whether a failed connection is refused for good: the server answered (``FATAL:``,
-    as for no such database or a failed authentication) with more than a passing refusal."""
-    text = str(exc)
-    return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
 
 
 @contextmanager
@@ -219,10 +200,6 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         self._drop: list[bytes] = []
         self._ready = False
         self._setup_lock = asyncio.Lock()
-        self._held: Connection = None
-        self._held_cursor: Cursor = None
-        self._held_until = 0.0
-        self._held_busy = False
         self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
@@ -256,7 +233,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
                 ) from None
             except psycopg.OperationalError as exc:
                 delay = backoff_delay(attempt)
-                if _is_final(exc) or time.monotonic() + delay >= deadline:
+                if is_final(exc) or time.monotonic() + delay >= deadline:
                     raise StorageUnavailableError(
                         f"PostgreSQL at {self._where} is unavailable: {exc}"
                     ) from exc
@@ -277,7 +254,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
             kwargs=self._connection_options,
         )
         try:
-            with _driver_errors(self._where):
+            with driver_errors(self._where):
                 await pool.open(wait=True, timeout=self._connect_timeout)
         except BaseException:
             await pool.close()
@@ -295,8 +272,13 @@ class PostgresCheckpointStorage(PostgresThreadRows):
             rendered: bytes = sql.SQL(template).format(**names).as_bytes(conn)
             return rendered
 
+        def render_migration(statement: str) -> bytes:  # its names frozen in its text
+            frozen = {n: sql.Identifier(self.table_prefix + n) for n in migration_names(statement)}
+            rendered: bytes = sql.SQL(statement).format(**frozen).as_bytes(conn)
+            return rendered
+
         self._queries = {key: render(q) for key, q in QUERIES.items()}
-        self._migrations = [[render(s) for s in m] for m in MIGRATIONS]
+        self._migrations = [[render_migration(s) for s in m] for m in MIGRATIONS]
         self._drop = [render(s) for s in DROP_STATEMENTS]
 
     async def _migrate(self, conn: Connection) -> int:
@@ -326,7 +308,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
             await self._open_pool()
 
             async def migrate() -> None:
-                with _driver_errors(self._where):
+                with driver_errors(self._where):
                     async with self._pool.connection() as conn:
                         self._render(conn)
                         await self._migrate(conn)
@@ -348,7 +330,6 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
-        await self._release_held()
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
@@ -374,39 +355,12 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         await self._with_connection(drop, idempotent=True)
         self._ready = False
 
-    async def _release_held(self) -> None:
-        conn, self._held, self._held_cursor = self._held, None, None
-        if conn is not None and self._pool is not None:
-            await self._pool.putconn(conn)  # rolls back or replaces it as needed
-
     async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
-        """Run ``operation`` on a cursor of the connection this store keeps between
-        operations when it is free (a step's commit then skips the pool and reuses the
-        cursor), else on one of a connection from the pool; waiting for a connection and
-        for the server's answer until ``deadline`` at most."""
-        if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
-            async with self._pool.connection(timeout=_until(deadline)) as conn:
-                with _answer_by(conn, deadline):
-                    return await operation(conn.cursor())
-        self._held_busy = True
-        try:
-            if self._held is None:
-                self._held = await self._pool.getconn(timeout=_until(deadline))
-                self._held_cursor = self._held.cursor()
-                self._held_until = time.monotonic() + _HOLD_SECONDS
-            try:
-                with _answer_by(self._held, deadline):
-                    result = await operation(self._held_cursor)
-                if not self._held.autocommit:
-                    await self._held.commit()
-            except BaseException:
-                await self._release_held()
-                raise
-            if time.monotonic() > self._held_until:
-                await self._release_held()
-            return result
-        finally:
-            self._held_busy = False
+        """Run ``operation`` on a cursor of a connection from the pool, waiting for the
+        connection and for the server's answer until ``deadline`` at most."""
+        async with self._pool.connection(timeout=_until(deadline)) as conn:
+            with _answer_by(conn, deadline):
+                return await operation(conn.cursor())
 
     async def _with_connection(
         self, operation: Callable[[Cursor], Awaitable[T]], *, idempotent: bool
@@ -417,7 +371,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         deadline = time.monotonic() + self._connect_timeout
 
         async def attempt() -> T:
-            with _driver_errors(self._where):
+            with driver_errors(self._where):
                 return await self._on_cursor(operation, deadline)
 
         if not idempotent:
@@ -511,7 +465,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
-        params = commit_params(commit)
+        params = commit_params(change_set(commit))
         row = await self._fetchone("commit", params)
         stored = row[0] if row else None
         if stored == commit.fence:

@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection
-from nestegg.checkpoint.stores.sqlite_schema import marks, write_transaction
+from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection
+from nestegg.checkpoint.stores.sqlite.schema import marks, write_transaction
 from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
 from nestegg.constants import SQLITE_THREAD_ROWS_TABLE as ROWS
 from nestegg.constants import SQLITE_THREADS_TABLE as THREADS

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.stores.file_io import (
+from nestegg.checkpoint.stores.file.io import (
     append_durably,
     make_private_dirs,
     sync_directory,

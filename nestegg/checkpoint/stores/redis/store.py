@@ -3,7 +3,7 @@
 Every change to a run is one Lua script, run atomically by Redis: the claim is a
 compare-and-set on the run's fencing token, and a commit checks the token, truncates,
 appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
-:mod:`~nestegg.checkpoint.stores.redis_layout`. Stored values are the sealed bytes as
+:mod:`~nestegg.checkpoint.stores.redis.layout`. Stored values are the sealed bytes as
 given. Scripts go out as one packed EVALSHA on a pool connection the store keeps between
 them, so that a step's commit skips the pool and redis-py's per-command work.
 
@@ -12,14 +12,13 @@ policy's ``ttl`` calls); with ``expire_finished_after`` Redis also expires every
 a run by itself that long after the commit that finished it (a later claim removes the
 expiry). Index entries of runs that Redis expired are dropped lazily when read.
 
-redis-py is imported only here.
+redis-py is imported only in this package.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -39,9 +38,16 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores import redis_layout
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.redis_layout import (
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
+from nestegg.checkpoint.stores.redis import layout as redis_layout
+from nestegg.checkpoint.stores.redis.errors import driver_errors
+from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
     command_bytes,
@@ -55,7 +61,7 @@ from nestegg.checkpoint.stores.redis_layout import (
     ttl_seconds,
     validate_key_prefix,
 )
-from nestegg.checkpoint.stores.redis_threads import RedisThreadRows
+from nestegg.checkpoint.stores.redis.threads import RedisThreadRows
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
@@ -66,24 +72,11 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    StorageError,
-    StorageUnavailableError,
 )
 
 T = TypeVar("T")
 
 _SCAN_BATCH = 500
-
-
-@contextmanager
-def _driver_errors() -> Iterator[None]:
-    """The one place where redis-py's exceptions become nestegg's."""
-    try:
-        yield
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        raise StorageUnavailableError(f"Redis is unavailable: {exc}") from exc
-    except redis_errors.RedisError as exc:
-        raise StorageError(f"Redis failed: {exc}") from exc
 
 
 class RedisCheckpointStorage(RedisThreadRows):
@@ -198,6 +191,11 @@ class RedisCheckpointStorage(RedisThreadRows):
     async def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One EVALSHA of an idempotent script, packed here and sent on the kept
         connection when it is free, else through the client."""
+        # A bypass of redis-py's Script call, kept for the target of bench/server_stores.py
+        # in docs/benchmarks.md: nestegg Redis at most 2.7 Redis SETs a step (issue 4; 1.63
+        # with it). Through `script(keys, args)` bench/server_store_commit.py measured the
+        # median commit at 541/1983/1048 us against 296/409/377 us with it (three runs side
+        # by side on a loaded machine): too close to that target to drop it unmeasured.
         if self._pool is None or self._held_busy:
             return await script(keys, args)
         command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
@@ -247,7 +245,7 @@ class RedisCheckpointStorage(RedisThreadRows):
 
     async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         async def attempt() -> T:
-            with _driver_errors():
+            with driver_errors():
                 return await operation()
 
         if not idempotent:
@@ -411,7 +409,7 @@ class RedisCheckpointStorage(RedisThreadRows):
 
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
-        args = [self.prefix, self._ttl, *commit_args(commit)]
+        args = [self.prefix, self._ttl, *commit_args(change_set(commit))]
         reply = await self._script(self._commit, keys, args)
         if reply[0] == 1:
             return
