@@ -6,6 +6,7 @@ Runs on the saver's loop (:mod:`nestegg.langgraph.loop`); talks to the store onl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -90,6 +91,7 @@ class ThreadCheckpoints:
         self.latest = LatestValues()
         self.defer_writes = defer_writes
         self._pending: dict[str, list[ThreadRow]] = {}
+        self._pending_lock = threading.Lock()  # deferred writes arrive from callers' threads
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class ThreadCheckpoints:
         rows.append(ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack()))
         drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
         gone = tuple(writes_prefix(ns, cid) for cid in drop)
-        writes = [r for r in self._pending.pop(thread_id, []) if not r.key.startswith(gone)]
+        writes = [r for r in self._take_pending(thread_id) if not r.key.startswith(gone)]
         change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
         await self.store.apply_thread_change(thread_id, change, self.clock())
         await self.retention.after_put(self, thread_id)
@@ -138,13 +140,22 @@ class ThreadCheckpoints:
         self.latest.set(thread_id, ns, channel, new_latest)
         return [ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()) for v, body in bodies]
 
-    async def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> None:
+    def defer(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> bool:
+        """Keep a task's writes for the next checkpoint's commit when they may wait (from
+        any thread, no store call); False if they are to be committed now."""
+        if not self.defer_writes or any(channel in WRITES_IDX_MAP for channel, _ in writes):
+            return False
+        thread_id, keep, _ = self._write_rows(config, writes, task_id, path)
+        with self._pending_lock:
+            self._pending.setdefault(thread_id, []).extend(keep)
+        return True
+
+    def _write_rows(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> tuple[str, list[ThreadRow], list[ThreadRow]]:
+        """The thread, and the rows to keep if present and to replace, of a task's writes."""
         conf = config["configurable"]
         thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
         checkpoint_id = conf["checkpoint_id"]
@@ -152,21 +163,35 @@ class ThreadCheckpoints:
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
-            body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), task_path)
+            body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
             (replace if i < 0 else keep).append(row)
-        if self.defer_writes and not replace:
-            self._pending.setdefault(thread_id, []).extend(keep)
+        return thread_id, keep, replace
+
+    def _take_pending(self, thread_id: str) -> list[ThreadRow]:
+        with self._pending_lock:
+            return self._pending.pop(thread_id, [])
+
+    async def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        if self.defer(config, writes, task_id, task_path):
             return
-        keep = self._pending.pop(thread_id, []) + keep
+        thread_id, keep, replace = self._write_rows(config, writes, task_id, task_path)
+        keep = self._take_pending(thread_id) + keep
         change = ThreadChange(put=replace, put_new=keep)
         await self.store.apply_thread_change(thread_id, change, self.clock())
 
     async def flush(self, thread_id: str | None = None) -> None:
         """Commit the writes kept for the next checkpoint (of one thread, or of all)."""
-        thread_ids = list(self._pending) if thread_id is None else [thread_id]
+        with self._pending_lock:
+            thread_ids = list(self._pending) if thread_id is None else [thread_id]
         for tid in thread_ids:
-            rows = self._pending.pop(tid, None)
+            rows = self._take_pending(tid)
             if rows:
                 await self.store.apply_thread_change(tid, ThreadChange(put_new=rows), self.clock())
 
@@ -306,7 +331,7 @@ class ThreadCheckpoints:
 
     async def delete_thread(self, thread_id: str) -> None:
         self.forget(thread_id)
-        self._pending.pop(thread_id, None)
+        self._take_pending(thread_id)
         await self.store.delete_threads([thread_id])
 
     async def copy_thread(self, source_id: str, target_id: str) -> None:

@@ -234,7 +234,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's pending writes (a write already stored under its index is kept;
         error, interrupt, scheduled and resume writes are replaced)."""
-        self._run(self._core.put_writes(config, writes, task_id, task_path))
+        if not self._core.defer(config, writes, task_id, task_path):
+            self._run(self._core.put_writes(config, writes, task_id, task_path))
 
     async def aput_writes(
         self,
@@ -244,7 +245,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async :meth:`put_writes`."""
-        await self._arun(self._core.put_writes(config, writes, task_id, task_path))
+        if not self._core.defer(config, writes, task_id, task_path):
+            await self._arun(self._core.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread with everything of it."""
