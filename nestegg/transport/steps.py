@@ -40,7 +40,8 @@ from nestegg.errors import (
     StorageError,
     TransportError,
 )
-from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution, StepResult
+from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
+from nestegg.recording import StepResult
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
