@@ -81,7 +81,7 @@ __all__ = [
     "store_name",
     "timed_commit",
     "traced_attempt",
-    "traced_drive",
+    "traced_plain_run",
 ]
 
 log = logging.getLogger("nestegg")
@@ -353,17 +353,16 @@ def _last(events: Opening) -> tuple[str, dict[str, Any]] | None:
 def traced_attempt(
     execute: Callable[..., Awaitable[T]],
 ) -> Callable[..., Awaitable[T]]:
-    """Decorate ``RunBook._execute``: a checkpointed run attempt is an ``invoke_workflow``
+    """Decorate ``CheckpointedRuns._attempt``: a checkpointed run attempt is an ``invoke_workflow``
     span whose trace context its opening event keeps (so that a resume, in any process,
     links to it)."""
 
     @functools.wraps(execute)
     async def attempt(
-        book: Any, run: Any, execution: RunExecution, base: Any, kept: Any, event: Opening,
-        *args: Any, **kwargs: Any,
-    ) -> T:  # fmt: skip
+        book: Any, run: Any, execution: RunExecution, event: Opening, *args: Any, **kwargs: Any
+    ) -> T:
         async def body(opening: Opening) -> T:
-            return await execute(book, run, execution, base, kept, opening, *args, **kwargs)
+            return await execute(book, run, execution, opening, *args, **kwargs)
 
         where = _Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
         return await _attempt(execution, where, event, body)
@@ -371,23 +370,19 @@ def traced_attempt(
     return attempt
 
 
-def traced_drive(
-    drive: Callable[..., Awaitable[T]],
-) -> Callable[..., Awaitable[T]]:
-    """Decorate ``Clutch._drive``: a run without checkpointing is an ``invoke_workflow``
-    span too (a checkpointed one already is, see :func:`traced_attempt`)."""
+async def traced_plain_run(
+    clutch: Any, execution: RunExecution, run: Callable[[], Awaitable[T]]
+) -> T:
+    """Run ``run`` (``Clutch.drive``'s work): a run without checkpointing is an
+    ``invoke_workflow`` span too (a checkpointed one already is, see
+    :func:`traced_attempt`)."""
+    if execution.recorder.journals:
+        return await run()
 
-    @functools.wraps(drive)
-    async def driven(clutch: Any, execution: RunExecution, *args: Any, **kwargs: Any) -> T:
-        if getattr(execution.recorder, "journals", False):
-            return await drive(clutch, execution, *args, **kwargs)
+    async def body(_: Opening) -> T:
+        return await run()
 
-        async def body(_: Opening) -> T:
-            return await drive(clutch, execution, *args, **kwargs)
-
-        return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), (), body)
-
-    return driven
+    return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), (), body)
 
 
 @dataclass(frozen=True, slots=True)

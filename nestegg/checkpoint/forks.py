@@ -7,11 +7,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.checkpointer import checkpoint_body
-from nestegg.checkpoint.codec import decode_value, encode_value, seal, unseal, unseal_json
+from nestegg.checkpoint.codec import decode_value, encode_value, seal
+from nestegg.checkpoint.formats import checkpoint_body, event_body, parse_step, step_with_data
 from nestegg.checkpoint.loader import load_state_and_steps
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
@@ -33,21 +31,23 @@ from nestegg.checkpoint.views import (
     run_input,
 )
 from nestegg.constants import REASON_FORK, RUN_FORKED, RUNNING
-from nestegg.errors import CheckpointCorruptedError, ConfigurationError, RunExistsError
+from nestegg.errors import ConfigurationError, RunExistsError
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
-    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.runs import CheckpointedRuns, PreparedRun
 
 
-async def fork(
-    book: RunBook,
+async def start_fork(
+    book: CheckpointedRuns,
     checkpoint_id: str,
     data: Any,
     run_id: str | None,
     listeners: StepListeners,
-) -> Any:
-    """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None).
+) -> tuple[RunRecord, PreparedRun, list[str], Any]:
+    """Store a new run forked from ``checkpoint_id`` (with ``data`` replaced unless None);
+    the stored run, what its execution starts from, its kept checkpoints and its input
+    (``CheckpointedRuns.fork`` drives it).
 
     Everything that can fail is checked before the first write, as a resume does, so a
     fork that raises stores nothing. The new run gets copies of the parent's step records
@@ -55,8 +55,8 @@ async def fork(
     step produced any) holds the replaced data, so every later checkpoint of the fork
     restores the history the fork had.
     """
-    record = await book._checkpoint(checkpoint_id)
-    parent = await book._get(record.run_id)
+    record = await book.get_checkpoint_record(checkpoint_id)
+    parent = await book.get_run_record(record.run_id)
     if parent.pipeline != book.clutch.name:
         raise ConfigurationError(
             f"checkpoint {checkpoint_id!r} belongs to pipeline {parent.pipeline!r}, "
@@ -73,14 +73,14 @@ async def fork(
     child = _child_run(book, parent, new_id, checkpoint_id, new_input, now)
     start_id = new_checkpoint_id()
     child_state = _forked_state(state, new_id, start_id, now, replaced)
-    execution, base = book._prepare(child, child_state, listeners)
+    prepared = book.prepare(child, child_state, listeners)
     input_data = run_input(child)
     if await book.store.get_run(new_id) is not None:
         raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)
-    body = seal(checkpoint_body(base, state.next_agent))
+    body = seal(checkpoint_body(prepared.base, state.next_agent))
     start = CheckpointRecord(start_id, new_id, state.seq, now, REASON_FORK, body)
     payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
-    forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
+    forked = EventRecord(new_id, 1, now, RUN_FORKED, event_body(payload))
     await book.store.create_run(child)
     try:
         await book.store.commit(
@@ -100,11 +100,11 @@ async def fork(
             await book.store.delete_run(new_id)
         raise
     started = replace(child, step_seq=state.seq, event_seq=forked.seq)
-    return await book._execute(started, execution, base, [start_id], [], input_data)
+    return started, prepared, [start_id], input_data
 
 
 def _child_run(
-    book: RunBook,
+    book: CheckpointedRuns,
     parent: RunRecord,
     run_id: str,
     checkpoint_id: str,
@@ -138,12 +138,7 @@ def _copy_step(step: StepRecord, run_id: str, data: bytes | None, data_seq: int)
     if data is None or step.seq != data_seq:
         return step._replace(run_id=run_id)
     where = f"step {step.seq} of run {step.run_id!r}"
-    body = unseal_json(step.body, where)
-    if not isinstance(body, dict):
-        raise CheckpointCorruptedError(f"{where} is not a step record")
-    body.pop("data", None)
-    head = orjson.dumps(body)[:-1] + (b"," if body else b"")
-    return step._replace(run_id=run_id, body=seal(head + b'"data":%s}' % data))
+    return step._replace(run_id=run_id, body=step_with_data(step.body, data, where))
 
 
 def _forked_state(
@@ -164,17 +159,17 @@ def _forked_state(
     )
 
 
-async def history(book: RunBook, run_id: str) -> RunHistory:
+async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
     """The run's steps and checkpoints with parents, and the runs forked from it.
 
     A checkpoint's parent is the stored one before it; the first one's is the checkpoint
     the run was forked from, which pruning or deleting the parent run may have removed.
     """
-    run = await book._get(check_name(run_id, "run id"))
+    run = await book.get_run_record(check_name(run_id, "run id"))
     records = await book.store.load_steps(run.run_id)
     steps = []
     for record in records:
-        body = orjson.loads(unseal(record.body, f"step {record.seq} of run {run.run_id!r}"))
+        body = parse_step(record.body, f"step {record.seq} of run {run.run_id!r}")
         steps.append(
             StepInfo(
                 seq=record.seq,
