@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis,ui,testing]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis,ui,testing,rabbitmq]'
 	touch $(STAMP)
 
 demo: $(STAMP)

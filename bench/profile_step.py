@@ -37,7 +37,7 @@ from harness import (
 
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage, SQLiteCheckpointStorage
-from nestegg.checkpoint.stores import sqlite as sqlite_store
+from nestegg.checkpoint.stores.sqlite import store as sqlite_store
 
 
 def loop_clutch(steps: int, storage: Any | None, run_id: str) -> Clutch:

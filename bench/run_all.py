@@ -27,6 +27,7 @@ BENCHMARKS = {
     "checkpoint": ("checkpoint_vs_langgraph.py", ["--sizes", "100", "1000", "--reps", "1"]),
     "server": ("server_stores.py", ["--sizes", "100", "1000", "--reps", "1"]),
     "journal": ("journal_call.py", ["--calls", "200", "--reps", "1"]),
+    "distributed": ("distributed.py", ["--steps", "50", "--runs", "40", "--reps", "1"]),
 }
 """name -> (script, the arguments of a quick run)."""
 
@@ -86,7 +87,7 @@ def main() -> None:
         if not (BENCH_DIR / script).exists():
             print(f"## {script}: not present, left out\n")
             continue
-        if name == "server":  # floors.py notes an absent server itself
+        if name in ("server", "distributed"):  # floors.py notes an absent server itself
             why = asyncio.run(servers_reachable())
             if why:
                 print(f"## {script}: left out: {why}\n")

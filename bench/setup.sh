@@ -35,7 +35,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$wanted" ]]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e '.[postgres,redis]' "${ANCHORS[@]}"
+    "$VENV/bin/python" -m pip install --quiet -e '.[postgres,redis,rabbitmq]' "${ANCHORS[@]}"
     echo "$wanted" > "$STAMP"
 fi
 

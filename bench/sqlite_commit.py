@@ -35,8 +35,8 @@ from nestegg.checkpoint.records import (
     StepRecord,
     new_checkpoint_id,
 )
-from nestegg.checkpoint.stores import sqlite as sqlite_store
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import store as sqlite_store
 
 KEEP_LATEST = 3
 RUN_ID = "run-bench"

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import ClutchContext, ClutchState, current_context
 from nestegg.errors import ConfigurationError, NoActiveRunError
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         RunHistory,
         RunInfo,
     )
+    from nestegg.transport.base import Transport
 
 F = TypeVar("F", bound=Callable[..., Any])
 Selector = Callable[..., Awaitable[str | None]]
@@ -40,6 +41,11 @@ class Clutch:
         name: the pipeline's name (also recorded with every checkpointed run).
         strategy: SEQUENTIAL, ROUND_ROBIN, GRAPH or SELECTOR.
         max_turns: stop after this many turns (steps that produced data).
+        transport: a broker URL (``redis://``, ``rediss://``, ``amqp://``) or a
+            :class:`~nestegg.transport.Transport`: runs are executed by workers
+            (:meth:`serve`, ``nestegg worker``) and this Clutch's ``run``, ``submit`` and
+            ``stream`` only store them and publish their steps. Needs ``checkpoint=`` with
+            a store every worker reaches.
         order: explicit agent order (default: registration order).
         on_request: awaited with ``{"clutch_id", "input"}`` when a run starts.
         on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
@@ -48,7 +54,10 @@ class Clutch:
         on_checkpoint: awaited with a CheckpointInfo after each checkpoint is stored.
 
     Raises:
-        ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async.
+        ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async; a
+            transport without checkpointing or with the memory store, or of an unknown
+            scheme.
+        MissingDependencyError: the broker's client is not installed.
 
     Example:
         >>> clutch = Clutch("review", strategy=Strategy.SEQUENTIAL)
@@ -77,10 +86,6 @@ class Clutch:
                 f"strategy must be a nestegg.Strategy (one of "
                 f"{', '.join(s.name for s in Strategy)}), got {strategy!r}"
             )
-        if transport is not None:
-            raise ConfigurationError(
-                "distributed mode (transport=) is not supported; nestegg runs agents locally"
-            )
         if not isinstance(max_turns, int) or max_turns < 0:
             raise ConfigurationError(f"max_turns must be an int >= 0, got {max_turns!r}")
         for hook_name, hook in (
@@ -108,6 +113,7 @@ class Clutch:
         self._executions: dict[str, RunExecution] = {}
         if checkpoint is not None:  # load the checkpointing code now, not in the first run
             import nestegg.checkpoint.runs  # noqa: F401
+        self.transport: Transport | None = _transport(name, transport, checkpoint)
 
     # ----------------------------------------------------------------- definition
 
@@ -290,6 +296,13 @@ class Clutch:
                 raise ConfigurationError("run_id= needs checkpointing (checkpoint=...)")
             return await self._launch(lambda lst: self._run_plain(input_data, lst), listeners)
         book = self._book()
+        if self.transport is not None:
+            from nestegg.transport.caller import run_remote
+
+            transport = self.transport
+            return await self._launch(
+                lambda lst: run_remote(self, book, transport, input_data, run_id, lst), listeners
+            )
         return await self._launch(lambda lst: book.run(input_data, run_id, lst), listeners)
 
     async def run(
@@ -331,9 +344,91 @@ class Clutch:
         await self.stop()
 
     async def stop(self) -> None:
-        """Release the checkpoint store if this Clutch opened it."""
+        """Release the checkpoint store if this Clutch opened it, and the transport."""
         if self._runbook is not None:
             await self._runbook.close()
+        if self.transport is not None:
+            await self.transport.close()
+
+    # ---------------------------------------------------------- distributed mode
+
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for a stored run's outcome, whichever process started or executes it.
+
+        Works with and without a transport: a caller that restarted gets the result of a
+        run it started before.
+
+        Args:
+            run_id: the run.
+            timeout: seconds to wait (None: no limit).
+
+        Returns:
+            The run's result once it completed.
+
+        Raises:
+            RunFailedError: the run failed (names the agent, the error's type and message)
+                or was cancelled.
+            RunNotFoundError: no such run.
+            TimeoutError: not finished within ``timeout``.
+            ConfigurationError: the Clutch has no checkpointing.
+
+        Example:
+            >>> result = await clutch.result("run-0193...", timeout=60)
+        """
+        from nestegg.transport.caller import wait_result
+
+        book = self._checkpointing()
+        store = await book.ready()
+        return await wait_result(store, check_name(run_id, "run id"), timeout)
+
+    async def serve(
+        self,
+        concurrency: int = 1,
+        agents: list[str] | None = None,
+        *,
+        grace: float = 30.0,
+        sweep_interval: float | None = None,
+        sweep_after: float | None = None,
+    ) -> None:
+        """Be a worker: run the steps of this pipeline's runs from the transport until
+        SIGTERM or SIGINT (or cancelled), then drain.
+
+        Each message runs one step: claim the run, run the step, commit it fenced,
+        publish the next step's message, ack. On SIGTERM no new messages are taken; steps
+        under way get ``grace`` seconds, then their runs are released (checkpoint kept)
+        for another worker to take at once.
+
+        Args:
+            concurrency: steps run at the same time.
+            agents: the agents this worker hosts (None: all of them).
+            grace: seconds the steps under way get to finish once stopping.
+            sweep_interval: seconds between sweeps for runs whose message was lost
+                (None: the lease).
+            sweep_after: how long such a run must be untouched (None: five leases).
+
+        Raises:
+            ConfigurationError: no transport, an unknown agent, a bad concurrency.
+
+        Example:
+            >>> await clutch.serve(concurrency=8, agents=["classify"])
+        """
+        from nestegg.transport.worker import Worker, serve
+
+        if self.transport is None:
+            raise ConfigurationError(
+                f"Clutch {self.name!r} has no transport: pass transport='redis://...'"
+            )
+        self.validate()
+        worker = Worker(
+            self,
+            self.transport,
+            concurrency=concurrency,
+            agents=agents,
+            grace=grace,
+            sweep_interval=sweep_interval,
+            sweep_after=sweep_after,
+        )
+        await serve(worker)
 
     # ------------------------------------------------------------- checkpointing
 
@@ -484,3 +579,31 @@ class Clutch:
     async def cleanup(self) -> dict[str, int]:
         """Apply the policy's keep_latest and ttl now; counts of what went."""
         return await self._checkpointing().cleanup()
+
+
+def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:
+    """The Clutch's transport from ``transport=`` (a Transport or a URL), checked against
+    its checkpointing: workers need a store they all reach."""
+    if transport is None:
+        return None
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+    from nestegg.transport.base import Transport, transport_from_url
+
+    if checkpoint is None:
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= needs checkpoint=CheckpointConfig(storage=...) with "
+            "a store every worker reaches (PostgreSQL, Redis; SQLite for one host)"
+        )
+    if isinstance(checkpoint.storage, MemoryCheckpointStorage):
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= cannot use the memory store (workers in other "
+            "processes do not see it); use PostgreSQL, Redis or SQLite (one host)"
+        )
+    if isinstance(transport, str):
+        return transport_from_url(transport)
+    if not isinstance(transport, Transport):
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= must be a URL (redis://, rediss://, amqp://) or a "
+            f"nestegg Transport, got {transport!r}"
+        )
+    return transport

@@ -13,7 +13,8 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── RunNotFoundError            no run with that id
     │   ├── RunExistsError              the id is taken: unfinished (resume it), other input
     │   ├── RunLockedError              another live process owns the run
-    │   └── StaleOwnerError             this process lost ownership (fencing token moved on)
+    │   ├── StaleOwnerError             this process lost ownership (fencing token moved on)
+    │   └── RunFailedError              a run awaited by result() failed (names agent and error)
     ├── CheckpointError                 about one checkpoint
     │   ├── CheckpointNotFoundError     no checkpoint with that id
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
@@ -21,6 +22,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
     ├── StorageError                    a store failed
     │   └── StorageUnavailableError     the store cannot be reached
+    ├── TransportError                  a broker failed, or sent what is not a step message
     └── JournalError                    about journaled calls
         ├── NonDeterminismError         a re-executed step made different calls
         └── JournaledCallError          a journaled call that failed for good, replayed
@@ -81,6 +83,24 @@ class StaleOwnerError(RunError):
     """This process no longer owns the run: another one took it over."""
 
 
+class RunFailedError(RunError):
+    """A run failed; raised to whoever awaits its result (any process).
+
+    Attributes:
+        run_id: the run.
+        agent: the agent whose step failed (None when not known).
+        error_type: the original exception's type name (``ValueError``).
+        error_message: the original exception's message.
+    """
+
+    def __init__(self, run_id: str, agent: str | None, error_type: str, error_message: str) -> None:
+        where = f" in agent {agent!r}" if agent else ""
+        super().__init__(f"run {run_id!r} failed{where}: {error_type}: {error_message}", run_id)
+        self.agent = agent
+        self.error_type = error_type
+        self.error_message = error_message
+
+
 class CheckpointError(NestEggError):
     """About one checkpoint."""
 
@@ -115,6 +135,10 @@ class StorageError(NestEggError):
 
 class StorageUnavailableError(StorageError, ConnectionError):
     """The store cannot be reached."""
+
+
+class TransportError(NestEggError):
+    """A message broker failed, or a message is not a nestegg step message."""
 
 
 class JournalError(NestEggError):

@@ -26,6 +26,10 @@ from nestegg.strategies import Cursor
 from nestegg.task import StepEvent, StepListeners
 
 StepHook = Callable[[str, Any, Any], Awaitable[None]]
+STEP_DONE = ":step"
+"""execute_one(): a step ran and the run goes on."""
+RUN_DONE = ":run"
+"""execute_one(): the run ended and its result is recorded."""
 
 
 @dataclass(slots=True)
@@ -250,6 +254,41 @@ class RunExecution:
             self.current_agent = None
         await self.recorder.finish(ctx.data, self.data_seq)
         return ctx.data
+
+    # ------------------------------------------------ one step (distributed mode)
+
+    async def execute_one(self, hosts: Callable[[str], bool]) -> str | None:
+        """Run the next step only, as a worker does: the run stays ``running`` after it.
+
+        Args:
+            hosts: whether this process runs an agent's steps.
+
+        Returns:
+            ``STEP_DONE`` after a step that the run continues from; ``RUN_DONE`` when the
+            run ended (its result is recorded: the strategy stopped, ``max_turns`` was
+            reached or an agent terminated); otherwise the name of the agent that runs
+            next, which this process does not host (nothing was run).
+
+        A cancellation is not recorded: the worker releases the run and it stays
+        resumable from its last committed step.
+        """
+        ctx = self.ctx
+        set_context(ctx)
+        try:
+            ended = ctx.state.turn >= self.max_turns
+            if not ended:
+                agent = await self._next_agent()
+                if agent is not None and not hosts(agent.name):
+                    self.pending_agent = agent.name
+                    return agent.name
+                ended = agent is None or await self._step(agent)
+                ended = ended or ctx.state.turn >= self.max_turns
+        finally:
+            self.current_agent = None
+        if not ended:
+            return STEP_DONE
+        await self.recorder.finish(ctx.data, self.data_seq)
+        return RUN_DONE
 
     async def _next_agent(self) -> AgentNode | None:
         name = self.pending_agent

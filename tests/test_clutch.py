@@ -158,9 +158,9 @@ class TestDefinitionErrors:
         with pytest.raises(ConfigurationError, match="'sequential'"):
             Clutch("p", strategy="sequential")  # type: ignore[arg-type]
 
-    def test_transport_is_not_supported(self) -> None:
-        with pytest.raises(ConfigurationError, match="transport"):
-            Clutch("p", transport=object())
+    def test_transport_needs_checkpointing(self) -> None:
+        with pytest.raises(ConfigurationError, match="transport= needs checkpoint"):
+            Clutch("p", transport="redis://127.0.0.1:6379/0")
 
     @pytest.mark.parametrize("max_turns", [-1, 1.5, "3"])
     def test_max_turns_must_be_a_non_negative_int(self, max_turns: Any) -> None:

@@ -97,18 +97,7 @@ class RunBook:
         existing = await store.get_run(run_id)
         if existing is not None:
             return self._existing(existing, sealed_input)
-        now = self.config.clock()
-        record = RunRecord(
-            run_id=run_id,
-            pipeline=self.clutch.name,
-            status=RUNNING,
-            input=sealed_input,
-            created_at=now,
-            updated_at=now,
-            fence=1,
-            owner=current_owner(),
-            lease_until=now + self.lease,
-        )
+        record = self._new_record(run_id, sealed_input, owned=True)
         try:
             await store.create_run(record)
         except RunExistsError:
@@ -118,6 +107,22 @@ class RunBook:
         execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
         base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
         return await self._execute(record, execution, base, [], [(RUN_STARTED, {})], data)
+
+    def _new_record(self, run_id: str, sealed_input: bytes, *, owned: bool) -> RunRecord:
+        """A new running run of ``sealed_input``: owned by this process, or by no one
+        (workers)."""
+        now = self.config.clock()
+        return RunRecord(
+            run_id=run_id,
+            pipeline=self.clutch.name,
+            status=RUNNING,
+            input=sealed_input,
+            created_at=now,
+            updated_at=now,
+            fence=1,
+            owner=current_owner() if owned else None,
+            lease_until=now + self.lease if owned else None,
+        )
 
     def _existing(self, run: RunRecord, sealed_input: bytes) -> Any:
         """What run() does with an id that exists: the result of a completed run of the
@@ -187,6 +192,51 @@ class RunBook:
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
+
+    # ------------------------------------------------- distributed mode (workers)
+
+    async def create_queued(self, input_data: Any, run_id: str | None) -> RunRecord:
+        """Store a new run that workers execute: status running, no owner, no lease.
+
+        A completed run of that id and this input is returned as stored (its result
+        stands).
+
+        Raises:
+            RunExistsError: the id belongs to an unfinished run, or to a run completed
+                with a different input.
+            RunLockedError: a live process executes a run of that id.
+        """
+        run_id = self._run_id(run_id) or new_run_id()
+        store = await self.ready()
+        self.clutch.validate()
+        sealed_input = seal(encode_value(to_plain(input_data), "input"))
+        record = self._new_record(run_id, sealed_input, owned=False)
+        try:
+            await store.create_run(record)
+        except RunExistsError:
+            existing = await store.get_run(run_id)
+            if existing is None:
+                raise
+            self._existing(existing, sealed_input)  # raises unless completed with this input
+            return existing
+        return record
+
+    async def load_for_step(
+        self, run: RunRecord, listeners: StepListeners
+    ) -> tuple[RunExecution, Snapshot, list[str], CheckpointState]:
+        """The execution that continues the claimed ``run`` from its newest valid
+        checkpoint, the snapshot and kept checkpoints its recorder starts from, and the
+        state loaded. Writes nothing.
+
+        Raises:
+            CheckpointCorruptedError: a fork without a valid checkpoint.
+            IncompatibleCheckpointError: an agent the state continues with is gone.
+        """
+        state, checkpoints = await load_latest(self.store, run)
+        if state.checkpoint is None and run.parent_run is not None:
+            raise _fork_without_start(run)
+        execution, base = self._prepare(run, state, listeners)
+        return execution, base, [c.checkpoint_id for c in checkpoints], state
 
     # ------------------------------------------------------------------ resuming
 

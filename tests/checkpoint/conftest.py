@@ -23,7 +23,7 @@ import pytest
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.sqlite_schema import SEQ_SPAN
+from nestegg.checkpoint.stores.sqlite.schema import SEQ_SPAN
 from nestegg.testing import StoreSite, registered_store
 from tests.registry import FILE_STORE_DIR, SQLITE_FILE
 

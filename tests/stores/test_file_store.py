@@ -20,7 +20,7 @@ from nestegg.checkpoint.codec import seal_json, unseal
 from nestegg.checkpoint.records import CheckpointRecord, Commit, RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from nestegg.checkpoint.stores.file_format import decode_record, encode_commit, encode_record
+from nestegg.checkpoint.stores.file.format import decode_record, encode_commit, encode_record
 from nestegg.constants import FILE_LEFTOVER_SECONDS, FILE_UNREADABLE_REASON
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -238,7 +238,7 @@ async def test_stray_files_among_the_runs_are_ignored(tmp_path: Path) -> None:
 
 CRASHING_CHILD = r"""
 import asyncio, os, sys
-from nestegg.checkpoint.stores import file_commit
+from nestegg.checkpoint.stores.file import commit as file_commit
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.testing.builders import make_checkpoint, make_commit, make_event, make_step
 

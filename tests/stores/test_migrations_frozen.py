@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from nestegg.checkpoint.stores import postgres_schema, sqlite_schema
+from nestegg.checkpoint.stores.postgres import schema as postgres_schema
+from nestegg.checkpoint.stores.sqlite import schema as sqlite_schema
 
 FROZEN = {
     "sqlite": ["ed898c064769e0c6", "87cd082cecc764a2", "213b91dfb323241c"],

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nestegg.checkpoint.records import Owner
-from nestegg.checkpoint.stores.postgres_schema import MIGRATIONS
+from nestegg.checkpoint.stores.postgres.schema import MIGRATIONS
 from nestegg.constants import COMPLETED
 from nestegg.errors import (
     ConfigurationError,
@@ -105,7 +105,7 @@ async def test_migrations_are_recorded_once_and_setup_is_idempotent(
 async def test_a_version_2_schema_upgrades_and_its_truncations_then_drop_the_journal(
     open_store: OpenStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nestegg.checkpoint.stores import postgres
+    from nestegg.checkpoint.stores.postgres import store as postgres
 
     with monkeypatch.context() as patched:  # the schema as version 2 left it
         patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:2])

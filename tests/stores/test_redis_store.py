@@ -42,7 +42,7 @@ pytestmark = pytest.mark.server
 
 aioredis = pytest.importorskip("redis.asyncio")
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage  # noqa: E402
-from nestegg.checkpoint.stores.redis_layout import command_bytes  # noqa: E402
+from nestegg.checkpoint.stores.redis.layout import command_bytes  # noqa: E402
 
 OpenStore = Callable[..., RedisCheckpointStorage]
 

@@ -17,10 +17,10 @@ import pytest
 from nestegg.checkpoint.codec import seal, seal_json
 from nestegg.checkpoint.records import RunRecord, StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import body_intact, read_head, step_records
-from nestegg.checkpoint.stores import sqlite as sqlite_store
-from nestegg.checkpoint.stores import sqlite_blocks
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
-from nestegg.checkpoint.stores.sqlite_schema import (
+from nestegg.checkpoint.stores.sqlite import blocks as sqlite_blocks
+from nestegg.checkpoint.stores.sqlite import store as sqlite_store
+from nestegg.checkpoint.stores.sqlite.schema import (
     INSERT_RUN,
     MAX_SEQ,
     MIGRATIONS,

@@ -18,10 +18,11 @@ import pytest
 
 from nestegg.checkpoint.codec import seal_json
 from nestegg.checkpoint.records import CheckpointRecord, Commit, StepRecord
-from nestegg.checkpoint.stores import open_store, sqlite_connection
-from nestegg.checkpoint.stores import sqlite as sqlite_store
+from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
-from nestegg.checkpoint.stores.sqlite_schema import (
+from nestegg.checkpoint.stores.sqlite import connection as sqlite_connection
+from nestegg.checkpoint.stores.sqlite import store as sqlite_store
+from nestegg.checkpoint.stores.sqlite.schema import (
     INSERT_RUN,
     MIGRATIONS,
     SCHEMA_VERSION,

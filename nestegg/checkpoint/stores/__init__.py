@@ -1,7 +1,8 @@
-"""Checkpoint stores, one module each; :func:`open_store` picks one by URL scheme.
+"""Checkpoint stores, a package each (``memory`` is one module); :func:`open_store` picks
+one by URL scheme.
 
-Each store's driver is imported only in its own module, and only when that store is
-used: ``import nestegg`` never imports psycopg or redis. Which module holds which store is
+Each store's driver is imported only in its own package, and only when that store is
+used: ``import nestegg`` never imports psycopg or redis. Which package holds which store is
 said once, in :mod:`nestegg.checkpoint.stores.registry`.
 """
 

@@ -1,5 +1,5 @@
-"""The one registry of stores: which module holds each store, the URL schemes it opens and
-the extra that installs its driver.
+"""The one registry of stores: which package (or module) holds each store, the URL schemes
+it opens and the extra that installs its driver.
 
 ``open_store``, ``store_class`` and the lazy names of :mod:`nestegg.checkpoint` are all
 built from :data:`STORES`, and :func:`import_store` is the one path that imports a store's
@@ -20,7 +20,7 @@ _STORES_PACKAGE = "nestegg.checkpoint.stores"
 
 @dataclass(frozen=True)
 class StoreEntry:
-    """One store: the name it is exported as, its module (under
+    """One store: the name it is exported as, its package or module (under
     ``nestegg.checkpoint.stores``), the URL schemes it opens and the extra of its driver."""
 
     name: str

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from nestegg.checkpoint.stores.sqlite_schema import SCHEMA_VERSION, migrate
+from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION, migrate
 from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS
 from nestegg.errors import StorageError, StorageUnavailableError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nestegg.checkpoint.records import CheckpointRecord, Commit, RunRecord
-from nestegg.checkpoint.stores.file_format import (
+from nestegg.checkpoint.stores.file.format import (
     checkpoint_file_name,
     checkpoint_files,
     decode_commit,
@@ -30,7 +30,7 @@ from nestegg.checkpoint.stores.file_format import (
     record_seq,
     step_line,
 )
-from nestegg.checkpoint.stores.file_io import append_durably, sync_directory, write_atomically
+from nestegg.checkpoint.stores.file.io import append_durably, sync_directory, write_atomically
 from nestegg.checkpoint.stores.memory import apply_run_fields
 from nestegg.constants import (
     FILE_CHECKPOINTS_DIR,

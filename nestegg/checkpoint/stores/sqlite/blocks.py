@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.records import Commit, StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import StepPiece, merged, pack_block, unpack_block
-from nestegg.checkpoint.stores.sqlite_schema import (
+from nestegg.checkpoint.stores.sqlite.schema import (
     DELETE_BLOCKS_AFTER,
     DELETE_STEPS_AFTER,
     INSERT_BLOCK,

@@ -2,7 +2,7 @@
 
 Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journal`` and
 ``…checkpoints`` in the connection's current schema; they are created on first use from
-the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres_schema` under an
+the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
 call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row.
 The store keeps one pool connection (and its cursor) between operations, so that a
@@ -42,7 +42,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.postgres_schema import (
+from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
     OBJECT_SUFFIXES,

@@ -11,14 +11,14 @@ Layout under the root (directories 0700, files 0600)::
                                     one checkpoint, replaced atomically; its name holds
                                     the step it covers (zero-padded) and its id
     runs/<run_id>/run.lock          flock'ed by claims and commits
-    runs/<run_id>/pending-commit.json  the commit being applied (see file_commit)
+    runs/<run_id>/pending-commit.json  the commit being applied (see commit.py)
     checkpoint-index/<id>           symlink to the checkpoint's file: id -> run
     staging/, trash/                runs being created or deleted (a crash's leftovers
                                     there are removed after FILE_LEFTOVER_SECONDS)
 
 Claims and commits hold an exclusive ``flock`` on the run's lock file and re-read the
 fence under it, so several processes can share a root. A commit is atomic: it is written
-whole before it is applied, and redone if a crash cut it short (:mod:`.file_commit`).
+whole before it is applied, and redone if a crash cut it short (:mod:`.commit`).
 Every write is fsynced before the call returns. :mod:`.file_format` describes the
 records and how torn and damaged ones are read. POSIX only (``fcntl.flock``).
 """
@@ -48,13 +48,13 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.file_commit import (
+from nestegg.checkpoint.stores.file.commit import (
     commit_durably,
     redo_pending_commit,
     remove_checkpoints,
     write_run,
 )
-from nestegg.checkpoint.stores.file_format import (
+from nestegg.checkpoint.stores.file.format import (
     checkpoint_files,
     damaged_run,
     decode_run,
@@ -65,7 +65,7 @@ from nestegg.checkpoint.stores.file_format import (
     read_log,
     record_seq,
 )
-from nestegg.checkpoint.stores.file_io import (
+from nestegg.checkpoint.stores.file.io import (
     create_file,
     make_private_dirs,
     same_file,

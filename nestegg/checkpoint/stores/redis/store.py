@@ -3,7 +3,7 @@
 Every change to a run is one Lua script, run atomically by Redis: the claim is a
 compare-and-set on the run's fencing token, and a commit checks the token, truncates,
 appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
-:mod:`~nestegg.checkpoint.stores.redis_layout`. Stored values are the sealed bytes as
+:mod:`~nestegg.checkpoint.stores.redis.layout`. Stored values are the sealed bytes as
 given. Scripts go out as one packed EVALSHA on a pool connection the store keeps between
 them, so that a step's commit skips the pool and redis-py's per-command work.
 
@@ -39,9 +39,9 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores import redis_layout
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.redis_layout import (
+from nestegg.checkpoint.stores.redis import layout as redis_layout
+from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
     command_bytes,

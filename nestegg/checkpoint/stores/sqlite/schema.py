@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, Owner, RunRecord
-from nestegg.checkpoint.stores.sqlite_events import pack_events
+from nestegg.checkpoint.stores.sqlite.events import pack_events
 from nestegg.constants import (
     SQLITE_CHECKPOINTS_TABLE,
     SQLITE_EVENT_BATCHES_TABLE,

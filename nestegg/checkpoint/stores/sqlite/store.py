@@ -1,7 +1,7 @@
 """The embedded default store: one SQLite file, stdlib ``sqlite3`` in WAL mode.
 
 One connection per store (and one for WAL checkpoints);
-:mod:`~nestegg.checkpoint.stores.sqlite_connection` decides which thread uses it: a
+:mod:`~nestegg.checkpoint.stores.sqlite.connection` decides which thread uses it: a
 step's commit runs on the loop thread when SQLite's write lock is free at once,
 everything that may wait on the store's worker thread (WAL checkpoints on their own), so
 the event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
@@ -9,7 +9,7 @@ transactions, which makes many runs in one process and several processes on one 
 safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
 synced at WAL checkpoints).
 
-The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite_schema`.
+The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite.schema`.
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
-from nestegg.checkpoint.stores.sqlite_blocks import (
+from nestegg.checkpoint.stores.sqlite.blocks import (
     blocks_completed,
     pack_completed_blocks,
     read_history,
     truncate_steps,
 )
-from nestegg.checkpoint.stores.sqlite_connection import SQLiteConnection, use_wal
-from nestegg.checkpoint.stores.sqlite_events import events_after, pack_events
-from nestegg.checkpoint.stores.sqlite_read_only import open_read_only
-from nestegg.checkpoint.stores.sqlite_schema import (
+from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
+from nestegg.checkpoint.stores.sqlite.events import events_after, pack_events
+from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
+from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,

@@ -1,0 +1,10 @@
+"""The SQLite store, the embedded default: everything only it uses lives in this package.
+
+``store`` (the store), ``connection`` (the writer thread and its lock), ``schema`` (tables
+and migrations), ``blocks`` (step blocks), ``events`` (packed event batches) and
+``read_only`` (opening a file without writing to it).
+"""
+
+from nestegg.checkpoint.stores.sqlite.store import SQLiteCheckpointStorage, storage_error
+
+__all__ = ["SQLiteCheckpointStorage", "storage_error"]

@@ -1,0 +1,155 @@
+"""The transport seam: step messages on a broker's channels, delivered at least once.
+
+A message is a pointer, never state: the run id, the step it asks for, the run's fencing
+token when it was sent, and the agent whose channel it was routed to. The store holds
+everything else. A channel is ``nestegg.<pipeline>.<agent>`` for the steps of one agent,
+and ``nestegg.<pipeline>`` for messages any worker of the pipeline may take (the first
+step of a SELECTOR pipeline, a step to route again, a run the sweeper resumes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
+
+CHANNEL_PREFIX = "nestegg"
+
+
+def channel_name(pipeline: str, agent: str | None = None) -> str:
+    """The channel of ``agent``'s steps, or the pipeline's own channel (``agent=None``)."""
+    base = f"{CHANNEL_PREFIX}.{pipeline}"
+    return base if agent is None else f"{base}.{agent}"
+
+
+@dataclass(frozen=True, slots=True)
+class StepMessage:
+    """A pointer to one step of a run.
+
+    Args:
+        run_id: the run.
+        seq: the step asked for (the run's last committed step + 1 when sent).
+        fence: the run's fencing token when the message was sent.
+        agent: the agent it was routed to (None: the pipeline's channel).
+        trace: room for a propagated trace context (W3C headers), carried as is.
+    """
+
+    run_id: str
+    seq: int
+    fence: int
+    agent: str | None = None
+    trace: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """The message as JSON bytes."""
+        body: dict[str, Any] = {"run_id": self.run_id, "seq": self.seq, "fence": self.fence}
+        if self.agent is not None:
+            body["agent"] = self.agent
+        if self.trace:
+            body["trace"] = self.trace
+        return orjson.dumps(body)
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> StepMessage:
+        """A message from :meth:`encode`'s bytes.
+
+        Raises:
+            TransportError: the bytes are not a step message.
+        """
+        try:
+            body = orjson.loads(raw)
+            agent = body.get("agent")
+            trace = body.get("trace") or {}
+            return cls(
+                run_id=str(body["run_id"]),
+                seq=int(body["seq"]),
+                fence=int(body["fence"]),
+                agent=str(agent) if agent is not None else None,
+                trace={str(k): str(v) for k, v in trace.items()},
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as error:
+            raise TransportError(f"not a nestegg step message: {raw[:200]!r} ({error})") from None
+
+
+@runtime_checkable
+class Delivery(Protocol):
+    """One delivered message, held by this consumer until acked or requeued."""
+
+    message: StepMessage
+    channel: str
+    redelivered: bool
+    """Whether the broker delivered it before (to a consumer that did not ack it)."""
+
+    async def ack(self) -> None:
+        """Done with it: the broker forgets it."""
+
+    async def keep_alive(self) -> None:
+        """Say that this consumer still works on it (it is not given to another)."""
+
+    async def requeue(self) -> None:
+        """Give it back now for any consumer to take; it comes back redelivered."""
+
+    async def forward(self, channel: str, message: StepMessage) -> None:
+        """Publish ``message`` to ``channel``, then ack this one (in one round trip where
+        the broker allows)."""
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Publishes step messages to channels and delivers them to consumers at least once.
+
+    A message stays with its consumer until acked; if the consumer dies it goes to
+    another one: after ``hold`` seconds without :meth:`Delivery.keep_alive` (Redis
+    Streams), or when its connection drops (RabbitMQ).
+    """
+
+    async def publish(self, channel: str, message: StepMessage) -> None:
+        """Send ``message`` to ``channel``."""
+
+    def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """Deliveries from ``channels`` as they are asked for; at most about ``prefetch``
+        taken from each channel ahead of being asked for."""
+
+    async def close(self) -> None:
+        """Release the broker connections."""
+
+
+def transport_from_url(url: str) -> Transport:
+    """The transport a URL names: ``redis://``, ``rediss://`` or ``amqp://`` (``amqps://``).
+
+    Raises:
+        ConfigurationError: an unknown scheme.
+        MissingDependencyError: the broker's client is not installed (names the extra).
+
+    Example:
+        >>> transport = transport_from_url("redis://localhost:6379/0")
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in ("redis", "rediss"):
+        try:
+            from nestegg.transport.redis_streams import RedisStreamsTransport
+        except ImportError as error:
+            raise MissingDependencyError(
+                f"the Redis Streams transport needs redis-py: pip install 'nestegg[redis]' "
+                f"({error})"
+            ) from error
+        transport: Transport = RedisStreamsTransport(url)
+        return transport
+    if scheme in ("amqp", "amqps"):
+        try:
+            from nestegg.transport.rabbitmq import RabbitMQTransport
+        except ImportError as error:
+            raise MissingDependencyError(
+                f"the RabbitMQ transport needs aio-pika: pip install 'nestegg[rabbitmq]' ({error})"
+            ) from error
+        rabbit: Transport = RabbitMQTransport(url)
+        return rabbit
+    raise ConfigurationError(
+        f"transport URL {url!r}: unknown scheme {scheme!r} (redis://, rediss://, amqp://)"
+    )

@@ -1,0 +1,145 @@
+"""The caller's side: store a run, publish its first step, wait for its outcome.
+
+A caller never executes agents. It learns what workers did from the store alone: the
+run's status for the outcome, the event log and step records for streamed steps. Any
+process can wait for any run, so a caller that restarted picks its result up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from nestegg.agents import to_plain
+from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
+from nestegg.checkpoint.loader import step_data
+from nestegg.checkpoint.views import run_input, run_result
+from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
+from nestegg.errors import RunFailedError, RunNotFoundError
+from nestegg.task import StepEvent, StepListeners
+from nestegg.transport.base import StepMessage, Transport, channel_name
+from nestegg.transport.steps import first_route
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.clutch import Clutch
+
+POLL_FIRST = 0.005
+"""Seconds between the first polls of a run's outcome; the gap grows to POLL_MAX."""
+POLL_MAX = 0.25
+
+
+def failure_of(run: RunRecord) -> RunFailedError:
+    """The RunFailedError of a failed or cancelled run, from its stored error."""
+    if run.status == CANCELLED:
+        return RunFailedError(run.run_id, None, "CancelledError", "the run was cancelled")
+    detail: dict[str, Any] = {}
+    if run.error is not None:
+        detail = unseal_json(run.error, f"error of run {run.run_id!r}") or {}
+    agent = detail.get("agent")
+    return RunFailedError(
+        run.run_id,
+        str(agent) if agent else None,
+        str(detail.get("type", "Exception")),
+        str(detail.get("message", "")),
+    )
+
+
+class Watcher:
+    """Follows one run in the store: its committed steps (as StepEvents) and outcome."""
+
+    def __init__(self, store: CheckpointStorage, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.event_seq = 0
+        self.data: Any = None
+        self.started = False
+
+    async def steps(self, run: RunRecord) -> list[StepEvent]:
+        """StepEvents of the steps committed since the last call, in order."""
+        if not self.started:
+            self.data, self.started = run_input(run), True
+        events = await self.store.read_events(self.run_id, self.event_seq)
+        found: list[StepEvent] = []
+        for event in events:
+            self.event_seq = event.seq
+            if event.kind != STEP_COMPLETED:
+                continue
+            seq = int(unseal_json(event.body, f"event {event.seq}")["seq"])
+            for record in await self.store.load_steps(self.run_id, seq - 1, seq):
+                where = f"step {record.seq} of run {self.run_id!r}"
+                data = step_data(unseal(record.body, where), where)
+                if data is not None:
+                    self.data = decode_value(data, where)
+                found.append(StepEvent(record.agent, self.data))
+        return found
+
+
+async def wait_result(
+    store: CheckpointStorage,
+    run_id: str,
+    timeout: float | None,
+    listeners: StepListeners | None = None,
+) -> Any:
+    """The run's result once it is stored, publishing its steps to ``listeners``.
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunFailedError: the run failed or was cancelled.
+        TimeoutError: not finished within ``timeout`` seconds.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watcher = Watcher(store, run_id)
+    pause = POLL_FIRST
+    while True:
+        run = await store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+        if listeners is not None and listeners.queues:
+            for event in await watcher.steps(run):
+                listeners.publish(event)
+        if run.status == COMPLETED:
+            return run_result(run)
+        if run.status in (FAILED, CANCELLED):
+            raise failure_of(run)
+        if deadline is not None and time.monotonic() + pause > deadline:
+            raise TimeoutError(f"run {run_id!r} did not finish within {timeout} s")
+        await asyncio.sleep(pause)
+        pause = min(pause * 1.5, POLL_MAX)
+
+
+async def publish_first(clutch: Clutch, transport: Transport, run: RunRecord) -> None:
+    """Publish the first step of a stored run (to its first agent's channel, or to the
+    pipeline's for a SELECTOR)."""
+    agent = first_route(clutch)
+    message = StepMessage(run.run_id, 1, run.fence, agent)
+    await transport.publish(channel_name(clutch.name, agent), message)
+
+
+async def run_remote(
+    clutch: Clutch,
+    book: RunBook,
+    transport: Transport,
+    input_data: Any,
+    run_id: str | None,
+    listeners: StepListeners,
+) -> Any:
+    """Store a new run, publish its first step and wait for its result (hooks included).
+
+    A run id that completed gives its stored result and publishes nothing.
+    """
+    run = await book.create_queued(input_data, run_id)
+    if run.status == COMPLETED:
+        return run_result(run)
+    request = {"clutch_id": run.run_id, "input": to_plain(input_data)}
+    if clutch._on_request is not None:
+        await clutch._on_request(request)
+    await publish_first(clutch, transport, run)
+    result = await wait_result(book.store, run.run_id, None, listeners)
+    if clutch._on_response is not None:
+        response = {"_clutch_response": True, "clutch_id": run.run_id, "result": result}
+        await clutch._on_response(request, response)
+    return result

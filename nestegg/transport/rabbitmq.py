@@ -1,0 +1,191 @@
+"""Step messages on RabbitMQ (aio-pika): a durable queue per channel.
+
+A message is delivered to one consumer and stays unacked with it until acked; when the
+consumer's connection drops (its process died, or the network failed long enough for the
+heartbeat to notice), RabbitMQ requeues it and delivers it again, marked redelivered.
+Messages are persistent and published with confirms. A live consumer needs no keep-alive
+(RabbitMQ's ``consumer_timeout``, 30 minutes by default, bounds a step's length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.exceptions import AMQPError
+
+from nestegg.errors import TransportError
+from nestegg.transport.base import Delivery, StepMessage
+
+log = logging.getLogger("nestegg")
+
+
+@contextlib.contextmanager
+def broker_errors(what: str) -> Iterator[None]:
+    """aio-pika and connection failures as TransportError naming what was being done."""
+    try:
+        yield
+    except (AMQPError, ConnectionError, OSError) as error:
+        raise TransportError(f"RabbitMQ: {what} failed: {error}") from error
+
+
+class RabbitDelivery:
+    """A message delivered from a queue to this transport's consumer."""
+
+    __slots__ = ("channel", "incoming", "message", "redelivered", "transport")
+
+    def __init__(
+        self,
+        transport: RabbitMQTransport,
+        channel: str,
+        incoming: AbstractIncomingMessage,
+        message: StepMessage,
+    ) -> None:
+        self.transport = transport
+        self.channel = channel
+        self.incoming = incoming
+        self.message = message
+        self.redelivered = bool(incoming.redelivered)
+
+    async def ack(self) -> None:
+        """basic.ack."""
+        with broker_errors(f"ack on {self.channel}"):
+            await self.incoming.ack()
+
+    async def keep_alive(self) -> None:
+        """Nothing to do: an unacked message stays with its live consumer."""
+
+    async def requeue(self) -> None:
+        """basic.nack with requeue."""
+        with broker_errors(f"requeue on {self.channel}"):
+            await self.incoming.nack(requeue=True)
+
+    async def forward(self, channel: str, message: StepMessage) -> None:
+        """Publish ``message`` (confirmed), then ack this one."""
+        await self.transport.publish(channel, message)
+        await self.ack()
+
+
+class RabbitMQTransport:
+    """The RabbitMQ transport (``pip install 'nestegg[rabbitmq]'``).
+
+    Args:
+        url: ``amqp://user:password@host:5672/vhost`` (or ``amqps://``).
+        prefix: put before every queue name.
+
+    Example:
+        >>> clutch = Clutch("triage", transport=RabbitMQTransport("amqp://guest:guest@localhost/"),
+        ...                 checkpoint=CheckpointConfig(storage=store))
+    """
+
+    def __init__(self, url: str = "amqp://guest:guest@localhost/", *, prefix: str = "") -> None:
+        self.url = url
+        self.prefix = prefix
+        self._connection: AbstractRobustConnection | None = None
+        self._publisher: AbstractChannel | None = None
+        self._consumers: list[AbstractChannel] = []
+        self._declared: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    def queue(self, channel: str) -> str:
+        """The queue name of a channel."""
+        return self.prefix + channel
+
+    async def _connect(self) -> AbstractRobustConnection:
+        async with self._lock:
+            if self._connection is None or self._connection.is_closed:
+                with broker_errors(f"connecting to {self.url.rpartition('@')[2]}"):
+                    self._connection = await aio_pika.connect_robust(self.url)
+            return self._connection
+
+    async def _publishing_channel(self) -> AbstractChannel:
+        if self._publisher is None or self._publisher.is_closed:
+            connection = await self._connect()
+            with broker_errors("opening a channel"):
+                self._publisher = await connection.channel(publisher_confirms=True)
+        return self._publisher
+
+    async def _declare(self, amqp: AbstractChannel, channel: str) -> Any:
+        with broker_errors(f"declaring queue {self.queue(channel)}"):
+            return await amqp.declare_queue(self.queue(channel), durable=True)
+
+    async def publish(self, channel: str, message: StepMessage) -> None:
+        """Publish the message persistently to the channel's queue, with a confirm."""
+        amqp = await self._publishing_channel()
+        if channel not in self._declared:
+            await self._declare(amqp, channel)
+            self._declared.add(channel)
+        body = aio_pika.Message(
+            message.encode(),
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            content_type="application/json",
+        )
+        with broker_errors(f"publish to {channel}"):
+            await amqp.default_exchange.publish(body, routing_key=self.queue(channel))
+
+    async def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """Messages of ``channels``, at most ``prefetch`` unacked per queue (basic.qos);
+        ``hold`` plays no part (a dead consumer's messages come back when its connection
+        drops)."""
+        connection = await self._connect()
+        with broker_errors("opening a consumer channel"):
+            amqp = await connection.channel()
+            await amqp.set_qos(prefetch_count=prefetch)
+        self._consumers.append(amqp)
+        arrived: asyncio.Queue[tuple[str, AbstractIncomingMessage]] = asyncio.Queue()
+        tags: list[tuple[Any, str]] = []
+        try:
+            for channel in channels:
+                queue = await self._declare(amqp, channel)
+
+                async def on_message(incoming: AbstractIncomingMessage, at: str = channel) -> None:
+                    arrived.put_nowait((at, incoming))
+
+                with broker_errors(f"consuming {channel}"):
+                    tags.append((queue, await queue.consume(on_message)))
+            while True:
+                channel, incoming = await arrived.get()
+                try:
+                    message = StepMessage.decode(incoming.body)
+                except TransportError as error:
+                    log.warning("dropping a message of %s: %s", channel, error)
+                    await incoming.ack()
+                    continue
+                yield RabbitDelivery(self, channel, incoming, message)
+        finally:
+            await self._stop_consuming(tags, arrived)
+
+    async def _stop_consuming(
+        self, tags: list[tuple[Any, str]], arrived: asyncio.Queue[tuple[str, Any]]
+    ) -> None:
+        """Cancel the consumers (deliveries already taken can still be acked) and give
+        back what arrived but was not taken."""
+        with contextlib.suppress(AMQPError, ConnectionError, OSError, asyncio.CancelledError):
+            for queue, tag in tags:
+                await queue.cancel(tag)
+            while not arrived.empty():
+                _, incoming = arrived.get_nowait()
+                await incoming.nack(requeue=True)
+
+    async def delete_channels(self, channels: Sequence[str]) -> None:
+        """Delete the channels' queues (tests, teardown)."""
+        amqp = await self._publishing_channel()
+        with broker_errors("deleting queues"):
+            for channel in channels:
+                await amqp.queue_delete(self.queue(channel))
+        self._declared.difference_update(channels)
+
+    async def close(self) -> None:
+        """Close the connection (unacked messages go back to their queues)."""
+        if self._connection is not None:
+            with contextlib.suppress(AMQPError, ConnectionError, OSError):
+                await self._connection.close()
+        self._connection = self._publisher = None
+        self._consumers.clear()

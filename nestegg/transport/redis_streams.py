@@ -1,0 +1,227 @@
+"""Step messages on Redis Streams: a stream per channel, one consumer group for all workers.
+
+A message is delivered to one consumer of the group (XREADGROUP) and stays in that
+consumer's pending list until acked (XACK, then XDEL: a pointer is not kept once done).
+A live consumer keeps a message it works on fresh (XCLAIM ... JUSTID on itself resets its
+idle time); a message idle for longer than ``hold`` seconds belongs to a consumer that is
+gone, and the next consumer that looks takes it over (XAUTOCLAIM), marked redelivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from nestegg.errors import TransportError
+from nestegg.transport.base import Delivery, StepMessage
+
+log = logging.getLogger("nestegg")
+
+GROUP = "nestegg"
+FIELD = "m"
+REDELIVERED_FIELD = "r"
+"""Set on a message given back (requeued): it counts as redelivered."""
+READ_BLOCK_MS = 500
+"""How long one XREADGROUP waits for a message before the consumer looks for stale ones."""
+
+
+@contextlib.contextmanager
+def broker_errors(what: str) -> Iterator[None]:
+    """Redis failures as TransportError naming what was being done."""
+    try:
+        yield
+    except RedisError as error:
+        raise TransportError(f"Redis Streams: {what} failed: {error}") from error
+
+
+class RedisDelivery:
+    """A message delivered from a stream to this transport's consumer."""
+
+    __slots__ = ("channel", "entry_id", "message", "redelivered", "transport")
+
+    def __init__(
+        self,
+        transport: RedisStreamsTransport,
+        channel: str,
+        entry_id: str,
+        message: StepMessage,
+        redelivered: bool,
+    ) -> None:
+        self.transport = transport
+        self.channel = channel
+        self.entry_id = entry_id
+        self.message = message
+        self.redelivered = redelivered
+
+    async def ack(self) -> None:
+        """XACK and XDEL the entry."""
+        key = self.transport.key(self.channel)
+        with broker_errors(f"ack of {self.entry_id} on {self.channel}"):
+            async with self.transport.client.pipeline(transaction=True) as pipe:
+                pipe.xack(key, GROUP, self.entry_id)
+                pipe.xdel(key, self.entry_id)
+                await pipe.execute()
+
+    async def keep_alive(self) -> None:
+        """Reset the entry's idle time (XCLAIM to this consumer, JUSTID)."""
+        with broker_errors(f"keep-alive of {self.entry_id} on {self.channel}"):
+            await self.transport.client.xclaim(
+                self.transport.key(self.channel),
+                GROUP,
+                self.transport.consumer,
+                0,
+                [self.entry_id],
+                justid=True,
+            )
+
+    async def requeue(self) -> None:
+        """Add the message again at the stream's end, marked redelivered, and drop this
+        entry, atomically."""
+        await self.forward(self.channel, self.message, {REDELIVERED_FIELD: b"1"})
+
+    async def forward(
+        self, channel: str, message: StepMessage, marks: dict[str, bytes] | None = None
+    ) -> None:
+        """XADD ``message`` to ``channel``'s stream, XACK and XDEL this entry: one
+        transaction, one round trip."""
+        transport = self.transport
+        await transport._ensure_group(channel)
+        key = transport.key(self.channel)
+        fields = {FIELD: message.encode(), **(marks or {})}
+        with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
+            async with transport.client.pipeline(transaction=True) as pipe:
+                pipe.xadd(transport.key(channel), fields)
+                pipe.xack(key, GROUP, self.entry_id)
+                pipe.xdel(key, self.entry_id)
+                await pipe.execute()
+
+
+class RedisStreamsTransport:
+    """The Redis Streams transport (redis-py's asyncio client, Redis 6.2+).
+
+    Args:
+        url: ``redis://host:port/db`` or ``rediss://...``.
+        prefix: put before every stream key (to share a database between deployments).
+        client: an open ``redis.asyncio.Redis`` to use instead of one built from ``url``.
+
+    Example:
+        >>> clutch = Clutch("triage", transport=RedisStreamsTransport("redis://localhost"),
+        ...                 checkpoint=CheckpointConfig(storage=store))
+    """
+
+    def __init__(
+        self, url: str = "redis://localhost:6379/0", *, prefix: str = "", client: Any = None
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.client: Any = client or aioredis.Redis.from_url(url)
+        self.owns_client = client is None
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._groups: set[str] = set()
+
+    def key(self, channel: str) -> str:
+        """The stream key of a channel."""
+        return self.prefix + channel
+
+    async def _ensure_group(self, channel: str) -> None:
+        if channel in self._groups:
+            return
+        with broker_errors(f"creating the consumer group of {channel}"):
+            try:
+                await self.client.xgroup_create(self.key(channel), GROUP, id="0", mkstream=True)
+            except ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+        self._groups.add(channel)
+
+    async def publish(self, channel: str, message: StepMessage) -> None:
+        """XADD the message to the channel's stream."""
+        await self._ensure_group(channel)
+        with broker_errors(f"publish to {channel}"):
+            await self.client.xadd(self.key(channel), {FIELD: message.encode()})
+
+    async def consume(
+        self, channels: Sequence[str], *, hold: float, prefetch: int = 1
+    ) -> AsyncIterator[Delivery]:
+        """New messages of ``channels`` (XREADGROUP, one per stream per read: a message is
+        read when it is asked for, whatever ``prefetch``) and, every ``hold / 4`` seconds
+        at most, messages idle for ``hold`` seconds or more (XAUTOCLAIM), as redelivered."""
+        for channel in channels:
+            await self._ensure_group(channel)
+        streams = {self.key(channel): ">" for channel in channels}
+        by_key = {self.key(channel): channel for channel in channels}
+        reclaim_every = max(0.05, min(hold / 4, 1.0))
+        next_reclaim = 0.0
+        while True:
+            if time.monotonic() >= next_reclaim:
+                next_reclaim = time.monotonic() + reclaim_every
+                for channel in channels:
+                    for delivery in await self._reclaim(channel, hold):
+                        yield delivery
+            block = max(1, min(READ_BLOCK_MS, int((next_reclaim - time.monotonic()) * 1000)))
+            with broker_errors(f"reading {', '.join(channels)}"):
+                replies = await self.client.xreadgroup(
+                    GROUP, self.consumer, streams, count=1, block=block
+                )
+            for key, entries in replies or []:
+                channel = by_key[_text(key)]
+                for entry_id, fields in entries:
+                    fresh = await self._delivery(channel, entry_id, fields, False)
+                    if fresh is not None:
+                        yield fresh
+
+    async def _reclaim(self, channel: str, hold: float) -> list[RedisDelivery]:
+        with broker_errors(f"reclaiming idle messages of {channel}"):
+            reply = await self.client.xautoclaim(
+                self.key(channel), GROUP, self.consumer, int(hold * 1000), "0-0", count=16
+            )
+        found = []
+        for entry_id, fields in reply[1]:
+            if fields is None:  # deleted meanwhile
+                continue
+            delivery = await self._delivery(channel, entry_id, fields, True)
+            if delivery is not None:
+                found.append(delivery)
+        return found
+
+    async def _delivery(
+        self, channel: str, entry_id: Any, fields: dict[Any, Any], redelivered: bool
+    ) -> RedisDelivery | None:
+        raw = fields.get(FIELD.encode(), fields.get(FIELD))
+        entry = _text(entry_id)
+        try:
+            message = StepMessage.decode(raw if raw is not None else b"")
+        except TransportError as error:
+            log.warning("dropping entry %s of %s: %s", entry, channel, error)
+            dropped = RedisDelivery(self, channel, entry, StepMessage("", 0, 0), redelivered)
+            await dropped.ack()
+            return None
+        requeued = REDELIVERED_FIELD.encode() in fields or REDELIVERED_FIELD in fields
+        return RedisDelivery(self, channel, entry, message, redelivered or requeued)
+
+    async def delete_channels(self, channels: Sequence[str]) -> None:
+        """Delete the channels' streams with their groups (tests, teardown)."""
+        with broker_errors("deleting streams"):
+            if channels:
+                await self.client.delete(*(self.key(channel) for channel in channels))
+        self._groups.difference_update(channels)
+
+    async def close(self) -> None:
+        """Close the client if this transport built it."""
+        if self.owns_client:
+            with contextlib.suppress(RedisError, asyncio.CancelledError):
+                await self.client.aclose()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,396 @@
+"""What a worker does with one step message: judge it, claim the run, run one step.
+
+The store decides everything; the message only says which run and step to look at.
+A message for a step already committed, for a finished run, or for a run a live worker
+holds (a duplicate, or a stale fence) is acked and dropped. Otherwise the worker claims
+the run (fence + 1), loads its newest checkpoint, runs exactly one step, commits it fenced
+(the commit releases the run's lease), publishes the next step's message and only then
+acks. While the step runs, the run's lease and the message are kept fresh together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
+
+from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
+from nestegg.checkpoint.codec import seal, seal_json
+from nestegg.checkpoint.ownership import current_owner
+from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
+from nestegg.constants import (
+    FAILED,
+    OUTCOME_COMPLETED,
+    RUN_FAILED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    RUNNING,
+)
+from nestegg.errors import (
+    NestEggError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+    StorageError,
+    TransportError,
+)
+from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution, StepResult
+from nestegg.strategies import Strategy
+from nestegg.task import StepListeners
+from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.clutch import Clutch
+
+log = logging.getLogger("nestegg")
+
+CLOCK_MARGIN = 0.05
+"""Seconds added when waiting for a lease to expire (clocks of hosts differ a little)."""
+STORE_RETRY_DELAY = 1.0
+"""Seconds before a message is given back after the store failed."""
+WARM_RUNS = 256
+"""Runs whose state a worker keeps after their step, for their next step."""
+
+
+class Verdict(enum.Enum):
+    """What to do with a delivered message."""
+
+    TAKE = "take"
+    DROP = "drop"
+    WAIT = "wait"
+    REPOINT = "repoint"
+
+
+def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: float) -> Verdict:
+    """The verdict on ``message`` given the run as stored now.
+
+    DROP: no such run, finished, step committed, or (a fresh message) the run is held by a
+    live worker. REPOINT: a redelivered message for a committed step of an unheld run (its
+    worker died between commit and ack, perhaps before publishing the next step): publish
+    the run's current step again. WAIT: a redelivered message for a run still held (the
+    holder's lease has not run out yet): look again when it does. TAKE: claim the run.
+    """
+    if run is None or run.status != RUNNING:
+        return Verdict.DROP
+    held = run.lease_until is not None and run.lease_until > now
+    if message.seq <= run.step_seq:
+        return Verdict.REPOINT if redelivered and not held else Verdict.DROP
+    if message.seq > run.step_seq + 1:
+        return Verdict.DROP
+    if held:
+        return Verdict.WAIT if redelivered else Verdict.DROP
+    return Verdict.TAKE
+
+
+class Warm(NamedTuple):
+    """A run's state as this worker left it after a step (fence and sequence numbers as
+    committed), to continue from without reading the store again."""
+
+    fence: int
+    step_seq: int
+    event_seq: int
+    execution: RunExecution
+    base: Snapshot
+    kept: tuple[str, ...]
+
+    def continues(self, claimed: RunRecord) -> bool:
+        """Whether ``claimed`` is the run as left, claimed again by this worker: nobody
+        claimed it in between (the fence moved by one) and nothing was committed since."""
+        return (
+            claimed.fence == self.fence + 1
+            and claimed.step_seq == self.step_seq
+            and claimed.event_seq == self.event_seq
+        )
+
+
+class StepRecorder(Checkpointer):
+    """The checkpointer of one step on a worker: every step is checkpointed and committed
+    at once; its heartbeat renews the lease and then keeps the message fresh; the step's
+    commit releases the lease when the run goes on from it."""
+
+    def __init__(self, *args: Any, delivery: Delivery, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.delivery = delivery
+        self.renewing = True
+        self.renew_lock = asyncio.Lock()
+
+    def begin(self) -> None:
+        """Start the heartbeat without an opening commit."""
+        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            async with self.renew_lock:
+                if not self.renewing:
+                    return
+                try:
+                    lease = time.time() + self.lease_seconds
+                    await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+                    await self.delivery.keep_alive()
+                except StaleOwnerError:
+                    log.warning("run %r was taken over by another worker", self.run_id)
+                    return
+                except (NestEggError, OSError) as error:
+                    log.warning("keeping run %r alive failed: %s", self.run_id, error)
+
+    async def stop_renewing(self) -> None:
+        """No renewal from now on (waits for one under way)."""
+        async with self.renew_lock:
+            self.renewing = False
+
+    async def record_step(self, step: StepResult) -> None:
+        """Commit the step; a step the run simply continues from releases the lease in the
+        same commit (any worker may take the next step at once)."""
+        if step.outcome == OUTCOME_COMPLETED:
+            await self.stop_renewing()
+            self.lease_seconds = 0.0
+        await super().record_step(step)
+
+    async def release(self) -> None:
+        """Drop the lease now (checkpoint kept): any worker may take the run."""
+        await self.stop_renewing()
+        now = time.time()
+        await self.store.commit(Commit(self.run_id, self.fence, lease_until=now, updated_at=now))
+
+    async def close(self) -> None:
+        """Stop the heartbeat."""
+        await self._stop()
+
+
+def next_route(clutch: Clutch, execution: RunExecution) -> str | None:
+    """The agent whose channel the run's next step goes to; None: the pipeline's channel
+    (a SELECTOR picks the agent in the worker that takes the step)."""
+    if execution.pending_agent is not None:
+        return execution.pending_agent
+    position = execution.cursor.position()
+    if clutch.strategy is Strategy.SELECTOR:
+        forced = position.get("forced")
+        return str(forced) if forced else None
+    agent = position.get("agent", position.get("node"))
+    return str(agent) if agent else None
+
+
+def first_route(clutch: Clutch) -> str | None:
+    """The agent whose channel a new run's first step goes to (None: the pipeline's)."""
+    order = clutch._get_order()
+    if clutch.strategy is Strategy.SELECTOR or not order:
+        return None
+    return order[0]
+
+
+class StepRunner:
+    """Handles step messages for a worker: one delivery, at most one step."""
+
+    def __init__(self, clutch: Clutch, transport: Transport, hosts: frozenset[str]) -> None:
+        self.clutch = clutch
+        self.transport = transport
+        self.hosts = hosts
+        self.book: RunBook = clutch._book()
+        self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
+        self.warm: dict[str, Warm] = {}
+        self.lease = self.book.lease
+        self.policy = dataclasses.replace(
+            self.book.config.policy,
+            every_n_steps=1,
+            min_interval=None,
+            on_agent_complete=None,
+            durability="sync",
+        )
+
+    async def publish(self, run_id: str, seq: int, fence: int, agent: str | None) -> None:
+        """Publish a step message to the agent's channel (None: the pipeline's)."""
+        message = StepMessage(run_id, seq, fence, agent)
+        await self.transport.publish(channel_name(self.clutch.name, agent), message)
+
+    async def handle(self, delivery: Delivery) -> None:
+        """Deal with one delivery completely: ack it, or leave it for redelivery."""
+        store = await self.book.ready()
+        message = delivery.message
+        try:
+            try:
+                claimed = await self._claim(store, delivery)
+            except asyncio.CancelledError:
+                with contextlib.suppress(TransportError):
+                    await asyncio.shield(delivery.requeue())
+                raise
+            if claimed is not None:
+                await self._take(store, claimed, delivery)
+            else:
+                await delivery.ack()
+        except (StorageError, TransportError) as error:
+            log.warning("step %d of run %r: %s; giving it back", message.seq, message.run_id, error)
+            await asyncio.sleep(STORE_RETRY_DELAY)
+            with contextlib.suppress(TransportError):
+                await delivery.requeue()
+
+    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
+        """The run claimed for this delivery, or None when the message is done with.
+
+        A fresh message whose fence is the run's is claimed at once, without reading the
+        run first: its sender released the run before sending it, and any claim since
+        would have moved the fence on (so the step is not committed and nobody holds
+        the run). Otherwise the run is read and judged.
+        """
+        message = delivery.message
+        if not delivery.redelivered:
+            with contextlib.suppress(RunLockedError, RunNotFoundError):
+                return await self._claim_at(store, message.run_id, message.fence)
+        run = await self._judged(store, delivery)
+        if run is None:
+            return None
+        try:
+            return await self._claim_at(store, run.run_id, run.fence)
+        except RunLockedError:
+            return None  # another worker took it first
+
+    async def _claim_at(self, store: CheckpointStorage, run_id: str, fence: int) -> RunRecord:
+        now = time.time()
+        return await store.claim_run(run_id, fence, self.owner, now + self.lease, now)
+
+    async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
+        """The run to claim for this delivery, or None when it is done with (repointed if
+        it had to be)."""
+        message = delivery.message
+        while True:
+            run = await store.get_run(message.run_id)
+            now = time.time()
+            verdict = judge(run, message, delivery.redelivered, now)
+            if run is not None and run.pipeline != self.clutch.name:
+                verdict = Verdict.DROP
+            if verdict is Verdict.DROP:
+                return None
+            assert run is not None
+            if verdict is Verdict.REPOINT:
+                await self.publish(run.run_id, run.step_seq + 1, run.fence, None)
+                return None
+            if verdict is Verdict.TAKE:
+                return run
+            wait = (run.lease_until or now) - now + CLOCK_MARGIN
+            await asyncio.sleep(min(max(wait, CLOCK_MARGIN), self.lease / 3))
+            await delivery.keep_alive()
+
+    async def _take(self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery) -> None:
+        try:
+            execution, recorder = await self._prepare(claimed, delivery)
+        except NestEggError as error:
+            await self._fail(claimed, error)
+            await delivery.ack()
+            return
+        try:
+            await self._run(claimed, execution, recorder, delivery)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._hand_back(store, recorder, delivery))
+            raise
+        finally:
+            await recorder.close()
+
+    async def _prepare(
+        self, claimed: RunRecord, delivery: Delivery
+    ) -> tuple[RunExecution, StepRecorder]:
+        warm = self.warm.pop(claimed.run_id, None)
+        resumed: dict[str, Any] | None = None
+        if warm is not None and warm.continues(claimed):
+            execution, base, kept = warm.execution, warm.base, list(warm.kept)
+        else:
+            execution, base, kept, state = await self.book.load_for_step(claimed, StepListeners())
+            if state.seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one
+                checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
+                resumed = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": RUNNING}
+        recorder = StepRecorder(
+            self.book.store,
+            self.policy,
+            claimed,
+            lease_seconds=self.lease,
+            base=base,
+            kept=kept,
+            on_checkpoint=self.clutch._on_checkpoint,
+            delivery=delivery,
+        )
+        execution.recorder = recorder
+        recorder.replay_until = claimed.step_seq + 1
+        if claimed.event_seq == 0:
+            recorder.event(RUN_STARTED, time.time(), {})
+        if resumed is not None:
+            recorder.event(RUN_RESUMED, time.time(), resumed)
+            await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
+        else:
+            recorder.begin()
+        return execution, recorder
+
+    def _keep_warm(self, fence: int, execution: RunExecution, recorder: StepRecorder) -> None:
+        """Keep a run's state after its step, for its next step if this worker gets it."""
+        while len(self.warm) >= WARM_RUNS:
+            del self.warm[next(iter(self.warm))]
+        kept = tuple(recorder.kept)
+        warm = Warm(fence, execution.seq, recorder.event_seq, execution, recorder.last_good, kept)
+        self.warm[execution.run_id] = warm
+
+    async def _run(
+        self,
+        claimed: RunRecord,
+        execution: RunExecution,
+        recorder: StepRecorder,
+        delivery: Delivery,
+    ) -> None:
+        try:
+            outcome = await execution.execute_one(self.hosts.__contains__)
+        except StaleOwnerError:
+            log.info("run %r was taken over while step %d ran", claimed.run_id, execution.seq)
+            await delivery.ack()
+            return
+        except (StorageError, TransportError):
+            raise  # the message is given back (handle)
+        except Exception as error:  # the step failed: recorded as the run's failure
+            log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
+            await delivery.ack()
+            return
+        route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
+        if outcome == STEP_DONE and route is None and self.clutch.strategy is not Strategy.SELECTOR:
+            await recorder.finish(execution.ctx.data, execution.data_seq)  # nothing comes next
+            outcome = RUN_DONE
+        if outcome == RUN_DONE:
+            await delivery.ack()
+            return
+        if outcome != STEP_DONE or recorder.lease_seconds:
+            await recorder.release()
+        message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route)
+        await delivery.forward(channel_name(self.clutch.name, route), message)
+        if outcome == STEP_DONE:
+            self._keep_warm(claimed.fence, execution, recorder)
+
+    async def _hand_back(
+        self, store: CheckpointStorage, recorder: StepRecorder, delivery: Delivery
+    ) -> None:
+        """Release a run whose step was interrupted and point any worker at it again."""
+        try:
+            with contextlib.suppress(StaleOwnerError):
+                await recorder.release()
+            run = await store.get_run(recorder.run_id)
+            if run is not None and run.status == RUNNING and run.fence == recorder.fence:
+                await self.publish(run.run_id, run.step_seq + 1, run.fence, None)
+            await delivery.ack()
+        except (NestEggError, OSError) as error:
+            log.warning("could not hand back run %r: %s", recorder.run_id, error)
+
+    async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
+        """Record that the run cannot be continued (its state does not fit the pipeline)."""
+        log.error("run %r cannot continue: %s", claimed.run_id, error)
+        detail = {"type": type(error).__qualname__, "message": str(error), "agent": None}
+        commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=seal_json(detail))
+        event_seq = claimed.event_seq + 1
+        body = seal(orjson.dumps({"steps": claimed.step_seq}))
+        commit.events.append(EventRecord(claimed.run_id, event_seq, time.time(), RUN_FAILED, body))
+        commit.event_seq = event_seq
+        commit.updated_at = time.time()
+        with contextlib.suppress(NestEggError):
+            await self.book.store.commit(commit)

@@ -1,0 +1,215 @@
+"""A worker: consumes step messages of a pipeline's agents and runs one step per message.
+
+Every worker also sweeps: it points the pipeline's channel again at runs that are
+running, held by nobody and untouched for a while (their message was lost: a broker
+restarted without persistence, a crash between a commit and the publish that follows).
+A stop (SIGTERM) drains: no new messages, the steps under way get ``grace`` seconds, and
+the runs of those still running then are released at once and pointed at again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+from nestegg.constants import RUNNING
+from nestegg.errors import ConfigurationError, NestEggError, TransportError
+from nestegg.transport.base import Delivery, Transport, channel_name
+from nestegg.transport.steps import StepRunner
+
+if TYPE_CHECKING:
+    from nestegg.clutch import Clutch
+
+log = logging.getLogger("nestegg")
+
+BROKER_RETRY_DELAY = 1.0
+"""Seconds before consuming again after the broker failed."""
+
+
+def hosted_agents(clutch: Clutch, agents: Sequence[str] | None) -> frozenset[str]:
+    """The agents a worker runs: ``agents`` (checked against the Clutch) or all of them.
+
+    Raises:
+        ConfigurationError: an agent the Clutch does not have, or none at all.
+    """
+    if agents is None:
+        chosen = frozenset(clutch._agents)
+    else:
+        unknown = sorted(set(agents) - set(clutch._agents))
+        if unknown:
+            raise ConfigurationError(
+                f"agents {unknown} are not agents of Clutch {clutch.name!r} "
+                f"(known: {sorted(clutch._agents)})"
+            )
+        chosen = frozenset(agents)
+    if not chosen:
+        raise ConfigurationError(f"a worker of Clutch {clutch.name!r} needs at least one agent")
+    return chosen
+
+
+class Worker:
+    """Runs the steps of one Clutch's runs from a transport until stopped.
+
+    Args:
+        clutch: the pipeline (with checkpointing and a transport).
+        transport: where the step messages come from.
+        concurrency: steps run at the same time.
+        agents: the agents whose steps this worker runs (None: all).
+        grace: seconds the steps under way get to finish once stopped.
+        sweep_interval: seconds between sweeps (None: the lease).
+        sweep_after: seconds a run must be untouched before a sweep points at it again
+            (None: five leases).
+    """
+
+    def __init__(
+        self,
+        clutch: Clutch,
+        transport: Transport,
+        *,
+        concurrency: int = 1,
+        agents: Sequence[str] | None = None,
+        grace: float = 30.0,
+        sweep_interval: float | None = None,
+        sweep_after: float | None = None,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if grace < 0:
+            raise ConfigurationError(f"grace must be >= 0 seconds, got {grace!r}")
+        self.clutch = clutch
+        self.transport = transport
+        self.concurrency = concurrency
+        self.hosts = hosted_agents(clutch, agents)
+        self.grace = grace
+        self.runner = StepRunner(clutch, transport, self.hosts)
+        lease = self.runner.lease
+        self.sweep_interval = sweep_interval if sweep_interval is not None else lease
+        self.sweep_after = sweep_after if sweep_after is not None else 5 * lease
+        self.channels = [channel_name(clutch.name, a) for a in sorted(self.hosts)]
+        self.channels.append(channel_name(clutch.name))
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """Begin draining (what SIGTERM does)."""
+        self.stopping.set()
+
+    async def run(self) -> None:
+        """Consume and sweep until :meth:`stop`, then drain."""
+        await self.runner.book.ready()
+        sweeper = asyncio.ensure_future(self._sweep_forever())
+        consumer = asyncio.ensure_future(self._consume_forever())
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({consumer, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (consumer, sweeper, stopped):
+                task.cancel()
+            for task in (consumer, sweeper, stopped):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._drain()
+
+    async def _drain(self) -> None:
+        if not self.in_flight:
+            return
+        log.info("draining %d steps (grace %.1f s)", len(self.in_flight), self.grace)
+        _, late = await asyncio.wait(set(self.in_flight), timeout=self.grace)
+        for task in late:
+            task.cancel()
+        for task in late:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _consume_forever(self) -> None:
+        slots = asyncio.Semaphore(self.concurrency)
+        while True:
+            try:
+                await self._consume(slots)
+            except TransportError as error:
+                log.warning("consuming %s failed: %s", self.channels, error)
+                await asyncio.sleep(BROKER_RETRY_DELAY)
+
+    async def _consume(self, slots: asyncio.Semaphore) -> None:
+        deliveries: AsyncIterator[Delivery] = self.transport.consume(
+            self.channels, hold=self.runner.lease, prefetch=self.concurrency
+        )
+        try:
+            while True:
+                await slots.acquire()
+                try:
+                    delivery = await anext(deliveries)
+                except BaseException:
+                    slots.release()
+                    raise
+                task = asyncio.ensure_future(self._handle(delivery, slots))
+                self.in_flight.add(task)
+        finally:
+            closing = getattr(deliveries, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
+
+    async def _handle(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
+        try:
+            await self.runner.handle(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "step %d of run %r failed in the worker",
+                delivery.message.seq,
+                delivery.message.run_id,
+            )
+        finally:
+            slots.release()
+            task = asyncio.current_task()
+            if task is not None:
+                self.in_flight.discard(task)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval)
+            try:
+                await self.sweep()
+            except (NestEggError, OSError) as error:
+                log.warning("sweep of pipeline %r failed: %s", self.clutch.name, error)
+
+    async def sweep(self) -> list[str]:
+        """Point the pipeline's channel again at every run that is running, held by no
+        one and untouched for ``sweep_after`` seconds; their ids."""
+        store = await self.runner.book.ready()
+        now = time.time()
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
+        swept = []
+        for run in runs:
+            held = run.lease_until is not None and run.lease_until > now
+            if held or run.updated_at > now - self.sweep_after:
+                continue
+            await self.runner.publish(run.run_id, run.step_seq + 1, run.fence, None)
+            swept.append(run.run_id)
+        if swept:
+            log.info("swept %d runs of pipeline %r: %s", len(swept), self.clutch.name, swept)
+        return swept
+
+
+async def serve(worker: Worker) -> None:
+    """Run ``worker`` until SIGTERM or SIGINT (when this is the main thread) or cancelled."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, worker.stop)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        await worker.run()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

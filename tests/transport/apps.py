@@ -1,0 +1,152 @@
+"""Pipelines the transport tests run in worker processes (``nestegg worker``).
+
+Configured from the environment when built, so that every test has its own keys:
+``NESTEGG_TEST_REDIS_URL`` (store and Redis broker), ``NESTEGG_TEST_PREFIX`` (key prefix
+of the store, streams, queues and counters), ``NESTEGG_TEST_TRANSPORT`` (an AMQP URL;
+default Redis Streams), ``NESTEGG_TEST_LEASE`` (seconds) and ``NESTEGG_TEST_SLOW``
+(seconds the slow step takes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from datetime import timedelta
+from typing import Any
+
+import redis.asyncio as aioredis
+
+import nestegg
+from nestegg import Clutch, Strategy, get_context
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.transport.redis_streams import RedisStreamsTransport
+
+REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
+STEPS = 10
+
+
+def setting(name: str, default: str) -> str:
+    """A test setting from the environment (read when a pipeline is built)."""
+    return os.environ.get(f"NESTEGG_TEST_{name}", default)
+
+
+def redis_url() -> str:
+    """The Redis of the store, the counters and the Redis broker."""
+    return setting("REDIS_URL", REDIS_URL_DEFAULT)
+
+
+def prefix() -> str:
+    """The key prefix of this test's store, streams, queues and counters."""
+    return setting("PREFIX", "nestegg-test:")
+
+
+def transport() -> Any:
+    """The broker of the tests: Redis Streams under the prefix, or the AMQP URL given."""
+    url = os.environ.get("NESTEGG_TEST_TRANSPORT")
+    if url is None or url.startswith("redis"):
+        return RedisStreamsTransport(url or redis_url(), prefix=prefix())
+    from nestegg.transport.rabbitmq import RabbitMQTransport
+
+    return RabbitMQTransport(url, prefix=prefix())
+
+
+def config() -> CheckpointConfig:
+    """The Redis store under the prefix, with a short lease."""
+    storage = RedisCheckpointStorage(redis_url(), prefix=prefix())
+    lease = timedelta(seconds=float(setting("LEASE", "2")))
+    return CheckpointConfig(storage=storage, lease=lease)
+
+
+_counters: dict[Any, Any] = {}
+
+
+def counter() -> Any:
+    """A Redis client for the side-effect counters (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _counters:
+        _counters[loop] = aioredis.Redis.from_url(redis_url())
+    return _counters[loop]
+
+
+@nestegg.durable
+async def side_effect(run_id: str, step: int) -> int:
+    """Counts its executions per run and step in Redis; returns the count."""
+    return int(await counter().hincrby(f"{prefix()}effects", f"{run_id}:{step}", 1))
+
+
+async def _chain_step(data: dict[str, Any], name: str) -> dict[str, Any]:
+    ctx = get_context()
+    step = ctx.state.turn + 1
+    await side_effect(ctx.state.clutch_id, step)
+    await asyncio.sleep(random.uniform(0.0, 0.05))
+    return {"trail": [*data.get("trail", []), f"{name}{step}"], "n": data.get("n", 0) + 1}
+
+
+def make_chain() -> Clutch:
+    """Ten steps, ping and pong in turn, each with a journaled side effect."""
+    chain = Clutch(
+        "chain",
+        strategy=Strategy.ROUND_ROBIN,
+        max_turns=STEPS,
+        transport=transport(),
+        checkpoint=config(),
+    )
+
+    @chain.agent()
+    async def ping(data: dict[str, Any]) -> dict[str, Any]:
+        return await _chain_step(data, "ping")
+
+    @chain.agent()
+    async def pong(data: dict[str, Any]) -> dict[str, Any]:
+        return await _chain_step(data, "pong")
+
+    return chain
+
+
+def make_slow() -> Clutch:
+    """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect."""
+    slow = Clutch("slow", transport=transport(), checkpoint=config())
+    seconds = float(setting("SLOW", "0"))
+
+    @slow.agent()
+    async def crawl(data: dict[str, Any]) -> dict[str, Any]:
+        await side_effect(get_context().state.clutch_id, 1)
+        await asyncio.sleep(seconds)
+        return {**data, "crawled": os.getpid()}
+
+    @slow.agent()
+    async def after(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "after": os.getpid()}
+
+    return slow
+
+
+def make_split() -> Clutch:
+    """Three agents in order, each noting the pid that ran it; the third may fail."""
+    split = Clutch("split", transport=transport(), checkpoint=config())
+
+    @split.agent()
+    async def first(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "first": os.getpid()}
+
+    @split.agent()
+    async def second(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "second": os.getpid()}
+
+    @split.agent()
+    async def third(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("fail"):
+            raise ValueError(f"bad input {data['fail']}")
+        return {**data, "third": os.getpid()}
+
+    return split
+
+
+def __getattr__(name: str) -> Clutch:
+    """``apps:chain``, ``apps:slow``, ``apps:split``: built from the environment on use."""
+    makers = {"chain": make_chain, "slow": make_slow, "split": make_split}
+    if name in makers:
+        return makers[name]()
+    raise AttributeError(name)

@@ -1,0 +1,192 @@
+"""Fixtures of the transport tests: a broker (Redis Streams, RabbitMQ), an isolated key
+prefix per test, and worker processes started with ``nestegg worker``.
+
+Every test gets its own prefix for the Redis store, the streams or queues and the
+side-effect counters; all of it is deleted afterwards. An unreachable server skips the
+test with one line (fails under ``CI=true``, see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import server_missing
+from tests.servers import delete_redis_keys
+
+RABBITMQ_URL_ENV = "NESTEGG_TEST_RABBITMQ_URL"
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_START_TIMEOUT_S = 15.0
+BROKERS = ("redis", "rabbitmq")
+
+
+@cache
+def rabbitmq_unreachable(url: str) -> str | None:
+    """Why RabbitMQ at ``url`` cannot be used, or None if its port answers."""
+    try:
+        import aio_pika  # noqa: F401
+    except ImportError:
+        return "aio-pika is not installed: pip install 'nestegg[rabbitmq]'"
+    host_port = url.rpartition("@")[2].split("/")[0]
+    host, _, port = host_port.partition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port or 5672)), timeout=3):
+            return None
+    except OSError as error:
+        return f"RabbitMQ unreachable at {host_port}: {error}"
+
+
+@dataclass
+class Deployment:
+    """One test's pipeline settings, as environment for worker and caller processes."""
+
+    redis_url: str
+    prefix: str
+    broker: str
+    lease: float = 2.0
+    slow: float = 0.0
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def transport_url(self) -> str:
+        """The broker URL workers and callers use."""
+        if self.broker == "redis":
+            return self.redis_url
+        return os.environ.get(RABBITMQ_URL_ENV) or DEFAULT_RABBITMQ_URL
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process of this deployment."""
+        env = dict(os.environ)
+        env.update(
+            NESTEGG_TEST_REDIS_URL=self.redis_url,
+            NESTEGG_TEST_PREFIX=self.prefix,
+            NESTEGG_TEST_TRANSPORT=self.transport_url,
+            NESTEGG_TEST_LEASE=str(self.lease),
+            NESTEGG_TEST_SLOW=str(self.slow),
+            PYTHONPATH=str(ROOT),
+        )
+        return env
+
+    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Use these settings in this process too (pipelines built from now on)."""
+        for key, value in self.env().items():
+            if key.startswith("NESTEGG_TEST_"):
+                monkeypatch.setenv(key, value)
+
+    def start_worker(self, app: str, *options: str) -> WorkerProcess:
+        """A ``nestegg worker tests.transport.apps:<app>`` process, consuming once started."""
+        command = [sys.executable, "-m", "nestegg", "worker", f"tests.transport.apps:{app}"]
+        worker = WorkerProcess(
+            subprocess.Popen(
+                [*command, *options],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
+        self.workers.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        """SIGKILL every worker still running."""
+        for worker in self.workers:
+            worker.kill()
+
+
+@dataclass
+class WorkerProcess:
+    """A worker process."""
+
+    process: subprocess.Popen[bytes]
+
+    @property
+    def alive(self) -> bool:
+        """Whether it still runs."""
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL it and reap it."""
+        if self.alive:
+            self.process.kill()
+        self.process.wait()
+
+    def terminate(self) -> None:
+        """SIGTERM it (it drains)."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        """Its exit code, waiting up to ``timeout`` seconds."""
+        return self.process.wait(timeout=timeout)
+
+    def errors(self) -> str:
+        """What it wrote to stderr (once it exited)."""
+        assert self.process.stderr is not None
+        return self.process.stderr.read().decode(errors="replace")
+
+
+@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.server) for b in BROKERS])
+async def deployment(
+    request: pytest.FixtureRequest, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Deployment]:
+    """A fresh prefix on the test Redis with Redis Streams, then with RabbitMQ; used in
+    this process too; workers killed and everything under the prefix deleted after."""
+    broker = request.param
+    if broker == "rabbitmq":
+        url = os.environ.get(RABBITMQ_URL_ENV) or DEFAULT_RABBITMQ_URL
+        reason = rabbitmq_unreachable(url)
+        if reason:
+            server_missing(reason)
+    prefix = f"nestegg-transport-{uuid.uuid4().hex[:10]}:"
+    deployed = Deployment(redis_url=redis_url, prefix=prefix, broker=broker)
+    deployed.apply(monkeypatch)
+    try:
+        yield deployed
+    finally:
+        deployed.stop_all()
+        await delete_redis_keys(redis_url, prefix)
+        if broker == "rabbitmq":
+            await _delete_queues(deployed)
+
+
+async def _delete_queues(deployed: Deployment) -> None:
+    from nestegg.transport.rabbitmq import RabbitMQTransport
+
+    transport = RabbitMQTransport(deployed.transport_url, prefix=deployed.prefix)
+    channels = [
+        f"nestegg.{pipeline}{suffix}"
+        for pipeline, agents in (
+            ("chain", ("ping", "pong")),
+            ("slow", ("crawl", "after")),
+            ("split", ("first", "second", "third")),
+        )
+        for suffix in ("", *(f".{agent}" for agent in agents))
+    ]
+    try:
+        await transport.delete_channels(channels)
+    finally:
+        await transport.close()
+
+
+async def wait_until(check: Any, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``check()`` until true (the loop runs meanwhile); AssertionError naming
+    ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,104 @@
+"""The transport seam without workers: messages, URLs, configuration and the verdicts."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage
+from nestegg.checkpoint.records import RunRecord
+from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
+from nestegg.transport import StepMessage, channel_name, transport_from_url
+from nestegg.transport.redis_streams import RedisStreamsTransport
+from nestegg.transport.steps import Verdict, judge
+
+
+def test_a_message_round_trips_as_json() -> None:
+    message = StepMessage("run-1", 3, 7, "classify", {"traceparent": "00-ab-cd-01"})
+    assert message.encode().startswith(b'{"run_id":"run-1","seq":3,"fence":7')
+    assert StepMessage.decode(message.encode()) == message
+    assert StepMessage.decode(StepMessage("r", 1, 1).encode()).agent is None
+
+
+@pytest.mark.parametrize("raw", [b"", b"[]", b'{"run_id": "r"}', b'{"run_id":"r","seq":"x"}'])
+def test_a_message_that_is_not_a_step_message_is_a_transport_error(raw: bytes) -> None:
+    with pytest.raises(TransportError, match="not a nestegg step message"):
+        StepMessage.decode(raw)
+
+
+def test_channels_carry_the_prefix_and_the_pipeline() -> None:
+    assert channel_name("triage", "classify") == "nestegg.triage.classify"
+    assert channel_name("triage") == "nestegg.triage"
+
+
+def test_urls_pick_the_transport() -> None:
+    assert isinstance(transport_from_url("redis://127.0.0.1:6379/0"), RedisStreamsTransport)
+    assert isinstance(transport_from_url("rediss://example:6380/0"), RedisStreamsTransport)
+    from nestegg.transport.rabbitmq import RabbitMQTransport
+
+    assert isinstance(transport_from_url("amqp://guest:guest@127.0.0.1/"), RabbitMQTransport)
+    with pytest.raises(ConfigurationError, match="unknown scheme 'kafka'"):
+        transport_from_url("kafka://broker:9092")
+
+
+def test_a_missing_aio_pika_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "aio_pika", None)
+    monkeypatch.delitem(sys.modules, "nestegg.transport.rabbitmq", raising=False)
+    with pytest.raises(MissingDependencyError, match=r"nestegg\[rabbitmq\]"):
+        transport_from_url("amqp://guest:guest@127.0.0.1/")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "transport= needs checkpoint"),
+        (
+            {"checkpoint": CheckpointConfig(storage=MemoryCheckpointStorage())},
+            "cannot use the memory store",
+        ),
+    ],
+)
+def test_a_transport_needs_a_shared_store(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        Clutch("p", transport="redis://127.0.0.1:6379/0", **kwargs)
+
+
+def test_a_transport_must_be_a_url_or_a_transport(tmp_path: Any) -> None:
+    from nestegg.checkpoint import SQLiteCheckpointStorage
+
+    config = CheckpointConfig(storage=SQLiteCheckpointStorage(tmp_path / "db"))
+    with pytest.raises(ConfigurationError, match="must be a URL"):
+        Clutch("p", transport=object(), checkpoint=config)
+
+
+def _run(step_seq: int, lease_until: float | None, status: str = "running") -> RunRecord:
+    return RunRecord(
+        "r", "p", status, b"", 0.0, 0.0, fence=4, lease_until=lease_until, step_seq=step_seq
+    )
+
+
+NOW = 1000.0
+
+
+@pytest.mark.parametrize(
+    ("run", "seq", "redelivered", "verdict"),
+    [
+        (None, 1, False, Verdict.DROP),
+        (_run(3, None, "completed"), 4, True, Verdict.DROP),
+        (_run(3, None), 4, False, Verdict.TAKE),
+        (_run(3, NOW - 1), 4, True, Verdict.TAKE),  # its holder died: take over
+        (_run(3, NOW + 5), 4, False, Verdict.DROP),  # a live worker holds it: a duplicate
+        (_run(3, NOW + 5), 4, True, Verdict.WAIT),  # taken back too early: wait for the lease
+        (_run(3, None), 3, False, Verdict.DROP),  # committed
+        (_run(3, NOW - 1), 3, True, Verdict.REPOINT),  # committed, maybe never pointed on
+        (_run(3, NOW + 5), 2, True, Verdict.DROP),  # committed and held: someone is on it
+        (_run(3, None), 6, False, Verdict.DROP),  # past the run
+    ],
+)
+def test_the_verdict_on_a_message(
+    run: RunRecord | None, seq: int, redelivered: bool, verdict: Verdict
+) -> None:
+    assert judge(run, StepMessage("r", seq, 3), redelivered, NOW) is verdict

@@ -1,0 +1,237 @@
+"""The caller's side and a worker in this process: result() from any process, streams,
+run ids, the sweeper, and what a worker refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
+from nestegg.errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunFailedError,
+    RunNotFoundError,
+)
+from nestegg.transport.worker import Worker
+from tests.transport.apps import make_chain
+from tests.transport.conftest import Deployment
+from tests.transport.test_workers import uninterrupted_result
+
+
+def local_clutch(path: Path) -> Clutch:
+    clutch = Clutch("local", checkpoint=CheckpointConfig(storage=SQLiteCheckpointStorage(path)))
+
+    @clutch.agent()
+    async def judge(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("fail"):
+            raise KeyError("no verdict")
+        if data.get("wait"):
+            await asyncio.sleep(data["wait"])
+        return {**data, "verdict": "fine"}
+
+    return clutch
+
+
+async def test_result_works_without_a_transport_from_another_clutch(tmp_path: Path) -> None:
+    runner, reader = local_clutch(tmp_path / "db"), local_clutch(tmp_path / "db")
+    try:
+        await runner.run({"a": 1}, run_id="done")
+        with pytest.raises(KeyError):
+            await runner.run({"fail": True}, run_id="broken")
+        assert await reader.result("done") == {"a": 1, "verdict": "fine"}
+        with pytest.raises(RunFailedError) as failed:
+            await reader.result("broken")
+        with pytest.raises(RunNotFoundError, match="nope"):
+            await reader.result("nope")
+        task = await runner.submit({"wait": 5}, run_id="slow")
+        while not await runner.list_runs("running"):
+            await asyncio.sleep(0.01)
+        with pytest.raises(TimeoutError, match=r"'slow' did not finish within 0\.2 s"):
+            await reader.result("slow", timeout=0.2)
+        task.cancel()
+    finally:
+        await runner.stop()
+        await reader.stop()
+    error = failed.value
+    assert (error.run_id, error.agent, error.error_type) == ("broken", "judge", "KeyError")
+    assert error.error_message == "'no verdict'"
+    assert str(error) == "run 'broken' failed in agent 'judge': KeyError: 'no verdict'"
+
+
+async def test_serve_needs_a_transport_and_known_agents(tmp_path: Path) -> None:
+    clutch = local_clutch(tmp_path / "db")
+    with pytest.raises(ConfigurationError, match="has no transport"):
+        await clutch.serve()
+
+
+@pytest.mark.server
+async def test_a_worker_refuses_unknown_agents_and_bad_concurrency(
+    deployment: Deployment,
+) -> None:
+    chain = make_chain()
+    assert chain.transport is not None
+    try:
+        with pytest.raises(ConfigurationError, match=r"agents \['pang'\] are not agents"):
+            Worker(chain, chain.transport, agents=["ping", "pang"])
+        with pytest.raises(ConfigurationError, match="concurrency must be an int >= 1"):
+            Worker(chain, chain.transport, concurrency=0)
+    finally:
+        await chain.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(clutch: Clutch, **options: Any) -> AsyncIterator[asyncio.Task[None]]:
+    """``clutch.serve(**options)`` in this process for the duration."""
+    task = asyncio.ensure_future(clutch.serve(**options))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.server
+async def test_stream_yields_each_step_committed_by_the_workers(deployment: Deployment) -> None:
+    caller, worker = make_chain(), make_chain()
+    try:
+        async with serving(worker, concurrency=2):
+            events = [event async for event in caller.stream({}, run_id="streamed")]
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert [e.step for e in events] == ["ping", "pong"] * 5 + ["_result"]
+    assert [e.data["n"] for e in events[:-1]] == list(range(1, 11))
+    assert events[-1].final and events[-1].data == uninterrupted_result()
+
+
+@pytest.mark.server
+async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_chain(), make_chain()
+    try:
+        async with serving(worker):
+            first = await caller.run({}, run_id="once", timeout=20)
+        again = await caller.run({}, run_id="once", timeout=5)
+        with pytest.raises(RunExistsError, match="different input"):
+            await caller.run({"other": True}, run_id="once", timeout=5)
+        await caller._book().create_queued({}, "pending")
+        with pytest.raises(RunExistsError, match="pending"):
+            await caller.run({}, run_id="pending", timeout=5)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert first == again == uninterrupted_result()
+
+
+@pytest.mark.server
+async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Deployment) -> None:
+    caller, worker = make_chain(), make_chain()
+    try:
+        await caller._book().create_queued({}, "lost")  # stored, never published
+        async with serving(worker, sweep_interval=0.2, sweep_after=0.5):
+            assert await caller.result("lost", timeout=20) == uninterrupted_result()
+    finally:
+        await caller.stop()
+        await worker.stop()
+
+
+@pytest.mark.server
+async def test_hooks_run_where_they_belong_and_on_step_once_per_step(
+    deployment: Deployment,
+) -> None:
+    from tests.transport.apps import config, transport
+
+    seen: dict[str, list[Any]] = {"request": [], "response": [], "step": []}
+
+    async def on_request(request: dict[str, Any]) -> None:
+        seen["request"].append(request)
+
+    async def on_response(request: dict[str, Any], response: dict[str, Any]) -> None:
+        seen["response"].append(response)
+
+    async def on_step(agent: str, data: Any, output: Any) -> None:
+        seen["step"].append((agent, output["n"]))
+
+    def build() -> Clutch:
+        clutch = Clutch(
+            "hooked",
+            max_turns=4,
+            transport=transport(),
+            checkpoint=config(),
+            on_request=on_request,
+            on_response=on_response,
+            on_step=on_step,
+        )
+
+        @clutch.agent()
+        async def count(data: dict[str, Any]) -> dict[str, Any]:
+            return {"n": data["n"] + 1}
+
+        @clutch.agent()
+        async def again(data: dict[str, Any]) -> dict[str, Any]:
+            return {"n": data["n"] + 1}
+
+        return clutch
+
+    caller, worker = build(), build()
+    try:
+        async with serving(worker):
+            result = await caller.run({"n": 0}, run_id="hooked", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result == {"n": 2}
+    assert seen["request"] == [{"clutch_id": "hooked", "input": {"n": 0}}]
+    assert seen["response"] == [{"_clutch_response": True, "clutch_id": "hooked", "result": result}]
+    assert seen["step"] == [("count", 1), ("again", 2)]
+
+
+@pytest.mark.server
+async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agent(
+    deployment: Deployment,
+) -> None:
+    from nestegg import Strategy
+    from tests.transport.apps import config, transport
+
+    asked: list[int] = []
+    ran: list[tuple[str, str]] = []
+
+    def build(tag: str) -> Clutch:
+        clutch = Clutch("picky", Strategy.SELECTOR, transport=transport(), checkpoint=config())
+
+        @clutch.selector
+        async def choose(data: dict[str, Any]) -> str | None:
+            asked.append(data["n"])
+            return None if data["n"] >= 4 else ("even", "odd")[data["n"] % 2]
+
+        @clutch.agent()
+        async def even(data: dict[str, Any]) -> dict[str, Any]:
+            ran.append(("even", tag))
+            return {"n": data["n"] + 1}
+
+        @clutch.agent()
+        async def odd(data: dict[str, Any]) -> dict[str, Any]:
+            ran.append(("odd", tag))
+            return {"n": data["n"] + 1}
+
+        return clutch
+
+    caller, evens, odds = build("caller"), build("evens"), build("odds")
+    try:
+        async with serving(evens, agents=["even"]), serving(odds, agents=["odd"]):
+            result = await caller.run({"n": 0}, run_id="picky", timeout=20)
+    finally:
+        for clutch in (caller, evens, odds):
+            await clutch.stop()
+    assert result == {"n": 4}
+    assert ran == [("even", "evens"), ("odd", "odds"), ("even", "evens"), ("odd", "odds")]
+    assert asked[-1] == 4 and set(asked) == {0, 1, 2, 3, 4}

@@ -1,0 +1,252 @@
+"""Workers in real processes on a real broker (Redis Streams, then RabbitMQ) and the
+Redis store: SIGKILLed at random, stopped with SIGTERM, split by agent, fed duplicates.
+
+What must hold whatever happens: every run completes with the result of an
+uninterrupted run, no step is committed twice (one ``step_completed`` event per step),
+and a journaled call that completed never runs again (its side-effect counter equals the
+count the journal recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from nestegg.checkpoint.codec import unseal_json, unseal_value
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.constants import RUN_COMPLETED, STEP_COMPLETED
+from nestegg.errors import RunFailedError
+from nestegg.transport.base import StepMessage, channel_name
+from tests.transport.apps import STEPS, make_chain, make_slow, make_split
+from tests.transport.conftest import Deployment, wait_until
+
+pytestmark = [pytest.mark.crash, pytest.mark.server]
+
+CHAOS_RUNS = 30
+CHAOS_WORKERS = 3
+CHAOS_KILLS = 6
+
+
+def uninterrupted_result() -> dict[str, Any]:
+    """What a chain run returns when nothing interrupts it."""
+    trail = [f"{'ping' if step % 2 else 'pong'}{step}" for step in range(1, STEPS + 1)]
+    return {"trail": trail, "n": STEPS}
+
+
+async def effect_counts(deployment: Deployment) -> dict[str, int]:
+    """The side-effect counters: ``run:step`` -> executions."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(deployment.redis_url)
+    try:
+        raw = await client.hgetall(f"{deployment.prefix}effects")
+    finally:
+        await client.aclose()
+    return {key.decode(): int(value) for key, value in raw.items()}
+
+
+async def check_run(store: RedisCheckpointStorage, run_id: str, effects: dict[str, int]) -> int:
+    """Assert the run committed each step once and no completed call ran again; the
+    number of side effects that ran more than once (calls cut short by a kill)."""
+    events = await store.read_events(run_id)
+    steps = Counter(unseal_json(e.body, "event")["seq"] for e in events if e.kind == STEP_COMPLETED)
+    assert steps == Counter(range(1, STEPS + 1)), f"run {run_id}: step commits {steps}"
+    assert [e.kind for e in events].count(RUN_COMPLETED) == 1
+    repeated = 0
+    for step in range(1, STEPS + 1):
+        journal = await store.read_journal(run_id, step)
+        assert len(journal) == 1, f"run {run_id} step {step}: journal {journal}"
+        recorded = unseal_value(journal[0].body, "journal")["result"]
+        assert effects[f"{run_id}:{step}"] == recorded, f"run {run_id} step {step} ran again"
+        repeated += recorded > 1
+    return repeated
+
+
+@pytest.fixture
+async def store(deployment: Deployment) -> Any:
+    """The deployment's store, opened in the test."""
+    opened = RedisCheckpointStorage(deployment.redis_url, prefix=deployment.prefix)
+    await opened.setup()
+    yield opened
+    await opened.close()
+
+
+async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
+    deployment: Deployment, store: RedisCheckpointStorage
+) -> None:
+    seed = os.environ.get("NESTEGG_CRASH_SEED") or str(random.SystemRandom().randrange(2**32))
+    print(f"NESTEGG_CRASH_SEED={seed}")
+    rng = random.Random(seed)
+    options = ("--concurrency", "2")
+    workers = [deployment.start_worker("chain", *options) for _ in range(CHAOS_WORKERS)]
+    chain = make_chain()
+    run_ids = [f"chaos-{i}" for i in range(CHAOS_RUNS)]
+    kills_mid_work = 0
+    try:
+        for run_id in run_ids:
+            await chain.submit({}, run_id=run_id)
+        for _ in range(CHAOS_KILLS):
+            await asyncio.sleep(rng.uniform(0.3, 0.9))
+            victim = rng.randrange(len(workers))
+            workers[victim].kill()
+            workers[victim] = deployment.start_worker("chain", *options)
+            kills_mid_work += bool(await store.list_runs(statuses=["running"]))
+        results = await asyncio.gather(*(chain.result(r, timeout=90) for r in run_ids))
+    finally:
+        await chain.stop()
+    assert results == [uninterrupted_result()] * CHAOS_RUNS
+    assert kills_mid_work >= CHAOS_KILLS // 2, f"only {kills_mid_work} kills hit running work"
+    effects = await effect_counts(deployment)
+    repeated = [await check_run(store, run_id, effects) for run_id in run_ids]
+    print(f"kills mid-work: {kills_mid_work}; calls cut short and made again: {sum(repeated)}")
+
+
+async def test_a_step_longer_than_the_lease_is_not_taken_from_its_live_worker(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.lease, deployment.slow = 1.0, 3.5
+    deployment.apply(monkeypatch)
+    for _ in range(2):
+        deployment.start_worker("slow")
+    slow = make_slow()
+    try:
+        result = await slow.run({}, run_id="long", timeout=20)
+    finally:
+        await slow.stop()
+    assert (await effect_counts(deployment))["long:1"] == 1
+    run = await store.get_run("long")
+    assert run is not None and run.fence == 3  # created 1, one claim per step
+    assert set(result) == {"crawled", "after"}
+
+
+async def test_sigterm_lets_the_step_finish_within_the_grace_period(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.slow = 1.5
+    deployment.apply(monkeypatch)
+    worker = deployment.start_worker("slow", "--grace", "10")
+    slow = make_slow()
+    try:
+        await slow.submit({}, run_id="drained")
+        await wait_until(lambda: _effects_sync(deployment).get("drained:1") == 1, 15, "the step")
+        worker.terminate()
+        assert worker.wait(timeout=10) == 0, worker.errors()
+        run = await store.get_run("drained")
+        assert run is not None and run.step_seq == 1, "the step under way was committed"
+        deployment.start_worker("slow")
+        result = await slow.result("drained", timeout=15)
+    finally:
+        await slow.stop()
+    assert result["after"] != worker.process.pid
+    assert (await effect_counts(deployment))["drained:1"] == 1
+
+
+async def test_sigterm_past_the_grace_period_releases_the_run_at_once(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.lease, deployment.slow = 6.0, 2.0
+    deployment.apply(monkeypatch)
+    first = deployment.start_worker("slow", "--grace", "0.2")
+    slow = make_slow()
+    try:
+        await slow.submit({}, run_id="released")
+        await wait_until(lambda: _effects_sync(deployment).get("released:1") == 1, 15, "the step")
+        second = deployment.start_worker("slow")
+        await asyncio.sleep(1.0)  # the second worker is up and idle
+        first.terminate()
+        stopped = time.monotonic()
+        assert first.wait(timeout=5) == 0, first.errors()
+        result = await slow.result("released", timeout=20)
+        took = time.monotonic() - stopped
+    finally:
+        await slow.stop()
+    assert result["crawled"] == second.process.pid
+    assert took < deployment.lease, f"{took:.1f} s: the run waited for the lease"
+    assert (await effect_counts(deployment))["released:1"] == 1  # replayed, not paid again
+
+
+async def test_duplicate_messages_commit_nothing_twice(
+    deployment: Deployment, store: RedisCheckpointStorage
+) -> None:
+    deployment.start_worker("chain", "--concurrency", "4")
+    chain = make_chain()
+    assert chain.transport is not None
+    try:
+        task = await chain.submit({}, run_id="dup")
+        first = StepMessage("dup", 1, 1, "ping")
+        for _ in range(3):
+            await chain.transport.publish(channel_name("chain", "ping"), first)
+        assert await task.result(timeout=20) == uninterrupted_result()
+        before = await store.read_events("dup")
+        for seq in (1, 5, STEPS, STEPS + 1):
+            await chain.transport.publish(channel_name("chain"), StepMessage("dup", seq, 2))
+        await asyncio.sleep(1.0)
+        assert await store.read_events("dup") == before
+    finally:
+        await chain.stop()
+    await check_run(store, "dup", await effect_counts(deployment))
+
+
+async def test_a_caller_killed_while_waiting_gets_its_result_from_a_new_process(
+    deployment: Deployment,
+) -> None:
+    import subprocess
+    import sys
+
+    deployment.start_worker("chain")
+    script = (
+        "import asyncio\n"
+        "from tests.transport.apps import make_chain\n"
+        "asyncio.run(make_chain().run({}, run_id='orphan', timeout=None))\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script], env=deployment.env())
+    try:
+        await wait_until(lambda: "orphan:1" in _effects_sync(deployment), 15, "the first step")
+    finally:
+        caller.kill()
+        caller.wait()
+    chain = make_chain()
+    try:
+        assert await chain.result("orphan", timeout=20) == uninterrupted_result()
+    finally:
+        await chain.stop()
+
+
+async def test_workers_hosting_different_agents_share_a_pipeline(
+    deployment: Deployment,
+) -> None:
+    edges = deployment.start_worker("split", "--agents", "first,third")
+    middle = deployment.start_worker("split", "--agents", "second")
+    split = make_split()
+    try:
+        result = await split.run({"x": 1}, timeout=20)
+        with pytest.raises(RunFailedError) as failed:
+            await split.run({"fail": "no"}, run_id="failing", timeout=20)
+    finally:
+        await split.stop()
+    assert result == {
+        "x": 1,
+        "first": edges.process.pid,
+        "second": middle.process.pid,
+        "third": edges.process.pid,
+    }
+    error = failed.value
+    assert (error.run_id, error.agent, error.error_type) == ("failing", "third", "ValueError")
+    assert error.error_message == "bad input no"
+
+
+def _effects_sync(deployment: Deployment) -> dict[str, int]:
+    import redis
+
+    client = redis.Redis.from_url(deployment.redis_url)
+    try:
+        raw = client.hgetall(f"{deployment.prefix}effects")
+    finally:
+        client.close()
+    return {key.decode(): int(value) for key, value in raw.items()}
