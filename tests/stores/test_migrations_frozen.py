@@ -14,8 +14,8 @@ from nestegg.checkpoint.stores.postgres import schema as postgres_schema
 from nestegg.checkpoint.stores.sqlite import schema as sqlite_schema
 
 FROZEN = {
-    "sqlite": ["ed898c064769e0c6", "87cd082cecc764a2", "213b91dfb323241c"],
-    "postgres": ["3ec2799861ff4318", "44a93f1cb98b2c45", "e345a47bf71da8b5"],
+    "sqlite": ["ed898c064769e0c6", "87cd082cecc764a2", "213b91dfb323241c", "435201091c424438"],
+    "postgres": ["3ec2799861ff4318", "44a93f1cb98b2c45", "e345a47bf71da8b5", "8983b2c4d50c754c"],
 }
 MIGRATIONS = {"sqlite": sqlite_schema.MIGRATIONS, "postgres": postgres_schema.MIGRATIONS}
 

@@ -23,6 +23,7 @@ from nestegg.constants import (
     SQLITE_EVENT_BATCHES_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
+    SQLITE_SIGNALS_TABLE,
     SQLITE_STEP_BLOCKS_TABLE,
     SQLITE_STEPS_TABLE,
 )
@@ -44,6 +45,7 @@ CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
 STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
+SIGNALS = SQLITE_SIGNALS_TABLE
 INSERT_EVENT_BATCH = f"INSERT OR REPLACE INTO {EVENT_BATCHES} (batch_key, body) VALUES (?,?)"
 
 RUN_FIELDS = tuple(
@@ -135,6 +137,12 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         """CREATE TABLE step_blocks (
             block_key INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, head BLOB NOT NULL,
             body BLOB NOT NULL)""",
+    ),
+    (
+        # Version 4 keeps the signals sent to runs (nestegg.wait_for), one per name.
+        """CREATE TABLE signals (
+            run_id TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL, body BLOB NOT NULL,
+            PRIMARY KEY (run_id, name)) WITHOUT ROWID""",
     ),
 )
 """The schema, one entry per version; append, never edit."""
@@ -278,7 +286,7 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
             "WHERE run_id = ?1)",
             params,
         )
-    for table in (CHECKPOINTS, JOURNAL):
+    for table in (CHECKPOINTS, JOURNAL, SIGNALS):
         conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", params)
     cursor = conn.executemany(f"DELETE FROM {RUNS} WHERE run_id = ?", params)
     return cursor.rowcount
