@@ -37,6 +37,7 @@ class RunStatus(StoredValue):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"
 
 
 class StepOutcome(StoredValue):
@@ -67,6 +68,8 @@ class EventKind(StoredValue):
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
+    RUN_WAITING = "run_waiting"
+    SIGNAL_RECEIVED = "signal_received"
     STEP_STARTED = "step_started"
     STEP_COMPLETED = "step_completed"
     STEP_FAILED = "step_failed"
@@ -79,10 +82,13 @@ RUNNING = RunStatus.RUNNING
 COMPLETED = RunStatus.COMPLETED
 FAILED = RunStatus.FAILED
 CANCELLED = RunStatus.CANCELLED
+WAITING = RunStatus.WAITING
 STATUSES = tuple(RunStatus)
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)
+NO_DEADLINE = 253402300799.0
+"""The lease_until of a run that waits for its signal without a deadline (9999-12-31)."""
 
 OUTCOME_COMPLETED = StepOutcome.COMPLETED
 OUTCOME_TERMINATED = StepOutcome.TERMINATED
@@ -101,6 +107,8 @@ RUN_FORKED = EventKind.RUN_FORKED
 RUN_COMPLETED = EventKind.RUN_COMPLETED
 RUN_FAILED = EventKind.RUN_FAILED
 RUN_CANCELLED = EventKind.RUN_CANCELLED
+RUN_WAITING = EventKind.RUN_WAITING
+SIGNAL_RECEIVED = EventKind.SIGNAL_RECEIVED
 STEP_STARTED = EventKind.STEP_STARTED
 STEP_COMPLETED = EventKind.STEP_COMPLETED
 STEP_FAILED = EventKind.STEP_FAILED

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from nestegg.agents import AgentNode, to_plain, to_typed
 from nestegg.constants import (
@@ -20,8 +20,8 @@ from nestegg.constants import (
     YIELD_EVERY_STEPS,
 )
 from nestegg.context import ClutchContext, set_context
-from nestegg.errors import JournaledCallError, NonDeterminismError
-from nestegg.signals import Handover, Terminate
+from nestegg.errors import JournaledCallError, NonDeterminismError, RunWaiting
+from nestegg.signals import Handover, Terminate, WaitSuspended
 from nestegg.strategies import Cursor
 from nestegg.task import StepEvent, StepListeners
 
@@ -76,6 +76,10 @@ class Recorder(Protocol):
 
     async def boundary(self) -> None:
         """Called between steps: serve manual checkpoint requests."""
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
+        """Record that the run waits (for ``signal``, or a timer) until ``deadline``; the
+        step under way keeps its journal and runs again when the run is resumed."""
 
 
 def replay_entry(
@@ -140,6 +144,13 @@ class NullRecorder:
 
     async def boundary(self) -> None:
         return None
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
+        from nestegg.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "waiting needs checkpointing: pass checkpoint=CheckpointConfig(...)"
+        )
 
 
 class RunExecution:
@@ -247,6 +258,8 @@ class RunExecution:
                     break
                 if not self.seq % YIELD_EVERY_STEPS:
                     await asyncio.sleep(0)  # let timeouts and cancellation in
+        except WaitSuspended as wait:
+            await self._suspend(wait)
         except asyncio.CancelledError:
             await asyncio.shield(self.recorder.cancelled())
             raise
@@ -275,20 +288,37 @@ class RunExecution:
         ctx = self.ctx
         set_context(ctx)
         try:
-            ended = ctx.state.turn >= self.max_turns
-            if not ended:
-                agent = await self._next_agent()
-                if agent is not None and not hosts(agent.name):
-                    self.pending_agent = agent.name
-                    return agent.name
-                ended = agent is None or await self._step(agent)
-                ended = ended or ctx.state.turn >= self.max_turns
+            ended = await self._one(hosts)
+        except WaitSuspended as wait:
+            await self._suspend(wait)
         finally:
             self.current_agent = None
+        if isinstance(ended, str):
+            return ended
         if not ended:
             return STEP_DONE
         await self.recorder.finish(ctx.data, self.data_seq)
         return RUN_DONE
+
+    async def _one(self, hosts: Callable[[str], bool]) -> bool | str:
+        """Run the next step if this process hosts its agent: whether the run ended, or
+        the name of the agent it does not host."""
+        ctx = self.ctx
+        ended = ctx.state.turn >= self.max_turns
+        if not ended:
+            agent = await self._next_agent()
+            if agent is not None and not hosts(agent.name):
+                self.pending_agent = agent.name
+                return agent.name
+            ended = agent is None or await self._step(agent)
+            ended = ended or ctx.state.turn >= self.max_turns
+        return ended
+
+    async def _suspend(self, wait: WaitSuspended) -> NoReturn:
+        """Store the run as waiting and raise RunWaiting (the step keeps its journal)."""
+        self.current_agent = None
+        await self.recorder.suspend(wait.signal, wait.deadline)
+        raise RunWaiting(self.run_id, wait.signal, wait.deadline) from None
 
     async def _next_agent(self) -> AgentNode | None:
         name = self.pending_agent

@@ -16,16 +16,19 @@ from nestegg.constants import (
 )
 
 STORED = {
-    RunStatus: ["running", "completed", "failed", "cancelled"],
+    RunStatus: ["running", "completed", "failed", "cancelled", "waiting"],
     StepOutcome: ["completed", "terminated", "handover"],
     CheckpointReason: ["policy", "manual", "agent", "final", "fork"],
     EventKind: [
         "run_started",
+        "run_interrupted",
         "run_resumed",
         "run_forked",
         "run_completed",
         "run_failed",
         "run_cancelled",
+        "run_waiting",
+        "signal_received",
         "step_started",
         "step_completed",
         "step_failed",

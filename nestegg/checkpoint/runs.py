@@ -28,6 +28,13 @@ from nestegg.checkpoint.views import (
     RunInfo,
     run_result,
 )
+from nestegg.checkpoint.waiting import (
+    resumable_now,
+    signal_stored,
+    store_signal,
+    wait_due,
+    wait_of,
+)
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
@@ -35,6 +42,7 @@ from nestegg.constants import (
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
+    WAITING,
 )
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -44,6 +52,7 @@ from nestegg.errors import (
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
+    RunWaiting,
 )
 from nestegg.execution import NullRecorder, RunExecution
 from nestegg.task import StepListeners
@@ -189,9 +198,16 @@ class RunBook:
             await recorder.start(truncate_after, replay_until)
             fresh = any(kind == RUN_STARTED for kind, _ in events)
             return await self.clutch._drive(execution, input_data, fresh=fresh)
+        except RunWaiting as waiting:
+            # Its signal may have come while the step ran: then nobody else resumes it.
+            if waiting.signal is None or not await signal_stored(
+                self.store, run.run_id, waiting.signal
+            ):
+                raise
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
+        return await self.resume_latest(run.run_id, execution.listeners)
 
     # ------------------------------------------------- distributed mode (workers)
 
@@ -386,15 +402,25 @@ class RunBook:
     # ----------------------------------------------------------------- recovery
 
     async def list_interrupted(self) -> list[RunInfo]:
-        """Running runs of this pipeline whose owner is gone."""
+        """Running runs of this pipeline whose owner is gone, and waiting runs whose
+        deadline (or timer) has passed."""
         store = await self.ready()
         now = self.config.clock()
-        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
-        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now)]
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
+        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now) or wait_due(r, now)]
 
     async def recover(self) -> dict[str, Any]:
-        """Resume every interrupted run concurrently; run id -> result (or the exception)."""
-        interrupted = await self.list_interrupted()
+        """Resume every interrupted run, every waiting run whose deadline passed and every
+        waiting run whose signal is stored, concurrently; run id -> result (or the
+        exception: RunWaiting for a run that waits again)."""
+        store = await self.ready()
+        now = self.config.clock()
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
+        interrupted = [
+            RunInfo.from_record(r)
+            for r in runs
+            if is_interrupted(r, now) or await resumable_now(store, r, now)
+        ]
 
         async def one(run_id: str) -> Any:
             return await self.resume_latest(run_id, StepListeners())
@@ -407,6 +433,29 @@ class RunBook:
             for info, outcome in zip(interrupted, outcomes, strict=True)
             if not isinstance(outcome, RunLockedError)
         }
+
+    # ------------------------------------------------------------------ signals
+
+    async def signal(
+        self, run_id: str, name: str, value: Any, *, replace: bool, resume: bool
+    ) -> Any:
+        """Store a signal for a run; with ``resume``, resume the run if it waits for it.
+
+        Returns the run's result when resumed here (None otherwise); raises RunWaiting when
+        the resumed run waits again.
+        """
+        store = await self.ready()
+        await store_signal(store, run_id, name, value, replace=replace, clock=self.config.clock)
+        if not resume:
+            return None
+        run = await self._get(run_id)
+        wait = await wait_of(store, run)
+        if wait is None or wait.signal != name:
+            return None
+        try:
+            return await self.resume_latest(run_id, StepListeners())
+        except RunLockedError:  # another process resumed it first: it reads the signal
+            return None
 
     # ------------------------------------------------------------------ reading
 
