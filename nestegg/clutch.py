@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
@@ -12,12 +14,13 @@ from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import ClutchContext, ClutchState, current_context
 from nestegg.errors import ConfigurationError, NoActiveRunError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
-from nestegg.strategies import Strategy, make_cursor
+from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, StepEvent, StepListeners
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.config import CheckpointConfig
-    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.runs import CheckpointedRuns
+    from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.checkpoint.views import (
         CheckpointInfo,
         CheckpointState,
@@ -109,7 +112,7 @@ class Clutch:
         self._on_step = on_step
         self._on_checkpoint = on_checkpoint
         self._checkpoint_config = checkpoint
-        self._runbook: RunBook | None = None
+        self._runbook: CheckpointedRuns | None = None
         self._executions: dict[str, RunExecution] = {}
         if checkpoint is not None:  # load the checkpointing code now, not in the first run
             import nestegg.checkpoint.runs  # noqa: F401
@@ -210,31 +213,84 @@ class Clutch:
 
     # ------------------------------------------------------------------ execution
 
-    def _new_execution(
-        self, ctx: ClutchContext, recorder: Recorder, listeners: StepListeners
-    ) -> RunExecution:
-        order = self._get_order()
+    # ------------------------------------------ the seam used by checkpointing
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        """The registered agents' names, in registration order."""
+        return tuple(self._agents)
+
+    @property
+    def run_order(self) -> list[str]:
+        """The agents in the order the strategy runs them (``order=`` or registration)."""
+        return list(self._get_order())
+
+    @property
+    def on_checkpoint(self) -> CheckpointHook | None:
+        """The hook awaited with a CheckpointInfo after each stored checkpoint."""
+        return self._on_checkpoint
+
+    @property
+    def checkpoint_config(self) -> CheckpointConfig | None:
+        """The CheckpointConfig given (None: no checkpointing)."""
+        return self._checkpoint_config
+
+    def new_context(self, run_id: str, data: Any) -> ClutchContext:
+        """A fresh context of run ``run_id`` holding ``data`` (its source: the input)."""
+        state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
+        return ClutchContext(data=data, source="input", state=state)
+
+    def new_cursor(self, ctx: ClutchContext) -> Cursor:
+        """The strategy's cursor for the run of ``ctx`` (at its start; ``restore`` moves it)."""
 
         async def choose() -> str | None:
             assert self._selector is not None
             return await self._selector(to_typed(ctx.data, self._selector_input_type))
 
-        cursor = make_cursor(self.strategy, order, self._agents, choose if self._selector else None)
+        order = self._get_order()
+        return make_cursor(self.strategy, order, self._agents, choose if self._selector else None)
+
+    def new_execution(
+        self,
+        ctx: ClutchContext,
+        recorder: Recorder,
+        listeners: StepListeners,
+        *,
+        cursor: Cursor | None = None,
+        seq: int = 0,
+        data_seq: int = 0,
+        next_agent: str | None = None,
+    ) -> RunExecution:
+        """The execution of the run of ``ctx``, recording through ``recorder``.
+
+        Args:
+            ctx: the run's context (:meth:`new_context`).
+            recorder: where its steps go (a checkpointer, or a NullRecorder).
+            listeners: the queues that stream its steps.
+            cursor: the strategy's cursor (None: a new one, :meth:`new_cursor`).
+            seq: the last step recorded (0: none).
+            data_seq: the step that produced the current data (0: the input).
+            next_agent: the agent to run next before asking the cursor.
+        """
         return RunExecution(
             ctx=ctx,
-            cursor=cursor,
+            cursor=cursor if cursor is not None else self.new_cursor(ctx),
             agents=self._agents,
             max_turns=self.max_turns,
             recorder=recorder,
             listeners=listeners,
             on_step=self._on_step,
+            seq=seq,
+            data_seq=data_seq,
+            next_agent=next_agent,
         )
 
-    def _new_context(self, run_id: str, data: Any) -> ClutchContext:
-        state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
-        return ClutchContext(data=data, source="input", state=state)
+    async def drive(self, execution: RunExecution, input_data: Any, *, fresh: bool) -> Any:
+        """Run ``execution`` to its end with this Clutch's hooks; its result.
 
-    async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
+        ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
+        ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
+        """
         run_id = execution.run_id
         request = {"clutch_id": run_id, "input": input_data}
         self._executions[run_id] = execution
@@ -250,20 +306,56 @@ class Clutch:
             await self._on_response(request, response)
         return result
 
+    def checkpointed_runs(self) -> CheckpointedRuns:
+        """The service that starts, resumes, forks and reads this Clutch's stored runs.
+
+        Raises:
+            ConfigurationError: the Clutch has no checkpointing.
+        """
+        return self._checkpointing()
+
+    @contextlib.contextmanager
+    def using_store(self, storage: CheckpointStorage) -> Iterator[Clutch]:
+        """Point this Clutch at ``storage`` for the duration of the ``with`` block.
+
+        Its CheckpointConfig is kept except for the store; the Clutch's own store is
+        neither closed nor replaced for good (the caller closes ``storage``).
+
+        Raises:
+            ConfigurationError: the Clutch has no checkpointing.
+
+        Example:
+            >>> with clutch.using_store(other_store):
+            ...     await clutch.resume_latest("run-1")
+        """
+        config = self._checkpoint_config
+        if config is None:
+            raise ConfigurationError(
+                f"Clutch {self.name!r} has no checkpointing: pass checkpoint=CheckpointConfig()"
+            )
+        saved = self._runbook
+        self._checkpoint_config = dataclasses.replace(config, storage=storage)
+        self._runbook = None
+        try:
+            yield self
+        finally:
+            self._checkpoint_config = config
+            self._runbook = saved
+
     async def _run_plain(self, input_data: Any, listeners: StepListeners) -> Any:
         from nestegg.checkpoint.records import new_run_id
 
         data = to_plain(input_data)
-        ctx = self._new_context(new_run_id(), data)
-        execution = self._new_execution(ctx, NullRecorder(), listeners)
-        return await self._drive(execution, data, fresh=True)
+        ctx = self.new_context(new_run_id(), data)
+        execution = self.new_execution(ctx, NullRecorder(), listeners)
+        return await self.drive(execution, data, fresh=True)
 
-    def _book(self) -> RunBook:
+    def _book(self) -> CheckpointedRuns:
         if self._runbook is None:
-            from nestegg.checkpoint.runs import RunBook
+            from nestegg.checkpoint.runs import CheckpointedRuns
 
             assert self._checkpoint_config is not None
-            self._runbook = RunBook(self, self._checkpoint_config)
+            self._runbook = CheckpointedRuns(self, self._checkpoint_config)
         return self._runbook
 
     async def _launch(
@@ -462,7 +554,7 @@ class Clutch:
             raise NoActiveRunError(f"run {run_id!r} is not executing in this Clutch")
         return await execution.recorder.checkpoint_now(REASON_MANUAL, None)
 
-    def _checkpointing(self) -> RunBook:
+    def _checkpointing(self) -> CheckpointedRuns:
         if self._checkpoint_config is None:
             raise ConfigurationError(
                 f"Clutch {self.name!r} has no checkpointing: pass checkpoint=CheckpointConfig()"
@@ -525,19 +617,15 @@ class Clutch:
         Example:
             >>> await clutch.fork(checkpoints[-2].checkpoint_id, data={"draft": "v2"})
         """
-        from nestegg.checkpoint.forks import fork
-
         book = self._checkpointing()
         task = await self._launch(
-            lambda lst: fork(book, checkpoint_id, data, run_id, lst), StepListeners()
+            lambda lst: book.fork(checkpoint_id, data, run_id, lst), StepListeners()
         )
         return await task.result(timeout=timeout)
 
     async def history(self, run_id: str) -> RunHistory:
         """A run's steps and checkpoints with their parents, and the runs forked from it."""
-        from nestegg.checkpoint.forks import history
-
-        return await history(self._checkpointing(), run_id)
+        return await self._checkpointing().history(run_id)
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
         """This pipeline's stored runs, newest first (optionally of one status)."""
@@ -655,3 +743,11 @@ def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -
             f"nestegg Transport, got {transport!r}"
         )
     return transport
+
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.pipeline import Pipeline
+
+    def _fills_pipeline(clutch: Clutch) -> Pipeline:
+        """mypy proves here that a Clutch is what checkpointing needs."""
+        return clutch

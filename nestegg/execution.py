@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from nestegg.agents import AgentNode, to_plain, to_typed
@@ -20,7 +19,13 @@ from nestegg.constants import (
     YIELD_EVERY_STEPS,
 )
 from nestegg.context import ClutchContext, set_context
-from nestegg.errors import JournaledCallError, NonDeterminismError, RunWaiting
+from nestegg.errors import (
+    ConfigurationError,
+    JournaledCallError,
+    NonDeterminismError,
+    RunWaiting,
+)
+from nestegg.recording import StepResult
 from nestegg.signals import Handover, Terminate, WaitSuspended
 from nestegg.strategies import Cursor
 from nestegg.task import StepEvent, StepListeners
@@ -32,26 +37,18 @@ RUN_DONE = ":run"
 """execute_one(): the run ended and its result is recorded."""
 
 
-@dataclass(slots=True)
-class StepResult:
-    """What one executed step did, and where the run stands after it."""
-
-    seq: int
-    agent: str
-    outcome: str
-    output: bytes | None
-    started: float
-    duration: float
-    target: str | None
-    turn: int
-    data_seq: int
-    source: str
-    position: dict[str, Any]
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
 class Recorder(Protocol):
-    """Where a run's steps go: nowhere (plain runs) or a checkpoint store."""
+    """Where a run's steps go: nowhere (plain runs) or a checkpoint store.
+
+    Every method the step loop calls is declared here; an execution is built with its
+    recorder (``Clutch.new_execution``).
+    """
+
+    journals: bool
+    """Whether calls made inside steps are journaled (``journal_*`` are then called)."""
+
+    keeps_position: bool
+    """Whether steps carry the strategy's position (``StepResult.position``)."""
 
     def encode_output(self, value: Any) -> bytes | None:
         """The step output as stored bytes (None when nothing is stored)."""
@@ -76,6 +73,19 @@ class Recorder(Protocol):
 
     async def boundary(self) -> None:
         """Called between steps: serve manual checkpoint requests."""
+
+    async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
+        """The recorded call at ``position`` of ``step``, None when there is none."""
+
+    async def journal_result(
+        self, step: int, position: int, function: str, digest: str, result: Any
+    ) -> None:
+        """Record a journaled call's result now."""
+
+    async def journal_error(
+        self, step: int, position: int, function: str, digest: str, error: BaseException
+    ) -> None:
+        """Record a journaled call's final failure now."""
 
     async def suspend(self, signal: str | None, deadline: float | None) -> None:
         """Record that the run waits (for ``signal``, or a timer) until ``deadline``; the
@@ -117,6 +127,9 @@ def _likely_cause(other_function: bool) -> str:
 class NullRecorder:
     """Records nothing: a Clutch without checkpointing."""
 
+    journals = False
+    keeps_position = False
+
     def encode_output(self, value: Any) -> bytes | None:
         return None
 
@@ -136,8 +149,6 @@ class NullRecorder:
         return None
 
     async def checkpoint_now(self, reason: str, pending_agent: str | None) -> str:
-        from nestegg.errors import ConfigurationError
-
         raise ConfigurationError(
             "this Clutch has no checkpointing: pass checkpoint=CheckpointConfig(...)"
         )
@@ -145,9 +156,20 @@ class NullRecorder:
     async def boundary(self) -> None:
         return None
 
-    async def suspend(self, signal: str | None, deadline: float | None) -> None:
-        from nestegg.errors import ConfigurationError
+    async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
+        return None
 
+    async def journal_result(
+        self, step: int, position: int, function: str, digest: str, result: Any
+    ) -> None:
+        return None
+
+    async def journal_error(
+        self, step: int, position: int, function: str, digest: str, error: BaseException
+    ) -> None:
+        return None
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
         raise ConfigurationError(
             "waiting needs checkpointing: pass checkpoint=CheckpointConfig(...)"
         )
@@ -190,7 +212,7 @@ class RunExecution:
     def journaling(self) -> bool:
         """Whether a call made now is journaled: the run journals and an agent (or the
         selector choosing the next one) is running."""
-        return self.call_step is not None and bool(getattr(self.recorder, "journals", False))
+        return self.call_step is not None and self.recorder.journals
 
     def _calls_go_to(self, step: int | None, first: int = 0, stride: int = 1) -> None:
         """Journal the calls made from now on in ``step`` at first, first + stride, ..."""
@@ -228,7 +250,7 @@ class RunExecution:
         if step is None:
             raise RuntimeError("journaled() needs a step that journals calls: check journaling")
         self.call_position += self.call_stride
-        journal: Any = self.recorder
+        journal = self.recorder
         recorded = await journal.journal_entry(step, position) if replay == "record" else None
         if recorded is not None:
             value = replay_entry(recorded, function, digest, step, position)
@@ -407,7 +429,7 @@ class RunExecution:
             position={},
             metadata=ctx.metadata,
         )
-        if not isinstance(self.recorder, NullRecorder):
+        if self.recorder.keeps_position:
             step.position = self.cursor.position()
         try:
             await self.recorder.record_step(step)

@@ -60,7 +60,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import StaleOwnerError
-from nestegg.execution import StepResult
+from nestegg.recording import StepResult
 
 log = logging.getLogger("nestegg")
 CheckpointHook = Callable[[CheckpointInfo], Awaitable[None]]
@@ -140,6 +140,7 @@ class Checkpointer:
         self.min_interval = policy.min_interval.total_seconds() if policy.min_interval else 0.0
         self.durability = policy.durability
         self.journals = True
+        self.keeps_position = True
         self.replay_until = 0
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}

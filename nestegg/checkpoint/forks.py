@@ -37,17 +37,19 @@ from nestegg.errors import CheckpointCorruptedError, ConfigurationError, RunExis
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
-    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.runs import CheckpointedRuns, PreparedRun
 
 
-async def fork(
-    book: RunBook,
+async def start_fork(
+    book: CheckpointedRuns,
     checkpoint_id: str,
     data: Any,
     run_id: str | None,
     listeners: StepListeners,
-) -> Any:
-    """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None).
+) -> tuple[RunRecord, PreparedRun, list[str], Any]:
+    """Store a new run forked from ``checkpoint_id`` (with ``data`` replaced unless None);
+    the stored run, what its execution starts from, its kept checkpoints and its input
+    (``CheckpointedRuns.fork`` drives it).
 
     Everything that can fail is checked before the first write, as a resume does, so a
     fork that raises stores nothing. The new run gets copies of the parent's step records
@@ -55,8 +57,8 @@ async def fork(
     step produced any) holds the replaced data, so every later checkpoint of the fork
     restores the history the fork had.
     """
-    record = await book._checkpoint(checkpoint_id)
-    parent = await book._get(record.run_id)
+    record = await book.get_checkpoint_record(checkpoint_id)
+    parent = await book.get_run_record(record.run_id)
     if parent.pipeline != book.clutch.name:
         raise ConfigurationError(
             f"checkpoint {checkpoint_id!r} belongs to pipeline {parent.pipeline!r}, "
@@ -73,11 +75,11 @@ async def fork(
     child = _child_run(book, parent, new_id, checkpoint_id, new_input, now)
     start_id = new_checkpoint_id()
     child_state = _forked_state(state, new_id, start_id, now, replaced)
-    execution, base = book._prepare(child, child_state, listeners)
+    prepared = book.prepare(child, child_state, listeners)
     input_data = run_input(child)
     if await book.store.get_run(new_id) is not None:
         raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)
-    body = seal(checkpoint_body(base, state.next_agent))
+    body = seal(checkpoint_body(prepared.base, state.next_agent))
     start = CheckpointRecord(start_id, new_id, state.seq, now, REASON_FORK, body)
     payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
     forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
@@ -100,11 +102,11 @@ async def fork(
             await book.store.delete_run(new_id)
         raise
     started = replace(child, step_seq=state.seq, event_seq=forked.seq)
-    return await book._execute(started, execution, base, [start_id], [], input_data)
+    return started, prepared, [start_id], input_data
 
 
 def _child_run(
-    book: RunBook,
+    book: CheckpointedRuns,
     parent: RunRecord,
     run_id: str,
     checkpoint_id: str,
@@ -164,13 +166,13 @@ def _forked_state(
     )
 
 
-async def history(book: RunBook, run_id: str) -> RunHistory:
+async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
     """The run's steps and checkpoints with parents, and the runs forked from it.
 
     A checkpoint's parent is the stored one before it; the first one's is the checkpoint
     the run was forked from, which pruning or deleting the parent run may have removed.
     """
-    run = await book._get(check_name(run_id, "run id"))
+    run = await book.get_run_record(check_name(run_id, "run id"))
     records = await book.store.load_steps(run.run_id)
     steps = []
     for record in records:

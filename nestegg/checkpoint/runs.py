@@ -1,10 +1,12 @@
-"""RunBook: a checkpointed Clutch's runs: start, resume, recover, list and clean up."""
+"""CheckpointedRuns: a checkpointed Clutch's runs: start, resume, fork, recover, list and
+clean up. It reaches the Clutch only through the ``Pipeline`` Protocol (pipeline.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
@@ -18,6 +20,7 @@ from nestegg.checkpoint.ownership import (
     is_interrupted,
     owner_alive,
 )
+from nestegg.checkpoint.pipeline import Pipeline
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -25,6 +28,7 @@ from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
     Event,
+    RunHistory,
     RunInfo,
     run_result,
 )
@@ -44,6 +48,7 @@ from nestegg.constants import (
     RUNNING,
     WAITING,
 )
+from nestegg.context import ClutchContext
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -54,17 +59,34 @@ from nestegg.errors import (
     RunNotFoundError,
     RunWaiting,
 )
-from nestegg.execution import NullRecorder, RunExecution
+from nestegg.execution import Recorder, RunExecution
+from nestegg.strategies import Cursor
 from nestegg.task import StepListeners
 
-if TYPE_CHECKING:
-    from nestegg.clutch import Clutch
+
+@dataclass(slots=True)
+class PreparedRun:
+    """A run's context and cursor restored from a state, before anything is written: the
+    execution is built from it with its checkpointer (:meth:`CheckpointedRuns.execute`)."""
+
+    ctx: ClutchContext
+    cursor: Cursor
+    base: Snapshot
+    seq: int
+    data_seq: int
+    next_agent: str | None
+    listeners: StepListeners
 
 
-class RunBook:
-    """Everything a checkpointed Clutch does with its store."""
+class CheckpointedRuns:
+    """Everything a checkpointed Clutch does with its store.
 
-    def __init__(self, clutch: Clutch, config: CheckpointConfig) -> None:
+    Args:
+        clutch: the pipeline (a Clutch, through the ``Pipeline`` Protocol).
+        config: where and when to checkpoint.
+    """
+
+    def __init__(self, clutch: Pipeline, config: CheckpointConfig) -> None:
         self.clutch = clutch
         self.config = config
         self.store: CheckpointStorage = config.storage or default_store()
@@ -80,7 +102,7 @@ class RunBook:
         return self.store
 
     async def close(self) -> None:
-        """Close the store if the RunBook opened it."""
+        """Close the store if this service opened it."""
         if self.owns_store:
             await self.store.close()
 
@@ -88,7 +110,12 @@ class RunBook:
         chosen = run_id if run_id is not None else self.config.run_id
         return check_name(chosen, "run id") if chosen is not None else None
 
-    async def _get(self, run_id: str) -> RunRecord:
+    async def get_run_record(self, run_id: str) -> RunRecord:
+        """The stored run ``run_id``.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
         store = await self.ready()
         run = await store.get_run(run_id)
         if run is None:
@@ -112,10 +139,11 @@ class RunBook:
         except RunExistsError:
             raced = await store.get_run(run_id)
             return self._existing(raced, sealed_input) if raced else None
-        ctx = self.clutch._new_context(run_id, data)
-        execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
-        base = Snapshot(0, 0, 0, "input", execution.cursor.position(), b"{}")
-        return await self._execute(record, execution, base, [], [(RUN_STARTED, {})], data)
+        ctx = self.clutch.new_context(run_id, data)
+        cursor = self.clutch.new_cursor(ctx)
+        base = Snapshot(0, 0, 0, "input", cursor.position(), b"{}")
+        start = PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
+        return await self.execute(record, start, [], [(RUN_STARTED, {})], data)
 
     def _new_record(self, run_id: str, sealed_input: bytes, *, owned: bool) -> RunRecord:
         """A new running run of ``sealed_input``: owned by this process, or by no one
@@ -165,11 +193,10 @@ class RunBook:
             f"run {run.run_id!r} exists with status {status!r}: {what}", run.run_id
         )
 
-    async def _execute(
+    async def execute(
         self,
         run: RunRecord,
-        execution: RunExecution,
-        base: Snapshot,
+        start: PreparedRun,
         kept: list[str],
         events: Sequence[tuple[str, dict[str, Any]]],
         input_data: Any,
@@ -177,27 +204,28 @@ class RunBook:
         truncate_after: int | None = None,
         replay_until: int = 0,
     ) -> Any:
-        """Drive ``execution`` of the owned ``run``; its opening commit writes ``events`` and
-        the truncation, which keeps the journal of the steps up to ``replay_until``."""
+        """Build the execution of the owned ``run`` from ``start`` with its checkpointer and
+        drive it; the opening commit writes ``events`` and the truncation, which keeps the
+        journal of the steps up to ``replay_until``."""
         recorder = Checkpointer(
             self.store,
             self.config.policy,
             run,
             lease_seconds=self.lease,
-            base=base,
+            base=start.base,
             kept=kept,
-            on_checkpoint=self.clutch._on_checkpoint,
+            on_checkpoint=self.clutch.on_checkpoint,
             clock=self.config.clock,
         )
-        execution.recorder = recorder
         recorder.replay_until = replay_until
+        execution = self.new_execution(start, recorder)
         for kind, payload in events:
             recorder.event(kind, self.config.clock(), payload)
         active_runs[run.run_id] = run.fence
         try:
             await recorder.start(truncate_after, replay_until)
             fresh = any(kind == RUN_STARTED for kind, _ in events)
-            return await self.clutch._drive(execution, input_data, fresh=fresh)
+            return await self.clutch.drive(execution, input_data, fresh=fresh)
         except RunWaiting as waiting:
             # Its signal may have come while the step ran: then nobody else resumes it.
             if waiting.signal is None or not await signal_stored(
@@ -208,6 +236,18 @@ class RunBook:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
         return await self.resume_latest(run.run_id, execution.listeners)
+
+    def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:
+        """The execution that runs from ``start``, recording through ``recorder``."""
+        return self.clutch.new_execution(
+            start.ctx,
+            recorder,
+            start.listeners,
+            cursor=start.cursor,
+            seq=start.seq,
+            data_seq=start.data_seq,
+            next_agent=start.next_agent,
+        )
 
     # ------------------------------------------------- distributed mode (workers)
 
@@ -239,10 +279,10 @@ class RunBook:
 
     async def load_for_step(
         self, run: RunRecord, listeners: StepListeners
-    ) -> tuple[RunExecution, Snapshot, list[str], CheckpointState]:
-        """The execution that continues the claimed ``run`` from its newest valid
-        checkpoint, the snapshot and kept checkpoints its recorder starts from, and the
-        state loaded. Writes nothing.
+    ) -> tuple[PreparedRun, list[str], CheckpointState]:
+        """What continues the claimed ``run`` from its newest valid checkpoint (its
+        execution is built with the worker's recorder), the kept checkpoints and the state
+        loaded. Writes nothing.
 
         Raises:
             CheckpointCorruptedError: a fork without a valid checkpoint.
@@ -251,8 +291,8 @@ class RunBook:
         state, checkpoints = await load_latest(self.store, run)
         if state.checkpoint is None and run.parent_run is not None:
             raise _fork_without_start(run)
-        execution, base = self._prepare(run, state, listeners)
-        return execution, base, [c.checkpoint_id for c in checkpoints], state
+        start = self.prepare(run, state, listeners)
+        return start, [c.checkpoint_id for c in checkpoints], state
 
     # ------------------------------------------------------------------ resuming
 
@@ -270,7 +310,7 @@ class RunBook:
                 "resume_latest() needs a run id: pass run_id= or configure "
                 "CheckpointConfig(run_id=...)"
             )
-        run = await self._get(chosen)
+        run = await self.get_run_record(chosen)
         if run.status == COMPLETED:
             return run_result(run)
         self._check_not_owned(run)
@@ -287,8 +327,8 @@ class RunBook:
         and call again. With no step recorded after it, the step that was under way replays
         its calls, as :meth:`resume_latest` does.
         """
-        record = await self._checkpoint(checkpoint_id)
-        run = await self._get(record.run_id)
+        record = await self.get_checkpoint_record(checkpoint_id)
+        run = await self.get_run_record(record.run_id)
         self._check_not_owned(run)
         state = await load_state(self.store, run, record)
         kept = [
@@ -311,11 +351,12 @@ class RunBook:
                 run.run_id,
             )
 
-    def _prepare(
+    def prepare(
         self, run: RunRecord, state: CheckpointState, listeners: StepListeners
-    ) -> tuple[RunExecution, Snapshot]:
-        """The execution that continues ``run`` from ``state`` and the snapshot it starts
-        from; checks all that can fail before a write, and writes nothing.
+    ) -> PreparedRun:
+        """What continues ``run`` from ``state``: its context and cursor restored and the
+        snapshot its checkpointer starts from; checks all that can fail before a write,
+        and writes nothing.
 
         Raises:
             ConfigurationError: the run is another pipeline's, or the Clutch is inconsistent.
@@ -326,33 +367,32 @@ class RunBook:
                 f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {self.clutch.name!r}"
             )
         self.clutch.validate()
-        ctx = self.clutch._new_context(run.run_id, state.data)
+        ctx = self.clutch.new_context(run.run_id, state.data)
         ctx.source = state.source
         ctx.state.turn = state.turn
         if state.stored_history is not None:
             ctx.state.defer_history(state.stored_history.decode)
         ctx.metadata.update(state.metadata)
-        execution = self.clutch._new_execution(ctx, NullRecorder(), listeners)
+        cursor = self.clutch.new_cursor(ctx)
         if state.position is not None:
-            execution.cursor.restore(state.position)
-        if state.next_agent is not None and state.next_agent not in self.clutch._agents:
+            cursor.restore(state.position)
+        if state.next_agent is not None and state.next_agent not in self.clutch.agent_names:
             raise IncompatibleCheckpointError(
                 f"the checkpoint continues with agent {state.next_agent!r}, which this "
                 "pipeline no longer has"
             )
-        execution.pending_agent = state.next_agent
-        execution.seq = state.seq
-        execution.data_seq = state.data_seq
         base = Snapshot(
             state.seq,
             state.turn,
             state.data_seq,
             state.source,
-            execution.cursor.position(),
+            cursor.position(),
             encode_value(state.metadata, "metadata"),
             encode_value(state.data, "data") if state.data_inline else None,
         )
-        return execution, base
+        return PreparedRun(
+            ctx, cursor, base, state.seq, state.data_seq, state.next_agent, listeners
+        )
 
     async def _resume(
         self,
@@ -365,7 +405,7 @@ class RunBook:
     ) -> Any:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
         those up to ``replay_until`` keep their journal entries and replay them."""
-        execution, base = self._prepare(run, state, listeners)
+        start = self.prepare(run, state, listeners)
         now = self.config.clock()
         claimed = await self.store.claim_run(
             run.run_id, run.fence, current_owner(), now + self.lease, now
@@ -381,10 +421,9 @@ class RunBook:
             events.insert(0, (RUN_INTERRUPTED, interruption(run)))
             event["previous"] = "interrupted"
             event["previous_owner"] = events[0][1]["owner"]
-        return await self._execute(
+        return await self.execute(
             claimed,
-            execution,
-            base,
+            start,
             kept,
             events,
             run_input_of(run),
@@ -392,12 +431,43 @@ class RunBook:
             replay_until=replay_until,
         )
 
-    async def _checkpoint(self, checkpoint_id: str) -> CheckpointRecord:
+    async def get_checkpoint_record(self, checkpoint_id: str) -> CheckpointRecord:
+        """The stored checkpoint ``checkpoint_id``.
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+        """
         store = await self.ready()
         record = await store.get_checkpoint(checkpoint_id)
         if record is None:
             raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
         return record
+
+    # ------------------------------------------------------------------- forking
+
+    async def fork(
+        self, checkpoint_id: str, data: Any, run_id: str | None, listeners: StepListeners
+    ) -> Any:
+        """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None) and
+        drive it; its result. A fork that raises stores nothing (see forks.py).
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+            RunExistsError: ``run_id`` is taken.
+            ConfigurationError: the checkpoint belongs to another pipeline.
+        """
+        from nestegg.checkpoint.forks import start_fork
+
+        started, start, kept, input_data = await start_fork(
+            self, checkpoint_id, data, run_id, listeners
+        )
+        return await self.execute(started, start, kept, [], input_data)
+
+    async def history(self, run_id: str) -> RunHistory:
+        """The run's steps and checkpoints with parents, and the runs forked from it."""
+        from nestegg.checkpoint.forks import run_history
+
+        return await run_history(self, run_id)
 
     # ----------------------------------------------------------------- recovery
 
@@ -448,7 +518,7 @@ class RunBook:
         await store_signal(store, run_id, name, value, replace=replace, clock=self.config.clock)
         if not resume:
             return None
-        run = await self._get(run_id)
+        run = await self.get_run_record(run_id)
         wait = await wait_of(store, run)
         if wait is None or wait.signal != name:
             return None
@@ -475,8 +545,8 @@ class RunBook:
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointState:
         """The state a checkpoint restores."""
-        record = await self._checkpoint(checkpoint_id)
-        run = await self._get(record.run_id)
+        record = await self.get_checkpoint_record(checkpoint_id)
+        run = await self.get_run_record(record.run_id)
         return await load_state(self.store, run, record)
 
     async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:

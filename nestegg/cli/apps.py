@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import os
 import sys
@@ -45,7 +44,7 @@ def import_app(spec: str) -> Clutch:
         target = getattr(target, part)
     if not isinstance(target, Clutch):
         raise CommandError(f"{spec} is a {type(target).__name__}, not a nestegg Clutch", EXIT_USAGE)
-    if target._checkpoint_config is None:
+    if target.checkpoint_config is None:
         raise CommandError(
             f"the Clutch at {spec} has no checkpointing (checkpoint=CheckpointConfig(...))",
             EXIT_USAGE,
@@ -55,7 +54,7 @@ def import_app(spec: str) -> Clutch:
 
 def own_store(clutch: Clutch) -> CheckpointStorage | None:
     """The store the Clutch's CheckpointConfig names, None for the embedded default."""
-    config = clutch._checkpoint_config
+    config = clutch.checkpoint_config
     return config.storage if config is not None else None
 
 
@@ -64,24 +63,19 @@ async def bound(clutch: Clutch, url: str | None) -> AsyncIterator[CheckpointStor
     """The Clutch using the right store for the duration: its own store if its config names
     one, else the store ``url`` selects (None: the embedded default). Restores the Clutch
     and closes what it opened afterwards."""
-    config = clutch._checkpoint_config
+    config = clutch.checkpoint_config
     assert config is not None
-    saved_book = clutch._runbook
     if config.storage is not None:
-        clutch._runbook = None
         try:
-            yield config.storage
+            with clutch.using_store(config.storage):
+                yield config.storage
         finally:
-            clutch._runbook = saved_book
             await config.storage.close()
         return
     store = open_selected(url)
-    clutch._checkpoint_config = dataclasses.replace(config, storage=store)
-    clutch._runbook = None
     try:
-        await store.setup()
-        yield store
+        with clutch.using_store(store):
+            await store.setup()
+            yield store
     finally:
-        clutch._checkpoint_config = config
-        clutch._runbook = saved_book
         await store.close()

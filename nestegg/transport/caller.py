@@ -23,7 +23,7 @@ from nestegg.transport.steps import first_route
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.records import RunRecord
-    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.runs import CheckpointedRuns
     from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.clutch import Clutch
 
@@ -121,7 +121,7 @@ async def publish_first(clutch: Clutch, transport: Transport, run: RunRecord) ->
 
 async def run_remote(
     clutch: Clutch,
-    book: RunBook,
+    book: CheckpointedRuns,
     transport: Transport,
     input_data: Any,
     run_id: str | None,

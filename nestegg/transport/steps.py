@@ -40,13 +40,14 @@ from nestegg.errors import (
     StorageError,
     TransportError,
 )
-from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution, StepResult
+from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
+from nestegg.recording import StepResult
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
 
 if TYPE_CHECKING:
-    from nestegg.checkpoint.runs import RunBook
+    from nestegg.checkpoint.runs import CheckpointedRuns
     from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.clutch import Clutch
 
@@ -182,7 +183,7 @@ def next_route(clutch: Clutch, execution: RunExecution) -> str | None:
 
 def first_route(clutch: Clutch) -> str | None:
     """The agent whose channel a new run's first step goes to (None: the pipeline's)."""
-    order = clutch._get_order()
+    order = clutch.run_order
     if clutch.strategy is Strategy.SELECTOR or not order:
         return None
     return order[0]
@@ -195,7 +196,7 @@ class StepRunner:
         self.clutch = clutch
         self.transport = transport
         self.hosts = hosts
-        self.book: RunBook = clutch._book()
+        self.book: CheckpointedRuns = clutch.checkpointed_runs()
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.warm: dict[str, Warm] = {}
         self.lease = self.book.lease
@@ -300,23 +301,16 @@ class StepRunner:
         warm = self.warm.pop(claimed.run_id, None)
         resumed: dict[str, Any] | None = None
         if warm is not None and warm.continues(claimed):
-            execution, base, kept = warm.execution, warm.base, list(warm.kept)
+            recorder = self._recorder(claimed, delivery, warm.base, list(warm.kept))
+            execution = warm.execution
+            execution.recorder = recorder  # the run's next step, on the live execution
         else:
-            execution, base, kept, state = await self.book.load_for_step(claimed, StepListeners())
+            start, kept, state = await self.book.load_for_step(claimed, StepListeners())
             if state.seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one
                 checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
                 resumed = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": RUNNING}
-        recorder = StepRecorder(
-            self.book.store,
-            self.policy,
-            claimed,
-            lease_seconds=self.lease,
-            base=base,
-            kept=kept,
-            on_checkpoint=self.clutch._on_checkpoint,
-            delivery=delivery,
-        )
-        execution.recorder = recorder
+            recorder = self._recorder(claimed, delivery, start.base, kept)
+            execution = self.book.new_execution(start, recorder)
         recorder.replay_until = claimed.step_seq + 1
         if claimed.event_seq == 0:
             recorder.event(RUN_STARTED, time.time(), {})
@@ -326,6 +320,20 @@ class StepRunner:
         else:
             recorder.begin()
         return execution, recorder
+
+    def _recorder(
+        self, claimed: RunRecord, delivery: Delivery, base: Snapshot, kept: list[str]
+    ) -> StepRecorder:
+        return StepRecorder(
+            self.book.store,
+            self.policy,
+            claimed,
+            lease_seconds=self.lease,
+            base=base,
+            kept=kept,
+            on_checkpoint=self.clutch.on_checkpoint,
+            delivery=delivery,
+        )
 
     def _keep_warm(self, fence: int, execution: RunExecution, recorder: StepRecorder) -> None:
         """Keep a run's state after its step, for its next step if this worker gets it."""

@@ -38,13 +38,13 @@ def hosted_agents(clutch: Clutch, agents: Sequence[str] | None) -> frozenset[str
         ConfigurationError: an agent the Clutch does not have, or none at all.
     """
     if agents is None:
-        chosen = frozenset(clutch._agents)
+        chosen = frozenset(clutch.agent_names)
     else:
-        unknown = sorted(set(agents) - set(clutch._agents))
+        unknown = sorted(set(agents) - set(clutch.agent_names))
         if unknown:
             raise ConfigurationError(
                 f"agents {unknown} are not agents of Clutch {clutch.name!r} "
-                f"(known: {sorted(clutch._agents)})"
+                f"(known: {sorted(clutch.agent_names)})"
             )
         chosen = frozenset(agents)
     if not chosen:
