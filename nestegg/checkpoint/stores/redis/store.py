@@ -18,8 +18,7 @@ redis-py is imported only here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -40,8 +39,15 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.redis import layout as redis_layout
+from nestegg.checkpoint.stores.redis.errors import driver_errors
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
@@ -66,24 +72,11 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    StorageError,
-    StorageUnavailableError,
 )
 
 T = TypeVar("T")
 
 _SCAN_BATCH = 500
-
-
-@contextmanager
-def _driver_errors() -> Iterator[None]:
-    """The one place where redis-py's exceptions become nestegg's."""
-    try:
-        yield
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        raise StorageUnavailableError(f"Redis is unavailable: {exc}") from exc
-    except redis_errors.RedisError as exc:
-        raise StorageError(f"Redis failed: {exc}") from exc
 
 
 class RedisCheckpointStorage:
@@ -249,7 +242,7 @@ class RedisCheckpointStorage:
 
     async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         async def attempt() -> T:
-            with _driver_errors():
+            with driver_errors():
                 return await operation()
 
         if not idempotent:
@@ -413,7 +406,7 @@ class RedisCheckpointStorage:
 
     async def commit(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
-        args = [self.prefix, self._ttl, *commit_args(commit)]
+        args = [self.prefix, self._ttl, *commit_args(change_set(commit))]
         reply = await self._script(self._commit, keys, args)
         if reply[0] == 1:
             return
