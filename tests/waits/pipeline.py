@@ -29,12 +29,24 @@ class Approval(BaseModel):
 
 @nestegg.durable
 async def quote(ledger: str, amount: int) -> int:
-    """The paid call before the wait: one line in the ledger file per real call."""
+    """The paid call before the wait: one "quote" line in the ledger file per real call."""
     with Path(ledger).open("a") as out:
         out.write(f"quote {amount}\n")
-    if os.environ.get(KILL_ENV) == "after-quote":
-        time.sleep(60)  # the test kills the process here
     return amount * 100
+
+
+def quotes(ledger: Path) -> int:
+    """How many quotes were really made (the ledger's "quote" lines)."""
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return sum(line.startswith("quote ") for line in lines)
+
+
+def pause(ledger: str, where: str) -> None:
+    """Stop here (noted in the ledger) when the test is to kill this process here."""
+    if os.environ.get(KILL_ENV) == where:
+        with Path(ledger).open("a") as out:
+            out.write(f"paused {where}\n")
+        time.sleep(60)
 
 
 def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None = None) -> Clutch:
@@ -45,12 +57,12 @@ def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None =
     @clutch.agent()
     async def review(data: dict[str, Any]) -> dict[str, Any]:
         cents = await quote(data["ledger"], data["amount"])
+        pause(data["ledger"], "before-wait")
         try:
             approval = await nestegg.wait_for("approval", timeout=timeout, type=Approval)
         except SignalTimeoutError:
             return {**data, "cents": cents, "status": "expired"}
-        if os.environ.get(KILL_ENV) == "after-signal":
-            time.sleep(60)  # the test kills the process here
+        pause(data["ledger"], "after-signal")
         status = "approved" if approval.approved else "rejected"
         return {**data, "cents": cents, "status": status, "by": approval.by}
 
