@@ -652,6 +652,11 @@ class Clutch:
         whose deadline or timer has passed (never one that still waits)."""
         return await self._checkpointing().list_interrupted()
 
+    async def list_resumable(self) -> list[RunInfo]:
+        """The runs :meth:`recover` resumes: those of :meth:`list_interrupted`, and the
+        waiting runs whose signal is stored (sent with ``resume=False``)."""
+        return await self._checkpointing().list_resumable()
+
     async def recover(self) -> dict[str, Any]:
         """Resume every interrupted run of this pipeline concurrently, and every waiting
         run whose deadline or timer has passed or whose signal is stored.

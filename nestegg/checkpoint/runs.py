@@ -479,18 +479,23 @@ class CheckpointedRuns:
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
         return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now) or wait_due(r, now)]
 
-    async def recover(self) -> dict[str, Any]:
-        """Resume every interrupted run, every waiting run whose deadline passed and every
-        waiting run whose signal is stored, concurrently; run id -> result (or the
-        exception: RunWaiting for a run that waits again)."""
+    async def list_resumable(self) -> list[RunInfo]:
+        """What :meth:`recover` resumes: the interrupted runs, and the waiting runs whose
+        deadline passed or whose signal is stored."""
         store = await self.ready()
         now = self.config.clock()
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
-        interrupted = [
+        return [
             RunInfo.from_record(r)
             for r in runs
             if is_interrupted(r, now) or await resumable_now(store, r, now)
         ]
+
+    async def recover(self) -> dict[str, Any]:
+        """Resume every interrupted run, every waiting run whose deadline passed and every
+        waiting run whose signal is stored, concurrently; run id -> result (or the
+        exception: RunWaiting for a run that waits again)."""
+        interrupted = await self.list_resumable()
 
         async def one(run_id: str) -> Any:
             return await self.resume_latest(run_id, StepListeners())

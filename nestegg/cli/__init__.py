@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from nestegg.cli import housekeeping, operate, runs, ui, worker
+from nestegg.cli import housekeeping, operate, runs, signals, ui, worker
 from nestegg.cli.app import app, configure_logging
 
-_COMMAND_MODULES = (runs, operate, housekeeping, ui, worker)
+_COMMAND_MODULES = (runs, operate, signals, housekeeping, ui, worker)
 
 
 def main() -> None:

@@ -84,3 +84,7 @@ def build_sleeper(storage: CheckpointStorage, clock: Any) -> Clutch:
         return {**data, "cents": cents, "followed_up": True}
 
     return clutch
+
+
+app = build(None)
+"""The pipeline for ``--app tests.waits.pipeline:app`` (the command's store)."""
