@@ -194,3 +194,29 @@ async def test_a_bad_signal_changes_nothing(tmp_path: Path) -> None:
         await clutch.signal("r8", "approval", object())
     assert await store.read_signals("r8") == []
     assert (await clutch.list_runs(WAITING))[0].run_id == "r8"
+
+
+async def test_a_selector_may_wait_for_the_next_agent(tmp_path: Path) -> None:
+    clutch = Clutch(
+        "routes",
+        strategy=nestegg.Strategy.SELECTOR,
+        checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()),
+    )
+    asked: list[str] = []
+
+    @clutch.selector
+    async def choose(data: dict[str, Any]) -> str | None:
+        if data.get("done"):
+            return None
+        asked.append("route")
+        return str(await nestegg.wait_for("route"))
+
+    @clutch.agent()
+    async def refund(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "done": "refund"}
+
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run({}, run_id="s1")
+    assert waiting.value.signal == "route"
+    assert await clutch.signal("s1", "route", "refund") == {"done": "refund"}
+    assert asked == ["route", "route"]  # asked again on resume; the wait returned the signal
