@@ -14,18 +14,23 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from nestegg.checkpoint.codec import (
     encode_value,
     seal,
     seal_json,
-    unseal_value,
 )
 from nestegg.checkpoint.config import CheckpointPolicy
+from nestegg.checkpoint.formats import (
+    Snapshot,
+    checkpoint_body,
+    event_body,
+    journal_error_body,
+    journal_result_body,
+    parse_journal,
+    step_body,
+)
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -64,39 +69,6 @@ from nestegg.recording import StepResult
 
 log = logging.getLogger("nestegg")
 CheckpointHook = Callable[[CheckpointInfo], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Where the run stands after its last recorded step."""
-
-    seq: int
-    turn: int
-    data_seq: int
-    source: str
-    position: dict[str, Any] | None
-    metadata: bytes
-    inline_data: bytes | None = None
-    """The current data, when no step record holds it (a fork with replaced data)."""
-
-
-def checkpoint_body(state: Snapshot, next_agent: str | None) -> bytes:
-    """The JSON body of a checkpoint of ``state``."""
-    body = (
-        b'{"seq":%d,"turn":%d,"data_seq":%d,"source":%s,"position":%s,"next":%s,"metadata":%s'
-        % (
-            state.seq,
-            state.turn,
-            state.data_seq,
-            orjson.dumps(state.source),
-            orjson.dumps(state.position),
-            orjson.dumps(next_agent),
-            state.metadata,
-        )
-    )
-    if state.inline_data is not None:
-        return body + b',"data":%s}' % state.inline_data
-    return body + b"}"
 
 
 class Checkpointer:
@@ -153,7 +125,7 @@ class Checkpointer:
     def event(self, kind: str, at: float, payload: dict[str, Any]) -> None:
         """Queue an event for the next commit."""
         self.event_seq += 1
-        body = seal(orjson.dumps(payload))
+        body = event_body(payload)
         self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
 
     async def start(
@@ -205,7 +177,7 @@ class Checkpointer:
         seq, agent, started = self._unstarted
         self._unstarted = None
         self.event_seq += 1
-        body = seal(orjson.dumps({"seq": seq, "agent": agent}))
+        body = event_body({"seq": seq, "agent": agent})
         commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
         commit.event_seq = self.event_seq
 
@@ -316,33 +288,25 @@ class Checkpointer:
         if record is None:
             return None
         where = f"journal entry {step}/{position} of run {self.run_id!r}"
-        entry: dict[str, Any] = unseal_value(record.body, where)
-        return entry
+        return parse_journal(record.body, where, values=True)
 
     async def journal_result(
         self, step: int, position: int, function: str, digest: str, result: Any
     ) -> None:
         """Commit a call's result to the journal now."""
         value = encode_value(result, f"result of {function}")
-        body = b'{"function":%s,"args":"%s","result":%s}' % (
-            orjson.dumps(function),
-            digest.encode(),
-            value,
-        )
-        await self._journal_commit(step, position, body)
+        await self._journal_commit(step, position, journal_result_body(function, digest, value))
 
     async def journal_error(
         self, step: int, position: int, function: str, digest: str, error: BaseException
     ) -> None:
         """Commit a call's final failure (type and message) to the journal now."""
-        failure = {"type": type(error).__qualname__, "message": str(error)}
-        body = orjson.dumps({"function": function, "args": digest, "error": failure})
-        await self._journal_commit(step, position, body)
+        await self._journal_commit(step, position, journal_error_body(function, digest, error))
 
-    async def _journal_commit(self, step: int, position: int, body: bytes) -> None:
+    async def _journal_commit(self, step: int, position: int, sealed: bytes) -> None:
         """Commit a journal entry now; in sync mode with the step's start when that is not
         written yet, so that the live views show the step with its first call."""
-        record = JournalRecord(self.run_id, step, position, seal(body))
+        record = JournalRecord(self.run_id, step, position, sealed)
         commit = Commit(self.run_id, self.fence, journal=[record])
         if self._unstarted is not None and self._live:
             await self._settle_start()
@@ -393,15 +357,10 @@ class Checkpointer:
         """Append the step record and events; checkpoint when due; commit by durability."""
         metadata = encode_value(step.metadata, "metadata") if step.metadata else b"{}"
         now = self.clock()
-        head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%r,"duration":%r' % (
-            orjson.dumps(step.agent),
-            step.outcome.encode(),
-            orjson.dumps(step.target),
-            step.started,
-            step.duration,
+        body = step_body(
+            step.agent, step.outcome, step.target, step.started, step.duration, step.output
         )
-        body = head + (b',"data":%s}' % step.output if step.output is not None else b"}")
-        self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, seal(body)))
+        self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, body))
         self.pending.step_seq = step.seq
         self._take_start(self.pending)
         self.event(

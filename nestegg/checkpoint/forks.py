@@ -7,11 +7,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.checkpointer import checkpoint_body
-from nestegg.checkpoint.codec import decode_value, encode_value, seal, unseal, unseal_json
+from nestegg.checkpoint.codec import decode_value, encode_value, seal
+from nestegg.checkpoint.formats import checkpoint_body, event_body, parse_step, step_with_data
 from nestegg.checkpoint.loader import load_state_and_steps
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
@@ -33,7 +31,7 @@ from nestegg.checkpoint.views import (
     run_input,
 )
 from nestegg.constants import REASON_FORK, RUN_FORKED, RUNNING
-from nestegg.errors import CheckpointCorruptedError, ConfigurationError, RunExistsError
+from nestegg.errors import ConfigurationError, RunExistsError
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
@@ -82,7 +80,7 @@ async def start_fork(
     body = seal(checkpoint_body(prepared.base, state.next_agent))
     start = CheckpointRecord(start_id, new_id, state.seq, now, REASON_FORK, body)
     payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}
-    forked = EventRecord(new_id, 1, now, RUN_FORKED, seal(orjson.dumps(payload)))
+    forked = EventRecord(new_id, 1, now, RUN_FORKED, event_body(payload))
     await book.store.create_run(child)
     try:
         await book.store.commit(
@@ -140,12 +138,7 @@ def _copy_step(step: StepRecord, run_id: str, data: bytes | None, data_seq: int)
     if data is None or step.seq != data_seq:
         return step._replace(run_id=run_id)
     where = f"step {step.seq} of run {step.run_id!r}"
-    body = unseal_json(step.body, where)
-    if not isinstance(body, dict):
-        raise CheckpointCorruptedError(f"{where} is not a step record")
-    body.pop("data", None)
-    head = orjson.dumps(body)[:-1] + (b"," if body else b"")
-    return step._replace(run_id=run_id, body=seal(head + b'"data":%s}' % data))
+    return step._replace(run_id=run_id, body=step_with_data(step.body, data, where))
 
 
 def _forked_state(
@@ -176,7 +169,7 @@ async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
     records = await book.store.load_steps(run.run_id)
     steps = []
     for record in records:
-        body = orjson.loads(unseal(record.body, f"step {record.seq} of run {run.run_id!r}"))
+        body = parse_step(record.body, f"step {record.seq} of run {run.run_id!r}")
         steps.append(
             StepInfo(
                 seq=record.seq,

@@ -10,25 +10,21 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterable, Sequence
-from itertools import compress, groupby, repeat
-from operator import add, attrgetter, ge, methodcaller, sub
-
-import orjson
+from collections.abc import Sequence
+from itertools import groupby, repeat
+from operator import attrgetter, sub
 
 from nestegg.checkpoint.bulk import collector_paused
-from nestegg.checkpoint.codec import (
-    SEALED_BODY_AT,
-    all_intact,
-    decode_value,
-    rebuild,
-    unseal,
-    unseal_json,
+from nestegg.checkpoint.codec import all_intact, decode_value, rebuild, unseal
+from nestegg.checkpoint.formats import (
+    DATA_STOP,
+    data_entries,
+    data_offsets,
+    parse_checkpoint,
+    step_data,
 )
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import (
-    DATA_KEY,
-    STEP_BODY_HEAD,
     StepPiece,
     block_where,
     body_intact,
@@ -66,24 +62,6 @@ def initial_state(run: RunRecord) -> CheckpointState:
     )
 
 
-def step_data(raw: bytes, where: str) -> bytes | None:
-    """The JSON of the data a step record's body holds, without decoding it; None if none.
-
-    The checkpointer writes the data last (``{"agent":...,"data":<json>}``); a body of
-    another shape is parsed in full.
-    """
-    if raw.startswith(STEP_BODY_HEAD):
-        at = raw.find(DATA_KEY)
-        return None if at < 0 else raw[at + len(DATA_KEY) : -1]
-    try:
-        step = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None
-    if not isinstance(step, dict):
-        raise CheckpointCorruptedError(f"{where} is not a step record")
-    return orjson.dumps(step["data"]) if "data" in step else None
-
-
 def _history_entries(pieces: Sequence[StepPiece], run_id: str) -> list[HistoryEntry]:
     """The history entries of the steps that hold data, every checksum checked.
 
@@ -108,11 +86,11 @@ def _history_entries(pieces: Sequence[StepPiece], run_id: str) -> list[HistoryEn
 def _record_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
     """The entries of loose step records (see _history_entries)."""
     bodies = [record.body for record in records]
-    if not (all_intact(bodies) and all(map(_in_canonical_layout, bodies))):
+    found = data_offsets(bodies) if all_intact(bodies) else None
+    if found is None:
         return [entry for record in records if (entry := _entry(record, run_id)) is not None]
-    found = list(map(bytes.find, bodies, repeat(DATA_KEY), repeat(SEALED_BODY_AT)))
     seqs, agents = map(attrgetter("seq"), records), map(attrgetter("agent"), records)
-    return _data_entries(seqs, agents, bodies, found, repeat(_DATA_STOP))
+    return data_entries(seqs, agents, bodies, found, repeat(DATA_STOP))
 
 
 def _block_entries(block: StepBlock) -> list[HistoryEntry]:
@@ -122,31 +100,8 @@ def _block_entries(block: StepBlock) -> list[HistoryEntry]:
         _record_entries(unpack_block(block, head), block.run_id)  # names a damaged record
         raise CheckpointCorruptedError(f"{block_where(block)} failed their block's checksum")
     seqs = range(block.first_seq, block.last_seq + 1)
-    stops = map(sub, head.ends, repeat(-_DATA_STOP))
-    return _data_entries(seqs, head.agents, repeat(block.body), head.data_keys, stops)
-
-
-def _data_entries(
-    seqs: Iterable[int],
-    agents: Iterable[str],
-    raws: Iterable[bytes],
-    found: list[int],
-    stops: Iterable[int],
-) -> list[HistoryEntry]:
-    """Entries ``(seq, agent, raw, start, stop)`` from where ``DATA_KEY`` was found in
-    each record; records without it (hand-overs, no data) are no history entries."""
-    starts = map(add, found, repeat(len(DATA_KEY)))
-    entries = zip(seqs, agents, raws, starts, stops, strict=False)  # some are repeat()s
-    if -1 in found:
-        return list(compress(entries, map(ge, found, repeat(0))))
-    return list(entries)
-
-
-_in_canonical_layout = methodcaller("startswith", STEP_BODY_HEAD, SEALED_BODY_AT)
-
-
-_DATA_STOP = -2
-"""A sealed step record ends with the data, the body's brace and the seal's."""
+    stops = map(sub, head.ends, repeat(-DATA_STOP))
+    return data_entries(seqs, head.agents, repeat(block.body), head.data_keys, stops)
 
 
 def _entry(record: StepRecord, run_id: str) -> HistoryEntry | None:
@@ -185,7 +140,7 @@ async def _load(
     store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
 ) -> tuple[CheckpointState, Sequence[StepPiece]]:
     where = f"checkpoint {checkpoint.checkpoint_id!r} of run {run.run_id!r}"
-    body = unseal_json(checkpoint.body, where)
+    body = parse_checkpoint(checkpoint.body, where)
     try:
         seq, turn = int(body["seq"]), int(body["turn"])
         metadata = rebuild(body.get("metadata") or {}, where)

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
+from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal, unseal_value
 from nestegg.checkpoint.config import CheckpointConfig
+from nestegg.checkpoint.formats import Snapshot
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import (
     active_runs,

@@ -25,17 +25,12 @@ from operator import add, le, lt, sub
 from typing import NamedTuple
 
 from nestegg.checkpoint.codec import SEALED_BODY_AT, all_intact, seal_json, unseal_json
+from nestegg.checkpoint.formats import DATA_KEY, STEP_BODY_HEAD
 from nestegg.checkpoint.records import StepBlock, StepRecord
 from nestegg.errors import CheckpointCorruptedError
 
 StepPiece = StepRecord | StepBlock
 """What a history is read as: a loose step record, or a block of them."""
-
-STEP_BODY_HEAD = b'{"agent":'
-DATA_KEY = b',"data":'
-"""How the checkpointer writes a step record's body: ``{"agent":...,"data":<json>}``, the
-data last, absent for a step without data. (``,"data":`` cannot occur inside the JSON
-strings before it, where a quote is escaped.)"""
 
 
 class BlockHead(NamedTuple):
@@ -185,8 +180,6 @@ def merged(
 
 
 __all__ = [
-    "DATA_KEY",
-    "STEP_BODY_HEAD",
     "BlockHead",
     "StepPiece",
     "block_where",

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.checkpoint.codec import decode_value, unseal_json, unseal_value
+from nestegg.checkpoint.formats import parse_event
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 
 
@@ -181,7 +182,7 @@ class Event:
     @classmethod
     def from_record(cls, record: EventRecord) -> Event:
         """The view of a stored event."""
-        data = unseal_json(record.body, f"event {record.seq} of run {record.run_id!r}")
+        data = parse_event(record.body, f"event {record.seq} of run {record.run_id!r}")
         return cls(
             run_id=record.run_id,
             seq=record.seq,

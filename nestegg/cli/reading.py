@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from nestegg.agents import check_name
-from nestegg.checkpoint.codec import unseal, unseal_json
+from nestegg.checkpoint.formats import parse_checkpoint, parse_journal, parse_step
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import (
@@ -107,7 +107,7 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
         "valid": True,
     }
     try:
-        body = unseal_json(record.body, f"checkpoint {record.checkpoint_id!r}")
+        body = parse_checkpoint(record.body, f"checkpoint {record.checkpoint_id!r}")
         row["turn"] = body.get("turn")
         row["next_agent"] = body.get("next")
     except (CheckpointCorruptedError, AttributeError):
@@ -140,7 +140,7 @@ async def list_run_rows(
 def step_row(seq: int, agent: str, body: bytes, run_id: str) -> dict[str, Any]:
     """One executed step as plain data (``damaged`` when its record cannot be read)."""
     try:
-        step = orjson.loads(unseal(body, f"step {seq} of run {run_id!r}"))
+        step = parse_step(body, f"step {seq} of run {run_id!r}")
         started: datetime | None = datetime.fromtimestamp(float(step.get("started", 0)), UTC)
         return {
             "seq": seq,
@@ -249,7 +249,7 @@ def _last_start(events: list[EventRecord]) -> EventRecord | None:
 
 def _call_row(record: JournalRecord) -> dict[str, Any]:
     try:
-        entry = unseal_json(record.body, f"journal entry {record.step}/{record.position}")
+        entry = parse_journal(record.body, f"journal entry {record.step}/{record.position}")
     except CheckpointCorruptedError:
         entry = {"error": "damaged"}
     outcome = "failed" if "error" in entry else "returned"

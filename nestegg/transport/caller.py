@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import to_plain
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
-from nestegg.checkpoint.loader import step_data
+from nestegg.checkpoint.formats import parse_event, step_data
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import wait_of
 from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
@@ -69,7 +69,7 @@ class Watcher:
             self.event_seq = event.seq
             if event.kind != STEP_COMPLETED:
                 continue
-            seq = int(unseal_json(event.body, f"event {event.seq}")["seq"])
+            seq = int(parse_event(event.body, f"event {event.seq}")["seq"])
             for record in await self.store.load_steps(self.run_id, seq - 1, seq):
                 where = f"step {record.seq} of run {self.run_id!r}"
                 data = step_data(unseal(record.body, where), where)

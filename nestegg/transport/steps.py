@@ -18,10 +18,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import orjson
-
-from nestegg.checkpoint.checkpointer import Checkpointer, Snapshot
-from nestegg.checkpoint.codec import seal, seal_json
+from nestegg.checkpoint.checkpointer import Checkpointer
+from nestegg.checkpoint.codec import seal_json
+from nestegg.checkpoint.formats import Snapshot, event_body
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
 from nestegg.constants import (
@@ -401,7 +400,7 @@ class StepRunner:
         detail = {"type": type(error).__qualname__, "message": str(error), "agent": None}
         commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=seal_json(detail))
         event_seq = claimed.event_seq + 1
-        body = seal(orjson.dumps({"steps": claimed.step_seq}))
+        body = event_body({"steps": claimed.step_seq})
         commit.events.append(EventRecord(claimed.run_id, event_seq, time.time(), RUN_FAILED, body))
         commit.event_seq = event_seq
         commit.updated_at = time.time()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg.checkpoint.codec import unseal_json
+from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
@@ -211,7 +211,7 @@ async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[s
     calls = []
     for record in await store.read_journal(run.run_id, seq):
         try:
-            entry = unseal_json(record.body, f"journal entry {seq}/{record.position}")
+            entry = parse_journal(record.body, f"journal entry {seq}/{record.position}")
         except CheckpointCorruptedError as error:
             entry = {"unreadable": str(error)}
         calls.append({"position": record.position, **entry})

@@ -1,0 +1,235 @@
+"""The record formats: the one module that writes and reads the bodies of step records,
+checkpoints, journal entries and events.
+
+Every body is JSON, sealed by :func:`~nestegg.checkpoint.codec.seal` as
+``{"crc":"<8 hex>","body":<json>}``. The layouts (stored data depends on them byte for
+byte; tests/checkpoint/test_formats.py pins them):
+
+- **step record**: ``{"agent":…,"outcome":"…","target":…,"started":…,"duration":…}``, with
+  ``,"data":<json>`` last when the step produced data. Readers find the data by its key
+  without parsing the record (:data:`DATA_KEY`); a body of another shape is parsed in full.
+- **checkpoint**: ``{"seq","turn","data_seq","source","position","next","metadata"}``, with
+  ``"data"`` last when the checkpoint holds the current data itself (a fork's replaced
+  data that no step record holds).
+- **journal entry**: ``{"function","args","result"}`` or ``{"function","args","error":
+  {"type","message"}}``.
+- **event**: the event's payload, a JSON object.
+
+The fast paths (byte offsets of the data in a sealed step record) live here too, and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import add, ge, methodcaller
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.codec import SEALED_BODY_AT, seal, unseal, unseal_json, unseal_value
+from nestegg.errors import CheckpointCorruptedError
+
+STEP_BODY_HEAD = b'{"agent":'
+DATA_KEY = b',"data":'
+"""How a step record's body starts, and the key of its data, written last (``,"data":``
+cannot occur inside the JSON strings before it, where a quote is escaped)."""
+DATA_STOP = -2
+"""A sealed step record ends with the data, the body's brace and the seal's."""
+
+in_step_layout = methodcaller("startswith", STEP_BODY_HEAD, SEALED_BODY_AT)
+"""Whether a sealed body is a step record in this module's layout (its data found by key)."""
+
+
+# ----------------------------------------------------------------- step records
+
+
+def step_body(
+    agent: str,
+    outcome: str,
+    target: str | None,
+    started: float,
+    duration: float,
+    data: bytes | None,
+) -> bytes:
+    """The sealed body of a step record; ``data`` is the step's output as JSON (None: the
+    step produced none)."""
+    head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%r,"duration":%r' % (
+        orjson.dumps(agent),
+        outcome.encode(),
+        orjson.dumps(target),
+        started,
+        duration,
+    )
+    return seal(head + (b',"data":%s}' % data if data is not None else b"}"))
+
+
+def step_data(raw: bytes, where: str) -> bytes | None:
+    """The JSON of the data an unsealed step record holds, without decoding it; None if
+    none. A body of another shape than :func:`step_body` writes is parsed in full.
+
+    Raises:
+        CheckpointCorruptedError: the body is not a step record.
+    """
+    if raw.startswith(STEP_BODY_HEAD):
+        at = raw.find(DATA_KEY)
+        return None if at < 0 else raw[at + len(DATA_KEY) : -1]
+    step = _json_object(raw, where, "a step record")
+    return orjson.dumps(step["data"]) if "data" in step else None
+
+
+def parse_step(sealed: bytes, where: str) -> dict[str, Any]:
+    """A sealed step record's fields (``agent``, ``outcome``, ``target``, ``started``,
+    ``duration`` and ``data`` when it holds data).
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a step record.
+    """
+    return _json_object(unseal(sealed, where), where, "a step record")
+
+
+def step_with_data(sealed: bytes, data: bytes, where: str) -> bytes:
+    """A sealed step record like ``sealed`` but holding ``data`` (JSON) as its data.
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a step record.
+    """
+    body = parse_step(sealed, where)
+    body.pop("data", None)
+    head = orjson.dumps(body)[:-1] + (b"," if body else b"")
+    return seal(head + b'"data":%s}' % data)
+
+
+def data_offsets(bodies: list[bytes]) -> list[int] | None:
+    """Where :data:`DATA_KEY` is in each sealed step record (-1: no data), or None when a
+    body is not in this module's layout (then read them one by one). Runs in C over all
+    of them (``map``): the hot part of a resume."""
+    if not all(map(in_step_layout, bodies)):
+        return None
+    return list(map(bytes.find, bodies, repeat(DATA_KEY), repeat(SEALED_BODY_AT)))
+
+
+def data_entries(
+    seqs: Iterable[int],
+    agents: Iterable[str],
+    raws: Iterable[bytes],
+    found: list[int],
+    stops: Iterable[int],
+) -> list[tuple[int, str, bytes, int, int | None]]:
+    """History entries ``(seq, agent, raw, start, stop)`` from where :data:`DATA_KEY` was
+    found in each record (``raw[start:stop]`` is its data JSON); records without it
+    (hand-overs, no data) are no history entries."""
+    starts = map(add, found, repeat(len(DATA_KEY)))
+    entries = zip(seqs, agents, raws, starts, stops, strict=False)  # some are repeat()s
+    if -1 in found:
+        return list(compress(entries, map(ge, found, repeat(0))))
+    return list(entries)
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Where the run stands after its last recorded step (what a checkpoint stores)."""
+
+    seq: int
+    turn: int
+    data_seq: int
+    source: str
+    position: dict[str, Any] | None
+    metadata: bytes
+    inline_data: bytes | None = None
+    """The current data, when no step record holds it (a fork with replaced data)."""
+
+
+def checkpoint_body(state: Snapshot, next_agent: str | None) -> bytes:
+    """The JSON body of a checkpoint of ``state`` (unsealed)."""
+    body = (
+        b'{"seq":%d,"turn":%d,"data_seq":%d,"source":%s,"position":%s,"next":%s,"metadata":%s'
+        % (
+            state.seq,
+            state.turn,
+            state.data_seq,
+            orjson.dumps(state.source),
+            orjson.dumps(state.position),
+            orjson.dumps(next_agent),
+            state.metadata,
+        )
+    )
+    if state.inline_data is not None:
+        return body + b',"data":%s}' % state.inline_data
+    return body + b"}"
+
+
+def parse_checkpoint(sealed: bytes, where: str) -> dict[str, Any]:
+    """A sealed checkpoint body's fields (see the module docstring).
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a checkpoint body.
+    """
+    body = unseal_json(sealed, where)
+    if not isinstance(body, dict):
+        raise CheckpointCorruptedError(f"{where} lacks its fields")
+    return body
+
+
+# -------------------------------------------------------------- journal entries
+
+
+def journal_result_body(function: str, digest: str, value: bytes) -> bytes:
+    """The sealed journal entry of a call that returned ``value`` (JSON)."""
+    body = b'{"function":%s,"args":"%s","result":%s}' % (
+        orjson.dumps(function),
+        digest.encode(),
+        value,
+    )
+    return seal(body)
+
+
+def journal_error_body(function: str, digest: str, error: BaseException) -> bytes:
+    """The sealed journal entry of a call that failed for good (its type and message)."""
+    failure = {"type": type(error).__qualname__, "message": str(error)}
+    return seal(orjson.dumps({"function": function, "args": digest, "error": failure}))
+
+
+def parse_journal(sealed: bytes, where: str, *, values: bool = False) -> dict[str, Any]:
+    """A sealed journal entry's fields (``function``, ``args``, ``result`` or ``error``):
+    as plain JSON, or with ``values`` the result rebuilt as the value returned (models,
+    bytes, dates: what a replay returns).
+
+    Raises:
+        CheckpointCorruptedError: damaged.
+    """
+    entry: dict[str, Any] = unseal_value(sealed, where) if values else unseal_json(sealed, where)
+    return entry
+
+
+# ----------------------------------------------------------------------- events
+
+
+def event_body(payload: dict[str, Any]) -> bytes:
+    """The sealed body of an event with ``payload``."""
+    return seal(orjson.dumps(payload))
+
+
+def parse_event(sealed: bytes, where: str) -> dict[str, Any]:
+    """A sealed event body's payload (a value that is no object comes as ``{"value": …}``).
+
+    Raises:
+        CheckpointCorruptedError: damaged.
+    """
+    data = unseal_json(sealed, where)
+    return data if isinstance(data, dict) else {"value": data}
+
+
+def _json_object(raw: bytes, where: str, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise CheckpointCorruptedError(f"{where} holds invalid JSON") from None
+    if not isinstance(value, dict):
+        raise CheckpointCorruptedError(f"{where} is not {what}")
+    return value
