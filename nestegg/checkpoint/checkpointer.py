@@ -29,6 +29,7 @@ from nestegg.checkpoint.formats import (
     journal_error_body,
     journal_result_body,
     parse_journal,
+    parse_signal,
     step_body,
 )
 from nestegg.checkpoint.records import (
@@ -465,7 +466,7 @@ class Checkpointer:
         """Whether the signal ``name`` is stored for this run, and its value."""
         for signal in await self.store.read_signals(self.run_id):
             if signal.name == name:
-                return True, unseal_value(signal.body, f"signal {name!r} of run {self.run_id!r}")
+                return True, parse_signal(signal.body, f"signal {name!r} of run {self.run_id!r}")
         return False, None
 
     def signal_received(self, name: str, timed_out: bool) -> None:

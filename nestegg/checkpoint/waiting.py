@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.codec import encode_value, seal
+from nestegg.checkpoint.codec import encode_value
+from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import Event
 from nestegg.constants import NO_DEADLINE, RUN_WAITING, WAITING
 from nestegg.errors import CheckpointCorruptedError, SignalExistsError
 
@@ -42,7 +42,9 @@ async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
     for record in reversed(await store.read_events(run.run_id, max(run.event_seq - 8, 0))):
         if record.kind == RUN_WAITING:
             try:
-                signal = Event.from_record(record).data.get("signal")
+                signal = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}").get(
+                    "signal"
+                )
             except CheckpointCorruptedError:
                 break
             return Wait(signal if isinstance(signal, str) else None, deadline)
@@ -80,7 +82,7 @@ async def store_signal(
         RunNotFoundError: no such run.
     """
     check_name(name, "signal name")
-    body = seal(encode_value(to_plain(value), f"signal {name!r}"))
+    body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
     if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):
         raise SignalExistsError(
             f"run {run_id!r} has a signal {name!r} already; a signal is sent once per run "
