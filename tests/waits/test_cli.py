@@ -62,3 +62,19 @@ def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "not JSON" in bad.stderr
     missing = cli("signal", "nope", "approval", "1", "-s", url)
     assert missing.exit_code == 3
+
+
+def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    source, target = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(source, "x1", ledger))
+    assert cli("signal", "x1", "approval", APPROVED, "-s", source).exit_code == 0
+    exported = tmp_path / "x1.json"
+    assert cli("export", "x1", "-o", str(exported), "-s", source).exit_code == 0
+    assert orjson.loads(exported.read_bytes())["signals"][0]["name"] == "approval"
+    imported = cli("import", str(exported), "-s", target)
+    assert imported.exit_code == 0, imported.stderr
+    recovered = orjson.loads(cli("recover", "--app", APP, "-s", target, "--json").stdout)
+    assert recovered["runs"][0]["result"]["status"] == "approved"
+    assert quotes(ledger) == 1
