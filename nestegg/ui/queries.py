@@ -21,7 +21,14 @@ from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import Event, run_input, run_result
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
-from nestegg.constants import RUN_FORKED, RUN_RESUMED, RUNNING, STEP_FAILED, STEP_STARTED
+from nestegg.constants import (
+    RUN_FORKED,
+    RUN_RESUMED,
+    RUNNING,
+    STEP_FAILED,
+    STEP_STARTED,
+    WAITING,
+)
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
 
 RUNS_PAGE = 50
@@ -36,7 +43,6 @@ FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
 FORK_SCAN_PAGE = 500
 INTERRUPTED = "interrupted"
-WAITING = "waiting"
 
 
 def encode_cursor(run: RunRecord) -> str:
