@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from nestegg.clutch import Clutch
 from nestegg.context import ClutchContext, ClutchState, get_context
-from nestegg.errors import NestEggError, RunWaiting, SignalExistsError, SignalTimeoutError
+from nestegg.errors import (
+    NestEggError,
+    RunWaiting,
+    SignalExistsError,
+    SignalTimeoutError,
+    SignalValueError,
+)
 from nestegg.journal import RetryPolicy, call, durable
 from nestegg.signals import Handover, Terminate, handover
 from nestegg.strategies import Strategy
@@ -29,6 +35,7 @@ __all__ = [
     "RunWaiting",
     "SignalExistsError",
     "SignalTimeoutError",
+    "SignalValueError",
     "StepEvent",
     "Strategy",
     "Terminate",

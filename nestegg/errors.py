@@ -18,6 +18,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── RunWaiting                  the run waits for a signal or a timer (not a failure)
     │   └── SignalExistsError           a signal of that name was sent to the run already
     ├── SignalTimeoutError              wait_for's deadline passed before its signal came
+    ├── SignalValueError                a signal's value does not fit wait_for's type=
     ├── CheckpointError                 about one checkpoint
     │   ├── CheckpointNotFoundError     no checkpoint with that id
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
@@ -152,6 +153,11 @@ class SignalTimeoutError(NestEggError, TimeoutError):
         super().__init__(f"signal {signal!r} did not come before {_when(deadline)}")
         self.signal = signal
         self.deadline = deadline
+
+
+class SignalValueError(NestEggError, ValueError):
+    """The value of a signal does not fit the ``type=`` of the ``wait_for`` receiving it
+    (nothing is journaled: send a fitting one with ``replace=True`` and resume the run)."""
 
 
 class CheckpointError(NestEggError):

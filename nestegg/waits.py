@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from nestegg.agents import check_name
 from nestegg.context import current_context
-from nestegg.errors import ConfigurationError, SignalTimeoutError
+from nestegg.errors import ConfigurationError, SignalTimeoutError, SignalValueError
 from nestegg.journal import argument_hash
 from nestegg.signals import WaitSuspended
 
@@ -91,6 +91,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
 
     Raises:
         SignalTimeoutError: the deadline passed before the signal came (catch it to go on).
+        SignalValueError: the value does not fit ``type`` (nothing is journaled).
         ConfigurationError: not inside an agent of a checkpointed run, or a bad timeout.
         InvalidIdentifierError: a bad signal name.
 
@@ -110,6 +111,10 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
     async def receive() -> dict[str, Any]:
         found, value = await recorder.read_signal(name)
         if found:
+            try:  # checked before it is journaled: a fitting one may replace it
+                _check(name, value, type)
+            except SignalValueError as error:
+                raise _Unfit(error) from None
             recorder.signal_received(name, timed_out=False)
             return {"value": value}
         if deadline is not None and recorder.clock() >= deadline:
@@ -117,11 +122,36 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
             return {"timed_out": True}
         raise WaitSuspended(name, deadline)
 
-    outcome = await _recorded(execution, WAIT_RECEIVED, digest, receive)
+    try:
+        outcome = await _recorded(execution, WAIT_RECEIVED, digest, receive)
+    except _Unfit as unfit:
+        raise unfit.error from None
     if outcome.get("timed_out"):
         raise SignalTimeoutError(name, float(deadline))
     value = outcome.get("value")
-    return value if type is None else TypeAdapter(type).validate_python(value)
+    return value if type is None else _check(name, value, type)
+
+
+class _Unfit(BaseException):
+    """Carries a SignalValueError past the journal (which records an Exception)."""
+
+    def __init__(self, error: SignalValueError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _check(name: str, value: Any, type: Any) -> Any:
+    """``value`` validated as ``type`` (None: as it is)."""
+    if type is None:
+        return value
+    try:
+        return TypeAdapter(type).validate_python(value)
+    except ValidationError as error:
+        raise SignalValueError(
+            f"the value of signal {name!r} does not fit {getattr(type, '__name__', type)}: "
+            f"{error.errors()[0].get('msg')} (send another with replace=True, then resume "
+            "the run)"
+        ) from None
 
 
 async def sleep(duration: timedelta | float) -> None:

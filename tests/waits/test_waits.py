@@ -220,3 +220,18 @@ async def test_a_selector_may_wait_for_the_next_agent(tmp_path: Path) -> None:
     assert waiting.value.signal == "route"
     assert await clutch.signal("s1", "route", "refund") == {"done": "refund"}
     assert asked == ["route", "route"]  # asked again on resume; the wait returned the signal
+
+
+async def test_a_value_that_does_not_fit_fails_the_step_and_a_fitting_one_resumes_it(
+    tmp_path: Path,
+) -> None:
+    clutch = build(MemoryCheckpointStorage())
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="v1")
+    with pytest.raises(nestegg.SignalValueError, match="does not fit Approval"):
+        await clutch.signal("v1", "approval", {"approved": "maybe"})
+    assert (await clutch.list_runs("failed"))[0].run_id == "v1"
+    await clutch.signal("v1", "approval", APPROVED, replace=True, resume=False)
+    result = await clutch.resume_latest("v1")
+    assert result["status"] == "approved"
+    assert _quotes(tmp_path) == 1
