@@ -415,6 +415,8 @@ class Clutch:
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or
                 to a completed run of another input (pass a new run id, or delete that run).
             RunLockedError: another live process is executing that run.
+            RunWaiting: the run waits for a signal or a timer (``nestegg.wait_for``,
+                ``nestegg.sleep``); it is stored as ``waiting`` and this process is free.
         """
         task = await self.submit(input_data, run_id=run_id)
         return await task.result(timeout=timeout)
