@@ -35,7 +35,7 @@ from nestegg.checkpoint.views import (
 )
 from nestegg.checkpoint.waiting import (
     resumable_now,
-    signal_stored,
+    signal_came,
     store_signal,
     wait_due,
     wait_of,
@@ -227,16 +227,18 @@ class CheckpointedRuns:
             await recorder.start(truncate_after, replay_until)
             fresh = any(kind == RUN_STARTED for kind, _ in events)
             return await self.clutch.drive(execution, input_data, fresh=fresh)
-        except RunWaiting as waiting:
-            # Its signal may have come while the step ran: then nobody else resumes it.
-            if waiting.signal is None or not await signal_stored(
-                self.store, run.run_id, waiting.signal
-            ):
+        except RunWaiting as error:
+            # Its signal may have come while the step ran, unseen by the signaller: go on.
+            if not await signal_came(self.store, error):
                 raise
+            waiting = error
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
-        return await self.resume_latest(run.run_id, execution.listeners)
+        try:
+            return await self.resume_latest(run.run_id, execution.listeners)
+        except RunLockedError:  # the signaller resumed it after all
+            raise waiting from None
 
     def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:
         """The execution that runs from ``start``, recording through ``recorder``."""

@@ -17,7 +17,7 @@ from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import NO_DEADLINE, RUN_WAITING, WAITING
-from nestegg.errors import CheckpointCorruptedError, SignalExistsError
+from nestegg.errors import CheckpointCorruptedError, RunWaiting, SignalExistsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,13 @@ async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> boo
     return any(signal.name == name for signal in await store.read_signals(run_id))
 
 
+async def signal_came(store: CheckpointStorage, waiting: RunWaiting) -> bool:
+    """Whether the signal a run just started to wait for is stored already."""
+    return waiting.signal is not None and await signal_stored(
+        store, waiting.run_id or "", waiting.signal
+    )
+
+
 async def resumable_now(store: CheckpointStorage, run: RunRecord, now: float) -> bool:
     """Whether a waiting run can go on now: its deadline passed, or its signal is stored."""
     if wait_due(run, now):
@@ -92,4 +99,12 @@ async def store_signal(
         )
 
 
-__all__ = ["Wait", "resumable_now", "signal_stored", "store_signal", "wait_due", "wait_of"]
+__all__ = [
+    "Wait",
+    "resumable_now",
+    "signal_came",
+    "signal_stored",
+    "store_signal",
+    "wait_due",
+    "wait_of",
+]

@@ -235,3 +235,33 @@ async def test_a_value_that_does_not_fit_fails_the_step_and_a_fitting_one_resume
     result = await clutch.resume_latest("v1")
     assert result["status"] == "approved"
     assert _quotes(tmp_path) == 1
+
+
+class _LateSignalStore(MemoryCheckpointStorage):
+    """Hides the run's signals from the first read: the signal lands just after the step
+    looked, before the run is stored as waiting (and its sender saw it running)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read_signals(self, run_id: str) -> list[Any]:
+        self.reads += 1
+        return [] if self.reads == 1 else await super().read_signals(run_id)
+
+
+async def test_a_signal_that_lands_while_the_run_suspends_is_not_lost() -> None:
+    store = _LateSignalStore()
+    clutch = Clutch("late", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def ask(data: dict[str, Any]) -> dict[str, Any]:
+        run_id = nestegg.get_context().run_id
+        # Sent (once: journaled) while the run runs, so its sender does not resume it.
+        await nestegg.call(clutch.signal, run_id, "go", "now", resume=False)
+        return {"got": await nestegg.wait_for("go")}
+
+    assert await clutch.run({}, run_id="late") == {"got": "now"}
+    assert store.reads >= 2
+    kinds = [event.kind for event in await clutch.events("late")]
+    assert kinds.count("run_waiting") == 1 and kinds[-1] == "run_completed"
