@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.agents import check_name, to_plain
+from nestegg.checkpoint.admission import existing_run, fork_without_start
 from nestegg.checkpoint.checkpointer import Checkpointer
-from nestegg.checkpoint.codec import encode_value, seal, unseal_value
+from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.formats import Snapshot
 from nestegg.checkpoint.loader import load_latest, load_state
@@ -31,6 +32,7 @@ from nestegg.checkpoint.views import (
     Event,
     RunHistory,
     RunInfo,
+    run_input,
     run_result,
 )
 from nestegg.checkpoint.waiting import (
@@ -163,36 +165,8 @@ class CheckpointedRuns:
         )
 
     def _existing(self, run: RunRecord, sealed_input: bytes) -> Any:
-        """What run() does with an id that exists: the result of a completed run of the
-        same input; otherwise a RunExistsError (or RunLockedError) saying what to do."""
-        if run.status == COMPLETED:
-            if not _same_input(run, sealed_input):
-                raise RunExistsError(
-                    f"run {run.run_id!r} completed with a different input: a run id names "
-                    f"one run of one input; pass a new id for this input "
-                    f"(run(input, run_id=...)), or delete_run({run.run_id!r}) first to run "
-                    "it again under this id",
-                    run.run_id,
-                )
-            return run_result(run)
-        now = self.config.clock()
-        if owner_alive(run, now):
-            raise RunLockedError(
-                f"run {run.run_id!r} is being executed by another process "
-                f"(pid {run.owner.pid if run.owner else '?'})",
-                run.run_id,
-            )
-        status = "interrupted" if is_interrupted(run, now) else run.status
-        if _same_input(run, sealed_input):
-            what = f"continue it with resume_latest({run.run_id!r})"
-        else:
-            what = (
-                f"it was started with a different input; continue it with "
-                f"resume_latest({run.run_id!r}), or pass a new id for this input"
-            )
-        raise RunExistsError(
-            f"run {run.run_id!r} exists with status {status!r}: {what}", run.run_id
-        )
+        """What run() does with an id that exists (see admission.existing_run)."""
+        return existing_run(run, sealed_input, self.config.clock())
 
     async def execute(
         self,
@@ -293,7 +267,7 @@ class CheckpointedRuns:
         """
         state, checkpoints = await load_latest(self.store, run)
         if state.checkpoint is None and run.parent_run is not None:
-            raise _fork_without_start(run)
+            raise fork_without_start(run)
         start = self.prepare(run, state, listeners)
         return start, [c.checkpoint_id for c in checkpoints], state
 
@@ -319,7 +293,7 @@ class CheckpointedRuns:
         self._check_not_owned(run)
         state, checkpoints = await load_latest(self.store, run)
         if state.checkpoint is None and run.parent_run is not None:
-            raise _fork_without_start(run)
+            raise fork_without_start(run)
         kept = [c.checkpoint_id for c in checkpoints]
         return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
 
@@ -429,7 +403,7 @@ class CheckpointedRuns:
             start,
             kept,
             events,
-            run_input_of(run),
+            run_input(run),
             truncate_after=state.seq,
             replay_until=replay_until,
         )
@@ -591,35 +565,3 @@ class CheckpointedRuns:
                         run.run_id, [c.checkpoint_id for c in surplus]
                     )
         return {"runs_expired": len(expired), "checkpoints_pruned": pruned}
-
-
-def _same_input(run: RunRecord, sealed_input: bytes) -> bool:
-    """Whether ``run`` was started with the input sealed as ``sealed_input``: the stored
-    bytes compared first, the decoded values when they differ (the keys of a dict in
-    another order)."""
-    stored = bytes(run.input)
-    if stored == sealed_input:
-        return True
-    where = f"input of run {run.run_id!r}"
-    return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
-
-
-def run_input_of(run: RunRecord) -> Any:
-    """The decoded input of a run."""
-    from nestegg.checkpoint.views import run_input
-
-    return run_input(run)
-
-
-def _fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
-    """The error of a fork with no valid checkpoint: its starting point is lost."""
-    why = (
-        "its writing stopped before its first checkpoint was stored"
-        if run.step_seq == 0
-        else "every checkpoint it has is damaged"
-    )
-    return CheckpointCorruptedError(
-        f"run {run.run_id!r} is a fork of run {run.parent_run!r} at checkpoint "
-        f"{run.parent_checkpoint!r} and has no valid checkpoint to start from ({why}): "
-        f"delete_run({run.run_id!r}) and fork again"
-    )

@@ -1,0 +1,68 @@
+"""What starting or resuming a run meets in the store: an id that exists, a fork that
+lost its start; the errors say what to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestegg.checkpoint.codec import unseal_value
+from nestegg.checkpoint.ownership import is_interrupted, owner_alive
+from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.views import run_result
+from nestegg.constants import COMPLETED
+from nestegg.errors import CheckpointCorruptedError, RunExistsError, RunLockedError
+
+
+def existing_run(run: RunRecord, sealed_input: bytes, now: float) -> Any:
+    """What starting a run under an id that exists does: the result of a completed run
+    of the same input; otherwise a RunExistsError (or RunLockedError) saying what to do."""
+    if run.status == COMPLETED:
+        if not same_input(run, sealed_input):
+            raise RunExistsError(
+                f"run {run.run_id!r} completed with a different input: a run id names "
+                f"one run of one input; pass a new id for this input "
+                f"(run(input, run_id=...)), or delete_run({run.run_id!r}) first to run "
+                "it again under this id",
+                run.run_id,
+            )
+        return run_result(run)
+    if owner_alive(run, now):
+        raise RunLockedError(
+            f"run {run.run_id!r} is being executed by another process "
+            f"(pid {run.owner.pid if run.owner else '?'})",
+            run.run_id,
+        )
+    status = "interrupted" if is_interrupted(run, now) else run.status
+    if same_input(run, sealed_input):
+        what = f"continue it with resume_latest({run.run_id!r})"
+    else:
+        what = (
+            f"it was started with a different input; continue it with "
+            f"resume_latest({run.run_id!r}), or pass a new id for this input"
+        )
+    raise RunExistsError(f"run {run.run_id!r} exists with status {status!r}: {what}", run.run_id)
+
+
+def same_input(run: RunRecord, sealed_input: bytes) -> bool:
+    """Whether ``run`` was started with the input sealed as ``sealed_input``: the stored
+    bytes compared first, the decoded values when they differ (the keys of a dict in
+    another order)."""
+    stored = bytes(run.input)
+    if stored == sealed_input:
+        return True
+    where = f"input of run {run.run_id!r}"
+    return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
+
+
+def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
+    """The error of a fork with no valid checkpoint: its starting point is lost."""
+    why = (
+        "its writing stopped before its first checkpoint was stored"
+        if run.step_seq == 0
+        else "every checkpoint it has is damaged"
+    )
+    return CheckpointCorruptedError(
+        f"run {run.run_id!r} is a fork of run {run.parent_run!r} at checkpoint "
+        f"{run.parent_checkpoint!r} and has no valid checkpoint to start from ({why}): "
+        f"delete_run({run.run_id!r}) and fork again"
+    )
