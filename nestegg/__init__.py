@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from nestegg.clutch import Clutch
 from nestegg.context import ClutchContext, ClutchState, get_context
-from nestegg.errors import NestEggError
+from nestegg.errors import (
+    NestEggError,
+    RunWaiting,
+    SignalExistsError,
+    SignalTimeoutError,
+    SignalValueError,
+)
 from nestegg.journal import RetryPolicy, call, durable
 from nestegg.signals import Handover, Terminate, handover
 from nestegg.strategies import Strategy
 from nestegg.task import ClutchTask, StepEvent
+from nestegg.waits import sleep, wait_for
 
 __version__ = "0.1.0"
 
@@ -25,6 +32,10 @@ __all__ = [
     "Handover",
     "NestEggError",
     "RetryPolicy",
+    "RunWaiting",
+    "SignalExistsError",
+    "SignalTimeoutError",
+    "SignalValueError",
     "StepEvent",
     "Strategy",
     "Terminate",
@@ -33,4 +44,6 @@ __all__ = [
     "durable",
     "get_context",
     "handover",
+    "sleep",
+    "wait_for",
 ]

@@ -421,6 +421,8 @@ class Clutch:
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or
                 to a completed run of another input (pass a new run id, or delete that run).
             RunLockedError: another live process is executing that run.
+            RunWaiting: the run waits for a signal or a timer (``nestegg.wait_for``,
+                ``nestegg.sleep``); it is stored as ``waiting`` and this process is free.
         """
         task = await self.submit(input_data, run_id=run_id)
         return await task.result(timeout=timeout)
@@ -654,17 +656,70 @@ class Clutch:
         return await self._checkpointing().events(run_id, since_seq)
 
     async def list_interrupted(self) -> list[RunInfo]:
-        """Runs of this pipeline left running by an owner that is gone."""
+        """Runs of this pipeline left running by an owner that is gone, and waiting runs
+        whose deadline or timer has passed (never one that still waits)."""
         return await self._checkpointing().list_interrupted()
 
+    async def list_resumable(self) -> list[RunInfo]:
+        """The runs :meth:`recover` resumes: those of :meth:`list_interrupted`, and the
+        waiting runs whose signal is stored (sent with ``resume=False``)."""
+        return await self._checkpointing().list_resumable()
+
     async def recover(self) -> dict[str, Any]:
-        """Resume every interrupted run of this pipeline concurrently.
+        """Resume every interrupted run of this pipeline concurrently, and every waiting
+        run whose deadline or timer has passed or whose signal is stored.
 
         Returns:
             run id -> result, or the exception a resumed run raised. Runs another worker
             took first are left out.
         """
         return await self._checkpointing().recover()
+
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        value: Any = None,
+        *,
+        replace: bool = False,
+        resume: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send the signal ``name`` with ``value`` to a run (from any process).
+
+        The signal is stored durably, once per run and name. If the run waits for it
+        (:func:`nestegg.wait_for`), it is resumed here: its waiting step runs again from
+        its start, with its journaled calls replayed, and gets ``value``. A signal sent
+        before the run waits for it is kept until it does.
+
+        Args:
+            run_id: the run.
+            name: the signal's name.
+            value: its value (stored like step data: JSON, a pydantic model's dict).
+            replace: store ``value`` even if a signal of that name was sent already (a
+                step that received the earlier value keeps it).
+            resume: resume the run here when it waits for this signal; False only stores
+                it, for ``recover()`` or a worker's sweeper to pick up.
+            timeout: seconds to wait for the resumed run (None: no limit).
+
+        Returns:
+            The run's result when it was resumed here and completed; None otherwise.
+
+        Raises:
+            RunWaiting: the resumed run waits again (for another signal or a timer).
+            SignalExistsError: a signal of that name was sent to the run already.
+            RunNotFoundError: no such run.
+            CheckpointSerializationError: a value that cannot be stored.
+
+        Example:
+            >>> result = await clutch.signal(run_id, "approval", {"approved": True})
+        """
+        book = self._checkpointing()
+        task = await self._launch(
+            lambda lst: book.signal(run_id, name, value, replace=replace, resume=resume),
+            StepListeners(),
+        )
+        return await task.result(timeout=timeout)
 
     async def delete_run(self, run_id: str) -> bool:
         """Delete a run and everything stored of it; False if there was none."""

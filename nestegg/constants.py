@@ -37,6 +37,7 @@ class RunStatus(StoredValue):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"
 
 
 class StepOutcome(StoredValue):
@@ -67,6 +68,8 @@ class EventKind(StoredValue):
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
+    RUN_WAITING = "run_waiting"
+    SIGNAL_RECEIVED = "signal_received"
     STEP_STARTED = "step_started"
     STEP_COMPLETED = "step_completed"
     STEP_FAILED = "step_failed"
@@ -79,12 +82,15 @@ RUNNING = RunStatus.RUNNING
 COMPLETED = RunStatus.COMPLETED
 FAILED = RunStatus.FAILED
 CANCELLED = RunStatus.CANCELLED
+WAITING = RunStatus.WAITING
 STATUSES = tuple(RunStatus)
 INTERRUPTED = "interrupted"
 """Not a stored status: a running run whose owner is gone, as listings and events name it."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)
+NO_DEADLINE = 253402300799.0
+"""The lease_until of a run that waits for its signal without a deadline (9999-12-31)."""
 
 OUTCOME_COMPLETED = StepOutcome.COMPLETED
 OUTCOME_TERMINATED = StepOutcome.TERMINATED
@@ -103,6 +109,8 @@ RUN_FORKED = EventKind.RUN_FORKED
 RUN_COMPLETED = EventKind.RUN_COMPLETED
 RUN_FAILED = EventKind.RUN_FAILED
 RUN_CANCELLED = EventKind.RUN_CANCELLED
+RUN_WAITING = EventKind.RUN_WAITING
+SIGNAL_RECEIVED = EventKind.SIGNAL_RECEIVED
 STEP_STARTED = EventKind.STEP_STARTED
 STEP_COMPLETED = EventKind.STEP_COMPLETED
 STEP_FAILED = EventKind.STEP_FAILED
@@ -128,6 +136,7 @@ SQLITE_THREADS_TABLE = "lg_threads"
 """LangGraph threads (nestegg.langgraph), apart from runs: one row per thread."""
 SQLITE_THREAD_ROWS_TABLE = "lg_rows"
 """The rows (checkpoints, channel values, writes) of LangGraph threads."""
+SQLITE_SIGNALS_TABLE = "signals"
 STEP_BLOCK_STEPS = 256
 """Step records the SQLite store packs into one block (steps k*256+1 to (k+1)*256)."""
 STEP_BLOCK_MAX_BYTES = 4 * 1024 * 1024
@@ -161,6 +170,7 @@ FILE_LOCK = "run.lock"
 FILE_STEPS_LOG = "steps.log"
 FILE_EVENTS_LOG = "events.log"
 FILE_JOURNAL_LOG = "journal.log"
+FILE_SIGNALS_LOG = "signals.log"
 FILE_CHECKPOINTS_DIR = "checkpoints"
 FILE_PENDING_COMMIT = "pending-commit.json"
 FILE_UNREADABLE_REASON = "unreadable"

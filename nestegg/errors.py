@@ -14,7 +14,11 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── RunExistsError              the id is taken: unfinished (resume it), other input
     │   ├── RunLockedError              another live process owns the run
     │   ├── StaleOwnerError             this process lost ownership (fencing token moved on)
-    │   └── RunFailedError              a run awaited by result() failed (names agent and error)
+    │   ├── RunFailedError              a run awaited by result() failed (names agent and error)
+    │   ├── RunWaiting                  the run waits for a signal or a timer (not a failure)
+    │   └── SignalExistsError           a signal of that name was sent to the run already
+    ├── SignalTimeoutError              wait_for's deadline passed before its signal came
+    ├── SignalValueError                a signal's value does not fit wait_for's type=
     ├── CheckpointError                 about one checkpoint
     │   ├── CheckpointNotFoundError     no checkpoint with that id
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
@@ -99,6 +103,61 @@ class RunFailedError(RunError):
         self.agent = agent
         self.error_type = error_type
         self.error_message = error_message
+
+
+class RunWaiting(RunError):
+    """The run waits, without a process, for a signal (:func:`nestegg.wait_for`) or a
+    durable timer (:func:`nestegg.sleep`); it is stored with status ``waiting``.
+
+    Attributes:
+        run_id: the run.
+        signal: the signal's name (None for a timer).
+        deadline: when the wait ends (UNIX seconds): wait_for's timeout, or when the timer
+            is due; None when it waits for its signal without a deadline.
+    """
+
+    def __init__(self, run_id: str, signal: str | None, deadline: float | None) -> None:
+        what = f"for signal {signal!r}" if signal is not None else "for its timer"
+        until = f" until {_when(deadline)}" if deadline is not None else ""
+        how = (
+            f"send it with signal({run_id!r}, {signal!r}, value)"
+            if signal is not None
+            else "recover() resumes it when due"
+        )
+        super().__init__(f"run {run_id!r} waits {what}{until}: {how}", run_id)
+        self.signal = signal
+        self.deadline = deadline
+
+
+class SignalExistsError(RunError):
+    """A signal of that name was already sent to the run (pass ``replace=True`` to send
+    another value)."""
+
+
+def _when(at: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+class SignalTimeoutError(NestEggError, TimeoutError):
+    """Raised inside the agent by :func:`nestegg.wait_for` when its deadline passed before
+    the signal came (the agent may catch it).
+
+    Attributes:
+        signal: the signal's name.
+        deadline: the deadline that passed (UNIX seconds).
+    """
+
+    def __init__(self, signal: str, deadline: float) -> None:
+        super().__init__(f"signal {signal!r} did not come before {_when(deadline)}")
+        self.signal = signal
+        self.deadline = deadline
+
+
+class SignalValueError(NestEggError, ValueError):
+    """The value of a signal does not fit the ``type=`` of the ``wait_for`` receiving it
+    (nothing is journaled: send a fitting one with ``replace=True`` and resume the run)."""
 
 
 class CheckpointError(NestEggError):

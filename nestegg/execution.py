@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from nestegg import telemetry
 from nestegg.agents import AgentNode, to_plain, to_typed
@@ -20,9 +20,14 @@ from nestegg.constants import (
     YIELD_EVERY_STEPS,
 )
 from nestegg.context import ClutchContext, set_context
-from nestegg.errors import ConfigurationError, JournaledCallError, NonDeterminismError
+from nestegg.errors import (
+    ConfigurationError,
+    JournaledCallError,
+    NonDeterminismError,
+    RunWaiting,
+)
 from nestegg.recording import StepResult
-from nestegg.signals import Handover, Terminate
+from nestegg.signals import Handover, Terminate, WaitSuspended
 from nestegg.strategies import Cursor
 from nestegg.task import StepEvent, StepListeners
 
@@ -82,6 +87,10 @@ class Recorder(Protocol):
         self, step: int, position: int, function: str, digest: str, error: BaseException
     ) -> None:
         """Record a journaled call's final failure now."""
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
+        """Record that the run waits (for ``signal``, or a timer) until ``deadline``; the
+        step under way keeps its journal and runs again when the run is resumed."""
 
 
 def replay_entry(
@@ -160,6 +169,11 @@ class NullRecorder:
         self, step: int, position: int, function: str, digest: str, error: BaseException
     ) -> None:
         return None
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
+        raise ConfigurationError(
+            "waiting needs checkpointing: pass checkpoint=CheckpointConfig(...)"
+        )
 
 
 class RunExecution:
@@ -270,6 +284,8 @@ class RunExecution:
                     break
                 if not self.seq % YIELD_EVERY_STEPS:
                     await asyncio.sleep(0)  # let timeouts and cancellation in
+        except WaitSuspended as wait:
+            await self._suspend(wait)
         except asyncio.CancelledError:
             await asyncio.shield(self.recorder.cancelled())
             raise
@@ -298,20 +314,37 @@ class RunExecution:
         ctx = self.ctx
         set_context(ctx)
         try:
-            ended = ctx.state.turn >= self.max_turns
-            if not ended:
-                agent = await self._next_agent()
-                if agent is not None and not hosts(agent.name):
-                    self.pending_agent = agent.name
-                    return agent.name
-                ended = agent is None or await self._step(agent)
-                ended = ended or ctx.state.turn >= self.max_turns
+            ended = await self._one(hosts)
+        except WaitSuspended as wait:
+            await self._suspend(wait)
         finally:
             self.current_agent = None
+        if isinstance(ended, str):
+            return ended
         if not ended:
             return STEP_DONE
         await self.recorder.finish(ctx.data, self.data_seq)
         return RUN_DONE
+
+    async def _one(self, hosts: Callable[[str], bool]) -> bool | str:
+        """Run the next step if this process hosts its agent: whether the run ended, or
+        the name of the agent it does not host."""
+        ctx = self.ctx
+        ended = ctx.state.turn >= self.max_turns
+        if not ended:
+            agent = await self._next_agent()
+            if agent is not None and not hosts(agent.name):
+                self.pending_agent = agent.name
+                return agent.name
+            ended = agent is None or await self._step(agent)
+            ended = ended or ctx.state.turn >= self.max_turns
+        return ended
+
+    async def _suspend(self, wait: WaitSuspended) -> NoReturn:
+        """Store the run as waiting and raise RunWaiting (the step keeps its journal)."""
+        self.current_agent = None
+        await self.recorder.suspend(wait.signal, wait.deadline)
+        raise RunWaiting(self.run_id, wait.signal, wait.deadline) from None
 
     async def _next_agent(self) -> AgentNode | None:
         name = self.pending_agent

@@ -18,6 +18,17 @@ class Terminate(Exception):
         super().__init__()
 
 
+class WaitSuspended(BaseException):
+    """Raised through an agent's step by ``nestegg.wait_for`` or ``nestegg.sleep`` when
+    its run has to wait (not an error: a ``BaseException``, so an agent's
+    ``except Exception`` lets it through)."""
+
+    def __init__(self, signal: str | None, deadline: float | None) -> None:
+        super().__init__(signal, deadline)
+        self.signal = signal
+        self.deadline = deadline
+
+
 class Handover(Exception):
     """Raise inside an agent to pass control to another agent, optionally with new data.
 

@@ -76,6 +76,7 @@ class ClutchTask:
 
         Raises:
             TimeoutError: not finished in time (the run goes on).
+            RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
         """
         return await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout)
 

@@ -16,7 +16,7 @@ from nestegg.constants import (
 )
 
 STORED = {
-    RunStatus: ["running", "completed", "failed", "cancelled"],
+    RunStatus: ["running", "completed", "failed", "cancelled", "waiting"],
     StepOutcome: ["completed", "terminated", "handover"],
     CheckpointReason: ["policy", "manual", "agent", "final", "fork"],
     EventKind: [
@@ -27,6 +27,8 @@ STORED = {
         "run_completed",
         "run_failed",
         "run_cancelled",
+        "run_waiting",
+        "signal_received",
         "step_started",
         "step_completed",
         "step_failed",

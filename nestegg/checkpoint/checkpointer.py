@@ -30,6 +30,7 @@ from nestegg.checkpoint.formats import (
     journal_error_body,
     journal_result_body,
     parse_journal,
+    parse_signal,
     step_body,
 )
 from nestegg.checkpoint.records import (
@@ -51,15 +52,19 @@ from nestegg.constants import (
     FAILED,
     FINISHED,
     LIVE_STEP_DELAY,
+    NO_DEADLINE,
     REASON_FINAL,
     REASON_MANUAL,
     REASON_POLICY,
     RUN_CANCELLED,
     RUN_COMPLETED,
     RUN_FAILED,
+    RUN_WAITING,
+    SIGNAL_RECEIVED,
     STEP_COMPLETED,
     STEP_FAILED,
     STEP_STARTED,
+    WAITING,
 )
 from nestegg.errors import StaleOwnerError
 from nestegg.recording import StepResult
@@ -210,7 +215,8 @@ class Checkpointer:
         commit, self.pending = self.pending, Commit(self.run_id, self.fence)
         now = self.clock()
         commit.updated_at = now
-        commit.lease_until = now + self.lease_seconds
+        if commit.status != WAITING:  # a waiting run's lease_until is when its wait ends
+            commit.lease_until = now + self.lease_seconds
         commit.event_seq = self.event_seq
         return commit
 
@@ -450,6 +456,42 @@ class Checkpointer:
             log.warning(
                 "could not record the %s status of run %r: %s", status, self.run_id, failure
             )
+        finally:
+            await self._stop()
+        for request in self.requests:
+            if not request.done():
+                request.cancel()
+
+    # ---------------------------------------------------------------- waiting
+
+    async def read_signal(self, name: str) -> tuple[bool, Any]:
+        """Whether the signal ``name`` is stored for this run, and its value."""
+        for signal in await self.store.read_signals(self.run_id):
+            if signal.name == name:
+                return True, parse_signal(signal.body, f"signal {name!r} of run {self.run_id!r}")
+        return False, None
+
+    def signal_received(self, name: str, timed_out: bool) -> None:
+        """Queue the event saying that the wait for ``name`` ended (it came, or timed out)."""
+        self.event(SIGNAL_RECEIVED, self.clock(), {"signal": name, "timed_out": timed_out})
+
+    async def suspend(self, signal: str | None, deadline: float | None) -> None:
+        """Store the run as waiting, with a checkpoint of the last good state; the step
+        under way keeps its journal. The ``run_waiting`` event is the commit's last."""
+        self._take_start(self.pending)
+        if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
+            self._add_checkpoint(REASON_FINAL, self.last_good, None)
+        payload = {"signal": signal, "deadline": deadline, "steps": self.last_good.seq}
+        self.event(RUN_WAITING, self.clock(), payload)
+        self.pending.status = WAITING
+        self.pending.lease_until = NO_DEADLINE if deadline is None else deadline
+        if self.heartbeat is not None:  # a renewal after this commit would move the deadline
+            self.heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.heartbeat
+            self.heartbeat = None
+        try:
+            await self._commit_now()
         finally:
             await self._stop()
         for request in self.requests:

@@ -14,6 +14,7 @@ byte; tests/checkpoint/test_formats.py pins them):
 - **journal entry**: ``{"function","args","result"}`` or ``{"function","args","error":
   {"type","message"}}``.
 - **event**: the event's payload, a JSON object.
+- **signal**: the signal's value, JSON (stored like step data).
 
 The fast paths (byte offsets of the data in a sealed step record) live here too, and
 nowhere else.
@@ -223,6 +224,23 @@ def parse_event(sealed: bytes, where: str) -> dict[str, Any]:
     """
     data = unseal_json(sealed, where)
     return data if isinstance(data, dict) else {"value": data}
+
+
+# ---------------------------------------------------------------------- signals
+
+
+def signal_body(value: bytes) -> bytes:
+    """The sealed body of a signal whose value is ``value`` (JSON)."""
+    return seal(value)
+
+
+def parse_signal(sealed: bytes, where: str) -> Any:
+    """A sealed signal's value, rebuilt as it was sent (as a journaled result is).
+
+    Raises:
+        CheckpointCorruptedError: damaged.
+    """
+    return unseal_value(sealed, where)
 
 
 def _json_object(raw: bytes, where: str, what: str) -> dict[str, Any]:

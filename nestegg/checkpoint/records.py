@@ -1,4 +1,4 @@
-"""What stores keep: runs, step records, checkpoints, events and journal entries.
+"""What stores keep: runs, step records, checkpoints, events, journal entries and signals.
 
 Every payload a store keeps is *sealed* bytes (see :mod:`nestegg.checkpoint.codec`): the
 store writes them as they are and never looks inside; readers check the checksum.
@@ -120,6 +120,17 @@ class JournalRecord:
     run_id: str
     step: int
     position: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal sent to a run (see :func:`nestegg.wait_for`): its name, when it was stored,
+    and its sealed value. A run holds at most one signal per name."""
+
+    run_id: str
+    name: str
+    at: float
     body: bytes
 
 

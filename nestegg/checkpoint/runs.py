@@ -36,6 +36,13 @@ from nestegg.checkpoint.views import (
     run_input,
     run_result,
 )
+from nestegg.checkpoint.waiting import (
+    resumable_now,
+    signal_came,
+    store_signal,
+    wait_due,
+    wait_of,
+)
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
@@ -44,6 +51,7 @@ from nestegg.constants import (
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
+    WAITING,
 )
 from nestegg.context import ClutchContext
 from nestegg.errors import (
@@ -54,6 +62,7 @@ from nestegg.errors import (
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
+    RunWaiting,
 )
 from nestegg.execution import Recorder, RunExecution
 from nestegg.strategies import Cursor
@@ -192,9 +201,18 @@ class CheckpointedRuns:
             return await self._attempt(
                 run, execution, events, recorder, input_data, truncate_after, replay_until
             )
+        except RunWaiting as error:
+            # Its signal may have come while the step ran, unseen by the signaller: go on.
+            if not await signal_came(self.store, error):
+                raise
+            waiting = error
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
+        try:
+            return await self.resume_latest(run.run_id, execution.listeners)
+        except RunLockedError:  # the signaller resumed it after all
+            raise waiting from None
 
     @telemetry.traced_attempt
     async def _attempt(
@@ -450,15 +468,30 @@ class CheckpointedRuns:
     # ----------------------------------------------------------------- recovery
 
     async def list_interrupted(self) -> list[RunInfo]:
-        """Running runs of this pipeline whose owner is gone."""
+        """Running runs of this pipeline whose owner is gone, and waiting runs whose
+        deadline (or timer) has passed."""
         store = await self.ready()
         now = self.config.clock()
-        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
-        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now)]
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
+        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now) or wait_due(r, now)]
+
+    async def list_resumable(self) -> list[RunInfo]:
+        """What :meth:`recover` resumes: the interrupted runs, and the waiting runs whose
+        deadline passed or whose signal is stored."""
+        store = await self.ready()
+        now = self.config.clock()
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
+        return [
+            RunInfo.from_record(r)
+            for r in runs
+            if is_interrupted(r, now) or await resumable_now(store, r, now)
+        ]
 
     async def recover(self) -> dict[str, Any]:
-        """Resume every interrupted run concurrently; run id -> result (or the exception)."""
-        interrupted = await self.list_interrupted()
+        """Resume every interrupted run, every waiting run whose deadline passed and every
+        waiting run whose signal is stored, concurrently; run id -> result (or the
+        exception: RunWaiting for a run that waits again)."""
+        interrupted = await self.list_resumable()
 
         async def one(run_id: str) -> Any:
             return await self.resume_latest(run_id, StepListeners())
@@ -471,6 +504,29 @@ class CheckpointedRuns:
             for info, outcome in zip(interrupted, outcomes, strict=True)
             if not isinstance(outcome, RunLockedError)
         }
+
+    # ------------------------------------------------------------------ signals
+
+    async def signal(
+        self, run_id: str, name: str, value: Any, *, replace: bool, resume: bool
+    ) -> Any:
+        """Store a signal for a run; with ``resume``, resume the run if it waits for it.
+
+        Returns the run's result when resumed here (None otherwise); raises RunWaiting when
+        the resumed run waits again.
+        """
+        store = await self.ready()
+        await store_signal(store, run_id, name, value, replace=replace, clock=self.config.clock)
+        if not resume:
+            return None
+        run = await self.get_run_record(run_id)
+        wait = await wait_of(store, run)
+        if wait is None or wait.signal != name:
+            return None
+        try:
+            return await self.resume_latest(run_id, StepListeners())
+        except RunLockedError:  # another process resumed it first: it reads the signal
+            return None
 
     # ------------------------------------------------------------------ reading
 

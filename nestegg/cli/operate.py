@@ -26,13 +26,13 @@ from nestegg.cli.reading import get_run
 from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.clutch import Clutch
 from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED
-from nestegg.errors import NestEggError, RunLockedError
+from nestegg.errors import NestEggError, RunLockedError, RunWaiting
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
 PROGRESS_POLL_SECONDS = 0.2
 
 
-def _load(ctx: typer.Context, spec: str, store: str | None, out: Output) -> Clutch:
+def load_app(ctx: typer.Context, spec: str, store: str | None, out: Output) -> Clutch:
     clutch = import_app(spec)
     if own_store(clutch) is not None and explicit_store(ctx, store):
         out.note(f"note: the Clutch at {spec} names its own store; --store is ignored")
@@ -87,7 +87,7 @@ def resume_command(
     with the store of the app's Clutch if it names one, else with the --store one.
     """
     out = Output(as_json)
-    clutch = _load(ctx, app_spec, store, out)
+    clutch = load_app(ctx, app_spec, store, out)
 
     async def work() -> dict[str, Any]:
         async with bound(clutch, store_url(ctx, store)) as opened:
@@ -130,6 +130,8 @@ async def _resume_each(
                 outcome = {"run_id": run_id, "outcome": "completed", "result": result}
             except RunLockedError:
                 outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}
+            except RunWaiting as waiting:
+                outcome = {"run_id": run_id, "outcome": "waiting", "error": str(waiting)}
             except Exception as error:
                 outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
             advance()
@@ -165,18 +167,20 @@ def recover_command(
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
-    """Resume every interrupted run of the app's pipeline.
+    """Resume every interrupted run of the app's pipeline, and its waiting runs that are due.
 
-    Interrupted: marked running, but the process that ran it is gone.
+    Interrupted: marked running, but the process that ran it is gone. Due: a waiting run
+    whose deadline or timer has passed, or whose signal is stored (`nestegg signal`
+    without --app); one that waits again is reported as waiting.
 
     Exits 1 if any of them failed again.
     """
     out = Output(as_json)
-    clutch = _load(ctx, app_spec, store, out)
+    clutch = load_app(ctx, app_spec, store, out)
 
     async def work() -> list[dict[str, Any]]:
         async with bound(clutch, store_url(ctx, store)):
-            run_ids = [info.run_id for info in await clutch.list_interrupted()]
+            run_ids = [info.run_id for info in await clutch.list_resumable()]
             if not run_ids:
                 return []
             return await _with_bar(
@@ -186,9 +190,8 @@ def recover_command(
             )
 
     outcomes = run_async(work)
-    counts = {
-        k: sum(o["outcome"] == k for o in outcomes) for k in ("completed", "failed", "skipped")
-    }
+    kinds = ("completed", "failed", "skipped", "waiting")
+    counts = {k: sum(o["outcome"] == k for o in outcomes) for k in kinds}
     if as_json:
         out.json({"pipeline": clutch.name, "runs": outcomes, **counts})
     elif not outcomes:
@@ -199,6 +202,7 @@ def recover_command(
         out.line(
             f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
             f"{counts['failed']} failed, {counts['skipped']} taken by another process"
+            + (f", {counts['waiting']} waiting again" if counts["waiting"] else "")
         )
     if counts["failed"]:
         raise typer.Exit(EXIT_FAILED)

@@ -31,7 +31,8 @@ from nestegg.checkpoint.views import (
     run_result,
     to_datetime,
 )
-from nestegg.constants import IN_FLIGHT_EVENT_WINDOW, RUNNING, STEP_STARTED
+from nestegg.checkpoint.waiting import wait_of
+from nestegg.constants import IN_FLIGHT_EVENT_WINDOW, RUNNING, STEP_STARTED, WAITING
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
@@ -75,7 +76,16 @@ def run_row(
         "parent_run": run.parent_run,
         "parent_checkpoint": run.parent_checkpoint,
         "error": error,
+        "waits_for": None,
     }
+
+
+async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
+    """Fill in a waiting run's row what it waits for: the signal (None: a timer) and the
+    deadline (None: none)."""
+    wait = await wait_of(store, run)
+    if wait is not None:
+        row["waits_for"] = {"signal": wait.signal, "deadline": to_datetime(wait.deadline)}
 
 
 def shown_status(row: dict[str, Any]) -> str:
@@ -123,6 +133,7 @@ async def list_run_rows(
     for run in runs:
         checkpoints = await store.list_checkpoints(run.run_id)
         rows.append(run_row(run, checkpoints[-1] if checkpoints else None))
+        await add_wait(store, run, rows[-1])
     return rows
 
 
@@ -186,6 +197,7 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
                 row["checkpoints"] = by_seq.get(row["seq"], [])
                 steps.append(row)
     row = run_row(run, checkpoints[-1] if checkpoints else None, full_error=True)
+    await add_wait(store, run, row)
     error = row["error"] or {}
     failed = (
         {k: error.get(k) for k in ERROR_SUMMARY_KEYS}
@@ -202,7 +214,9 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
         "initial_checkpoints": by_seq.get(0, []),
         "checkpoints": [checkpoint_row(c) for c in checkpoints],
         "failed_step": failed,
-        "step_in_flight": await step_in_flight(store, run) if run.status == RUNNING else None,
+        "step_in_flight": (
+            await step_in_flight(store, run) if run.status in (RUNNING, WAITING) else None
+        ),
     }
 
 

@@ -57,12 +57,24 @@ def owner_text(owner: dict[str, Any] | None) -> str:
     return f"{str(owner['host']).split('#', 1)[0]}:{owner['pid']}"
 
 
+def wait_text(wait: dict[str, Any]) -> str:
+    """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer."""
+    what = f"signal {wait['signal']!r}" if wait["signal"] is not None else "timer"
+    return f"{what} until {when(wait['deadline'])}" if wait["deadline"] else what
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    wait = row.get("waits_for")
+    status = reading.shown_status(row)
+    return f"{status} ({wait_text(wait)})" if wait else status
+
+
 def _run_cells(row: dict[str, Any]) -> list[str]:
     last = row["last_checkpoint"]
     return [
         row["run_id"],
         row["pipeline"],
-        reading.shown_status(row),
+        _status_cell(row),
         str(row["steps"]),
         f"{last['checkpoint_id']} @{last['seq']}" if last else "-",
         when(row["updated_at"]),
@@ -88,8 +100,9 @@ def runs_command(
 ) -> None:
     """List runs, newest first.
 
-    Columns: id, pipeline, status (interrupted: running, but its owner is gone), steps,
-    last checkpoint, last update, owner.
+    Columns: id, pipeline, status (interrupted: running, but its owner is gone; waiting:
+    with the signal or timer it waits for, and its deadline), steps, last checkpoint, last
+    update, owner.
     """
     statuses = check_status(status)
     if interrupted:
@@ -115,7 +128,7 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
     items = [
         ("run", run["run_id"]),
         ("pipeline", run["pipeline"]),
-        ("status", reading.shown_status(run)),
+        ("status", _status_cell(run)),
         ("steps", str(run["steps"])),
         ("created", when(run["created_at"])),
         ("updated", when(run["updated_at"])),
@@ -134,7 +147,7 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
 
 def _in_flight_row(step: dict[str, Any], status: str) -> list[str]:
     """The timeline row of the step under way (``interrupted`` when its owner is gone)."""
-    outcome = "interrupted" if status == "interrupted" else "running"
+    outcome = status if status in ("interrupted", "waiting") else "running"
     calls = step["calls"]
     if calls:
         outcome += f", {len(calls)} call{'' if len(calls) == 1 else 's'} journaled"

@@ -9,7 +9,11 @@ The document::
      "steps": [{"seq", "agent", "body"}],
      "checkpoints": [{"checkpoint_id", "seq", "created_at", "reason", "body"}],
      "events": [{"seq", "at", "kind", "body"}],
-     "journal": [{"step", "position", "body"}]}
+     "journal": [{"step", "position", "body"}],
+     "signals": [{"name", "at", "body"}]}
+
+``signals`` (the signals sent to the run) may be missing: an export without them imports
+a run without signals.
 
 Times are UNIX seconds (exact floats). Every stored payload (``input``, ``result``,
 ``error`` and each ``body``) is the sealed record exactly as stored, as a JSON string of
@@ -32,6 +36,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -125,6 +130,10 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
             {"step": j.step, "position": j.position, "body": pack(j.body)}
             for j in await _journal(store, run)
         ],
+        "signals": [
+            {"name": g.name, "at": g.at, "body": pack(g.body)}
+            for g in await store.read_signals(run.run_id)
+        ],
     }
 
 
@@ -151,6 +160,21 @@ def _run_record(raw: dict[str, Any]) -> RunRecord:
         parent_run=raw.get("parent_run"),
         parent_checkpoint=raw.get("parent_checkpoint"),
     )
+
+
+def read_signals(document: dict[str, Any], run_id: str) -> list[SignalRecord]:
+    """The signals of an export (none when it has none).
+
+    Raises:
+        ExportFormatError: a signal lacks or garbles a field.
+    """
+    try:
+        return [
+            SignalRecord(run_id, str(g["name"]), float(g["at"]), unpack(g["body"], "signal"))
+            for g in document.get("signals") or []
+        ]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ExportFormatError(f"the export lacks or garbles a signal: {error!r}") from None
 
 
 def read_document(document: Any) -> tuple[RunRecord, Commit]:
@@ -279,7 +303,11 @@ async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
         RunExistsError: the store already has a run with that id.
     """
     run, commit = read_document(document)
+    signals = read_signals(document, run.run_id)
     verify(run, commit)
+    for signal in signals:
+        check_name(signal.name, "signal name")
+        unseal(signal.body, f"signal {signal.name!r} of run {run.run_id!r}")
     if await store.get_run(run.run_id) is not None:
         raise RunExistsError(
             f"run {run.run_id!r} already exists in the target store; delete it first",
@@ -288,6 +316,8 @@ async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
     await store.create_run(run)
     try:
         await store.commit(commit)
+        for signal in signals:
+            await store.put_signal(signal)
     except BaseException:
         await store.delete_run(run.run_id)
         raise

@@ -12,6 +12,7 @@ from nestegg.testing.contract_commits import *  # noqa: F403
 from nestegg.testing.contract_history import *  # noqa: F403
 from nestegg.testing.contract_pages import *  # noqa: F403
 from nestegg.testing.contract_runs import *  # noqa: F403
+from nestegg.testing.contract_signals import *  # noqa: F403
 from nestegg.testing.fixtures import parametrize_stores, store, store_factory, store_name
 from nestegg.testing.registry import register_store
 

@@ -15,8 +15,9 @@ from nestegg.agents import to_plain
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
 from nestegg.checkpoint.formats import parse_event, step_data
 from nestegg.checkpoint.views import run_input, run_result
+from nestegg.checkpoint.waiting import wait_of
 from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
-from nestegg.errors import RunFailedError, RunNotFoundError
+from nestegg.errors import RunFailedError, RunNotFoundError, RunWaiting
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name
 from nestegg.transport.steps import first_route
@@ -89,6 +90,7 @@ async def wait_result(
     Raises:
         RunNotFoundError: no such run.
         RunFailedError: the run failed or was cancelled.
+        RunWaiting: the run waits for a signal or a timer.
         TimeoutError: not finished within ``timeout`` seconds.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -105,6 +107,9 @@ async def wait_result(
             return run_result(run)
         if run.status in (FAILED, CANCELLED):
             raise failure_of(run)
+        wait = await wait_of(store, run)
+        if wait is not None:
+            raise RunWaiting(run_id, wait.signal, wait.deadline)
         if deadline is not None and time.monotonic() + pause > deadline:
             raise TimeoutError(f"run {run_id!r} did not finish within {timeout} s")
         await asyncio.sleep(pause)

@@ -35,6 +35,7 @@ from nestegg.errors import (
     NestEggError,
     RunLockedError,
     RunNotFoundError,
+    RunWaiting,
     StaleOwnerError,
     StorageError,
     TransportError,
@@ -366,6 +367,10 @@ class StepRunner:
             return None
         except (StorageError, TransportError):
             raise  # the message is given back (handle)
+        except RunWaiting as waiting:  # stored as waiting: signal() or recover() resumes it
+            log.info("run %r waits: %s", claimed.run_id, waiting)
+            await delivery.ack()
+            return None
         except Exception as error:  # the step failed: recorded as the run's failure
             log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
             await delivery.ack()

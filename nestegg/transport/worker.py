@@ -17,7 +17,8 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-from nestegg.constants import RUNNING
+from nestegg.checkpoint.waiting import resumable_now
+from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport.base import Delivery, Transport, channel_name
 from nestegg.transport.steps import StepRunner
@@ -182,14 +183,19 @@ class Worker:
 
     async def sweep(self) -> list[str]:
         """Point the pipeline's channel again at every run that is running, held by no
-        one and untouched for ``sweep_after`` seconds; their ids."""
+        one and untouched for ``sweep_after`` seconds, and at every waiting run whose
+        deadline or timer has passed or whose signal is stored; their ids."""
         store = await self.runner.book.ready()
         now = time.time()
-        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING])
+        runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
         swept = []
         for run in runs:
-            held = run.lease_until is not None and run.lease_until > now
-            if held or run.updated_at > now - self.sweep_after:
+            if run.status == WAITING:
+                due = await resumable_now(store, run, self.runner.book.config.clock())
+            else:
+                held = run.lease_until is not None and run.lease_until > now
+                due = not held and run.updated_at <= now - self.sweep_after
+            if not due:
                 continue
             await self.runner.publish(run.run_id, run.step_seq + 1, run.fence, None)
             swept.append(run.run_id)

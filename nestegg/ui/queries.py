@@ -28,6 +28,7 @@ from nestegg.constants import (
     RUNNING,
     STEP_FAILED,
     STEP_STARTED,
+    WAITING,
 )
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
 
@@ -42,7 +43,6 @@ ANCESTORS_SHOWN = 20
 FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
 FORK_SCAN_PAGE = 500
-WAITING = "waiting"
 
 
 def encode_cursor(run: RunRecord) -> str:

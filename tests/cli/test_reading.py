@@ -24,6 +24,7 @@ from tests.stores.test_sqlite_blocks import rewrite_block
 RUN_KEYS = {
     "run_id", "pipeline", "status", "interrupted", "steps", "last_checkpoint", "created_at",
     "updated_at", "owner", "lease_until", "fence", "parent_run", "parent_checkpoint", "error",
+    "waits_for",
 }  # fmt: skip
 
 

@@ -15,8 +15,20 @@ from nestegg.checkpoint.stores.postgres import schema as postgres_schema
 from nestegg.checkpoint.stores.sqlite import schema as sqlite_schema
 
 FROZEN = {
-    "sqlite": ["ed898c064769e0c6", "06133cadbac98471", "213b91dfb323241c", "574577e21c614609"],
-    "postgres": ["3ec2799861ff4318", "44a93f1cb98b2c45", "e345a47bf71da8b5", "2d8d2ae0159d25a4"],
+    "sqlite": [
+        "ed898c064769e0c6",
+        "06133cadbac98471",
+        "213b91dfb323241c",
+        "574577e21c614609",
+        "435201091c424438",
+    ],
+    "postgres": [
+        "3ec2799861ff4318",
+        "44a93f1cb98b2c45",
+        "e345a47bf71da8b5",
+        "2d8d2ae0159d25a4",
+        "8983b2c4d50c754c",
+    ],
 }
 MIGRATIONS = {"sqlite": sqlite_schema.MIGRATIONS, "postgres": postgres_schema.MIGRATIONS}
 
@@ -50,6 +62,7 @@ def test_a_postgres_migration_names_its_tables_in_its_own_text() -> None:
         "runs",
         "runs_pipeline_idx",
         "runs_status_idx",
+        "signals",
         "steps",
     }
 

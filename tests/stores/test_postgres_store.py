@@ -98,7 +98,7 @@ async def test_migrations_are_recorded_once_and_setup_is_idempotent(
     assert await store.schema_version() == len(MIGRATIONS)
     assert await _versions(pg_url, store.table_prefix) == list(range(1, len(MIGRATIONS) + 1))
     names = await _tables(pg_url, store.table_prefix)
-    suffixes = {"checkpoints", "events", "journal", "runs", "schema_versions", "steps"}
+    suffixes = {"checkpoints", "events", "journal", "runs", "schema_versions", "signals", "steps"}
     suffixes |= {"lg_threads", "lg_rows"}  # LangGraph threads (nestegg.langgraph)
     assert names == sorted(store.table_prefix + s for s in suffixes)
 

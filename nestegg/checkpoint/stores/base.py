@@ -22,6 +22,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepBlock,
     StepRecord,
 )
@@ -29,7 +30,7 @@ from nestegg.checkpoint.records import (
 
 @runtime_checkable
 class CheckpointStorage(Protocol):
-    """Where runs, steps, checkpoints, events and journal entries live.
+    """Where runs, steps, checkpoints, events, journal entries and signals live.
 
     Missing runs: writers (``claim_run``, ``commit``) raise ``RunNotFoundError``;
     readers return None or an empty list. A lost compare-and-set raises
@@ -110,6 +111,14 @@ class CheckpointStorage(Protocol):
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         """Journal entries of one step, by position."""
+
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        """Store a signal of a run, at most one per name: True when stored; False when a
+        signal of that name is stored already and ``replace`` is false (nothing changes).
+        Not fenced: any process may signal a run. RunNotFoundError if there is no run."""
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        """The run's signals, by name."""
 
     async def delete_run(self, run_id: str) -> bool:
         """Delete the run and everything of it; False if there was none."""

@@ -13,6 +13,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import (
@@ -31,7 +32,7 @@ from nestegg.errors import (
 
 
 class _RunData:
-    __slots__ = ("checkpoints", "events", "journal", "run", "steps")
+    __slots__ = ("checkpoints", "events", "journal", "run", "signals", "steps")
 
     def __init__(self, run: RunRecord) -> None:
         self.run = run
@@ -39,6 +40,7 @@ class _RunData:
         self.checkpoints: dict[str, CheckpointRecord] = {}
         self.events: list[EventRecord] = []
         self.journal: dict[tuple[int, int], JournalRecord] = {}
+        self.signals: dict[str, SignalRecord] = {}
 
 
 class MemoryCheckpointStorage(MemoryThreadRows):
@@ -183,6 +185,17 @@ class MemoryCheckpointStorage(MemoryThreadRows):
         return sorted(
             (e for (s, _), e in data.journal.items() if s == step), key=lambda e: e.position
         )
+
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        data = self._data(signal.run_id)
+        if signal.name in data.signals and not replace:
+            return False
+        data.signals[signal.name] = signal
+        return True
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        data = self._runs.get(run_id)
+        return sorted(data.signals.values(), key=lambda s: s.name) if data else []
 
     async def delete_run(self, run_id: str) -> bool:
         data = self._runs.pop(run_id, None)

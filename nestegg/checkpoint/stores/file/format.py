@@ -37,6 +37,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.constants import (
@@ -115,6 +116,21 @@ def event_line(event: EventRecord) -> bytes:
 def journal_line(entry: JournalRecord) -> bytes:
     """A line of journal.log."""
     return encode_record({"step": entry.step, "position": entry.position}, entry.body) + b"\n"
+
+
+def signal_line(signal: SignalRecord) -> bytes:
+    """A line of signals.log."""
+    return encode_record({"name": signal.name, "at": signal.at}, signal.body) + b"\n"
+
+
+def read_signals(path: Path, run_id: str) -> dict[str, SignalRecord]:
+    """The signals in a signals.log: name -> the last signal of that name."""
+    signals: dict[str, SignalRecord] = {}
+    for header, body in read_log(path):
+        name, at = header.get("name"), header.get("at")
+        if isinstance(name, str) and isinstance(at, int | float):
+            signals[name] = SignalRecord(run_id, name, float(at), body)
+    return signals
 
 
 def read_log(path: Path) -> Iterator[tuple[dict[str, Any], bytes]]:

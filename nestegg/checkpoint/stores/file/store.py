@@ -7,6 +7,8 @@ Layout under the root (directories 0700, files 0600)::
     runs/<run_id>/steps.log         step records, JSON lines, append-only
     runs/<run_id>/events.log        events, JSON lines, append-only
     runs/<run_id>/journal.log       journal entries, JSON lines, append-only
+    runs/<run_id>/signals.log       signals sent to the run, JSON lines (the last of a
+                                    name counts)
     runs/<run_id>/checkpoints/<seq>-<id>.json
                                     one checkpoint, replaced atomically; its name holds
                                     the step it covers (zero-padded) and its id
@@ -45,6 +47,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
@@ -63,9 +66,12 @@ from nestegg.checkpoint.stores.file.format import (
     holds_a_run,
     read_checkpoint_file,
     read_log,
+    read_signals,
     record_seq,
+    signal_line,
 )
 from nestegg.checkpoint.stores.file.io import (
+    append_durably,
     create_file,
     make_private_dirs,
     same_file,
@@ -83,6 +89,7 @@ from nestegg.constants import (
     FILE_PENDING_COMMIT,
     FILE_RUN,
     FILE_RUNS_DIR,
+    FILE_SIGNALS_LOG,
     FILE_STAGING_DIR,
     FILE_STEPS_LOG,
     FILE_TRASH_DIR,
@@ -441,6 +448,22 @@ class FileCheckpointStorage(FileThreadRows):
                 position = header["position"]
                 entries[position] = JournalRecord(run_id, step, position, body)
         return [entries[position] for position in sorted(entries)]
+
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        return await self._io(self._put_signal, _run_id(signal.run_id), signal, replace)
+
+    def _put_signal(self, run_id: str, signal: SignalRecord, replace: bool) -> bool:
+        with self._locked(run_id) as run_dir:
+            log_path = run_dir / FILE_SIGNALS_LOG
+            if not replace and signal.name in read_signals(log_path, run_id):
+                return False
+            append_durably(log_path, signal_line(signal))
+            return True
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        path = self._run_dir(_run_id(run_id)) / FILE_SIGNALS_LOG
+        signals = await self._io(read_signals, path, run_id)
+        return [signals[name] for name in sorted(signals)]
 
     # -- deleting ------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ TABLE_SUFFIXES: dict[str, str] = {
     "checkpoints": "checkpoints",
     "lg_threads": "lg_threads",
     "lg_rows": "lg_rows",
+    "signals": "signals",
 }
 # Placeholder name -> function or index suffix appended to the table prefix.
 OBJECT_SUFFIXES: dict[str, str] = {
@@ -293,12 +294,24 @@ def migration_names(statement: str) -> list[str]:
     return sorted({name for _, name, _, _ in string.Formatter().parse(statement) if name})
 
 
+_SIGNALS_TABLE = """
+    CREATE TABLE {signals} (
+        run_id text COLLATE "C" NOT NULL,
+        name text COLLATE "C" NOT NULL,
+        at double precision NOT NULL,
+        body bytea NOT NULL,
+        PRIMARY KEY (run_id, name)
+    )
+"""
+"""Version 4: the signals sent to runs (``nestegg.wait_for``), one per name. Written out:
+never edit a migration."""
+
 MIGRATIONS: list[list[str]] = [
     _TABLES,
     [_COMMIT_FUNCTION],
     [_COMMIT_FUNCTION_V3],
     [
-        # LangGraph threads (nestegg.langgraph), apart from runs: see postgres_threads.
+        # LangGraph threads (nestegg.langgraph), apart from runs: see postgres/threads.py.
         """
         CREATE TABLE {lg_threads} (
             thread_id text COLLATE "C" PRIMARY KEY,
@@ -315,12 +328,14 @@ MIGRATIONS: list[list[str]] = [
         )
         """,
     ],
+    [_SIGNALS_TABLE],
 ]
 """The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
 
 DROP_STATEMENTS = [
     "DROP FUNCTION IF EXISTS {commit}",
-    "DROP TABLE IF EXISTS {checkpoints}, {journal}, {events}, {steps}, {runs}, {versions}",
+    "DROP TABLE IF EXISTS {signals}, {checkpoints}, {journal}, {events}, {steps}, {runs}, "
+    "{versions}",
     "DROP TABLE IF EXISTS {lg_rows}, {lg_threads}",
 ]
 
@@ -364,8 +379,19 @@ QUERIES: dict[str, str] = {
     "AND (%(pipeline)s::text IS NULL OR pipeline = %(pipeline)s::text) RETURNING run_id",
     "delete_run_data": "WITH steps AS (DELETE FROM {steps} WHERE run_id = ANY(%(ids)s::text[])), "
     "events AS (DELETE FROM {events} WHERE run_id = ANY(%(ids)s::text[])), "
-    "journal AS (DELETE FROM {journal} WHERE run_id = ANY(%(ids)s::text[])) "
+    "journal AS (DELETE FROM {journal} WHERE run_id = ANY(%(ids)s::text[])), "
+    "signals AS (DELETE FROM {signals} WHERE run_id = ANY(%(ids)s::text[])) "
     "DELETE FROM {checkpoints} WHERE run_id = ANY(%(ids)s::text[])",
+    # A signal of a run that exists, stored once per name (or replaced): a row when stored.
+    "put_signal": "INSERT INTO {signals} (run_id, name, at, body) "
+    "SELECT %(run_id)s, %(name)s, %(at)s, %(body)s WHERE EXISTS "
+    "(SELECT 1 FROM {runs} WHERE run_id = %(run_id)s) ON CONFLICT (run_id, name) DO NOTHING "
+    "RETURNING 1",
+    "replace_signal": "INSERT INTO {signals} (run_id, name, at, body) "
+    "SELECT %(run_id)s, %(name)s, %(at)s, %(body)s WHERE EXISTS "
+    "(SELECT 1 FROM {runs} WHERE run_id = %(run_id)s) ON CONFLICT (run_id, name) "
+    "DO UPDATE SET at = excluded.at, body = excluded.body RETURNING 1",
+    "read_signals": "SELECT name, at, body FROM {signals} WHERE run_id = %s ORDER BY name",
     "delete_checkpoints": "DELETE FROM {checkpoints} WHERE run_id = %s "
     "AND checkpoint_id = ANY(%s::text[]) RETURNING checkpoint_id",
     "lock_schema": "SELECT pg_advisory_xact_lock(%s)",

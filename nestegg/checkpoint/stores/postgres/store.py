@@ -1,6 +1,6 @@
 """PostgreSQL store: psycopg 3 (async) with a psycopg_pool connection pool.
 
-Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journal`` and
+Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journal``, ``…signals`` and
 ``…checkpoints`` in the connection's current schema; they are created on first use from
 the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
@@ -39,6 +39,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import (
@@ -499,6 +500,29 @@ class PostgresCheckpointStorage(PostgresThreadRows):
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
         rows = await self._fetchall("read_journal", [run_id, step])
         return [JournalRecord(run_id, s, position, bytes(body)) for s, position, body in rows]
+
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        params = {
+            "run_id": signal.run_id,
+            "name": signal.name,
+            "at": signal.at,
+            "body": signal.body,
+        }
+        query = self._queries["replace_signal" if replace else "put_signal"]
+
+        async def put(cursor: Cursor) -> Any:
+            await cursor.execute(query, params, binary=True)
+            return await cursor.fetchone()
+
+        if await self._with_connection(put, idempotent=replace) is not None:
+            return True
+        if await self._fetchone("run_exists", [signal.run_id]) is None:
+            raise run_not_found(signal.run_id)
+        return False
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        rows = await self._fetchall("read_signals", [run_id])
+        return [SignalRecord(run_id, name, at, bytes(body)) for name, at, body in rows]
 
     # -- deletion -----------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ Keys of one run (``KEYS`` in this order for the scripts that take a run)::
     6 <prefix>checkpoints:<id>       hash: checkpoint id -> encoded checkpoint
     7 <prefix>checkpoint_order:<id>  sorted set: checkpoint ids, score seq
 
+A run's signals are in ``<prefix>signals:<id>`` (hash: name -> "<at> <sealed body>"),
+which the scripts reach through the prefix.
+
 Shared keys: ``<prefix>checkpoint:<checkpoint id>`` (string: its run id),
 ``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at).
 Scripts that need shared keys get the prefix as ``ARGV[1]``.
@@ -65,12 +68,15 @@ _FINISHED_LUA = "{" + ", ".join(f"[{status!r}] = true" for status in FINISHED) +
 _SET_EXPIRY = """
 local function set_expiry(prefix, ttl)
     local ids = redis.call('HKEYS', KEYS[6])
+    local signals = prefix .. 'signals:' .. string.sub(KEYS[1], #prefix + 5)
     local finished = __FINISHED__
     if finished[redis.call('HGET', KEYS[1], 'status')] then
         for k = 1, 7 do redis.call('EXPIRE', KEYS[k], ttl) end
+        redis.call('EXPIRE', signals, ttl)
         for _, id in ipairs(ids) do redis.call('EXPIRE', prefix .. 'checkpoint:' .. id, ttl) end
     else
         for k = 1, 7 do redis.call('PERSIST', KEYS[k]) end
+        redis.call('PERSIST', signals)
         for _, id in ipairs(ids) do redis.call('PERSIST', prefix .. 'checkpoint:' .. id) end
     end
 end
@@ -186,6 +192,7 @@ for _, id in ipairs(redis.call('HKEYS', KEYS[6])) do
     redis.call('DEL', ARGV[1] .. 'checkpoint:' .. id)
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', ARGV[1] .. 'signals:' .. ARGV[2])
 redis.call('ZREM', KEYS[8], ARGV[2])
 redis.call('ZREM', ARGV[1] .. 'pipeline:' .. fields[1], ARGV[2])
 return 1
@@ -214,6 +221,16 @@ if not value then
     return false
 end
 return {run_id, value}
+"""
+
+PUT_SIGNAL = """
+-- KEYS: run, the run's signals. ARGV: name, "<at> <body>", replace ('1' or '0').
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[3] == '1' then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+    return 1
+end
+return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
 """
 
 READ_JOURNAL = """

@@ -36,6 +36,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import (
@@ -161,6 +162,7 @@ class RedisCheckpointStorage(RedisThreadRows):
         self._delete_checkpoints = register(redis_layout.DELETE_CHECKPOINTS)
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
         self._read_journal = register(redis_layout.READ_JOURNAL)
+        self._put_signal = register(redis_layout.PUT_SIGNAL)
         self._scripts = (
             self._create_run,
             self._claim_run,
@@ -169,6 +171,7 @@ class RedisCheckpointStorage(RedisThreadRows):
             self._delete_checkpoints,
             self._get_checkpoint,
             self._read_journal,
+            self._put_signal,
         )
 
     @classmethod
@@ -474,6 +477,27 @@ class RedisCheckpointStorage(RedisThreadRows):
             if body is not None
         ]
         return sorted(entries, key=lambda entry: entry.position)
+
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        keys = [self._key("run:", signal.run_id), self._key("signals:", signal.run_id)]
+        value = b"%r %b" % (signal.at, signal.body)
+        args = [signal.name, value, "1" if replace else "0"]
+        # Not retried unless replacing: a lost reply to a stored signal must not read as a
+        # duplicate.
+        put = partial(self._evalsha, self._put_signal, keys, args)
+        stored = int(await self._call(put, idempotent=replace))
+        if stored < 0:
+            raise run_not_found(signal.run_id)
+        return stored == 1
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        key = self._key("signals:", run_id)
+        raw = await self._call(lambda: self._client.hgetall(key), idempotent=True)
+        signals = []
+        for name, value in raw.items():
+            at, body = value.split(b" ", 1)
+            signals.append(SignalRecord(run_id, name.decode(), float(at), body))
+        return sorted(signals, key=lambda signal: signal.name)
 
     # -- deletion -----------------------------------------------------------------------
 

@@ -24,10 +24,9 @@ from nestegg.constants import (
     SQLITE_EVENT_BATCHES_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
+    SQLITE_SIGNALS_TABLE,
     SQLITE_STEP_BLOCKS_TABLE,
     SQLITE_STEPS_TABLE,
-    SQLITE_THREAD_ROWS_TABLE,
-    SQLITE_THREADS_TABLE,
 )
 from nestegg.errors import StorageError
 
@@ -47,6 +46,7 @@ CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
 STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
+SIGNALS = SQLITE_SIGNALS_TABLE
 INSERT_EVENT_BATCH = f"INSERT OR REPLACE INTO {EVENT_BATCHES} (batch_key, body) VALUES (?,?)"
 
 RUN_FIELDS = tuple(
@@ -147,12 +147,18 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
     ),
     (
         # Version 4 keeps LangGraph threads (nestegg.langgraph), apart from runs: see
-        # sqlite_threads.
-        f"""CREATE TABLE {SQLITE_THREADS_TABLE} (
+        # sqlite/threads.py.
+        """CREATE TABLE lg_threads (
             thread_id TEXT PRIMARY KEY, updated_at REAL NOT NULL) WITHOUT ROWID""",
-        f"""CREATE TABLE {SQLITE_THREAD_ROWS_TABLE} (
+        """CREATE TABLE lg_rows (
             thread_id TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
             body BLOB NOT NULL, PRIMARY KEY (thread_id, kind, key))""",
+    ),
+    (
+        # Version 5 keeps the signals sent to runs (nestegg.wait_for), one per name.
+        """CREATE TABLE signals (
+            run_id TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL, body BLOB NOT NULL,
+            PRIMARY KEY (run_id, name)) WITHOUT ROWID""",
     ),
 )
 """The schema, one entry per version; append, never edit."""
@@ -300,7 +306,7 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
             "WHERE run_id = ?1)",
             params,
         )
-    for table in (CHECKPOINTS, JOURNAL):
+    for table in (CHECKPOINTS, JOURNAL, SIGNALS):
         conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", params)
     cursor = conn.executemany(f"DELETE FROM {RUNS} WHERE run_id = ?", params)
     return cursor.rowcount

@@ -28,6 +28,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     Owner,
     RunRecord,
+    SignalRecord,
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
@@ -62,11 +63,13 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     INSERT_STEP,
     JOURNAL,
     KEY_AND_FENCE_OF,
+    KEY_OF,
     MAX_SEQ,
     RUNS,
     SELECT_EVENT_BATCHES,
     SELECT_RUN,
     SEQ_SPAN,
+    SIGNALS,
     checkpoint_from_row,
     delete_runs,
     marks,
@@ -314,6 +317,16 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         rows = await self._connection.call(_fetch_all, query, (run_id, step))
         return [JournalRecord(run_id, step, position, body) for position, body in rows]
 
+    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
+        return await self._connection.write(
+            _put_signal, signal, replace, size=len(signal.body), small=False
+        )
+
+    async def read_signals(self, run_id: str) -> list[SignalRecord]:
+        query = f"SELECT name, at, body FROM {SIGNALS} WHERE run_id = ? ORDER BY name"
+        rows = await self._connection.call(_fetch_all, query, (run_id,))
+        return [SignalRecord(run_id, name, at, body) for name, at, body in rows]
+
     async def delete_run(self, run_id: str) -> bool:
         return await self._connection.write(_delete_run, run_id, small=False)
 
@@ -446,6 +459,18 @@ def _append(conn: sqlite3.Connection, changes: ChangeSet, base: int) -> None:
         conn.execute(
             INSERT_CHECKPOINT, (c.checkpoint_id, run_id, c.seq, c.created_at, c.reason, c.body)
         )
+
+
+def _put_signal(conn: sqlite3.Connection, signal: SignalRecord, replace: bool) -> bool:
+    with write_transaction(conn):
+        if conn.execute(KEY_OF, (signal.run_id,)).fetchone() is None:
+            raise run_not_found(signal.run_id)
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        cursor = conn.execute(
+            f"{verb} INTO {SIGNALS} (run_id, name, at, body) VALUES (?,?,?,?)",
+            (signal.run_id, signal.name, signal.at, signal.body),
+        )
+        return cursor.rowcount > 0
 
 
 def _delete_run(conn: sqlite3.Connection, run_id: str) -> bool:

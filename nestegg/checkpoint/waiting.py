@@ -1,0 +1,110 @@
+"""Runs that wait: what a waiting run waits for, storing signals, and when a wait is over.
+
+A waiting run is stored with status ``waiting``; its ``lease_until`` holds when the wait
+ends (wait_for's deadline, a timer's due time, or ``NO_DEADLINE``), and the last event of
+the commit that suspended it, ``run_waiting``, names the signal (None for a timer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nestegg.agents import check_name, to_plain
+from nestegg.checkpoint.codec import encode_value
+from nestegg.checkpoint.formats import parse_event, signal_body
+from nestegg.checkpoint.records import RunRecord, SignalRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.constants import NO_DEADLINE, RUN_WAITING, WAITING
+from nestegg.errors import CheckpointCorruptedError, RunWaiting, SignalExistsError
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """What a waiting run waits for: a signal (None for a timer), until ``deadline``
+    (None: no deadline)."""
+
+    signal: str | None
+    deadline: float | None
+
+
+def wait_due(run: RunRecord, now: float) -> bool:
+    """Whether a waiting run's deadline (or timer) has passed."""
+    return run.status == WAITING and run.lease_until is not None and run.lease_until <= now
+
+
+async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
+    """What the waiting ``run`` waits for (None when it does not wait)."""
+    if run.status != WAITING:
+        return None
+    deadline = None if run.lease_until in (None, NO_DEADLINE) else run.lease_until
+    for record in reversed(await store.read_events(run.run_id, max(run.event_seq - 8, 0))):
+        if record.kind == RUN_WAITING:
+            try:
+                signal = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}").get(
+                    "signal"
+                )
+            except CheckpointCorruptedError:
+                break
+            return Wait(signal if isinstance(signal, str) else None, deadline)
+    return Wait(None, deadline)
+
+
+async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> bool:
+    """Whether a signal ``name`` is stored for the run."""
+    return any(signal.name == name for signal in await store.read_signals(run_id))
+
+
+async def signal_came(store: CheckpointStorage, waiting: RunWaiting) -> bool:
+    """Whether the signal a run just started to wait for is stored already."""
+    return waiting.signal is not None and await signal_stored(
+        store, waiting.run_id or "", waiting.signal
+    )
+
+
+async def resumable_now(store: CheckpointStorage, run: RunRecord, now: float) -> bool:
+    """Whether a waiting run can go on now: its deadline passed, or its signal is stored."""
+    if wait_due(run, now):
+        return True
+    wait = await wait_of(store, run)
+    return bool(wait and wait.signal and await signal_stored(store, run.run_id, wait.signal))
+
+
+async def store_signal(
+    store: CheckpointStorage,
+    run_id: str,
+    name: str,
+    value: Any,
+    *,
+    replace: bool,
+    clock: Callable[[], float],
+) -> None:
+    """Store a signal for a run, checked and encoded like step data.
+
+    Raises:
+        InvalidIdentifierError: a bad signal name.
+        CheckpointSerializationError: a value that cannot be stored.
+        SignalExistsError: a signal of that name was sent already (and not ``replace``).
+        RunNotFoundError: no such run.
+    """
+    check_name(name, "signal name")
+    body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
+    if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):
+        raise SignalExistsError(
+            f"run {run_id!r} has a signal {name!r} already; a signal is sent once per run "
+            "and name: pass replace=True to send another value (a step that received the "
+            "first one keeps it)",
+            run_id,
+        )
+
+
+__all__ = [
+    "Wait",
+    "resumable_now",
+    "signal_came",
+    "signal_stored",
+    "store_signal",
+    "wait_due",
+    "wait_of",
+]

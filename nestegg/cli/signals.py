@@ -1,0 +1,104 @@
+"""``nestegg signal``: send a signal to a waiting (or not yet waiting) run."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import to_datetime
+from nestegg.checkpoint.waiting import store_signal, wait_of
+from nestegg.cli.app import (
+    CommandError,
+    JsonOption,
+    StoreOption,
+    app,
+    run_async,
+    run_with_store,
+    store_url,
+)
+from nestegg.cli.apps import APP_HELP, bound
+from nestegg.cli.operate import load_app
+from nestegg.cli.reading import get_run
+from nestegg.cli.render import Output, to_json
+from nestegg.cli.runs import wait_text
+from nestegg.constants import EXIT_USAGE
+from nestegg.errors import RunWaiting
+
+
+def _value(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise CommandError(
+            f"the signal's value is not JSON ({error}): quote a string as '\"text\"'", EXIT_USAGE
+        ) from None
+
+
+def _waiting(error: RunWaiting) -> dict[str, Any]:
+    wait = {"signal": error.signal, "deadline": to_datetime(error.deadline)}
+    return {"run_id": error.run_id, "status": "waiting", "waits_for": wait}
+
+
+@app.command("signal")
+def signal_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to signal.", show_default=False)],
+    name: Annotated[str, typer.Argument(help="The signal's name.", show_default=False)],
+    value: Annotated[
+        str, typer.Argument(help="Its value, as JSON ('true', '{\"ok\": 1}', '\"text\"').")
+    ] = "null",
+    app_spec: Annotated[
+        str | None, typer.Option("--app", "-a", help=APP_HELP, show_default=False)
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace a signal of that name sent before.")
+    ] = False,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Send a signal to a run (nestegg.wait_for in an agent receives it).
+
+    It is stored once per run and name (--replace sends another value). With --app, a run
+    that waits for it resumes in this process and its result is printed; without, the
+    signal is only stored, and `nestegg recover --app ...` (or a worker) resumes the run.
+    """
+    out = Output(as_json)
+    data = _value(value)
+    if app_spec is None:
+
+        async def store_only(opened: CheckpointStorage) -> dict[str, Any]:
+            await store_signal(opened, run_id, name, data, replace=replace, clock=time.time)
+            return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
+
+        summary = run_with_store(ctx, store, store_only, existing=True)
+    else:
+        clutch = load_app(ctx, app_spec, store, out)
+
+        async def resume() -> dict[str, Any]:
+            async with bound(clutch, store_url(ctx, store)) as opened:
+                run = await get_run(opened, run_id)
+                wait = await wait_of(opened, run)
+                try:
+                    result = await clutch.signal(run_id, name, data, replace=replace)
+                except RunWaiting as waiting:
+                    return {"signal": name, "stored": True, **_waiting(waiting)}
+            if wait is None or wait.signal != name:
+                return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
+            return {"run_id": run_id, "signal": name, "stored": True, "result": result}
+
+        summary = run_async(resume)
+    if as_json:
+        out.json(summary)
+    elif "waits_for" in summary:
+        out.line(
+            f"signal {name!r} stored; run {run_id} waits for {wait_text(summary['waits_for'])}"
+        )
+    elif "result" in summary:
+        out.line(f"signal {name!r} stored; run {run_id} resumed")
+        out.line(f"result: {to_json(summary['result'], indent=False)}")
+    else:
+        out.line(f"signal {name!r} stored for run {run_id}")

@@ -1,0 +1,68 @@
+"""A run that waits in distributed mode: the worker stores it as waiting and acks its
+message, the caller gets RunWaiting, and signal() resumes it in the signalling process."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import nestegg
+from nestegg import Clutch, RunWaiting, get_context
+from tests.transport.apps import config, counter, prefix, side_effect, transport
+from tests.transport.conftest import Deployment
+from tests.transport.test_caller import serving
+
+
+def make_approvals() -> Clutch:
+    clutch = Clutch("approvals", transport=transport(), checkpoint=config())
+
+    @clutch.agent()
+    async def review(data: dict[str, Any]) -> dict[str, Any]:
+        paid = await side_effect(get_context().run_id, 1)
+        approval = await nestegg.wait_for("approval")
+        return {**data, "paid": paid, "approval": approval}
+
+    return clutch
+
+
+@pytest.mark.server
+async def test_a_waiting_run_is_resumed_by_its_signal(deployment: Deployment) -> None:
+    caller, worker = make_approvals(), make_approvals()
+    try:
+        async with serving(worker):
+            with pytest.raises(RunWaiting) as waiting:
+                await caller.run({}, run_id="approve-me", timeout=30)
+        assert waiting.value.signal == "approval"
+        result = await caller.signal("approve-me", "approval", "yes")
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result == {"paid": 1, "approval": "yes"}
+    effects = await counter().hget(f"{prefix()}effects", "approve-me:1")
+    assert int(effects) == 1
+
+
+@pytest.mark.server
+async def test_the_sweeper_resumes_a_waiting_run_once_its_signal_is_stored(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_approvals(), make_approvals()
+    try:
+        async with serving(worker, sweep_interval=0.2):
+            with pytest.raises(RunWaiting):
+                await caller.run({}, run_id="swept", timeout=30)
+            await asyncio.sleep(0.5)  # sweeps pass it by: it waits
+            assert (await caller.list_runs("waiting"))[0].run_id == "swept"
+            assert await caller.signal("swept", "approval", "ok", resume=False) is None
+            for _ in range(200):  # the next sweep points a worker at it
+                if not await caller.list_runs("waiting"):
+                    break
+                await asyncio.sleep(0.1)
+            result = await caller.result("swept", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result == {"paid": 1, "approval": "ok"}
+    assert int(await counter().hget(f"{prefix()}effects", "swept:1")) == 1

@@ -1,0 +1,267 @@
+"""wait_for, signal and sleep on every store, in one process: a second Clutch on a new
+handle plays the other process. (tests/waits/test_processes.py uses real processes.)"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nestegg
+from nestegg import Clutch, RunWaiting, SignalExistsError
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.constants import WAITING
+from nestegg.errors import ConfigurationError, RunNotFoundError
+from nestegg.testing import FakeClock
+from tests.waits.conftest import Opener
+from tests.waits.pipeline import build, build_sleeper, quotes
+
+APPROVED = {"approved": True, "by": "ann"}
+DAY = 24 * 3600.0
+
+
+def _input(tmp_path: Path) -> dict[str, Any]:
+    return {"ledger": str(tmp_path / "ledger"), "amount": 5}
+
+
+def _quotes(tmp_path: Path) -> int:
+    ledger = tmp_path / "ledger"
+    return quotes(ledger)
+
+
+async def test_a_wait_releases_the_run_and_a_signal_resumes_it(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    clutch = build(await open_store())
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run(_input(tmp_path), run_id="r1")
+    assert (waiting.value.run_id, waiting.value.signal, waiting.value.deadline) == (
+        "r1",
+        "approval",
+        None,
+    )
+    [info] = await clutch.list_runs(WAITING)
+    assert info.run_id == "r1"
+    assert await clutch.list_interrupted() == []
+    other = build(await open_store())
+    result = await other.signal("r1", "approval", APPROVED)
+    assert result["status"] == "approved" and result["by"] == "ann" and result["settled"]
+    assert _quotes(tmp_path) == 1
+    kinds = [event.kind for event in await other.events("r1")]
+    assert kinds.count("run_waiting") == 1 and kinds.count("signal_received") == 1
+    assert kinds.index("run_waiting") < kinds.index("signal_received")
+    assert kinds[-1] == "run_completed"
+
+
+async def test_a_signal_sent_before_the_wait_is_received_at_once(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    store = await open_store()
+    clutch = build(store)
+    # A run that waits on a first signal, then another, is signalled for the second early.
+    rejected = {"approved": False, "by": "bob"}
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="r2")
+    assert await clutch.signal("r2", "other", 1, resume=True) is None  # not awaited: stays
+    assert (await clutch.list_runs(WAITING))[0].run_id == "r2"
+    result = await clutch.signal("r2", "approval", rejected)
+    assert result["status"] == "rejected"
+    # A signal stored before the run reaches its wait_for: the wait returns at once.
+    early = build_with_early_signal(store)
+    assert (await early.run({"n": 1}, run_id="r3"))["got"] == {"approved": True}
+
+
+def build_with_early_signal(storage: Any) -> Clutch:
+    """A pipeline whose first agent signals its own run; the second one waits for it."""
+    clutch = Clutch("early", checkpoint=CheckpointConfig(storage=storage))
+
+    @clutch.agent()
+    async def first(data: dict[str, Any]) -> dict[str, Any]:
+        run_id = nestegg.get_context().run_id
+        await clutch.signal(run_id, "go", {"approved": True}, resume=False)
+        return data
+
+    @clutch.agent()
+    async def second(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "got": await nestegg.wait_for("go")}
+
+    return clutch
+
+
+async def test_a_second_signal_of_a_name_is_refused_unless_replaced(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    store = await open_store()
+    clutch = build(store)
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="r4")
+    await clutch.signal("r4", "approval", {"approved": False, "by": "x"}, resume=False)
+    with pytest.raises(SignalExistsError, match="replace=True"):
+        await clutch.signal("r4", "approval", APPROVED)
+    [stored] = await store.read_signals("r4")
+    assert b'"x"' in stored.body
+    result = await clutch.signal("r4", "approval", APPROVED, replace=True)
+    assert result["status"] == "approved"
+    with pytest.raises(RunNotFoundError):
+        await clutch.signal("nope", "approval", APPROVED)
+
+
+async def test_a_passed_deadline_resumed_by_recover_raises_in_the_agent(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    clutch = build(await open_store(), clock=clock, timeout=2 * DAY)
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run(_input(tmp_path), run_id="r5")
+    assert waiting.value.deadline == clock.now + 2 * DAY
+    clock.advance(2 * DAY - 1)
+    assert await clutch.list_interrupted() == []
+    assert await clutch.recover() == {}
+    clock.advance(1)
+    assert [r.run_id for r in await clutch.list_interrupted()] == ["r5"]
+    outcome = await clutch.recover()
+    assert outcome["r5"]["status"] == "expired" and outcome["r5"]["settled"]
+    assert _quotes(tmp_path) == 1
+    with pytest.raises(SignalExistsError):  # too late for the run, but stored once
+        await clutch.signal("r5", "approval", APPROVED)
+        await clutch.signal("r5", "approval", APPROVED)
+
+
+async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    clutch = build_sleeper(await open_store(), clock)
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run(_input(tmp_path), run_id="r6")
+    assert waiting.value.signal is None
+    assert waiting.value.deadline == clock.now + 6 * 3600
+    clock.advance(6 * 3600 - 1)
+    assert await clutch.recover() == {}
+    later = build_sleeper(await open_store(), clock)
+    clock.advance(1)
+    outcome = await later.recover()
+    assert outcome["r6"]["followed_up"] is True
+    assert _quotes(tmp_path) == 1
+
+
+async def test_a_signal_stored_without_resuming_is_picked_up_by_recover(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    clutch = build(await open_store())
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="r7")
+    assert await clutch.signal("r7", "approval", APPROVED, resume=False) is None
+    assert await clutch.list_interrupted() == []
+    outcome = await clutch.recover()
+    assert outcome["r7"]["status"] == "approved"
+
+
+async def test_a_task_and_a_stream_end_with_run_waiting(tmp_path: Path) -> None:
+    clutch = build(MemoryCheckpointStorage())
+    task = await clutch.submit(_input(tmp_path), run_id="t1")
+    with pytest.raises(RunWaiting):
+        await task.result()
+    with pytest.raises(RunWaiting):
+        async for _ in clutch.stream(_input(tmp_path), run_id="t2"):
+            pass
+
+
+async def test_a_wait_needs_a_checkpointed_run() -> None:
+    with pytest.raises(ConfigurationError, match="checkpointing"):
+        await nestegg.wait_for("approval")
+    plain = Clutch("plain")
+
+    @plain.agent()
+    async def waits(data: Any) -> Any:
+        return await nestegg.sleep(timedelta(seconds=1))
+
+    with pytest.raises(ConfigurationError, match="checkpointing"):
+        await plain.run({})
+
+
+async def test_a_bad_signal_changes_nothing(tmp_path: Path) -> None:
+    store = MemoryCheckpointStorage()
+    clutch = build(store)
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="r8")
+    with pytest.raises(nestegg.NestEggError, match="signal name"):
+        await clutch.signal("r8", "a/b", 1)
+    with pytest.raises(nestegg.NestEggError, match="signal 'approval'"):
+        await clutch.signal("r8", "approval", object())
+    assert await store.read_signals("r8") == []
+    assert (await clutch.list_runs(WAITING))[0].run_id == "r8"
+
+
+async def test_a_selector_may_wait_for_the_next_agent(tmp_path: Path) -> None:
+    clutch = Clutch(
+        "routes",
+        strategy=nestegg.Strategy.SELECTOR,
+        checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()),
+    )
+    asked: list[str] = []
+
+    @clutch.selector
+    async def choose(data: dict[str, Any]) -> str | None:
+        if data.get("done"):
+            return None
+        asked.append("route")
+        return str(await nestegg.wait_for("route"))
+
+    @clutch.agent()
+    async def refund(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "done": "refund"}
+
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run({}, run_id="s1")
+    assert waiting.value.signal == "route"
+    assert await clutch.signal("s1", "route", "refund") == {"done": "refund"}
+    assert asked == ["route", "route"]  # asked again on resume; the wait returned the signal
+
+
+async def test_a_value_that_does_not_fit_fails_the_step_and_a_fitting_one_resumes_it(
+    tmp_path: Path,
+) -> None:
+    clutch = build(MemoryCheckpointStorage())
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="v1")
+    with pytest.raises(nestegg.SignalValueError, match="does not fit Approval"):
+        await clutch.signal("v1", "approval", {"approved": "maybe"})
+    assert (await clutch.list_runs("failed"))[0].run_id == "v1"
+    await clutch.signal("v1", "approval", APPROVED, replace=True, resume=False)
+    result = await clutch.resume_latest("v1")
+    assert result["status"] == "approved"
+    assert _quotes(tmp_path) == 1
+
+
+class _LateSignalStore(MemoryCheckpointStorage):
+    """Hides the run's signals from the first read: the signal lands just after the step
+    looked, before the run is stored as waiting (and its sender saw it running)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read_signals(self, run_id: str) -> list[Any]:
+        self.reads += 1
+        return [] if self.reads == 1 else await super().read_signals(run_id)
+
+
+async def test_a_signal_that_lands_while_the_run_suspends_is_not_lost() -> None:
+    store = _LateSignalStore()
+    clutch = Clutch("late", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def ask(data: dict[str, Any]) -> dict[str, Any]:
+        run_id = nestegg.get_context().run_id
+        # Sent (once: journaled) while the run runs, so its sender does not resume it.
+        await nestegg.call(clutch.signal, run_id, "go", "now", resume=False)
+        return {"got": await nestegg.wait_for("go")}
+
+    assert await clutch.run({}, run_id="late") == {"got": "now"}
+    assert store.reads >= 2
+    kinds = [event.kind for event in await clutch.events("late")]
+    assert kinds.count("run_waiting") == 1 and kinds[-1] == "run_completed"
