@@ -53,6 +53,7 @@ from harness import (
 
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, SQLiteCheckpointStorage
+from nestegg.errors import NestEggError
 
 PG_URL = os.environ.get("NESTEGG_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
@@ -216,9 +217,14 @@ async def main(args: argparse.Namespace) -> None:
         for runs in args.runs:
             steps = max(1, args.total // runs)
             rows = []
-            for rep in range(args.reps):
-                progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
-                rows.append(await one_row(store_name, runs, steps, rep))
+            try:
+                for rep in range(args.reps):
+                    progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
+                    rows.append(await one_row(store_name, runs, steps, rep))
+            except NestEggError as error:  # a store that gives up under the load: say so
+                table.rows.append([f"{runs:,} x {steps:,}", f"failed: {error}", "", "", ""])
+                progress(table.rows[-1][1])
+                continue
             table.rows.append(
                 [
                     f"{runs:,} x {steps:,}",
@@ -228,6 +234,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
                 ]
             )
+            progress(" | ".join(table.rows[-1]))
         if args.idle:
             progress(f"{NAMES[store_name]}: {args.idle} idle runs")
             per_run = median([idle_in_child(store_name, args.idle) for _ in range(args.reps)])

@@ -42,6 +42,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
@@ -148,6 +149,15 @@ def _describe(conninfo: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
+def _commit_outcome(commit: Commit, stored: int | None) -> Outcome:
+    """The error of a commit whose run's fence was ``stored`` (None: no run), if any."""
+    if stored == commit.fence:
+        return None
+    if stored is None:
+        return run_not_found(commit.run_id)
+    return stale_fence(commit.run_id, stored, commit.fence)
+
+
 class PostgresCheckpointStorage:
     """Keeps runs in PostgreSQL, shared by every process and machine that reaches it.
 
@@ -218,6 +228,7 @@ class PostgresCheckpointStorage:
         self._drop: list[bytes] = []
         self._ready = False
         self._setup_lock = asyncio.Lock()
+        self._group = GroupCommitter(self._commit_one, self._commit_many)
         self._held: Connection = None
         self._held_cursor: Cursor = None
         self._held_until = 0.0
@@ -347,6 +358,7 @@ class PostgresCheckpointStorage:
 
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
+        await self._group.drain()
         await self._release_held()
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
@@ -510,14 +522,29 @@ class PostgresCheckpointStorage:
         raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
-        params = commit_params(commit)
-        row = await self._fetchone("commit", params)
-        stored = row[0] if row else None
-        if stored == commit.fence:
-            return
-        if stored is None:
-            raise run_not_found(commit.run_id)
-        raise stale_fence(commit.run_id, stored, commit.fence)
+        await self._group.commit(commit)
+
+    async def _commit_one(self, commit: Commit) -> None:
+        row = await self._fetchone("commit", commit_params(commit))
+        outcome = _commit_outcome(commit, row[0] if row else None)
+        if outcome is not None:
+            raise outcome
+
+    async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
+        """Many runs' commits in one statement, one round trip (group commit): each call
+        of the commit function checks its own run's fence. An error of the statement
+        (not of the connection) has every commit tried alone, so that it fails alone."""
+        columns: list[list[Any]] = [[], [], [], []]
+        for commit in commits:
+            for column, value in zip(columns, commit_params(commit), strict=True):
+                column.append(value)
+        try:
+            rows = await self._fetchall("commit_many", columns)
+        except StorageUnavailableError:
+            raise
+        except StorageError:
+            return [await outcome_of(self._commit_one, commit) for commit in commits]
+        return [_commit_outcome(commit, row[0]) for commit, row in zip(commits, rows, strict=True)]
 
     # -- reads --------------------------------------------------------------------------
 
