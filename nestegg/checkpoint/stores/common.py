@@ -1,11 +1,82 @@
-"""What every store says the same way: the errors of the store contract, written once.
+"""What every store says and means the same way, written once: the errors of the store
+contract, and what a :class:`~nestegg.checkpoint.records.Commit` does to a run.
 
-Each store raises these (``raise run_not_found(run_id)``) instead of writing the text out.
+Each store raises these errors (``raise run_not_found(run_id)``) instead of writing the text
+out, and applies the :class:`ChangeSet` that :func:`change_set` makes of a commit instead of
+working out the commit's meaning itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nestegg.checkpoint.records import (
+    CheckpointRecord,
+    Commit,
+    EventRecord,
+    JournalRecord,
+    RunRecord,
+    StepRecord,
+)
 from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
+
+RUN_FIELDS = ("status", "result", "error", "lease_until", "step_seq", "event_seq")
+"""The run-row fields a commit sets when it carries them (``updated_at`` aside)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """What one commit does to a run, spelled out: a store checks that the stored run's
+    fence is ``fence`` (else ``stale_fence``; ``run_not_found`` without the run), then
+    applies the rest in the order of the fields, atomically.
+
+    ``truncate_after`` and ``journal_after`` are both None or both set: delete the step
+    records and checkpoints whose seq is past ``truncate_after`` and the journal entries of
+    the steps past ``journal_after``; events are never deleted. Then insert ``steps``,
+    ``events``, ``journal``, ``checkpoints``; delete the checkpoints in ``prune``; then set
+    the run fields in ``run_fields`` (name -> value; the run's other fields keep theirs).
+    """
+
+    run_id: str
+    fence: int
+    truncate_after: int | None
+    journal_after: int | None
+    steps: Sequence[StepRecord]
+    events: Sequence[EventRecord]
+    journal: Sequence[JournalRecord]
+    checkpoints: Sequence[CheckpointRecord]
+    prune: Sequence[str]
+    run_fields: dict[str, Any]
+
+
+def change_set(commit: Commit) -> ChangeSet:
+    """The literal changes ``commit`` makes: the journal kept by a truncation resolved, and
+    the run fields it sets (those it carries: not None; ``updated_at`` unless 0.0, unset).
+    """
+    after = commit.truncate_after
+    fields = {name: value for name in RUN_FIELDS if (value := getattr(commit, name)) is not None}
+    if commit.updated_at:
+        fields["updated_at"] = commit.updated_at
+    return ChangeSet(
+        commit.run_id,
+        commit.fence,
+        after,
+        None if after is None else commit.journal_kept_through(after),
+        commit.steps,
+        commit.events,
+        commit.journal,
+        commit.checkpoints,
+        commit.prune,
+        fields,
+    )
+
+
+def set_run_fields(run: RunRecord, changes: ChangeSet) -> None:
+    """Set the run fields of ``changes`` on ``run`` (the stores that keep records whole)."""
+    for name, value in changes.run_fields.items():
+        setattr(run, name, value)
 
 
 def run_not_found(run_id: str) -> RunNotFoundError:
@@ -31,4 +102,13 @@ def stale_fence(run_id: str, stored: int, carried: int) -> StaleOwnerError:
     )
 
 
-__all__ = ["run_claimed", "run_exists", "run_not_found", "stale_fence"]
+__all__ = [
+    "RUN_FIELDS",
+    "ChangeSet",
+    "change_set",
+    "run_claimed",
+    "run_exists",
+    "run_not_found",
+    "set_run_fields",
+    "stale_fence",
+]

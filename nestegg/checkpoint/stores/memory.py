@@ -15,7 +15,14 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    set_run_fields,
+    stale_fence,
+)
 from nestegg.constants import RUNNING
 from nestegg.errors import (
     ConfigurationError,
@@ -31,15 +38,6 @@ class _RunData:
         self.checkpoints: dict[str, CheckpointRecord] = {}
         self.events: list[EventRecord] = []
         self.journal: dict[tuple[int, int], JournalRecord] = {}
-
-
-def apply_run_fields(run: RunRecord, commit: Commit) -> None:
-    """Copy the run-row fields a commit sets onto ``run``."""
-    for name in ("status", "result", "error", "lease_until", "step_seq", "event_seq"):
-        value = getattr(commit, name)
-        if value is not None:
-            setattr(run, name, value)
-    run.updated_at = commit.updated_at or run.updated_at
 
 
 class MemoryCheckpointStorage:
@@ -117,25 +115,24 @@ class MemoryCheckpointStorage:
         return dataclasses.replace(run)
 
     async def commit(self, commit: Commit) -> None:
-        data = self._data(commit.run_id)
-        if data.run.fence != commit.fence:
-            raise stale_fence(commit.run_id, data.run.fence, commit.fence)
-        if commit.truncate_after is not None:
-            self._truncate(
-                data, commit.truncate_after, commit.journal_kept_through(commit.truncate_after)
-            )
-        for step in commit.steps:
+        changes = change_set(commit)
+        data = self._data(changes.run_id)
+        if data.run.fence != changes.fence:
+            raise stale_fence(changes.run_id, data.run.fence, changes.fence)
+        if changes.truncate_after is not None and changes.journal_after is not None:
+            self._truncate(data, changes.truncate_after, changes.journal_after)
+        for step in changes.steps:
             data.steps[step.seq] = step
-        data.events.extend(commit.events)
-        for entry in commit.journal:
+        data.events.extend(changes.events)
+        for entry in changes.journal:
             data.journal[(entry.step, entry.position)] = entry
-        for checkpoint in commit.checkpoints:
+        for checkpoint in changes.checkpoints:
             data.checkpoints[checkpoint.checkpoint_id] = checkpoint
-            self._checkpoint_runs[checkpoint.checkpoint_id] = commit.run_id
-        for checkpoint_id in commit.prune:
+            self._checkpoint_runs[checkpoint.checkpoint_id] = changes.run_id
+        for checkpoint_id in changes.prune:
             if data.checkpoints.pop(checkpoint_id, None) is not None:
                 self._checkpoint_runs.pop(checkpoint_id, None)
-        apply_run_fields(data.run, commit)
+        set_run_fields(data.run, changes)
 
     def _truncate(self, data: _RunData, after: int, journal_after: int) -> None:
         data.steps = {seq: s for seq, s in data.steps.items() if seq <= after}

@@ -29,6 +29,11 @@ class StoreEntry:
     extra: str | None = None
 
     @property
+    def store(self) -> str:
+        """The store's short name: its package (``postgres``) or module (``memory``)."""
+        return self.module.partition(".")[0]
+
+    @property
     def module_path(self) -> str:
         """The store's module, dotted from the top."""
         return f"{_STORES_PACKAGE}.{self.module}"
@@ -36,10 +41,12 @@ class StoreEntry:
 
 STORES: tuple[StoreEntry, ...] = (
     StoreEntry("MemoryCheckpointStorage", "memory", ("memory",)),
-    StoreEntry("FileCheckpointStorage", "file", ("file",)),
-    StoreEntry("SQLiteCheckpointStorage", "sqlite", ("sqlite",)),
-    StoreEntry("PostgresCheckpointStorage", "postgres", ("postgresql", "postgres"), "postgres"),
-    StoreEntry("RedisCheckpointStorage", "redis", ("redis", "rediss"), "redis"),
+    StoreEntry("FileCheckpointStorage", "file.store", ("file",)),
+    StoreEntry("SQLiteCheckpointStorage", "sqlite.store", ("sqlite",)),
+    StoreEntry(
+        "PostgresCheckpointStorage", "postgres.store", ("postgresql", "postgres"), "postgres"
+    ),
+    StoreEntry("RedisCheckpointStorage", "redis.store", ("redis", "rediss"), "redis"),
     StoreEntry("SQLCheckpointStorage", "sql"),  # picks PostgreSQL or SQLite by URL
 )
 """Every store nestegg ships, by the name it is exported as."""
@@ -60,7 +67,7 @@ def import_store(entry: StoreEntry) -> Any:
         if entry.extra is None or not _outside_nestegg(exc):
             raise
         raise MissingDependencyError(
-            f"the {entry.module} store needs its driver ({exc.name}): "
+            f"the {entry.store} store needs its driver ({exc.name}): "
             f"pip install 'nestegg[{entry.extra}]'"
         ) from exc
     return getattr(module, entry.name)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nestegg.checkpoint.records import CheckpointRecord, Commit, RunRecord
+from nestegg.checkpoint.stores.common import ChangeSet, change_set, set_run_fields
 from nestegg.checkpoint.stores.file.format import (
     checkpoint_file_name,
     checkpoint_files,
@@ -31,7 +32,6 @@ from nestegg.checkpoint.stores.file.format import (
     step_line,
 )
 from nestegg.checkpoint.stores.file.io import append_durably, sync_directory, write_atomically
-from nestegg.checkpoint.stores.memory import apply_run_fields
 from nestegg.constants import (
     FILE_CHECKPOINTS_DIR,
     FILE_EVENTS_LOG,
@@ -49,7 +49,7 @@ def commit_durably(run_dir: Path, index: Path, commit: Commit, run: RunRecord) -
     pending = run_dir / FILE_PENDING_COMMIT
     write_atomically(pending, encode_commit(commit))
     sync_directory(run_dir)
-    apply_commit(run_dir, index, commit, run)
+    apply_commit(run_dir, index, change_set(commit), run)
     pending.unlink()
 
 
@@ -61,29 +61,24 @@ def redo_pending_commit(run_dir: Path, index: Path) -> None:
     except FileNotFoundError:
         return
     run = decode_run((run_dir / FILE_RUN).read_bytes(), b"", run_dir / FILE_RUN)
-    apply_commit(run_dir, index, decode_commit(data, pending), run)
+    apply_commit(run_dir, index, change_set(decode_commit(data, pending)), run)
     pending.unlink()
 
 
-def apply_commit(run_dir: Path, index: Path, commit: Commit, run: RunRecord) -> None:
-    """Apply ``commit`` in the documented order; ``run`` is the run row it updates."""
-    if commit.truncate_after is not None:
-        truncate_after(
-            run_dir,
-            index,
-            commit.truncate_after,
-            commit.journal_kept_through(commit.truncate_after),
-        )
+def apply_commit(run_dir: Path, index: Path, changes: ChangeSet, run: RunRecord) -> None:
+    """Apply ``changes`` in their order; ``run`` is the run row they update."""
+    if changes.truncate_after is not None and changes.journal_after is not None:
+        truncate_after(run_dir, index, changes.truncate_after, changes.journal_after)
     for name, lines in (
-        (FILE_STEPS_LOG, [step_line(s) for s in commit.steps]),
-        (FILE_EVENTS_LOG, [event_line(e) for e in commit.events]),
-        (FILE_JOURNAL_LOG, [journal_line(j) for j in commit.journal]),
+        (FILE_STEPS_LOG, [step_line(s) for s in changes.steps]),
+        (FILE_EVENTS_LOG, [event_line(e) for e in changes.events]),
+        (FILE_JOURNAL_LOG, [journal_line(j) for j in changes.journal]),
     ):
         if lines:
             append_durably(run_dir / name, b"".join(lines))
-    write_checkpoints(run_dir, index, commit.checkpoints)
-    remove_checkpoints(run_dir, index, commit.prune, written=bool(commit.checkpoints))
-    apply_run_fields(run, commit)
+    write_checkpoints(run_dir, index, changes.checkpoints)
+    remove_checkpoints(run_dir, index, changes.prune, written=bool(changes.checkpoints))
+    set_run_fields(run, changes)
     write_run(run_dir, run)
 
 

@@ -3,9 +3,10 @@ check of table prefixes.
 
 ``MIGRATIONS[i]`` brings the schema from version ``i`` to version ``i + 1``; the version
 table records each one applied. A migration is a list of statements whose table and
-function names are placeholders (``{runs}``, ``{steps}``, ...) that
-:mod:`nestegg.checkpoint.stores.postgres` fills with quoted, prefixed identifiers.
-Never edit an applied migration: append a new one.
+function names are placeholders holding the name itself, as that version named it
+(``{runs}`` is the table ``<prefix>runs``): :func:`migration_names` fills them with
+quoted, prefixed identifiers, whatever today's names (:data:`TABLE_SUFFIXES`) are. Never
+edit an applied migration: append a new one.
 
 The ``{commit}`` function applies one fenced commit in a single round trip. It returns
 the fence the commit carried when it was applied, the stored (newer) fence when the
@@ -29,12 +30,14 @@ Two parameters instead of one array per field keep the client's work per commit 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.records import CheckpointRecord, Commit, Owner, RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
+from nestegg.checkpoint.stores.common import ChangeSet
 from nestegg.constants import MAX_TABLE_PREFIX_LENGTH
 from nestegg.errors import InvalidIdentifierError
 
@@ -282,6 +285,12 @@ $fn$
 """Version 3 of ``{commit}``: a truncation also drops the journal entries of the steps
 it drops; otherwise the function of version 2. Written out: never edit a migration."""
 
+
+def migration_names(statement: str) -> list[str]:
+    """The names a migration's statement places (each ``{name}`` is ``<prefix>name``)."""
+    return sorted({name for _, name, _, _ in string.Formatter().parse(statement) if name})
+
+
 MIGRATIONS: list[list[str]] = [
     _TABLES,
     [_COMMIT_FUNCTION],
@@ -401,9 +410,12 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
     )
 
 
-def commit_params(c: Commit) -> list[Any]:
-    """The arguments of the commit function: run id, fence, the JSON that describes the
-    records (see the module docstring) and the blob of their sealed bodies.
+_BODY_FIELDS = frozenset({"result", "error"})
+
+
+def commit_params(c: ChangeSet) -> list[Any]:
+    """The arguments of the commit function for a change set: run id, fence, the JSON that
+    describes the records (see the module docstring) and the blob of their sealed bodies.
     """
     blob = bytearray()
 
@@ -415,7 +427,7 @@ def commit_params(c: Commit) -> list[Any]:
     meta: dict[str, Any] = {}
     if c.truncate_after is not None:
         meta["t"] = c.truncate_after
-        if c.journal_after is not None:
+        if c.journal_after != c.truncate_after:
             meta["k"] = c.journal_after
     if c.steps:
         meta["s"] = [[s.seq, s.agent, *place(s.body)] for s in c.steps]
@@ -429,16 +441,8 @@ def commit_params(c: Commit) -> list[Any]:
         ]
     if c.prune:
         meta["p"] = list(c.prune)
-    run: dict[str, Any] = {
-        name: value
-        for name in ("status", "lease_until", "step_seq", "event_seq")
-        if (value := getattr(c, name)) is not None
+    meta["r"] = {
+        name: place(value) if name in _BODY_FIELDS else value
+        for name, value in c.run_fields.items()
     }
-    if c.updated_at:
-        run["updated_at"] = c.updated_at
-    if c.result is not None:
-        run["result"] = place(c.result)
-    if c.error is not None:
-        run["error"] = place(c.error)
-    meta["r"] = run
     return [c.run_id, c.fence, orjson.dumps(meta).decode(), bytes(blob)]

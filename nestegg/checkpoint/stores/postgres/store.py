@@ -41,8 +41,15 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
+from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     MIGRATIONS,
@@ -51,6 +58,7 @@ from nestegg.checkpoint.stores.postgres.schema import (
     TABLE_SUFFIXES,
     checkpoint_from_row,
     commit_params,
+    migration_names,
     run_from_row,
     validate_table_prefix,
 )
@@ -77,28 +85,6 @@ Cursor = Any  # psycopg.AsyncCursor[Any]
 _HOLD_SECONDS = 60.0
 """How long the store keeps one pool connection between operations before it gives it
 back (so that the pool's checks and ``max_lifetime`` still reach it)."""
-
-_PASSING_REFUSALS = ("the database system is", "too many clients")
-"""Refusals by a server that may let the same connection in a moment later (it is starting
-up, shutting down or recovering; it is full); any other answer it gives is final."""
-
-
-@contextmanager
-def _driver_errors(where: str) -> Iterator[None]:
-    """The one place where psycopg's exceptions become nestegg's."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:  # lost or refused connections, pool timeouts
-        raise StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}") from exc
-    except psycopg.Error as exc:
-        raise StorageError(f"PostgreSQL at {where} failed: {exc}") from exc
-
-
-def _is_final(exc: Exception) -> bool:
-    """Whether a failed connection is refused for good: the server answered (``FATAL:``,
-    as for no such database or a failed authentication) with more than a passing refusal."""
-    text = str(exc)
-    return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
 
 
 @contextmanager
@@ -266,7 +252,7 @@ class PostgresCheckpointStorage:
                 ) from None
             except psycopg.OperationalError as exc:
                 delay = backoff_delay(attempt)
-                if _is_final(exc) or time.monotonic() + delay >= deadline:
+                if is_final(exc) or time.monotonic() + delay >= deadline:
                     raise StorageUnavailableError(
                         f"PostgreSQL at {self._where} is unavailable: {exc}"
                     ) from exc
@@ -287,7 +273,7 @@ class PostgresCheckpointStorage:
             kwargs=self._connection_options,
         )
         try:
-            with _driver_errors(self._where):
+            with driver_errors(self._where):
                 await pool.open(wait=True, timeout=self._connect_timeout)
         except BaseException:
             await pool.close()
@@ -305,8 +291,13 @@ class PostgresCheckpointStorage:
             rendered: bytes = sql.SQL(template).format(**names).as_bytes(conn)
             return rendered
 
+        def render_migration(statement: str) -> bytes:  # its names frozen in its text
+            frozen = {n: sql.Identifier(self.table_prefix + n) for n in migration_names(statement)}
+            rendered: bytes = sql.SQL(statement).format(**frozen).as_bytes(conn)
+            return rendered
+
         self._queries = {key: render(q) for key, q in QUERIES.items()}
-        self._migrations = [[render(s) for s in m] for m in MIGRATIONS]
+        self._migrations = [[render_migration(s) for s in m] for m in MIGRATIONS]
         self._drop = [render(s) for s in DROP_STATEMENTS]
 
     async def _migrate(self, conn: Connection) -> int:
@@ -336,7 +327,7 @@ class PostgresCheckpointStorage:
             await self._open_pool()
 
             async def migrate() -> None:
-                with _driver_errors(self._where):
+                with driver_errors(self._where):
                     async with self._pool.connection() as conn:
                         self._render(conn)
                         await self._migrate(conn)
@@ -428,7 +419,7 @@ class PostgresCheckpointStorage:
         deadline = time.monotonic() + self._connect_timeout
 
         async def attempt() -> T:
-            with _driver_errors(self._where):
+            with driver_errors(self._where):
                 return await self._on_cursor(operation, deadline)
 
         if not idempotent:
@@ -525,7 +516,7 @@ class PostgresCheckpointStorage:
         await self._group.commit(commit)
 
     async def _commit_one(self, commit: Commit) -> None:
-        row = await self._fetchone("commit", commit_params(commit))
+        row = await self._fetchone("commit", commit_params(change_set(commit)))
         outcome = _commit_outcome(commit, row[0] if row else None)
         if outcome is not None:
             raise outcome
@@ -536,7 +527,7 @@ class PostgresCheckpointStorage:
         (not of the connection) has every commit tried alone, so that it fails alone."""
         columns: list[list[Any]] = [[], [], [], []]
         for commit in commits:
-            for column, value in zip(columns, commit_params(commit), strict=True):
+            for column, value in zip(columns, commit_params(change_set(commit)), strict=True):
                 column.append(value)
         try:
             rows = await self._fetchall("commit_many", columns)

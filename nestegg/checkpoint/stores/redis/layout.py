@@ -31,12 +31,12 @@ from typing import Any
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
-    Commit,
     EventRecord,
     Owner,
     RunRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.common import ChangeSet
 from nestegg.constants import FINISHED, MAX_KEY_PREFIX_LENGTH
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
 
@@ -377,14 +377,14 @@ def command_bytes(args: Sequence[bytes | str | int | float]) -> bytes:
     return b"*%d\r\n" % len(values) + b"".join([b"$%d\r\n%b\r\n" % (len(v), v) for v in values])
 
 
-def commit_args(c: Commit) -> list[Any]:
-    """The commit script arguments after the prefix and ttl, in its order."""
+def commit_args(c: ChangeSet) -> list[Any]:
+    """The commit script arguments for a change set, after the prefix and ttl, in its order."""
     after = "" if c.truncate_after is None else c.truncate_after
     args: list[Any] = [
         c.run_id,
         c.fence,
         after,
-        "" if c.truncate_after is None else c.journal_kept_through(c.truncate_after),
+        "" if c.journal_after is None else c.journal_after,
     ]
     args.append(len(c.steps))
     for step in c.steps:
@@ -401,13 +401,7 @@ def commit_args(c: Commit) -> list[Any]:
     args.append(len(c.prune))
     args += c.prune
     fields: list[Any] = []
-    for name in ("status", "result", "error", "step_seq", "event_seq"):
-        value = getattr(c, name)
-        if value is not None:
-            fields += [name, value]
-    if c.lease_until is not None:
-        fields += ["lease_until", repr(c.lease_until)]
-    if c.updated_at:
-        fields += ["updated_at", repr(c.updated_at)]
+    for name, value in c.run_fields.items():
+        fields += [name, repr(value) if type(value) is float else value]
     args.append(len(fields) // 2)
     return args + fields

@@ -18,8 +18,7 @@ redis-py is imported only here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -39,9 +38,16 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.redis import layout as redis_layout
+from nestegg.checkpoint.stores.redis.errors import driver_errors, nestegg_error
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
@@ -66,24 +72,11 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
-    StorageError,
-    StorageUnavailableError,
 )
 
 T = TypeVar("T")
 
 _SCAN_BATCH = 500
-
-
-@contextmanager
-def _driver_errors() -> Iterator[None]:
-    """The one place where redis-py's exceptions become nestegg's."""
-    try:
-        yield
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        raise StorageUnavailableError(f"Redis is unavailable: {exc}") from exc
-    except redis_errors.RedisError as exc:
-        raise StorageError(f"Redis failed: {exc}") from exc
 
 
 class RedisCheckpointStorage:
@@ -248,7 +241,7 @@ class RedisCheckpointStorage:
 
     async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         async def attempt() -> T:
-            with _driver_errors():
+            with driver_errors():
                 return await operation()
 
         if not idempotent:
@@ -416,7 +409,7 @@ class RedisCheckpointStorage:
 
     async def _commit_one(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
-        args = [self.prefix, self._ttl, *commit_args(commit)]
+        args = [self.prefix, self._ttl, *commit_args(change_set(commit))]
         outcome = _commit_outcome(commit, await self._script(self._commit, keys, args))
         if outcome is not None:
             raise outcome
@@ -435,7 +428,7 @@ class RedisCheckpointStorage:
                     *self._run_keys(c.run_id),
                     self.prefix,
                     self._ttl,
-                    *commit_args(c),
+                    *commit_args(change_set(c)),
                 ]
             )
             for c in commits
@@ -563,7 +556,7 @@ class RedisCheckpointStorage:
 def _commit_outcome(commit: Commit, reply: Any) -> Outcome:
     """The error of one commit script's reply, or None if it committed."""
     if isinstance(reply, redis_errors.RedisError):
-        return StorageError(f"Redis failed: {reply}")
+        return nestegg_error(reply)
     if reply[0] == 1:
         return None
     if reply[0] == 0:

@@ -17,11 +17,11 @@ take the blocks and the rows from one snapshot and merge them.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from nestegg.checkpoint.bulk import collector_paused
-from nestegg.checkpoint.records import Commit, StepBlock, StepRecord
+from nestegg.checkpoint.records import StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import StepPiece, merged, pack_block, unpack_block
 from nestegg.checkpoint.stores.sqlite.schema import (
     DELETE_BLOCKS_AFTER,
@@ -38,15 +38,17 @@ from nestegg.checkpoint.stores.sqlite.schema import (
 from nestegg.constants import STEP_BLOCK_MAX_BYTES, STEP_BLOCK_STEPS
 
 
-def blocks_completed(commit: Commit) -> list[int]:
-    """The last steps of the blocks the commit's steps complete (each may be packed by it)."""
-    return [step.seq for step in commit.steps if not step.seq % STEP_BLOCK_STEPS]
+def blocks_completed(steps: Sequence[StepRecord]) -> list[int]:
+    """The last steps of the blocks a commit's ``steps`` complete (each may be packed by it)."""
+    return [step.seq for step in steps if not step.seq % STEP_BLOCK_STEPS]
 
 
-def pack_completed_blocks(conn: sqlite3.Connection, commit: Commit, base: int) -> None:
-    """Pack the blocks the commit's steps complete (inside its transaction)."""
-    for last in blocks_completed(commit):
-        _pack(conn, commit.run_id, base, last - STEP_BLOCK_STEPS)
+def pack_completed_blocks(
+    conn: sqlite3.Connection, run_id: str, steps: Sequence[StepRecord], base: int
+) -> None:
+    """Pack the blocks a commit's ``steps`` complete (inside its transaction)."""
+    for last in blocks_completed(steps):
+        _pack(conn, run_id, base, last - STEP_BLOCK_STEPS)
 
 
 def _pack(conn: sqlite3.Connection, run_id: str, base: int, before: int) -> None:

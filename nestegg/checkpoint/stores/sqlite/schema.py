@@ -9,15 +9,16 @@ opening a new file at once do it once.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.records import CheckpointRecord, EventRecord, Owner, RunRecord
-from nestegg.checkpoint.stores.sqlite.events import pack_events
+from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
 from nestegg.constants import (
     SQLITE_CHECKPOINTS_TABLE,
     SQLITE_EVENT_BATCHES_TABLE,
@@ -54,18 +55,24 @@ RUN_COLUMNS = ", ".join(RUN_FIELDS)
 
 
 def _events_into_batches(conn: sqlite3.Connection) -> None:
-    """Version 1 to 2: the events of version 1's table, one batch each (the names and the
-    key span of version 2, written out)."""
+    """Version 1 to 2: the events of version 1's table, one batch each, in version 2's
+    batch format (format byte 1, then seq int64, at float64, length of kind uint16, length
+    of body uint32, little-endian, the kind in UTF-8, the body), with its names and key
+    span: all written out, never today's."""
+    header = struct.Struct("<qdHI")
+
+    def batch(key: int, seq: int, at: float, kind: str, body: bytes) -> tuple[int, bytes]:
+        name = kind.encode()
+        head = header.pack(seq, at, len(name), len(body))
+        return key * 4294967296 + seq, b"\x01" + head + name + bytes(body)
+
     rows = conn.execute(
-        "SELECT r.run_key, e.run_id, e.seq, e.at, e.kind, e.body "
+        "SELECT r.run_key, e.seq, e.at, e.kind, e.body "
         "FROM events e JOIN runs r ON r.run_id = e.run_id"
     )
     conn.executemany(
         "INSERT OR REPLACE INTO event_batches (batch_key, body) VALUES (?,?)",
-        (
-            (key * 4294967296 + seq, pack_events([EventRecord(run_id, seq, at, kind, bytes(body))]))
-            for key, run_id, seq, at, kind, body in rows
-        ),
+        (batch(*row) for row in rows),
     )
 
 
@@ -151,12 +158,16 @@ CLAIM_RUN = (
     f"UPDATE {RUNS} SET fence = fence + 1, owner = ?, lease_until = ?, status = ?, "
     "updated_at = ? WHERE run_id = ? AND fence = ?"
 )
-UPDATE_RUN = (
-    f"UPDATE {RUNS} SET status = coalesce(?, status), result = coalesce(?, result), "
-    "error = coalesce(?, error), lease_until = coalesce(?, lease_until), "
-    "step_seq = coalesce(?, step_seq), event_seq = coalesce(?, event_seq), "
-    "updated_at = coalesce(?, updated_at) WHERE run_id = ? AND fence = ? AND run_key = ?"
-)
+
+
+@functools.cache
+def update_run(columns: tuple[str, ...]) -> str:
+    """The fenced update of a run's row that sets ``columns`` (the run fields of a change
+    set) and checks the run's key; it matches no row when the fence or the key moved on."""
+    sets = ", ".join(f"{column} = ?" for column in columns) or "fence = fence"
+    return f"UPDATE {RUNS} SET {sets} WHERE run_id = ? AND fence = ? AND run_key = ?"
+
+
 KEY_OF = f"SELECT run_key FROM {RUNS} WHERE run_id = ?"
 KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
 FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"

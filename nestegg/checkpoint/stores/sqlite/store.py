@@ -31,7 +31,14 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    ChangeSet,
+    change_set,
+    run_claimed,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.group import GroupCommitter, Outcome
 from nestegg.checkpoint.stores.sqlite.blocks import (
     blocks_completed,
@@ -61,7 +68,6 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     SELECT_EVENT_BATCHES,
     SELECT_RUN,
     SEQ_SPAN,
-    UPDATE_RUN,
     checkpoint_from_row,
     delete_runs,
     marks,
@@ -69,6 +75,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     owner_text,
     run_from_row,
     run_to_row,
+    update_run,
     write_transaction,
 )
 from nestegg.constants import (
@@ -389,10 +396,10 @@ def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
     return run_from_row(row)
 
 
-def _seq(seq: int, commit: Commit) -> int:
+def _seq(seq: int, changes: ChangeSet) -> int:
     if not 0 < seq <= MAX_SEQ:
         raise StorageError(
-            f"run {commit.run_id!r}: sequence number {seq} is outside what the SQLite store "
+            f"run {changes.run_id!r}: sequence number {seq} is outside what the SQLite store "
             f"keeps (1 to {MAX_SEQ})"
         )
     return seq
@@ -430,7 +437,7 @@ def _write_size(commit: Commit) -> tuple[int, bool]:
     """About how many bytes ``commit`` writes, and whether it may run on the loop thread."""
     size = commit.size()
     small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-    if packing := len(blocks_completed(commit)):  # rewrites a block: on the worker
+    if packing := len(blocks_completed(commit.steps)):  # rewrites a block: on the worker
         small = False  # (its size is not known before it is read)
         size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
     return size, small
@@ -438,58 +445,50 @@ def _write_size(commit: Commit) -> tuple[int, bool]:
 
 def _apply(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) -> None:
     """One commit's writes, inside the caller's transaction."""
-    run_id = commit.run_id
-    fields = (
-        commit.status,
-        commit.result,
-        commit.error,
-        commit.lease_until,
-        commit.step_seq,
-        commit.event_seq,
-        commit.updated_at or None,
-        run_id,
-        commit.fence,
-    )
+    changes = change_set(commit)
+    run_id = changes.run_id
+    update = update_run(tuple(changes.run_fields))
+    fields = (*changes.run_fields.values(), run_id, changes.fence)
     key = run_keys.get(run_id)
-    if key is None or conn.execute(UPDATE_RUN, (*fields, key)).rowcount == 0:
-        key = run_keys[run_id] = _run_key(conn, commit)
-        conn.execute(UPDATE_RUN, (*fields, key))
+    if key is None or conn.execute(update, (*fields, key)).rowcount == 0:
+        key = run_keys[run_id] = _run_key(conn, changes)
+        conn.execute(update, (*fields, key))
     base = key * SEQ_SPAN
-    if commit.truncate_after is not None:
-        after = commit.truncate_after
+    if changes.truncate_after is not None and changes.journal_after is not None:
+        after = changes.truncate_after
         truncate_steps(conn, run_id, base, after)
-        conn.execute(DELETE_JOURNAL_AFTER, (run_id, commit.journal_kept_through(after)))
+        conn.execute(DELETE_JOURNAL_AFTER, (run_id, changes.journal_after))
         conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
-    _append(conn, commit, base)
-    pack_completed_blocks(conn, commit, base)
-    for checkpoint_id in commit.prune:
+    _append(conn, changes, base)
+    pack_completed_blocks(conn, run_id, changes.steps, base)
+    for checkpoint_id in changes.prune:
         conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
 
 
-def _run_key(conn: sqlite3.Connection, commit: Commit) -> int:
-    """The key of the commit's run, if the commit's fence is the run's."""
-    found = conn.execute(KEY_AND_FENCE_OF, (commit.run_id,)).fetchone()
+def _run_key(conn: sqlite3.Connection, changes: ChangeSet) -> int:
+    """The key of the changes' run, if their fence is the run's."""
+    found = conn.execute(KEY_AND_FENCE_OF, (changes.run_id,)).fetchone()
     if found is None:
-        raise run_not_found(commit.run_id)
+        raise run_not_found(changes.run_id)
     key, fence = found
-    if fence != commit.fence:
-        raise stale_fence(commit.run_id, fence, commit.fence)
+    if fence != changes.fence:
+        raise stale_fence(changes.run_id, fence, changes.fence)
     return int(key)
 
 
-def _append(conn: sqlite3.Connection, commit: Commit, base: int) -> None:
-    run_id = commit.run_id
-    for step in commit.steps:
-        conn.execute(INSERT_STEP, (base + _seq(step.seq, commit), step.agent, step.body))
-    if commit.events:
-        events = commit.events
-        last_seq = _seq(max(event.seq for event in events), commit)
+def _append(conn: sqlite3.Connection, changes: ChangeSet, base: int) -> None:
+    run_id = changes.run_id
+    for step in changes.steps:
+        conn.execute(INSERT_STEP, (base + _seq(step.seq, changes), step.agent, step.body))
+    if changes.events:
+        events = changes.events
+        last_seq = _seq(max(event.seq for event in events), changes)
         conn.execute(INSERT_EVENT_BATCH, (base + last_seq, pack_events(events)))
-    if commit.journal:
+    if changes.journal:
         conn.executemany(
-            INSERT_JOURNAL, [(run_id, j.step, j.position, j.body) for j in commit.journal]
+            INSERT_JOURNAL, [(run_id, j.step, j.position, j.body) for j in changes.journal]
         )
-    for c in commit.checkpoints:
+    for c in changes.checkpoints:
         conn.execute(
             INSERT_CHECKPOINT, (c.checkpoint_id, run_id, c.seq, c.created_at, c.reason, c.body)
         )

@@ -1,0 +1,76 @@
+"""How psycopg's errors become nestegg's: one table, keyed on SQLSTATE classes and on
+psycopg's error classes, and the one context manager the store wraps its calls in.
+
+An error the server reports carries a SQLSTATE, and :data:`BY_SQLSTATE` decides it (by
+the code's class, its first two characters; anything else the server reports is a
+:class:`~nestegg.errors.StorageError`). An error without one (a lost or refused
+connection, a pool that hands out no connection in time) is decided by its class in
+:data:`BY_CLASS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import psycopg
+
+from nestegg.errors import StorageError, StorageUnavailableError
+
+BY_SQLSTATE: dict[str, type[StorageError]] = {
+    "08": StorageUnavailableError,  # connection exception
+    "40": StorageUnavailableError,  # transaction rolled back (serialization, deadlock): again
+    "53": StorageUnavailableError,  # insufficient resources: too many connections, disk full
+    "57": StorageUnavailableError,  # operator intervention: shutting down, cannot connect now
+    "58": StorageUnavailableError,  # system error: I/O
+}
+"""SQLSTATE class -> nestegg error, for errors the server reports (others: StorageError)."""
+
+BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
+    (psycopg.OperationalError, StorageUnavailableError),  # lost, refused, pool timeout
+    (psycopg.Error, StorageError),
+)
+"""psycopg error class -> nestegg error, first match, for errors without a SQLSTATE."""
+
+_PASSING_REFUSALS = ("the database system is", "too many clients")
+"""Refusals by a server that may let the same connection in a moment later (it is starting
+up, shutting down or recovering; it is full); any other answer it gives is final."""
+
+
+def error_class(exc: psycopg.Error) -> type[StorageError]:
+    """The nestegg error ``exc`` becomes, by the tables above."""
+    if exc.sqlstate:
+        return BY_SQLSTATE.get(exc.sqlstate[:2], StorageError)
+    return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
+
+
+def nestegg_error(exc: psycopg.Error, where: str) -> StorageError:
+    """The nestegg error for ``exc`` on the server ``where``, psycopg's reason in its text."""
+    cls = error_class(exc)
+    if cls is StorageUnavailableError:
+        return StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}")
+    return cls(f"PostgreSQL at {where} failed: {exc}")
+
+
+@contextmanager
+def driver_errors(where: str) -> Iterator[None]:
+    """The one place where psycopg's exceptions become nestegg's."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise nestegg_error(exc, where) from exc
+
+
+def is_final(exc: psycopg.Error) -> bool:
+    """Whether a failed connection is refused for good: the server answered (``FATAL:``,
+    as for no such database or a failed authentication) with more than a passing refusal.
+
+    This reads libpq's message: psycopg gives a refused connection no SQLSTATE (its
+    ``sqlstate`` and ``diag`` are empty; psycopg 3.3), so there is no code to key on.
+    """
+    text = str(exc)
+    return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
+
+
+__all__ = ["BY_CLASS", "BY_SQLSTATE", "driver_errors", "error_class", "is_final", "nestegg_error"]

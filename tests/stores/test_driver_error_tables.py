@@ -1,0 +1,120 @@
+"""Each server store maps its driver's errors by one table keyed on the driver's error
+classes (and, for PostgreSQL, on SQLSTATE codes), never on message text."""
+
+from __future__ import annotations
+
+import pytest
+
+from nestegg.errors import StorageError, StorageUnavailableError
+
+psycopg = pytest.importorskip("psycopg")
+redis = pytest.importorskip("redis")
+
+from nestegg.checkpoint.stores.postgres import errors as pg_errors  # noqa: E402
+from nestegg.checkpoint.stores.redis import errors as redis_errors  # noqa: E402
+
+UNAVAILABLE_SQLSTATE_CLASSES = {"08", "40", "53", "57", "58"}
+
+
+def _psycopg_sqlstate_classes() -> dict[str, type[Exception]]:
+    return {
+        cls.sqlstate: cls
+        for cls in vars(psycopg.errors).values()
+        if isinstance(cls, type)
+        and issubclass(cls, psycopg.Error)
+        and getattr(cls, "sqlstate", None)
+    }
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "expected"),
+    [
+        ("08006", StorageUnavailableError),  # connection failure
+        ("57P01", StorageUnavailableError),  # admin shutdown
+        ("57P03", StorageUnavailableError),  # cannot connect now
+        ("53300", StorageUnavailableError),  # too many connections
+        ("40P01", StorageUnavailableError),  # deadlock detected: the transaction may go again
+        ("42P01", StorageError),  # undefined table: dropped behind the store's back
+        ("23505", StorageError),  # unique violation
+        ("54000", StorageError),  # program limit exceeded: no retry helps
+        ("22P02", StorageError),  # invalid text representation
+    ],
+)
+def test_postgres_errors_with_a_sqlstate_map_by_its_class(
+    sqlstate: str, expected: type[StorageError]
+) -> None:
+    exc = psycopg.errors.lookup(sqlstate)("reported by the server")
+    assert pg_errors.error_class(exc) is expected
+    error = pg_errors.nestegg_error(exc, "db:5432/test")
+    assert type(error) is expected and "reported by the server" in str(error)
+
+
+def test_every_sqlstate_psycopg_knows_maps_by_the_table() -> None:
+    codes = _psycopg_sqlstate_classes()
+    assert len(codes) > 200
+    for code, cls in codes.items():
+        unavailable = code[:2] in UNAVAILABLE_SQLSTATE_CLASSES
+        expected = StorageUnavailableError if unavailable else StorageError
+        assert pg_errors.error_class(cls("x")) is expected, code
+
+
+def test_postgres_errors_without_a_sqlstate_map_by_their_psycopg_class() -> None:
+    from psycopg_pool import PoolTimeout
+
+    lost = psycopg.OperationalError("consuming input failed: server closed the connection")
+    assert pg_errors.error_class(lost) is StorageUnavailableError
+    assert pg_errors.error_class(PoolTimeout("no connection in 2 s")) is StorageUnavailableError
+    assert pg_errors.error_class(psycopg.InterfaceError("the cursor is closed")) is StorageError
+    assert pg_errors.error_class(psycopg.Error("anything else")) is StorageError
+
+
+def test_the_message_never_decides_a_postgres_error() -> None:
+    # Words of an outage in an error whose code says otherwise change nothing, and back.
+    misleading = psycopg.errors.lookup("42P01")("connection refused: server unavailable")
+    assert pg_errors.error_class(misleading) is StorageError
+    plain = psycopg.errors.lookup("08006")("relation does not exist")
+    assert pg_errors.error_class(plain) is StorageUnavailableError
+
+
+def test_a_postgres_error_becomes_a_nestegg_error_with_the_driver_as_cause() -> None:
+    with pytest.raises(StorageUnavailableError) as caught, pg_errors.driver_errors("db"):
+        raise psycopg.errors.lookup("57P01")("terminating connection")
+    assert "PostgreSQL at db is unavailable" in str(caught.value)
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+@pytest.mark.parametrize(
+    ("driver_error", "expected"),
+    [
+        (redis.exceptions.ConnectionError, StorageUnavailableError),
+        (redis.exceptions.BusyLoadingError, StorageUnavailableError),
+        (redis.exceptions.TimeoutError, StorageUnavailableError),
+        (redis.exceptions.AuthenticationError, StorageUnavailableError),
+        (redis.exceptions.ResponseError, StorageError),
+        (redis.exceptions.NoScriptError, StorageError),
+        (redis.exceptions.DataError, StorageError),
+        (redis.exceptions.ReadOnlyError, StorageError),
+        (redis.exceptions.RedisError, StorageError),
+    ],
+)
+def test_redis_errors_map_by_their_class(
+    driver_error: type[Exception], expected: type[StorageError]
+) -> None:
+    exc = driver_error("said by redis-py")
+    assert redis_errors.error_class(exc) is expected
+    error = redis_errors.nestegg_error(exc)
+    assert type(error) is expected and "said by redis-py" in str(error)
+
+
+def test_every_redis_py_error_maps_to_a_nestegg_storage_error() -> None:
+    for cls in vars(redis.exceptions).values():
+        if isinstance(cls, type) and issubclass(cls, redis.exceptions.RedisError):
+            exc = cls.__new__(cls)  # some want arguments; only the class matters here
+            assert issubclass(redis_errors.error_class(exc), StorageError), cls
+
+
+def test_a_redis_error_becomes_a_nestegg_error_with_the_driver_as_cause() -> None:
+    with pytest.raises(StorageError) as caught, redis_errors.driver_errors():
+        raise redis.exceptions.ResponseError("WRONGTYPE Operation against a key")
+    assert not isinstance(caught.value, StorageUnavailableError)
+    assert isinstance(caught.value.__cause__, redis.exceptions.ResponseError)
