@@ -186,6 +186,9 @@ async def idle_runs(store_name: str, runs: int) -> float:
             for i in range(runs)
         ]
         while clutch.waiting[0] < runs:  # type: ignore[attr-defined]
+            failed = [t for t in tasks if t.done()]
+            if failed:  # a run that could not start: its error
+                failed[0].result()
             await asyncio.sleep(0.05)
         gc.collect()
         grown = rss_bytes() - before
@@ -237,11 +240,13 @@ async def main(args: argparse.Namespace) -> None:
             progress(" | ".join(table.rows[-1]))
         if args.idle:
             progress(f"{NAMES[store_name]}: {args.idle} idle runs")
-            per_run = median([idle_in_child(store_name, args.idle) for _ in range(args.reps)])
-            table.notes.append(
-                f"{args.idle:,} runs waiting in their first step: "
-                f"{per_run / 1e3:,.1f} kB RSS per run"
-            )
+            try:
+                per_run = median([idle_in_child(store_name, args.idle) for _ in range(args.reps)])
+                idle = f"{per_run / 1e3:,.1f} kB RSS per run"
+            except subprocess.CalledProcessError as error:
+                idle = "failed: " + error.stderr.strip().splitlines()[-1]
+            table.notes.append(f"{args.idle:,} runs waiting in their first step: {idle}")
+            progress(table.notes[-1])
         table.notes.append(
             f"medians of {args.reps} repetitions; peak RSS of the process "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
