@@ -27,6 +27,10 @@ BENCHMARKS = {
     "checkpoint": ("checkpoint_vs_langgraph.py", ["--sizes", "100", "1000", "--reps", "1"]),
     "server": ("server_stores.py", ["--sizes", "100", "1000", "--reps", "1"]),
     "journal": ("journal_call.py", ["--calls", "200", "--reps", "1"]),
+    "concurrent": (
+        "concurrent_runs.py",
+        ["--runs", "1", "100", "1000", "--total", "5000", "--idle", "1000", "--reps", "1"],
+    ),
 }
 """name -> (script, the arguments of a quick run)."""
 

@@ -5,8 +5,9 @@ alone, as the store always wrote it) and ``write_many(commits)`` (many runs' com
 transaction or round trip, each still fenced on its own, returning one outcome per
 commit: None, or the error of that commit alone). A commit that finds nothing in flight
 is written alone at once, so one run pays nothing for the batching; the commits that
-arrive while it (or a batch) is written, and those of the same turn of the event loop,
-wait and go out in the next batch. Each caller's ``commit`` returns only when its own
+arrive while it (or a batch) is written, and those of other runs in the same turn of the
+event loop (for a store whose write does not wait, as SQLite's on the loop thread), wait
+and go out together in the next batch. Each caller's ``commit`` returns only when its own
 commit is written (``durability="sync"`` keeps its promise) and raises only its own error:
 a run whose fence was lost gets StaleOwnerError, the other runs of the batch commit.
 
@@ -46,20 +47,30 @@ class GroupCommitter:
         self._busy = False
         self._queue: list[tuple[Commit, asyncio.Future[None]]] = []
         self._flushing: set[asyncio.Task[None]] = set()
+        self._this_turn: set[str] = set()  # runs written alone in this turn of the loop
 
     async def commit(self, commit: Commit) -> None:
         """Write ``commit``; return once it is written, raise only its own error."""
-        if not self._busy:
-            self._busy = True
-            try:
-                await self._write_one(commit)
-            finally:
-                # Held to the next turn of the loop: what arrives meanwhile is batched.
-                asyncio.get_running_loop().call_soon(self._next)
+        if self._busy or (self._this_turn and commit.run_id not in self._this_turn):
+            # Another write is in flight, or another run wrote alone in this same turn of
+            # the loop (a write that did not wait, as SQLite's): batched.
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queue.append((commit, future))
+            await future
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((commit, future))
-        await future
+        if not self._this_turn:
+            asyncio.get_running_loop().call_soon(self._end_turn)
+        self._this_turn.add(commit.run_id)
+        self._busy = True
+        try:
+            await self._write_one(commit)
+        finally:
+            self._next()
+
+    def _end_turn(self) -> None:
+        self._this_turn.clear()
+        if not self._busy:
+            self._next()
 
     def _next(self) -> None:
         """Start the next batch, or mark the committer idle."""
@@ -68,6 +79,7 @@ class GroupCommitter:
             self._queue.clear()
             self._busy = False
             return
+        self._busy = True
         batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
         task = asyncio.get_running_loop().create_task(self._flush(batch))
         self._flushing.add(task)
@@ -83,7 +95,7 @@ class GroupCommitter:
         except BaseException as error:  # the whole batch failed: every commit's error
             outcomes = [error] * len(batch)
             stopped = None if isinstance(error, Exception) else error
-        asyncio.get_running_loop().call_soon(self._next)
+        self._next()
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if future.cancelled():
                 continue
