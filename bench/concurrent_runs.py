@@ -225,7 +225,9 @@ async def main(args: argparse.Namespace) -> None:
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
                     rows.append(await one_row(store_name, runs, steps, rep))
             except NestEggError as error:  # a store that gives up under the load: say so
-                table.rows.append([f"{runs:,} x {steps:,}", f"failed: {error}", "", "", ""])
+                table.rows.append(
+                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0], "", "", ""]
+                )
                 progress(table.rows[-1][1])
                 continue
             table.rows.append(

@@ -74,6 +74,9 @@ class GroupCommitter:
 
     def _next(self) -> None:
         """Start the next batch, or mark the committer idle."""
+        if not self._queue:  # the common case of one run: nothing waits
+            self._busy = False
+            return
         queue = [(c, f) for c, f in self._queue if not f.cancelled()]
         if not queue:
             self._queue.clear()
