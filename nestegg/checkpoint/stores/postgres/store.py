@@ -5,10 +5,10 @@ Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journ
 the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
 call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row.
-The store keeps one pool connection (and its cursor) between operations, so that a
-step's commit does not go through the pool; operations that overlap it take others.
+Every operation takes a connection from the pool (``pool.connection()``) and gives it
+back.
 
-psycopg and psycopg_pool are imported only here.
+psycopg and psycopg_pool are imported only in this package.
 """
 
 from __future__ import annotations
@@ -81,10 +81,6 @@ from nestegg.errors import (
 T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
-
-_HOLD_SECONDS = 60.0
-"""How long the store keeps one pool connection between operations before it gives it
-back (so that the pool's checks and ``max_lifetime`` still reach it)."""
 
 
 @contextmanager
@@ -215,10 +211,6 @@ class PostgresCheckpointStorage:
         self._ready = False
         self._setup_lock = asyncio.Lock()
         self._group = GroupCommitter(self._commit_one, self._commit_many)
-        self._held: Connection = None
-        self._held_cursor: Cursor = None
-        self._held_until = 0.0
-        self._held_busy = False
         self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
@@ -350,7 +342,6 @@ class PostgresCheckpointStorage:
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
         await self._group.drain()
-        await self._release_held()
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
@@ -376,39 +367,12 @@ class PostgresCheckpointStorage:
         await self._with_connection(drop, idempotent=True)
         self._ready = False
 
-    async def _release_held(self) -> None:
-        conn, self._held, self._held_cursor = self._held, None, None
-        if conn is not None and self._pool is not None:
-            await self._pool.putconn(conn)  # rolls back or replaces it as needed
-
     async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
-        """Run ``operation`` on a cursor of the connection this store keeps between
-        operations when it is free (a step's commit then skips the pool and reuses the
-        cursor), else on one of a connection from the pool; waiting for a connection and
-        for the server's answer until ``deadline`` at most."""
-        if self._held_busy or self._pool.max_size < 2:  # a pool of one is never held
-            async with self._pool.connection(timeout=_until(deadline)) as conn:
-                with _answer_by(conn, deadline):
-                    return await operation(conn.cursor())
-        self._held_busy = True
-        try:
-            if self._held is None:
-                self._held = await self._pool.getconn(timeout=_until(deadline))
-                self._held_cursor = self._held.cursor()
-                self._held_until = time.monotonic() + _HOLD_SECONDS
-            try:
-                with _answer_by(self._held, deadline):
-                    result = await operation(self._held_cursor)
-                if not self._held.autocommit:
-                    await self._held.commit()
-            except BaseException:
-                await self._release_held()
-                raise
-            if time.monotonic() > self._held_until:
-                await self._release_held()
-            return result
-        finally:
-            self._held_busy = False
+        """Run ``operation`` on a cursor of a connection from the pool, waiting for the
+        connection and for the server's answer until ``deadline`` at most."""
+        async with self._pool.connection(timeout=_until(deadline)) as conn:
+            with _answer_by(conn, deadline):
+                return await operation(conn.cursor())
 
     async def _with_connection(
         self, operation: Callable[[Cursor], Awaitable[T]], *, idempotent: bool

@@ -12,7 +12,7 @@ policy's ``ttl`` calls); with ``expire_finished_after`` Redis also expires every
 a run by itself that long after the commit that finished it (a later claim removes the
 expiry). Index entries of runs that Redis expired are dropped lazily when read.
 
-redis-py is imported only here.
+redis-py is imported only in this package.
 """
 
 from __future__ import annotations
@@ -192,6 +192,11 @@ class RedisCheckpointStorage:
     async def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One EVALSHA of an idempotent script, packed here and sent on the kept
         connection when it is free, else through the client."""
+        # A bypass of redis-py's Script call, kept for the target of bench/server_stores.py
+        # in docs/benchmarks.md: nestegg Redis at most 2.7 Redis SETs a step (issue 4; 1.63
+        # with it). Through `script(keys, args)` bench/server_store_commit.py measured the
+        # median commit at 541/1983/1048 us against 296/409/377 us with it (three runs side
+        # by side on a loaded machine): too close to that target to drop it unmeasured.
         if self._pool is None or self._held_busy:
             return await script(keys, args)
         command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
