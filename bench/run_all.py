@@ -32,6 +32,10 @@ BENCHMARKS = {
         "langgraph_saver.py",
         ["--steps", "200", "--reps", "1", "--linear", "100", "1000"],
     ),
+    "concurrent": (
+        "concurrent_runs.py",
+        ["--runs", "1", "100", "1000", "--total", "5000", "--idle", "1000", "--reps", "1"],
+    ),
 }
 """name -> (script, the arguments of a quick run)."""
 

@@ -65,6 +65,9 @@ def _encode_scalar(value: Any, path: str) -> Any:
     raise CheckpointSerializationError(path, type(value).__qualname__)
 
 
+_AS_IS = frozenset({str, bool, type(None)})
+
+
 def to_jsonable(value: Any, path: str = "data") -> Any:
     """``value`` as plain JSON types, tagging the rest; raises naming the first bad path."""
     kind = type(value)
@@ -76,7 +79,11 @@ def to_jsonable(value: Any, path: str = "data") -> Any:
         return value if math.isfinite(value) else _tag("float", repr(value))
     if kind is dict:
         if all(type(k) is str for k in value) and TAG not in value:
-            return {k: to_jsonable(v, f"{path}.{k}") for k, v in value.items()}
+            # Strings, booleans and None are kept as they are, without building their path.
+            return {
+                k: v if type(v) in _AS_IS else to_jsonable(v, f"{path}.{k}")
+                for k, v in value.items()
+            }
         return _tag(
             "map",
             [

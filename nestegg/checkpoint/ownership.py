@@ -56,10 +56,16 @@ def _pid_exists_token(pid: int) -> str | None:
     return "alive"
 
 
+_this_process: list[Owner] = []
+
+
 def current_owner() -> Owner:
-    """The owner record of this process."""
+    """The owner record of this process (read from /proc once per process, not per run)."""
     pid = os.getpid()
-    return Owner(host=host_id(), pid=pid, started=process_start_token(pid) or "alive")
+    if not _this_process or _this_process[0].pid != pid:  # the first call, or a forked child
+        started = process_start_token(pid) or "alive"
+        _this_process[:] = [Owner(host=host_id(), pid=pid, started=started)]
+    return _this_process[0]
 
 
 def owner_alive(run: RunRecord, now: float) -> bool:

@@ -363,6 +363,9 @@ QUERIES: dict[str, str] = {
     "run_exists": "SELECT 1 FROM {runs} WHERE run_id = %s",
     # The sealed bodies travel as one binary blob: no escaping on either side.
     "commit": "SELECT {commit}(%b::text, %b::bigint, %s::jsonb, %b::bytea)",
+    # Many runs' commits in one statement (group commit), applied in the arrays' order.
+    "commit_many": "SELECT {commit}(r, f, m, b) FROM unnest(%b::text[], %b::bigint[], "
+    "%s::text[]::jsonb[], %b::bytea[]) WITH ORDINALITY AS t(r, f, m, b, n) ORDER BY n",
     "load_steps": "SELECT seq, agent, body FROM {steps} WHERE run_id = %(run_id)s "
     "AND seq > %(after)s AND (%(upto)s::bigint IS NULL OR seq <= %(upto)s::bigint) "
     "ORDER BY seq",

@@ -49,6 +49,7 @@ from nestegg.checkpoint.stores.common import (
     run_not_found,
     stale_fence,
 )
+from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
@@ -75,6 +76,7 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
+    StorageError,
     StorageUnavailableError,
 )
 
@@ -129,6 +131,15 @@ def _describe(conninfo: str) -> str:
     except psycopg.Error:
         return "the configured server"
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+def _commit_outcome(commit: Commit, stored: int | None) -> Outcome:
+    """The error of a commit whose run's fence was ``stored`` (None: no run), if any."""
+    if stored == commit.fence:
+        return None
+    if stored is None:
+        return run_not_found(commit.run_id)
+    return stale_fence(commit.run_id, stored, commit.fence)
 
 
 class PostgresCheckpointStorage(PostgresThreadRows):
@@ -201,6 +212,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         self._drop: list[bytes] = []
         self._ready = False
         self._setup_lock = asyncio.Lock()
+        self._group = GroupCommitter(self._commit_one, self._commit_many)
         self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
@@ -331,6 +343,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
+        await self._group.drain()
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             self._ready = False
@@ -466,14 +479,29 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
-        params = commit_params(change_set(commit))
-        row = await self._fetchone("commit", params)
-        stored = row[0] if row else None
-        if stored == commit.fence:
-            return
-        if stored is None:
-            raise run_not_found(commit.run_id)
-        raise stale_fence(commit.run_id, stored, commit.fence)
+        await self._group.commit(commit)
+
+    async def _commit_one(self, commit: Commit) -> None:
+        row = await self._fetchone("commit", commit_params(change_set(commit)))
+        outcome = _commit_outcome(commit, row[0] if row else None)
+        if outcome is not None:
+            raise outcome
+
+    async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
+        """Many runs' commits in one statement, one round trip (group commit): each call
+        of the commit function checks its own run's fence. An error of the statement
+        (not of the connection) has every commit tried alone, so that it fails alone."""
+        columns: list[list[Any]] = [[], [], [], []]
+        for commit in commits:
+            for column, value in zip(columns, commit_params(change_set(commit)), strict=True):
+                column.append(value)
+        try:
+            rows = await self._fetchall("commit_many", columns)
+        except StorageUnavailableError:
+            raise
+        except StorageError:
+            return [await outcome_of(self._commit_one, commit) for commit in commits]
+        return [_commit_outcome(commit, row[0]) for commit, row in zip(commits, rows, strict=True)]
 
     # -- reads --------------------------------------------------------------------------
 

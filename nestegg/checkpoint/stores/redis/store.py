@@ -46,8 +46,9 @@ from nestegg.checkpoint.stores.common import (
     run_not_found,
     stale_fence,
 )
+from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.redis import layout as redis_layout
-from nestegg.checkpoint.stores.redis.errors import driver_errors
+from nestegg.checkpoint.stores.redis.errors import driver_errors, nestegg_error
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
@@ -163,6 +164,7 @@ class RedisCheckpointStorage(RedisThreadRows):
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
+        self._group = GroupCommitter(self._commit_one, self._commit_many)
         self._scripts = (
             self._create_run,
             self._claim_run,
@@ -270,6 +272,7 @@ class RedisCheckpointStorage(RedisThreadRows):
 
     async def close(self) -> None:
         """Close the client this store built from its URL (a given client stays open)."""
+        await self._group.drain()
         await self._release_held()
         if self._owns_client:
             await self._client.aclose()
@@ -411,14 +414,61 @@ class RedisCheckpointStorage(RedisThreadRows):
         raise run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
+        await self._group.commit(commit)
+
+    async def _commit_one(self, commit: Commit) -> None:
         keys = self._run_keys(commit.run_id)
         args = [self.prefix, self._ttl, *commit_args(change_set(commit))]
-        reply = await self._script(self._commit, keys, args)
-        if reply[0] == 1:
-            return
-        if reply[0] == 0:
-            raise run_not_found(commit.run_id)
-        raise stale_fence(commit.run_id, int(reply[1]), commit.fence)
+        outcome = _commit_outcome(commit, await self._script(self._commit, keys, args))
+        if outcome is not None:
+            raise outcome
+
+    async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
+        """Many runs' commit scripts in one pipeline: one round trip (group commit); each
+        script checks its own run's fence."""
+        if getattr(self._client, "connection_pool", None) is None:  # no pool to take one from
+            return [await outcome_of(self._commit_one, c) for c in commits]
+        packed = b"".join(
+            command_bytes(
+                [
+                    "EVALSHA",
+                    self._commit.sha,
+                    len(RUN_KEY_KINDS),
+                    *self._run_keys(c.run_id),
+                    self.prefix,
+                    self._ttl,
+                    *commit_args(change_set(c)),
+                ]
+            )
+            for c in commits
+        )
+        replies = await self._call(partial(self._pipeline, packed, len(commits)), idempotent=True)
+        if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
+            await self._client.script_load(redis_layout.COMMIT)  # flushed from Redis: again
+            replies = await self._call(
+                partial(self._pipeline, packed, len(commits)), idempotent=True
+            )
+        return [_commit_outcome(c, reply) for c, reply in zip(commits, replies, strict=True)]
+
+    async def _pipeline(self, packed: bytes, count: int) -> list[Any]:
+        """Send packed commands on a pool connection, and read their ``count`` replies (an
+        error reply comes back as its exception, in its place)."""
+        conn = await _take_connection(self._client.connection_pool)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await conn.send_packed_command(packed, check_health=False)
+                replies = []
+                for _ in range(count):
+                    try:
+                        replies.append(await conn.read_response())
+                    except redis_errors.ResponseError as error:
+                        replies.append(error)
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await self._client.connection_pool.release(conn)
+        return replies
 
     # -- reads --------------------------------------------------------------------------
 
@@ -531,6 +581,17 @@ class RedisCheckpointStorage(RedisThreadRows):
             if await self._delete(run.run_id, condition):
                 expired.append(run.run_id)
         return expired
+
+
+def _commit_outcome(commit: Commit, reply: Any) -> Outcome:
+    """The error of one commit script's reply, or None if it committed."""
+    if isinstance(reply, redis_errors.RedisError):
+        return nestegg_error(reply)
+    if reply[0] == 1:
+        return None
+    if reply[0] == 0:
+        return run_not_found(commit.run_id)
+    return stale_fence(commit.run_id, int(reply[1]), commit.fence)
 
 
 async def _take_connection(pool: Any) -> Any:

@@ -40,6 +40,7 @@ from nestegg.checkpoint.stores.common import (
     run_not_found,
     stale_fence,
 )
+from nestegg.checkpoint.stores.group import GroupCommitter, Outcome
 from nestegg.checkpoint.stores.sqlite.blocks import (
     blocks_completed,
     pack_completed_blocks,
@@ -91,6 +92,7 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
+    NestEggError,
     StorageError,
     StorageUnavailableError,
 )
@@ -164,6 +166,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         self._name = str(self.path)
         self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
+        self._group = GroupCommitter(self._commit_one, self._commit_many)
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
@@ -237,6 +240,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
 
     async def close(self) -> None:
         """Close the connections and stop the threads; a later call reopens them."""
+        await self._group.drain()
         await self._connection.close()
 
     async def create_run(self, run: RunRecord) -> None:
@@ -271,14 +275,22 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         return await self._connection.write(_claim_run, params, small=False)
 
     async def commit(self, commit: Commit) -> None:
-        size = commit.size()
-        small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
-        if packing := len(blocks_completed(commit.steps)):  # rewrites a block: on the worker
-            small = False  # (its size is not known before it is read)
-            size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
+        await self._group.commit(commit)
+
+    async def _commit_one(self, commit: Commit) -> None:
+        size, small = _write_size(commit)
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
+
+    async def _commit_many(self, commits: Sequence[Commit]) -> Sequence[Outcome]:
+        """Many runs' commits in one transaction, on the worker thread (group commit)."""
+        if len(self._run_keys) > RUN_KEYS_KEPT:
+            self._run_keys.clear()
+        size = sum(_write_size(commit)[0] for commit in commits)
+        return await self._connection.write(
+            _commit_batch, commits, self._run_keys, self._name, size=size, small=False
+        )
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None
@@ -411,25 +423,60 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
     """The hot path: one transaction; the fenced row update doubles as the fence check and
     as the check of the run's key, remembered in ``run_keys`` (a run deleted and created
     again under its id gets a new key)."""
+    with write_transaction(conn):
+        _apply(conn, commit, run_keys)
+
+
+def _commit_batch(
+    conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
+) -> list[Outcome]:
+    """Commits of many runs in one transaction, each in a savepoint of its own: one that
+    fails (a lost fence) is undone alone and its error is its outcome."""
+    outcomes: list[Outcome] = []
+    with write_transaction(conn):
+        for commit in commits:
+            conn.execute("SAVEPOINT one_commit")
+            try:
+                _apply(conn, commit, run_keys)
+            except (NestEggError, sqlite3.Error) as exc:
+                conn.execute("ROLLBACK TO one_commit")
+                outcomes.append(storage_error(exc, path) if isinstance(exc, sqlite3.Error) else exc)
+            else:
+                outcomes.append(None)
+            conn.execute("RELEASE one_commit")
+    return outcomes
+
+
+def _write_size(commit: Commit) -> tuple[int, bool]:
+    """About how many bytes ``commit`` writes, and whether it may run on the loop thread."""
+    size = commit.size()
+    small = commit.truncate_after is None and size <= SQLITE_INLINE_WRITE_BYTES
+    if packing := len(blocks_completed(commit.steps)):  # rewrites a block: on the worker
+        small = False  # (its size is not known before it is read)
+        size += 2 * packing * STEP_BLOCK_STEPS * max(len(s.body) for s in commit.steps)
+    return size, small
+
+
+def _apply(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) -> None:
+    """One commit's writes, inside the caller's transaction."""
     changes = change_set(commit)
     run_id = changes.run_id
     update = update_run(tuple(changes.run_fields))
     fields = (*changes.run_fields.values(), run_id, changes.fence)
     key = run_keys.get(run_id)
-    with write_transaction(conn):
-        if key is None or conn.execute(update, (*fields, key)).rowcount == 0:
-            key = run_keys[run_id] = _run_key(conn, changes)
-            conn.execute(update, (*fields, key))
-        base = key * SEQ_SPAN
-        if changes.truncate_after is not None and changes.journal_after is not None:
-            after = changes.truncate_after
-            truncate_steps(conn, run_id, base, after)
-            conn.execute(DELETE_JOURNAL_AFTER, (run_id, changes.journal_after))
-            conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
-        _append(conn, changes, base)
-        pack_completed_blocks(conn, run_id, changes.steps, base)
-        for checkpoint_id in changes.prune:
-            conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
+    if key is None or conn.execute(update, (*fields, key)).rowcount == 0:
+        key = run_keys[run_id] = _run_key(conn, changes)
+        conn.execute(update, (*fields, key))
+    base = key * SEQ_SPAN
+    if changes.truncate_after is not None and changes.journal_after is not None:
+        after = changes.truncate_after
+        truncate_steps(conn, run_id, base, after)
+        conn.execute(DELETE_JOURNAL_AFTER, (run_id, changes.journal_after))
+        conn.execute(f"DELETE FROM {CHECKPOINTS} WHERE run_id = ? AND seq > ?", (run_id, after))
+    _append(conn, changes, base)
+    pack_completed_blocks(conn, run_id, changes.steps, base)
+    for checkpoint_id in changes.prune:
+        conn.execute(DELETE_CHECKPOINT, (checkpoint_id, run_id))
 
 
 def _run_key(conn: sqlite3.Connection, changes: ChangeSet) -> int:

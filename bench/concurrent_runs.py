@@ -1,0 +1,273 @@
+"""Many runs in one process: does the aggregate grow with concurrency?
+
+N runs of M steps at once on one Clutch (``asyncio.gather`` of ``clutch.run(...,
+run_id=...)``), a ~1 KB message per step, a checkpoint after every step
+(``every_n_steps=1, keep_latest=3, durability="sync"``: each step's commit is durable
+before its run goes on), with N = 1, 100, 1,000 and 10,000 and M = total / N, so every
+row commits the same number of steps. Per row: aggregate steps/s (all steps over the wall
+time, the creation and claim of the runs included), p50 and p99 of one step commit
+(``store.commit`` as the checkpointer awaits it) and the process's RSS at the end.
+
+Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
+waits on a model); RSS grown per waiting run, measured once all of them wait.
+
+Stores: SQLite (a temporary directory), PostgreSQL and Redis (own table or key prefix,
+dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/test``), ``NESTEGG_TEST_REDIS_URL`` (default
+``redis://127.0.0.1:6379/0``). Medians of ``--reps`` repetitions.
+
+    .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
+        [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    LARGE_TIMEOUT,
+    START_INPUT,
+    Table,
+    dump_tasks_on_sigusr1,
+    fmt_int,
+    fmt_ms,
+    median,
+    next_message,
+    print_tables,
+    progress,
+)
+
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, SQLiteCheckpointStorage
+from nestegg.errors import NestEggError
+
+PG_URL = os.environ.get("NESTEGG_TEST_PG_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+POLICY = CheckpointPolicy(every_n_steps=1, keep_latest=3, durability="sync")
+DEFAULT_RUNS = (1, 100, 1000, 10_000)
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    """The process's resident set now (not its peak)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+@dataclass
+class Row:
+    seconds: float
+    steps: int
+    latencies: list[float]
+    rss: int
+
+
+@asynccontextmanager
+async def sqlite_store() -> AsyncIterator[Any]:
+    with tempfile.TemporaryDirectory(prefix="nestegg-bench-") as tmp:
+        store = SQLiteCheckpointStorage(Path(tmp) / "nestegg.db")
+        try:
+            await store.setup()
+            yield store
+        finally:
+            await store.close()
+
+
+@asynccontextmanager
+async def server_store(store: Any) -> AsyncIterator[Any]:
+    """``store`` set up, then dropped and closed."""
+    try:
+        await store.setup()
+        yield store
+    finally:
+        await store.drop()
+        await store.close()
+
+
+def postgres_store() -> Any:
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+
+    prefix = f"bench_conc_{uuid.uuid4().hex[:8]}_"
+    return server_store(PostgresCheckpointStorage(PG_URL, table_prefix=prefix))
+
+
+def redis_store() -> Any:
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+
+    prefix = f"bench-conc-{uuid.uuid4().hex[:8]}:"
+    return server_store(RedisCheckpointStorage(REDIS_URL, prefix=prefix))
+
+
+STORES: dict[str, Callable[[], Any]] = {
+    "sqlite": sqlite_store,
+    "postgres": postgres_store,
+    "redis": redis_store,
+}
+NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "redis": "Redis"}
+
+
+def time_commits(store: Any) -> list[float]:
+    """Record the seconds of every ``store.commit`` from now on (on this instance)."""
+    latencies: list[float] = []
+    commit = store.commit
+    clock = time.perf_counter
+
+    async def timed_commit(change: Any) -> None:
+        start = clock()
+        await commit(change)
+        latencies.append(clock() - start)
+
+    store.commit = timed_commit
+    return latencies
+
+
+def loop_clutch(store: Any, steps: int, gate: asyncio.Event | None = None) -> Clutch:
+    clutch = Clutch(
+        "bench",
+        strategy=Strategy.ROUND_ROBIN,
+        max_turns=steps,
+        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
+    )
+    waiting = [0]
+
+    @clutch.agent()
+    async def step(data):  # untyped, like the agents of the other benchmarks
+        if gate is not None:
+            waiting[0] += 1
+            await gate.wait()
+        return next_message(data)
+
+    clutch.waiting = waiting  # type: ignore[attr-defined]
+    return clutch
+
+
+async def one_row(store_name: str, runs: int, steps: int, rep: int) -> Row:
+    async with STORES[store_name]() as store:
+        latencies = time_commits(store)
+        clutch = loop_clutch(store, steps)
+        gc.collect()
+        start = time.perf_counter()
+        results = await asyncio.gather(
+            *(
+                clutch.run(START_INPUT, run_id=f"r{rep}-{i}", timeout=LARGE_TIMEOUT)
+                for i in range(runs)
+            )
+        )
+        seconds = time.perf_counter() - start
+        if any(r["turn"] != steps for r in results):
+            raise AssertionError("a run did not complete all its steps")
+        return Row(seconds, runs * steps, latencies, rss_bytes())
+
+
+async def idle_runs(store_name: str, runs: int) -> float:
+    """RSS grown per run while ``runs`` runs wait in their first step."""
+    async with STORES[store_name]() as store:
+        gate = asyncio.Event()
+        await loop_clutch(store, 1).run(START_INPUT, run_id="warm-up", timeout=LARGE_TIMEOUT)
+        clutch = loop_clutch(store, 1, gate)
+        gc.collect()
+        before = rss_bytes()
+        tasks = [
+            asyncio.ensure_future(clutch.run(START_INPUT, run_id=f"idle-{i}", timeout=None))
+            for i in range(runs)
+        ]
+        while clutch.waiting[0] < runs:  # type: ignore[attr-defined]
+            failed = [t for t in tasks if t.done()]
+            if failed:  # a run that could not start: its error
+                failed[0].result()
+            await asyncio.sleep(0.05)
+        gc.collect()
+        grown = rss_bytes() - before
+        gate.set()
+        await asyncio.gather(*tasks)
+        return grown / runs
+
+
+def idle_in_child(store_name: str, runs: int) -> float:
+    """:func:`idle_runs` in a new process, whose memory no earlier row has grown."""
+    child = [sys.executable, __file__, "--idle-child", store_name, str(runs)]
+    done = subprocess.run(child, capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+async def main(args: argparse.Namespace) -> None:
+    dump_tasks_on_sigusr1()
+    tables = []
+    for store_name in args.stores:
+        table = Table(
+            f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row",
+            ["runs x steps", "steps/s", "p50 commit", "p99 commit", "RSS at end"],
+        )
+        for runs in args.runs:
+            steps = max(1, args.total // runs)
+            rows = []
+            try:
+                for rep in range(args.reps):
+                    progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
+                    rows.append(await one_row(store_name, runs, steps, rep))
+            except NestEggError as error:  # a store that gives up under the load: say so
+                table.rows.append(
+                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0], "", "", ""]
+                )
+                progress(table.rows[-1][1])
+                continue
+            table.rows.append(
+                [
+                    f"{runs:,} x {steps:,}",
+                    fmt_int(median([r.steps / r.seconds for r in rows])),
+                    fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
+                    fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
+                    f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
+                ]
+            )
+            progress(" | ".join(table.rows[-1]))
+        if args.idle:
+            progress(f"{NAMES[store_name]}: {args.idle} idle runs")
+            try:
+                per_run = median([idle_in_child(store_name, args.idle) for _ in range(args.reps)])
+                idle = f"{per_run / 1e3:,.1f} kB RSS per run"
+            except subprocess.CalledProcessError as error:
+                idle = "failed: " + error.stderr.strip().splitlines()[-1]
+            table.notes.append(f"{args.idle:,} runs waiting in their first step: {idle}")
+            progress(table.notes[-1])
+        table.notes.append(
+            f"medians of {args.reps} repetitions; peak RSS of the process "
+            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
+        )
+        tables.append(table)
+        print_tables([table])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", nargs="+", choices=list(STORES), default=list(STORES))
+    parser.add_argument("--runs", nargs="+", type=int, default=list(DEFAULT_RUNS))
+    parser.add_argument("--total", type=int, default=20_000)
+    parser.add_argument("--idle", type=int, default=10_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--idle-child", nargs=2, help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.idle_child:
+        name, count = parsed.idle_child
+        print(asyncio.run(idle_runs(name, int(count))))
+    else:
+        asyncio.run(main(parsed))
