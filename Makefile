@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint
+	-bash .ci/browser  # Debian's Chromium for the browser tests (they skip without it, fail under CI=true)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
