@@ -120,6 +120,9 @@ LIVE_STEP_DELAY = 0.05
 """Seconds after a step starts (durability "sync") at which its start is committed on its
 own, for the live views, if no journaled call of the step has carried it yet; a step that
 ends sooner commits its start with its end, at no extra cost."""
+CALL_JOURNALED = "call_journaled"
+"""Not a stored event kind: how `nestegg events --follow` shows a call the step in flight
+has journaled (read from the journal)."""
 IN_FLIGHT_EVENT_WINDOW = 64
 """How many of a run's last events `nestegg show` reads to find the step in flight (all of
 them when its start is further back)."""

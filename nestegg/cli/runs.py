@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import EventRecord
+from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import Event, to_datetime
 from nestegg.cli import reading
@@ -18,6 +18,7 @@ from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import Output, counted, plain, seconds, shorten, to_json, when
 from nestegg.constants import (
+    CALL_JOURNALED,
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
     CLI_SHOW_STEPS,
@@ -365,13 +366,15 @@ def _detail(key: str, value: Any) -> str:
 def _event_line(row: dict[str, Any]) -> str:
     details = " ".join(_detail(key, value) for key, value in row["data"].items())
     stamp = row["at"].astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return f"{row['seq']:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
+    seq = "-" if row["seq"] is None else row["seq"]
+    return f"{seq:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
 
 
 async def _follow(
     store: CheckpointStorage, out: Output, run_id: str, since: int, interval: float
 ) -> None:
     warned = False
+    shown_calls: set[tuple[int, int]] = set()
     while True:
         run = await reading.get_run(store, run_id)
         for record in await store.read_events(run_id, since):
@@ -379,10 +382,36 @@ async def _follow(
             since = record.seq
         if run.status != RUNNING:  # its last events were committed with the status
             return
+        await _print_new_calls(store, out, run, shown_calls)
         if not warned and is_interrupted(run, time.time()):
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
         await asyncio.sleep(interval)
+
+
+async def _print_new_calls(
+    store: CheckpointStorage, out: Output, run: RunRecord, shown: set[tuple[int, int]]
+) -> None:
+    """Print the journaled calls of the step in flight not printed yet, as ``call_journaled``
+    lines: the journal is read, not the event log (a call writes no event), so they have no
+    event sequence number (``-``)."""
+    step = await reading.step_in_flight(store, run)
+    if step is None:
+        return
+    for call in step["calls"]:
+        key = (step["seq"], call["position"])
+        if key not in shown:
+            shown.add(key)
+            data = {"seq": step["seq"], **call}
+            at = to_datetime(time.time())
+            row = {
+                "run_id": run.run_id,
+                "seq": None,
+                "at": at,
+                "kind": CALL_JOURNALED,
+                "data": data,
+            }
+            _print_event(out, row)
 
 
 def _print_event(out: Output, row: dict[str, Any]) -> None:
@@ -408,8 +437,9 @@ def events_command(
 ) -> None:
     """A run's event log.
 
-    --follow keeps polling until the run is no longer running. --json writes one JSON
-    object per line (JSON Lines).
+    --follow keeps polling until the run is no longer running, and also prints the calls
+    the step in flight journals as they return (call_journaled, read from the journal: no
+    event number). --json writes one JSON object per line (JSON Lines).
     """
     out = Output(as_json)
 

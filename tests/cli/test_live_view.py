@@ -73,6 +73,28 @@ def timeline_row(text: str, seq: int) -> str:
     return rows[-1]
 
 
+async def _follow_events(tmp_path: Path, url: str, run_id: str) -> asyncio.subprocess.Process:
+    """``nestegg events RUN --follow --json`` started in the background."""
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, KILL_ENV)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nestegg.cli", "events", run_id, "--follow", "--json",
+        "--poll-interval", "0.05", "--store", url,
+        cwd=ROOT, env={**env, HOME_ENV: str(tmp_path / "home")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _next_line_of_kind(process: asyncio.subprocess.Process, kind: str) -> dict[str, Any]:
+    """The first JSON line of ``kind`` the process prints (within the test's timeout)."""
+    assert process.stdout is not None
+    while True:
+        line = await asyncio.wait_for(process.stdout.readline(), TIMEOUT)
+        assert line, "the command ended first"
+        row: dict[str, Any] = orjson.loads(line)
+        if row["kind"] == kind:
+            return row
+
+
 @pytest.fixture
 async def run_id(any_url: str) -> AsyncIterator[str]:
     chosen = f"live-{uuid.uuid4().hex[:8]}"
@@ -127,8 +149,18 @@ async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls
         assert "running, 1 call journaled" in timeline_row(text, 2)
         logged = [(e["kind"], e["data"]) for e in await events(tmp_path, any_url, run_id)]
         assert logged[-1] == ("step_started", {"seq": 2, "agent": "work"})
+        follower = await _follow_events(tmp_path, any_url, run_id)
+        call = await _next_line_of_kind(follower, "call_journaled")
+        assert call["seq"] is None
+        assert call["data"] == {
+            "seq": 2, "position": 0, "function": f"{__name__}.ask", "outcome": "returned"
+        }  # fmt: skip
         working.set()
         assert (await run)["answer"] == "about eggs"
+        rest, _ = await asyncio.wait_for(follower.communicate(), TIMEOUT)
+        assert follower.returncode == 0  # --follow ends with the run
+        followed = [orjson.loads(line)["kind"] for line in rest.decode().splitlines()]
+        assert followed[-1] == "run_completed" and "call_journaled" not in followed
     finally:
         thinking.set()
         working.set()
