@@ -25,6 +25,7 @@ from nestegg.constants import (
     INTERRUPTED,
     RUN_FORKED,
     RUN_RESUMED,
+    RUN_STARTED,
     RUNNING,
     STEP_FAILED,
     STEP_STARTED,
@@ -39,6 +40,8 @@ STEP_WINDOW = 200
 EVENTS_READ = 5000
 """Newest events read for a run page's incidents (crashes, failures, takeovers)."""
 INCIDENT_KINDS = (STEP_FAILED, RUN_RESUMED, RUN_FORKED)
+OPENINGS = (RUN_STARTED, RUN_RESUMED)
+"""The events that begin a run attempt."""
 ANCESTORS_SHOWN = 20
 FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
@@ -205,25 +208,40 @@ def previous_checkpoint(ids: list[str], checkpoint_id: str) -> str | None:
 
 
 async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[str, Any]:
-    """One step: its record's row and data, and its journaled calls with how often the step
-    ran (a call recorded once is replayed by every later attempt)."""
+    """One step: its record's row and data, how often it ran, and its journaled calls, each
+    with its duration and whether the step's last attempt replayed it (recorded by an
+    earlier attempt) or executed it."""
     run = await reading.get_run(store, run_id)
     rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
+    step = rows[0] if rows else None
+    events = await store.read_events(run_id)
     attempts = sum(
         1
-        for record in await store.read_events(run_id)
+        for record in events
         if record.kind == STEP_STARTED and event_row(record)["data"].get("seq") == seq
     )
+    started_at = step["started"] if step else None
+    last_opening = _last_opening(events, started_at.timestamp() if started_at else None)
     calls = []
     for record in await store.read_journal(run.run_id, seq):
         try:
             entry = parse_journal(record.body, f"journal entry {seq}/{record.position}")
         except CheckpointCorruptedError as error:
-            entry = {"unreadable": str(error)}
+            entry = {"unreadable": str(error), "started": None, "duration": None}
+        started = entry["started"]
+        entry["replayed"] = None if started is None else started < last_opening
         calls.append({"position": record.position, **entry})
-    return {"run_id": run.run_id, "seq": seq, "step": rows[0] if rows else None,
-            "calls": calls, "attempts": attempts}  # fmt: skip
+    return {"run_id": run.run_id, "seq": seq, "step": step, "calls": calls,
+            "attempts": attempts}  # fmt: skip
+
+
+def _last_opening(events: list[EventRecord], before: float | None) -> float:
+    """When the run attempt that ran a step last began: its latest start or resume at or
+    before the step's start (``before``; None: a step not committed, run by the latest
+    attempt). A call recorded before that was replayed by the step's last attempt."""
+    openings = [e.at for e in events if e.kind in OPENINGS and (before is None or e.at <= before)]
+    return max(openings, default=float("-inf"))
 
 
 async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any]:

@@ -4,13 +4,14 @@ done with them; nothing changes when refused."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from nestegg.checkpoint.stores import open_store
 from nestegg.ui import UISettings
-from tests.ui.conftest import Ui, client_for
+from tests.ui.conftest import Ui, call_cells, client_for
 
 WAIT_SECONDS = 20
 
@@ -29,8 +30,6 @@ def _wait_for(ui: Ui, run_id: str, status: str) -> None:
 
 
 def _checkpoints(ui: Ui, run_id: str) -> list[str]:
-    import re
-
     page = ui.client.get(f"/runs/{run_id}").text
     return re.findall(r'class="cp" href="/checkpoints/([^"?]+)"', page)
 
@@ -98,6 +97,11 @@ def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     # before step 2, where they happened.
     assert "step 2 (enrich) failed" in page
     assert "crash or takeover: resumed by another owner after step 1" in page
+    # Step 2 ran again: its call, recorded by the attempt that failed, was replayed and
+    # shows the duration it took then.
+    [(function, how, took)] = call_cells(ui.client.get(f"/runs/{ui.filled.gone}/steps/2").text)
+    assert (function, how) == ("tests.cli.pipeline_app.ask_size", "replayed")
+    assert re.fullmatch(r"\d+(µs|ms)", took), took
 
 
 def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:

@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from tests.ui.conftest import Ui
+from nestegg.checkpoint.codec import seal
+from nestegg.checkpoint.records import Commit, JournalRecord
+from tests.ui.conftest import Ui, call_cells
 
 CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
 """A checkpoint of the timeline (taken after a step)."""
@@ -60,12 +62,29 @@ def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
     assert "RuntimeError: enrich broke" in failed and "step 2 (enrich) failed" in failed
 
 
-def test_a_step_shows_its_journaled_calls(ui: Ui) -> None:
+def test_a_step_shows_its_journaled_calls_with_their_durations(ui: Ui) -> None:
     detail = ui.client.get(f"/runs/{ui.filled.ok}/steps/2")
     assert detail.status_code == 200
-    assert "tests.cli.pipeline_app.ask_size" in detail.text
-    assert "executed" in detail.text and "&#34;big&#34;" in detail.text
+    [(function, how, took)] = call_cells(detail.text)
+    assert (function, how) == ("tests.cli.pipeline_app.ask_size", "executed")
+    assert re.fullmatch(r"\d+(µs|ms)", took), took  # measured: ask_size returns at once
+    assert "&#34;big&#34;" in detail.text
     assert "no journaled calls" in ui.client.get(f"/runs/{ui.filled.ok}/steps/1").text
+
+
+def test_a_call_journaled_before_durations_were_recorded_shows_none(ui: Ui) -> None:
+    old = seal(b'{"function":"mod.old_call","args":"abc123","result":"kept"}')
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+
+    async def add_old_entry() -> None:
+        run = await store.get_run(ui.filled.ok)
+        await store.commit(
+            Commit(run.run_id, run.fence, journal=[JournalRecord(run.run_id, 1, 0, old)])
+        )
+
+    ui.client.portal.call(add_old_entry)  # type: ignore[union-attr]
+    detail = ui.client.get(f"/runs/{ui.filled.ok}/steps/1")
+    assert call_cells(detail.text) == [("mod.old_call", "executed", "\N{EM DASH}")]
 
 
 def test_a_checkpoint_shows_its_state_and_the_diff_with_the_previous(ui: Ui) -> None:
