@@ -99,17 +99,22 @@ async def runs_page(
         now = time.time()
         runs = [run for run in runs if is_interrupted(run, now)]
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
-    rows = [
-        flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None))
-        for run, checkpoints in zip(runs, listed, strict=True)
-    ]
-    return RunsPage(rows, cursor)
+    rows = await asyncio.gather(
+        *(
+            flagged(store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None))
+            for run, checkpoints in zip(runs, listed, strict=True)
+        )
+    )
+    return RunsPage(list(rows), cursor)
 
 
-def flagged(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with the status people see (``interrupted``) and whether it needs a look."""
+async def flagged(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the status people see (``interrupted``), whether it needs a look, and
+    for a waiting run what it waits for (a few of its last events read)."""
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
+    if run.status == WAITING:
+        await reading.add_wait(store, run, row)
     return row
 
 
@@ -180,7 +185,8 @@ async def run_window(
         step["checkpoints"] = by_seq.get(step["seq"], [])
         step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
         step["incidents"] = incidents.get(step["seq"], [])
-    row = flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None, full_error=True))
+    last = checkpoints[-1] if checkpoints else None
+    row = await flagged(store, run, reading.run_row(run, last, full_error=True))
     return {
         "run": row,
         "input": _decoded(run_input, run),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -85,6 +86,8 @@ def test_open_the_runs_page_then_a_run_and_see_its_steps(
     page.locator("tr.step[data-seq='2'] button.calls").click()
     page.wait_for_selector("table.journal")
     assert "tests.cli.pipeline_app.ask_size" in page.inner_text("table.journal")
+    assert page.inner_text("table.journal td.how") == "executed"
+    assert re.fullmatch(r"\d+(µs|ms)", page.inner_text("table.journal td.call-dur"))
 
 
 def test_a_step_committed_by_another_process_appears_without_reload(
@@ -133,6 +136,9 @@ def test_resume_an_interrupted_run_from_its_page(
     assert any("crash or takeover" in text for text in incidents)
     page.locator("tr.step[data-seq='2'] button.calls").click()
     page.wait_for_selector("table.journal")
+    # recorded by the attempt that failed, replayed by the resume: the first call's duration
+    assert page.inner_text("table.journal td.how") == "replayed"
+    assert re.fullmatch(r"\d+(µs|ms)", page.inner_text("table.journal td.call-dur"))
     if target := os.environ.get(SCREENSHOT_ENV):
         page.screenshot(path=str(ROOT / target), full_page=True)
 
@@ -240,3 +246,30 @@ def test_a_long_value_is_cut_and_shown_whole_on_demand(tmp_path: Path, page: Any
         assert long_text not in shown and "show all (402 chars)" in shown
         holder.locator("button.expand").click()
         assert page.locator("#state-tree").inner_text().count(long_text) == 1
+
+
+def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    from nestegg.checkpoint.stores import open_store
+    from tests.ui.pipelines import start_waiting
+
+    async def wait() -> None:
+        opened = open_store(store[0])
+        try:
+            await start_waiting(opened, "approve-me", nap=False)
+        finally:
+            await opened.close()
+
+    run_apart(wait())
+    page.goto(server.base + "/")
+    row = page.locator("tr.run", has=page.locator("a[href='/runs/approve-me']"))
+    assert "flagged" in str(row.get_attribute("class"))
+    assert row.locator(".status").inner_text() == "waiting"
+    assert row.locator(".flag").inner_text() == "⚑ waits for signal “approval”, no deadline"
+    assert page.locator("tr.flagged").count() == 2  # and the interrupted run
+    page.click("a[href='/runs/approve-me']")
+    page.wait_for_selector("#flag")
+    assert page.inner_text("#status") == "waiting"
+    assert "waits for signal “approval”, no deadline" in page.inner_text("#flag")
+    assert "nestegg signal approve-me approval VALUE" in page.inner_text("#flag")

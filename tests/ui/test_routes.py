@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.records import Commit, JournalRecord
 from tests.ui.conftest import Ui, call_cells
+from tests.ui.pipelines import start_waiting
 
 CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
 """A checkpoint of the timeline (taken after a step)."""
@@ -48,6 +50,29 @@ def test_the_runs_table_filters_by_status_and_pipeline(ui: Ui) -> None:
     assert _listed(mine, ok) and "<html" not in mine
     refused = ui.client.get("/", params={"status": "sleeping"})
     assert refused.status_code == 400 and "unknown status" in refused.text
+
+
+def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    signal_run, nap_run = (f"waits-{uuid.uuid4().hex[:8]}" for _ in range(2))
+
+    async def start() -> None:
+        await start_waiting(store, signal_run, nap=False)
+        await start_waiting(store, nap_run, nap=True)
+
+    ui.client.portal.call(start)  # type: ignore[union-attr]
+    try:
+        table = ui.client.get("/", params={"status": "waiting"}).text
+        signal_row, nap_row = _row(table, signal_run), _row(table, nap_run)
+        assert "flagged" in signal_row and ">waiting<" in signal_row
+        assert "waits for signal “approval”, no deadline" in signal_row
+        assert "flagged" in nap_row and "waits for a timer until 20" in nap_row
+        page = ui.client.get(f"/runs/{signal_run}").text
+        assert 'id="flag"' in page and "waits for signal “approval”" in page
+        assert f"nestegg signal {signal_run} approval VALUE" in page
+    finally:
+        for run_id in (signal_run, nap_run):
+            assert ui.write("DELETE", f"/api/runs/{run_id}").status_code == 200  # type: ignore[attr-defined]
 
 
 def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
