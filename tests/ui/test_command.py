@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from urllib.error import URLError
 from urllib.request import Request, urlopen
 
 import pytest
@@ -55,15 +56,31 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
     assert not (tmp_path / "other.db").exists()  # the --store one was never opened
 
 
-def test_a_host_other_machines_reach_is_refused_without_allow_remote(tmp_path: Path) -> None:
+def test_with_host_ipv6_loopback_it_serves_over_ipv6_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with ui_server(tmp_path / "home", "--store", url, "--host", "::1") as server:
+        port = server.base.rsplit(":", 1)[1]
+        assert server.base == f"http://[::1]:{port}"
+        assert server.output[0].startswith(f"nestegg ui: {server.base}/ (store: {url})")
+        status, page = _get(server.base + "/")  # its Host header, [::1]:PORT, is served
+        assert status == 200 and "no runs" in page
+        with pytest.raises(URLError):  # bound to ::1, not to IPv4
+            _get(f"http://127.0.0.1:{port}/")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.4"])
+def test_a_host_other_machines_reach_is_refused_without_allow_remote(
+    tmp_path: Path, host: str
+) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "nestegg.cli", "ui", "--host", "0.0.0.0", "--port", "1"],
+        [sys.executable, "-m", "nestegg.cli", "ui", "--host", host, "--port", "1"],
         cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
     assert done.returncode == EXIT_USAGE
     assert done.stderr.strip() == (
-        "error: --host 0.0.0.0 is reachable from other machines; add --allow-remote to mean it"
+        f"error: --host {host} is reachable from other machines; add --allow-remote to mean it"
     )
+    assert done.stdout == ""  # refused before serving anything
 
 
 @pytest.mark.parametrize(
