@@ -9,6 +9,7 @@ cheap to show.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from nestegg.checkpoint.views import Event, run_input, run_result
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.constants import (
+    COMPLETED,
     INTERRUPTED,
     RUN_FORKED,
     RUN_RESUMED,
@@ -31,7 +33,7 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
+from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, ConfigurationError
 
 RUNS_PAGE = 50
 """Runs on a page of the runs table."""
@@ -54,14 +56,23 @@ def encode_cursor(run: RunRecord) -> str:
 
 
 def decode_cursor(text: str | None) -> tuple[float, str] | None:
-    """A cursor from :func:`encode_cursor`; None for none or a malformed one."""
-    if not text or ":" not in text:
+    """A cursor from :func:`encode_cursor`; None for none.
+
+    Raises:
+        ConfigurationError: a malformed one.
+    """
+    if not text:
         return None
     at, _, run_id = text.partition(":")
     try:
-        return float(at), run_id
+        created = float(at)
     except ValueError:
-        return None
+        created = math.nan
+    if not run_id or not math.isfinite(created):
+        raise ConfigurationError(
+            f"before must be the cursor of a next-page link (CREATED:RUN_ID), got {text!r}"
+        )
+    return created, run_id
 
 
 def _statuses(status: str | None) -> list[str] | None:
@@ -218,6 +229,13 @@ async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[s
     with its duration and whether the step's last attempt replayed it (recorded by an
     earlier attempt) or executed it."""
     run = await reading.get_run(store, run_id)
+    last = run.step_seq + (0 if run.status == COMPLETED else 1)  # +1: a step under way or failed
+    if not 1 <= seq <= last:
+        raise CheckpointNotFoundError(
+            f"run {run.run_id!r} has no step {seq}: its steps are 1{chr(0x2013)}{last}"
+            if last
+            else f"run {run.run_id!r} has no step {seq}: it has none yet"
+        )
     rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
     step = rows[0] if rows else None

@@ -68,6 +68,9 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
     _, second, _ = _checkpoints(ui, ui.filled.ok)
     bad: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", content=b"{not json")
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
+    misspelt: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"dta": {}})
+    assert misspelt.status_code == 400
+    assert misspelt.json()["error"].startswith("unknown field 'dta' in the fork request")
     missing: Any = ui.write("POST", "/api/checkpoints/nope/fork", json={})
     assert missing.status_code == 404
     edited = {"name": "Forked", "items": [9], "tags": {"size": "small"}, "page": "p"}
@@ -85,9 +88,24 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
         ui.write("DELETE", f"/api/runs/{run_id}")
 
 
+def test_a_fork_whose_data_breaks_a_step_starts_and_fails_on_its_page(ui: Ui) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    fork: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": "a string"})
+    assert fork.status_code == 201  # it started: the agent that fails on it shows where
+    run_id = fork.json()["run_id"]
+    try:
+        _wait_for(ui, run_id, "failed")
+        assert "(step 3, agent report)" in ui.client.get(f"/runs/{run_id}").text
+    finally:
+        ui.write("DELETE", f"/api/runs/{run_id}")
+
+
 def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     locked: Any = ui.write("POST", "/api/runs/no-such-run/resume")
     assert locked.status_code == 404
+    done: Any = ui.write("POST", f"/api/runs/{ui.filled.ok}/resume")
+    assert done.status_code == 400
+    assert done.json()["error"].startswith(f"run '{ui.filled.ok}' is completed: there is nothing")
     started: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume")
     assert started.status_code == 202
     _wait_for(ui, ui.filled.gone, "completed")

@@ -273,3 +273,29 @@ def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
     assert page.inner_text("#status") == "waiting"
     assert "waits for signal “approval”, no deadline" in page.inner_text("#flag")
     assert "nestegg signal approve-me approval VALUE" in page.inner_text("#flag")
+
+
+def test_a_write_from_the_page_without_the_token_asks_for_it_and_shows_the_refusal(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    ok = store[1].ok
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.type)
+        if dialog.type == "prompt":
+            dialog.accept("not-the-token")  # a wrong token, as a new user might paste
+        else:
+            dialog.accept()  # "Delete this run ...?"
+
+    page.on("dialog", answer)
+    page.goto(f"{server.base}/runs/{ok}")  # opened without ?token=
+    page.click("button.act:text-is('delete')")
+    page.wait_for_selector("#notice.bad")
+    assert asked == ["confirm", "prompt"]
+    assert page.inner_text("#notice") == (
+        "refused: missing or wrong X-Nestegg-Token header (printed at start-up)"
+    )
+    assert page.evaluate("localStorage.getItem('nestegg-token')") is None  # asked again next
+    page.goto(f"{server.base}/runs/{ok}")
+    assert _agents(page) == ["fetch", "enrich", "report"]  # nothing was deleted

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import re
 import uuid
+from typing import Any
 
 import pytest
 
@@ -139,6 +141,34 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": "x"})
     assert stream.status_code == 400 and "since must be a whole number" in stream.json()["error"]
     assert ui.client.get("/events/runs/no-such-run").status_code == 404
+
+
+def _error_text(response: Any) -> str:
+    """The message of an error page."""
+    match = re.search(r'<p class="error" id="error">(.*?)</p>', response.text, re.S)
+    assert match, response.text
+    return html.unescape(match.group(1))
+
+
+def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
+    ok = ui.filled.ok
+    cases = {
+        f"/runs/{ok}/steps/0": (404, f"run '{ok}' has no step 0: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}/steps/4": (404, f"run '{ok}' has no step 4: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
+        "/?before=garbage": (
+            400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
+        ),
+        "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
+        "/no/such/page": (404, "no page at /no/such/page"),
+    }  # fmt: skip
+    for path, (status, message) in cases.items():
+        response = ui.client.get(path)
+        assert (response.status_code, _error_text(response)) == (status, message), path
+    # A failed run's failed step has its journal too (one past the committed steps).
+    assert "ask_size" in ui.client.get(f"/runs/{ui.filled.bad}/steps/2").text
+    api = ui.client.get("/api/no-such-endpoint")
+    assert api.status_code == 404 and api.json() == {"error": "no page at /api/no-such-endpoint"}
 
 
 def test_the_live_stream_of_a_finished_run_sends_its_changes_and_ends(ui: Ui) -> None:
