@@ -19,7 +19,7 @@ from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
-from nestegg.checkpoint.views import Event, run_input, run_result
+from nestegg.checkpoint.views import Event, run_input, run_result, to_datetime
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.constants import (
@@ -198,7 +198,9 @@ async def run_window(
         step["incidents"] = incidents.get(step["seq"], [])
     last = checkpoints[-1] if checkpoints else None
     row = await flagged(store, run, reading.run_row(run, last, full_error=True))
+    latest = high == run.step_seq
     return {
+        "pending": await _pending(store, run, events, row["shown_status"]) if latest else None,
         "run": row,
         "input": _decoded(run_input, run),
         "result": _decoded(run_result, run),
@@ -210,6 +212,25 @@ async def run_window(
         "checkpoint_ids": [c.checkpoint_id for c in checkpoints],
         "last_event": run.event_seq,
     }
+
+
+async def _pending(
+    store: CheckpointStorage, run: RunRecord, events: list[EventRecord], status: str
+) -> dict[str, Any] | None:
+    """The step after the last committed one when it started and is not committed: under
+    way, waiting, interrupted, or the step that failed (its agent and start from its
+    ``step_started`` event, and how many calls it journaled). None when there is none."""
+    if run.status == COMPLETED:
+        return None
+    seq = run.step_seq + 1
+    start = next((e for e in reversed(events) if e.kind == STEP_STARTED), None)
+    data = event_row(start)["data"] if start is not None else {}
+    calls = len(await store.read_journal(run.run_id, seq))
+    if data.get("seq") != seq and not calls:
+        return None
+    started = start.at if start is not None and data.get("seq") == seq else None
+    return {"seq": seq, "agent": data.get("agent") if started else None, "status": status,
+            "started": to_datetime(started) if started else None, "calls": calls}  # fmt: skip
 
 
 def range_text(window: dict[str, Any]) -> str:

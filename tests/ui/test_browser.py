@@ -128,9 +128,11 @@ def test_resume_an_interrupted_run_from_its_page(
     page.goto(f"{server.base}/runs/{gone}?token={server.token}")
     assert page.inner_text("#status") == "interrupted"
     assert _agents(page) == ["fetch"]
+    assert page.inner_text("tr.pending td.pending-agent") == "enrich"  # started, not committed
     page.click("button.act:text-is('resume')")
     page.wait_for_selector("#status.completed", timeout=15_000)  # live, no reload
     assert _agents(page) == ["fetch", "enrich", "report"]
+    assert page.locator("tr.pending").count() == 0  # step 2 was committed: no longer pending
     incidents = page.locator("tr.incident").all_inner_texts()
     assert any("step 2 (enrich) failed" in text for text in incidents)
     assert any("crash or takeover" in text for text in incidents)
@@ -273,6 +275,7 @@ def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
     assert page.inner_text("#status") == "waiting"
     assert "waits for signal “approval”, no deadline" in page.inner_text("#flag")
     assert "nestegg signal approve-me approval VALUE" in page.inner_text("#flag")
+    assert page.inner_text("tr.pending td.pending-agent") == "approve"  # the step that waits
 
 
 def test_a_write_from_the_page_without_the_token_asks_for_it_and_shows_the_refusal(

@@ -71,6 +71,9 @@ def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
         assert "flagged" in nap_row and "waits for a timer until 20" in nap_row
         page = ui.client.get(f"/runs/{signal_run}").text
         assert 'id="flag"' in page and "waits for signal “approval”" in page
+        pending = re.search(r'<tr class="pending waiting" data-pending="1".*?</tr>', page, re.S)
+        assert pending and "approve" in pending.group(0)  # the step that waits, not committed
+        assert "1 call journaled" in pending.group(0)  # the wait's deadline
         assert f"nestegg signal {signal_run} approval VALUE" in page
     finally:
         for run_id in (signal_run, nap_run):
@@ -167,6 +170,18 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         assert (response.status_code, _error_text(response)) == (status, message), path
     # A failed run's failed step has its journal too (one past the committed steps).
     assert "ask_size" in ui.client.get(f"/runs/{ui.filled.bad}/steps/2").text
+
+
+def test_the_step_an_unfinished_run_started_and_did_not_commit_shows_with_its_calls(
+    ui: Ui,
+) -> None:
+    page = ui.client.get(f"/runs/{ui.filled.gone}").text
+    pending = re.search(r'<tr class="pending interrupted" data-pending="2".*?</tr>', page, re.S)
+    assert pending, page
+    assert '<td class="pending-agent">enrich</td>' in pending.group(0)
+    assert "1 call journaled" in pending.group(0)
+    assert f'data-url="/runs/{ui.filled.gone}/steps/2"' in pending.group(0)
+    assert 'class="pending' not in ui.client.get(f"/runs/{ui.filled.ok}").text
     api = ui.client.get("/api/no-such-endpoint")
     assert api.status_code == 404 and api.json() == {"error": "no page at /api/no-such-endpoint"}
 
