@@ -84,13 +84,7 @@ class Recorder(Protocol):
         """Record a journaled call's result (and when it began, how long it took) now."""
 
     async def journal_error(
-        self,
-        step: int,
-        position: int,
-        function: str,
-        digest: str,
-        error: BaseException,
-        timed: Timed,
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
         """Record a journaled call's final failure (and when it began, how long it took) now."""
 
@@ -172,13 +166,7 @@ class NullRecorder:
         return None
 
     async def journal_error(
-        self,
-        step: int,
-        position: int,
-        function: str,
-        digest: str,
-        error: BaseException,
-        timed: Timed,
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
         return None
 

@@ -302,13 +302,7 @@ class Checkpointer:
         await self._journal_commit(step, position, body)
 
     async def journal_error(
-        self,
-        step: int,
-        position: int,
-        function: str,
-        digest: str,
-        error: BaseException,
-        timed: Timed,
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
         """Commit a call's final failure (type and message), when it began and how long it
         took to the journal now."""
