@@ -26,7 +26,7 @@ from nestegg.errors import (
     NonDeterminismError,
     RunWaiting,
 )
-from nestegg.recording import StepResult
+from nestegg.recording import StepResult, Timed
 from nestegg.signals import Handover, Terminate, WaitSuspended
 from nestegg.strategies import Cursor
 from nestegg.task import StepEvent, StepListeners
@@ -79,14 +79,14 @@ class Recorder(Protocol):
         """The recorded call at ``position`` of ``step``, None when there is none."""
 
     async def journal_result(
-        self, step: int, position: int, function: str, digest: str, result: Any
+        self, step: int, position: int, function: str, digest: str, result: Any, timed: Timed
     ) -> None:
-        """Record a journaled call's result now."""
+        """Record a journaled call's result (and when it began, how long it took) now."""
 
     async def journal_error(
-        self, step: int, position: int, function: str, digest: str, error: BaseException
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
-        """Record a journaled call's final failure now."""
+        """Record a journaled call's final failure (and when it began, how long it took) now."""
 
     async def suspend(self, signal: str | None, deadline: float | None) -> None:
         """Record that the run waits (for ``signal``, or a timer) until ``deadline``; the
@@ -161,12 +161,12 @@ class NullRecorder:
         return None
 
     async def journal_result(
-        self, step: int, position: int, function: str, digest: str, result: Any
+        self, step: int, position: int, function: str, digest: str, result: Any, timed: Timed
     ) -> None:
         return None
 
     async def journal_error(
-        self, step: int, position: int, function: str, digest: str, error: BaseException
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
         return None
 
@@ -258,12 +258,15 @@ class RunExecution:
         if recorded is not None:
             value = replay_entry(recorded, function, digest, step, position)
             return rebuild(value, f"step {step}, call {position}") if rebuild else value
+        started, clock = time.time(), time.perf_counter()
         try:
             result = await invoke()
         except Exception as error:
-            await journal.journal_error(step, position, function, digest, error)
+            timed = Timed(started, time.perf_counter() - clock)
+            await journal.journal_error(step, position, function, digest, error, timed)
             raise
-        await journal.journal_result(step, position, function, digest, result)
+        timed = Timed(started, time.perf_counter() - clock)
+        await journal.journal_result(step, position, function, digest, result, timed)
         return result
 
     @property

@@ -7,7 +7,7 @@ Neutral ground between the orchestrator (``execution.py``) and checkpointing
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(slots=True)
@@ -26,3 +26,11 @@ class StepResult:
     source: str
     position: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Timed(NamedTuple):
+    """When a journaled call began (epoch seconds) and how long it took (seconds, measured
+    with ``time.perf_counter()``, its retries included)."""
+
+    started: float
+    duration: float

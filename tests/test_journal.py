@@ -315,10 +315,40 @@ async def test_the_result_is_committed_as_soon_as_the_call_returns(
         seen.append(await journal_of(other_handle, "job", 1))
         return [*data, reply]
 
+    before = time.time()
     await clutch.run([], run_id="job")
+    after = time.time()
     digest = argument_hash(("question",), {"temperature": 0})
     entry = {"position": 0, "function": COMPLETE, "args": digest, "result": answer("question")}
+    [recorded] = seen[1]
+    started, duration = recorded.pop("started"), recorded.pop("duration")
     assert seen == [[], [entry]]
+    assert before <= started <= after and 0 <= duration <= after - started
+
+
+async def test_a_call_records_how_long_it_took_and_a_replay_keeps_it(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch = Clutch("timed", checkpoint=config(checkpoint_store))
+    failing = {"armed": True}
+
+    async def slow(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "done"
+
+    @clutch.agent()
+    async def waiter(data: list[str]) -> list[str]:
+        reply: str = await nestegg.call(slow, 0.05)
+        if failing.pop("armed", False):
+            raise RuntimeError("after the call")
+        return [*data, reply]
+
+    with pytest.raises(RuntimeError):
+        await clutch.run([], run_id="job")
+    [first] = await journal_of(checkpoint_store, "job", 1)
+    assert 0.05 <= first["duration"] < 5
+    assert await clutch.resume_latest("job") == ["done"]
+    assert await journal_of(checkpoint_store, "job", 1) == [first]  # replayed, not rewritten
 
 
 async def test_replayed_results_come_back_equal_and_in_order(

@@ -67,7 +67,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import StaleOwnerError
-from nestegg.recording import StepResult
+from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
 CheckpointHook = Callable[[CheckpointInfo], Awaitable[None]]
@@ -294,17 +294,21 @@ class Checkpointer:
         return parse_journal(record.body, where, values=True)
 
     async def journal_result(
-        self, step: int, position: int, function: str, digest: str, result: Any
+        self, step: int, position: int, function: str, digest: str, result: Any, timed: Timed
     ) -> None:
-        """Commit a call's result to the journal now."""
+        """Commit a call's result, when it began and how long it took to the journal now."""
         value = encode_value(result, f"result of {function}")
-        await self._journal_commit(step, position, journal_result_body(function, digest, value))
+        body = journal_result_body(function, digest, value, *timed)
+        await self._journal_commit(step, position, body)
 
     async def journal_error(
-        self, step: int, position: int, function: str, digest: str, error: BaseException
+        self, step: int, position: int, function: str, digest: str, error: Exception, timed: Timed
     ) -> None:
-        """Commit a call's final failure (type and message) to the journal now."""
-        await self._journal_commit(step, position, journal_error_body(function, digest, error))
+        """Commit a call's final failure (type and message), when it began and how long it
+        took to the journal now."""
+        await self._journal_commit(
+            step, position, journal_error_body(function, digest, error, *timed)
+        )
 
     async def _journal_commit(self, step: int, position: int, sealed: bytes) -> None:
         """Commit a journal entry now; in sync mode with the step's start when that is not

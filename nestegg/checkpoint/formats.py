@@ -11,8 +11,10 @@ byte; tests/checkpoint/test_formats.py pins them):
 - **checkpoint**: ``{"seq","turn","data_seq","source","position","next","metadata"}``, with
   ``"data"`` last when the checkpoint holds the current data itself (a fork's replaced
   data that no step record holds).
-- **journal entry**: ``{"function","args","result"}`` or ``{"function","args","error":
-  {"type","message"}}``.
+- **journal entry**: ``{"function","args","started","duration","result"}`` or
+  ``{"function","args","started","duration","error":{"type","message"}}``: when the call
+  began (epoch seconds) and how long it took (seconds, retries included). Entries written
+  before those two were recorded lack them; :func:`parse_journal` reads them as None.
 - **event**: the event's payload, a JSON object.
 - **signal**: the signal's value, JSON (stored like step data).
 
@@ -180,31 +182,50 @@ def parse_checkpoint(sealed: bytes, where: str) -> dict[str, Any]:
 # -------------------------------------------------------------- journal entries
 
 
-def journal_result_body(function: str, digest: str, value: bytes) -> bytes:
-    """The sealed journal entry of a call that returned ``value`` (JSON)."""
-    body = b'{"function":%s,"args":"%s","result":%s}' % (
+def journal_result_body(
+    function: str, digest: str, value: bytes, started: float, duration: float
+) -> bytes:
+    """The sealed journal entry of a call that began at ``started`` (epoch seconds), took
+    ``duration`` seconds and returned ``value`` (JSON)."""
+    body = b'{"function":%s,"args":"%s","started":%s,"duration":%s,"result":%s}' % (
         orjson.dumps(function),
         digest.encode(),
+        orjson.dumps(started),  # a third of what %r costs
+        orjson.dumps(duration),
         value,
     )
     return seal(body)
 
 
-def journal_error_body(function: str, digest: str, error: BaseException) -> bytes:
-    """The sealed journal entry of a call that failed for good (its type and message)."""
+def journal_error_body(
+    function: str, digest: str, error: BaseException, started: float, duration: float
+) -> bytes:
+    """The sealed journal entry of a call that began at ``started``, took ``duration``
+    seconds and failed for good (its error's type and message)."""
     failure = {"type": type(error).__qualname__, "message": str(error)}
-    return seal(orjson.dumps({"function": function, "args": digest, "error": failure}))
+    entry = {"function": function, "args": digest, "started": started, "duration": duration}
+    return seal(orjson.dumps({**entry, "error": failure}))
+
+
+JOURNAL_TIMES = ("started", "duration")
+"""The fields of a journal entry that older entries lack (None when read)."""
 
 
 def parse_journal(sealed: bytes, where: str, *, values: bool = False) -> dict[str, Any]:
-    """A sealed journal entry's fields (``function``, ``args``, ``result`` or ``error``):
-    as plain JSON, or with ``values`` the result rebuilt as the value returned (models,
-    bytes, dates: what a replay returns).
+    """A sealed journal entry's fields (``function``, ``args``, ``started``, ``duration``,
+    ``result`` or ``error``): as plain JSON, or with ``values`` the result rebuilt as the
+    value returned (models, bytes, dates: what a replay returns). ``started`` and
+    ``duration`` are None in an entry written before they were recorded.
 
     Raises:
-        CheckpointCorruptedError: damaged.
+        CheckpointCorruptedError: damaged, or not a journal entry.
     """
-    entry: dict[str, Any] = unseal_value(sealed, where) if values else unseal_json(sealed, where)
+    entry = unseal_value(sealed, where) if values else unseal_json(sealed, where)
+    if not isinstance(entry, dict) or not isinstance(entry.get("function"), str):
+        raise CheckpointCorruptedError(f"{where} is not a journal entry")
+    for name in JOURNAL_TIMES:
+        if type(entry.get(name)) not in (int, float):
+            entry[name] = None
     return entry
 
 

@@ -253,7 +253,12 @@ def _call_row(record: JournalRecord) -> dict[str, Any]:
     except CheckpointCorruptedError:
         entry = {"error": "damaged"}
     outcome = "failed" if "error" in entry else "returned"
-    return {"position": record.position, "function": entry.get("function"), "outcome": outcome}
+    return {
+        "position": record.position,
+        "function": entry.get("function"),
+        "outcome": outcome,
+        "duration": entry.get("duration"),  # None: damaged, or journaled without it
+    }
 
 
 async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointState:

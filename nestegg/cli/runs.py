@@ -356,7 +356,7 @@ def _event_row(record: EventRecord) -> dict[str, Any]:
 
 
 def _detail(key: str, value: Any) -> str:
-    if key == "duration" and isinstance(value, int | float):
+    if key == "duration" and (value is None or isinstance(value, int | float)):
         return f"{key}={seconds(value)}"
     if isinstance(value, float):
         return f"{key}={value:.6g}"

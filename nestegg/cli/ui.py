@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import socket
 import sys
 from typing import Annotated
 from urllib.parse import quote
 
 import typer
 
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import (
     CommandError,
     StoreOption,
     app,
     describe_store,
     explicit_store,
+    run_with_store,
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, import_app, own_store
 from nestegg.cli.render import Output
-from nestegg.constants import EXIT_USAGE
+from nestegg.constants import EXIT_FAILED, EXIT_USAGE
 from nestegg.errors import MissingDependencyError
 
 DEFAULT_PORT = 8765
@@ -41,9 +44,9 @@ def is_loopback(host: str) -> bool:
 @app.command("ui")
 def ui_command(
     ctx: typer.Context,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = (
-        DEFAULT_PORT
-    ),
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
+    ] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
         DEFAULT_HOST
     ),
@@ -82,12 +85,16 @@ def ui_command(
         ) from error
     clutch = import_app(app_spec) if app_spec else None
     url = store_url(ctx, store)
+    if clutch is None or own_store(clutch) is None:  # the store must be there and answer
+        run_with_store(ctx, store, _reachable, existing=True)
+    listening = listen(host, port)
+    port = listening.getsockname()[1]
     token = secrets.token_urlsafe(24)
     hosts = ["*"] if not is_loopback(host) else ["127.0.0.1", "localhost", "[::1]", host]
     settings = UISettings(
         store_url=url, clutch=clutch, allow_writes=allow_writes, token=token, hosts=hosts
     )
-    shown = f"[{host}]" if ":" in host else host
+    shown = url_host(host)
     out = Output()
     described = describe_store(url)
     if clutch is not None and own_store(clutch) is not None:
@@ -100,10 +107,51 @@ def ui_command(
         out.line(f"open http://{shown}:{port}/?token={quote(token)} to allow writes from the page")
     out.line("Ctrl-C stops it")
     sys.stdout.flush()
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
-        host=host,
-        port=port,
         log_level="warning",
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,  # open live pages do not hold it up
     )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL names it (an IPv6 address in brackets)."""
+    bare = host.strip("[]")
+    return f"[{bare}]" if ":" in bare else bare
+
+
+async def _reachable(store: CheckpointStorage) -> None:
+    await store.list_runs(limit=1)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host`` and ``port`` (0: a free one), before anything is
+    printed: an address in use or that cannot be bound is the command's error.
+
+    Raises:
+        CommandError: it cannot listen there (exit 1).
+    """
+    shown = url_host(host)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM
+        )[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as error:
+        raise CommandError(
+            f"cannot listen on {shown}:{port}: {error.strerror}", EXIT_FAILED
+        ) from error
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        listening.bind(address)
+        listening.listen(2048)
+    except OSError as error:
+        listening.close()
+        raise CommandError(
+            f"cannot listen on {shown}:{port}: {error.strerror}", EXIT_FAILED
+        ) from error
+    listening.set_inheritable(True)
+    return listening

@@ -27,13 +27,15 @@ from nestegg.cli.app import CommandError
 from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
-from nestegg.constants import FINISHED, STATUSES
+from nestegg.constants import COMPLETED, FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
 from nestegg.ui.pages import store_of
 
 log = logging.getLogger("nestegg.ui")
 
 TOKEN_HEADER = "X-Nestegg-Token"
+FORK_FIELDS = {"data"}
+"""What a fork request's JSON body may hold."""
 FORK_START_SECONDS = 5.0
 """How long a fork request waits for the new run to be stored (or to fail)."""
 Handler = Callable[[Request], Awaitable[JSONResponse]]
@@ -100,6 +102,11 @@ async def resume(request: Request) -> JSONResponse:
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     run = await get_run(store_of(request), request.path_params["run_id"])
+    if run.status == COMPLETED:
+        raise ConfigurationError(
+            f"run {run.run_id!r} is completed: there is nothing to resume (fork it from a "
+            "checkpoint to run its steps again)"
+        )
     if owner_alive(run, time.time()):
         raise RunLockedError(f"run {run.run_id!r} is executing; not resumed", run.run_id)
     clutch: Clutch = request.app.state.settings.clutch
@@ -113,6 +120,11 @@ async def fork(request: Request) -> JSONResponse:
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(request)
+    if unknown := sorted(set(body) - FORK_FIELDS):
+        raise ConfigurationError(
+            f"unknown field {', '.join(map(repr, unknown))} in the fork request: it takes "
+            '{"data": ...} (absent: the checkpoint\'s data)'
+        )
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
@@ -123,12 +135,15 @@ async def fork(request: Request) -> JSONResponse:
         f"fork of checkpoint {checkpoint_id!r}",
     )
     deadline = time.monotonic() + FORK_START_SECONDS
-    while not task.done() and time.monotonic() < deadline:
-        if await store.get_run(run_id) is not None:
-            break
-        await asyncio.sleep(0.02)
-    if task.done() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    stored = False
+    while not stored and not task.done() and time.monotonic() < deadline:
+        stored = await store.get_run(run_id) is not None
+        if not stored:
+            await asyncio.sleep(0.02)
+    stored = stored or await store.get_run(run_id) is not None
+    if not stored and task.done() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]  # it could not start
+    # Stored: it started, and a step that fails shows on its page.
     return JSONResponse({"run_id": run_id}, status_code=201)
 
 

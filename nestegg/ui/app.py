@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -118,15 +119,25 @@ def status_for(error: BaseException) -> int:
 
 
 async def _error(request: Request, error: Exception) -> Response:
+    if isinstance(error, HTTPException):  # no such route, or a method it does not take
+        status = error.status_code
+        message = f"no page at {request.url.path}" if status == 404 else str(error.detail)
+        return _answer(request, status, message, error.headers)
     status = status_for(error)
     if status >= 500 and not isinstance(error, NestEggError):
         log.error("error serving %s", request.url.path, exc_info=error)
-    message = " ".join(str(error).split()) or type(error).__name__
+    return _answer(request, status, " ".join(str(error).split()) or type(error).__name__)
+
+
+def _answer(
+    request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """An error as JSON (for the API, the live endpoints and streams) or as a page."""
     if request.url.path.startswith(("/api/", "/events/")) or request.url.path.endswith("/live"):
-        return JSONResponse({"error": message}, status_code=status)
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
     templates = request.app.state.templates
     html = templates.get_template("error.html").render(status=status, message=message)
-    return HTMLResponse(html, status_code=status)
+    return HTMLResponse(html, status_code=status, headers=headers)
 
 
 @contextlib.asynccontextmanager
@@ -187,7 +198,7 @@ def create_app(settings: UISettings) -> Starlette:
             Middleware(SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts)),
         ],
-        exception_handlers={NestEggError: _error, Exception: _error},
+        exception_handlers={HTTPException: _error, NestEggError: _error, Exception: _error},
         lifespan=lifespan,
     )
     app.state.settings = settings

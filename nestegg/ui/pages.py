@@ -32,15 +32,19 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
     return HTMLResponse(html)
 
 
-def int_param(request: Request, name: str) -> int | None:
-    """The whole number in query parameter ``name`` (None if absent); bad input otherwise."""
+def int_param(request: Request, name: str, least: int = 0) -> int | None:
+    """The whole number >= ``least`` in query parameter ``name`` (None if absent); bad
+    input otherwise."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
+        number = int(raw)
     except ValueError:
-        raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from None
+        number = least - 1
+    if number < least:
+        raise ConfigurationError(f"{name} must be a whole number >= {least}, got {raw!r}")
+    return number
 
 
 async def runs_page(request: Request) -> HTMLResponse:
@@ -72,7 +76,7 @@ async def run_page(request: Request) -> HTMLResponse:
     """A run: summary, input, result or error, a window of its timeline, its forks."""
     store = store_of(request)
     details = await queries.run_window(
-        store, request.path_params["run_id"], int_param(request, "before")
+        store, request.path_params["run_id"], int_param(request, "before", least=1)
     )
     relatives = await queries.family(store, details["run"])
     return _render(

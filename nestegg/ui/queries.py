@@ -9,6 +9,7 @@ cheap to show.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,19 +19,21 @@ from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
-from nestegg.checkpoint.views import Event, run_input, run_result
+from nestegg.checkpoint.views import Event, run_input, run_result, to_datetime
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.constants import (
+    COMPLETED,
     INTERRUPTED,
     RUN_FORKED,
     RUN_RESUMED,
+    RUN_STARTED,
     RUNNING,
     STEP_FAILED,
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
+from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, ConfigurationError
 
 RUNS_PAGE = 50
 """Runs on a page of the runs table."""
@@ -39,6 +42,8 @@ STEP_WINDOW = 200
 EVENTS_READ = 5000
 """Newest events read for a run page's incidents (crashes, failures, takeovers)."""
 INCIDENT_KINDS = (STEP_FAILED, RUN_RESUMED, RUN_FORKED)
+OPENINGS = (RUN_STARTED, RUN_RESUMED)
+"""The events that begin a run attempt."""
 ANCESTORS_SHOWN = 20
 FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
@@ -51,14 +56,23 @@ def encode_cursor(run: RunRecord) -> str:
 
 
 def decode_cursor(text: str | None) -> tuple[float, str] | None:
-    """A cursor from :func:`encode_cursor`; None for none or a malformed one."""
-    if not text or ":" not in text:
+    """A cursor from :func:`encode_cursor`; None for none.
+
+    Raises:
+        ConfigurationError: a malformed one.
+    """
+    if not text:
         return None
     at, _, run_id = text.partition(":")
     try:
-        return float(at), run_id
+        created = float(at)
     except ValueError:
-        return None
+        created = math.nan
+    if not run_id or not math.isfinite(created):
+        raise ConfigurationError(
+            f"before must be the cursor of a next-page link (CREATED:RUN_ID), got {text!r}"
+        )
+    return created, run_id
 
 
 def _statuses(status: str | None) -> list[str] | None:
@@ -96,17 +110,22 @@ async def runs_page(
         now = time.time()
         runs = [run for run in runs if is_interrupted(run, now)]
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
-    rows = [
-        flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None))
-        for run, checkpoints in zip(runs, listed, strict=True)
-    ]
-    return RunsPage(rows, cursor)
+    rows = await asyncio.gather(
+        *(
+            flagged(store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None))
+            for run, checkpoints in zip(runs, listed, strict=True)
+        )
+    )
+    return RunsPage(list(rows), cursor)
 
 
-def flagged(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with the status people see (``interrupted``) and whether it needs a look."""
+async def flagged(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the status people see (``interrupted``), whether it needs a look, and
+    for a waiting run what it waits for (a few of its last events read)."""
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
+    if run.status == WAITING:
+        await reading.add_wait(store, run, row)
     return row
 
 
@@ -177,8 +196,11 @@ async def run_window(
         step["checkpoints"] = by_seq.get(step["seq"], [])
         step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
         step["incidents"] = incidents.get(step["seq"], [])
-    row = flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None, full_error=True))
+    last = checkpoints[-1] if checkpoints else None
+    row = await flagged(store, run, reading.run_row(run, last, full_error=True))
+    latest = high == run.step_seq
     return {
+        "pending": await _pending(store, run, events, row["shown_status"]) if latest else None,
         "run": row,
         "input": _decoded(run_input, run),
         "result": _decoded(run_result, run),
@@ -190,6 +212,25 @@ async def run_window(
         "checkpoint_ids": [c.checkpoint_id for c in checkpoints],
         "last_event": run.event_seq,
     }
+
+
+async def _pending(
+    store: CheckpointStorage, run: RunRecord, events: list[EventRecord], status: str
+) -> dict[str, Any] | None:
+    """The step after the last committed one when it started and is not committed: under
+    way, waiting, interrupted, or the step that failed (its agent and start from its
+    ``step_started`` event, and how many calls it journaled). None when there is none."""
+    if run.status == COMPLETED:
+        return None
+    seq = run.step_seq + 1
+    start = next((e for e in reversed(events) if e.kind == STEP_STARTED), None)
+    data = event_row(start)["data"] if start is not None else {}
+    calls = len(await store.read_journal(run.run_id, seq))
+    if data.get("seq") != seq and not calls:
+        return None
+    started = start.at if start is not None and data.get("seq") == seq else None
+    return {"seq": seq, "agent": data.get("agent") if started else None, "status": status,
+            "started": to_datetime(started) if started else None, "calls": calls}  # fmt: skip
 
 
 def range_text(window: dict[str, Any]) -> str:
@@ -205,25 +246,47 @@ def previous_checkpoint(ids: list[str], checkpoint_id: str) -> str | None:
 
 
 async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[str, Any]:
-    """One step: its record's row and data, and its journaled calls with how often the step
-    ran (a call recorded once is replayed by every later attempt)."""
+    """One step: its record's row and data, how often it ran, and its journaled calls, each
+    with its duration and whether the step's last attempt replayed it (recorded by an
+    earlier attempt) or executed it."""
     run = await reading.get_run(store, run_id)
+    last = run.step_seq + (0 if run.status == COMPLETED else 1)  # +1: a step under way or failed
+    if not 1 <= seq <= last:
+        raise CheckpointNotFoundError(
+            f"run {run.run_id!r} has no step {seq}: its steps are 1{chr(0x2013)}{last}"
+            if last
+            else f"run {run.run_id!r} has no step {seq}: it has none yet"
+        )
     rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
+    step = rows[0] if rows else None
+    events = await store.read_events(run_id)
     attempts = sum(
         1
-        for record in await store.read_events(run_id)
+        for record in events
         if record.kind == STEP_STARTED and event_row(record)["data"].get("seq") == seq
     )
+    started_at = step["started"] if step else None
+    last_opening = _last_opening(events, started_at.timestamp() if started_at else None)
     calls = []
     for record in await store.read_journal(run.run_id, seq):
         try:
             entry = parse_journal(record.body, f"journal entry {seq}/{record.position}")
         except CheckpointCorruptedError as error:
-            entry = {"unreadable": str(error)}
+            entry = {"unreadable": str(error), "started": None, "duration": None}
+        started = entry["started"]
+        entry["replayed"] = None if started is None else started < last_opening
         calls.append({"position": record.position, **entry})
-    return {"run_id": run.run_id, "seq": seq, "step": rows[0] if rows else None,
-            "calls": calls, "attempts": attempts}  # fmt: skip
+    return {"run_id": run.run_id, "seq": seq, "step": step, "calls": calls,
+            "attempts": attempts}  # fmt: skip
+
+
+def _last_opening(events: list[EventRecord], before: float | None) -> float:
+    """When the run attempt that ran a step last began: its latest start or resume at or
+    before the step's start (``before``; None: a step not committed, run by the latest
+    attempt). A call recorded before that was replayed by the step's last attempt."""
+    openings = [e.at for e in events if e.kind in OPENINGS and (before is None or e.at <= before)]
+    return max(openings, default=float("-inf"))
 
 
 async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any]:

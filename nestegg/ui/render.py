@@ -20,6 +20,9 @@ TREE_ITEMS = 200
 """Items of an object or array shown in a tree; the rest through a link to that path."""
 TREE_OPEN_DEPTH = 2
 """Levels of a tree shown open."""
+UNKNOWN = "\N{EM DASH}"
+"""What a duration that is not known shows (a damaged step, a call journaled before call
+durations were recorded)."""
 
 
 def json_text(value: Any) -> str:
@@ -62,7 +65,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         when=when,
-        seconds=lambda v: "-" if v is None else seconds(v),
+        seconds=lambda v: UNKNOWN if v is None else seconds(v),
         owner=owner_text,
         short=shortened,
         tree=tree,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nestegg.checkpoint.codec import encode_value, unseal
+from nestegg.checkpoint.codec import encode_value, seal, unseal
 from nestegg.checkpoint.formats import (
     Snapshot,
     checkpoint_body,
@@ -68,17 +68,38 @@ def test_a_checkpoint_body_is_byte_for_byte_as_stored() -> None:
 
 
 def test_journal_entries_are_byte_for_byte_as_stored() -> None:
-    result = journal_result_body("mod.fn", "abc123", encode_value({"n": 1}, "result"))
-    assert result == (
-        b'{"crc":"43835d76","body":{"function":"mod.fn","args":"abc123","result":{"n":1}}}'
+    value = encode_value({"n": 1}, "result")
+    result = journal_result_body("mod.fn", "abc123", value, 1700000000.25, 0.125)
+    assert unseal(result, "entry") == (
+        b'{"function":"mod.fn","args":"abc123","started":1700000000.25,"duration":0.125,'
+        b'"result":{"n":1}}'
     )
-    error = journal_error_body("mod.fn", "abc123", ValueError("bad"))
-    assert error == (
-        b'{"crc":"a8c52630","body":{"function":"mod.fn","args":"abc123",'
-        b'"error":{"type":"ValueError","message":"bad"}}}'
+    error = journal_error_body("mod.fn", "abc123", ValueError("bad"), 1700000000.5, 2.0)
+    assert unseal(error, "entry") == (
+        b'{"function":"mod.fn","args":"abc123","started":1700000000.5,"duration":2.0,'
+        b'"error":{"type":"ValueError","message":"bad"}}'
     )
-    assert parse_journal(result, "entry")["result"] == {"n": 1}
-    assert parse_journal(error, "entry", values=True)["error"]["type"] == "ValueError"
+    parsed = parse_journal(result, "entry")
+    assert (parsed["result"], parsed["started"], parsed["duration"]) == (
+        {"n": 1},
+        1700000000.25,
+        0.125,
+    )
+    failed = parse_journal(error, "entry", values=True)
+    assert (failed["error"]["type"], failed["duration"]) == ("ValueError", 2.0)
+
+
+def test_journal_entries_written_before_call_times_were_recorded_still_read() -> None:
+    old = b'{"crc":"43835d76","body":{"function":"mod.fn","args":"abc123","result":{"n":1}}}'
+    entry = parse_journal(old, "entry")
+    assert entry == {"function": "mod.fn", "args": "abc123", "result": {"n": 1},
+                     "started": None, "duration": None}  # fmt: skip
+    assert parse_journal(old, "entry", values=True)["duration"] is None
+
+
+def test_a_journal_entry_of_another_shape_is_refused_by_name() -> None:
+    with pytest.raises(CheckpointCorruptedError, match="entry 3/1 is not a journal entry"):
+        parse_journal(seal(b"[1,2]"), "entry 3/1")
 
 
 def test_events_are_byte_for_byte_as_stored() -> None:

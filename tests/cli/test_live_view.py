@@ -142,8 +142,10 @@ async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls
 
         second = (await shown(tmp_path, any_url, run_id))["step_in_flight"]
         assert (second["seq"], second["agent"]) == (2, "work")
+        took = second["calls"][0]["duration"]
+        assert isinstance(took, float) and 0 <= took < TIMEOUT  # how long the call took
         assert second["calls"] == [
-            {"position": 0, "function": f"{__name__}.ask", "outcome": "returned"}
+            {"position": 0, "function": f"{__name__}.ask", "outcome": "returned", "duration": took}
         ]
         text = await nestegg_cli(tmp_path, "show", run_id, "--store", any_url)
         assert "running, 1 call journaled" in timeline_row(text, 2)
@@ -153,7 +155,8 @@ async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls
         call = await _next_line_of_kind(follower, "call_journaled")
         assert call["seq"] is None
         assert call["data"] == {
-            "seq": 2, "position": 0, "function": f"{__name__}.ask", "outcome": "returned"
+            "seq": 2, "position": 0, "function": f"{__name__}.ask", "outcome": "returned",
+            "duration": took,
         }  # fmt: skip
         working.set()
         assert (await run)["answer"] == "about eggs"
@@ -222,3 +225,18 @@ async def test_a_failed_step_shows_its_start_and_duration(
     assert failed["started"] is not None and failed["duration"] >= 0
     row = timeline_row(await nestegg_cli(tmp_path, "show", run_id, "--store", any_url), 2)
     assert row.split()[2] != "-" and "failed" in row  # STARTED holds a time
+
+
+def test_a_followed_call_shows_its_duration_or_a_dash_when_unknown() -> None:
+    from datetime import UTC, datetime
+
+    from nestegg.cli.runs import _event_line
+
+    def line(duration: float | None) -> str:
+        data = {"seq": 2, "position": 0, "function": "m.ask", "outcome": "returned",
+                "duration": duration}  # fmt: skip
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        return _event_line({"seq": None, "at": at, "kind": "call_journaled", "data": data})
+
+    assert line(0.25).endswith("function=m.ask outcome=returned duration=250ms")
+    assert line(None).endswith("outcome=returned duration=-")  # journaled before durations

@@ -59,8 +59,9 @@ def child_env(home: Path, **extra: str) -> dict[str, str]:
 @contextmanager
 def ui_server(home: Path, *args: str, **env: str) -> Iterator[Server]:
     """``nestegg ui ARGS`` on a free port (``env`` added to its environment), ready to
-    answer; stopped (SIGTERM) afterwards."""
+    answer at its ``--host`` (127.0.0.1 by default); stopped (SIGTERM) afterwards."""
     port = free_port()
+    host = args[args.index("--host") + 1] if "--host" in args else "127.0.0.1"
     command = [sys.executable, "-m", "nestegg.cli", "ui", "--port", str(port), *args]
     process = subprocess.Popen(
         command, cwd=ROOT, env=child_env(home, **env), stdout=subprocess.PIPE,
@@ -76,7 +77,7 @@ def ui_server(home: Path, *args: str, **env: str) -> Iterator[Server]:
             output.append(line)
             if line.startswith("write token: "):
                 token = line.split(": ", 1)[1].strip()
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         _wait_until_up(base, process, output)
         yield Server(process, base, token, output)
     finally:

@@ -9,6 +9,7 @@ one interrupted). The browser tests' fixtures are in tests/ui/browser.py.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ class Ui:
 def client_for(settings: UISettings) -> TestClient:
     """A test client of the application for ``settings`` (enter it to start it)."""
     return TestClient(create_app(settings), base_url=BASE_URL)
+
+
+def call_cells(html: str) -> list[tuple[str, str, str]]:
+    """The journal table's calls: function, executed or replayed, duration."""
+    pattern = (
+        r'<td class="fn">([^<]*)</td>\s*<td class="how">(.*?)</td>\s*<td[^>]*call-dur[^>]*>([^<]*)<'
+    )
+    return [
+        (fn, re.sub("<[^>]+>", "", how), took) for fn, how, took in re.findall(pattern, html, re.S)
+    ]
 
 
 @pytest.fixture(params=UI_KINDS)

@@ -1,4 +1,5 @@
-"""Pipelines the ui tests run: a long one, one with hostile names, and a slow live one."""
+"""Pipelines the ui tests run: a long one, one with hostile names, a slow live one, and one
+that waits."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import nestegg
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.errors import RunWaiting
 
 HOSTILE_RUN_ID = "<img src=x onerror=alert(1)>"
 HOSTILE_AGENT = "<script>alert(1)<x>"
@@ -66,3 +69,33 @@ def live_pipeline(config: CheckpointConfig) -> Clutch:
         return {**data, "second": True}
 
     return clutch
+
+
+SIGNAL = "approval"
+NAP_SECONDS = 3600.0
+
+
+def waiting_pipeline(store: CheckpointStorage) -> Clutch:
+    """One agent that waits for the signal ``approval`` (input ``{"nap": false}``, no
+    deadline) or sleeps an hour on a durable timer (``{"nap": true}``)."""
+    clutch = Clutch(
+        "waiting", strategy=Strategy.SEQUENTIAL, checkpoint=CheckpointConfig(storage=store)
+    )
+
+    @clutch.agent()
+    async def approve(data: dict[str, Any]) -> dict[str, Any]:
+        if data["nap"]:
+            await nestegg.sleep(NAP_SECONDS)
+            return {**data, "approved": "after a nap"}
+        return {**data, "approved": await nestegg.wait_for(SIGNAL)}
+
+    return clutch
+
+
+async def start_waiting(store: CheckpointStorage, run_id: str, *, nap: bool) -> None:
+    """Start a run of :func:`waiting_pipeline` that is left waiting."""
+    try:
+        await waiting_pipeline(store).run({"nap": nap}, run_id=run_id)
+    except RunWaiting:
+        return
+    raise AssertionError(f"run {run_id!r} did not wait")

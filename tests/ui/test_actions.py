@@ -4,13 +4,14 @@ done with them; nothing changes when refused."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from nestegg.checkpoint.stores import open_store
 from nestegg.ui import UISettings
-from tests.ui.conftest import Ui, client_for
+from tests.ui.conftest import Ui, call_cells, client_for
 
 WAIT_SECONDS = 20
 
@@ -29,8 +30,6 @@ def _wait_for(ui: Ui, run_id: str, status: str) -> None:
 
 
 def _checkpoints(ui: Ui, run_id: str) -> list[str]:
-    import re
-
     page = ui.client.get(f"/runs/{run_id}").text
     return re.findall(r'class="cp" href="/checkpoints/([^"?]+)"', page)
 
@@ -69,6 +68,9 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
     _, second, _ = _checkpoints(ui, ui.filled.ok)
     bad: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", content=b"{not json")
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
+    misspelt: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"dta": {}})
+    assert misspelt.status_code == 400
+    assert misspelt.json()["error"].startswith("unknown field 'dta' in the fork request")
     missing: Any = ui.write("POST", "/api/checkpoints/nope/fork", json={})
     assert missing.status_code == 404
     edited = {"name": "Forked", "items": [9], "tags": {"size": "small"}, "page": "p"}
@@ -86,9 +88,24 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
         ui.write("DELETE", f"/api/runs/{run_id}")
 
 
+def test_a_fork_whose_data_breaks_a_step_starts_and_fails_on_its_page(ui: Ui) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    fork: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": "a string"})
+    assert fork.status_code == 201  # it started: the agent that fails on it shows where
+    run_id = fork.json()["run_id"]
+    try:
+        _wait_for(ui, run_id, "failed")
+        assert "(step 3, agent report)" in ui.client.get(f"/runs/{run_id}").text
+    finally:
+        ui.write("DELETE", f"/api/runs/{run_id}")
+
+
 def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     locked: Any = ui.write("POST", "/api/runs/no-such-run/resume")
     assert locked.status_code == 404
+    done: Any = ui.write("POST", f"/api/runs/{ui.filled.ok}/resume")
+    assert done.status_code == 400
+    assert done.json()["error"].startswith(f"run '{ui.filled.ok}' is completed: there is nothing")
     started: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume")
     assert started.status_code == 202
     _wait_for(ui, ui.filled.gone, "completed")
@@ -98,6 +115,11 @@ def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     # before step 2, where they happened.
     assert "step 2 (enrich) failed" in page
     assert "crash or takeover: resumed by another owner after step 1" in page
+    # Step 2 ran again: its call, recorded by the attempt that failed, was replayed and
+    # shows the duration it took then.
+    [(function, how, took)] = call_cells(ui.client.get(f"/runs/{ui.filled.gone}/steps/2").text)
+    assert (function, how) == ("tests.cli.pipeline_app.ask_size", "replayed")
+    assert re.fullmatch(r"\d+(µs|ms)", took), took
 
 
 def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -85,6 +86,8 @@ def test_open_the_runs_page_then_a_run_and_see_its_steps(
     page.locator("tr.step[data-seq='2'] button.calls").click()
     page.wait_for_selector("table.journal")
     assert "tests.cli.pipeline_app.ask_size" in page.inner_text("table.journal")
+    assert page.inner_text("table.journal td.how") == "executed"
+    assert re.fullmatch(r"\d+(µs|ms)", page.inner_text("table.journal td.call-dur"))
 
 
 def test_a_step_committed_by_another_process_appears_without_reload(
@@ -125,14 +128,19 @@ def test_resume_an_interrupted_run_from_its_page(
     page.goto(f"{server.base}/runs/{gone}?token={server.token}")
     assert page.inner_text("#status") == "interrupted"
     assert _agents(page) == ["fetch"]
+    assert page.inner_text("tr.pending td.pending-agent") == "enrich"  # started, not committed
     page.click("button.act:text-is('resume')")
     page.wait_for_selector("#status.completed", timeout=15_000)  # live, no reload
     assert _agents(page) == ["fetch", "enrich", "report"]
+    assert page.locator("tr.pending").count() == 0  # step 2 was committed: no longer pending
     incidents = page.locator("tr.incident").all_inner_texts()
     assert any("step 2 (enrich) failed" in text for text in incidents)
     assert any("crash or takeover" in text for text in incidents)
     page.locator("tr.step[data-seq='2'] button.calls").click()
     page.wait_for_selector("table.journal")
+    # recorded by the attempt that failed, replayed by the resume: the first call's duration
+    assert page.inner_text("table.journal td.how") == "replayed"
+    assert re.fullmatch(r"\d+(µs|ms)", page.inner_text("table.journal td.call-dur"))
     if target := os.environ.get(SCREENSHOT_ENV):
         page.screenshot(path=str(ROOT / target), full_page=True)
 
@@ -240,3 +248,57 @@ def test_a_long_value_is_cut_and_shown_whole_on_demand(tmp_path: Path, page: Any
         assert long_text not in shown and "show all (402 chars)" in shown
         holder.locator("button.expand").click()
         assert page.locator("#state-tree").inner_text().count(long_text) == 1
+
+
+def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    from nestegg.checkpoint.stores import open_store
+    from tests.ui.pipelines import start_waiting
+
+    async def wait() -> None:
+        opened = open_store(store[0])
+        try:
+            await start_waiting(opened, "approve-me", nap=False)
+        finally:
+            await opened.close()
+
+    run_apart(wait())
+    page.goto(server.base + "/")
+    row = page.locator("tr.run", has=page.locator("a[href='/runs/approve-me']"))
+    assert "flagged" in str(row.get_attribute("class"))
+    assert row.locator(".status").inner_text() == "waiting"
+    assert row.locator(".flag").inner_text() == "⚑ waits for signal “approval”, no deadline"
+    assert page.locator("tr.flagged").count() == 2  # and the interrupted run
+    page.click("a[href='/runs/approve-me']")
+    page.wait_for_selector("#flag")
+    assert page.inner_text("#status") == "waiting"
+    assert "waits for signal “approval”, no deadline" in page.inner_text("#flag")
+    assert "nestegg signal approve-me approval VALUE" in page.inner_text("#flag")
+    assert page.inner_text("tr.pending td.pending-agent") == "approve"  # the step that waits
+
+
+def test_a_write_from_the_page_without_the_token_asks_for_it_and_shows_the_refusal(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    ok = store[1].ok
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.type)
+        if dialog.type == "prompt":
+            dialog.accept("not-the-token")  # a wrong token, as a new user might paste
+        else:
+            dialog.accept()  # "Delete this run ...?"
+
+    page.on("dialog", answer)
+    page.goto(f"{server.base}/runs/{ok}")  # opened without ?token=
+    page.click("button.act:text-is('delete')")
+    page.wait_for_selector("#notice.bad")
+    assert asked == ["confirm", "prompt"]
+    assert page.inner_text("#notice") == (
+        "refused: missing or wrong X-Nestegg-Token header (printed at start-up)"
+    )
+    assert page.evaluate("localStorage.getItem('nestegg-token')") is None  # asked again next
+    page.goto(f"{server.base}/runs/{ok}")
+    assert _agents(page) == ["fetch", "enrich", "report"]  # nothing was deleted

@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.error import URLError
 from urllib.request import Request, urlopen
 
 import pytest
 
+from nestegg.checkpoint.stores import open_store
 from nestegg.cli.ui import is_loopback
-from nestegg.constants import EXIT_USAGE
+from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli.pipeline_app import OWN_STORE_ENV
 from tests.ui.browser import ROOT, child_env, stop, ui_server
 
 TIMEOUT = 60
+
+
+def empty_store(tmp_path: Path) -> str:
+    """The URL of a SQLite store holding no runs."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+
+    async def create() -> None:
+        store = open_store(url)
+        await store.setup()
+        await store.close()
+
+    asyncio.run(create())
+    return url
+
+
+def _ui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``nestegg ui ARGS`` run to its end (it ends at once when it refuses)."""
+    command = [sys.executable, "-m", "nestegg.cli", "ui", *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
 
 
 def _get(url: str, **headers: str) -> tuple[int, str]:
@@ -23,7 +50,7 @@ def _get(url: str, **headers: str) -> tuple[int, str]:
 
 
 def test_it_serves_the_store_it_is_given_and_stops_on_sigterm(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    url = empty_store(tmp_path)
     with ui_server(tmp_path / "home", "--store", url) as server:
         status, page = _get(server.base + "/")
         assert status == 200 and "no runs" in page
@@ -36,7 +63,7 @@ def test_it_serves_the_store_it_is_given_and_stops_on_sigterm(tmp_path: Path) ->
 def test_with_allow_writes_it_prints_the_token_and_the_url_that_keeps_it(
     tmp_path: Path,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    url = empty_store(tmp_path)
     with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
         assert len(server.token) >= 20
         assert f"{server.base}/?token={server.token}" in "".join(server.output)
@@ -55,15 +82,66 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
     assert not (tmp_path / "other.db").exists()  # the --store one was never opened
 
 
-def test_a_host_other_machines_reach_is_refused_without_allow_remote(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "nestegg.cli", "ui", "--host", "0.0.0.0", "--port", "1"],
-        cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT,
-    )  # fmt: skip
+def test_with_host_ipv6_loopback_it_serves_over_ipv6_only(tmp_path: Path) -> None:
+    url = empty_store(tmp_path)
+    with ui_server(tmp_path / "home", "--store", url, "--host", "::1") as server:
+        port = server.base.rsplit(":", 1)[1]
+        assert server.base == f"http://[::1]:{port}"
+        assert server.output[0].startswith(f"nestegg ui: {server.base}/ (store: {url})")
+        status, page = _get(server.base + "/")  # its Host header, [::1]:PORT, is served
+        assert status == 200 and "no runs" in page
+        with pytest.raises(URLError):  # bound to ::1, not to IPv4
+            _get(f"http://127.0.0.1:{port}/")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.4"])
+def test_a_host_other_machines_reach_is_refused_without_allow_remote(
+    tmp_path: Path, host: str
+) -> None:
+    done = _ui(tmp_path, "--host", host, "--port", "1")
     assert done.returncode == EXIT_USAGE
     assert done.stderr.strip() == (
-        "error: --host 0.0.0.0 is reachable from other machines; add --allow-remote to mean it"
+        f"error: --host {host} is reachable from other machines; add --allow-remote to mean it"
     )
+    assert done.stdout == ""  # refused before serving anything
+
+
+def test_a_store_that_is_not_there_is_refused_and_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    done = _ui(tmp_path, "--store", f"sqlite:///{missing}")
+    assert done.returncode == EXIT_NOT_FOUND
+    assert done.stderr.strip() == f"error: no store at sqlite:///{missing}: no such file"
+    assert done.stdout == "" and not missing.exists()
+    bad = _ui(tmp_path, "--store", "sqlit:///x.db")
+    assert bad.returncode == EXIT_USAGE and bad.stderr.startswith("error: bad store URL")
+
+
+def test_a_port_in_use_is_refused_before_anything_is_printed(tmp_path: Path) -> None:
+    url = empty_store(tmp_path)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = _ui(tmp_path, "--store", url, "--port", str(port))
+    assert done.returncode == EXIT_FAILED
+    assert (
+        done.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert done.stdout == ""
+
+
+def test_port_0_listens_on_a_free_port_and_prints_it(tmp_path: Path) -> None:
+    url = empty_store(tmp_path)
+    command = [sys.executable, "-m", "nestegg.cli", "ui", "--store", url, "--port", "0"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        match = re.match(r"nestegg ui: (http://127\.0\.0\.1:(\d+))/ ", first)
+        assert match and int(match.group(2)) > 0, first
+        assert _get(match.group(1) + "/")[0] == 200
+    finally:
+        stop(process)
 
 
 @pytest.mark.parametrize(

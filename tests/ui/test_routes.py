@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import html
 import re
+import uuid
+from typing import Any
 
 import pytest
 
-from tests.ui.conftest import Ui
+from nestegg.checkpoint.codec import seal
+from nestegg.checkpoint.records import Commit, JournalRecord
+from tests.ui.conftest import Ui, call_cells
+from tests.ui.pipelines import start_waiting
 
 CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
 """A checkpoint of the timeline (taken after a step)."""
@@ -48,6 +54,32 @@ def test_the_runs_table_filters_by_status_and_pipeline(ui: Ui) -> None:
     assert refused.status_code == 400 and "unknown status" in refused.text
 
 
+def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    signal_run, nap_run = (f"waits-{uuid.uuid4().hex[:8]}" for _ in range(2))
+
+    async def start() -> None:
+        await start_waiting(store, signal_run, nap=False)
+        await start_waiting(store, nap_run, nap=True)
+
+    ui.client.portal.call(start)  # type: ignore[union-attr]
+    try:
+        table = ui.client.get("/", params={"status": "waiting"}).text
+        signal_row, nap_row = _row(table, signal_run), _row(table, nap_run)
+        assert "flagged" in signal_row and ">waiting<" in signal_row
+        assert "waits for signal “approval”, no deadline" in signal_row
+        assert "flagged" in nap_row and "waits for a timer until 20" in nap_row
+        page = ui.client.get(f"/runs/{signal_run}").text
+        assert 'id="flag"' in page and "waits for signal “approval”" in page
+        pending = re.search(r'<tr class="pending waiting" data-pending="1".*?</tr>', page, re.S)
+        assert pending and "approve" in pending.group(0)  # the step that waits, not committed
+        assert "1 call journaled" in pending.group(0)  # the wait's deadline
+        assert f"nestegg signal {signal_run} approval VALUE" in page
+    finally:
+        for run_id in (signal_run, nap_run):
+            assert ui.write("DELETE", f"/api/runs/{run_id}").status_code == 200  # type: ignore[attr-defined]
+
+
 def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
     page = ui.client.get(f"/runs/{ui.filled.ok}")
     assert page.status_code == 200
@@ -60,12 +92,29 @@ def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
     assert "RuntimeError: enrich broke" in failed and "step 2 (enrich) failed" in failed
 
 
-def test_a_step_shows_its_journaled_calls(ui: Ui) -> None:
+def test_a_step_shows_its_journaled_calls_with_their_durations(ui: Ui) -> None:
     detail = ui.client.get(f"/runs/{ui.filled.ok}/steps/2")
     assert detail.status_code == 200
-    assert "tests.cli.pipeline_app.ask_size" in detail.text
-    assert "executed" in detail.text and "&#34;big&#34;" in detail.text
+    [(function, how, took)] = call_cells(detail.text)
+    assert (function, how) == ("tests.cli.pipeline_app.ask_size", "executed")
+    assert re.fullmatch(r"\d+(µs|ms)", took), took  # measured: ask_size returns at once
+    assert "&#34;big&#34;" in detail.text
     assert "no journaled calls" in ui.client.get(f"/runs/{ui.filled.ok}/steps/1").text
+
+
+def test_a_call_journaled_before_durations_were_recorded_shows_none(ui: Ui) -> None:
+    old = seal(b'{"function":"mod.old_call","args":"abc123","result":"kept"}')
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+
+    async def add_old_entry() -> None:
+        run = await store.get_run(ui.filled.ok)
+        await store.commit(
+            Commit(run.run_id, run.fence, journal=[JournalRecord(run.run_id, 1, 0, old)])
+        )
+
+    ui.client.portal.call(add_old_entry)  # type: ignore[union-attr]
+    detail = ui.client.get(f"/runs/{ui.filled.ok}/steps/1")
+    assert call_cells(detail.text) == [("mod.old_call", "executed", "\N{EM DASH}")]
 
 
 def test_a_checkpoint_shows_its_state_and_the_diff_with_the_previous(ui: Ui) -> None:
@@ -95,6 +144,46 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": "x"})
     assert stream.status_code == 400 and "since must be a whole number" in stream.json()["error"]
     assert ui.client.get("/events/runs/no-such-run").status_code == 404
+
+
+def _error_text(response: Any) -> str:
+    """The message of an error page."""
+    match = re.search(r'<p class="error" id="error">(.*?)</p>', response.text, re.S)
+    assert match, response.text
+    return html.unescape(match.group(1))
+
+
+def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
+    ok = ui.filled.ok
+    cases = {
+        f"/runs/{ok}/steps/0": (404, f"run '{ok}' has no step 0: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}/steps/4": (404, f"run '{ok}' has no step 4: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
+        "/?before=garbage": (
+            400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
+        ),
+        "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
+        "/no/such/page": (404, "no page at /no/such/page"),
+    }  # fmt: skip
+    for path, (status, message) in cases.items():
+        response = ui.client.get(path)
+        assert (response.status_code, _error_text(response)) == (status, message), path
+    # A failed run's failed step has its journal too (one past the committed steps).
+    assert "ask_size" in ui.client.get(f"/runs/{ui.filled.bad}/steps/2").text
+
+
+def test_the_step_an_unfinished_run_started_and_did_not_commit_shows_with_its_calls(
+    ui: Ui,
+) -> None:
+    page = ui.client.get(f"/runs/{ui.filled.gone}").text
+    pending = re.search(r'<tr class="pending interrupted" data-pending="2".*?</tr>', page, re.S)
+    assert pending, page
+    assert '<td class="pending-agent">enrich</td>' in pending.group(0)
+    assert "1 call journaled" in pending.group(0)
+    assert f'data-url="/runs/{ui.filled.gone}/steps/2"' in pending.group(0)
+    assert 'class="pending' not in ui.client.get(f"/runs/{ui.filled.ok}").text
+    api = ui.client.get("/api/no-such-endpoint")
+    assert api.status_code == 404 and api.json() == {"error": "no page at /api/no-such-endpoint"}
 
 
 def test_the_live_stream_of_a_finished_run_sends_its_changes_and_ends(ui: Ui) -> None:

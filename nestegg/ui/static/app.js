@@ -95,9 +95,13 @@
         .then(function (data) {
           document.getElementById("summary").innerHTML = data.summary;
           var body = document.getElementById("steps");
-          body.querySelectorAll("tr.incident").forEach(function (row) {
-            if (!row.nextElementSibling) row.remove();  // trailing ones come again
-          });
+          var last = body.lastElementChild;  // trailing incidents and the step under way come again
+          while (last && (last.matches("tr.incident, tr.pending") ||
+                          last.matches("tr.pending + tr.detail"))) {
+            var previous = last.previousElementSibling;
+            last.remove();
+            last = previous;
+          }
           body.insertAdjacentHTML("beforeend", data.rows);
           data.bars.forEach(function (pair) {  // widths relative to the longest step shown
             var bar = body.querySelector('tr[data-seq="' + pair[0] + '"] .bar');
