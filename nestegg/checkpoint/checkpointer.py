@@ -11,22 +11,19 @@ import asyncio
 import contextlib
 import logging
 import time
-import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
-from nestegg.checkpoint.codec import (
-    encode_value,
-    seal,
-    seal_json,
-)
+from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
     Snapshot,
     checkpoint_body,
     event_body,
+    failure_body,
+    failure_detail,
     journal_error_body,
     journal_result_body,
     parse_journal,
@@ -427,18 +424,10 @@ class Checkpointer:
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record the failure and a checkpoint of the last good state; status failed."""
         now = time.time()
-        detail = {
-            "type": type(error).__qualname__,
-            "message": str(error),
-            "agent": agent,
-            "seq": seq,
-            "started": started,
-            "duration": now - started,
-            "traceback": "".join(traceback.format_exception(error))[-8000:],
-        }
+        detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)
-        self.event(STEP_FAILED, now, {k: v for k, v in detail.items() if k != "traceback"})
-        await self._stop_with(FAILED, RUN_FAILED, seal_json(detail))
+        self.event(STEP_FAILED, now, detail)
+        await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
 
     async def cancelled(self) -> None:
         """Record the cancellation and a checkpoint of the last good state."""

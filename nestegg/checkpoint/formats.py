@@ -15,6 +15,9 @@ byte; tests/checkpoint/test_formats.py pins them):
   {"type","message"}}``.
 - **event**: the event's payload, a JSON object.
 - **signal**: the signal's value, JSON (stored like step data).
+- **failure** (a failed run's error): ``{"type","message","agent"}``, then for a failed step
+  ``"seq","started","duration"`` and ``"traceback"`` (the step's ``step_failed`` event
+  carries the same fields but the traceback).
 
 The fast paths (byte offsets of the data in a sealed step record) live here too, and
 nowhere else.
@@ -22,6 +25,7 @@ nowhere else.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -218,6 +222,47 @@ def event_body(payload: dict[str, Any]) -> bytes:
 
 def parse_event(sealed: bytes, where: str) -> dict[str, Any]:
     """A sealed event body's payload (a value that is no object comes as ``{"value": …}``).
+
+    Raises:
+        CheckpointCorruptedError: damaged.
+    """
+    data = unseal_json(sealed, where)
+    return data if isinstance(data, dict) else {"value": data}
+
+
+# --------------------------------------------------------------------- failures
+
+TRACEBACK_CHARS = 8000
+"""The end of a failed step's traceback kept in the run's error."""
+
+
+def failure_detail(
+    error: BaseException,
+    agent: str | None,
+    seq: int | None = None,
+    started: float = 0.0,
+    ended: float = 0.0,
+) -> dict[str, Any]:
+    """The facts of a run's failure: the error's type and message and the agent, and for a
+    failed step (``seq`` given) its seq, start and duration (``ended - started``)."""
+    detail: dict[str, Any] = {"type": type(error).__qualname__, "message": str(error)}
+    detail["agent"] = agent
+    if seq is not None:
+        detail.update(seq=seq, started=started, duration=ended - started)
+    return detail
+
+
+def failure_body(detail: dict[str, Any], error: BaseException | None = None) -> bytes:
+    """The sealed error of a failed run: ``detail`` (:func:`failure_detail`), with the end of
+    ``error``'s traceback when given."""
+    if error is not None:
+        text = "".join(traceback.format_exception(error))[-TRACEBACK_CHARS:]
+        detail = {**detail, "traceback": text}
+    return seal(orjson.dumps(detail))
+
+
+def parse_failure(sealed: bytes, where: str) -> dict[str, Any]:
+    """A failed run's stored error (a value that is no object comes as ``{"value": …}``).
 
     Raises:
         CheckpointCorruptedError: damaged.

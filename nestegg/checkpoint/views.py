@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.checkpoint.codec import decode_value, unseal_json, unseal_value
-from nestegg.checkpoint.formats import parse_event
+from nestegg.checkpoint.codec import decode_value, unseal_value
+from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 
 
@@ -39,7 +39,7 @@ class RunInfo:
         """The view of a stored run; ``error`` is that of its last failure while it is failed."""
         error = None
         if run.error is not None and run.status == "failed":
-            error = unseal_json(run.error, f"error of run {run.run_id!r}")
+            error = parse_failure(run.error, f"error of run {run.run_id!r}")
         return cls(
             run_id=run.run_id,
             pipeline=run.pipeline,

@@ -10,10 +10,13 @@ from nestegg.checkpoint.formats import (
     Snapshot,
     checkpoint_body,
     event_body,
+    failure_body,
+    failure_detail,
     journal_error_body,
     journal_result_body,
     parse_checkpoint,
     parse_event,
+    parse_failure,
     parse_journal,
     parse_step,
     step_body,
@@ -88,6 +91,31 @@ def test_events_are_byte_for_byte_as_stored() -> None:
         b'{"crc":"db99c9a3","body":{"seq":1,"agent":"a","outcome":"completed","duration":0.5}}'
     )
     assert parse_event(sealed, "event 1") == payload
+
+
+def test_a_failure_is_byte_for_byte_as_stored() -> None:
+    unfit = failure_body(failure_detail(ValueError("bad"), None))
+    assert (
+        unfit == b'{"crc":"' + unfit[8:16] + b'","body":{"type":"ValueError","message":"bad",'
+        b'"agent":null}}'
+    )
+    assert parse_failure(unfit, "error") == {"type": "ValueError", "message": "bad", "agent": None}
+    detail = failure_detail(KeyError("k"), "fetch", 3, 10.0, 10.5)
+    assert detail == {
+        "type": "KeyError",
+        "message": "'k'",
+        "agent": "fetch",
+        "seq": 3,
+        "started": 10.0,
+        "duration": 0.5,
+    }
+    try:
+        raise KeyError("k")
+    except KeyError as error:
+        raised = error
+    stored = parse_failure(failure_body(detail, raised), "error")
+    assert list(stored) == [*detail, "traceback"]
+    assert "raise KeyError" in stored["traceback"] and "traceback" not in detail
 
 
 def test_damaged_or_foreign_bodies_raise_checkpoint_corrupted_naming_where() -> None:
