@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, ge, methodcaller
+from operator import add, ge, le, lt, methodcaller, sub
 from typing import Any
 
 import orjson
@@ -116,13 +116,18 @@ def data_offsets(bodies: list[bytes]) -> list[int] | None:
     return list(map(bytes.find, bodies, repeat(DATA_KEY), repeat(SEALED_BODY_AT)))
 
 
+HistoryEntry = tuple[int, str, bytes, int, int | None]
+"""``(seq, agent, raw, start, stop)`` of a stored step: its data as JSON is
+``raw[start:stop]`` (``raw`` is the step's sealed record, or the data JSON itself)."""
+
+
 def data_entries(
     seqs: Iterable[int],
     agents: Iterable[str],
     raws: Iterable[bytes],
     found: list[int],
     stops: Iterable[int],
-) -> list[tuple[int, str, bytes, int, int | None]]:
+) -> list[HistoryEntry]:
     """History entries ``(seq, agent, raw, start, stop)`` from where :data:`DATA_KEY` was
     found in each record (``raw[start:stop]`` is its data JSON); records without it
     (hand-overs, no data) are no history entries."""
@@ -131,6 +136,55 @@ def data_entries(
     if -1 in found:
         return list(compress(entries, map(ge, found, repeat(0))))
     return list(entries)
+
+
+def record_entries(
+    seqs: Iterable[int], agents: Iterable[str], bodies: list[bytes]
+) -> list[HistoryEntry] | None:
+    """The history entries of intact sealed step records, their data found in place; None
+    when a record is not in this module's layout (then read them one by one)."""
+    found = data_offsets(bodies)
+    if found is None:
+        return None
+    return data_entries(seqs, agents, bodies, found, repeat(DATA_STOP))
+
+
+# ------------------------------------------------------------------ step blocks
+
+
+def block_data_keys(body: bytes, ends: list[int]) -> list[int] | None:
+    """Where :data:`DATA_KEY` is in each sealed step record of ``body`` (records laid end to
+    end, ending at ``ends``; -1: no data), or None when one is not in this module's layout
+    (a block never holds such a record)."""
+    bodies_at = [start + SEALED_BODY_AT for start in (0, *ends[:-1])]
+    if not all(map(body.startswith, repeat(STEP_BODY_HEAD), bodies_at)):
+        return None
+    return list(map(body.find, repeat(DATA_KEY), bodies_at, ends))
+
+
+def block_keys_fit(body: bytes, ends: list[int], data_keys: list[int]) -> bool:
+    """Whether the records' ends rise to the body's end, and each data key is -1 (no data)
+    or inside its own record's body with room for some data and the two closing braces."""
+    starts = [0, *ends[:-1]]
+    with_data = len(data_keys) - data_keys.count(-1)
+    lowest = map(add, starts, repeat(SEALED_BODY_AT))
+    highest = map(sub, ends, repeat(len(DATA_KEY) - DATA_STOP + 1))
+    return (
+        ends[-1] == len(body)
+        and all(map(lt, starts, ends))
+        and sum(map(le, lowest, data_keys)) == with_data  # never true for a -1
+        and all(map(le, data_keys, highest))
+    )
+
+
+def block_entries(
+    first_seq: int, agents: list[str], body: bytes, ends: list[int], data_keys: list[int]
+) -> list[HistoryEntry]:
+    """The history entries of a block's records (``body``, the records ending at ``ends``,
+    their data keys at ``data_keys``: what :func:`block_data_keys` found)."""
+    seqs = range(first_seq, first_seq + len(ends))
+    stops = map(sub, ends, repeat(-DATA_STOP))
+    return data_entries(seqs, agents, repeat(body), data_keys, stops)
 
 
 # ------------------------------------------------------------------ checkpoints

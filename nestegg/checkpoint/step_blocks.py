@@ -20,12 +20,11 @@ from __future__ import annotations
 import bisect
 import zlib
 from collections.abc import Sequence
-from itertools import accumulate, repeat
-from operator import add, le, lt, sub
+from itertools import accumulate
 from typing import NamedTuple
 
-from nestegg.checkpoint.codec import SEALED_BODY_AT, all_intact, seal_json, unseal_json
-from nestegg.checkpoint.formats import DATA_KEY, STEP_BODY_HEAD
+from nestegg.checkpoint.codec import all_intact, seal_json, unseal_json
+from nestegg.checkpoint.formats import block_data_keys, block_keys_fit
 from nestegg.checkpoint.records import StepBlock, StepRecord
 from nestegg.errors import CheckpointCorruptedError
 
@@ -35,7 +34,8 @@ StepPiece = StepRecord | StepBlock
 
 class BlockHead(NamedTuple):
     """What a block's head says: for each record its agent, where it ends in the body and
-    where its ``DATA_KEY`` is (-1: no data), and the body's checksum (8 hex digits)."""
+    where its data key is (-1: no data; see :func:`~nestegg.checkpoint.formats.block_data_keys`),
+    and the body's checksum (8 hex digits)."""
 
     agents: list[str]
     ends: list[int]
@@ -56,14 +56,14 @@ def pack_block(records: Sequence[StepRecord]) -> StepBlock | None:
         return None
     body = b"".join(bodies)
     ends = list(accumulate(map(len, bodies)))
-    bodies_at = [start + SEALED_BODY_AT for start in (0, *ends[:-1])]
-    if not all(map(body.startswith, repeat(STEP_BODY_HEAD), bodies_at)):
+    data_keys = block_data_keys(body, ends)
+    if data_keys is None:
         return None
     head = {
         "seq": first,
         "agents": [record.agent for record in records],
         "ends": ends,
-        "data": list(map(body.find, repeat(DATA_KEY), bodies_at, ends)),
+        "data": data_keys,
         "crc": f"{zlib.crc32(body):08x}",
     }
     return StepBlock(records[0].run_id, first, records[-1].seq, seal_json(head), body)
@@ -92,28 +92,13 @@ def read_head(block: StepBlock) -> BlockHead:
             and set(map(type, agents)) == {str}
             and set(map(type, ends)) == set(map(type, data_keys)) == {int}
             and type(checksum) is str
-            and _bounds_fit(block.body, ends, data_keys)
+            and block_keys_fit(block.body, ends, data_keys)
         )
     except (KeyError, TypeError, IndexError):
         fits = False
     if not fits:
         raise CheckpointCorruptedError(f"{where} does not describe its records")
     return BlockHead(agents, ends, data_keys, checksum)
-
-
-def _bounds_fit(body: bytes, ends: list[int], data_keys: list[int]) -> bool:
-    """Whether the records' ends rise to the body's end, and each data key is -1 (no data)
-    or inside its own record's body with room for some data and the two closing braces."""
-    starts = [0, *ends[:-1]]
-    with_data = len(data_keys) - data_keys.count(-1)
-    lowest = map(add, starts, repeat(SEALED_BODY_AT))
-    highest = map(sub, ends, repeat(len(DATA_KEY) + 3))
-    return (
-        ends[-1] == len(body)
-        and all(map(lt, starts, ends))
-        and sum(map(le, lowest, data_keys)) == with_data  # never true for a -1
-        and all(map(le, data_keys, highest))
-    )
 
 
 def body_intact(block: StepBlock, head: BlockHead) -> bool:

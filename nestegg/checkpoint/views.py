@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.checkpoint.codec import decode_value, unseal_value
-from nestegg.checkpoint.formats import parse_event, parse_failure
+from nestegg.checkpoint.formats import HistoryEntry, parse_event, parse_failure
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 
 
@@ -88,11 +88,6 @@ class CheckpointInfo:
             created_at=to_datetime(record.created_at) or datetime.now(UTC),
             reason=record.reason,
         )
-
-
-HistoryEntry = tuple[int, str, bytes, int, int | None]
-"""``(seq, agent, raw, start, stop)`` of a stored step: its data as JSON is
-``raw[start:stop]`` (``raw`` is the step's sealed record, or the data JSON itself)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,9 @@ import pytest
 from nestegg.checkpoint.codec import encode_value, unseal
 from nestegg.checkpoint.formats import (
     Snapshot,
+    block_data_keys,
+    block_entries,
+    block_keys_fit,
     checkpoint_body,
     event_body,
     failure_body,
@@ -19,6 +22,7 @@ from nestegg.checkpoint.formats import (
     parse_failure,
     parse_journal,
     parse_step,
+    record_entries,
     step_body,
     step_data,
     step_with_data,
@@ -55,6 +59,26 @@ def test_a_forked_step_record_holds_the_replaced_data_last() -> None:
         b'"target":null,"started":1764000000.123456,"duration":0.000123,"data":["y"]}}'
     )
     assert parse_step(replaced, "step 1")["data"] == ["y"]
+
+
+def test_the_data_of_step_records_is_found_in_place() -> None:
+    [entry] = record_entries([1, 2], ["enrich", "route"], [STEP, HANDOVER]) or []
+    seq, agent, raw, start, stop = entry
+    assert (seq, agent, raw[start:stop]) == (1, "enrich", b'{"x":[1,"\xc3\xa9"]}')
+    assert record_entries([1], ["a"], [b'{"crc":"00000000","body":{"other":1}}']) is None
+
+
+def test_a_block_finds_and_checks_where_its_records_data_lies() -> None:
+    body, ends = STEP + HANDOVER, [len(STEP), len(STEP + HANDOVER)]
+    keys = block_data_keys(body, ends)
+    assert keys == [STEP.index(b',"data":'), -1]
+    assert block_keys_fit(body, ends, keys)
+    assert not block_keys_fit(body, ends, [keys[0], len(STEP) + 5])  # inside the seal
+    assert not block_keys_fit(body, [ends[0], ends[1] - 1], keys)  # does not end the body
+    assert not block_keys_fit(body, ends, [len(STEP) - 5, -1])  # no room for the data
+    [(seq, agent, raw, start, stop)] = block_entries(7, ["enrich", "route"], body, ends, keys)
+    assert (seq, agent, raw[start:stop]) == (7, "enrich", b'{"x":[1,"\xc3\xa9"]}')
+    assert block_data_keys(body + b'{"crc":"00000000","body":[1]}', [*ends, len(body) + 30]) is None
 
 
 def test_a_checkpoint_body_is_byte_for_byte_as_stored() -> None:
