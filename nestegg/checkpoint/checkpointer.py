@@ -19,6 +19,7 @@ from nestegg import telemetry
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
+    NO_METADATA,
     Snapshot,
     checkpoint_body,
     event_body,
@@ -29,6 +30,8 @@ from nestegg.checkpoint.formats import (
     parse_journal,
     parse_signal,
     step_body,
+    step_completed_body,
+    step_started_body,
 )
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -124,8 +127,10 @@ class Checkpointer:
 
     def event(self, kind: str, at: float, payload: dict[str, Any]) -> None:
         """Queue an event for the next commit."""
+        self._queue_event(kind, at, event_body(payload))
+
+    def _queue_event(self, kind: str, at: float, body: bytes) -> None:
         self.event_seq += 1
-        body = event_body(payload)
         self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
 
     async def start(
@@ -177,7 +182,7 @@ class Checkpointer:
         seq, agent, started = self._unstarted
         self._unstarted = None
         self.event_seq += 1
-        body = event_body({"seq": seq, "agent": agent})
+        body = step_started_body(seq, agent)
         commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
         commit.event_seq = self.event_seq
 
@@ -355,7 +360,7 @@ class Checkpointer:
 
     async def record_step(self, step: StepResult) -> None:
         """Append the step record and events; checkpoint when due; commit by durability."""
-        metadata = encode_value(step.metadata, "metadata") if step.metadata else b"{}"
+        metadata = encode_value(step.metadata, "metadata") if step.metadata else NO_METADATA
         now = self.clock()
         body = step_body(
             step.agent, step.outcome, step.target, step.started, step.duration, step.output
@@ -363,16 +368,9 @@ class Checkpointer:
         self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, body))
         self.pending.step_seq = step.seq
         self._take_start(self.pending)
-        self.event(
-            STEP_COMPLETED,
-            now,
-            {
-                "seq": step.seq,
-                "agent": step.agent,
-                "outcome": step.outcome,
-                "duration": step.duration,
-            },
-        )
+        self._queue_event(
+            STEP_COMPLETED, now, step_completed_body(step.seq)
+        )  # the rest: the record
         inline = None if step.data_seq == step.seq else self.last_good.inline_data
         self.last_good = Snapshot(
             step.seq, step.turn, step.data_seq, step.source, step.position, metadata, inline

@@ -13,8 +13,16 @@ byte; tests/checkpoint/test_formats.py pins them):
   data that no step record holds).
 - **journal entry**: ``{"function","args","result"}`` or ``{"function","args","error":
   {"type","message"}}``.
-- **event**: the event's payload, a JSON object.
+- **event**: the event's payload, a JSON object. A step's facts are stored once, in its
+  step record: ``step_completed`` carries only ``{"seq"}`` and readers take the step's
+  ``agent``, ``outcome`` and ``duration`` from its record (:func:`completed_event`; events
+  written before hold them themselves and are read as they are). ``step_started``
+  (``{"seq","agent"}``) and ``step_failed`` (:func:`failure_detail`) carry what no step
+  record holds: the step in flight, or the attempt that failed, has none.
 - **signal**: the signal's value, JSON (stored like step data).
+- **step block head**: ``{"seq","agents","ends","data","crc"}``: the first step's seq, each
+  record's agent, where it ends in the block's body and where its :data:`DATA_KEY` is (-1:
+  no data), and the body's CRC-32 (8 hex digits).
 - **failure** (a failed run's error): ``{"type","message","agent"}``, then for a failed step
   ``"seq","started","duration"`` and ``"traceback"`` (the step's ``step_failed`` event
   carries the same fields but the traceback).
@@ -26,11 +34,12 @@ nowhere else.
 from __future__ import annotations
 
 import traceback
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import add, ge, le, lt, methodcaller, sub
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -95,6 +104,20 @@ def parse_step(sealed: bytes, where: str) -> dict[str, Any]:
     return _json_object(unseal(sealed, where), where, "a step record")
 
 
+def step_facts(sealed: bytes, where: str) -> dict[str, Any]:
+    """A sealed step record's fields but its data (not parsed: cut off when the record is in
+    this module's layout).
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a step record.
+    """
+    raw = unseal(sealed, where)
+    at = raw.find(DATA_KEY) if raw.startswith(STEP_BODY_HEAD) else -1
+    step = _json_object(raw[:at] + b"}" if at >= 0 else raw, where, "a step record")
+    step.pop("data", None)
+    return step
+
+
 def step_with_data(sealed: bytes, data: bytes, where: str) -> bytes:
     """A sealed step record like ``sealed`` but holding ``data`` (JSON) as its data.
 
@@ -152,6 +175,69 @@ def record_entries(
 # ------------------------------------------------------------------ step blocks
 
 
+class BlockHead(NamedTuple):
+    """What a block's head says: for each record its agent, where it ends in the body and
+    where its :data:`DATA_KEY` is (-1: no data), and the body's checksum (8 hex digits)."""
+
+    agents: list[str]
+    ends: list[int]
+    data_keys: list[int]
+    checksum: str
+
+
+def block_checksum(body: bytes) -> str:
+    """The checksum of a block's body, as its head keeps it."""
+    return f"{zlib.crc32(body):08x}"
+
+
+def block_head_body(
+    first_seq: int, agents: list[str], body: bytes, ends: list[int]
+) -> bytes | None:
+    """The sealed head of a block of sealed step records laid end to end in ``body`` (ending
+    at ``ends``), the first being step ``first_seq``; None when a record is not in this
+    module's layout (a block never holds such a record)."""
+    data_keys = block_data_keys(body, ends)
+    if data_keys is None:
+        return None
+    head = {
+        "seq": first_seq,
+        "agents": agents,
+        "ends": ends,
+        "data": data_keys,
+        "crc": block_checksum(body),
+    }
+    return seal(orjson.dumps(head))
+
+
+def parse_block_head(
+    sealed: bytes, where: str, first_seq: int, count: int, body: bytes
+) -> BlockHead:
+    """A sealed block head, checked against its block (``count`` records from ``first_seq``,
+    laid in ``body``): the steps it names, the bounds of their records and where their data
+    is (:func:`block_keys_fit`).
+
+    Raises:
+        CheckpointCorruptedError: the head is damaged or does not fit the block.
+    """
+    head = unseal_json(sealed, where)
+    try:
+        agents, ends, data_keys = head["agents"], head["ends"], head["data"]
+        checksum = head["crc"]
+        fits = (
+            head["seq"] == first_seq
+            and len(agents) == len(ends) == len(data_keys) == count
+            and set(map(type, agents)) == {str}
+            and set(map(type, ends)) == set(map(type, data_keys)) == {int}
+            and type(checksum) is str
+            and block_keys_fit(body, ends, data_keys)
+        )
+    except (KeyError, TypeError, IndexError):
+        fits = False
+    if not fits:
+        raise CheckpointCorruptedError(f"{where} does not describe its records")
+    return BlockHead(agents, ends, data_keys, checksum)
+
+
 def block_data_keys(body: bytes, ends: list[int]) -> list[int] | None:
     """Where :data:`DATA_KEY` is in each sealed step record of ``body`` (records laid end to
     end, ending at ``ends``; -1: no data), or None when one is not in this module's layout
@@ -188,6 +274,9 @@ def block_entries(
 
 
 # ------------------------------------------------------------------ checkpoints
+
+NO_METADATA = b"{}"
+"""The metadata JSON of a state with none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,14 +363,50 @@ def event_body(payload: dict[str, Any]) -> bytes:
     return seal(orjson.dumps(payload))
 
 
+def step_started_body(seq: int, agent: str) -> bytes:
+    """The sealed body of a ``step_started`` event (the step has no record yet)."""
+    return seal(b'{"seq":%d,"agent":%s}' % (seq, orjson.dumps(agent)))
+
+
+def step_completed_body(seq: int) -> bytes:
+    """The sealed body of a ``step_completed`` event: the step's seq alone (the rest is its
+    record's, see :func:`completed_event`)."""
+    return seal(b'{"seq":%d}' % seq)
+
+
 def parse_event(sealed: bytes, where: str) -> dict[str, Any]:
-    """A sealed event body's payload (a value that is no object comes as ``{"value": …}``).
+    """A sealed event body's payload as stored (a value that is no object comes as
+    ``{"value": …}``).
 
     Raises:
         CheckpointCorruptedError: damaged.
     """
     data = unseal_json(sealed, where)
     return data if isinstance(data, dict) else {"value": data}
+
+
+COMPLETED_FROM_STEP = ("agent", "outcome", "duration")
+"""What a ``step_completed`` event shows of its step record, after its ``seq``."""
+
+
+def completed_step(payload: dict[str, Any]) -> int | None:
+    """The seq of the step record whose facts complete a ``step_completed`` event's payload;
+    None when the payload holds them itself (written before events carried only the seq)."""
+    seq = payload.get("seq")
+    return seq if type(seq) is int and "agent" not in payload else None
+
+
+def completed_event(payload: dict[str, Any], step: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``step_completed`` event's payload as readers see it: ``seq``, ``agent``,
+    ``outcome``, ``duration``, the last three from ``step``, its step record's fields
+    (:func:`step_facts`). With no record (``step`` None: deleted, or replaced by a later
+    attempt of the step) or a payload that holds them already, the payload as stored; a
+    damaged record gives ``unreadable``."""
+    if step is None or completed_step(payload) is None:
+        return payload
+    if "unreadable" in step:
+        return {**payload, "unreadable": step["unreadable"]}
+    return {"seq": payload["seq"], **{key: step.get(key) for key in COMPLETED_FROM_STEP}}
 
 
 # --------------------------------------------------------------------- failures

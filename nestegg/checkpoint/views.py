@@ -8,8 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.checkpoint.codec import decode_value, unseal_value
-from nestegg.checkpoint.formats import HistoryEntry, parse_event, parse_failure
+from nestegg.checkpoint.formats import (
+    HistoryEntry,
+    completed_event,
+    parse_event,
+    parse_failure,
+)
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
+from nestegg.constants import STEP_COMPLETED
 
 
 def to_datetime(seconds: float | None) -> datetime | None:
@@ -175,15 +181,23 @@ class Event:
     data: dict[str, Any]
 
     @classmethod
-    def from_record(cls, record: EventRecord) -> Event:
-        """The view of a stored event."""
+    def from_record(cls, record: EventRecord, step: dict[str, Any] | None = None) -> Event:
+        """The view of a stored event; a ``step_completed`` event takes its step's agent,
+        outcome and duration from ``step``, the fields of the step record that completes it
+        (see :mod:`~nestegg.checkpoint.event_log`; None: its payload as stored).
+
+        Raises:
+            CheckpointCorruptedError: the event is damaged.
+        """
         data = parse_event(record.body, f"event {record.seq} of run {record.run_id!r}")
+        if step is not None and record.kind == STEP_COMPLETED:
+            data = completed_event(data, step)
         return cls(
             run_id=record.run_id,
             seq=record.seq,
             at=to_datetime(record.at) or datetime.now(UTC),
             kind=record.kind,
-            data=data if isinstance(data, dict) else {"value": data},
+            data=data,
         )
 
 

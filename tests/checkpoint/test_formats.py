@@ -8,15 +8,20 @@ import pytest
 from nestegg.checkpoint.codec import encode_value, unseal
 from nestegg.checkpoint.formats import (
     Snapshot,
+    block_checksum,
     block_data_keys,
     block_entries,
+    block_head_body,
     block_keys_fit,
     checkpoint_body,
+    completed_event,
+    completed_step,
     event_body,
     failure_body,
     failure_detail,
     journal_error_body,
     journal_result_body,
+    parse_block_head,
     parse_checkpoint,
     parse_event,
     parse_failure,
@@ -24,7 +29,10 @@ from nestegg.checkpoint.formats import (
     parse_step,
     record_entries,
     step_body,
+    step_completed_body,
     step_data,
+    step_facts,
+    step_started_body,
     step_with_data,
 )
 from nestegg.errors import CheckpointCorruptedError
@@ -81,6 +89,22 @@ def test_a_block_finds_and_checks_where_its_records_data_lies() -> None:
     assert block_data_keys(body + b'{"crc":"00000000","body":[1]}', [*ends, len(body) + 30]) is None
 
 
+def test_a_block_head_is_byte_for_byte_as_stored() -> None:
+    body, ends = STEP + HANDOVER, [len(STEP), len(STEP + HANDOVER)]
+    head = block_head_body(7, ["enrich", "route"], body, ends)
+    assert head is not None
+    key = STEP.index(b',"data":')
+    assert (
+        head == b'{"crc":"' + head[8:16] + b'","body":{"seq":7,"agents":["enrich","route"],'
+        b'"ends":[%d,%d],"data":[%d,-1],"crc":"%s"}}' % (*ends, key, block_checksum(body).encode())
+    )
+    parsed = parse_block_head(head, "block", 7, 2, body)
+    assert parsed == (["enrich", "route"], ends, [key, -1], block_checksum(body))
+    with pytest.raises(CheckpointCorruptedError, match="block does not describe its records"):
+        parse_block_head(head, "block", 8, 2, body)
+    assert block_head_body(7, ["a"], b'{"crc":"00000000","body":[1]}', [29]) is None
+
+
 def test_a_checkpoint_body_is_byte_for_byte_as_stored() -> None:
     state = Snapshot(3, 2, 2, "b", {"index": 2}, b'{"k":1}')
     assert checkpoint_body(state, "c") == (
@@ -117,6 +141,40 @@ def test_events_are_byte_for_byte_as_stored() -> None:
     assert parse_event(sealed, "event 1") == payload
 
 
+def test_step_events_carry_what_the_step_record_lacks() -> None:
+    started = step_started_body(4, "enrich")
+    assert started == b'{"crc":"' + started[8:16] + b'","body":{"seq":4,"agent":"enrich"}}'
+    assert started == event_body({"seq": 4, "agent": "enrich"})
+    done = step_completed_body(4)
+    assert done == b'{"crc":"' + done[8:16] + b'","body":{"seq":4}}'
+    assert parse_event(done, "event") == {"seq": 4}
+
+
+def test_a_step_completed_event_reads_with_its_records_facts() -> None:
+    facts = step_facts(STEP, "step 4")
+    assert facts == {
+        "agent": "enrich",
+        "outcome": "completed",
+        "target": None,
+        "started": 1764000000.123456,
+        "duration": 0.000123,
+    }
+    assert step_facts(HANDOVER, "step 5")["target"] == "other"
+    assert completed_step({"seq": 4}) == 4
+    shown = completed_event({"seq": 4}, facts)
+    assert shown == {"seq": 4, "agent": "enrich", "outcome": "completed", "duration": 0.000123}
+    assert list(shown) == ["seq", "agent", "outcome", "duration"]
+    assert completed_event({"seq": 4}, None) == {"seq": 4}  # its record is gone
+    assert completed_event({"seq": 4}, {"unreadable": "bad"}) == {"seq": 4, "unreadable": "bad"}
+
+
+def test_a_step_completed_event_written_before_reads_as_stored() -> None:
+    old = {"seq": 1, "agent": "a", "outcome": "completed", "duration": 0.5}
+    assert parse_event(event_body(old), "event 1") == old
+    assert completed_step(old) is None
+    assert completed_event(old, step_facts(STEP, "step 1")) == old
+
+
 def test_a_failure_is_byte_for_byte_as_stored() -> None:
     unfit = failure_body(failure_detail(ValueError("bad"), None))
     assert (
@@ -147,5 +205,7 @@ def test_damaged_or_foreign_bodies_raise_checkpoint_corrupted_naming_where() -> 
         parse_step(STEP.replace(b"enrich", b"enrick"), "step 4")
     with pytest.raises(CheckpointCorruptedError, match="step 5 is not a step record"):
         step_data(b"[1]", "step 5")
+    with pytest.raises(CheckpointCorruptedError, match="step 6"):
+        step_facts(HANDOVER.replace(b"route", b"roule"), "step 6")
     with pytest.raises(CheckpointCorruptedError, match="checkpoint c lacks its fields"):
         parse_checkpoint(event_body([1]), "checkpoint c")  # type: ignore[arg-type]
