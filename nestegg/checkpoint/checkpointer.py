@@ -11,27 +11,27 @@ import asyncio
 import contextlib
 import logging
 import time
-import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
-from nestegg.checkpoint.codec import (
-    encode_value,
-    seal,
-    seal_json,
-)
+from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
+    NO_METADATA,
     Snapshot,
     checkpoint_body,
     event_body,
+    failure_body,
+    failure_detail,
     journal_error_body,
     journal_result_body,
     parse_journal,
     parse_signal,
     step_body,
+    step_completed_body,
+    step_started_body,
 )
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -127,8 +127,10 @@ class Checkpointer:
 
     def event(self, kind: str, at: float, payload: dict[str, Any]) -> None:
         """Queue an event for the next commit."""
+        self._queue_event(kind, at, event_body(payload))
+
+    def _queue_event(self, kind: str, at: float, body: bytes) -> None:
         self.event_seq += 1
-        body = event_body(payload)
         self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
 
     async def start(
@@ -180,7 +182,7 @@ class Checkpointer:
         seq, agent, started = self._unstarted
         self._unstarted = None
         self.event_seq += 1
-        body = event_body({"seq": seq, "agent": agent})
+        body = step_started_body(seq, agent)
         commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
         commit.event_seq = self.event_seq
 
@@ -362,7 +364,7 @@ class Checkpointer:
 
     async def record_step(self, step: StepResult) -> None:
         """Append the step record and events; checkpoint when due; commit by durability."""
-        metadata = encode_value(step.metadata, "metadata") if step.metadata else b"{}"
+        metadata = encode_value(step.metadata, "metadata") if step.metadata else NO_METADATA
         now = self.clock()
         body = step_body(
             step.agent, step.outcome, step.target, step.started, step.duration, step.output
@@ -370,16 +372,9 @@ class Checkpointer:
         self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, body))
         self.pending.step_seq = step.seq
         self._take_start(self.pending)
-        self.event(
-            STEP_COMPLETED,
-            now,
-            {
-                "seq": step.seq,
-                "agent": step.agent,
-                "outcome": step.outcome,
-                "duration": step.duration,
-            },
-        )
+        self._queue_event(
+            STEP_COMPLETED, now, step_completed_body(step.seq)
+        )  # the rest: the record
         inline = None if step.data_seq == step.seq else self.last_good.inline_data
         self.last_good = Snapshot(
             step.seq, step.turn, step.data_seq, step.source, step.position, metadata, inline
@@ -431,18 +426,10 @@ class Checkpointer:
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record the failure and a checkpoint of the last good state; status failed."""
         now = time.time()
-        detail = {
-            "type": type(error).__qualname__,
-            "message": str(error),
-            "agent": agent,
-            "seq": seq,
-            "started": started,
-            "duration": now - started,
-            "traceback": "".join(traceback.format_exception(error))[-8000:],
-        }
+        detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)
-        self.event(STEP_FAILED, now, {k: v for k, v in detail.items() if k != "traceback"})
-        await self._stop_with(FAILED, RUN_FAILED, seal_json(detail))
+        self.event(STEP_FAILED, now, detail)
+        await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
 
     async def cancelled(self) -> None:
         """Record the cancellation and a checkpoint of the last good state."""

@@ -15,8 +15,19 @@ byte; tests/checkpoint/test_formats.py pins them):
   ``{"function","args","started","duration","error":{"type","message"}}``: when the call
   began (epoch seconds) and how long it took (seconds, retries included). Entries written
   before those two were recorded lack them; :func:`parse_journal` reads them as None.
-- **event**: the event's payload, a JSON object.
+- **event**: the event's payload, a JSON object. A step's facts are stored once, in its
+  step record: ``step_completed`` carries only ``{"seq"}`` and readers take the step's
+  ``agent``, ``outcome`` and ``duration`` from its record (:func:`completed_event`; events
+  written before hold them themselves and are read as they are). ``step_started``
+  (``{"seq","agent"}``) and ``step_failed`` (:func:`failure_detail`) carry what no step
+  record holds: the step in flight, or the attempt that failed, has none.
 - **signal**: the signal's value, JSON (stored like step data).
+- **step block head**: ``{"seq","agents","ends","data","crc"}``: the first step's seq, each
+  record's agent, where it ends in the block's body and where its :data:`DATA_KEY` is (-1:
+  no data), and the body's CRC-32 (8 hex digits).
+- **failure** (a failed run's error): ``{"type","message","agent"}``, then for a failed step
+  ``"seq","started","duration"`` and ``"traceback"`` (the step's ``step_failed`` event
+  carries the same fields but the traceback).
 
 The fast paths (byte offsets of the data in a sealed step record) live here too, and
 nowhere else.
@@ -24,11 +35,13 @@ nowhere else.
 
 from __future__ import annotations
 
+import traceback
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, ge, methodcaller
-from typing import Any
+from operator import add, ge, le, lt, methodcaller, sub
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -93,6 +106,20 @@ def parse_step(sealed: bytes, where: str) -> dict[str, Any]:
     return _json_object(unseal(sealed, where), where, "a step record")
 
 
+def step_facts(sealed: bytes, where: str) -> dict[str, Any]:
+    """A sealed step record's fields but its data (not parsed: cut off when the record is in
+    this module's layout).
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a step record.
+    """
+    raw = unseal(sealed, where)
+    at = raw.find(DATA_KEY) if raw.startswith(STEP_BODY_HEAD) else -1
+    step = _json_object(raw[:at] + b"}" if at >= 0 else raw, where, "a step record")
+    step.pop("data", None)
+    return step
+
+
 def step_with_data(sealed: bytes, data: bytes, where: str) -> bytes:
     """A sealed step record like ``sealed`` but holding ``data`` (JSON) as its data.
 
@@ -114,13 +141,18 @@ def data_offsets(bodies: list[bytes]) -> list[int] | None:
     return list(map(bytes.find, bodies, repeat(DATA_KEY), repeat(SEALED_BODY_AT)))
 
 
+HistoryEntry = tuple[int, str, bytes, int, int | None]
+"""``(seq, agent, raw, start, stop)`` of a stored step: its data as JSON is
+``raw[start:stop]`` (``raw`` is the step's sealed record, or the data JSON itself)."""
+
+
 def data_entries(
     seqs: Iterable[int],
     agents: Iterable[str],
     raws: Iterable[bytes],
     found: list[int],
     stops: Iterable[int],
-) -> list[tuple[int, str, bytes, int, int | None]]:
+) -> list[HistoryEntry]:
     """History entries ``(seq, agent, raw, start, stop)`` from where :data:`DATA_KEY` was
     found in each record (``raw[start:stop]`` is its data JSON); records without it
     (hand-overs, no data) are no history entries."""
@@ -131,7 +163,122 @@ def data_entries(
     return list(entries)
 
 
+def record_entries(
+    seqs: Iterable[int], agents: Iterable[str], bodies: list[bytes]
+) -> list[HistoryEntry] | None:
+    """The history entries of intact sealed step records, their data found in place; None
+    when a record is not in this module's layout (then read them one by one)."""
+    found = data_offsets(bodies)
+    if found is None:
+        return None
+    return data_entries(seqs, agents, bodies, found, repeat(DATA_STOP))
+
+
+# ------------------------------------------------------------------ step blocks
+
+
+class BlockHead(NamedTuple):
+    """What a block's head says: for each record its agent, where it ends in the body and
+    where its :data:`DATA_KEY` is (-1: no data), and the body's checksum (8 hex digits)."""
+
+    agents: list[str]
+    ends: list[int]
+    data_keys: list[int]
+    checksum: str
+
+
+def block_checksum(body: bytes) -> str:
+    """The checksum of a block's body, as its head keeps it."""
+    return f"{zlib.crc32(body):08x}"
+
+
+def block_head_body(
+    first_seq: int, agents: list[str], body: bytes, ends: list[int]
+) -> bytes | None:
+    """The sealed head of a block of sealed step records laid end to end in ``body`` (ending
+    at ``ends``), the first being step ``first_seq``; None when a record is not in this
+    module's layout (a block never holds such a record)."""
+    data_keys = block_data_keys(body, ends)
+    if data_keys is None:
+        return None
+    head = {
+        "seq": first_seq,
+        "agents": agents,
+        "ends": ends,
+        "data": data_keys,
+        "crc": block_checksum(body),
+    }
+    return seal(orjson.dumps(head))
+
+
+def parse_block_head(
+    sealed: bytes, where: str, first_seq: int, count: int, body: bytes
+) -> BlockHead:
+    """A sealed block head, checked against its block (``count`` records from ``first_seq``,
+    laid in ``body``): the steps it names, the bounds of their records and where their data
+    is (:func:`block_keys_fit`).
+
+    Raises:
+        CheckpointCorruptedError: the head is damaged or does not fit the block.
+    """
+    head = unseal_json(sealed, where)
+    try:
+        agents, ends, data_keys = head["agents"], head["ends"], head["data"]
+        checksum = head["crc"]
+        fits = (
+            head["seq"] == first_seq
+            and len(agents) == len(ends) == len(data_keys) == count
+            and set(map(type, agents)) == {str}
+            and set(map(type, ends)) == set(map(type, data_keys)) == {int}
+            and type(checksum) is str
+            and block_keys_fit(body, ends, data_keys)
+        )
+    except (KeyError, TypeError, IndexError):
+        fits = False
+    if not fits:
+        raise CheckpointCorruptedError(f"{where} does not describe its records")
+    return BlockHead(agents, ends, data_keys, checksum)
+
+
+def block_data_keys(body: bytes, ends: list[int]) -> list[int] | None:
+    """Where :data:`DATA_KEY` is in each sealed step record of ``body`` (records laid end to
+    end, ending at ``ends``; -1: no data), or None when one is not in this module's layout
+    (a block never holds such a record)."""
+    bodies_at = [start + SEALED_BODY_AT for start in (0, *ends[:-1])]
+    if not all(map(body.startswith, repeat(STEP_BODY_HEAD), bodies_at)):
+        return None
+    return list(map(body.find, repeat(DATA_KEY), bodies_at, ends))
+
+
+def block_keys_fit(body: bytes, ends: list[int], data_keys: list[int]) -> bool:
+    """Whether the records' ends rise to the body's end, and each data key is -1 (no data)
+    or inside its own record's body with room for some data and the two closing braces."""
+    starts = [0, *ends[:-1]]
+    with_data = len(data_keys) - data_keys.count(-1)
+    lowest = map(add, starts, repeat(SEALED_BODY_AT))
+    highest = map(sub, ends, repeat(len(DATA_KEY) - DATA_STOP + 1))
+    return (
+        ends[-1] == len(body)
+        and all(map(lt, starts, ends))
+        and sum(map(le, lowest, data_keys)) == with_data  # never true for a -1
+        and all(map(le, data_keys, highest))
+    )
+
+
+def block_entries(
+    first_seq: int, agents: list[str], body: bytes, ends: list[int], data_keys: list[int]
+) -> list[HistoryEntry]:
+    """The history entries of a block's records (``body``, the records ending at ``ends``,
+    their data keys at ``data_keys``: what :func:`block_data_keys` found)."""
+    seqs = range(first_seq, first_seq + len(ends))
+    stops = map(sub, ends, repeat(-DATA_STOP))
+    return data_entries(seqs, agents, repeat(body), data_keys, stops)
+
+
 # ------------------------------------------------------------------ checkpoints
+
+NO_METADATA = b"{}"
+"""The metadata JSON of a state with none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +384,85 @@ def event_body(payload: dict[str, Any]) -> bytes:
     return seal(orjson.dumps(payload))
 
 
+def step_started_body(seq: int, agent: str) -> bytes:
+    """The sealed body of a ``step_started`` event (the step has no record yet)."""
+    return seal(b'{"seq":%d,"agent":%s}' % (seq, orjson.dumps(agent)))
+
+
+def step_completed_body(seq: int) -> bytes:
+    """The sealed body of a ``step_completed`` event: the step's seq alone (the rest is its
+    record's, see :func:`completed_event`)."""
+    return seal(b'{"seq":%d}' % seq)
+
+
 def parse_event(sealed: bytes, where: str) -> dict[str, Any]:
-    """A sealed event body's payload (a value that is no object comes as ``{"value": …}``).
+    """A sealed event body's payload as stored (a value that is no object comes as
+    ``{"value": …}``).
+
+    Raises:
+        CheckpointCorruptedError: damaged.
+    """
+    data = unseal_json(sealed, where)
+    return data if isinstance(data, dict) else {"value": data}
+
+
+COMPLETED_FROM_STEP = ("agent", "outcome", "duration")
+"""What a ``step_completed`` event shows of its step record, after its ``seq``."""
+
+
+def completed_step(payload: dict[str, Any]) -> int | None:
+    """The seq of the step record whose facts complete a ``step_completed`` event's payload;
+    None when the payload holds them itself (written before events carried only the seq)."""
+    seq = payload.get("seq")
+    return seq if type(seq) is int and "agent" not in payload else None
+
+
+def completed_event(payload: dict[str, Any], step: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``step_completed`` event's payload as readers see it: ``seq``, ``agent``,
+    ``outcome``, ``duration``, the last three from ``step``, its step record's fields
+    (:func:`step_facts`). With no record (``step`` None: deleted, or replaced by a later
+    attempt of the step) or a payload that holds them already, the payload as stored; a
+    damaged record gives ``unreadable``."""
+    if step is None or completed_step(payload) is None:
+        return payload
+    if "unreadable" in step:
+        return {**payload, "unreadable": step["unreadable"]}
+    return {"seq": payload["seq"], **{key: step.get(key) for key in COMPLETED_FROM_STEP}}
+
+
+# --------------------------------------------------------------------- failures
+
+TRACEBACK_CHARS = 8000
+"""The end of a failed step's traceback kept in the run's error."""
+
+
+def failure_detail(
+    error: BaseException,
+    agent: str | None,
+    seq: int | None = None,
+    started: float = 0.0,
+    ended: float = 0.0,
+) -> dict[str, Any]:
+    """The facts of a run's failure: the error's type and message and the agent, and for a
+    failed step (``seq`` given) its seq, start and duration (``ended - started``)."""
+    detail: dict[str, Any] = {"type": type(error).__qualname__, "message": str(error)}
+    detail["agent"] = agent
+    if seq is not None:
+        detail.update(seq=seq, started=started, duration=ended - started)
+    return detail
+
+
+def failure_body(detail: dict[str, Any], error: BaseException | None = None) -> bytes:
+    """The sealed error of a failed run: ``detail`` (:func:`failure_detail`), with the end of
+    ``error``'s traceback when given."""
+    if error is not None:
+        text = "".join(traceback.format_exception(error))[-TRACEBACK_CHARS:]
+        detail = {**detail, "traceback": text}
+    return seal(orjson.dumps(detail))
+
+
+def parse_failure(sealed: bytes, where: str) -> dict[str, Any]:
+    """A failed run's stored error (a value that is no object comes as ``{"value": …}``).
 
     Raises:
         CheckpointCorruptedError: damaged.

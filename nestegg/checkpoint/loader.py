@@ -11,16 +11,16 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from itertools import groupby, repeat
-from operator import attrgetter, sub
+from itertools import groupby
+from operator import attrgetter
 
 from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.codec import all_intact, decode_value, rebuild, unseal
 from nestegg.checkpoint.formats import (
-    DATA_STOP,
-    data_entries,
-    data_offsets,
+    HistoryEntry,
+    block_entries,
     parse_checkpoint,
+    record_entries,
     step_data,
 )
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
@@ -36,7 +36,6 @@ from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
-    HistoryEntry,
     StoredHistory,
     run_input,
 )
@@ -86,11 +85,12 @@ def _history_entries(pieces: Sequence[StepPiece], run_id: str) -> list[HistoryEn
 def _record_entries(records: list[StepRecord], run_id: str) -> list[HistoryEntry]:
     """The entries of loose step records (see _history_entries)."""
     bodies = [record.body for record in records]
-    found = data_offsets(bodies) if all_intact(bodies) else None
-    if found is None:
-        return [entry for record in records if (entry := _entry(record, run_id)) is not None]
-    seqs, agents = map(attrgetter("seq"), records), map(attrgetter("agent"), records)
-    return data_entries(seqs, agents, bodies, found, repeat(DATA_STOP))
+    if all_intact(bodies):
+        seqs, agents = map(attrgetter("seq"), records), map(attrgetter("agent"), records)
+        entries = record_entries(seqs, agents, bodies)
+        if entries is not None:
+            return entries
+    return [entry for record in records if (entry := _entry(record, run_id)) is not None]
 
 
 def _block_entries(block: StepBlock) -> list[HistoryEntry]:
@@ -99,9 +99,7 @@ def _block_entries(block: StepBlock) -> list[HistoryEntry]:
     if not body_intact(block, head):
         _record_entries(unpack_block(block, head), block.run_id)  # names a damaged record
         raise CheckpointCorruptedError(f"{block_where(block)} failed their block's checksum")
-    seqs = range(block.first_seq, block.last_seq + 1)
-    stops = map(sub, head.ends, repeat(-DATA_STOP))
-    return data_entries(seqs, head.agents, repeat(block.body), head.data_keys, stops)
+    return block_entries(block.first_seq, head.agents, block.body, head.ends, head.data_keys)
 
 
 def _entry(record: StepRecord, run_id: str) -> HistoryEntry | None:

@@ -14,7 +14,8 @@ from nestegg.checkpoint.admission import existing_run, fork_without_start
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
-from nestegg.checkpoint.formats import Snapshot
+from nestegg.checkpoint.event_log import read_events
+from nestegg.checkpoint.formats import NO_METADATA, Snapshot
 from nestegg.checkpoint.loader import load_latest, load_state
 from nestegg.checkpoint.ownership import (
     active_runs,
@@ -146,7 +147,7 @@ class CheckpointedRuns:
             return self._existing(raced, sealed_input) if raced else None
         ctx = self.clutch.new_context(run_id, data)
         cursor = self.clutch.new_cursor(ctx)
-        base = Snapshot(0, 0, 0, "input", cursor.position(), b"{}")
+        base = Snapshot(0, 0, 0, "input", cursor.position(), NO_METADATA)
         start = PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
         return await self.execute(record, start, [], [(RUN_STARTED, {})], data)
 
@@ -554,7 +555,7 @@ class CheckpointedRuns:
         """A run's events after ``since_seq``."""
         run_id = check_name(run_id, "run id")
         store = await self.ready()
-        return [Event.from_record(e) for e in await store.read_events(run_id, since_seq)]
+        return await read_events(store, run_id, since_seq)
 
     # ------------------------------------------------------------------ cleanup
 

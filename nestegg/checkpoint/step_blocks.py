@@ -18,29 +18,15 @@ into records.
 from __future__ import annotations
 
 import bisect
-import zlib
 from collections.abc import Sequence
-from itertools import accumulate, repeat
-from operator import add, le, lt, sub
-from typing import NamedTuple
+from itertools import accumulate
 
-from nestegg.checkpoint.codec import SEALED_BODY_AT, all_intact, seal_json, unseal_json
-from nestegg.checkpoint.formats import DATA_KEY, STEP_BODY_HEAD
+from nestegg.checkpoint.codec import all_intact
+from nestegg.checkpoint.formats import BlockHead, block_checksum, block_head_body, parse_block_head
 from nestegg.checkpoint.records import StepBlock, StepRecord
-from nestegg.errors import CheckpointCorruptedError
 
 StepPiece = StepRecord | StepBlock
 """What a history is read as: a loose step record, or a block of them."""
-
-
-class BlockHead(NamedTuple):
-    """What a block's head says: for each record its agent, where it ends in the body and
-    where its ``DATA_KEY`` is (-1: no data), and the body's checksum (8 hex digits)."""
-
-    agents: list[str]
-    ends: list[int]
-    data_keys: list[int]
-    checksum: str
 
 
 def pack_block(records: Sequence[StepRecord]) -> StepBlock | None:
@@ -55,18 +41,11 @@ def pack_block(records: Sequence[StepRecord]) -> StepBlock | None:
     if not all_intact(bodies):
         return None
     body = b"".join(bodies)
-    ends = list(accumulate(map(len, bodies)))
-    bodies_at = [start + SEALED_BODY_AT for start in (0, *ends[:-1])]
-    if not all(map(body.startswith, repeat(STEP_BODY_HEAD), bodies_at)):
+    agents = [record.agent for record in records]
+    head = block_head_body(first, agents, body, list(accumulate(map(len, bodies))))
+    if head is None:
         return None
-    head = {
-        "seq": first,
-        "agents": [record.agent for record in records],
-        "ends": ends,
-        "data": list(map(body.find, repeat(DATA_KEY), bodies_at, ends)),
-        "crc": f"{zlib.crc32(body):08x}",
-    }
-    return StepBlock(records[0].run_id, first, records[-1].seq, seal_json(head), body)
+    return StepBlock(records[0].run_id, first, records[-1].seq, head, body)
 
 
 def block_where(block: StepBlock) -> str:
@@ -82,43 +61,13 @@ def read_head(block: StepBlock) -> BlockHead:
         CheckpointCorruptedError: the head is damaged or does not fit the block.
     """
     where = f"the block of {block_where(block)}"
-    head = unseal_json(block.head, where)
-    try:
-        agents, ends, data_keys = head["agents"], head["ends"], head["data"]
-        checksum = head["crc"]
-        fits = (
-            head["seq"] == block.first_seq
-            and len(agents) == len(ends) == len(data_keys) == block.last_seq - block.first_seq + 1
-            and set(map(type, agents)) == {str}
-            and set(map(type, ends)) == set(map(type, data_keys)) == {int}
-            and type(checksum) is str
-            and _bounds_fit(block.body, ends, data_keys)
-        )
-    except (KeyError, TypeError, IndexError):
-        fits = False
-    if not fits:
-        raise CheckpointCorruptedError(f"{where} does not describe its records")
-    return BlockHead(agents, ends, data_keys, checksum)
-
-
-def _bounds_fit(body: bytes, ends: list[int], data_keys: list[int]) -> bool:
-    """Whether the records' ends rise to the body's end, and each data key is -1 (no data)
-    or inside its own record's body with room for some data and the two closing braces."""
-    starts = [0, *ends[:-1]]
-    with_data = len(data_keys) - data_keys.count(-1)
-    lowest = map(add, starts, repeat(SEALED_BODY_AT))
-    highest = map(sub, ends, repeat(len(DATA_KEY) + 3))
-    return (
-        ends[-1] == len(body)
-        and all(map(lt, starts, ends))
-        and sum(map(le, lowest, data_keys)) == with_data  # never true for a -1
-        and all(map(le, data_keys, highest))
-    )
+    count = block.last_seq - block.first_seq + 1
+    return parse_block_head(block.head, where, block.first_seq, count, block.body)
 
 
 def body_intact(block: StepBlock, head: BlockHead) -> bool:
     """Whether the block's body is what its head's checksum says (every record at once)."""
-    return f"{zlib.crc32(block.body):08x}" == head.checksum
+    return block_checksum(block.body) == head.checksum
 
 
 def unpack_block(block: StepBlock, head: BlockHead | None = None) -> list[StepRecord]:

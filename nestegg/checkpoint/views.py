@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.checkpoint.codec import decode_value, unseal_json, unseal_value
-from nestegg.checkpoint.formats import parse_event
+from nestegg.checkpoint.codec import decode_value, unseal_value
+from nestegg.checkpoint.formats import (
+    HistoryEntry,
+    completed_event,
+    parse_event,
+    parse_failure,
+)
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
+from nestegg.constants import STEP_COMPLETED
 
 
 def to_datetime(seconds: float | None) -> datetime | None:
@@ -39,7 +45,7 @@ class RunInfo:
         """The view of a stored run; ``error`` is that of its last failure while it is failed."""
         error = None
         if run.error is not None and run.status == "failed":
-            error = unseal_json(run.error, f"error of run {run.run_id!r}")
+            error = parse_failure(run.error, f"error of run {run.run_id!r}")
         return cls(
             run_id=run.run_id,
             pipeline=run.pipeline,
@@ -88,11 +94,6 @@ class CheckpointInfo:
             created_at=to_datetime(record.created_at) or datetime.now(UTC),
             reason=record.reason,
         )
-
-
-HistoryEntry = tuple[int, str, bytes, int, int | None]
-"""``(seq, agent, raw, start, stop)`` of a stored step: its data as JSON is
-``raw[start:stop]`` (``raw`` is the step's sealed record, or the data JSON itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,15 +181,23 @@ class Event:
     data: dict[str, Any]
 
     @classmethod
-    def from_record(cls, record: EventRecord) -> Event:
-        """The view of a stored event."""
+    def from_record(cls, record: EventRecord, step: dict[str, Any] | None = None) -> Event:
+        """The view of a stored event; a ``step_completed`` event takes its step's agent,
+        outcome and duration from ``step``, the fields of the step record that completes it
+        (see :mod:`~nestegg.checkpoint.event_log`; None: its payload as stored).
+
+        Raises:
+            CheckpointCorruptedError: the event is damaged.
+        """
         data = parse_event(record.body, f"event {record.seq} of run {record.run_id!r}")
+        if step is not None and record.kind == STEP_COMPLETED:
+            data = completed_event(data, step)
         return cls(
             run_id=record.run_id,
             seq=record.seq,
             at=to_datetime(record.at) or datetime.now(UTC),
             kind=record.kind,
-            data=data if isinstance(data, dict) else {"value": data},
+            data=data,
         )
 
 

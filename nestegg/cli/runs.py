@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nestegg.checkpoint.event_log import StepFacts, step_facts_for
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -341,9 +342,9 @@ def diff_command(
             out.line(f"~ {change.path}: {shown(change.old)} -> {shown(change.new)}")
 
 
-def _event_row(record: EventRecord) -> dict[str, Any]:
+def _event_row(record: EventRecord, steps: StepFacts) -> dict[str, Any]:
     try:
-        return reading.event_row(Event.from_record(record))
+        return reading.event_row(Event.from_record(record, steps.get(record.seq)))
     except CheckpointCorruptedError as error:
         at = to_datetime(record.at)
         return {
@@ -377,8 +378,10 @@ async def _follow(
     shown_calls: set[tuple[int, int]] = set()
     while True:
         run = await reading.get_run(store, run_id)
-        for record in await store.read_events(run_id, since):
-            _print_event(out, _event_row(record))
+        records = await store.read_events(run_id, since)
+        steps = await step_facts_for(store, run_id, records)
+        for record in records:
+            _print_event(out, _event_row(record, steps))
             since = record.seq
         if run.status != RUNNING:  # its last events were committed with the status
             return
@@ -448,7 +451,9 @@ def events_command(
             await _follow(opened, out, run_id, since, poll_interval)
             return
         await reading.get_run(opened, run_id)
-        for record in await opened.read_events(run_id, since):
-            _print_event(out, _event_row(record))
+        records = await opened.read_events(run_id, since)
+        steps = await step_facts_for(opened, run_id, records)
+        for record in records:
+            _print_event(out, _event_row(record, steps))
 
     run_with_store(ctx, store, work, read_only=True)

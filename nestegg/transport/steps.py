@@ -19,8 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.checkpointer import Checkpointer
-from nestegg.checkpoint.codec import seal_json
-from nestegg.checkpoint.formats import Snapshot, event_body
+from nestegg.checkpoint.formats import Snapshot, event_body, failure_body, failure_detail
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
 from nestegg.constants import (
@@ -407,8 +406,8 @@ class StepRunner:
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
         """Record that the run cannot be continued (its state does not fit the pipeline)."""
         log.error("run %r cannot continue: %s", claimed.run_id, error)
-        detail = {"type": type(error).__qualname__, "message": str(error), "agent": None}
-        commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=seal_json(detail))
+        failure = failure_body(failure_detail(error, None))
+        commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=failure)
         event_seq = claimed.event_seq + 1
         body = event_body({"steps": claimed.step_seq})
         commit.events.append(EventRecord(claimed.run_id, event_seq, time.time(), RUN_FAILED, body))

@@ -8,16 +8,31 @@ import pytest
 from nestegg.checkpoint.codec import encode_value, seal, unseal
 from nestegg.checkpoint.formats import (
     Snapshot,
+    block_checksum,
+    block_data_keys,
+    block_entries,
+    block_head_body,
+    block_keys_fit,
     checkpoint_body,
+    completed_event,
+    completed_step,
     event_body,
+    failure_body,
+    failure_detail,
     journal_error_body,
     journal_result_body,
+    parse_block_head,
     parse_checkpoint,
     parse_event,
+    parse_failure,
     parse_journal,
     parse_step,
+    record_entries,
     step_body,
+    step_completed_body,
     step_data,
+    step_facts,
+    step_started_body,
     step_with_data,
 )
 from nestegg.errors import CheckpointCorruptedError
@@ -52,6 +67,42 @@ def test_a_forked_step_record_holds_the_replaced_data_last() -> None:
         b'"target":null,"started":1764000000.123456,"duration":0.000123,"data":["y"]}}'
     )
     assert parse_step(replaced, "step 1")["data"] == ["y"]
+
+
+def test_the_data_of_step_records_is_found_in_place() -> None:
+    [entry] = record_entries([1, 2], ["enrich", "route"], [STEP, HANDOVER]) or []
+    seq, agent, raw, start, stop = entry
+    assert (seq, agent, raw[start:stop]) == (1, "enrich", b'{"x":[1,"\xc3\xa9"]}')
+    assert record_entries([1], ["a"], [b'{"crc":"00000000","body":{"other":1}}']) is None
+
+
+def test_a_block_finds_and_checks_where_its_records_data_lies() -> None:
+    body, ends = STEP + HANDOVER, [len(STEP), len(STEP + HANDOVER)]
+    keys = block_data_keys(body, ends)
+    assert keys == [STEP.index(b',"data":'), -1]
+    assert block_keys_fit(body, ends, keys)
+    assert not block_keys_fit(body, ends, [keys[0], len(STEP) + 5])  # inside the seal
+    assert not block_keys_fit(body, [ends[0], ends[1] - 1], keys)  # does not end the body
+    assert not block_keys_fit(body, ends, [len(STEP) - 5, -1])  # no room for the data
+    [(seq, agent, raw, start, stop)] = block_entries(7, ["enrich", "route"], body, ends, keys)
+    assert (seq, agent, raw[start:stop]) == (7, "enrich", b'{"x":[1,"\xc3\xa9"]}')
+    assert block_data_keys(body + b'{"crc":"00000000","body":[1]}', [*ends, len(body) + 30]) is None
+
+
+def test_a_block_head_is_byte_for_byte_as_stored() -> None:
+    body, ends = STEP + HANDOVER, [len(STEP), len(STEP + HANDOVER)]
+    head = block_head_body(7, ["enrich", "route"], body, ends)
+    assert head is not None
+    key = STEP.index(b',"data":')
+    assert (
+        head == b'{"crc":"' + head[8:16] + b'","body":{"seq":7,"agents":["enrich","route"],'
+        b'"ends":[%d,%d],"data":[%d,-1],"crc":"%s"}}' % (*ends, key, block_checksum(body).encode())
+    )
+    parsed = parse_block_head(head, "block", 7, 2, body)
+    assert parsed == (["enrich", "route"], ends, [key, -1], block_checksum(body))
+    with pytest.raises(CheckpointCorruptedError, match="block does not describe its records"):
+        parse_block_head(head, "block", 8, 2, body)
+    assert block_head_body(7, ["a"], b'{"crc":"00000000","body":[1]}', [29]) is None
 
 
 def test_a_checkpoint_body_is_byte_for_byte_as_stored() -> None:
@@ -111,10 +162,71 @@ def test_events_are_byte_for_byte_as_stored() -> None:
     assert parse_event(sealed, "event 1") == payload
 
 
+def test_step_events_carry_what_the_step_record_lacks() -> None:
+    started = step_started_body(4, "enrich")
+    assert started == b'{"crc":"' + started[8:16] + b'","body":{"seq":4,"agent":"enrich"}}'
+    assert started == event_body({"seq": 4, "agent": "enrich"})
+    done = step_completed_body(4)
+    assert done == b'{"crc":"' + done[8:16] + b'","body":{"seq":4}}'
+    assert parse_event(done, "event") == {"seq": 4}
+
+
+def test_a_step_completed_event_reads_with_its_records_facts() -> None:
+    facts = step_facts(STEP, "step 4")
+    assert facts == {
+        "agent": "enrich",
+        "outcome": "completed",
+        "target": None,
+        "started": 1764000000.123456,
+        "duration": 0.000123,
+    }
+    assert step_facts(HANDOVER, "step 5")["target"] == "other"
+    assert completed_step({"seq": 4}) == 4
+    shown = completed_event({"seq": 4}, facts)
+    assert shown == {"seq": 4, "agent": "enrich", "outcome": "completed", "duration": 0.000123}
+    assert list(shown) == ["seq", "agent", "outcome", "duration"]
+    assert completed_event({"seq": 4}, None) == {"seq": 4}  # its record is gone
+    assert completed_event({"seq": 4}, {"unreadable": "bad"}) == {"seq": 4, "unreadable": "bad"}
+
+
+def test_a_step_completed_event_written_before_reads_as_stored() -> None:
+    old = {"seq": 1, "agent": "a", "outcome": "completed", "duration": 0.5}
+    assert parse_event(event_body(old), "event 1") == old
+    assert completed_step(old) is None
+    assert completed_event(old, step_facts(STEP, "step 1")) == old
+
+
+def test_a_failure_is_byte_for_byte_as_stored() -> None:
+    unfit = failure_body(failure_detail(ValueError("bad"), None))
+    assert (
+        unfit == b'{"crc":"' + unfit[8:16] + b'","body":{"type":"ValueError","message":"bad",'
+        b'"agent":null}}'
+    )
+    assert parse_failure(unfit, "error") == {"type": "ValueError", "message": "bad", "agent": None}
+    detail = failure_detail(KeyError("k"), "fetch", 3, 10.0, 10.5)
+    assert detail == {
+        "type": "KeyError",
+        "message": "'k'",
+        "agent": "fetch",
+        "seq": 3,
+        "started": 10.0,
+        "duration": 0.5,
+    }
+    try:
+        raise KeyError("k")
+    except KeyError as error:
+        raised = error
+    stored = parse_failure(failure_body(detail, raised), "error")
+    assert list(stored) == [*detail, "traceback"]
+    assert "raise KeyError" in stored["traceback"] and "traceback" not in detail
+
+
 def test_damaged_or_foreign_bodies_raise_checkpoint_corrupted_naming_where() -> None:
     with pytest.raises(CheckpointCorruptedError, match="step 4"):
         parse_step(STEP.replace(b"enrich", b"enrick"), "step 4")
     with pytest.raises(CheckpointCorruptedError, match="step 5 is not a step record"):
         step_data(b"[1]", "step 5")
+    with pytest.raises(CheckpointCorruptedError, match="step 6"):
+        step_facts(HANDOVER.replace(b"route", b"roule"), "step 6")
     with pytest.raises(CheckpointCorruptedError, match="checkpoint c lacks its fields"):
         parse_checkpoint(event_body([1]), "checkpoint c")  # type: ignore[arg-type]

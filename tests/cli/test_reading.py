@@ -233,6 +233,11 @@ def test_events(cli: Cli, filled_any: Filled) -> None:
     assert [orjson.loads(line)["seq"] for line in later.stdout.splitlines()] == [10, 11]
     text = cli("events", filled_any.ok, "--store", filled_any.url).stdout.splitlines()
     assert "step_completed" in text[2] and "agent=fetch" in text[2]
+    # the event stores the seq alone; its agent, outcome and duration come from the step
+    assert text[2].split()[4:7] == ["seq=1", "agent=fetch", "outcome=completed"]
+    assert text[2].split()[7].startswith("duration=")
+    completed = [e["data"] for e in events if e["kind"] == "step_completed"]
+    assert [list(data) for data in completed] == [["seq", "agent", "outcome", "duration"]] * 3
 
 
 def test_events_follow_until_the_run_finishes(cli: Cli, local_url: str) -> None:
@@ -262,6 +267,8 @@ def test_events_follow_until_the_run_finishes(cli: Cli, local_url: str) -> None:
     kinds = [line.split()[3] for line in result.stdout.splitlines()]
     assert kinds[0] == "run_started" and kinds[-1] == "run_completed"
     assert kinds.count("step_completed") == 4
+    completed = [line for line in result.stdout.splitlines() if "step_completed" in line]
+    assert all(" agent=" in line and " outcome=" in line for line in completed)
     assert time.monotonic() - started < 15
 
 
