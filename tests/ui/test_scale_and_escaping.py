@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +23,6 @@ from tests.ui.pipelines import (
 )
 
 LONG_STEPS = 10_000
-OPEN_BOUND_SECONDS = 1.0
-"""A 10,000-step run's page must open within this (the best of three tries)."""
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +41,19 @@ def long_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
 
 
-def test_a_run_of_10000_steps_opens_in_under_a_second(long_run: str) -> None:
+def test_a_run_of_10000_steps_opens_on_a_window_of_its_steps(long_run: str) -> None:
+    """The page holds the newest steps and links to earlier ones (bench/ui_pages.py times it)."""
     with client_for(UISettings(store_url=long_run)) as client:
-        timings = []
-        for _ in range(3):
-            started = time.perf_counter()
-            page = client.get("/runs/long")
-            timings.append(time.perf_counter() - started)
-            assert page.status_code == 200
-        print(f"10,000-step run page: {', '.join(f'{t * 1000:.0f} ms' for t in timings)}")
+        page = client.get("/runs/long")
+        assert page.status_code == 200
         seqs = [int(s) for s in re.findall(r'<tr class="step [^"]*" data-seq="(\d+)"', page.text)]
         assert seqs == list(range(LONG_STEPS - STEP_WINDOW + 1, LONG_STEPS + 1))
-        assert min(timings) < OPEN_BOUND_SECONDS
         earlier = client.get("/runs/long", params={"before": 201})
         seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', earlier.text)]
         assert seqs == list(range(1, 201))
         assert 'href="/runs/long?before=' in page.text  # the way to earlier steps
-        started = time.perf_counter()
         detail = client.get(f"/runs/long/steps/{LONG_STEPS - 1}")
-        took = time.perf_counter() - started
-        print(f"a step's details: {took * 1000:.0f} ms")
-        assert detail.status_code == 200 and took < OPEN_BOUND_SECONDS
+        assert detail.status_code == 200
 
 
 def test_the_runs_table_pages_through_many_runs(tmp_path: Path) -> None:
