@@ -12,7 +12,7 @@ their indexes and TOAST after a ``CHECKPOINT``; Redis: ``MEMORY USAGE`` of the k
 Then NestEggSaver's bytes per step at 100, 1,000 and 10,000 steps (linear storage).
 
     .venv-bench/bin/python bench/langgraph_saver.py [--steps 1000] [--reps 3]
-        [--linear 100 1000 10000]
+        [--linear 100 1000 10000] [--stores sqlite postgres redis]
 """
 
 from __future__ import annotations
@@ -114,16 +114,22 @@ SIDES: dict[str, Callable[[int], Sample]] = {
     "NestEggSaver (PostgreSQL)": nestegg_postgres,
     "NestEggSaver (Redis)": nestegg_redis,
 }
+STORES = {
+    "sqlite": ("LangGraph SqliteSaver", "NestEggSaver (SQLite)"),
+    "postgres": ("LangGraph PostgresSaver", "NestEggSaver (PostgreSQL)"),
+    "redis": ("NestEggSaver (Redis)",),
+}
+"""The sides each ``--stores`` choice runs."""
 PAIRS = (
     ("NestEggSaver (SQLite)", "LangGraph SqliteSaver"),
     ("NestEggSaver (PostgreSQL)", "LangGraph PostgresSaver"),
 )
 
 
-def side_by_side(steps: int, reps: int) -> Table:
-    samples: dict[str, list[Sample]] = {name: [] for name in SIDES}
+def side_by_side(steps: int, reps: int, sides: list[str]) -> Table:
+    samples: dict[str, list[Sample]] = {name: [] for name in sides}
     for rep in range(reps):
-        names = list(SIDES) if rep % 2 == 0 else list(reversed(SIDES))
+        names = sides if rep % 2 == 0 else list(reversed(sides))
         for name in names:
             samples[name].append(SIDES[name](steps))
             print(f"  {name} rep {rep + 1}: {samples[name][-1]}", flush=True)
@@ -134,10 +140,10 @@ def side_by_side(steps: int, reps: int) -> Table:
         ["saver", "steps/s", "stored", "vs LangGraph: steps/s", "vs LangGraph: less stored"],
     )
     anchors = dict(PAIRS)
-    for name in SIDES:
+    for name in sides:
         anchor = anchors.get(name)
-        speed = fmt_ratio(rate[name] / rate[anchor]) if anchor else ""
-        less = fmt_ratio(stored[anchor] / stored[name]) if anchor else ""
+        speed = fmt_ratio(rate[name] / rate[anchor]) if anchor in rate else ""
+        less = fmt_ratio(stored[anchor] / stored[name]) if anchor in stored else ""
         table.rows.append([name, fmt_int(rate[name]), fmt_bytes(stored[name]), speed, less])
     return table
 
@@ -160,10 +166,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--linear", type=int, nargs="*", default=[100, 1000, 10_000])
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        choices=sorted(STORES),
+        default=sorted(STORES),
+        help="run only these stores' savers (each with its LangGraph anchor)",
+    )
     args = parser.parse_args()
     with psycopg.Connection.connect(PG_URL):  # fail early without the server
         pass
-    tables = [side_by_side(args.steps, args.reps)]
+    sides = [name for name in SIDES if any(name in STORES[s] for s in args.stores)]
+    tables = [side_by_side(args.steps, args.reps, sides)]
     if args.linear:
         tables.append(linear(args.linear))
     print_tables(tables)
