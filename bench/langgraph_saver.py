@@ -29,8 +29,17 @@ from typing import Any
 
 import psycopg
 from checkpoint_vs_langgraph import truncate_wal
-from floors import PG_URL, REDIS_URL
-from harness import Table, directory_bytes, fmt_bytes, fmt_int, fmt_ratio, median, print_tables
+from floors import PG_URL, REDIS_URL, Floors
+from harness import (
+    Table,
+    directory_bytes,
+    fmt_bytes,
+    fmt_int,
+    fmt_ratio,
+    fmt_us,
+    median,
+    print_tables,
+)
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_workload import build_loop, run_loop
 from server_stores import (
@@ -48,11 +57,15 @@ from nestegg.langgraph import NestEggSaver
 
 Sample = tuple[float, int]
 """Seconds and bytes stored."""
+FLOOR_OPS = 200
+"""Autocommit inserts timed for the PostgreSQL commit floor of a repetition."""
 
 
 def timed_loop(store: Any, steps: int) -> float:
-    """Seconds the loop graph takes on a NestEggSaver over ``store`` (closed afterwards)."""
+    """Seconds the loop graph takes on a NestEggSaver over ``store`` (closed afterwards);
+    set up before the clock starts, as the LangGraph savers are."""
     with NestEggSaver(store, close_storage=True) as saver:
+        saver.setup()
         app = build_loop(saver, steps)
         start = time.perf_counter()
         run_loop(app, "t", steps)
@@ -126,9 +139,23 @@ PAIRS = (
 )
 
 
+async def pg_commit_floor() -> float:
+    """Mean seconds of an autocommit INSERT of a ~1 KB row (one commit, WAL flushed)."""
+    with tempfile.TemporaryDirectory(prefix="lg-floor-") as tmp:
+        probes = Floors(Path(tmp))
+        await probes.open_servers()
+        try:
+            return await probes.pg_insert(FLOOR_OPS)
+        finally:
+            await probes.close()
+
+
 def side_by_side(steps: int, reps: int, sides: list[str]) -> Table:
     samples: dict[str, list[Sample]] = {name: [] for name in sides}
+    floors: list[float] = []
     for rep in range(reps):
+        if "LangGraph PostgresSaver" in sides:
+            floors.append(asyncio.run(pg_commit_floor()))
         names = sides if rep % 2 == 0 else list(reversed(sides))
         for name in names:
             samples[name].append(SIDES[name](steps))
@@ -145,6 +172,19 @@ def side_by_side(steps: int, reps: int, sides: list[str]) -> Table:
         speed = fmt_ratio(rate[name] / rate[anchor]) if anchor in rate else ""
         less = fmt_ratio(stored[anchor] / stored[name]) if anchor in stored else ""
         table.rows.append([name, fmt_int(rate[name]), fmt_bytes(stored[name]), speed, less])
+    for name, anchor in PAIRS:
+        if name in samples and anchor in samples:
+            per_rep = ", ".join(
+                f"{a:.2f} s / {n:.2f} s = {fmt_ratio(a / n)}"
+                for (n, _), (a, _) in zip(samples[name], samples[anchor], strict=True)
+            )
+            table.notes.append(f"{anchor} / {name}, per repetition: {per_rep}")
+    if floors:
+        table.notes.append(
+            f"PostgreSQL commit floor (an autocommit INSERT of ~1 KB, {FLOOR_OPS} in a row "
+            f"before each repetition): median {fmt_us(median(floors))} µs "
+            f"({', '.join(fmt_us(f) for f in floors)})"
+        )
     return table
 
 

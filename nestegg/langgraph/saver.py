@@ -121,6 +121,15 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
         return await self._loop_thread().arun(self._ready_then(coro))
 
+    def setup(self) -> None:
+        """Set the store up now (its tables, its connections), as LangGraph's own savers
+        do in ``setup()``; else the first call does it. Calling it again does nothing."""
+        self._run(_done())
+
+    async def asetup(self) -> None:
+        """Async :meth:`setup`."""
+        await self._arun(_done())
+
     def close(self) -> None:
         """Close the store (and stop the thread that served it) if the saver opened it."""
         if self._loop is None:
@@ -280,3 +289,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`."""
         await self._arun(prune(self._core, thread_ids, strategy))
+
+
+async def _done() -> None:
+    """Nothing: what :meth:`NestEggSaver.setup` runs once the store is set up."""

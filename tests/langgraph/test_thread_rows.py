@@ -1,11 +1,17 @@
 """The ThreadStore capability itself on every store: what one change does when it keeps and
-replaces rows at once (the saver's commit of a checkpoint with its task's writes)."""
+replaces rows at once (the saver's commit of a checkpoint with its task's writes); and the
+saver's ``setup``."""
 
 from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
 from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadChange, ThreadRow
+from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.rows import prefix_range
 from tests.langgraph.conftest import SaverFactory, kinds
 
@@ -59,3 +65,22 @@ async def test_a_key_both_kept_and_replaced_in_one_change_ends_replaced(
     ]
     [info] = await store.list_threads()
     assert (info.thread_id, info.rows) == ("t", 2)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_setup_creates_the_thread_tables_before_any_thread_call(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    db = tmp_path / "graph.db"
+    saver = NestEggSaver.from_url(f"sqlite:///{db}")
+    try:
+        for _ in range(2):  # a second setup does nothing
+            if asynchronous:
+                await saver.asetup()
+            else:
+                saver.setup()
+        with closing(sqlite3.connect(db)) as conn:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"lg_threads", "lg_rows"} <= tables
+    finally:
+        await saver.aclose()
