@@ -40,8 +40,10 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     Args:
         storage: a nestegg store with the ThreadStore capability; the saver sets it up on
-            first use and calls it from a thread of its own, shared by every saver over
-            that store (so pass a store that is not used from another event loop).
+            first use and calls it on one event loop, shared by every saver over that
+            store: run by the sync caller's own thread while only sync code calls, on a
+            thread of its own from the first async call (so pass a store that is not used
+            from another event loop).
         serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
         ttl: delete threads not written for this long (checked on the write path).
         keep_latest: keep this many checkpoints per thread namespace (on every write).
