@@ -58,12 +58,14 @@ async def test_an_async_call_moves_the_loop_to_its_thread_and_sync_calls_follow(
 
 
 async def test_a_sync_call_from_an_event_loop_before_any_async_one(tmp_path: Path) -> None:
+    before = len(_loop_threads())
     saver = NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}")
     try:
         assert saver.get_tuple({"configurable": {"thread_id": "none"}}) is None
-        assert len(_loop_threads()) >= 1
+        assert len(_loop_threads()) == before + 1  # this thread's loop is running
     finally:
         await saver.aclose()
+    assert len(_loop_threads()) == before
 
 
 def test_a_call_from_the_running_loop_itself_is_refused_not_deadlocked() -> None:
