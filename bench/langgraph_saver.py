@@ -12,7 +12,7 @@ their indexes and TOAST after a ``CHECKPOINT``; Redis: ``MEMORY USAGE`` of the k
 Then NestEggSaver's bytes per step at 100, 1,000 and 10,000 steps (linear storage).
 
     .venv-bench/bin/python bench/langgraph_saver.py [--steps 1000] [--reps 3]
-        [--linear 100 1000 10000]
+        [--linear 100 1000 10000] [--stores sqlite postgres redis]
 """
 
 from __future__ import annotations
@@ -29,8 +29,17 @@ from typing import Any
 
 import psycopg
 from checkpoint_vs_langgraph import truncate_wal
-from floors import PG_URL, REDIS_URL
-from harness import Table, directory_bytes, fmt_bytes, fmt_int, fmt_ratio, median, print_tables
+from floors import PG_URL, REDIS_URL, Floors
+from harness import (
+    Table,
+    directory_bytes,
+    fmt_bytes,
+    fmt_int,
+    fmt_ratio,
+    fmt_us,
+    median,
+    print_tables,
+)
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_workload import build_loop, run_loop
 from server_stores import (
@@ -48,11 +57,15 @@ from nestegg.langgraph import NestEggSaver
 
 Sample = tuple[float, int]
 """Seconds and bytes stored."""
+FLOOR_OPS = 200
+"""Autocommit inserts timed for the PostgreSQL commit floor of a repetition."""
 
 
 def timed_loop(store: Any, steps: int) -> float:
-    """Seconds the loop graph takes on a NestEggSaver over ``store`` (closed afterwards)."""
+    """Seconds the loop graph takes on a NestEggSaver over ``store`` (closed afterwards);
+    set up before the clock starts, as the LangGraph savers are."""
     with NestEggSaver(store, close_storage=True) as saver:
+        saver.setup()
         app = build_loop(saver, steps)
         start = time.perf_counter()
         run_loop(app, "t", steps)
@@ -114,16 +127,36 @@ SIDES: dict[str, Callable[[int], Sample]] = {
     "NestEggSaver (PostgreSQL)": nestegg_postgres,
     "NestEggSaver (Redis)": nestegg_redis,
 }
+STORES = {
+    "sqlite": ("LangGraph SqliteSaver", "NestEggSaver (SQLite)"),
+    "postgres": ("LangGraph PostgresSaver", "NestEggSaver (PostgreSQL)"),
+    "redis": ("NestEggSaver (Redis)",),
+}
+"""The sides each ``--stores`` choice runs."""
 PAIRS = (
     ("NestEggSaver (SQLite)", "LangGraph SqliteSaver"),
     ("NestEggSaver (PostgreSQL)", "LangGraph PostgresSaver"),
 )
 
 
-def side_by_side(steps: int, reps: int) -> Table:
-    samples: dict[str, list[Sample]] = {name: [] for name in SIDES}
+async def pg_commit_floor() -> float:
+    """Mean seconds of an autocommit INSERT of a ~1 KB row (one commit, WAL flushed)."""
+    with tempfile.TemporaryDirectory(prefix="lg-floor-") as tmp:
+        probes = Floors(Path(tmp))
+        await probes.open_servers()
+        try:
+            return await probes.pg_insert(FLOOR_OPS)
+        finally:
+            await probes.close()
+
+
+def side_by_side(steps: int, reps: int, sides: list[str]) -> Table:
+    samples: dict[str, list[Sample]] = {name: [] for name in sides}
+    floors: list[float] = []
     for rep in range(reps):
-        names = list(SIDES) if rep % 2 == 0 else list(reversed(SIDES))
+        if "LangGraph PostgresSaver" in sides:
+            floors.append(asyncio.run(pg_commit_floor()))
+        names = sides if rep % 2 == 0 else list(reversed(sides))
         for name in names:
             samples[name].append(SIDES[name](steps))
             print(f"  {name} rep {rep + 1}: {samples[name][-1]}", flush=True)
@@ -134,11 +167,24 @@ def side_by_side(steps: int, reps: int) -> Table:
         ["saver", "steps/s", "stored", "vs LangGraph: steps/s", "vs LangGraph: less stored"],
     )
     anchors = dict(PAIRS)
-    for name in SIDES:
+    for name in sides:
         anchor = anchors.get(name)
-        speed = fmt_ratio(rate[name] / rate[anchor]) if anchor else ""
-        less = fmt_ratio(stored[anchor] / stored[name]) if anchor else ""
+        speed = fmt_ratio(rate[name] / rate[anchor]) if anchor in rate else ""
+        less = fmt_ratio(stored[anchor] / stored[name]) if anchor in stored else ""
         table.rows.append([name, fmt_int(rate[name]), fmt_bytes(stored[name]), speed, less])
+    for name, anchor in PAIRS:
+        if name in samples and anchor in samples:
+            per_rep = ", ".join(
+                f"{a:.2f} s / {n:.2f} s = {fmt_ratio(a / n)}"
+                for (n, _), (a, _) in zip(samples[name], samples[anchor], strict=True)
+            )
+            table.notes.append(f"{anchor} / {name}, per repetition: {per_rep}")
+    if floors:
+        table.notes.append(
+            f"PostgreSQL commit floor (an autocommit INSERT of ~1 KB, {FLOOR_OPS} in a row "
+            f"before each repetition): median {fmt_us(median(floors))} µs "
+            f"({', '.join(fmt_us(f) for f in floors)})"
+        )
     return table
 
 
@@ -160,10 +206,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--linear", type=int, nargs="*", default=[100, 1000, 10_000])
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        choices=sorted(STORES),
+        default=sorted(STORES),
+        help="run only these stores' savers (each with its LangGraph anchor)",
+    )
     args = parser.parse_args()
     with psycopg.Connection.connect(PG_URL):  # fail early without the server
         pass
-    tables = [side_by_side(args.steps, args.reps)]
+    sides = [name for name in SIDES if any(name in STORES[s] for s in args.stores)]
+    tables = [side_by_side(args.steps, args.reps, sides)]
     if args.linear:
         tables.append(linear(args.linear))
     print_tables(tables)

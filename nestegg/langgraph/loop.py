@@ -1,8 +1,12 @@
-"""The saver's own event loop, on a thread: every store call runs there.
+"""The saver's own event loop: every store call runs there.
 
-LangGraph calls a saver from sync code (``invoke``) and from any event loop
-(``ainvoke``); a store's connections belong to one loop. So the saver keeps one loop on a
-daemon thread and runs each store call on it.
+LangGraph calls a saver from sync code (``invoke``, from its worker threads) and from any
+event loop (``ainvoke``); a store's connections belong to one loop. So each store gets one
+loop. While only sync code calls it, the calling thread runs the loop for the length of
+its call (one at a time, under a lock): no hop to another thread and back, which costs
+two thread wake-ups a call. From the first call made from an event loop (or from sync
+code on a thread whose own loop is running) the loop runs on a daemon thread of its own
+instead, and every call is handed to it.
 """
 
 from __future__ import annotations
@@ -16,23 +20,55 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class LoopThread:
-    """An event loop running on a thread of its own until :meth:`stop`."""
+    """An event loop run by its sync callers, or on a thread of its own once an async
+    caller came, until :meth:`stop`."""
 
     def __init__(self, name: str = "nestegg-langgraph") -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._inline = threading.Lock()  # held while a caller runs the loop itself
+        self._thread: threading.Thread | None = None
+        self._runner: int | None = None  # the thread running the loop itself, if one is
+
+    def _start_thread(self) -> threading.Thread:
+        with self._inline:
+            if self._thread is None:
+                thread = threading.Thread(
+                    target=self._loop.run_forever, name=self._name, daemon=True
+                )
+                thread.start()
+                self._thread = thread
+            return self._thread
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for it (from a thread that is not the loop's)."""
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._thread or threading.get_ident() == self._runner:
             coro.close()
             raise RuntimeError("LoopThread.run called from its own loop")
+        if self._thread is None and not _in_event_loop():
+            with self._inline:
+                if self._thread is None:
+                    self._runner = threading.get_ident()
+                    try:
+                        return self._loop.run_until_complete(coro)
+                    finally:
+                        self._runner = None
+        self._start_thread()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and await it from another loop."""
+        if self._thread is None:
+            await asyncio.to_thread(self._start_thread)  # waits out a sync caller's run
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return await asyncio.wrap_future(future)
 
@@ -41,9 +77,14 @@ class LoopThread:
         return not self._loop.is_closed()
 
     def stop(self) -> None:
-        if not self._loop.is_closed():
+        if self._loop.is_closed():
+            return
+        if self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
+            self._loop.close()
+            return
+        with self._inline:
             self._loop.close()
 
 

@@ -40,8 +40,10 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     Args:
         storage: a nestegg store with the ThreadStore capability; the saver sets it up on
-            first use and calls it from a thread of its own, shared by every saver over
-            that store (so pass a store that is not used from another event loop).
+            first use and calls it on one event loop, shared by every saver over that
+            store: run by the sync caller's own thread while only sync code calls, on a
+            thread of its own from the first async call (so pass a store that is not used
+            from another event loop).
         serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
         ttl: delete threads not written for this long (checked on the write path).
         keep_latest: keep this many checkpoints per thread namespace (on every write).
@@ -120,6 +122,15 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
         return await self._loop_thread().arun(self._ready_then(coro))
+
+    def setup(self) -> None:
+        """Set the store up now (its tables, its connections), as LangGraph's own savers
+        do in ``setup()``; else the first call does it. Calling it again does nothing."""
+        self._run(_done())
+
+    async def asetup(self) -> None:
+        """Async :meth:`setup`."""
+        await self._arun(_done())
 
     def close(self) -> None:
         """Close the store (and stop the thread that served it) if the saver opened it."""
@@ -280,3 +291,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`."""
         await self._arun(prune(self._core, thread_ids, strategy))
+
+
+async def _done() -> None:
+    """Nothing: what :meth:`NestEggSaver.setup` runs once the store is set up."""

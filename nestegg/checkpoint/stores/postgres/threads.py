@@ -15,15 +15,16 @@ from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRo
 T = TypeVar("T")
 
 _QUERIES = {
-    # A change without deletes in one statement (one round trip): the new rows, then the
-    # thread's time (rewritten only when it moved by a second or more: a row update less
-    # per step).
+    # A change without deletes in one statement (one round trip, one commit): the rows
+    # to keep if present and the rows to replace (their keys apart), then the thread's
+    # time (rewritten only when it moved by a second or more: a row update less per step).
+    # The arrays go in binary (%b): no hex encoding and escaping of the bodies.
     "put_rows": "WITH n AS (INSERT INTO {lg_rows} (thread_id, kind, key, body) "
-    "SELECT %(thread)s, k, key, body FROM unnest(%(nk)s::text[], %(nkey)s::text[], "
-    "%(nbody)s::bytea[]) AS x(k, key, body) ON CONFLICT (thread_id, kind, key) DO NOTHING), "
+    "SELECT %(thread)s, k, key, body FROM unnest(%(nk)b::text[], %(nkey)b::text[], "
+    "%(nbody)b::bytea[]) AS x(k, key, body) ON CONFLICT (thread_id, kind, key) DO NOTHING), "
     "p AS (INSERT INTO {lg_rows} (thread_id, kind, key, body) "
-    "SELECT %(thread)s, k, key, body FROM unnest(%(pk)s::text[], %(pkey)s::text[], "
-    "%(pbody)s::bytea[]) AS x(k, key, body) "
+    "SELECT %(thread)s, k, key, body FROM unnest(%(pk)b::text[], %(pkey)b::text[], "
+    "%(pbody)b::bytea[]) AS x(k, key, body) "
     "ON CONFLICT (thread_id, kind, key) DO UPDATE SET body = EXCLUDED.body) "
     "INSERT INTO {lg_threads} (thread_id, updated_at) VALUES (%(thread)s, %(now)s) "
     "ON CONFLICT (thread_id) DO UPDATE SET updated_at = EXCLUDED.updated_at "
@@ -53,6 +54,16 @@ _QUERIES = {
 }
 
 
+def _overlap(change: ThreadChange) -> bool:
+    """True if a row of ``put`` has the key of a row of ``put_new``: the two inserts of
+    one statement run in an order PostgreSQL leaves open, so such a change takes a
+    transaction of its own (``put_new`` first, then ``put``, as ThreadChange says)."""
+    if not change.put or not change.put_new:
+        return False
+    new = {(r.kind, r.key) for r in change.put_new}
+    return any((r.kind, r.key) in new for r in change.put)
+
+
 class PostgresThreadRows:
     """The :class:`~nestegg.checkpoint.stores.threads.ThreadStore` capability in PostgreSQL."""
 
@@ -78,7 +89,8 @@ class PostgresThreadRows:
 
     async def _thread_fetch(self, name: str, params: Sequence[Any]) -> list[Any]:
         async def fetch(cursor: Any) -> list[Any]:
-            await cursor.execute(self._thread_query(name, cursor.connection), params)
+            query = self._thread_query(name, cursor.connection)
+            await cursor.execute(query, params, binary=True)
             rows: list[Any] = await cursor.fetchall()
             return rows
 
@@ -87,7 +99,7 @@ class PostgresThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        if not change.delete and not (change.put and change.put_new):
+        if not change.delete and not _overlap(change):
             await self._put_thread_rows(thread_id, change, now)
             return
 
@@ -117,7 +129,8 @@ class PostgresThreadRows:
             params[f"{tag}body"] = [r.body for r in rows]
 
         async def put(cursor: Any) -> None:
-            await cursor.execute(self._thread_query("put_rows", cursor.connection), params)
+            query = self._thread_query("put_rows", cursor.connection)
+            await cursor.execute(query, params, binary=True)
 
         await self._with_connection(put, idempotent=True)
 

@@ -1,0 +1,81 @@
+"""Where the saver's store calls run: on the sync caller's own thread while only sync code
+uses the saver, on a thread of the saver's from the first call made from an event loop;
+a saver used both ways, in any order, sees one store."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from nestegg.langgraph import NestEggSaver
+from nestegg.langgraph.loop import LoopThread
+from tests.langgraph.graphs import build_loop, loop_config
+
+LOOP_THREAD = "nestegg-langgraph"
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == LOOP_THREAD]
+
+
+def _invoke(saver: NestEggSaver, thread_id: str, steps: int) -> None:
+    app = build_loop(saver, steps, 10)
+    app.invoke({"items": [], "turn": 0}, loop_config(thread_id, steps), durability="sync")
+
+
+def _checkpoints(saver: NestEggSaver, thread_id: str) -> int:
+    return len(list(saver.list({"configurable": {"thread_id": thread_id}})))
+
+
+def test_sync_use_runs_the_store_on_the_callers_thread(tmp_path: Path) -> None:
+    before = len(_loop_threads())
+    with NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}") as saver:
+        _invoke(saver, "t", 5)
+        assert len(_loop_threads()) == before
+        assert _checkpoints(saver, "t") == 7  # input, the loop's first step, 5 steps
+
+
+async def test_an_async_call_moves_the_loop_to_its_thread_and_sync_calls_follow(
+    tmp_path: Path,
+) -> None:
+    before = len(_loop_threads())
+    saver = NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}")
+    try:
+        await asyncio.to_thread(_invoke, saver, "sync-first", 3)
+        assert len(_loop_threads()) == before
+        assert await saver.aget_tuple({"configurable": {"thread_id": "sync-first"}})
+        assert len(_loop_threads()) == before + 1
+        # sync calls, from another thread or from this event loop's own thread
+        await asyncio.to_thread(_invoke, saver, "sync-after", 3)
+        assert _checkpoints(saver, "sync-after") == 5
+        assert _checkpoints(saver, "sync-first") == 5
+    finally:
+        await saver.aclose()
+    assert len(_loop_threads()) == before
+
+
+async def test_a_sync_call_from_an_event_loop_before_any_async_one(tmp_path: Path) -> None:
+    before = len(_loop_threads())
+    saver = NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}")
+    try:
+        assert saver.get_tuple({"configurable": {"thread_id": "none"}}) is None
+        assert len(_loop_threads()) == before + 1  # this thread's loop is running
+    finally:
+        await saver.aclose()
+    assert len(_loop_threads()) == before
+
+
+def test_a_call_from_the_running_loop_itself_is_refused_not_deadlocked() -> None:
+    runner = LoopThread()
+
+    async def reenter() -> None:
+        runner.run(asyncio.sleep(0))
+
+    try:
+        with pytest.raises(RuntimeError, match="from its own loop"):
+            runner.run(reenter())
+    finally:
+        runner.stop()

@@ -1,0 +1,86 @@
+"""The ThreadStore capability itself on every store: what one change does when it keeps and
+replaces rows at once (the saver's commit of a checkpoint with its task's writes); and the
+saver's ``setup``."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadChange, ThreadRow
+from nestegg.langgraph import NestEggSaver
+from nestegg.langgraph.rows import prefix_range
+from tests.langgraph.conftest import SaverFactory, kinds
+
+EVERY_BYTE = bytes(range(256)) * 4
+"""A body no text encoding would carry unchanged."""
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_one_change_keeps_new_rows_and_replaces_put_rows(
+    saver_factory: SaverFactory,
+) -> None:
+    store = saver_factory().storage
+    await store.setup()
+    first = ThreadChange(
+        put=[ThreadRow(BLOB, "b", b"old blob")],
+        put_new=[ThreadRow(WRITE, "w", b"first write")],
+    )
+    await store.apply_thread_change("t", first, 100.0)
+    second = ThreadChange(
+        put=[ThreadRow(BLOB, "b", EVERY_BYTE), ThreadRow(CHECKPOINT, "c", b"")],
+        put_new=[ThreadRow(WRITE, "w", b"second write"), ThreadRow(WRITE, "x", EVERY_BYTE)],
+    )
+    await store.apply_thread_change("t", second, 101.0)
+
+    low, high = prefix_range("")
+    assert await store.scan_thread_rows("t", BLOB, low, high) == [ThreadRow(BLOB, "b", EVERY_BYTE)]
+    assert await store.scan_thread_rows("t", CHECKPOINT, low, high) == [
+        ThreadRow(CHECKPOINT, "c", b"")
+    ]
+    assert await store.scan_thread_rows("t", WRITE, low, high) == [
+        ThreadRow(WRITE, "w", b"first write"),
+        ThreadRow(WRITE, "x", EVERY_BYTE),
+    ]
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_key_both_kept_and_replaced_in_one_change_ends_replaced(
+    saver_factory: SaverFactory,
+) -> None:
+    """``put_new`` applies before ``put``: the row a change puts wins."""
+    store = saver_factory().storage
+    await store.setup()
+    change = ThreadChange(
+        put=[ThreadRow(WRITE, "w", b"put")],
+        put_new=[ThreadRow(WRITE, "w", b"put_new"), ThreadRow(WRITE, "v", b"new")],
+    )
+    await store.apply_thread_change("t", change, 100.0)
+    assert await store.get_thread_rows("t", WRITE, ["v", "w"]) == [
+        ThreadRow(WRITE, "v", b"new"),
+        ThreadRow(WRITE, "w", b"put"),
+    ]
+    [info] = await store.list_threads()
+    assert (info.thread_id, info.rows) == ("t", 2)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_setup_creates_the_thread_tables_before_any_thread_call(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    db = tmp_path / "graph.db"
+    saver = NestEggSaver.from_url(f"sqlite:///{db}")
+    try:
+        for _ in range(2):  # a second setup does nothing
+            if asynchronous:
+                await saver.asetup()
+            else:
+                saver.setup()
+        with closing(sqlite3.connect(db)) as conn:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"lg_threads", "lg_rows"} <= tables
+    finally:
+        await saver.aclose()
