@@ -9,6 +9,7 @@ whichever worker process ran it, also after a SIGKILLed worker's step was taken 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint.views import Event
 from nestegg.constants import RUN_STARTED
+from nestegg.transport.base import channel_name
+from nestegg.transport.worker import Worker
 from tests.otel_sdk import (
     TELEMETRY_ENV,
     Sdk,
@@ -183,7 +186,7 @@ async def test_a_step_taken_over_from_a_killed_worker_stays_in_the_callers_trace
     ]  # fmt: skip
 
 
-async def test_without_an_sdk_messages_carry_no_trace_and_nothing_is_reported(
+async def test_without_an_sdk_messages_and_events_carry_no_trace(
     deployment: Deployment,
 ) -> None:
     reset_globals()
@@ -197,3 +200,30 @@ async def test_without_an_sdk_messages_carry_no_trace_and_nothing_is_reported(
         await caller.stop()
         await worker.stop()
     assert Event.from_record(started).data == {}
+
+
+async def test_a_swept_run_keeps_the_trace_its_first_message_carried(
+    deployment: Deployment, sdk: Sdk
+) -> None:
+    caller, pinger = make_chain(), make_chain()
+    try:
+        task = await caller.submit({}, run_id="r1")
+        store = await caller._book().ready()
+        async with serving(pinger, agents=["ping"]):  # step 2's message waits for pong
+            while (run := await store.get_run("r1")) is None or run.step_seq < 1:
+                await asyncio.sleep(0.02)
+        (ping,) = [s for s in sdk.finished() if s.name == "invoke_agent ping"]
+        swept = await Worker(pinger, pinger.transport, sweep_after=0.0).sweep()
+        assert swept == ["r1"]
+        deliveries = pinger.transport.consume([channel_name("chain")], hold=5.0)
+        delivery = await asyncio.wait_for(anext(deliveries), 10)
+        await deliveries.aclose()  # type: ignore[attr-defined]
+        task.cancel()
+    finally:
+        await caller.stop()
+        await pinger.stop()
+    message = delivery.message
+    assert (message.run_id, message.seq) == ("r1", 2)
+    trace_id, parent = f"{ping.context.trace_id:032x}", f"{ping.parent.span_id:016x}"
+    assert set(message.trace) == {"traceparent"}
+    assert message.trace["traceparent"].startswith(f"00-{trace_id}-{parent}-")
