@@ -141,10 +141,19 @@ class StepRecorder(Checkpointer):
                     await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
                     await self.delivery.keep_alive()
                 except StaleOwnerError:
-                    log.warning("run %r was taken over by another worker", self.run_id)
+                    log.warning(
+                        "run %r was taken over by another worker",
+                        self.run_id,
+                        extra={"run_id": self.run_id},
+                    )
                     return
                 except (NestEggError, OSError) as error:
-                    log.warning("keeping run %r alive failed: %s", self.run_id, error)
+                    log.warning(
+                        "keeping run %r alive failed: %s",
+                        self.run_id,
+                        error,
+                        extra={"run_id": self.run_id},
+                    )
 
     async def stop_renewing(self) -> None:
         """No renewal from now on (waits for one under way)."""
@@ -244,7 +253,13 @@ class StepRunner:
                 return await self._take(store, claimed, delivery)
             await delivery.ack()
         except (StorageError, TransportError) as error:
-            log.warning("step %d of run %r: %s; giving it back", message.seq, message.run_id, error)
+            log.warning(
+                "step %d of run %r: %s; giving it back",
+                message.seq,
+                message.run_id,
+                error,
+                extra={"run_id": message.run_id, "step": message.seq},
+            )
             await asyncio.sleep(STORE_RETRY_DELAY)
             with contextlib.suppress(TransportError):
                 await delivery.requeue()
@@ -380,18 +395,29 @@ class StepRunner:
                 lambda: execution.execute_one(self.hosts.__contains__),
             )
         except StaleOwnerError:
-            log.info("run %r was taken over while step %d ran", claimed.run_id, execution.seq)
+            log.info(
+                "run %r was taken over while step %d ran",
+                claimed.run_id,
+                execution.seq,
+                extra={"run_id": claimed.run_id},
+            )
             await delivery.ack()
             return None
         except (StorageError, TransportError):
             raise  # the message is given back (handle)
         except RunWaiting as waiting:  # stored as waiting: signal() or recover() resumes it
-            log.info("run %r waits: %s", claimed.run_id, waiting)
+            log.info("run %r waits: %s", claimed.run_id, waiting, extra={"run_id": claimed.run_id})
             tracing.run_ended(execution, "waiting")
             await delivery.ack()
             return None
         except Exception as error:  # the step failed: recorded as the run's failure
-            log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
+            log.info(
+                "run %r failed: %s: %s",
+                claimed.run_id,
+                type(error).__name__,
+                error,
+                extra={"run_id": claimed.run_id},
+            )
             tracing.run_ended(execution, "failed")
             await delivery.ack()
             return None
@@ -425,11 +451,18 @@ class StepRunner:
                 await self.publish(run.run_id, run.step_seq + 1, run.fence, None, trace)
             await delivery.ack()
         except (NestEggError, OSError) as error:
-            log.warning("could not hand back run %r: %s", recorder.run_id, error)
+            log.warning(
+                "could not hand back run %r: %s",
+                recorder.run_id,
+                error,
+                extra={"run_id": recorder.run_id},
+            )
 
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
         """Record that the run cannot be continued (its state does not fit the pipeline)."""
-        log.error("run %r cannot continue: %s", claimed.run_id, error)
+        log.error(
+            "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
+        )
         detail = {"type": type(error).__qualname__, "message": str(error), "agent": None}
         commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=seal_json(detail))
         event_seq = claimed.event_seq + 1

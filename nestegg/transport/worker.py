@@ -167,6 +167,7 @@ class Worker:
                 "step %d of run %r failed in the worker",
                 delivery.message.seq,
                 delivery.message.run_id,
+                extra={"run_id": delivery.message.run_id, "step": delivery.message.seq},
             )
         finally:
             slots.release()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint.views import Event
 from nestegg.constants import RUN_STARTED
+from nestegg.errors import RunFailedError
 from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
 from tests.otel_sdk import (
@@ -31,7 +33,7 @@ from tests.otel_sdk import (
     reset_globals,
     spans_file,
 )
-from tests.transport.apps import STEPS, make_chain, make_slow
+from tests.transport.apps import STEPS, make_chain, make_slow, make_split
 from tests.transport.conftest import Deployment, WorkerProcess, wait_until
 from tests.transport.test_caller import serving
 from tests.transport.test_workers import _effects_sync, uninterrupted_result
@@ -227,3 +229,27 @@ async def test_a_swept_run_keeps_the_trace_its_first_message_carried(
     trace_id, parent = f"{ping.context.trace_id:032x}", f"{ping.parent.span_id:016x}"
     assert set(message.trace) == {"traceparent"}
     assert message.trace["traceparent"].startswith(f"00-{trace_id}-{parent}-")
+
+
+async def test_worker_steps_are_logged_under_the_nestegg_logger_with_extras(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    reset_globals()
+    caller, worker = make_split(), make_split()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="nestegg"):
+            async with serving(worker):
+                with pytest.raises(RunFailedError):
+                    await caller.run({"fail": "no"}, run_id="failing", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    records = [r for r in caplog.records if r.name == "nestegg"]
+    steps = [(r.run_id, r.step, r.agent, r.outcome) for r in records if hasattr(r, "outcome")]
+    assert steps == [
+        ("failing", 1, "first", "completed"),
+        ("failing", 2, "second", "completed"),
+        ("failing", 3, "third", "failed"),
+    ]
+    (failed,) = [r for r in records if r.getMessage().startswith("run 'failing' failed")]
+    assert failed.run_id == "failing"  # type: ignore[attr-defined]
