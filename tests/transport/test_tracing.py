@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 
 from nestegg import Clutch
 from nestegg.checkpoint.views import Event
@@ -253,3 +254,27 @@ async def test_worker_steps_are_logged_under_the_nestegg_logger_with_extras(
     ]
     (failed,) = [r for r in records if r.getMessage().startswith("run 'failing' failed")]
     assert failed.run_id == "failing"  # type: ignore[attr-defined]
+
+
+async def test_a_run_failed_in_a_worker_is_an_error_of_the_callers_span(
+    deployment: Deployment, sdk: Sdk
+) -> None:
+    caller, worker = make_split(), make_split()
+    try:
+        async with serving(worker):
+            with pytest.raises(RunFailedError):
+                await caller.run({"fail": "no"}, run_id="failing", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    workflow = workflow_of(sdk, "split")
+    (third,) = [s for s in sdk.finished() if s.name == "invoke_agent third"]
+    assert third.parent.span_id == workflow.context.span_id
+    for span in (workflow, third):
+        assert span.status.status_code == trace.StatusCode.ERROR
+        assert span.attributes["error.type"] == "ValueError"
+    assert workflow.attributes["nestegg.run.status"] == "failed"
+    assert third.attributes["nestegg.step.outcome"] == "failed"
+    assert sdk.metrics()["nestegg.runs"] == [  # the worker's count; the caller counts nothing
+        ({"gen_ai.workflow.name": "split", "nestegg.run.status": "failed"}, 1)
+    ]
