@@ -278,3 +278,23 @@ async def test_a_run_failed_in_a_worker_is_an_error_of_the_callers_span(
     assert sdk.metrics()["nestegg.runs"] == [  # the worker's count; the caller counts nothing
         ({"gen_ai.workflow.name": "split", "nestegg.run.status": "failed"}, 1)
     ]
+
+
+async def test_a_worker_captures_content_only_when_asked(
+    deployment: Deployment, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caller, worker = make_split(), make_split()
+    try:
+        async with serving(worker):
+            await caller.run({"x": 1}, run_id="quiet", timeout=20)
+            monkeypatch.setenv("NESTEGG_CAPTURE_CONTENT", "true")
+            await caller.run({"x": 1}, run_id="captured", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    firsts = {
+        s.attributes["nestegg.run.id"]: s for s in sdk.finished() if s.name == "invoke_agent first"
+    }
+    assert "nestegg.step.input" not in firsts["quiet"].attributes
+    assert firsts["captured"].attributes["nestegg.step.input"] == '{"x":1}'
+    assert json.loads(firsts["captured"].attributes["nestegg.step.output"])["x"] == 1
