@@ -232,19 +232,25 @@ async def test_a_swept_run_keeps_the_trace_its_first_message_carried(
     assert message.trace["traceparent"].startswith(f"00-{trace_id}-{parent}-")
 
 
+async def fail_a_split_run() -> None:
+    """Run ``split`` to its third agent's failure, run id ``failing``, with a worker in
+    this process."""
+    caller, worker = make_split(), make_split()
+    try:
+        async with serving(worker):
+            with pytest.raises(RunFailedError):
+                await caller.run({"fail": "no"}, run_id="failing", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+
+
 async def test_worker_steps_are_logged_under_the_nestegg_logger_with_extras(
     deployment: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
     reset_globals()
-    caller, worker = make_split(), make_split()
-    try:
-        with caplog.at_level(logging.DEBUG, logger="nestegg"):
-            async with serving(worker):
-                with pytest.raises(RunFailedError):
-                    await caller.run({"fail": "no"}, run_id="failing", timeout=20)
-    finally:
-        await caller.stop()
-        await worker.stop()
+    with caplog.at_level(logging.DEBUG, logger="nestegg"):
+        await fail_a_split_run()
     records = [r for r in caplog.records if r.name == "nestegg"]
     steps = [(r.run_id, r.step, r.agent, r.outcome) for r in records if hasattr(r, "outcome")]
     assert steps == [
@@ -259,14 +265,7 @@ async def test_worker_steps_are_logged_under_the_nestegg_logger_with_extras(
 async def test_a_run_failed_in_a_worker_is_an_error_of_the_callers_span(
     deployment: Deployment, sdk: Sdk
 ) -> None:
-    caller, worker = make_split(), make_split()
-    try:
-        async with serving(worker):
-            with pytest.raises(RunFailedError):
-                await caller.run({"fail": "no"}, run_id="failing", timeout=20)
-    finally:
-        await caller.stop()
-        await worker.stop()
+    await fail_a_split_run()
     workflow = workflow_of(sdk, "split")
     (third,) = [s for s in sdk.finished() if s.name == "invoke_agent third"]
     assert third.parent.span_id == workflow.context.span_id
