@@ -209,6 +209,7 @@ class StepRunner:
         self.hosts = hosts
         self.book: CheckpointedRuns = clutch.checkpointed_runs()
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
+        self.telemetry = tracing.WorkerTelemetry(clutch.name)
         self.warm: dict[str, Warm] = {}
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
@@ -386,9 +387,8 @@ class StepRunner:
     ) -> Delivery | None:
         """Run the step; ack; the message handed over with the ack, if any."""
         try:
-            outcome = await tracing.run_step(
+            outcome = await self.telemetry.run_step(
                 execution,
-                self.clutch.name,
                 delivery.message,
                 claimed.fence,
                 self.book.store,

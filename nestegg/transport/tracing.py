@@ -69,27 +69,42 @@ async def traced_remote_run(
     return result
 
 
-async def run_step(
-    execution: RunExecution,
-    pipeline: str,
-    message: StepMessage,
-    fence: int,
-    store: Any,
-    step: Callable[[], Awaitable[T]],
-) -> T:
-    """Run ``step`` (a worker's one step of ``execution``, taken for ``message`` with the
-    claim's ``fence``) reported as configured: its span a child of the trace the message
-    carries."""
-    execution.telemetry = None
-    tracer, instruments = otel.tracer(), otel.meter_instruments()
-    if tracer is None and instruments is None and not log.isEnabledFor(logging.DEBUG):
-        return await step()
-    reported = telemetry.RunTelemetry(tracer, instruments, execution.run_id, pipeline)
-    if tracer is not None:
-        reported.step_attributes = {FENCE: fence, STORE: telemetry.store_name(store)}
-    execution.telemetry = reported
-    with otel.continue_trace(message.trace):
-        return await step()
+class WorkerTelemetry:
+    """What a worker reports of its steps: tracer, meter and DEBUG logging are looked up
+    once, when the worker starts (after its module, which configures the SDK, is imported),
+    so that a step without any costs one attribute check."""
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.tracer = otel.tracer()
+        self.instruments = otel.meter_instruments()
+        self.reports = (
+            self.tracer is not None
+            or self.instruments is not None
+            or log.isEnabledFor(logging.DEBUG)
+        )
+
+    async def run_step(
+        self,
+        execution: RunExecution,
+        message: StepMessage,
+        fence: int,
+        store: Any,
+        step: Callable[[], Awaitable[T]],
+    ) -> T:
+        """Run ``step`` (one step of ``execution``, taken for ``message`` with the claim's
+        ``fence``) reported as configured: its span a child of the trace the message
+        carries."""
+        if not self.reports:
+            return await step()
+        reported = telemetry.RunTelemetry(
+            self.tracer, self.instruments, execution.run_id, self.pipeline
+        )
+        if self.tracer is not None:
+            reported.step_attributes = {FENCE: fence, STORE: telemetry.store_name(store)}
+        execution.telemetry = reported
+        with otel.continue_trace(message.trace):
+            return await step()
 
 
 def run_ended(execution: RunExecution, status: str) -> None:
