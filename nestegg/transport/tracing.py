@@ -1,6 +1,6 @@
 """Traces and metrics across a caller and its workers: one run, one trace.
 
-The caller's ``invoke_workflow {pipeline}`` span (around storing the run, publishing its
+The caller's ``invoke_workflow {pipeline}`` span (around publishing the stored run's
 first step and waiting for its outcome) is the root of the run's trace; its context
 travels in every step message (``StepMessage.trace``, W3C ``traceparent`` through the
 OpenTelemetry propagation API), and a worker makes each step's ``invoke_agent {agent}``
