@@ -6,7 +6,10 @@ Each configuration runs in its own process (the OpenTelemetry providers are glob
 five interleaved repetition by repetition; each process runs ``--steps`` checkpointed
 ROUND_ROBIN steps three times after a warm-up run, on the memory store or on SQLite, and
 reports the median time per step; the table shows the medians of those over the
-processes. Needs the SDK (the dev extra):
+processes. The ``worker`` row runs the same steps as a worker does (``StepRunner``, one
+message per step, on the memory store, its messages on an in-process queue instead of a
+broker), each run's first message carrying the caller's trace context when a tracer is
+set. Needs the SDK (the dev extra):
 
     .venv/bin/python bench/telemetry_overhead.py [--steps 2000] [--reps 7]
 """
@@ -21,12 +24,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness import START_INPUT, Table, fmt_us, machine_markdown, median, next_message, print_tables
 
 MODES = ("no otel", "api, no SDK", "SDK traces", "SDK metrics", "SDK, no-op exporter")
 """The last one: traces (no-op exporter) and metrics (a reader never collected)."""
-STORES = ("memory", "sqlite")
+STORES = ("memory", "sqlite", "worker")
 RUNS_PER_PROCESS = 3
 
 
@@ -92,8 +96,85 @@ async def seconds_per_step(store_kind: str, steps: int, folder: Path) -> float:
     return median(times)
 
 
+class QueueDelivery:
+    """A message taken from the in-process queue (acks and keep-alives cost nothing)."""
+
+    def __init__(self, queue: asyncio.Queue[Any], message: Any) -> None:
+        self.queue = queue
+        self.message = message
+        self.channel = ""
+        self.redelivered = False
+
+    async def ack(self) -> None:
+        pass
+
+    async def keep_alive(self) -> None:
+        pass
+
+    async def requeue(self) -> None:
+        self.queue.put_nowait(self.message)
+
+    async def forward(self, channel: str, message: Any) -> None:
+        self.queue.put_nowait(message)
+
+
+class QueueTransport:
+    """The broker of the ``worker`` row: one in-process queue for every channel."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def publish(self, channel: str, message: Any) -> None:
+        self.queue.put_nowait(message)
+
+    def consume(self, channels: Any, *, hold: float, prefetch: int = 1) -> Any:
+        raise NotImplementedError("the benchmark hands messages to the StepRunner itself")
+
+    async def close(self) -> None:
+        pass
+
+
+async def worker_seconds_per_step(steps: int) -> float:
+    """The median time per step of three runs of ``steps`` steps run one message at a
+    time by a worker's StepRunner (after a warm-up run)."""
+    from nestegg import Clutch, Strategy, otel
+    from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage
+    from nestegg.transport.caller import publish_first
+    from nestegg.transport.steps import StepRunner
+
+    transport = QueueTransport()
+    clutch = Clutch(
+        "bench",
+        strategy=Strategy.ROUND_ROBIN,
+        max_turns=steps,
+        checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()),
+    )
+
+    @clutch.agent()
+    async def step(data):  # type: ignore[no-untyped-def]
+        return next_message(data)
+
+    runner = StepRunner(clutch, transport, frozenset(clutch.agent_names))
+
+    async def one_run(run_id: str) -> float:
+        run = await runner.book.create_queued(START_INPUT, run_id)
+        with otel.span(otel.tracer(), "caller", {}):
+            await publish_first(clutch, transport, run, otel.inject_context())
+        started = time.perf_counter()
+        while not transport.queue.empty():
+            await runner.handle(QueueDelivery(transport.queue, transport.queue.get_nowait()))
+        return (time.perf_counter() - started) / steps
+
+    await one_run("warm-up")
+    times = [await one_run(f"measured-{run}") for run in range(RUNS_PER_PROCESS)]
+    return median(times)
+
+
 def child(mode: str, store_kind: str, steps: int) -> None:
     install(mode)
+    if store_kind == "worker":
+        print(json.dumps(asyncio.run(worker_seconds_per_step(steps))))
+        return
     with tempfile.TemporaryDirectory(prefix="nestegg-bench-") as folder:
         print(json.dumps(asyncio.run(seconds_per_step(store_kind, steps, Path(folder)))))
 

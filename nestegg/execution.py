@@ -339,7 +339,7 @@ class RunExecution:
             if agent is not None and not hosts(agent.name):
                 self.pending_agent = agent.name
                 return agent.name
-            ended = agent is None or await self._step(agent)
+            ended = agent is None or await telemetry.step_runner(self)(agent)
             ended = ended or ctx.state.turn >= self.max_turns
         return ended
 

@@ -52,6 +52,9 @@ def otel_loaded() -> bool:
     return "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
 
 
+_tracers: list[tuple[object, Tracer]] = []
+
+
 def tracer() -> Tracer | None:
     """nestegg's tracer when a tracer provider is configured; None otherwise."""
     if not otel_loaded():
@@ -61,9 +64,14 @@ def tracer() -> Tracer | None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
+    for known, made in _tracers:
+        if known is provider:
+            return made
     from nestegg import __version__
 
-    return provider.get_tracer(SCOPE, __version__)
+    made = provider.get_tracer(SCOPE, __version__)
+    _tracers[:] = [(provider, made)]  # a worker asks for it at every step
+    return made
 
 
 @dataclass(frozen=True, slots=True)

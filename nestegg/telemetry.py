@@ -70,15 +70,18 @@ if TYPE_CHECKING:
     from nestegg.execution import RunExecution
 
 __all__ = [
+    "Attempt",
     "RunTelemetry",
     "capture_content",
     "configure",
     "continue_trace",
+    "ended_by",
     "extract_context",
     "inject_context",
     "latest_conventions",
     "step_runner",
     "store_name",
+    "stored_trace",
     "timed_commit",
     "traced_attempt",
     "traced_plain_run",
@@ -130,20 +133,28 @@ def latest_conventions() -> bool:
     return LATEST_GENAI in (value.strip() for value in values)
 
 
-async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
-    """The workflow span of the run's latest earlier attempt, from its opening event."""
+async def stored_trace(store: Any, run_id: str) -> dict[str, str]:
+    """The trace context (W3C headers) kept in the run's latest opening event that has
+    one; empty when none has."""
     from nestegg.checkpoint.views import Event
 
-    found: SpanContext | None = None
+    found: dict[str, str] = {}
+    for record in await store.read_events(run_id, 0):
+        if record.kind in (RUN_STARTED, RUN_RESUMED):
+            carrier = Event.from_record(record).data.get(TRACE_KEY)
+            if isinstance(carrier, dict) and carrier:
+                found = {str(key): str(value) for key, value in carrier.items()}
+    return found
+
+
+async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
+    """The workflow span of the run's latest earlier attempt, from its opening event."""
     try:
-        for record in await store.read_events(run_id, 0):
-            if record.kind in (RUN_STARTED, RUN_RESUMED):
-                carrier = Event.from_record(record).data.get(TRACE_KEY)
-                found = otel.span_context_of(carrier) or found
+        return otel.span_context_of(await stored_trace(store, run_id))
     except Exception as error:  # a resume never fails for want of a link
         log.warning("run %s: no link to its earlier attempt: %s", run_id, error,
                     extra={"run_id": run_id})  # fmt: skip
-    return found
+        return None
 
 
 # ---------------------------------------------------------------------- a run
@@ -166,6 +177,8 @@ class RunTelemetry:
         self.pipeline = pipeline
         self.capture = capture_content() and tracer is not None
         self.debug = log.isEnabledFor(logging.DEBUG)
+        self.step_attributes: dict[str, Any] = {}
+        """Attributes added to every step's span (a worker's: its claim's fence, the store)."""
 
     def step_runner(
         self, execution: RunExecution, step: Callable[[AgentNode], Awaitable[bool]]
@@ -186,6 +199,7 @@ class RunTelemetry:
             CONVERSATION_ID: self.run_id,
             RUN_ID: self.run_id,
             STEP_SEQ: seq,
+            **self.step_attributes,
         }
         if self.capture:
             attributes[STEP_INPUT] = otel.to_json(execution.ctx.data)
@@ -194,8 +208,12 @@ class RunTelemetry:
             try:
                 stop = await step(agent)
             except BaseException as error:
-                otel.fail(span, error, STEP_OUTCOME)
-                self._stepped(agent.name, seq, "failed", started)
+                ended = ended_by(error)
+                if ended == "failed":
+                    otel.fail(span, error, STEP_OUTCOME)
+                elif span is not None:
+                    span.set_attribute(STEP_OUTCOME, ended)
+                self._stepped(agent.name, seq, ended, started)
                 raise
             outcome = execution.last_outcome
             if span is not None:
@@ -207,6 +225,12 @@ class RunTelemetry:
                     span.set_attribute(STEP_OUTPUT, otel.to_json(execution.ctx.data))
         self._stepped(agent.name, seq, outcome, started)
         return stop
+
+    def ended(self, status: str) -> None:
+        """Count the run as ended with ``status`` (``nestegg.runs``): a worker's step that
+        ended the run."""
+        if self.instruments is not None:
+            self.instruments.runs.add(1, {WORKFLOW_NAME: self.pipeline, RUN_STATUS: status})
 
     def _stepped(self, agent: str, seq: int, outcome: str, started: float) -> None:
         elapsed = time.perf_counter() - started
@@ -364,7 +388,7 @@ def traced_attempt(
         async def body(opening: Opening) -> T:
             return await execute(book, run, execution, opening, *args, **kwargs)
 
-        where = _Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
+        where = Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
         return await _attempt(execution, where, event, body)
 
     return attempt
@@ -382,19 +406,20 @@ async def traced_plain_run(
     async def body(_: Opening) -> T:
         return await run()
 
-    return await _attempt(execution, _Attempt(clutch.name, clutch.strategy), (), body)
+    return await _attempt(execution, Attempt(clutch.name, clutch.strategy), (), body)
 
 
 @dataclass(frozen=True, slots=True)
-class _Attempt:
-    """What a run attempt's span says about where it runs."""
+class Attempt:
+    """What a run attempt's ``invoke_workflow`` span says about where it runs."""
 
     pipeline: str
     strategy: Any
     store: Any = None
     fence: int | None = None
 
-    def attributes(self, run_id: str, events: Opening) -> dict[str, Any]:
+    def attributes(self, run_id: str, events: Opening = ()) -> dict[str, Any]:
+        """The span's attributes (``events``: the attempt's opening events)."""
         opening = _last(events)
         resumed = opening is not None and opening[0] == RUN_RESUMED
         name_key = AGENT_NAME if latest_conventions() else WORKFLOW_NAME
@@ -418,7 +443,7 @@ class _Attempt:
 
 async def _attempt(
     execution: RunExecution,
-    where: _Attempt,
+    where: Attempt,
     events: Opening,
     body: Callable[[Opening], Awaitable[T]],
 ) -> T:
@@ -450,7 +475,7 @@ async def _attempt(
             result = await body(events)
             status = "completed"
         except BaseException as error:
-            status = "cancelled" if _cancelled(error) else "failed"
+            status = ended_by(error)
             if status == "failed":
                 otel.fail(span, error)
             raise
@@ -460,10 +485,19 @@ async def _attempt(
     return result
 
 
-def _cancelled(error: BaseException) -> bool:
+def ended_by(error: BaseException) -> str:
+    """How a step or an attempt that raised ``error`` ended: cancelled, waiting (for a
+    signal or a timer: not an error) or failed."""
     import asyncio
 
-    return isinstance(error, asyncio.CancelledError)
+    from nestegg.errors import RunWaiting
+    from nestegg.signals import WaitSuspended
+
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(error, WaitSuspended | RunWaiting):
+        return "waiting"
+    return "failed"
 
 
 def _finished(

@@ -19,6 +19,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
+TELEMETRY_ENV = "NESTEGG_TEST_TELEMETRY"
+"""The folder where a child process that installs the SDK writes its spans and metrics."""
+
+
+def spans_file(folder: Path, pid: int) -> Path:
+    """Where the child process ``pid`` writes its spans."""
+    return folder / f"spans-{pid}.jsonl"
+
+
+def metrics_file(folder: Path, pid: int) -> Path:
+    """Where the child process ``pid`` writes its metric points at exit."""
+    return folder / f"metrics-{pid}.json"
+
 
 def reset_globals() -> None:
     """Forget the global tracer and meter providers (as if no SDK had been configured)."""

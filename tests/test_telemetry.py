@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 
-from nestegg import Clutch, call, get_context, otel, telemetry
+from nestegg import Clutch, RunWaiting, call, get_context, otel, telemetry, wait_for
 from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage, SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from tests.otel_sdk import Sdk, install_sdk, reset_globals
@@ -448,3 +448,26 @@ async def test_a_resume_whose_earlier_trace_cannot_be_read_runs_without_a_link(
     (workflow,) = by_name(sdk.finished())["invoke_workflow enrich"]
     assert list(workflow.links) == []
     assert "no link to its earlier attempt: the event log is unreadable" in caplog.text
+
+
+async def test_a_run_that_waits_for_a_signal_is_not_an_error(sdk: Sdk, tmp_path: Path) -> None:
+    clutch = Clutch("approvals", checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()))
+
+    @clutch.agent()
+    async def ask(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "answer": await wait_for("approval")}
+
+    with pytest.raises(RunWaiting):
+        await clutch.run({}, run_id="r1")
+    await close(clutch)
+    spans = by_name(sdk.finished())
+    (workflow,) = spans["invoke_workflow approvals"]
+    (step,) = spans["invoke_agent ask"]
+    assert workflow.attributes["nestegg.run.status"] == "waiting"
+    assert step.attributes["nestegg.step.outcome"] == "waiting"
+    for span in (workflow, step):
+        assert span.status.status_code == trace.StatusCode.UNSET
+        assert "error.type" not in span.attributes
+    assert sdk.metrics()["nestegg.runs"] == [
+        ({"gen_ai.workflow.name": "approvals", "nestegg.run.status": "waiting"}, 1)
+    ]

@@ -151,10 +151,19 @@ class Checkpointer:
             try:
                 await self.store.commit(renewal)
             except StaleOwnerError:
-                log.warning("run %r was taken over by another owner", self.run_id)
+                log.warning(
+                    "run %r was taken over by another owner",
+                    self.run_id,
+                    extra={"run_id": self.run_id},
+                )
                 return
             except Exception as error:  # the next step's commit reports store failures
-                log.warning("heartbeat of run %r failed: %s", self.run_id, error)
+                log.warning(
+                    "heartbeat of run %r failed: %s",
+                    self.run_id,
+                    error,
+                    extra={"run_id": self.run_id},
+                )
 
     # ------------------------------------------------------- the step in flight
 
@@ -202,7 +211,12 @@ class Checkpointer:
         try:
             await self.store.commit(commit)
         except Exception as error:  # the step's own commit carries the event instead
-            log.warning("could not record the start of a step of run %r: %s", self.run_id, error)
+            log.warning(
+                "could not record the start of a step of run %r: %s",
+                self.run_id,
+                error,
+                extra={"run_id": self.run_id},
+            )
             self.pending.events[:0] = commit.events
 
     async def _settle_start(self) -> None:
@@ -445,7 +459,11 @@ class Checkpointer:
             await self._commit_now()
         except Exception as failure:  # keep the original error; the run stays resumable
             log.warning(
-                "could not record the %s status of run %r: %s", status, self.run_id, failure
+                "could not record the %s status of run %r: %s",
+                status,
+                self.run_id,
+                failure,
+                extra={"run_id": self.run_id},
             )
         finally:
             await self._stop()

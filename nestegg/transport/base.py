@@ -35,7 +35,9 @@ class StepMessage:
         seq: the step asked for (the run's last committed step + 1 when sent).
         fence: the run's fencing token when the message was sent.
         agent: the agent it was routed to (None: the pipeline's channel).
-        trace: room for a propagated trace context (W3C headers), carried as is.
+        trace: the caller's trace context (W3C ``traceparent`` headers), carried from
+            step to step so that every step's span joins the caller's trace (empty when the
+            caller does not trace; see ``nestegg.transport.tracing``).
     """
 
     run_id: str

@@ -21,6 +21,7 @@ from nestegg.errors import RunFailedError, RunNotFoundError, RunWaiting
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name
 from nestegg.transport.steps import first_route
+from nestegg.transport.tracing import traced_remote_run
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.records import RunRecord
@@ -116,11 +117,13 @@ async def wait_result(
         pause = min(pause * 1.5, POLL_MAX)
 
 
-async def publish_first(clutch: Clutch, transport: Transport, run: RunRecord) -> None:
+async def publish_first(
+    clutch: Clutch, transport: Transport, run: RunRecord, trace: dict[str, str] | None = None
+) -> None:
     """Publish the first step of a stored run (to its first agent's channel, or to the
-    pipeline's for a SELECTOR)."""
+    pipeline's for a SELECTOR), carrying the caller's ``trace`` context."""
     agent = first_route(clutch)
-    message = StepMessage(run.run_id, 1, run.fence, agent)
+    message = StepMessage(run.run_id, 1, run.fence, agent, trace or {})
     await transport.publish(channel_name(clutch.name, agent), message)
 
 
@@ -142,8 +145,12 @@ async def run_remote(
     request = {"clutch_id": run.run_id, "input": to_plain(input_data)}
     if clutch._on_request is not None:
         await clutch._on_request(request)
-    await publish_first(clutch, transport, run)
-    result = await wait_result(book.store, run.run_id, None, listeners)
+
+    async def publish_and_wait(trace: dict[str, str]) -> Any:
+        await publish_first(clutch, transport, run, trace)
+        return await wait_result(book.store, run.run_id, None, listeners)
+
+    result = await traced_remote_run(clutch, book.store, run, publish_and_wait)
     if clutch._on_response is not None:
         response = {"_clutch_response": True, "clutch_id": run.run_id, "result": result}
         await clutch._on_response(request, response)

@@ -43,6 +43,8 @@ from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
 from nestegg.recording import StepResult
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
+from nestegg.telemetry import TRACE_KEY
+from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
 
 if TYPE_CHECKING:
@@ -138,10 +140,19 @@ class StepRecorder(Checkpointer):
                     await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
                     await self.delivery.keep_alive()
                 except StaleOwnerError:
-                    log.warning("run %r was taken over by another worker", self.run_id)
+                    log.warning(
+                        "run %r was taken over by another worker",
+                        self.run_id,
+                        extra={"run_id": self.run_id},
+                    )
                     return
                 except (NestEggError, OSError) as error:
-                    log.warning("keeping run %r alive failed: %s", self.run_id, error)
+                    log.warning(
+                        "keeping run %r alive failed: %s",
+                        self.run_id,
+                        error,
+                        extra={"run_id": self.run_id},
+                    )
 
     async def stop_renewing(self) -> None:
         """No renewal from now on (waits for one under way)."""
@@ -197,6 +208,7 @@ class StepRunner:
         self.hosts = hosts
         self.book: CheckpointedRuns = clutch.checkpointed_runs()
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
+        self.telemetry = tracing.WorkerTelemetry(clutch.name)
         self.warm: dict[str, Warm] = {}
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
@@ -207,9 +219,17 @@ class StepRunner:
             durability="sync",
         )
 
-    async def publish(self, run_id: str, seq: int, fence: int, agent: str | None) -> None:
-        """Publish a step message to the agent's channel (None: the pipeline's)."""
-        message = StepMessage(run_id, seq, fence, agent)
+    async def publish(
+        self,
+        run_id: str,
+        seq: int,
+        fence: int,
+        agent: str | None,
+        trace: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a step message to the agent's channel (None: the pipeline's), carrying
+        the run's ``trace`` context."""
+        message = StepMessage(run_id, seq, fence, agent, trace or {})
         await self.transport.publish(channel_name(self.clutch.name, agent), message)
 
     async def handle(self, delivery: Delivery) -> None:
@@ -233,7 +253,13 @@ class StepRunner:
                 return await self._take(store, claimed, delivery)
             await delivery.ack()
         except (StorageError, TransportError) as error:
-            log.warning("step %d of run %r: %s; giving it back", message.seq, message.run_id, error)
+            log.warning(
+                "step %d of run %r: %s; giving it back",
+                message.seq,
+                message.run_id,
+                error,
+                extra={"run_id": message.run_id, "step": message.seq},
+            )
             await asyncio.sleep(STORE_RETRY_DELAY)
             with contextlib.suppress(TransportError):
                 await delivery.requeue()
@@ -277,7 +303,7 @@ class StepRunner:
                 return None
             assert run is not None
             if verdict is Verdict.REPOINT:
-                await self.publish(run.run_id, run.step_seq + 1, run.fence, None)
+                await self.publish(run.run_id, run.step_seq + 1, run.fence, None, message.trace)
                 return None
             if verdict is Verdict.TAKE:
                 return run
@@ -319,8 +345,9 @@ class StepRunner:
             recorder = self._recorder(claimed, delivery, start.base, kept)
             execution = self.book.new_execution(start, recorder)
         recorder.replay_until = claimed.step_seq + 1
-        if claimed.event_seq == 0:
-            recorder.event(RUN_STARTED, time.time(), {})
+        if claimed.event_seq == 0:  # the caller's trace kept for the sweeper's messages
+            trace = delivery.message.trace
+            recorder.event(RUN_STARTED, time.time(), {TRACE_KEY: trace} if trace else {})
         if resumed is not None:
             recorder.event(RUN_RESUMED, time.time(), resumed)
             await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
@@ -359,19 +386,38 @@ class StepRunner:
     ) -> Delivery | None:
         """Run the step; ack; the message handed over with the ack, if any."""
         try:
-            outcome = await execution.execute_one(self.hosts.__contains__)
+            outcome = await self.telemetry.run_step(
+                execution,
+                delivery.message,
+                claimed.fence,
+                self.book.store,
+                lambda: execution.execute_one(self.hosts.__contains__),
+            )
         except StaleOwnerError:
-            log.info("run %r was taken over while step %d ran", claimed.run_id, execution.seq)
+            log.info(
+                "run %r was taken over while step %d ran",
+                claimed.run_id,
+                execution.seq,
+                extra={"run_id": claimed.run_id},
+            )
             await delivery.ack()
             return None
         except (StorageError, TransportError):
             raise  # the message is given back (handle)
         except RunWaiting as waiting:  # stored as waiting: signal() or recover() resumes it
-            log.info("run %r waits: %s", claimed.run_id, waiting)
+            log.info("run %r waits: %s", claimed.run_id, waiting, extra={"run_id": claimed.run_id})
+            tracing.run_ended(execution, "waiting")
             await delivery.ack()
             return None
         except Exception as error:  # the step failed: recorded as the run's failure
-            log.info("run %r failed: %s: %s", claimed.run_id, type(error).__name__, error)
+            log.info(
+                "run %r failed: %s: %s",
+                claimed.run_id,
+                type(error).__name__,
+                error,
+                extra={"run_id": claimed.run_id},
+            )
+            tracing.run_ended(execution, "failed")
             await delivery.ack()
             return None
         route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
@@ -379,11 +425,13 @@ class StepRunner:
             await recorder.finish(execution.ctx.data, execution.data_seq)  # nothing comes next
             outcome = RUN_DONE
         if outcome == RUN_DONE:
+            tracing.run_ended(execution, "completed")
             await delivery.ack()
             return None
         if outcome != STEP_DONE or recorder.lease_seconds:
             await recorder.release()
-        message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route)
+        trace = delivery.message.trace
+        message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route, trace)
         following = await delivery.forward(channel_name(self.clutch.name, route), message)
         if outcome == STEP_DONE:
             self._keep_warm(claimed.fence, execution, recorder)
@@ -398,14 +446,22 @@ class StepRunner:
                 await recorder.release()
             run = await store.get_run(recorder.run_id)
             if run is not None and run.status == RUNNING and run.fence == recorder.fence:
-                await self.publish(run.run_id, run.step_seq + 1, run.fence, None)
+                trace = delivery.message.trace
+                await self.publish(run.run_id, run.step_seq + 1, run.fence, None, trace)
             await delivery.ack()
         except (NestEggError, OSError) as error:
-            log.warning("could not hand back run %r: %s", recorder.run_id, error)
+            log.warning(
+                "could not hand back run %r: %s",
+                recorder.run_id,
+                error,
+                extra={"run_id": recorder.run_id},
+            )
 
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
         """Record that the run cannot be continued (its state does not fit the pipeline)."""
-        log.error("run %r cannot continue: %s", claimed.run_id, error)
+        log.error(
+            "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
+        )
         failure = failure_body(failure_detail(error, None))
         commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=failure)
         event_seq = claimed.event_seq + 1

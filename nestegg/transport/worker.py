@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
+from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, Transport, channel_name
 from nestegg.transport.steps import StepRunner
 
@@ -166,6 +167,7 @@ class Worker:
                 "step %d of run %r failed in the worker",
                 delivery.message.seq,
                 delivery.message.run_id,
+                extra={"run_id": delivery.message.run_id, "step": delivery.message.seq},
             )
         finally:
             slots.release()
@@ -197,7 +199,8 @@ class Worker:
                 due = not held and run.updated_at <= now - self.sweep_after
             if not due:
                 continue
-            await self.runner.publish(run.run_id, run.step_seq + 1, run.fence, None)
+            trace = await tracing.trace_of(store, run.run_id)
+            await self.runner.publish(run.run_id, run.step_seq + 1, run.fence, None, trace)
             swept.append(run.run_id)
         if swept:
             log.info("swept %d runs of pipeline %r: %s", len(swept), self.clutch.name, swept)

@@ -87,9 +87,11 @@ class Deployment:
             if key.startswith("NESTEGG_TEST_"):
                 monkeypatch.setenv(key, value)
 
-    def start_worker(self, app: str, *options: str) -> WorkerProcess:
-        """A ``nestegg worker tests.transport.apps:<app>`` process, consuming once started."""
-        command = [sys.executable, "-m", "nestegg", "worker", f"tests.transport.apps:{app}"]
+    def start_worker(
+        self, app: str, *options: str, module: str = "tests.transport.apps"
+    ) -> WorkerProcess:
+        """A ``nestegg worker <module>:<app>`` process, consuming once started."""
+        command = [sys.executable, "-m", "nestegg", "worker", f"{module}:{app}"]
         worker = WorkerProcess(
             subprocess.Popen(
                 [*command, *options],
