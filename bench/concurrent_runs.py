@@ -5,8 +5,10 @@ run_id=...)``), a ~1 KB message per step, a checkpoint after every step
 (``every_n_steps=1, keep_latest=3, durability="sync"``: each step's commit is durable
 before its run goes on), with N = 1, 100, 1,000 and 10,000 and M = total / N, so every
 row commits the same number of steps. Per row: aggregate steps/s (all steps over the wall
-time, the creation and claim of the runs included), p50 and p99 of one step commit
-(``store.commit`` as the checkpointer awaits it) and the process's RSS at the end.
+time, the creation and claim of the runs included), the process's CPU time (user + system,
+all threads) per step, which a machine shared with other work changes less than the wall
+time, p50 and p99 of one step commit (``store.commit`` as the checkpointer awaits it) and
+the process's RSS at the end. ``uptime``'s load averages are printed with each table.
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -45,6 +47,7 @@ from harness import (
     dump_tasks_on_sigusr1,
     fmt_int,
     fmt_ms,
+    fmt_us,
     median,
     next_message,
     print_tables,
@@ -71,6 +74,7 @@ def rss_bytes() -> int:
 @dataclass
 class Row:
     seconds: float
+    cpu: float
     steps: int
     latencies: list[float]
     rss: int
@@ -160,17 +164,17 @@ async def one_row(store_name: str, runs: int, steps: int, rep: int) -> Row:
         latencies = time_commits(store)
         clutch = loop_clutch(store, steps)
         gc.collect()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         results = await asyncio.gather(
             *(
                 clutch.run(START_INPUT, run_id=f"r{rep}-{i}", timeout=LARGE_TIMEOUT)
                 for i in range(runs)
             )
         )
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if any(r["turn"] != steps for r in results):
             raise AssertionError("a run did not complete all its steps")
-        return Row(seconds, runs * steps, latencies, rss_bytes())
+        return Row(seconds, cpu, runs * steps, latencies, rss_bytes())
 
 
 async def idle_runs(store_name: str, runs: int) -> float:
@@ -215,7 +219,7 @@ async def main(args: argparse.Namespace) -> None:
     for store_name in args.stores:
         table = Table(
             f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row",
-            ["runs x steps", "steps/s", "p50 commit", "p99 commit", "RSS at end"],
+            ["runs x steps", "steps/s", "CPU µs/step", "p50 commit", "p99 commit", "RSS at end"],
         )
         for runs in args.runs:
             steps = max(1, args.total // runs)
@@ -226,7 +230,7 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append(await one_row(store_name, runs, steps, rep))
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
-                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0], "", "", ""]
+                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 4
                 )
                 progress(table.rows[-1][1])
                 continue
@@ -234,6 +238,7 @@ async def main(args: argparse.Namespace) -> None:
                 [
                     f"{runs:,} x {steps:,}",
                     fmt_int(median([r.steps / r.seconds for r in rows])),
+                    fmt_us(median([r.cpu / r.steps for r in rows])),
                     fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
                     fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
                     f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
@@ -250,6 +255,7 @@ async def main(args: argparse.Namespace) -> None:
             table.notes.append(f"{args.idle:,} runs waiting in their first step: {idle}")
             progress(table.notes[-1])
         table.notes.append(
+            f"load averages at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
             f"medians of {args.reps} repetitions; peak RSS of the process "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
         )

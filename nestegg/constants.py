@@ -152,6 +152,10 @@ Each such checkpoint syncs the WAL and the database: the larger this, the fewer 
 per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
 SQLITE_INLINE_WRITE_BYTES = 64 * 1024
 """Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
+SQLITE_INLINE_BATCH_BYTES = 1024 * 1024
+"""A group commit's batch up to this size may run on the event loop's thread, as a commit
+alone does: on the worker thread its hundreds of statements would each wait for the GIL
+held by the loop (bench/concurrent_runs.py, docs/benchmarks.md)."""
 SQLITE_PAGE_SIZE = 4096
 """Bytes of a database page (SQLite's default)."""
 SQLITE_PAGES_PER_WRITE = 8

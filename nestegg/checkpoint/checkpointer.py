@@ -33,6 +33,7 @@ from nestegg.checkpoint.formats import (
     step_completed_body,
     step_started_body,
 )
+from nestegg.checkpoint.live_starts import live_starts
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -51,7 +52,6 @@ from nestegg.constants import (
     COMPLETED,
     FAILED,
     FINISHED,
-    LIVE_STEP_DELAY,
     NO_DEADLINE,
     REASON_FINAL,
     REASON_MANUAL,
@@ -120,7 +120,7 @@ class Checkpointer:
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}
         self._unstarted: tuple[int, str, float] | None = None
-        self._start_timer: asyncio.TimerHandle | None = None
+        self._stopped = False
         self._start_commit: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -178,11 +178,8 @@ class Checkpointer:
         step's first journaled call, or on its own ``LIVE_STEP_DELAY`` after the start,
         whichever comes first (sync durability), else with the step's end."""
         self._unstarted = (seq, agent, started)
-        if self.durability == "sync" and self._start_timer is None:  # one timer, not one a step
-            self._arm_start_timer(LIVE_STEP_DELAY)
-
-    def _arm_start_timer(self, delay: float) -> None:
-        self._start_timer = asyncio.get_running_loop().call_later(delay, self._publish_start)
+        if self.durability == "sync":  # one timer for all runs, not one a step
+            live_starts().add(self, seq)
 
     def _take_start(self, commit: Commit) -> None:
         """Move the in-flight step's start event, not written yet, into ``commit``."""
@@ -195,14 +192,13 @@ class Checkpointer:
         commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
         commit.event_seq = self.event_seq
 
-    def _publish_start(self) -> None:
-        self._start_timer = None
-        if self._unstarted is None:
+    def publish_start(self, seq: int) -> None:
+        """Commit the start of step ``seq`` now if it is still in flight (LiveStarts calls
+        this ``LIVE_STEP_DELAY`` after it started)."""
+        unstarted = self._unstarted
+        if unstarted is None or unstarted[0] != seq or self._stopped:
             return
-        left = self._unstarted[2] + LIVE_STEP_DELAY - time.time()
-        if left > 0:  # armed for an earlier step: this one started later
-            self._arm_start_timer(left)
-        elif self._start_commit is None and self._live:
+        if self._start_commit is None and self._live:
             commit = Commit(self.run_id, self.fence)
             self._take_start(commit)
             self._start_commit = asyncio.get_running_loop().create_task(self._send(commit))
@@ -281,9 +277,7 @@ class Checkpointer:
                 await self.on_checkpoint(info)
 
     async def _stop(self) -> None:
-        if self._start_timer is not None:
-            self._start_timer.cancel()
-            self._start_timer = None
+        self._stopped = True
         with contextlib.suppress(Exception):
             await self._settle_start()
         for task in (self.heartbeat, self.writer):

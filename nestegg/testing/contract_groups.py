@@ -8,11 +8,14 @@ Every test runs against every registered store (see :mod:`nestegg.testing`).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.errors import RunNotFoundError, StaleOwnerError
+from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
 from nestegg.testing.builders import (
+    OWNER,
+    T0,
     create,
     make_checkpoint,
     make_commit,
@@ -94,3 +97,46 @@ async def test_a_missing_run_in_a_group_fails_alone(store: CheckpointStorage) ->
     assert await store.get_run("ghost-run") is None
     for run in runs:
         assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+
+
+async def _outcomes(calls: list[Any]) -> list[Any]:
+    """Each awaitable's result or error, all awaited at once."""
+
+    async def one(call: Any) -> Any:
+        try:
+            return await call
+        except Exception as error:
+            return error
+
+    return await asyncio.gather(*(one(call) for call in calls))
+
+
+async def test_runs_created_read_and_claimed_at_once_each_get_their_own_answer(
+    store: CheckpointStorage,
+) -> None:
+    taken = await create(store, run_id="start-taken")
+    runs = [make_run(f"start-{i:02d}") for i in range(RUNS)]
+    twice = make_run("start-twice")
+    created = await _outcomes(
+        [store.create_run(r) for r in [*runs, make_run("start-taken"), twice, twice]]
+    )
+    assert created[:RUNS] == [None] * RUNS
+    assert isinstance(created[RUNS], RunExistsError)
+    assert {type(c) for c in created[RUNS + 1 :]} == {RunExistsError, type(None)}
+
+    read = await _outcomes(
+        [store.get_run(r.run_id) for r in [*runs, taken]] + [store.get_run("ghost")]
+    )
+    assert [r.run_id for r in read[:-1]] == [r.run_id for r in [*runs, taken]]
+    assert read[:RUNS] == runs and read[-1] is None
+
+    claims = [store.claim_run(r.run_id, r.fence, OWNER, T0 + 60, T0 + 50) for r in runs]
+    claims.append(store.claim_run(taken.run_id, taken.fence + 5, OWNER, T0 + 60, T0 + 50))
+    claims.append(store.claim_run("ghost", 1, OWNER, T0 + 60, T0 + 50))
+    claimed = await _outcomes(claims)
+    assert [(c.run_id, c.fence, c.owner) for c in claimed[:RUNS]] == [
+        (r.run_id, r.fence + 1, OWNER) for r in runs
+    ]
+    assert isinstance(claimed[RUNS], RunLockedError)
+    assert isinstance(claimed[RUNS + 1], RunNotFoundError)
+    assert await store.get_run(taken.run_id) == taken

@@ -296,6 +296,30 @@ async def test_a_sequence_number_beyond_the_key_range_is_refused_whole(tmp_path:
     await store.close()
 
 
+async def test_a_commit_failing_while_written_in_a_group_fails_alone(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"group-{i}") for i in range(6)]
+    await store.commit(make_commit(runs[0], steps=[make_step(runs[0].run_id, 1)]))
+
+    async def second_step(index: int) -> BaseException | None:
+        rid = runs[index].run_id
+        seq = 2**32 if index == 3 else 2  # run 3's step is beyond the key range
+        steps = [make_step(rid, 1), make_step(rid, seq)] if index else [make_step(rid, seq)]
+        try:
+            await store.commit(make_commit(runs[index], steps=steps))
+        except StorageError as error:
+            return error
+        return None
+
+    outcomes = await asyncio.gather(*(second_step(i) for i in range(6)))
+    assert [o is None for o in outcomes] == [True, True, True, False, True, True]
+    assert "sequence number 4294967296 is outside" in str(outcomes[3])
+    for index, run in enumerate(runs):  # run 3's commit is undone whole
+        expected = [] if index == 3 else [1, 2]
+        assert [s.seq for s in await store.load_steps(run.run_id)] == expected
+    await store.close()
+
+
 async def test_a_torn_event_batch_is_reported_as_corrupted(tmp_path: Path) -> None:
     path = tmp_path / "n.db"
     store = SQLiteCheckpointStorage(path)
@@ -448,6 +472,28 @@ async def test_a_small_commit_with_the_lock_free_runs_on_the_loop_thread(
         await store.commit(make_commit(run, steps=[make_step(run.run_id, seq)]))
     assert threads == [threading.get_ident()] * 3
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3]
+    await store.close()
+
+
+async def test_a_small_group_of_commits_with_the_lock_free_runs_on_the_loop_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[tuple[int, int]] = []
+    inner = sqlite_store._commit_batch
+
+    def recorded(conn: Any, commits: Any, *args: Any) -> Any:
+        batches.append((threading.get_ident(), len(commits)))
+        return inner(conn, commits, *args)
+
+    monkeypatch.setattr(sqlite_store, "_commit_batch", recorded)
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"loop-{i}") for i in range(5)]
+    await asyncio.gather(
+        *(store.commit(make_commit(r, steps=[make_step(r.run_id, 1)])) for r in runs)
+    )
+    assert batches == [(threading.get_ident(), 4)]  # the first run's commit went alone
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
     await store.close()
 
 

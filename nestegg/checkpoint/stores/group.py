@@ -1,4 +1,4 @@
-"""Group commit: the commits that arrive while one write is in flight go out together.
+"""Group commit: the calls that arrive while one write is in flight go out together.
 
 A store hands :class:`GroupCommitter` two ways to write: ``write_one(commit)`` (a commit
 alone, as the store always wrote it) and ``write_many(commits)`` (many runs' commits in one
@@ -13,24 +13,133 @@ a run whose fence was lost gets StaleOwnerError, the other runs of the batch com
 
 Within a batch the commits keep the order they arrived in, so two commits of one run
 land in order.
+
+:class:`GroupCalls` is the same for any store operation with a result (a server store's
+run creations, reads of runs and claims, which thousands of runs starting at once would
+otherwise queue one by one for the pool's few connections): ``many(items)`` returns one
+outcome per item, its result or its error.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from nestegg.checkpoint.records import Commit
 
+T = TypeVar("T")
+R = TypeVar("R")
 Outcome = BaseException | None
 WriteOne = Callable[[Commit], Awaitable[None]]
 WriteMany = Callable[[Sequence[Commit]], Awaitable[Sequence[Outcome]]]
 
 MAX_BATCH = 512
-"""Commits written in one batch at most (the rest go in the next)."""
+"""Calls sent in one batch at most (the rest go in the next)."""
 
 
-class GroupCommitter:
+class GroupCalls(Generic[T, R]):
+    """Makes one store operation's calls, alone when nothing is in flight, else in batches.
+
+    Args:
+        one: makes one call (returns its result, raises its error).
+        many: makes calls together, one outcome per item in their order (its result, or
+            its error as a value); an error it raises is every call's.
+        key: what marks a call as another caller's (a run id): a call whose key was
+            already made alone in this turn of the loop is not held back for a batch.
+        max_batch: calls per batch at most.
+    """
+
+    def __init__(
+        self,
+        one: Callable[[T], Awaitable[R]],
+        many: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        key: Callable[[T], str],
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self._one = one
+        self._many = many
+        self._key = key
+        self._max_batch = max_batch
+        self._busy = False
+        self._queue: list[tuple[T, asyncio.Future[R]]] = []
+        self._flushing: set[asyncio.Task[None]] = set()
+        self._this_turn: set[str] = set()  # keys called alone in this turn of the loop
+
+    async def call(self, item: T) -> R:
+        """Make the call for ``item``; return its result once made, raise its own error."""
+        key = self._key(item)
+        if self._busy or (self._this_turn and key not in self._this_turn):
+            # Another call is in flight, or another caller's call was made alone in this
+            # same turn of the loop (a write that did not wait, as SQLite's): batched.
+            future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            self._queue.append((item, future))
+            return await future
+        if not self._this_turn:
+            asyncio.get_running_loop().call_soon(self._end_turn)
+        self._this_turn.add(key)
+        self._busy = True
+        try:
+            return await self._one(item)
+        finally:
+            self._next()
+
+    def _end_turn(self) -> None:
+        self._this_turn.clear()
+        if not self._busy:
+            self._next()
+
+    def _next(self) -> None:
+        """Start the next batch, or mark the group idle."""
+        if not self._queue:  # the common case of one run: nothing waits
+            self._busy = False
+            return
+        queue = [(c, f) for c, f in self._queue if not f.cancelled()]
+        if not queue:
+            self._queue.clear()
+            self._busy = False
+            return
+        self._busy = True
+        if len(queue) <= self._max_batch:
+            batch, self._queue = queue, []
+        else:
+            batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
+        task = asyncio.get_running_loop().create_task(self._flush(batch))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _flush(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        stopped: BaseException | None = None
+        try:
+            if len(batch) == 1:
+                outcomes: Sequence[R | BaseException] = [await outcome_of(self._one, batch[0][0])]
+            else:
+                outcomes = await self._many([item for item, _ in batch])
+        except BaseException as error:  # the whole batch failed: every call's error
+            outcomes = [error] * len(batch)
+            stopped = None if isinstance(error, Exception) else error
+        self._next()
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if future.cancelled():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        if stopped is not None:
+            raise stopped
+
+    async def drain(self) -> None:
+        """Wait for the batches in flight (before a store closes)."""
+        while self._flushing:
+            await asyncio.gather(*self._flushing, return_exceptions=True)
+
+
+def _run_of(commit: Commit) -> str:
+    return commit.run_id
+
+
+class GroupCommitter(GroupCalls[Commit, None]):
     """Writes one store's commits, alone when nothing is in flight, else in batches.
 
     Args:
@@ -41,87 +150,19 @@ class GroupCommitter:
     """
 
     def __init__(self, write_one: WriteOne, write_many: WriteMany, max_batch: int = MAX_BATCH):
-        self._write_one = write_one
-        self._write_many = write_many
-        self._max_batch = max_batch
-        self._busy = False
-        self._queue: list[tuple[Commit, asyncio.Future[None]]] = []
-        self._flushing: set[asyncio.Task[None]] = set()
-        self._this_turn: set[str] = set()  # runs written alone in this turn of the loop
+        super().__init__(write_one, write_many, _run_of, max_batch)
 
     async def commit(self, commit: Commit) -> None:
         """Write ``commit``; return once it is written, raise only its own error."""
-        if self._busy or (self._this_turn and commit.run_id not in self._this_turn):
-            # Another write is in flight, or another run wrote alone in this same turn of
-            # the loop (a write that did not wait, as SQLite's): batched.
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._queue.append((commit, future))
-            await future
-            return
-        if not self._this_turn:
-            asyncio.get_running_loop().call_soon(self._end_turn)
-        self._this_turn.add(commit.run_id)
-        self._busy = True
-        try:
-            await self._write_one(commit)
-        finally:
-            self._next()
-
-    def _end_turn(self) -> None:
-        self._this_turn.clear()
-        if not self._busy:
-            self._next()
-
-    def _next(self) -> None:
-        """Start the next batch, or mark the committer idle."""
-        if not self._queue:  # the common case of one run: nothing waits
-            self._busy = False
-            return
-        queue = [(c, f) for c, f in self._queue if not f.cancelled()]
-        if not queue:
-            self._queue.clear()
-            self._busy = False
-            return
-        self._busy = True
-        batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
-        task = asyncio.get_running_loop().create_task(self._flush(batch))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
-
-    async def _flush(self, batch: list[tuple[Commit, asyncio.Future[None]]]) -> None:
-        stopped: BaseException | None = None
-        try:
-            if len(batch) == 1:
-                outcomes: Sequence[Outcome] = [await outcome_of(self._write_one, batch[0][0])]
-            else:
-                outcomes = await self._write_many([commit for commit, _ in batch])
-        except BaseException as error:  # the whole batch failed: every commit's error
-            outcomes = [error] * len(batch)
-            stopped = None if isinstance(error, Exception) else error
-        self._next()
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
-            if future.cancelled():
-                continue
-            if outcome is None:
-                future.set_result(None)
-            else:
-                future.set_exception(outcome)
-        if stopped is not None:
-            raise stopped
-
-    async def drain(self) -> None:
-        """Wait for the batches in flight (before a store closes)."""
-        while self._flushing:
-            await asyncio.gather(*self._flushing, return_exceptions=True)
+        await self.call(commit)
 
 
-async def outcome_of(write_one: WriteOne, commit: Commit) -> Outcome:
-    """``write_one(commit)``'s error, or None if it wrote."""
+async def outcome_of(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseException:
+    """``one(item)``'s result, or its error."""
     try:
-        await write_one(commit)
+        return await one(item)
     except Exception as error:
         return error
-    return None
 
 
-__all__ = ["MAX_BATCH", "GroupCommitter", "Outcome", "outcome_of"]
+__all__ = ["MAX_BATCH", "GroupCalls", "GroupCommitter", "Outcome", "outcome_of"]

@@ -351,6 +351,8 @@ QUERIES: dict[str, str] = {
     + ", ".join(["%s"] * 17)
     + ") ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
     "get_run": f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = %s",
+    # Many runs read in one statement (thousands of runs starting at once).
+    "get_runs": f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE run_id = ANY(%s::text[])",
     "list_runs": f"SELECT {_RUN_COLUMNS} FROM {{runs}} "
     "WHERE (%(pipeline)s::text IS NULL OR pipeline = %(pipeline)s::text) "
     "AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "

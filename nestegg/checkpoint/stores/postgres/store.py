@@ -49,7 +49,7 @@ from nestegg.checkpoint.stores.common import (
     run_not_found,
     stale_fence,
 )
-from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
+from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
@@ -142,6 +142,42 @@ def _commit_outcome(commit: Commit, stored: int | None) -> Outcome:
     return stale_fence(commit.run_id, stored, commit.fence)
 
 
+def _same(run_id: str) -> str:
+    return run_id
+
+
+def _run_id_of(run: RunRecord) -> str:
+    return run.run_id
+
+
+def _claimed_id(params: list[Any]) -> str:
+    """The run id of a claim's parameters."""
+    return str(params[-2])
+
+
+def _create_params(run: RunRecord) -> list[Any]:
+    owner = run.owner
+    return [
+        run.run_id,
+        run.pipeline,
+        run.status,
+        run.input,
+        run.created_at,
+        run.updated_at,
+        run.fence,
+        owner.host if owner else None,
+        owner.pid if owner else None,
+        owner.started if owner else None,
+        run.lease_until,
+        run.result,
+        run.error,
+        run.step_seq,
+        run.event_seq,
+        run.parent_run,
+        run.parent_checkpoint,
+    ]
+
+
 class PostgresCheckpointStorage(PostgresThreadRows):
     """Keeps runs in PostgreSQL, shared by every process and machine that reaches it.
 
@@ -213,6 +249,11 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         self._ready = False
         self._setup_lock = asyncio.Lock()
         self._group = GroupCommitter(self._commit_one, self._commit_many)
+        # Thousands of runs starting at once: their reads, creations and claims go out
+        # together too, not one by one through the pool's few connections.
+        self._get_runs = GroupCalls(self._get_one, self._get_many, _same)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
+        self._claims = GroupCalls(self._claim_one, self._claim_many, _claimed_id)
         self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
@@ -412,37 +453,54 @@ class PostgresCheckpointStorage(PostgresThreadRows):
     # -- runs ---------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord) -> None:
-        owner = run.owner
-        params = [
-            run.run_id,
-            run.pipeline,
-            run.status,
-            run.input,
-            run.created_at,
-            run.updated_at,
-            run.fence,
-            owner.host if owner else None,
-            owner.pid if owner else None,
-            owner.started if owner else None,
-            run.lease_until,
-            run.result,
-            run.error,
-            run.step_seq,
-            run.event_seq,
-            run.parent_run,
-            run.parent_checkpoint,
-        ]
-
-        async def insert(cursor: Cursor) -> Any:
-            await cursor.execute(self._queries["create_run"], params)
-            return await cursor.fetchone()
-
-        if await self._with_connection(insert, idempotent=False) is None:
+        if not await self._create_runs.call(run):
             raise run_exists(run.run_id)
 
+    async def _create_one(self, run: RunRecord) -> bool:
+        async def insert(cursor: Cursor) -> Any:
+            await cursor.execute(self._queries["create_run"], _create_params(run))
+            return await cursor.fetchone()
+
+        return await self._with_connection(insert, idempotent=False) is not None
+
+    async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
+        """Many runs created in one round trip (one pipeline of inserts)."""
+        params = [_create_params(run) for run in runs]
+        try:
+            rows = await self._many_returning("create_run", params, idempotent=False)
+        except StorageUnavailableError:
+            raise
+        except StorageError:  # one bad run: each alone, so that it fails alone
+            return [await outcome_of(self._create_one, run) for run in runs]
+        return [row is not None for row in rows]
+
+    async def _many_returning(
+        self, query: str, params: list[list[Any]], *, idempotent: bool
+    ) -> list[Any]:
+        """``query`` run once per parameter list, in one pipeline and one transaction (an
+        error undoes all of them, so that each can be tried alone); each one's first row."""
+
+        async def run(cursor: Cursor) -> list[Any]:
+            async with cursor.connection.transaction():
+                await cursor.executemany(self._queries[query], params, returning=True)
+            rows = [await cursor.fetchone()]
+            while cursor.nextset():
+                rows.append(await cursor.fetchone())
+            return rows
+
+        return await self._with_connection(run, idempotent=idempotent)
+
     async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._get_runs.call(run_id)
+
+    async def _get_one(self, run_id: str) -> RunRecord | None:
         row = await self._fetchone("get_run", [run_id])
         return run_from_row(row) if row else None
+
+    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        rows = await self._fetchall("get_runs", [list(run_ids)])
+        found = {run.run_id: run for run in map(run_from_row, rows)}
+        return [found.get(run_id) for run_id in run_ids]
 
     async def list_runs(
         self,
@@ -465,15 +523,33 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
     ) -> RunRecord:
         params = [owner.host, owner.pid, owner.started, lease_until, RUNNING, now]
-        params += [run_id, expected_fence]
+        return await self._claims.call([*params, run_id, expected_fence])
 
+    async def _claim_one(self, params: list[Any]) -> RunRecord:
         async def claim(cursor: Cursor) -> Any:
             await cursor.execute(self._queries["claim_run"], params, binary=True)
             return await cursor.fetchone()
 
-        row = await self._with_connection(claim, idempotent=False)
+        return await self._claimed(params, await self._with_connection(claim, idempotent=False))
+
+    async def _claim_many(self, claims: Sequence[list[Any]]) -> list[RunRecord | BaseException]:
+        """Many runs claimed in one round trip (one pipeline of fenced updates)."""
+        try:
+            rows = await self._many_returning("claim_run", list(claims), idempotent=False)
+        except StorageUnavailableError:
+            raise
+        except StorageError:  # one bad claim: each alone, so that it fails alone
+            return [await outcome_of(self._claim_one, params) for params in claims]
+        return [
+            await outcome_of(functools.partial(self._claimed, params), row)
+            for params, row in zip(claims, rows, strict=True)
+        ]
+
+    async def _claimed(self, params: list[Any], row: Any) -> RunRecord:
+        """The run a claim's ``row`` holds; without one, why the claim failed."""
         if row is not None:
             return run_from_row(row)
+        run_id = _claimed_id(params)
         if await self._fetchone("run_exists", [run_id]) is None:
             raise run_not_found(run_id)
         raise run_claimed(run_id)

@@ -46,7 +46,7 @@ from nestegg.checkpoint.stores.common import (
     run_not_found,
     stale_fence,
 )
-from nestegg.checkpoint.stores.group import GroupCommitter, Outcome, outcome_of
+from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome
 from nestegg.checkpoint.stores.redis import layout as redis_layout
 from nestegg.checkpoint.stores.redis.errors import driver_errors, nestegg_error
 from nestegg.checkpoint.stores.redis.layout import (
@@ -165,6 +165,11 @@ class RedisCheckpointStorage(RedisThreadRows):
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
         self._group = GroupCommitter(self._commit_one, self._commit_many)
+        # Thousands of runs starting at once: their reads, creations and claims go out
+        # together too (one pipeline), not one by one through the pool's connections.
+        self._get_runs = GroupCalls(self._get_one, self._get_many, str)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
+        self._claims = GroupCalls(self._claim_one, self._claim_many, _claimed_id)
         self._scripts = (
             self._create_run,
             self._claim_run,
@@ -298,22 +303,43 @@ class RedisCheckpointStorage(RedisThreadRows):
     # -- runs ---------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord) -> None:
+        if not await self._create_runs.call(run):
+            raise run_exists(run.run_id)
+
+    def _create_call(self, run: RunRecord) -> tuple[list[str], list[Any]]:
         keys = [self._key("run:", run.run_id), self._key("runs"), self._pipeline_key(run.pipeline)]
         args: list[Any] = [repr(run.created_at), run.run_id]
         for name, value in run_fields(run).items():
             args += [name, value]
-        created = await self._call(lambda: self._create_run(keys, args), idempotent=False)
-        if not created:
-            raise run_exists(run.run_id)
+        return keys, args
+
+    async def _create_one(self, run: RunRecord) -> bool:
+        keys, args = self._create_call(run)
+        return bool(await self._call(lambda: self._create_run(keys, args), idempotent=False))
+
+    async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
+        calls = [self._create_call(run) for run in runs]
+        replies = await self._scripts_many(self._create_run, calls, idempotent=False)
+        return [
+            nestegg_error(r) if isinstance(r, redis_errors.RedisError) else bool(r) for r in replies
+        ]
 
     def _pipeline_key(self, pipeline: str) -> str:
         return self._key("pipeline:", pipeline)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._get_runs.call(run_id)
+
+    async def _get_one(self, run_id: str) -> RunRecord | None:
         raw = await self._call(
             lambda: self._client.hgetall(self._key("run:", run_id)), idempotent=True
         )
         return run_from_hash(raw) if raw else None
+
+    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        ids = [run_id.encode() for run_id in run_ids]
+        hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
+        return [run_from_hash(raw) if raw else None for raw in hashes]
 
     async def _iter_runs(
         self, pipeline: str | None, newest_first: bool, want: Callable[[RunRecord], bool]
@@ -405,13 +431,24 @@ class RedisCheckpointStorage(RedisThreadRows):
         }
         for name, value in fields.items():
             args += [name, value]
+        return await self._claims.call((run_id, args))
+
+    async def _claim_one(self, claim: tuple[str, list[Any]]) -> RunRecord:
+        run_id, args = claim
         keys = self._run_keys(run_id)
-        reply = await self._call(lambda: self._claim_run(keys, args), idempotent=False)
-        if reply[0] == 1:
-            return run_from_hash(pairs_to_dict(reply[1]))
-        if reply[0] == 0:
-            raise run_not_found(run_id)
-        raise run_claimed(run_id)
+        return _claimed(
+            run_id, await self._call(lambda: self._claim_run(keys, args), idempotent=False)
+        )
+
+    async def _claim_many(
+        self, claims: Sequence[tuple[str, list[Any]]]
+    ) -> list[RunRecord | BaseException]:
+        calls = [(self._run_keys(run_id), args) for run_id, args in claims]
+        replies = await self._scripts_many(self._claim_run, calls, idempotent=False)
+        return [
+            outcome_of_reply(partial(_claimed, run_id), reply)
+            for (run_id, _), reply in zip(claims, replies, strict=True)
+        ]
 
     async def commit(self, commit: Commit) -> None:
         await self._group.commit(commit)
@@ -426,29 +463,34 @@ class RedisCheckpointStorage(RedisThreadRows):
     async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
         """Many runs' commit scripts in one pipeline: one round trip (group commit); each
         script checks its own run's fence."""
-        if getattr(self._client, "connection_pool", None) is None:  # no pool to take one from
-            return [await outcome_of(self._commit_one, c) for c in commits]
-        packed = b"".join(
-            command_bytes(
-                [
-                    "EVALSHA",
-                    self._commit.sha,
-                    len(RUN_KEY_KINDS),
-                    *self._run_keys(c.run_id),
-                    self.prefix,
-                    self._ttl,
-                    *commit_args(change_set(c)),
-                ]
-            )
+        calls = [
+            (self._run_keys(c.run_id), [self.prefix, self._ttl, *commit_args(change_set(c))])
             for c in commits
-        )
-        replies = await self._call(partial(self._pipeline, packed, len(commits)), idempotent=True)
-        if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
-            await self._client.script_load(redis_layout.COMMIT)  # flushed from Redis: again
-            replies = await self._call(
-                partial(self._pipeline, packed, len(commits)), idempotent=True
-            )
+        ]
+        replies = await self._scripts_many(self._commit, calls, idempotent=True)
         return [_commit_outcome(c, reply) for c, reply in zip(commits, replies, strict=True)]
+
+    async def _scripts_many(
+        self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], *, idempotent: bool
+    ) -> list[Any]:
+        """``script`` run once per (keys, args), in one pipeline: one round trip; each
+        reply, or its error in its place."""
+        if getattr(self._client, "connection_pool", None) is None:  # no pool to take one from
+            return [
+                await _reply_of(self._call(partial(script, k, a), idempotent=idempotent))
+                for k, a in calls
+            ]
+        packed = b"".join(
+            command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args]) for keys, args in calls
+        )
+        send = partial(self._pipeline, packed, len(calls))
+        replies = await self._call(send, idempotent=idempotent)
+        if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
+            # Flushed from Redis: nothing ran (the first call's error stops none of the
+            # others, but each found no script); load it and send them again.
+            await self._client.script_load(script.script)
+            replies = await self._call(send, idempotent=idempotent)
+        return replies
 
     async def _pipeline(self, packed: bytes, count: int) -> list[Any]:
         """Send packed commands on a pool connection, and read their ``count`` replies (an
@@ -585,13 +627,53 @@ class RedisCheckpointStorage(RedisThreadRows):
 
 def _commit_outcome(commit: Commit, reply: Any) -> Outcome:
     """The error of one commit script's reply, or None if it committed."""
-    if isinstance(reply, redis_errors.RedisError):
-        return nestegg_error(reply)
+    if isinstance(reply, BaseException):
+        return _error_of(reply)
     if reply[0] == 1:
         return None
     if reply[0] == 0:
         return run_not_found(commit.run_id)
     return stale_fence(commit.run_id, int(reply[1]), commit.fence)
+
+
+def _run_id_of(run: RunRecord) -> str:
+    return run.run_id
+
+
+def _claimed_id(claim: tuple[str, list[Any]]) -> str:
+    return claim[0]
+
+
+def _claimed(run_id: str, reply: Any) -> RunRecord:
+    """The run a claim script's ``reply`` holds, or why the claim failed."""
+    if reply[0] == 1:
+        return run_from_hash(pairs_to_dict(reply[1]))
+    if reply[0] == 0:
+        raise run_not_found(run_id)
+    raise run_claimed(run_id)
+
+
+def outcome_of_reply(parse: Callable[[Any], T], reply: Any) -> T | BaseException:
+    """What ``parse`` makes of a script's reply in a pipeline, or the error (its own, or
+    the reply's)."""
+    if isinstance(reply, BaseException):
+        return _error_of(reply)
+    try:
+        return parse(reply)
+    except Exception as error:
+        return error
+
+
+def _error_of(error: BaseException) -> BaseException:
+    """A reply's error as nestegg's (a driver's error reply is mapped)."""
+    return nestegg_error(error) if isinstance(error, redis_errors.RedisError) else error
+
+
+async def _reply_of(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except Exception as error:
+        return error
 
 
 async def _take_connection(pool: Any) -> Any:

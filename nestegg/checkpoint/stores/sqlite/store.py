@@ -85,6 +85,7 @@ from nestegg.checkpoint.stores.sqlite.threads import SQLiteThreadRows
 from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_INLINE_BATCH_BYTES,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
@@ -100,6 +101,8 @@ from nestegg.errors import (
 MEMORY_PATH = ":memory:"
 RUN_KEYS_KEPT = 10_000
 """Run keys a store remembers between commits (forgotten all at once beyond this)."""
+_IDS_PER_QUERY = 500
+"""Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
 
 _UNAVAILABLE_CODES = frozenset(
     {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY}
@@ -284,12 +287,19 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         await self._connection.write(_commit, commit, self._run_keys, size=size, small=small)
 
     async def _commit_many(self, commits: Sequence[Commit]) -> Sequence[Outcome]:
-        """Many runs' commits in one transaction, on the worker thread (group commit)."""
+        """Many runs' commits in one transaction (group commit): on the loop thread when
+        the write lock is free and the batch small enough, as a commit alone, else on the
+        worker thread."""
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
-        size = sum(_write_size(commit)[0] for commit in commits)
+        size, small = 0, True
+        for commit in commits:
+            one_size, one_small = _write_size(commit)
+            size += one_size
+            small = small and one_small
+        small = small and size <= SQLITE_INLINE_BATCH_BYTES
         return await self._connection.write(
-            _commit_batch, commits, self._run_keys, self._name, size=size, small=False
+            _commit_batch, commits, self._run_keys, self._name, size=size, small=small
         )
 
     async def load_steps(
@@ -430,20 +440,67 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
 def _commit_batch(
     conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
 ) -> list[Outcome]:
-    """Commits of many runs in one transaction, each in a savepoint of its own: one that
-    fails (a lost fence) is undone alone and its error is its outcome."""
-    outcomes: list[Outcome] = []
+    """Commits of many runs in one transaction, each fenced on its own.
+
+    The keys and fences of all their runs are read first, in one statement: a commit whose
+    run is gone or whose fence moved on is left out with its error, and the others are
+    written one after the other. A commit that fails while written (rare: a record the
+    store cannot keep) has the batch undone and written again, each commit in a savepoint
+    of its own, so that it fails alone."""
     with write_transaction(conn):
-        for commit in commits:
-            conn.execute("SAVEPOINT one_commit")
-            try:
-                _apply(conn, commit, run_keys)
-            except (NestEggError, sqlite3.Error) as exc:
-                conn.execute("ROLLBACK TO one_commit")
-                outcomes.append(storage_error(exc, path) if isinstance(exc, sqlite3.Error) else exc)
-            else:
-                outcomes.append(None)
-            conn.execute("RELEASE one_commit")
+        found = _keys_and_fences(conn, {commit.run_id for commit in commits})
+        outcomes = [_fence_outcome(commit, found) for commit in commits]
+        conn.execute("SAVEPOINT batch")
+        try:
+            for commit, outcome in zip(commits, outcomes, strict=True):
+                if outcome is None:
+                    run_keys[commit.run_id] = found[commit.run_id][0]
+                    _apply(conn, commit, run_keys)
+        except (NestEggError, sqlite3.Error):
+            conn.execute("ROLLBACK TO batch")
+            outcomes = _commit_each(conn, commits, run_keys, path)
+        conn.execute("RELEASE batch")
+    return outcomes
+
+
+def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, tuple[int, int]]:
+    """``run_id -> (run_key, fence)`` of those of ``run_ids`` that exist."""
+    found: dict[str, tuple[int, int]] = {}
+    ids = list(run_ids)
+    for start in range(0, len(ids), _IDS_PER_QUERY):
+        chunk = ids[start : start + _IDS_PER_QUERY]
+        query = f"SELECT run_id, run_key, fence FROM {RUNS} WHERE run_id IN ({marks(len(chunk))})"
+        for run_id, key, fence in conn.execute(query, chunk):
+            found[run_id] = (int(key), int(fence))
+    return found
+
+
+def _fence_outcome(commit: Commit, found: dict[str, tuple[int, int]]) -> Outcome:
+    """The error of ``commit`` if its run is gone or its fence moved on, else None."""
+    key_and_fence = found.get(commit.run_id)
+    if key_and_fence is None:
+        return run_not_found(commit.run_id)
+    if key_and_fence[1] != commit.fence:
+        return stale_fence(commit.run_id, key_and_fence[1], commit.fence)
+    return None
+
+
+def _commit_each(
+    conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
+) -> list[Outcome]:
+    """``commits`` each in a savepoint of its own: one that fails is undone alone and its
+    error is its outcome."""
+    outcomes: list[Outcome] = []
+    for commit in commits:
+        conn.execute("SAVEPOINT one_commit")
+        try:
+            _apply(conn, commit, run_keys)
+        except (NestEggError, sqlite3.Error) as exc:
+            conn.execute("ROLLBACK TO one_commit")
+            outcomes.append(storage_error(exc, path) if isinstance(exc, sqlite3.Error) else exc)
+        else:
+            outcomes.append(None)
+        conn.execute("RELEASE one_commit")
     return outcomes
 
 
