@@ -298,15 +298,52 @@ class Clutch:
 
     async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
         run_id = execution.run_id
-        request = {"clutch_id": run_id, "input": input_data}
         self._executions[run_id] = execution
-        try:
-            if fresh and self._on_request is not None:
-                await self._on_request(request)
-            result = await execution.execute()
-        finally:
+
+        def forget() -> None:
             if self._executions.get(run_id) is execution:
                 del self._executions[run_id]
+
+        async def execute() -> Any:
+            try:
+                return await execution.execute()
+            finally:
+                forget()  # before on_response: checkpoint() no longer reaches the run
+
+        try:
+            return await self.call_with_hooks(run_id, input_data, execute, fresh=fresh)
+        finally:
+            forget()
+
+    async def call_with_hooks(
+        self,
+        run_id: str,
+        input_data: Any,
+        work: Callable[[], Awaitable[Any]],
+        *,
+        fresh: bool = True,
+    ) -> Any:
+        """Await ``work()`` between this Clutch's ``on_request`` and ``on_response`` hooks.
+
+        The run's hooks for whoever produces its result: a local execution
+        (:meth:`drive`) or a caller waiting for workers (``transport=``).
+
+        Args:
+            run_id: the run (the hooks' ``clutch_id``).
+            input_data: the run's input, as plain data (the request's ``input``).
+            work: produces the run's result.
+            fresh: the run starts now (False: a resume, ``on_request`` is not awaited).
+
+        Returns:
+            What ``work()`` returned.
+
+        Example:
+            >>> await clutch.call_with_hooks(run_id, data, lambda: wait_for_workers(run_id))
+        """
+        request = {"clutch_id": run_id, "input": input_data}
+        if fresh and self._on_request is not None:
+            await self._on_request(request)
+        result = await work()
         if self._on_response is not None:
             response = {"_clutch_response": True, "clutch_id": run_id, "result": result}
             await self._on_response(request, response)

@@ -139,12 +139,9 @@ async def run_remote(
     run = await book.create_queued(input_data, run_id)
     if run.status == COMPLETED:
         return run_result(run)
-    request = {"clutch_id": run.run_id, "input": to_plain(input_data)}
-    if clutch._on_request is not None:
-        await clutch._on_request(request)
-    await publish_first(clutch, transport, run)
-    result = await wait_result(book.store, run.run_id, None, listeners)
-    if clutch._on_response is not None:
-        response = {"_clutch_response": True, "clutch_id": run.run_id, "result": result}
-        await clutch._on_response(request, response)
-    return result
+
+    async def publish_and_wait() -> Any:
+        await publish_first(clutch, transport, run)
+        return await wait_result(book.store, run.run_id, None, listeners)
+
+    return await clutch.call_with_hooks(run.run_id, to_plain(input_data), publish_and_wait)
