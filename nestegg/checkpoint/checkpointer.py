@@ -120,6 +120,7 @@ class Checkpointer:
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}
         self._unstarted: tuple[int, str, float] | None = None
+        self._unstarted_at = 0.0  # time.monotonic() of its start
         self._start_timer: asyncio.TimerHandle | None = None
         self._start_commit: asyncio.Task[None] | None = None
 
@@ -167,6 +168,7 @@ class Checkpointer:
         step's first journaled call, or on its own ``LIVE_STEP_DELAY`` after the start,
         whichever comes first (sync durability), else with the step's end."""
         self._unstarted = (seq, agent, started)
+        self._unstarted_at = time.monotonic()
         if self.durability == "sync" and self._start_timer is None:  # one timer, not one a step
             self._arm_start_timer(LIVE_STEP_DELAY)
 
@@ -188,7 +190,7 @@ class Checkpointer:
         self._start_timer = None
         if self._unstarted is None:
             return
-        left = self._unstarted[2] + LIVE_STEP_DELAY - time.time()
+        left = self._unstarted_at + LIVE_STEP_DELAY - time.monotonic()
         if left > 0:  # armed for an earlier step: this one started later
             self._arm_start_timer(left)
         elif self._start_commit is None and self._live:
@@ -426,7 +428,7 @@ class Checkpointer:
 
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record the failure and a checkpoint of the last good state; status failed."""
-        now = time.time()
+        now = self.clock()
         detail = {
             "type": type(error).__qualname__,
             "message": str(error),
