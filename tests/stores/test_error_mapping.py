@@ -117,27 +117,30 @@ async def test_sqlite_tables_dropped_behind_its_back_are_a_storage_error(tmp_pat
         await store.close()
 
 
-def _sqlite_error(work: Callable[[], Any]) -> sqlite3.Error:
-    """The error sqlite3 raises running ``work``."""
-    with pytest.raises(sqlite3.Error) as caught:
-        work()
-    return caught.value
+def _error_of(conn: sqlite3.Connection, sql: str) -> sqlite3.Error:
+    """The error sqlite3 raises running ``sql`` on ``conn`` (closed afterwards)."""
+    try:
+        with pytest.raises(sqlite3.Error) as caught:
+            conn.execute(sql)
+        return caught.value
+    finally:
+        conn.close()
 
 
 def _locked(path: Path) -> sqlite3.Error:
     holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("CREATE TABLE t (x NOT NULL)")
+    holder.execute("CREATE TABLE t (x)")
     holder.execute("BEGIN IMMEDIATE")
-    other = sqlite3.connect(path, timeout=0)
     try:
-        return _sqlite_error(lambda: other.execute("INSERT INTO t VALUES (1)"))
+        return _error_of(sqlite3.connect(path, timeout=0), "INSERT INTO t VALUES (1)")
     finally:
-        other.close()
         holder.close()
 
 
 def _cannot_open(path: Path) -> sqlite3.Error:
-    return _sqlite_error(lambda: sqlite3.connect(path.parent / "missing" / path.name))
+    with pytest.raises(sqlite3.Error) as caught:
+        sqlite3.connect(path.parent / "missing" / path.name)
+    return caught.value
 
 
 def _read_only(path: Path) -> sqlite3.Error:
@@ -145,34 +148,24 @@ def _read_only(path: Path) -> sqlite3.Error:
         conn.execute("CREATE TABLE t (x)")
     conn.close()
     reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return _sqlite_error(lambda: reader.execute("INSERT INTO t VALUES (1)"))
-    finally:
-        reader.close()
+    return _error_of(reader, "INSERT INTO t VALUES (1)")
 
 
 def _not_a_database(path: Path) -> sqlite3.Error:
     path.write_bytes(b"this is not a database, only some text" * 200)
-    conn = sqlite3.connect(path)
-    try:
-        return _sqlite_error(lambda: conn.execute("SELECT * FROM sqlite_master"))
-    finally:
-        conn.close()
+    return _error_of(sqlite3.connect(path), "SELECT * FROM sqlite_master")
 
 
 def _constraint(path: Path) -> sqlite3.Error:
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE t (x NOT NULL)")
-    try:
-        return _sqlite_error(lambda: conn.execute("INSERT INTO t VALUES (NULL)"))
-    finally:
-        conn.close()
+    return _error_of(conn, "INSERT INTO t VALUES (NULL)")
 
 
 def _closed(path: Path) -> sqlite3.Error:
     conn = sqlite3.connect(path)
     conn.close()
-    return _sqlite_error(lambda: conn.execute("SELECT 1"))
+    return _error_of(conn, "SELECT 1")
 
 
 def _disk_io(path: Path) -> sqlite3.Error:
