@@ -9,7 +9,6 @@ cheap to show.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +79,7 @@ async def runs_page(
     status: str | None,
     pipeline: str | None,
     before: tuple[float, str] | None,
+    now: float,
     size: int = RUNS_PAGE,
 ) -> RunsPage:
     """A page of runs, newest first; ``status`` may be ``interrupted`` (running, owner gone).
@@ -93,11 +93,10 @@ async def runs_page(
     runs = runs[:size]
     cursor = encode_cursor(runs[-1]) if more and runs else None
     if status == INTERRUPTED:
-        now = time.time()
         runs = [run for run in runs if is_interrupted(run, now)]
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
     rows = [
-        flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None))
+        flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None, now))
         for run, checkpoints in zip(runs, listed, strict=True)
     ]
     return RunsPage(rows, cursor)
@@ -111,14 +110,13 @@ def flagged(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def runs_signature(
-    store: CheckpointStorage, *, status: str | None, pipeline: str | None
+    store: CheckpointStorage, *, status: str | None, pipeline: str | None, now: float
 ) -> list[tuple[Any, ...]]:
     """What changes on the first page of runs when any of them moves on (runs only: no
     checkpoint is read)."""
     runs = await store.list_runs(
         pipeline=pipeline or None, statuses=_statuses(status), limit=RUNS_PAGE
     )
-    now = time.time()
     return [(r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now)) for r in runs]
 
 
@@ -156,7 +154,11 @@ def _incidents(events: list[EventRecord], low: int, high: int) -> dict[int, list
 
 
 async def run_window(
-    store: CheckpointStorage, run_id: str, before: int | None, size: int = STEP_WINDOW
+    store: CheckpointStorage,
+    run_id: str,
+    before: int | None,
+    now: float,
+    size: int = STEP_WINDOW,
 ) -> dict[str, Any]:
     """A run's page: summary, input, result or error, and the steps ``before - size <= seq
     < before`` (the newest when None) with their checkpoints and incidents."""
@@ -177,7 +179,9 @@ async def run_window(
         step["checkpoints"] = by_seq.get(step["seq"], [])
         step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
         step["incidents"] = incidents.get(step["seq"], [])
-    row = flagged(reading.run_row(run, checkpoints[-1] if checkpoints else None, full_error=True))
+    row = flagged(
+        reading.run_row(run, checkpoints[-1] if checkpoints else None, now, full_error=True)
+    )
     return {
         "run": row,
         "input": _decoded(run_input, run),
