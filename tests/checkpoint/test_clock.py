@@ -42,3 +42,18 @@ async def test_a_lease_taken_elsewhere_expires_when_the_clock_passes_it(
 def test_a_clock_that_is_not_callable_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"CheckpointConfig\.clock must be a callable"):
         CheckpointConfig(clock=1.5)  # type: ignore[arg-type]
+
+
+async def test_every_time_a_run_stores_comes_from_the_clock(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clock = FakeClock(1_800_000_000.0)
+    pipeline = Pipeline(checkpoint_store, clock=clock)
+    pipeline.fail.add("c")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="timed")
+    events = await checkpoint_store.read_events("timed")
+    assert {e.kind for e in events} >= {"run_started", "step_started", "step_failed"}
+    assert {e.at for e in events} == {clock.now}
+    history = await pipeline.clutch.history("timed")
+    assert [step.started.timestamp() for step in history.steps] == [clock.now, clock.now]
