@@ -170,7 +170,7 @@ async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> tu
         with deployment.applied():
             caller = make()
         await warm_up(caller)
-        book = caller._book()
+        book = caller.checkpointed_runs()
         store = await book.ready()
         assert caller.transport is not None
         cpu_before = sum(cpu_seconds(p.pid) for p in processes)
@@ -225,7 +225,7 @@ async def recovery(broker: str, lease: float, reps: int) -> Table:
         try:
             with deployment.applied():
                 caller = make()
-            store = await caller._book().ready()
+            store = await caller.checkpointed_runs().ready()
             deployment.start_worker(1)
             await warm_up(caller)
             deployment.start_worker(1)

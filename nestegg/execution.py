@@ -51,6 +51,9 @@ class Recorder(Protocol):
     keeps_position: bool
     """Whether steps carry the strategy's position (``StepResult.position``)."""
 
+    clock: Callable[[], float]
+    """The time of the run's timestamps (a step's start), in seconds since the epoch."""
+
     def encode_output(self, value: Any) -> bytes | None:
         """The step output as stored bytes (None when nothing is stored)."""
 
@@ -130,6 +133,9 @@ class NullRecorder:
 
     journals = False
     keeps_position = False
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
 
     def encode_output(self, value: Any) -> bytes | None:
         return None
@@ -376,7 +382,8 @@ class RunExecution:
         ctx = self.ctx
         seq = self.seq + 1
         self.current_agent = agent.name
-        started = time.time()
+        started = self.recorder.clock()
+        began = time.perf_counter()
         target = None
         self.recorder.step_started(seq, agent.name, started)
         try:
@@ -408,7 +415,8 @@ class RunExecution:
         self.seq = seq
         self.last_outcome = outcome
         self.current_agent = None
-        await self._record(seq, agent, outcome, stored, started, target)
+        duration = time.perf_counter() - began
+        await self._record(seq, agent, outcome, stored, (started, duration), target)
         if self.listeners.queues:
             self.listeners.publish(StepEvent(agent.name, ctx.data))
         return stop
@@ -419,9 +427,10 @@ class RunExecution:
         agent: AgentNode,
         outcome: str,
         stored: bytes | None,
-        started: float,
+        timing: tuple[float, float],
         target: str | None,
     ) -> None:
+        started, duration = timing
         ctx = self.ctx
         step = StepResult(
             seq=seq,
@@ -429,7 +438,7 @@ class RunExecution:
             outcome=outcome,
             output=stored,
             started=started,
-            duration=time.time() - started,
+            duration=duration,
             target=target,
             turn=ctx.state.turn,
             data_seq=self.data_seq,

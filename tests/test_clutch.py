@@ -38,8 +38,8 @@ class TestRegistration:
         async def my_agent(data: Any) -> Any:
             return data
 
-        assert "my_agent" in clutch._agents
-        assert clutch._agent_order == ["my_agent"]
+        assert clutch.agent_names == ("my_agent",)
+        assert clutch.run_order == ["my_agent"]
 
     async def test_agent_without_parentheses(self) -> None:
         clutch = Clutch("p")
@@ -48,7 +48,7 @@ class TestRegistration:
         async def shout(data: str) -> str:
             return data.upper()
 
-        assert clutch._agent_order == ["shout"]
+        assert clutch.agent_names == ("shout",)
         assert await clutch.run("hi") == "HI"
 
     def test_decorator_returns_the_function_unchanged(self) -> None:
@@ -69,9 +69,10 @@ class TestRegistration:
 
             agent.__name__ = name
             clutch.agent(agent)
-        assert clutch._agent_order == ["b", "a", "c"]
+        assert clutch.agent_names == ("b", "a", "c")
+        assert clutch.run_order == ["b", "a", "c"]
 
-    def test_registering_a_name_again_replaces_it_in_place(self) -> None:
+    async def test_registering_a_name_again_replaces_it_in_place(self) -> None:
         clutch = Clutch("p")
 
         @clutch.agent()
@@ -87,33 +88,39 @@ class TestRegistration:
 
         replacement.__name__ = "a"
         clutch.agent(replacement)
-        assert clutch._agent_order == ["a", "b"]
-        assert clutch._agents["a"].handler is replacement
+        assert clutch.agent_names == ("a", "b")
+        assert await clutch.run("in") == "new"
 
-    def test_edges_are_stored(self) -> None:
+    async def test_edges_are_followed(self) -> None:
         clutch = Clutch("p", strategy=Strategy.GRAPH)
+        for name, edges in (("a", ["c"]), ("b", None), ("c", None)):
 
-        @clutch.agent(edges=["b"])
-        async def a(data: Any) -> Any:
-            return data
+            async def agent(data: str, name: str = name) -> str:
+                return data + name
 
-        assert clutch._agents["a"].edges == ["b"]
+            agent.__name__ = name
+            clutch.agent(edges)(agent)
+        assert await clutch.run(">") == ">ac"  # a's edge skips b
 
-    def test_selector_with_and_without_parentheses(self) -> None:
-        first = Clutch("p", strategy=Strategy.SELECTOR)
-        second = Clutch("p", strategy=Strategy.SELECTOR)
+    async def test_selector_with_and_without_parentheses(self) -> None:
+        first = Clutch("p", strategy=Strategy.SELECTOR, max_turns=1)
+        second = Clutch("p", strategy=Strategy.SELECTOR, max_turns=1)
+        picked: list[Any] = []
 
-        @first.selector()
         async def pick(data: Request) -> str:
-            return "a"
+            picked.append(data)
+            return "echo"
 
-        @second.selector
         async def pick_untyped(data: Any) -> str:
-            return "a"
+            picked.append(data)
+            return "echo"
 
-        assert first._selector is pick
-        assert first._selector_input_type is Request
-        assert second._selector is pick_untyped
+        assert first.selector()(pick) is pick
+        assert second.selector(pick_untyped) is pick_untyped
+        for clutch in (first, second):
+            clutch.agent(echo)
+            await clutch.run({"query": "q"})
+        assert picked == [Request(query="q"), {"query": "q"}]
 
     def test_attributes(self) -> None:
         clutch = Clutch("review", strategy=Strategy.ROUND_ROBIN, max_turns=7)
@@ -183,9 +190,9 @@ class TestDefinitionErrors:
 
         with pytest.raises(ConfigurationError, match=r"'sync_agent'.*async"):
             clutch.agent()(sync_agent)
-        assert clutch._agent_order == []
+        assert clutch.agent_names == ()
 
-    def test_selector_must_be_async(self) -> None:
+    async def test_selector_must_be_async(self) -> None:
         clutch = Clutch("p", strategy=Strategy.SELECTOR)
 
         def sync_select(data: Any) -> str:
@@ -193,7 +200,8 @@ class TestDefinitionErrors:
 
         with pytest.raises(ConfigurationError, match=r"'sync_select'.*async"):
             clutch.selector(sync_select)  # type: ignore[arg-type]
-        assert clutch._selector is None
+        clutch.agent(echo)
+        assert await clutch.run("in") == "in"  # no selector: no agent runs
 
     @pytest.mark.parametrize(
         "bad_name", ["a/b", "a\\b", "..", "up..here", "x" * (MAX_NAME_LENGTH + 1)]
@@ -207,7 +215,7 @@ class TestDefinitionErrors:
         agent.__name__ = bad_name
         with pytest.raises(InvalidIdentifierError):
             clutch.agent(agent)
-        assert clutch._agents == {}
+        assert clutch.agent_names == ()
 
     def test_longest_allowed_agent_name(self) -> None:
         clutch = Clutch("p")
@@ -217,7 +225,7 @@ class TestDefinitionErrors:
 
         agent.__name__ = "x" * MAX_NAME_LENGTH
         clutch.agent(agent)
-        assert clutch._agent_order == ["x" * MAX_NAME_LENGTH]
+        assert clutch.agent_names == ("x" * MAX_NAME_LENGTH,)
 
     async def test_unknown_name_in_order_fails_at_start(self) -> None:
         ran: list[str] = []
@@ -490,17 +498,6 @@ class TestHooks:
         clutch.agent(echo)
         with pytest.raises(RuntimeError, match="hook broke"):
             await clutch.run("in")
-
-    def test_hooks_are_stored(self) -> None:
-        async def on_request(request: dict[str, Any]) -> None:
-            return None
-
-        async def on_response(request: dict[str, Any], response: dict[str, Any]) -> None:
-            return None
-
-        clutch = Clutch("p", on_request=on_request, on_response=on_response)
-        assert clutch._on_request is on_request
-        assert clutch._on_response is on_response
 
 
 class TestStream:

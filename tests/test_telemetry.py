@@ -87,7 +87,7 @@ def pipeline(store: Path | CheckpointStorage, flaky: Flaky | None = None) -> Clu
 
 async def close(clutch: Clutch) -> None:
     """Close the store the test gave ``clutch``."""
-    config = clutch._checkpoint_config
+    config = clutch.checkpoint_config
     assert config is not None and config.storage is not None
     await config.storage.close()
 

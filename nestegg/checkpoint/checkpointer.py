@@ -433,7 +433,7 @@ class Checkpointer:
 
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
         """Record the failure and a checkpoint of the last good state; status failed."""
-        now = time.time()
+        now = self.clock()
         detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)
         self.event(STEP_FAILED, now, detail)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,9 +54,10 @@ def _safe_error(run: RunRecord) -> dict[str, Any] | None:
 
 
 def run_row(
-    run: RunRecord, last: CheckpointRecord | None, *, full_error: bool = False
+    run: RunRecord, last: CheckpointRecord | None, now: float, *, full_error: bool = False
 ) -> dict[str, Any]:
-    """A run as plain data: status, whether it is interrupted, progress, owner, outcome."""
+    """A run as plain data: status, whether it is interrupted at ``now``, progress, owner,
+    outcome."""
     error = _safe_error(run)
     if error is not None and not full_error:
         error = {k: error[k] for k in ERROR_SUMMARY_KEYS if k in error}
@@ -65,7 +65,7 @@ def run_row(
         "run_id": run.run_id,
         "pipeline": run.pipeline,
         "status": run.status,
-        "interrupted": is_interrupted(run, time.time()),
+        "interrupted": is_interrupted(run, now),
         "steps": run.step_seq,
         "last_checkpoint": checkpoint_row(last) if last is not None else None,
         "created_at": to_datetime(run.created_at),
@@ -122,17 +122,17 @@ async def list_run_rows(
     statuses: list[str] | None,
     interrupted: bool,
     limit: int | None,
+    now: float,
 ) -> list[dict[str, Any]]:
     """Runs newest first, each with its last checkpoint."""
     fetch_limit = None if interrupted else limit
     runs = await store.list_runs(pipeline=pipeline, statuses=statuses, limit=fetch_limit)
     if interrupted:
-        now = time.time()
         runs = [run for run in runs if is_interrupted(run, now)][:limit]
     rows = []
     for run in runs:
         checkpoints = await store.list_checkpoints(run.run_id)
-        rows.append(run_row(run, checkpoints[-1] if checkpoints else None))
+        rows.append(run_row(run, checkpoints[-1] if checkpoints else None, now))
         await add_wait(store, run, rows[-1])
     return rows
 
@@ -181,7 +181,9 @@ def _decoded(read: Any, run: RunRecord) -> Any:
         return {"unreadable": str(error)}
 
 
-async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -> dict[str, Any]:
+async def run_details(
+    store: CheckpointStorage, run_id: str, tail: int | None, now: float
+) -> dict[str, Any]:
     """A run in full: its row, input, result, steps (the last ``tail``, None: all) with
     the checkpoints taken at each, and the step that failed."""
     run = await get_run(store, run_id)
@@ -196,7 +198,7 @@ async def run_details(store: CheckpointStorage, run_id: str, tail: int | None) -
             if row["seq"] > after:
                 row["checkpoints"] = by_seq.get(row["seq"], [])
                 steps.append(row)
-    row = run_row(run, checkpoints[-1] if checkpoints else None, full_error=True)
+    row = run_row(run, checkpoints[-1] if checkpoints else None, now, full_error=True)
     await add_wait(store, run, row)
     error = row["error"] or {}
     failed = (

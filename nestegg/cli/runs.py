@@ -112,7 +112,12 @@ def runs_command(
 
     async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
         return await reading.list_run_rows(
-            opened, pipeline=pipeline, statuses=statuses, interrupted=interrupted, limit=limit
+            opened,
+            pipeline=pipeline,
+            statuses=statuses,
+            interrupted=interrupted,
+            limit=limit,
+            now=time.time(),  # a command judges leases by the wall clock
         )
 
     rows = run_with_store(ctx, store, work, read_only=True)
@@ -203,7 +208,7 @@ def show_command(
     tail = None if (show_all or as_json) else CLI_SHOW_STEPS
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
-        return await reading.run_details(opened, run_id, tail)
+        return await reading.run_details(opened, run_id, tail, time.time())
 
     details = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)

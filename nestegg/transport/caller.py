@@ -142,16 +142,12 @@ async def run_remote(
     run = await book.create_queued(input_data, run_id)
     if run.status == COMPLETED:
         return run_result(run)
-    request = {"clutch_id": run.run_id, "input": to_plain(input_data)}
-    if clutch._on_request is not None:
-        await clutch._on_request(request)
 
     async def publish_and_wait(trace: dict[str, str]) -> Any:
         await publish_first(clutch, transport, run, trace)
         return await wait_result(book.store, run.run_id, None, listeners)
 
-    result = await traced_remote_run(clutch, book.store, run, publish_and_wait)
-    if clutch._on_response is not None:
-        response = {"_clutch_response": True, "clutch_id": run.run_id, "result": result}
-        await clutch._on_response(request, response)
-    return result
+    async def traced() -> Any:
+        return await traced_remote_run(clutch, book.store, run, publish_and_wait)
+
+    return await clutch.call_with_hooks(run.run_id, to_plain(input_data), traced)

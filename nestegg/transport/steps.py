@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import enum
 import logging
-import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.checkpointer import Checkpointer
@@ -136,7 +135,7 @@ class StepRecorder(Checkpointer):
                 if not self.renewing:
                     return
                 try:
-                    lease = time.time() + self.lease_seconds
+                    lease = self.clock() + self.lease_seconds
                     await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
                     await self.delivery.keep_alive()
                 except StaleOwnerError:
@@ -170,7 +169,7 @@ class StepRecorder(Checkpointer):
     async def release(self) -> None:
         """Drop the lease now (checkpoint kept): any worker may take the run."""
         await self.stop_renewing()
-        now = time.time()
+        now = self.clock()
         await self.store.commit(Commit(self.run_id, self.fence, lease_until=now, updated_at=now))
 
     async def close(self) -> None:
@@ -286,7 +285,7 @@ class StepRunner:
             return None  # another worker took it first
 
     async def _claim_at(self, store: CheckpointStorage, run_id: str, fence: int) -> RunRecord:
-        now = time.time()
+        now = self.book.config.clock()
         return await store.claim_run(run_id, fence, self.owner, now + self.lease, now)
 
     async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
@@ -295,7 +294,7 @@ class StepRunner:
         message = delivery.message
         while True:
             run = await store.get_run(message.run_id)
-            now = time.time()
+            now = self.book.config.clock()
             verdict = judge(run, message, delivery.redelivered, now)
             if run is not None and run.pipeline != self.clutch.name:
                 verdict = Verdict.DROP
@@ -347,9 +346,9 @@ class StepRunner:
         recorder.replay_until = claimed.step_seq + 1
         if claimed.event_seq == 0:  # the caller's trace kept for the sweeper's messages
             trace = delivery.message.trace
-            recorder.event(RUN_STARTED, time.time(), {TRACE_KEY: trace} if trace else {})
+            recorder.event(RUN_STARTED, recorder.clock(), {TRACE_KEY: trace} if trace else {})
         if resumed is not None:
-            recorder.event(RUN_RESUMED, time.time(), resumed)
+            recorder.event(RUN_RESUMED, recorder.clock(), resumed)
             await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
         else:
             recorder.begin()
@@ -466,8 +465,9 @@ class StepRunner:
         commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=failure)
         event_seq = claimed.event_seq + 1
         body = event_body({"steps": claimed.step_seq})
-        commit.events.append(EventRecord(claimed.run_id, event_seq, time.time(), RUN_FAILED, body))
+        now = self.book.config.clock()
+        commit.events.append(EventRecord(claimed.run_id, event_seq, now, RUN_FAILED, body))
         commit.event_seq = event_seq
-        commit.updated_at = time.time()
+        commit.updated_at = now
         with contextlib.suppress(NestEggError):
             await self.book.store.commit(commit)

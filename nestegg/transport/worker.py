@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -188,7 +187,7 @@ class Worker:
         one and untouched for ``sweep_after`` seconds, and at every waiting run whose
         deadline or timer has passed or whose signal is stored; their ids."""
         store = await self.runner.book.ready()
-        now = time.time()
+        now = self.runner.book.config.clock()
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
         swept = []
         for run in runs:

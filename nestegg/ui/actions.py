@@ -29,7 +29,7 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import COMPLETED, FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
-from nestegg.ui.pages import store_of
+from nestegg.ui.pages import now_of, store_of
 
 log = logging.getLogger("nestegg.ui")
 
@@ -107,7 +107,7 @@ async def resume(request: Request) -> JSONResponse:
             f"run {run.run_id!r} is completed: there is nothing to resume (fork it from a "
             "checkpoint to run its steps again)"
         )
-    if owner_alive(run, time.time()):
+    if owner_alive(run, now_of(request)):
         raise RunLockedError(f"run {run.run_id!r} is executing; not resumed", run.run_id)
     clutch: Clutch = request.app.state.settings.clutch
     _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
@@ -153,7 +153,7 @@ async def delete(request: Request) -> JSONResponse:
         return refusal
     store = store_of(request)
     run = await get_run(store, request.path_params["run_id"])
-    if owner_alive(run, time.time()):
+    if owner_alive(run, now_of(request)):
         raise RunLockedError(f"run {run.run_id!r} is executing; not deleted", run.run_id)
     await store.delete_run(run.run_id)
     return JSONResponse({"deleted": run.run_id})

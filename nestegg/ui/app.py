@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -68,6 +69,7 @@ class UISettings:
         allow_writes: whether resume, fork, delete and prune are offered.
         token: the secret a write must carry in ``X-Nestegg-Token``.
         hosts: the Host header values served (``*``: any).
+        clock: the time leases are judged by (``time.time``; a test passes a FakeClock).
     """
 
     store_url: str | None = None
@@ -76,6 +78,7 @@ class UISettings:
     allow_writes: bool = False
     token: str = ""
     hosts: Sequence[str] = field(default=LOOPBACK_HOSTS)
+    clock: Callable[[], float] = time.time
 
 
 SECURITY_HEADERS = [

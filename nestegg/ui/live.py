@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from nestegg.cli import reading
 from nestegg.constants import RUNNING
 from nestegg.ui import queries
-from nestegg.ui.pages import int_param, store_of
+from nestegg.ui.pages import int_param, now_of, store_of
 
 POLL_SECONDS = 0.25
 """Seconds between reads of a run's event log."""
@@ -83,7 +83,9 @@ async def runs_events(request: Request) -> StreamingResponse:
     async def events() -> AsyncIterator[bytes]:
         seen = None
         while True:
-            signature = await queries.runs_signature(store, status=status, pipeline=pipeline)
+            signature = await queries.runs_signature(
+                store, status=status, pipeline=pipeline, now=now_of(request)
+            )
             if seen is not None and signature != seen:
                 yield message("change", {"runs": len(signature)})
             seen = signature

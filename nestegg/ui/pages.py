@@ -22,6 +22,12 @@ def store_of(request: Request) -> CheckpointStorage:
     return store
 
 
+def now_of(request: Request) -> float:
+    """The time leases are judged by, from the application's clock."""
+    now: float = request.app.state.settings.clock()
+    return now
+
+
 def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
     settings = request.app.state.settings
     context.update(
@@ -59,6 +65,7 @@ async def runs_page(request: Request) -> HTMLResponse:
         status=status,
         pipeline=pipeline,
         before=queries.decode_cursor(cursor),
+        now=now_of(request),
     )
     name = "runs_rows.html" if request.query_params.get("fragment") else "runs.html"
     return _render(
@@ -76,7 +83,7 @@ async def run_page(request: Request) -> HTMLResponse:
     """A run: summary, input, result or error, a window of its timeline, its forks."""
     store = store_of(request)
     details = await queries.run_window(
-        store, request.path_params["run_id"], int_param(request, "before", least=1)
+        store, request.path_params["run_id"], int_param(request, "before", least=1), now_of(request)
     )
     relatives = await queries.family(store, details["run"])
     return _render(
@@ -95,7 +102,7 @@ async def run_live(request: Request) -> JSONResponse:
     after ``?after=``, as HTML."""
     after = int_param(request, "after") or 0
     details = await queries.run_window(
-        store_of(request), request.path_params["run_id"], None, queries.STEP_WINDOW
+        store_of(request), request.path_params["run_id"], None, now_of(request), queries.STEP_WINDOW
     )
     bars = [[s["seq"], s["bar"]] for s in details["steps"]]
     shown = queries.range_text(details)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +93,7 @@ async def runs_page(
     status: str | None,
     pipeline: str | None,
     before: tuple[float, str] | None,
+    now: float,
     size: int = RUNS_PAGE,
 ) -> RunsPage:
     """A page of runs, newest first; ``status`` may be ``interrupted`` (running, owner gone).
@@ -107,12 +107,11 @@ async def runs_page(
     runs = runs[:size]
     cursor = encode_cursor(runs[-1]) if more and runs else None
     if status == INTERRUPTED:
-        now = time.time()
         runs = [run for run in runs if is_interrupted(run, now)]
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
     rows = await asyncio.gather(
         *(
-            flagged(store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None))
+            flagged(store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None, now))
             for run, checkpoints in zip(runs, listed, strict=True)
         )
     )
@@ -130,14 +129,13 @@ async def flagged(store: CheckpointStorage, run: RunRecord, row: dict[str, Any])
 
 
 async def runs_signature(
-    store: CheckpointStorage, *, status: str | None, pipeline: str | None
+    store: CheckpointStorage, *, status: str | None, pipeline: str | None, now: float
 ) -> list[tuple[Any, ...]]:
     """What changes on the first page of runs when any of them moves on (runs only: no
     checkpoint is read)."""
     runs = await store.list_runs(
         pipeline=pipeline or None, statuses=_statuses(status), limit=RUNS_PAGE
     )
-    now = time.time()
     return [(r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now)) for r in runs]
 
 
@@ -175,7 +173,11 @@ def _incidents(events: list[EventRecord], low: int, high: int) -> dict[int, list
 
 
 async def run_window(
-    store: CheckpointStorage, run_id: str, before: int | None, size: int = STEP_WINDOW
+    store: CheckpointStorage,
+    run_id: str,
+    before: int | None,
+    now: float,
+    size: int = STEP_WINDOW,
 ) -> dict[str, Any]:
     """A run's page: summary, input, result or error, and the steps ``before - size <= seq
     < before`` (the newest when None) with their checkpoints and incidents."""
@@ -197,7 +199,7 @@ async def run_window(
         step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
         step["incidents"] = incidents.get(step["seq"], [])
     last = checkpoints[-1] if checkpoints else None
-    row = await flagged(store, run, reading.run_row(run, last, full_error=True))
+    row = await flagged(store, run, reading.run_row(run, last, now, full_error=True))
     latest = high == run.step_seq
     return {
         "pending": await _pending(store, run, events, row["shown_status"]) if latest else None,

@@ -53,7 +53,7 @@ async def test_the_default_store_is_sqlite_in_nestegg_home(
     clutch, calls = pipeline(CheckpointConfig())
     async with clutch:
         assert await clutch.run(["in"], run_id="default") == ["in", "first", "second"]
-        assert isinstance(clutch._book().store, SQLiteCheckpointStorage)
+        assert isinstance(clutch.checkpointed_runs().store, SQLiteCheckpointStorage)
         open_files = {path.name: mode(path) for path in home.iterdir()}
     assert open_files == dict.fromkeys(open_files, 0o600)
     assert {DEFAULT_DB_NAME, f"{DEFAULT_DB_NAME}-wal"} <= set(open_files)
@@ -96,7 +96,7 @@ async def test_the_default_store_resumes_a_failed_run(
         calls.append("second")
         raise RuntimeError("down")
 
-    clutch._agents["second"].handler = second
+    clutch.agent()(second)  # replaces the pipeline's second
     async with clutch:
         with pytest.raises(RuntimeError, match="down"):
             await clutch.run([])

@@ -54,15 +54,16 @@ async def what_is_stored(store: CheckpointStorage, run_id: str) -> dict[str, Any
 
 def observing(pipeline: Pipeline, reader: CheckpointStorage, seen: list[dict[str, Any]]) -> None:
     """Make every agent of ``pipeline`` record what ``reader`` sees of the run first."""
-    for name in list(pipeline.clutch._agents):
-        inner = pipeline.clutch._agents[name].handler
+    for name in pipeline.clutch.agent_names:
+        inner = pipeline.appender(name)
 
         async def agent(data: list[str], inner: Any = inner) -> list[str]:
             seen.append(await what_is_stored(reader, get_context().run_id))
             result: list[str] = await inner(data)
             return result
 
-        pipeline.clutch._agents[name].handler = agent
+        agent.__name__ = name
+        pipeline.clutch.agent(agent)  # replaces the agent of that name in place
 
 
 # -------------------------------------------------------------------------- sync

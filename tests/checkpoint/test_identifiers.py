@@ -156,4 +156,4 @@ def test_a_bad_agent_name_is_refused_at_registration(
     agent.__name__ = bad
     with pytest.raises(InvalidIdentifierError):
         clutch.agent()(agent)
-    assert clutch._agents == {}
+    assert clutch.agent_names == ()

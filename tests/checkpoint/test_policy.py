@@ -107,9 +107,7 @@ async def test_keep_latest_keeps_exactly_the_newest_checkpoints(
         seen.append([c.seq for c in await pipeline.clutch.list_checkpoints("kept")])
         return [*data, "g"]
 
-    pipeline.clutch._agents.pop("g")
-    pipeline.clutch._agent_order.remove("g")
-    pipeline.clutch.agent()(g)
+    pipeline.clutch.agent()(g)  # replaces the pipeline's g
     await pipeline.clutch.run([], run_id="kept")
 
     assert seen == [[5, 6]]
@@ -236,8 +234,7 @@ async def test_min_interval_lets_a_checkpoint_through_once_it_has_passed(
         clock.advance(31)
         return await slow(data)
 
-    pipeline.clutch._agents.pop("b")
-    pipeline.clutch.agent()(b)
+    pipeline.clutch.agent()(b)  # replaces the pipeline's b
     await pipeline.clutch.run([], run_id="interval")
     assert await seqs_and_reasons(pipeline, "interval") == [
         (1, "policy"),
@@ -260,8 +257,7 @@ async def test_min_interval_does_not_throttle_manual_checkpoints(
         get_context().metadata["b"] = True
         return [*data, "b"]
 
-    pipeline.clutch._agents.pop("b")
-    pipeline.clutch.agent()(b)
+    pipeline.clutch.agent()(b)  # replaces the pipeline's b
     task = await pipeline.clutch.submit([], run_id="manual")
     await wait_for(pipeline.entered["c"])
     outside = asyncio.ensure_future(pipeline.clutch.checkpoint())

@@ -413,10 +413,7 @@ async def test_checkpoint_inside_an_agent_records_the_state_the_step_started_fro
         taken.append(await pipeline.clutch.checkpoint())
         return [*data, "b"]
 
-    pipeline.clutch._agents.clear()
-    pipeline.clutch._agent_order.clear()
-    for agent in (pipeline.appender("a"), b, pipeline.appender("c")):
-        pipeline.clutch.agent()(agent)
+    pipeline.clutch.agent()(b)  # replaces the pipeline's b
 
     assert await pipeline.clutch.run([], run_id="inside") == ["a", "b", "c"]
     [checkpoint_id] = taken

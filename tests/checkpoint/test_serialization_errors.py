@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from nestegg import Clutch, get_context
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import CheckpointSerializationError
+from nestegg.execution import StepHook
 
 from .conftest import Flaky, config, stored_view
 
@@ -26,8 +27,13 @@ class Client:
     """Something no store can keep: a connection-like object."""
 
 
-def build(store: CheckpointStorage, broken: dict[str, bool], calls: list[str]) -> Clutch:
-    clutch = Clutch("serializing", checkpoint=config(store, keep_latest=None))
+def build(
+    store: CheckpointStorage,
+    broken: dict[str, bool],
+    calls: list[str],
+    on_step: StepHook | None = None,
+) -> Clutch:
+    clutch = Clutch("serializing", on_step=on_step, checkpoint=config(store, keep_latest=None))
 
     @clutch.agent()
     async def fetch(data: dict[str, Any]) -> dict[str, Any]:
@@ -92,14 +98,13 @@ async def test_an_unstorable_value_changes_nothing_already_stored(
     checkpoint_store: CheckpointStorage,
 ) -> None:
     calls: list[str] = []
-    clutch = build(checkpoint_store, {"data": True}, calls)
     before: list[dict[str, Any]] = []
 
     async def on_step(agent: str, data: Any, output: Any) -> None:
         if agent == "enrich":
             before.append(await stored_view(checkpoint_store, "intact"))
 
-    clutch._on_step = on_step
+    clutch = build(checkpoint_store, {"data": True}, calls, on_step)
     with pytest.raises(CheckpointSerializationError):
         await clutch.run({"q": 1}, run_id="intact")
     [stored] = before

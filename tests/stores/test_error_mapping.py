@@ -117,22 +117,95 @@ async def test_sqlite_tables_dropped_behind_its_back_are_a_storage_error(tmp_pat
         await store.close()
 
 
+def _error_of(conn: sqlite3.Connection, sql: str) -> sqlite3.Error:
+    """The error sqlite3 raises running ``sql`` on ``conn`` (closed afterwards)."""
+    try:
+        with pytest.raises(sqlite3.Error) as caught:
+            conn.execute(sql)
+        return caught.value
+    finally:
+        conn.close()
+
+
+def _locked(path: Path) -> sqlite3.Error:
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        return _error_of(sqlite3.connect(path, timeout=0), "INSERT INTO t VALUES (1)")
+    finally:
+        holder.close()
+
+
+def _cannot_open(path: Path) -> sqlite3.Error:
+    with pytest.raises(sqlite3.Error) as caught:
+        sqlite3.connect(path.parent / "missing" / path.name)
+    return caught.value
+
+
+def _read_only(path: Path) -> sqlite3.Error:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return _error_of(reader, "INSERT INTO t VALUES (1)")
+
+
+def _not_a_database(path: Path) -> sqlite3.Error:
+    path.write_bytes(b"this is not a database, only some text" * 200)
+    return _error_of(sqlite3.connect(path), "SELECT * FROM sqlite_master")
+
+
+def _constraint(path: Path) -> sqlite3.Error:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (x NOT NULL)")
+    return _error_of(conn, "INSERT INTO t VALUES (NULL)")
+
+
+def _closed(path: Path) -> sqlite3.Error:
+    conn = sqlite3.connect(path)
+    conn.close()
+    return _error_of(conn, "SELECT 1")
+
+
+def _disk_io(path: Path) -> sqlite3.Error:
+    # A real I/O error needs a failing disk; this is the error SQLite raises then.
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorcode = sqlite3.SQLITE_IOERR_SHORT_READ
+    exc.sqlite_errorname = "SQLITE_IOERR_SHORT_READ"
+    return exc
+
+
 @pytest.mark.parametrize(
-    ("driver_error", "expected"),
+    ("provoke", "expected", "text"),
     [
-        (sqlite3.OperationalError("database is locked"), StorageError),
-        (sqlite3.OperationalError("unable to open database file"), StorageUnavailableError),
-        (sqlite3.OperationalError("disk I/O error"), StorageUnavailableError),
-        (sqlite3.IntegrityError("UNIQUE constraint failed"), StorageError),
-        (sqlite3.ProgrammingError("Cannot operate on a closed database."), StorageError),
-        (PermissionError(13, "Permission denied"), StorageUnavailableError),
+        (_locked, StorageError, "stayed locked"),
+        (_cannot_open, StorageUnavailableError, "cannot be used"),
+        (_read_only, StorageUnavailableError, "cannot be used"),
+        (_disk_io, StorageUnavailableError, "cannot be used"),
+        (_not_a_database, StorageError, "failed"),
+        (_constraint, StorageError, "failed"),
+        (_closed, StorageError, "not usable"),
     ],
-    ids=lambda v: str(v) if isinstance(v, Exception) else v.__name__,
+    ids=["locked", "cannot-open", "read-only", "disk-io", "not-a-database", "constraint", "closed"],
 )
-def test_sqlite_storage_error_mapping(driver_error: Exception, expected: type[Exception]) -> None:
-    mapped = storage_error(driver_error, "n.db")  # type: ignore[arg-type]
+def test_sqlite_errors_map_by_their_result_code_and_class(
+    tmp_path: Path, provoke: Callable[[Path], sqlite3.Error], expected: type[Exception], text: str
+) -> None:
+    mapped = storage_error(provoke(tmp_path / "n.db"), "n.db")
     assert type(mapped) is expected
-    assert "n.db" in str(mapped)
+    assert "n.db" in str(mapped) and text in str(mapped)
+
+
+def test_the_message_never_decides_a_sqlite_error() -> None:
+    # Words of a lock or an outage without SQLite's code change nothing, and back.
+    worded = sqlite3.OperationalError("database is locked; disk I/O error; unable to open")
+    assert type(storage_error(worded, "n.db")) is StorageError
+    assert "stayed locked" not in str(storage_error(worded, "n.db"))
+    coded = sqlite3.OperationalError("something")
+    coded.sqlite_errorcode = sqlite3.SQLITE_CANTOPEN
+    assert type(storage_error(coded, "n.db")) is StorageUnavailableError
+    assert type(storage_error(PermissionError(13, "denied"), "n.db")) is StorageUnavailableError
 
 
 # --- file -------------------------------------------------------------------------------

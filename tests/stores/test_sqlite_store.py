@@ -19,7 +19,7 @@ import pytest
 from nestegg.checkpoint.codec import seal_json
 from nestegg.checkpoint.records import CheckpointRecord, Commit, StepRecord
 from nestegg.checkpoint.stores import open_store
-from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage, storage_error
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import connection as sqlite_connection
 from nestegg.checkpoint.stores.sqlite import store as sqlite_store
 from nestegg.checkpoint.stores.sqlite.schema import (
@@ -672,18 +672,6 @@ async def test_a_file_that_is_no_database_is_a_storage_error(tmp_path: Path) -> 
     with pytest.raises(StorageError, match="not a database"):
         await store.setup()
     await store.close()
-
-
-def test_storage_error_mapping() -> None:
-    locked = sqlite3.OperationalError("database is locked")
-    assert type(storage_error(locked, "x.db")) is StorageError
-    io = sqlite3.OperationalError("disk I/O error")
-    assert type(storage_error(io, "x.db")) is StorageUnavailableError
-    cannot = sqlite3.OperationalError("unable to open database file")
-    assert type(storage_error(cannot, "x.db")) is StorageUnavailableError
-    assert type(storage_error(PermissionError(13, "denied"), "x.db")) is StorageUnavailableError
-    other = sqlite3.IntegrityError("NOT NULL constraint failed: steps.body")
-    assert type(storage_error(other, "x.db")) is StorageError
 
 
 async def test_a_failing_commit_is_rolled_back_whole(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
         again = await caller.run({}, run_id="once", timeout=5)
         with pytest.raises(RunExistsError, match="different input"):
             await caller.run({"other": True}, run_id="once", timeout=5)
-        await caller._book().create_queued({}, "pending")
+        await caller.checkpointed_runs().create_queued({}, "pending")
         with pytest.raises(RunExistsError, match="pending"):
             await caller.run({}, run_id="pending", timeout=5)
     finally:
@@ -136,7 +136,7 @@ async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
 async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Deployment) -> None:
     caller, worker = make_chain(), make_chain()
     try:
-        await caller._book().create_queued({}, "lost")  # stored, never published
+        await caller.checkpointed_runs().create_queued({}, "lost")  # stored, never published
         async with serving(worker, sweep_interval=0.2, sweep_after=0.5):
             assert await caller.result("lost", timeout=20) == uninterrupted_result()
     finally:

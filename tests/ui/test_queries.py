@@ -12,7 +12,7 @@ from nestegg.ui import queries
 
 async def _family(store: MemoryCheckpointStorage, run_id: str) -> dict[str, object]:
     run = await reading.get_run(store, run_id)
-    return await queries.family(store, reading.run_row(run, None))
+    return await queries.family(store, reading.run_row(run, None, run.updated_at))
 
 
 async def test_forks_are_found_among_newer_runs_and_older_ones_are_not_read(

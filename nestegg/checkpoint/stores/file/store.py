@@ -184,6 +184,7 @@ class FileCheckpointStorage(FileThreadRows):
 
     def _remove_leftovers(self) -> None:
         """Remove what creations and deletions cut short by a crash left behind."""
+        # Compared with the files' st_mtime: the file system's wall clock, not a run's.
         cutoff = time.time() - FILE_LEFTOVER_SECONDS
         for name in (FILE_STAGING_DIR, FILE_TRASH_DIR):
             for entry in os.scandir(self.root / name):

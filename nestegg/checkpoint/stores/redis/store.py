@@ -201,11 +201,15 @@ class RedisCheckpointStorage(RedisThreadRows):
     async def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One EVALSHA of an idempotent script, packed here and sent on the kept
         connection when it is free, else through the client."""
-        # A bypass of redis-py's Script call, kept for the target of bench/server_stores.py
-        # in docs/benchmarks.md: nestegg Redis at most 2.7 Redis SETs a step (issue 4; 1.63
-        # with it). Through `script(keys, args)` bench/server_store_commit.py measured the
-        # median commit at 541/1983/1048 us against 296/409/377 us with it (three runs side
-        # by side on a loaded machine): too close to that target to drop it unmeasured.
+        # A bypass of redis-py's Script call. The benchmark that needs it:
+        # bench/server_store_commit.py (its Redis part: 1 run x 1000 sequential commits),
+        # the per-step commit under the target of bench/server_stores.py in
+        # docs/benchmarks.md: nestegg Redis at most 2.7 Redis SETs a step (1.63 with it).
+        # Median commit there, with the bypass vs through `script(keys, args)`, side by
+        # side: 296/409/377 us vs 541/1983/1048 us (three runs), and again 358/400/752 us
+        # vs 516/2087/1469 us (three alternating pairs, load average ~10 on 2 cores): the
+        # Script call made the median commit 1.4x to 5.2x slower, too close to the target
+        # to drop the bypass until a quiet run of that benchmark shows it within it.
         if self._pool is None or self._held_busy:
             return await script(keys, args)
         command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])

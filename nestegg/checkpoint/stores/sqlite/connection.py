@@ -41,6 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from nestegg.checkpoint.stores.sqlite.errors import is_busy
 from nestegg.constants import (
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_PAGE_SIZE,
@@ -90,11 +91,6 @@ def _hand_back(
         pass
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
 def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
     """Put the database in WAL mode where SQLite can (a database in memory, or a file
     system whose locking rules WAL out, keeps the mode SQLite gives it).
@@ -117,7 +113,7 @@ def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             return
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+            if not is_busy(exc) or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
@@ -309,7 +305,7 @@ class SQLiteConnection:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if _is_busy(exc):
+            if is_busy(exc):
                 return False
             raise
         return True

@@ -48,6 +48,7 @@ from nestegg.checkpoint.stores.sqlite.blocks import (
     truncate_steps,
 )
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
+from nestegg.checkpoint.stores.sqlite.errors import storage_error
 from nestegg.checkpoint.stores.sqlite.events import events_after, pack_events
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite.schema import (
@@ -95,7 +96,6 @@ from nestegg.errors import (
     ConfigurationError,
     NestEggError,
     StorageError,
-    StorageUnavailableError,
 )
 
 MEMORY_PATH = ":memory:"
@@ -103,29 +103,6 @@ RUN_KEYS_KEPT = 10_000
 """Run keys a store remembers between commits (forgotten all at once beyond this)."""
 _IDS_PER_QUERY = 500
 """Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
-
-_UNAVAILABLE_CODES = frozenset(
-    {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY}
-)
-_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-
-
-def storage_error(exc: sqlite3.Error | OSError, path: str) -> StorageError:
-    """The nestegg error for a driver or file-system failure on the database at ``path``."""
-    if isinstance(exc, OSError):
-        return StorageUnavailableError(f"cannot open the SQLite database {path}: {exc}")
-    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-    message = str(exc)
-    if code in _BUSY_CODES or "locked" in message or "busy" in message:
-        return StorageError(
-            f"the SQLite database {path} stayed locked by another connection for more "
-            f"than {SQLITE_BUSY_TIMEOUT_MS} ms ({message})"
-        )
-    if code in _UNAVAILABLE_CODES or "unable to open" in message or "disk I/O" in message:
-        return StorageUnavailableError(f"the SQLite database {path} cannot be used: {message}")
-    if isinstance(exc, sqlite3.ProgrammingError):
-        return StorageError(f"the SQLite store {path} is not usable: {message}")
-    return StorageError(f"the SQLite database {path} failed: {message}")
 
 
 def _make_private_dirs(directory: Path) -> None:
@@ -599,4 +576,4 @@ def _expire_runs(conn: sqlite3.Connection, query: str, params: Sequence[Any]) ->
     return run_ids
 
 
-__all__ = ["SQLiteCheckpointStorage", "storage_error"]
+__all__ = ["SQLiteCheckpointStorage"]

@@ -1,0 +1,411 @@
+"""The base of Clutch: a pipeline's definition (agents, selector, order, hooks) and the
+building and driving of its runs' executions, which is what checkpointing needs of it
+(the ``Pipeline`` Protocol of ``nestegg.checkpoint.pipeline``).
+
+:class:`~nestegg.Clutch` adds the public API on top: run, submit and stream, the
+stored-run methods, and the distributed mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
+
+from nestegg import telemetry
+from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.context import ClutchContext, ClutchState
+from nestegg.errors import ConfigurationError
+from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
+from nestegg.strategies import Cursor, Strategy, make_cursor
+from nestegg.task import ClutchTask, StepListeners
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.config import CheckpointConfig
+    from nestegg.checkpoint.runs import CheckpointedRuns
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.transport.base import Transport
+
+F = TypeVar("F", bound=Callable[..., Any])
+Selector = Callable[..., Awaitable[str | None]]
+RequestHook = Callable[[dict[str, Any]], Awaitable[None]]
+ResponseHook = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
+CheckpointHook = Callable[[Any], Awaitable[None]]
+
+
+class PipelineBase:
+    """A pipeline's definition and the executions of its runs (the base of Clutch, whose
+    docstring describes the arguments)."""
+
+    def __init__(
+        self,
+        name: str,
+        strategy: Strategy = Strategy.SEQUENTIAL,
+        max_turns: int = 100,
+        transport: Any = None,
+        order: list[str] | None = None,
+        on_request: RequestHook | None = None,
+        on_response: ResponseHook | None = None,
+        on_step: StepHook | None = None,
+        *,
+        checkpoint: CheckpointConfig | None = None,
+        on_checkpoint: CheckpointHook | None = None,
+    ) -> None:
+        if not isinstance(strategy, Strategy):
+            raise ConfigurationError(
+                f"strategy must be a nestegg.Strategy (one of "
+                f"{', '.join(s.name for s in Strategy)}), got {strategy!r}"
+            )
+        if not isinstance(max_turns, int) or max_turns < 0:
+            raise ConfigurationError(f"max_turns must be an int >= 0, got {max_turns!r}")
+        for hook_name, hook in (
+            ("on_request", on_request),
+            ("on_response", on_response),
+            ("on_step", on_step),
+            ("on_checkpoint", on_checkpoint),
+        ):
+            if hook is not None and not inspect.iscoroutinefunction(hook):
+                raise ConfigurationError(f"{hook_name} must be an async function")
+        self.name = name
+        self.strategy = strategy
+        self.max_turns = max_turns
+        self._explicit_order = list(order) if order is not None else None
+        self._agents: dict[str, AgentNode] = {}
+        self._agent_order: list[str] = []
+        self._selector: Selector | None = None
+        self._selector_input_type: type | None = None
+        self._on_request = on_request
+        self._on_response = on_response
+        self._on_step = on_step
+        self._on_checkpoint = on_checkpoint
+        self._checkpoint_config = checkpoint
+        self._runbook: CheckpointedRuns | None = None
+        self._executions: dict[str, RunExecution] = {}
+        if checkpoint is not None:  # load the checkpointing code now, not in the first run
+            import nestegg.checkpoint.runs  # noqa: F401
+        self.transport: Transport | None = _transport(name, transport, checkpoint)
+
+    # ----------------------------------------------------------------- definition
+
+    @overload
+    def agent(self, edges: F) -> F: ...
+
+    @overload
+    def agent(self, edges: list[str] | None = None) -> Callable[[F], F]: ...
+
+    def agent(self, edges: Any = None) -> Any:
+        """Register an async function as an agent (``@clutch.agent()`` or ``@clutch.agent``).
+
+        Args:
+            edges: for GRAPH, the agents that may follow (the first one is taken).
+
+        Raises:
+            ConfigurationError: the function is not async.
+            InvalidIdentifierError: its name is not a safe identifier.
+        """
+        if callable(edges):
+            return self.agent()(edges)
+
+        def register(fn: F) -> F:
+            name = fn.__name__
+            self._agents[name] = AgentNode(name, fn, edges)
+            if name not in self._agent_order:
+                self._agent_order.append(name)
+            return fn
+
+        return register
+
+    def selector(self, fn: Selector | None = None) -> Any:
+        """Register the async function that picks the next agent (SELECTOR strategy).
+
+        The selector gets the current data and returns the next agent's name (None
+        stops the run). Journaled calls it makes (``await nestegg.call(...)``, durable
+        functions) are journaled in the step whose agent it is picking, at positions
+        -1, -2, ... that the agent's own calls (0, 1, ...) never take: when that step
+        runs again, the selector gets its recorded answers back and picks the same agent.
+
+        Args:
+            fn: the async selector (``@clutch.selector`` or ``@clutch.selector()``).
+
+        Returns:
+            ``fn`` unchanged, or a decorator that registers the function it gets.
+
+        Raises:
+            ConfigurationError: the selector is not an async function.
+
+        Example:
+            >>> @clutch.selector
+            ... async def choose(data: dict) -> str | None:
+            ...     return await nestegg.call(route_with_llm, data)
+        """
+
+        def register(f: Selector) -> Selector:
+            if not inspect.iscoroutinefunction(f):
+                raise ConfigurationError(
+                    f"selector {getattr(f, '__name__', f)!r} must be an async function"
+                )
+            self._selector = f
+            self._selector_input_type = input_type_of(f)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def _get_order(self) -> list[str]:
+        return self._explicit_order if self._explicit_order else self._agent_order
+
+    def _to_typed(self, data: Any, target_type: type | None) -> Any:
+        return to_typed(data, target_type)
+
+    def validate(self) -> None:
+        """Check the definition: names in ``order=`` and ``edges=`` exist.
+
+        Raises:
+            ConfigurationError: naming the unknown agent and where it was named.
+        """
+        for name in self._explicit_order or []:
+            if name not in self._agents:
+                raise ConfigurationError(
+                    f"order= names agent {name!r}, which is not registered on Clutch "
+                    f"{self.name!r} (known: {sorted(self._agents)})"
+                )
+        for node in self._agents.values():
+            for edge in node.edges:
+                if edge not in self._agents:
+                    raise ConfigurationError(
+                        f"agent {node.name!r} has an edge to {edge!r}, which is not "
+                        f"registered on Clutch {self.name!r}"
+                    )
+        if self.strategy is Strategy.ROUND_ROBIN and not self._get_order():
+            raise ConfigurationError(f"ROUND_ROBIN Clutch {self.name!r} has no agents")
+
+    # ------------------------------------------ the seam used by checkpointing
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        """The registered agents' names, in registration order."""
+        return tuple(self._agents)
+
+    @property
+    def run_order(self) -> list[str]:
+        """The agents in the order the strategy runs them (``order=`` or registration)."""
+        return list(self._get_order())
+
+    @property
+    def on_checkpoint(self) -> CheckpointHook | None:
+        """The hook awaited with a CheckpointInfo after each stored checkpoint."""
+        return self._on_checkpoint
+
+    @property
+    def checkpoint_config(self) -> CheckpointConfig | None:
+        """The CheckpointConfig given (None: no checkpointing)."""
+        return self._checkpoint_config
+
+    def new_context(self, run_id: str, data: Any) -> ClutchContext:
+        """A fresh context of run ``run_id`` holding ``data`` (its source: the input)."""
+        state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
+        return ClutchContext(data=data, source="input", state=state)
+
+    def new_cursor(self, ctx: ClutchContext) -> Cursor:
+        """The strategy's cursor for the run of ``ctx`` (at its start; ``restore`` moves it)."""
+
+        async def choose() -> str | None:
+            assert self._selector is not None
+            return await self._selector(to_typed(ctx.data, self._selector_input_type))
+
+        order = self._get_order()
+        return make_cursor(self.strategy, order, self._agents, choose if self._selector else None)
+
+    def new_execution(
+        self,
+        ctx: ClutchContext,
+        recorder: Recorder,
+        listeners: StepListeners,
+        *,
+        cursor: Cursor | None = None,
+        seq: int = 0,
+        data_seq: int = 0,
+        next_agent: str | None = None,
+    ) -> RunExecution:
+        """The execution of the run of ``ctx``, recording through ``recorder``.
+
+        Args:
+            ctx: the run's context (:meth:`new_context`).
+            recorder: where its steps go (a checkpointer, or a NullRecorder).
+            listeners: the queues that stream its steps.
+            cursor: the strategy's cursor (None: a new one, :meth:`new_cursor`).
+            seq: the last step recorded (0: none).
+            data_seq: the step that produced the current data (0: the input).
+            next_agent: the agent to run next before asking the cursor.
+        """
+        return RunExecution(
+            ctx=ctx,
+            cursor=cursor if cursor is not None else self.new_cursor(ctx),
+            agents=self._agents,
+            max_turns=self.max_turns,
+            recorder=recorder,
+            listeners=listeners,
+            on_step=self._on_step,
+            seq=seq,
+            data_seq=data_seq,
+            next_agent=next_agent,
+        )
+
+    async def drive(self, execution: RunExecution, input_data: Any, *, fresh: bool) -> Any:
+        """Run ``execution`` to its end with this Clutch's hooks; its result.
+
+        ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
+        ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
+        """
+        return await telemetry.traced_plain_run(
+            self, execution, lambda: self._drive(execution, input_data, fresh)
+        )
+
+    async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
+        run_id = execution.run_id
+        self._executions[run_id] = execution
+
+        def forget() -> None:
+            if self._executions.get(run_id) is execution:
+                del self._executions[run_id]
+
+        async def execute() -> Any:
+            try:
+                return await execution.execute()
+            finally:
+                forget()  # before on_response: checkpoint() no longer reaches the run
+
+        try:
+            return await self.call_with_hooks(run_id, input_data, execute, fresh=fresh)
+        finally:
+            forget()
+
+    async def call_with_hooks(
+        self,
+        run_id: str,
+        input_data: Any,
+        work: Callable[[], Awaitable[Any]],
+        *,
+        fresh: bool = True,
+    ) -> Any:
+        """Await ``work()`` between this Clutch's ``on_request`` and ``on_response`` hooks.
+
+        The run's hooks for whoever produces its result: a local execution
+        (:meth:`drive`) or a caller waiting for workers (``transport=``).
+
+        Args:
+            run_id: the run (the hooks' ``clutch_id``).
+            input_data: the run's input, as plain data (the request's ``input``).
+            work: produces the run's result.
+            fresh: the run starts now (False: a resume, ``on_request`` is not awaited).
+
+        Returns:
+            What ``work()`` returned.
+
+        Example:
+            >>> await clutch.call_with_hooks(run_id, data, lambda: wait_for_workers(run_id))
+        """
+        request = {"clutch_id": run_id, "input": input_data}
+        if fresh and self._on_request is not None:
+            await self._on_request(request)
+        result = await work()
+        if self._on_response is not None:
+            response = {"_clutch_response": True, "clutch_id": run_id, "result": result}
+            await self._on_response(request, response)
+        return result
+
+    def checkpointed_runs(self) -> CheckpointedRuns:
+        """The service that starts, resumes, forks and reads this Clutch's stored runs.
+
+        Raises:
+            ConfigurationError: the Clutch has no checkpointing.
+        """
+        return self._checkpointing()
+
+    @contextlib.contextmanager
+    def using_store(self, storage: CheckpointStorage) -> Iterator[Self]:
+        """Point this Clutch at ``storage`` for the duration of the ``with`` block.
+
+        Its CheckpointConfig is kept except for the store; the Clutch's own store is
+        neither closed nor replaced for good (the caller closes ``storage``).
+
+        Raises:
+            ConfigurationError: the Clutch has no checkpointing.
+
+        Example:
+            >>> with clutch.using_store(other_store):
+            ...     await clutch.resume_latest("run-1")
+        """
+        config = self._checkpoint_config
+        if config is None:
+            raise ConfigurationError(
+                f"Clutch {self.name!r} has no checkpointing: pass checkpoint=CheckpointConfig()"
+            )
+        saved = self._runbook
+        self._checkpoint_config = dataclasses.replace(config, storage=storage)
+        self._runbook = None
+        try:
+            yield self
+        finally:
+            self._checkpoint_config = config
+            self._runbook = saved
+
+    def _book(self) -> CheckpointedRuns:
+        if self._runbook is None:
+            from nestegg.checkpoint.runs import CheckpointedRuns
+
+            assert self._checkpoint_config is not None
+            self._runbook = CheckpointedRuns(self, self._checkpoint_config)
+        return self._runbook
+
+    def _checkpointing(self) -> CheckpointedRuns:
+        if self._checkpoint_config is None:
+            raise ConfigurationError(
+                f"Clutch {self.name!r} has no checkpointing: pass checkpoint=CheckpointConfig()"
+            )
+        return self._book()
+
+    async def _run_plain(self, input_data: Any, listeners: StepListeners) -> Any:
+        from nestegg.checkpoint.records import new_run_id
+
+        data = to_plain(input_data)
+        ctx = self.new_context(new_run_id(), data)
+        execution = self.new_execution(ctx, NullRecorder(), listeners)
+        return await self.drive(execution, data, fresh=True)
+
+    async def _launch(
+        self, work: Callable[[StepListeners], Coroutine[Any, Any, Any]], listeners: StepListeners
+    ) -> ClutchTask:
+        self.validate()
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(work(listeners))
+        return ClutchTask(f"task-{id(task):x}", task, listeners)
+
+
+def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:
+    """The Clutch's transport from ``transport=`` (a Transport or a URL), checked against
+    its checkpointing: workers need a store they all reach."""
+    if transport is None:
+        return None
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+    from nestegg.transport.base import Transport, transport_from_url
+
+    if checkpoint is None:
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= needs checkpoint=CheckpointConfig(storage=...) with "
+            "a store every worker reaches (PostgreSQL, Redis; SQLite for one host)"
+        )
+    if isinstance(checkpoint.storage, MemoryCheckpointStorage):
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= cannot use the memory store (workers in other "
+            "processes do not see it); use PostgreSQL, Redis or SQLite (one host)"
+        )
+    if isinstance(transport, str):
+        return transport_from_url(transport)
+    if not isinstance(transport, Transport):
+        raise ConfigurationError(
+            f"Clutch {name!r}: transport= must be a URL (redis://, rediss://, amqp://) or a "
+            f"nestegg Transport, got {transport!r}"
+        )
+    return transport
