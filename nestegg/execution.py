@@ -264,14 +264,14 @@ class RunExecution:
         if recorded is not None:
             value = replay_entry(recorded, function, digest, step, position)
             return rebuild(value, f"step {step}, call {position}") if rebuild else value
-        started, clock = time.time(), time.perf_counter()
+        started, began = journal.clock(), time.perf_counter()
         try:
             result = await invoke()
         except Exception as error:
-            timed = Timed(started, time.perf_counter() - clock)
+            timed = Timed(started, time.perf_counter() - began)
             await journal.journal_error(step, position, function, digest, error, timed)
             raise
-        timed = Timed(started, time.perf_counter() - clock)
+        timed = Timed(started, time.perf_counter() - began)
         await journal.journal_result(step, position, function, digest, result, timed)
         return result
 
