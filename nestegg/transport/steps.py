@@ -72,6 +72,10 @@ CONTINUE_FOR = 2.0
 """Seconds a worker goes on with a run it took (step after step, each committed) before,
 when every one of its slots is taken, it hands the run's next step to the broker, so that
 messages waiting for a slot get one in turn."""
+CONTINUE_AT_MOST = 600.0
+"""Seconds after which a worker hands a run it went on with to the broker even with slots
+free: a broker may bound how long a message stays unacked (RabbitMQ's consumer_timeout,
+30 minutes by default)."""
 
 
 class Next(enum.Enum):
@@ -225,7 +229,8 @@ def first_route(clutch: Clutch) -> str | None:
 
 
 class StepRunner:
-    """Handles step messages for a worker: one delivery, at most one step."""
+    """Handles step messages for a worker: one delivery, then the run's next steps while
+    this worker goes on with it."""
 
     def __init__(
         self,
@@ -337,8 +342,8 @@ class StepRunner:
             await self._fail(claimed, error)
             await delivery.ack()
             return None
-        until = time.monotonic() + CONTINUE_FOR
-        recorder.goes_on = lambda: self._goes_on(execution, until)
+        taken = time.monotonic()
+        recorder.goes_on = lambda: self._goes_on(execution, taken)
         try:
             while True:
                 following = await self._run(claimed, execution, recorder, delivery)
@@ -390,11 +395,15 @@ class StepRunner:
             delivery=delivery,
         )
 
-    def _goes_on(self, execution: RunExecution, until: float) -> bool:
+    def _goes_on(self, execution: RunExecution, taken: float) -> bool:
         """Whether this worker runs the run's next step itself, right after the step just
         run: it hosts the next step's agent (or a SELECTOR picks it here), it is not
-        stopping, and the run has not had its time here while other messages may wait."""
-        if self.stopping.is_set() or (time.monotonic() >= until and self.crowded()):
+        stopping, and the run (taken at ``taken``) has not had its time here while other
+        messages may wait, nor held its message for CONTINUE_AT_MOST."""
+        held = time.monotonic() - taken
+        if self.stopping.is_set() or held >= CONTINUE_AT_MOST:
+            return False
+        if held >= CONTINUE_FOR and self.crowded():
             return False
         route = next_route(self.clutch, execution)
         return route is None or route in self.hosts
