@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from nestegg.clutch import Clutch
 
 POLL_FIRST = 0.005
-"""Seconds between the first polls of a run's outcome; the gap grows to POLL_MAX."""
+"""Seconds between the first polls of a run's outcome; the gap grows with the time waited
+(POLL_SHARE of it, so the outcome is seen at most that share late) up to POLL_MAX."""
+POLL_SHARE = 0.125
 POLL_MAX = 0.25
 
 
@@ -94,7 +96,8 @@ async def wait_result(
         RunWaiting: the run waits for a signal or a timer.
         TimeoutError: not finished within ``timeout`` seconds.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     watcher = Watcher(store, run_id)
     pause = POLL_FIRST
     while True:
@@ -114,7 +117,8 @@ async def wait_result(
         if deadline is not None and time.monotonic() + pause > deadline:
             raise TimeoutError(f"run {run_id!r} did not finish within {timeout} s")
         await asyncio.sleep(pause)
-        pause = min(pause * 1.5, POLL_MAX)
+        waited = time.monotonic() - started
+        pause = min(max(POLL_FIRST, waited * POLL_SHARE), POLL_MAX)
 
 
 async def publish_first(

@@ -1,11 +1,18 @@
-"""What a worker does with one step message: judge it, claim the run, run one step.
+"""What a worker does with one step message: judge it, claim the run, run its steps.
 
 The store decides everything; the message only says which run and step to look at.
 A message for a step already committed, for a finished run, or for a run a live worker
 holds (a duplicate, or a stale fence) is acked and dropped. Otherwise the worker claims
-the run (fence + 1), loads its newest checkpoint, runs exactly one step, commits it fenced
-(the commit releases the run's lease), publishes the next step's message and only then
-acks. While the step runs, the run's lease and the message are kept fresh together.
+the run (fence + 1), loads its newest checkpoint, runs one step and commits it fenced.
+When this worker hosts the agent of the run's next step, it goes on with the run itself:
+each step is still committed on its own, fenced, and the commit renews the lease instead
+of releasing it, so no claim and no message go between the steps; the message it took
+stays unacked meanwhile. Once the next agent lives elsewhere, the worker stops, or the
+run had ``CONTINUE_FOR`` seconds here while every slot of the worker is taken, the
+step's commit releases the lease, the next step's message is published and only then is
+the message acked. While the worker holds the run, the run's lease and the message are
+kept fresh together; if the worker dies, the message comes back to another worker, which
+waits for the lease to run out and points the pipeline at the run's next step again.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.checkpointer import Checkpointer
@@ -28,6 +37,7 @@ from nestegg.constants import (
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
+    WAITING,
 )
 from nestegg.errors import (
     NestEggError,
@@ -59,6 +69,20 @@ STORE_RETRY_DELAY = 1.0
 """Seconds before a message is given back after the store failed."""
 WARM_RUNS = 256
 """Runs whose state a worker keeps after their step, for their next step."""
+CONTINUE_FOR = 2.0
+"""Seconds a worker goes on with a run it took (step after step, each committed) before,
+when every one of its slots is taken, it hands the run's next step to the broker, so that
+messages waiting for a slot get one in turn."""
+CONTINUE_AT_MOST = 600.0
+"""Seconds after which a worker hands a run it went on with to the broker even with slots
+free: a broker may bound how long a message stays unacked (RabbitMQ's consumer_timeout,
+30 minutes by default)."""
+
+
+class Next(enum.Enum):
+    """What follows a step a worker ran: this worker runs the run's next step itself."""
+
+    CONTINUE = "continue"
 
 
 class Verdict(enum.Enum):
@@ -75,19 +99,22 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
 
     DROP: no such run, finished, step committed, or (a fresh message) the run is held by a
     live worker. REPOINT: a redelivered message for a committed step of an unheld run (its
-    worker died between commit and ack, perhaps before publishing the next step): publish
-    the run's current step again. WAIT: a redelivered message for a run still held (the
-    holder's lease has not run out yet): look again when it does. TAKE: claim the run.
+    worker died between commit and ack, perhaps before publishing the next step, or after
+    going on with the run past it): publish the run's current step again. WAIT: a
+    redelivered message for a run still held (the holder, perhaps the dead worker that
+    took the message and went on with the run, has a lease that has not run out yet):
+    look again when it does. TAKE: claim the run (a waiting run too, for its waiting
+    step: a sweeper points at it when its signal or its time came).
     """
-    if run is None or run.status != RUNNING:
+    if run is None or run.status not in (RUNNING, WAITING) or message.seq > run.step_seq + 1:
         return Verdict.DROP
+    if run.status == WAITING:  # its lease_until is when its wait ends, not a holder's lease
+        return Verdict.TAKE if message.seq == run.step_seq + 1 else Verdict.DROP
     held = run.lease_until is not None and run.lease_until > now
-    if message.seq <= run.step_seq:
-        return Verdict.REPOINT if redelivered and not held else Verdict.DROP
-    if message.seq > run.step_seq + 1:
-        return Verdict.DROP
     if held:
         return Verdict.WAIT if redelivered else Verdict.DROP
+    if message.seq <= run.step_seq:
+        return Verdict.REPOINT if redelivered else Verdict.DROP
     return Verdict.TAKE
 
 
@@ -113,13 +140,24 @@ class Warm(NamedTuple):
 
 
 class StepRecorder(Checkpointer):
-    """The checkpointer of one step on a worker: every step is checkpointed and committed
-    at once; its heartbeat renews the lease and then keeps the message fresh; the step's
-    commit releases the lease when the run goes on from it."""
+    """The checkpointer of a run's steps on a worker, from the message the worker took:
+    every step is checkpointed and committed at once; its heartbeat renews the lease and
+    then keeps the message fresh; a step's commit renews the lease when this worker goes
+    on with the run (``goes_on()`` says so when asked at the commit), and otherwise
+    releases it when the run simply continues from the step."""
 
-    def __init__(self, *args: Any, delivery: Delivery, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        delivery: Delivery,
+        goes_on: Callable[[], bool] = lambda: False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.delivery = delivery
+        self.goes_on = goes_on
+        self.going_on = False
+        """Whether the last step's commit kept the lease for this worker's next step."""
         self.renewing = True
         self.renew_lock = asyncio.Lock()
 
@@ -159,9 +197,11 @@ class StepRecorder(Checkpointer):
             self.renewing = False
 
     async def record_step(self, step: StepResult) -> None:
-        """Commit the step; a step the run simply continues from releases the lease in the
+        """Commit the step. When this worker goes on with the run, the commit renews the
+        lease; otherwise a step the run simply continues from releases the lease in the
         same commit (any worker may take the next step at once)."""
-        if step.outcome == OUTCOME_COMPLETED:
+        self.going_on = self.goes_on()
+        if step.outcome == OUTCOME_COMPLETED and not self.going_on:
             await self.stop_renewing()
             self.lease_seconds = 0.0
         await super().record_step(step)
@@ -199,12 +239,23 @@ def first_route(clutch: Clutch) -> str | None:
 
 
 class StepRunner:
-    """Handles step messages for a worker: one delivery, at most one step."""
+    """Handles step messages for a worker: one delivery, then the run's next steps while
+    this worker goes on with it."""
 
-    def __init__(self, clutch: Clutch, transport: Transport, hosts: frozenset[str]) -> None:
+    def __init__(
+        self,
+        clutch: Clutch,
+        transport: Transport,
+        hosts: frozenset[str],
+        stopping: asyncio.Event | None = None,
+        crowded: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.clutch = clutch
         self.transport = transport
         self.hosts = hosts
+        self.stopping = stopping or asyncio.Event()
+        self.crowded = crowded
+        """Whether every slot of the worker is taken (messages may wait for one)."""
         self.book: CheckpointedRuns = clutch.checkpointed_runs()
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.telemetry = tracing.WorkerTelemetry(clutch.name)
@@ -267,22 +318,19 @@ class StepRunner:
     async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run claimed for this delivery, or None when the message is done with.
 
-        A fresh message whose fence is the run's is claimed at once, without reading the
-        run first: its sender released the run before sending it, and any claim since
-        would have moved the fence on (so the step is not committed and nobody holds
-        the run). Otherwise the run is read and judged.
+        The run is read and judged first, then claimed at the fence read: a claim at the
+        run's fence succeeds whatever the run's status, so a message bearing the fence of
+        a run that ended (a forged or mangled one) must not be claimed blind. A worker
+        claims a run once per turn with it (it goes on with the run's next steps), so the
+        read costs one round trip per turn, not per step.
         """
-        message = delivery.message
-        if not delivery.redelivered:
-            with contextlib.suppress(RunLockedError, RunNotFoundError):
-                return await self._claim_at(store, message.run_id, message.fence)
         run = await self._judged(store, delivery)
         if run is None:
             return None
         try:
             return await self._claim_at(store, run.run_id, run.fence)
-        except RunLockedError:
-            return None  # another worker took it first
+        except (RunLockedError, RunNotFoundError):
+            return None  # another worker took it first, or it was deleted
 
     async def _claim_at(self, store: CheckpointStorage, run_id: str, fence: int) -> RunRecord:
         now = self.book.config.clock()
@@ -319,8 +367,13 @@ class StepRunner:
             await self._fail(claimed, error)
             await delivery.ack()
             return None
+        taken = time.monotonic()
+        recorder.goes_on = lambda: self._goes_on(execution, taken)
         try:
-            return await self._run(claimed, execution, recorder, delivery)
+            while True:
+                following = await self._run(claimed, execution, recorder, delivery)
+                if following is not Next.CONTINUE:
+                    return following
         except asyncio.CancelledError:
             await asyncio.shield(self._hand_back(store, recorder, delivery))
             raise
@@ -368,6 +421,19 @@ class StepRunner:
             delivery=delivery,
         )
 
+    def _goes_on(self, execution: RunExecution, taken: float) -> bool:
+        """Whether this worker runs the run's next step itself, right after the step just
+        run: it hosts the next step's agent (or a SELECTOR picks it here), it is not
+        stopping, and the run (taken at ``taken``) has not had its time here while other
+        messages may wait, nor held its message for CONTINUE_AT_MOST."""
+        held = time.monotonic() - taken
+        if self.stopping.is_set() or held >= CONTINUE_AT_MOST:
+            return False
+        if held >= CONTINUE_FOR and self.crowded():
+            return False
+        route = next_route(self.clutch, execution)
+        return route is None or route in self.hosts
+
     def _keep_warm(self, fence: int, execution: RunExecution, recorder: StepRecorder) -> None:
         """Keep a run's state after its step, for its next step if this worker gets it."""
         while len(self.warm) >= WARM_RUNS:
@@ -382,8 +448,9 @@ class StepRunner:
         execution: RunExecution,
         recorder: StepRecorder,
         delivery: Delivery,
-    ) -> Delivery | None:
-        """Run the step; ack; the message handed over with the ack, if any."""
+    ) -> Delivery | Next | None:
+        """Run the step; CONTINUE when this worker runs the next step too (the step's
+        commit kept the lease), else ack: the message handed over with the ack, if any."""
         try:
             outcome = await self.telemetry.run_step(
                 execution,
@@ -427,6 +494,8 @@ class StepRunner:
             tracing.run_ended(execution, "completed")
             await delivery.ack()
             return None
+        if outcome == STEP_DONE and recorder.going_on:
+            return Next.CONTINUE
         if outcome != STEP_DONE or recorder.lease_seconds:
             await recorder.release()
         trace = delivery.message.trace

@@ -1,4 +1,6 @@
-"""A worker: consumes step messages of a pipeline's agents and runs one step per message.
+"""A worker: consumes step messages of a pipeline's agents and runs the steps they point
+at (the step of the message, and the run's next ones while this worker hosts their agents;
+see :mod:`nestegg.transport.steps`).
 
 Every worker also sweeps: it points the pipeline's channel again at runs that are
 running, held by nobody and untouched for a while (their message was lost: a broker
@@ -89,14 +91,20 @@ class Worker:
         self.concurrency = concurrency
         self.hosts = hosted_agents(clutch, agents)
         self.grace = grace
-        self.runner = StepRunner(clutch, transport, self.hosts)
+        self.stopping = asyncio.Event()
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.runner = StepRunner(
+            clutch, transport, self.hosts, self.stopping, crowded=self._crowded
+        )
         lease = self.runner.lease
         self.sweep_interval = sweep_interval if sweep_interval is not None else lease
         self.sweep_after = sweep_after if sweep_after is not None else 5 * lease
         self.channels = [channel_name(clutch.name, a) for a in sorted(self.hosts)]
         self.channels.append(channel_name(clutch.name))
-        self.in_flight: set[asyncio.Task[None]] = set()
-        self.stopping = asyncio.Event()
+
+    def _crowded(self) -> bool:
+        """Whether every slot runs a step (a message may wait for one)."""
+        return len(self.in_flight) >= self.concurrency
 
     def stop(self) -> None:
         """Begin draining (what SIGTERM does)."""

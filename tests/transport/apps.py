@@ -3,8 +3,9 @@
 Configured from the environment when built, so that every test has its own keys:
 ``NESTEGG_TEST_REDIS_URL`` (store and Redis broker), ``NESTEGG_TEST_PREFIX`` (key prefix
 of the store, streams, queues and counters), ``NESTEGG_TEST_TRANSPORT`` (an AMQP URL;
-default Redis Streams), ``NESTEGG_TEST_LEASE`` (seconds) and ``NESTEGG_TEST_SLOW``
-(seconds the slow step takes).
+default Redis Streams), ``NESTEGG_TEST_LEASE`` (seconds), ``NESTEGG_TEST_SLOW``
+(seconds the slow step takes) and ``NESTEGG_TEST_PACE`` (seconds each chain step takes at
+least).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ async def _chain_step(data: dict[str, Any], name: str) -> dict[str, Any]:
     ctx = get_context()
     step = ctx.state.turn + 1
     await side_effect(ctx.state.clutch_id, step)
-    await asyncio.sleep(random.uniform(0.0, 0.05))
+    await asyncio.sleep(float(setting("PACE", "0")) + random.uniform(0.0, 0.05))
     return {"trail": [*data.get("trail", []), f"{name}{step}"], "n": data.get("n", 0) + 1}
 
 

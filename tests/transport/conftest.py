@@ -59,6 +59,7 @@ class Deployment:
     broker: str
     lease: float = 2.0
     slow: float = 0.0
+    pace: float = 0.0
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
@@ -77,6 +78,7 @@ class Deployment:
             NESTEGG_TEST_TRANSPORT=self.transport_url,
             NESTEGG_TEST_LEASE=str(self.lease),
             NESTEGG_TEST_SLOW=str(self.slow),
+            NESTEGG_TEST_PACE=str(self.pace),
             PYTHONPATH=str(ROOT),
         )
         return env

@@ -94,8 +94,12 @@ NOW = 1000.0
         (_run(3, NOW + 5), 4, True, Verdict.WAIT),  # taken back too early: wait for the lease
         (_run(3, None), 3, False, Verdict.DROP),  # committed
         (_run(3, NOW - 1), 3, True, Verdict.REPOINT),  # committed, maybe never pointed on
-        (_run(3, NOW + 5), 2, True, Verdict.DROP),  # committed and held: someone is on it
+        # committed and held: its holder may be the worker that took this message, went on
+        # with the run and died: wait for the lease, then point at the run again
+        (_run(3, NOW + 5), 2, True, Verdict.WAIT),
         (_run(3, None), 6, False, Verdict.DROP),  # past the run
+        (_run(3, NOW + 5, "waiting"), 4, False, Verdict.TAKE),  # swept: its wait may end
+        (_run(3, NOW + 5, "waiting"), 3, True, Verdict.DROP),
     ],
 )
 def test_the_verdict_on_a_message(

@@ -121,8 +121,41 @@ async def test_a_step_longer_than_the_lease_is_not_taken_from_its_live_worker(
         await slow.stop()
     assert (await effect_counts(deployment))["long:1"] == 1
     run = await store.get_run("long")
-    assert run is not None and run.fence == 3  # created 1, one claim per step
+    # created 1, claimed for each step (the 3.5 s step outlasted the worker's turn with the
+    # run, so it handed the next step to the broker): no takeover
+    assert run is not None and run.fence == 3
     assert set(result) == {"crawled", "after"}
+
+
+async def test_a_worker_killed_while_it_goes_on_with_a_run_is_taken_over_after_the_lease(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.pace = 0.15  # ten steps of 0.15 to 0.2 s: more than one step in a worker's turn
+    deployment.apply(monkeypatch)
+    workers = [deployment.start_worker("chain") for _ in range(2)]
+    chain = make_chain()
+    try:
+        await chain.run({}, run_id="warm-up", timeout=30)  # both workers are up
+        await chain.submit({}, run_id="victim")
+        run = await store.get_run("victim")
+        while run is None or run.step_seq < 2:
+            await asyncio.sleep(0.01)
+            run = await store.get_run("victim")
+        assert run.fence == 2, "the worker that took the first step went on with the run"
+        assert run.owner is not None
+        victim = next(w for w in workers if w.process.pid == run.owner.pid)
+        victim.kill()
+        killed, seq = time.monotonic(), run.step_seq
+        while (await store.get_run("victim")).step_seq <= seq:  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        took = time.monotonic() - killed
+        result = await chain.result("victim", timeout=30)
+    finally:
+        await chain.stop()
+    # the lease (2 s) and the step run again, well before a sweep (after 5 leases)
+    assert took < deployment.lease + 1.5, f"{took:.2f} s from the kill to the next step"
+    assert result == uninterrupted_result()
+    await check_run(store, "victim", await effect_counts(deployment))
 
 
 async def test_sigterm_lets_the_step_finish_within_the_grace_period(
