@@ -124,7 +124,7 @@ async def test_worker_steps_are_spans_of_the_callers_trace_with_their_metrics(
             "nestegg.step.outcome": "completed",
             "nestegg.store": "redis",
         }
-    assert fences == sorted(set(fences))  # one claim per step
+    assert fences == sorted(fences) and fences[0] >= 1  # fences only grow: a worker may go on
     calls = [s for s in spans if s["name"] == EFFECT]
     assert [(c["trace_id"], c["parent"]) for c in calls] == [
         (trace_id, step["span_id"]) for step in steps
