@@ -9,7 +9,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from nestegg import telemetry
+from nestegg import telemetry_attempts
 from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import ClutchContext, ClutchState, current_context
@@ -292,7 +292,7 @@ class Clutch:
         ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
         ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
         """
-        return await telemetry.traced_plain_run(
+        return await telemetry_attempts.traced_plain_run(
             self, execution, lambda: self._drive(execution, input_data, fresh)
         )
 

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nestegg import otel, telemetry
+from nestegg import otel, telemetry, telemetry_attempts
 from nestegg.errors import RunFailedError
 from nestegg.otel import ERROR_TYPE, FENCE, RUN_STATUS, STORE
 
@@ -46,7 +46,7 @@ async def traced_remote_run(
     tracer = otel.tracer()
     if tracer is None:
         return await body({})
-    where = telemetry.Attempt(clutch.name, clutch.strategy, store, run.fence)
+    where = telemetry_attempts.Attempt(clutch.name, clutch.strategy, store, run.fence)
     name = f"invoke_workflow {clutch.name}"
     with otel.span(tracer, name, where.attributes(run.run_id)) as span:
         assert span is not None
