@@ -215,6 +215,12 @@ class RunTelemetry:
         if self.instruments is not None:
             self.instruments.runs.add(1, {WORKFLOW_NAME: self.pipeline, RUN_STATUS: status})
 
+    def recovered(self) -> None:
+        """Count the run as an interrupted run recovered (``nestegg.runs.recovered``): a
+        worker's step taken over from an owner that died, run without an error."""
+        if self.instruments is not None:
+            self.instruments.recovered.add(1, {WORKFLOW_NAME: self.pipeline})
+
     def _stepped(self, agent: str, seq: int, outcome: str, started: float) -> None:
         elapsed = time.perf_counter() - started
         if self.instruments is not None:

@@ -93,6 +93,24 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     return Verdict.TAKE
 
 
+def interrupted(run: RunRecord) -> bool:
+    """Whether ``run``'s last claim ended neither in a commit nor in a release: its owner
+    died (or lost the store) during a step, and its lease runs out instead of being given
+    back (a commit or a release leaves ``lease_until`` at ``updated_at``)."""
+    return (
+        run.status == RUNNING and run.lease_until is not None and run.lease_until > run.updated_at
+    )
+
+
+class Claim(NamedTuple):
+    """A run claimed for a delivery, and whether it is a takeover: the run was claimed
+    after the message was sent and that claim's step was interrupted (see
+    :func:`interrupted`)."""
+
+    run: RunRecord
+    taken_over: bool
+
+
 class Warm(NamedTuple):
     """A run's state as this worker left it after a step (fence and sequence numbers as
     committed), to continue from without reading the store again."""
@@ -251,7 +269,7 @@ class StepRunner:
                     await asyncio.shield(delivery.requeue())
                 raise
             if claimed is not None:
-                return await self._take(store, claimed, delivery)
+                return await self._take(store, claimed.run, delivery, claimed.taken_over)
             await delivery.ack()
         except (StorageError, TransportError) as error:
             log.warning(
@@ -266,23 +284,25 @@ class StepRunner:
                 await delivery.requeue()
         return None
 
-    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
+    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> Claim | None:
         """The run claimed for this delivery, or None when the message is done with.
 
         A fresh message whose fence is the run's is claimed at once, without reading the
         run first: its sender released the run before sending it, and any claim since
         would have moved the fence on (so the step is not committed and nobody holds
-        the run). Otherwise the run is read and judged.
+        the run). Otherwise the run is read and judged: claimed at a fence above the
+        message's after an interrupted step, it is taken over.
         """
         message = delivery.message
         if not delivery.redelivered:
             with contextlib.suppress(RunLockedError, RunNotFoundError):
-                return await self._claim_at(store, message.run_id, message.fence)
+                return Claim(await self._claim_at(store, message.run_id, message.fence), False)
         run = await self._judged(store, delivery)
         if run is None:
             return None
+        taken_over = run.fence > message.fence and interrupted(run)
         try:
-            return await self._claim_at(store, run.run_id, run.fence)
+            return Claim(await self._claim_at(store, run.run_id, run.fence), taken_over)
         except RunLockedError:
             return None  # another worker took it first
 
@@ -313,7 +333,7 @@ class StepRunner:
             await delivery.keep_alive()
 
     async def _take(
-        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery
+        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery, taken_over: bool
     ) -> Delivery | None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
@@ -322,7 +342,7 @@ class StepRunner:
             await delivery.ack()
             return None
         try:
-            return await self._run(claimed, execution, recorder, delivery)
+            return await self._run(claimed, execution, recorder, delivery, taken_over)
         except asyncio.CancelledError:
             await asyncio.shield(self._hand_back(store, recorder, delivery))
             raise
@@ -384,6 +404,7 @@ class StepRunner:
         execution: RunExecution,
         recorder: StepRecorder,
         delivery: Delivery,
+        taken_over: bool,
     ) -> Delivery | None:
         """Run the step; ack; the message handed over with the ack, if any."""
         try:
@@ -393,6 +414,7 @@ class StepRunner:
                 claimed.fence,
                 self.book.store,
                 lambda: execution.execute_one(self.hosts.__contains__),
+                taken_over,
             )
         except StaleOwnerError:
             log.info(
