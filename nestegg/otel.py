@@ -120,7 +120,9 @@ def meter_instruments() -> Instruments | None:
         ),
         runs=meter.create_counter("nestegg.runs", "{run}", "Run attempts by final status."),
         recovered=meter.create_counter(
-            "nestegg.runs.recovered", "{run}", "Interrupted runs resumed to completion."
+            "nestegg.runs.recovered",
+            "{run}",
+            "Interrupted runs resumed to completion, or taken over from a dead worker.",
         ),
     )
     _instruments[:] = [(provider, made)]

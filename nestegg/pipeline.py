@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
-from nestegg import telemetry
+from nestegg import telemetry_attempts
 from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
 from nestegg.context import ClutchContext, ClutchState
 from nestegg.errors import ConfigurationError
@@ -259,7 +259,7 @@ class PipelineBase:
         ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
         ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
         """
-        return await telemetry.traced_plain_run(
+        return await telemetry_attempts.traced_plain_run(
             self, execution, lambda: self._drive(execution, input_data, fresh)
         )
 

@@ -6,8 +6,9 @@ the application, every run attempt is an ``invoke_workflow {pipeline}`` span, ev
 {function}`` span under its step, named and attributed as the OpenTelemetry GenAI semantic
 conventions say, plus nestegg's own ``nestegg.*`` attributes (a call served from the
 journal carries ``nestegg.journal.replayed=true``). A resumed attempt links to the span of
-the attempt it continues, whose trace context is kept in the run's opening event. Metrics
-go to the global meter provider.
+the attempt it continues, whose trace context is kept in the run's opening event (the
+attempts' spans and counts are :mod:`nestegg.telemetry_attempts`'). Metrics go to the
+global meter provider.
 
 Nothing of it runs unless an SDK is configured: whether a tracer provider, a meter provider
 or a DEBUG level on the ``nestegg`` logger is set is looked up once per run attempt (and
@@ -28,21 +29,18 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from nestegg import otel
-from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, RUN_STARTED
+from nestegg.constants import RUN_RESUMED, RUN_STARTED
 from nestegg.otel import (
     AGENT_NAME,
     CHECKPOINT_ID,
     CONVERSATION_ID,
-    FENCE,
     JOURNAL_POSITION,
     OPERATION,
     REPLAYED,
-    RESUMED,
     RUN_ID,
     RUN_STATUS,
     STEP_INPUT,
@@ -50,7 +48,6 @@ from nestegg.otel import (
     STEP_OUTPUT,
     STEP_SEQ,
     STORE,
-    STRATEGY,
     TOOL_ARGUMENTS,
     TOOL_CALL_ID,
     TOOL_NAME,
@@ -64,13 +61,12 @@ from nestegg.otel import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, SpanContext, Tracer
+    from opentelemetry.trace import Span, Tracer
 
     from nestegg.agents import AgentNode
     from nestegg.execution import RunExecution
 
 __all__ = [
-    "Attempt",
     "RunTelemetry",
     "capture_content",
     "configure",
@@ -83,14 +79,11 @@ __all__ = [
     "store_name",
     "stored_trace",
     "timed_commit",
-    "traced_attempt",
-    "traced_plain_run",
 ]
 
 log = logging.getLogger("nestegg")
 log.addHandler(logging.NullHandler())
 
-T = TypeVar("T")
 TRACE_KEY = "trace"
 """The key of the opening event's payload that holds the attempt's trace context."""
 CAPTURE_ENV = "NESTEGG_CAPTURE_CONTENT"
@@ -145,16 +138,6 @@ async def stored_trace(store: Any, run_id: str) -> dict[str, str]:
             if isinstance(carrier, dict) and carrier:
                 found = {str(key): str(value) for key, value in carrier.items()}
     return found
-
-
-async def _previous_attempt(store: Any, run_id: str) -> SpanContext | None:
-    """The workflow span of the run's latest earlier attempt, from its opening event."""
-    try:
-        return otel.span_context_of(await stored_trace(store, run_id))
-    except Exception as error:  # a resume never fails for want of a link
-        log.warning("run %s: no link to its earlier attempt: %s", run_id, error,
-                    extra={"run_id": run_id})  # fmt: skip
-        return None
 
 
 # ---------------------------------------------------------------------- a run
@@ -231,6 +214,12 @@ class RunTelemetry:
         ended the run."""
         if self.instruments is not None:
             self.instruments.runs.add(1, {WORKFLOW_NAME: self.pipeline, RUN_STATUS: status})
+
+    def recovered(self) -> None:
+        """Count the run as an interrupted run recovered (``nestegg.runs.recovered``): a
+        worker's step taken over from an owner that died, run without an error."""
+        if self.instruments is not None:
+            self.instruments.recovered.add(1, {WORKFLOW_NAME: self.pipeline})
 
     def _stepped(self, agent: str, seq: int, outcome: str, started: float) -> None:
         elapsed = time.perf_counter() - started
@@ -363,128 +352,6 @@ def store_name(store: Any) -> str:
     return entry.schemes[0] if entry is not None and entry.schemes else name
 
 
-# ------------------------------------------------------------------ run attempts
-
-Opening = Sequence[tuple[str, dict[str, Any]]]
-"""A run attempt's opening events (kind, payload), the last one opening it (none: a fork's
-attempt, whose events its fork commit wrote)."""
-
-
-def _last(events: Opening) -> tuple[str, dict[str, Any]] | None:
-    return events[-1] if events else None
-
-
-def traced_attempt(
-    execute: Callable[..., Awaitable[T]],
-) -> Callable[..., Awaitable[T]]:
-    """Decorate ``CheckpointedRuns._attempt``: a checkpointed run attempt is an ``invoke_workflow``
-    span whose trace context its opening event keeps (so that a resume, in any process,
-    links to it)."""
-
-    @functools.wraps(execute)
-    async def attempt(
-        book: Any, run: Any, execution: RunExecution, event: Opening, *args: Any, **kwargs: Any
-    ) -> T:
-        async def body(opening: Opening) -> T:
-            return await execute(book, run, execution, opening, *args, **kwargs)
-
-        where = Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
-        return await _attempt(execution, where, event, body)
-
-    return attempt
-
-
-async def traced_plain_run(
-    clutch: Any, execution: RunExecution, run: Callable[[], Awaitable[T]]
-) -> T:
-    """Run ``run`` (``Clutch.drive``'s work): a run without checkpointing is an
-    ``invoke_workflow`` span too (a checkpointed one already is, see
-    :func:`traced_attempt`)."""
-    if execution.recorder.journals:
-        return await run()
-
-    async def body(_: Opening) -> T:
-        return await run()
-
-    return await _attempt(execution, Attempt(clutch.name, clutch.strategy), (), body)
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """What a run attempt's ``invoke_workflow`` span says about where it runs."""
-
-    pipeline: str
-    strategy: Any
-    store: Any = None
-    fence: int | None = None
-
-    def attributes(self, run_id: str, events: Opening = ()) -> dict[str, Any]:
-        """The span's attributes (``events``: the attempt's opening events)."""
-        opening = _last(events)
-        resumed = opening is not None and opening[0] == RUN_RESUMED
-        name_key = AGENT_NAME if latest_conventions() else WORKFLOW_NAME
-        attributes: dict[str, Any] = {
-            OPERATION: "invoke_workflow",
-            name_key: self.pipeline,
-            CONVERSATION_ID: run_id,
-            RUN_ID: run_id,
-            RESUMED: resumed,
-            STRATEGY: str(getattr(self.strategy, "value", self.strategy)),
-        }
-        if self.store is not None:
-            attributes[STORE] = store_name(self.store)
-        if self.fence is not None:
-            attributes[FENCE] = self.fence
-        checkpoint_id = opening[1].get("checkpoint_id") if resumed and opening else None
-        if checkpoint_id is not None:
-            attributes[CHECKPOINT_ID] = checkpoint_id
-        return attributes
-
-
-async def _attempt(
-    execution: RunExecution,
-    where: Attempt,
-    events: Opening,
-    body: Callable[[Opening], Awaitable[T]],
-) -> T:
-    """Run ``body`` as one attempt of ``execution``'s run, reported as configured."""
-    run_id = execution.run_id
-    opening = _last(events)
-    resumed = opening is not None and opening[0] == RUN_RESUMED
-    interrupted = resumed and any(kind == RUN_INTERRUPTED for kind, _ in events)
-    tracer, instruments = otel.tracer(), otel.meter_instruments()
-    reports = tracer is not None or instruments is not None or log.isEnabledFor(logging.DEBUG)
-    if not reports and not log.isEnabledFor(logging.INFO):
-        return await body(events)
-    if reports:
-        execution.telemetry = RunTelemetry(tracer, instruments, run_id, where.pipeline)
-    extra = {"run_id": run_id, "pipeline": where.pipeline}
-    log.info("run %s of %s %s", run_id, where.pipeline, "resumed" if resumed else "started",
-             extra=extra)  # fmt: skip
-    links = []
-    if tracer is not None and resumed and where.store is not None:
-        previous = await _previous_attempt(where.store, run_id)
-        links = [previous] if previous is not None else []
-    status = "failed"
-    name = f"invoke_workflow {where.pipeline}"
-    with otel.span(tracer, name, where.attributes(run_id, events), links) as span:
-        if span is not None and opening is not None:
-            traced = {**opening[1], TRACE_KEY: otel.stored_context()}
-            events = [*events[:-1], (opening[0], traced)]
-        try:
-            result = await body(events)
-            status = "completed"
-        except BaseException as error:
-            status = ended_by(error)
-            if status == "failed":
-                otel.fail(span, error)
-            raise
-        finally:
-            _finished(span, instruments, where.pipeline, status, interrupted)
-            log.info("run %s of %s %s", run_id, where.pipeline, status, extra=extra)
-    return result
-
-
 def ended_by(error: BaseException) -> str:
     """How a step or an attempt that raised ``error`` ended: cancelled, waiting (for a
     signal or a timer: not an error) or failed."""
@@ -498,18 +365,3 @@ def ended_by(error: BaseException) -> str:
     if isinstance(error, WaitSuspended | RunWaiting):
         return "waiting"
     return "failed"
-
-
-def _finished(
-    span: Span | None,
-    instruments: Instruments | None,
-    pipeline: str,
-    status: str,
-    interrupted: bool,
-) -> None:
-    if span is not None:
-        span.set_attribute(RUN_STATUS, status)
-    if instruments is not None:
-        instruments.runs.add(1, {WORKFLOW_NAME: pipeline, RUN_STATUS: status})
-        if interrupted and status == "completed":
-            instruments.recovered.add(1, {WORKFLOW_NAME: pipeline})

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg import telemetry
+from nestegg import telemetry_attempts
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import existing_run, fork_without_start
 from nestegg.checkpoint.checkpointer import Checkpointer
@@ -215,7 +215,7 @@ class CheckpointedRuns:
         except RunLockedError:  # the signaller resumed it after all
             raise waiting from None
 
-    @telemetry.traced_attempt
+    @telemetry_attempts.traced_attempt
     async def _attempt(
         self,
         run: RunRecord,

@@ -37,7 +37,6 @@ from nestegg.constants import (
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
-    WAITING,
 )
 from nestegg.errors import (
     NestEggError,
@@ -55,6 +54,7 @@ from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
+from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -83,39 +83,6 @@ class Next(enum.Enum):
     """What follows a step a worker ran: this worker runs the run's next step itself."""
 
     CONTINUE = "continue"
-
-
-class Verdict(enum.Enum):
-    """What to do with a delivered message."""
-
-    TAKE = "take"
-    DROP = "drop"
-    WAIT = "wait"
-    REPOINT = "repoint"
-
-
-def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: float) -> Verdict:
-    """The verdict on ``message`` given the run as stored now.
-
-    DROP: no such run, finished, step committed, or (a fresh message) the run is held by a
-    live worker. REPOINT: a redelivered message for a committed step of an unheld run (its
-    worker died between commit and ack, perhaps before publishing the next step, or after
-    going on with the run past it): publish the run's current step again. WAIT: a
-    redelivered message for a run still held (the holder, perhaps the dead worker that
-    took the message and went on with the run, has a lease that has not run out yet):
-    look again when it does. TAKE: claim the run (a waiting run too, for its waiting
-    step: a sweeper points at it when its signal or its time came).
-    """
-    if run is None or run.status not in (RUNNING, WAITING) or message.seq > run.step_seq + 1:
-        return Verdict.DROP
-    if run.status == WAITING:  # its lease_until is when its wait ends, not a holder's lease
-        return Verdict.TAKE if message.seq == run.step_seq + 1 else Verdict.DROP
-    held = run.lease_until is not None and run.lease_until > now
-    if held:
-        return Verdict.WAIT if redelivered else Verdict.DROP
-    if message.seq <= run.step_seq:
-        return Verdict.REPOINT if redelivered else Verdict.DROP
-    return Verdict.TAKE
 
 
 class Warm(NamedTuple):
@@ -300,7 +267,7 @@ class StepRunner:
                     await asyncio.shield(delivery.requeue())
                 raise
             if claimed is not None:
-                return await self._take(store, claimed, delivery)
+                return await self._take(store, claimed.run, delivery, claimed.taken_over)
             await delivery.ack()
         except (StorageError, TransportError) as error:
             log.warning(
@@ -315,20 +282,23 @@ class StepRunner:
                 await delivery.requeue()
         return None
 
-    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
+    async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> Claim | None:
         """The run claimed for this delivery, or None when the message is done with.
 
         The run is read and judged first, then claimed at the fence read: a claim at the
         run's fence succeeds whatever the run's status, so a message bearing the fence of
         a run that ended (a forged or mangled one) must not be claimed blind. A worker
         claims a run once per turn with it (it goes on with the run's next steps), so the
-        read costs one round trip per turn, not per step.
+        read costs one round trip per turn, not per step. Claimed at a fence above the
+        message's after an interrupted step, the run is taken over.
         """
+        message = delivery.message
         run = await self._judged(store, delivery)
         if run is None:
             return None
+        taken_over = run.fence > message.fence and interrupted(run)
         try:
-            return await self._claim_at(store, run.run_id, run.fence)
+            return Claim(await self._claim_at(store, run.run_id, run.fence), taken_over)
         except (RunLockedError, RunNotFoundError):
             return None  # another worker took it first, or it was deleted
 
@@ -359,7 +329,7 @@ class StepRunner:
             await delivery.keep_alive()
 
     async def _take(
-        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery
+        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery, taken_over: bool
     ) -> Delivery | None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
@@ -371,9 +341,10 @@ class StepRunner:
         recorder.goes_on = lambda: self._goes_on(execution, taken)
         try:
             while True:
-                following = await self._run(claimed, execution, recorder, delivery)
+                following = await self._run(claimed, execution, recorder, delivery, taken_over)
                 if following is not Next.CONTINUE:
                     return following
+                taken_over = False  # the steps it goes on with are its own
         except asyncio.CancelledError:
             await asyncio.shield(self._hand_back(store, recorder, delivery))
             raise
@@ -448,6 +419,7 @@ class StepRunner:
         execution: RunExecution,
         recorder: StepRecorder,
         delivery: Delivery,
+        taken_over: bool,
     ) -> Delivery | Next | None:
         """Run the step; CONTINUE when this worker runs the next step too (the step's
         commit kept the lease), else ack: the message handed over with the ack, if any."""
@@ -458,6 +430,7 @@ class StepRunner:
                 claimed.fence,
                 self.book.store,
                 lambda: execution.execute_one(self.hosts.__contains__),
+                taken_over,
             )
         except StaleOwnerError:
             log.info(

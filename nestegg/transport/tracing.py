@@ -9,8 +9,10 @@ worker takes the step and however often it is taken. The first worker keeps the 
 in the run's ``run_started`` event too, for the messages that a sweep publishes again.
 
 A worker records the step metrics (steps, step duration, commit duration, journaled calls)
-and counts a run in ``nestegg.runs`` when one of its steps ends it; the caller's span says
-how the run ended but counts nothing (a run may end with no caller waiting).
+and counts a run in ``nestegg.runs`` when one of its steps ends it, and in
+``nestegg.runs.recovered`` when it took the run over from a worker that died during a
+step; the caller's span says how the run ended but counts nothing (a run may end with no
+caller waiting).
 
 Without a tracer provider, a meter provider or DEBUG logging on the ``nestegg`` logger,
 nothing is built: no span, no context in messages (see :mod:`nestegg.telemetry`).
@@ -22,9 +24,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nestegg import otel, telemetry
+from nestegg import otel, telemetry, telemetry_attempts
 from nestegg.errors import RunFailedError
-from nestegg.otel import ERROR_TYPE, FENCE, RUN_STATUS, STORE
+from nestegg.otel import ERROR_TYPE, FENCE, RESUMED, RUN_STATUS, STORE
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.records import RunRecord
@@ -46,7 +48,7 @@ async def traced_remote_run(
     tracer = otel.tracer()
     if tracer is None:
         return await body({})
-    where = telemetry.Attempt(clutch.name, clutch.strategy, store, run.fence)
+    where = telemetry_attempts.Attempt(clutch.name, clutch.strategy, store, run.fence)
     name = f"invoke_workflow {clutch.name}"
     with otel.span(tracer, name, where.attributes(run.run_id)) as span:
         assert span is not None
@@ -91,10 +93,21 @@ class WorkerTelemetry:
         fence: int,
         store: Any,
         step: Callable[[], Awaitable[T]],
+        taken_over: bool = False,
     ) -> T:
         """Run ``step`` (one step of ``execution``, taken for ``message`` with the claim's
         ``fence``) reported as configured: its span a child of the trace the message
-        carries."""
+        carries. A step ``taken_over`` from an owner that died is marked
+        ``nestegg.resumed=true`` and, when it ends without an error, counts its run as
+        recovered (``nestegg.runs.recovered``), as a resumed attempt does locally."""
+        if taken_over:
+            seq = execution.seq + 1
+            log.info(
+                "run %r taken over at step %d: its owner's lease ran out",
+                execution.run_id,
+                seq,
+                extra={"run_id": execution.run_id, "step": seq},
+            )
         if not self.reports:
             return await step()
         reported = telemetry.RunTelemetry(
@@ -102,9 +115,14 @@ class WorkerTelemetry:
         )
         if self.tracer is not None:
             reported.step_attributes = {FENCE: fence, STORE: telemetry.store_name(store)}
+            if taken_over:
+                reported.step_attributes[RESUMED] = True
         execution.telemetry = reported
         with otel.continue_trace(message.trace):
-            return await step()
+            result = await step()
+        if taken_over:
+            reported.recovered()
+        return result
 
 
 def run_ended(execution: RunExecution, status: str) -> None:

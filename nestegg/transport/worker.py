@@ -4,7 +4,8 @@ see :mod:`nestegg.transport.steps`).
 
 Every worker also sweeps: it points the pipeline's channel again at runs that are
 running, held by nobody and untouched for a while (their message was lost: a broker
-restarted without persistence, a crash between a commit and the publish that follows).
+restarted without persistence, a crash between a commit and the publish that follows,
+a worker killed during a step: the worker that claims such a run then takes it over).
 A stop (SIGTERM) drains: no new messages, the steps under way get ``grace`` seconds, and
 the runs of those still running then are released at once and pointed at again.
 """
@@ -24,6 +25,7 @@ from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, Transport, channel_name
 from nestegg.transport.steps import StepRunner
+from nestegg.transport.verdicts import interrupted
 
 if TYPE_CHECKING:
     from nestegg.clutch import Clutch
@@ -207,7 +209,10 @@ class Worker:
             if not due:
                 continue
             trace = await tracing.trace_of(store, run.run_id)
-            await self.runner.publish(run.run_id, run.step_seq + 1, run.fence, None, trace)
+            # the step of an owner that died is sent again as that owner had taken it (its
+            # fence one below the run's): the worker that claims it sees a takeover
+            fence = run.fence - 1 if interrupted(run) else run.fence
+            await self.runner.publish(run.run_id, run.step_seq + 1, fence, None, trace)
             swept.append(run.run_id)
         if swept:
             log.info("swept %d runs of pipeline %r: %s", len(swept), self.clutch.name, swept)

@@ -13,7 +13,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
 from nestegg.transport import StepMessage, channel_name, transport_from_url
 from nestegg.transport.redis_streams import RedisStreamsTransport
-from nestegg.transport.steps import Verdict, judge
+from nestegg.transport.verdicts import Verdict, judge
 
 
 def test_a_message_round_trips_as_json() -> None:

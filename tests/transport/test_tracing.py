@@ -4,7 +4,8 @@ Streams, then RabbitMQ) that trace to files (:mod:`tests.transport.traced_apps`)
 
 The caller's ``invoke_workflow`` span is the parent of every step's ``invoke_agent`` span,
 whichever worker process ran it, also after a SIGKILLed worker's step was taken over
-(whose journaled call is then marked replayed); the workers record the step metrics.
+(whose journaled call is then marked replayed, and the run counted recovered by the
+worker that took it over); the workers record the step metrics.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from opentelemetry import trace
 
 from nestegg import Clutch
+from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.views import Event
 from nestegg.constants import RUN_STARTED
 from nestegg.errors import RunFailedError
@@ -146,6 +149,7 @@ async def test_worker_steps_are_spans_of_the_callers_trace_with_their_metrics(
         [{"gen_ai.workflow.name": "chain", "nestegg.run.status": "completed"}, 1]
     ]
     assert "nestegg.runs" not in sdk.metrics()  # counted where the run ended, once
+    assert "nestegg.runs.recovered" not in points  # nothing was interrupted
 
 
 async def test_a_step_taken_over_from_a_killed_worker_stays_in_the_callers_trace(
@@ -179,6 +183,8 @@ async def test_a_step_taken_over_from_a_killed_worker_stays_in_the_callers_trace
         assert step["attributes"]["gen_ai.conversation.id"] == "r1"
     assert crawl["attributes"]["nestegg.step.seq"] == 1
     assert crawl["attributes"]["nestegg.fence"] > 1  # claimed again after the kill
+    assert crawl["attributes"]["nestegg.resumed"] is True  # taken over
+    assert "nestegg.resumed" not in after["attributes"]  # the run simply went on
     assert (replayed["trace_id"], replayed["parent"]) == (trace_id, crawl["span_id"])
     assert replayed["attributes"]["gen_ai.tool.call.id"] == "r1/1/0"
     assert replayed["attributes"]["nestegg.journal.replayed"] is True
@@ -187,6 +193,7 @@ async def test_a_step_taken_over_from_a_killed_worker_stays_in_the_callers_trace
         [{"gen_ai.workflow.name": "slow", "gen_ai.tool.name": "tests.transport.apps.side_effect",
           "nestegg.journal.replayed": True}, 1]
     ]  # fmt: skip
+    assert points["nestegg.runs.recovered"] == [[{"gen_ai.workflow.name": "slow"}, 1]]
 
 
 async def test_without_an_sdk_messages_and_events_carry_no_trace(
@@ -230,6 +237,41 @@ async def test_a_swept_run_keeps_the_trace_its_first_message_carried(
     trace_id, parent = f"{ping.context.trace_id:032x}", f"{ping.parent.span_id:016x}"
     assert set(message.trace) == {"traceparent"}
     assert message.trace["traceparent"].startswith(f"00-{trace_id}-{parent}-")
+
+
+async def test_a_swept_run_whose_owner_died_is_taken_over_and_counted_recovered(
+    deployment: Deployment, sdk: Sdk, caplog: pytest.LogCaptureFixture
+) -> None:
+    caller, worker = make_chain(), make_chain()
+    gone = Owner(host="elsewhere", pid=1, started="gone")
+    try:
+        task = await caller.submit({}, run_id="r1")
+        first = caller.transport.consume([channel_name("chain", "ping")], hold=5.0)
+        await (await asyncio.wait_for(anext(first), 10)).ack()  # taken by the owner that dies
+        await first.aclose()  # type: ignore[attr-defined]
+        store = await caller._book().ready()
+        now = time.time()
+        await store.claim_run("r1", 1, gone, now + 0.2, now)  # its claim, never released
+        await asyncio.sleep(0.3)  # its lease runs out
+        assert await Worker(worker, worker.transport, sweep_after=0.0).sweep() == ["r1"]
+        with caplog.at_level(logging.INFO, logger="nestegg"):
+            async with serving(worker):
+                assert await task.result(timeout=30) == uninterrupted_result()
+    finally:
+        await caller.stop()
+        await worker.stop()
+    steps = [s for s in sdk.finished() if s.name.startswith("invoke_agent")]
+    assert [s.attributes["nestegg.step.seq"] for s in steps] == list(range(1, STEPS + 1))
+    assert steps[0].attributes["nestegg.resumed"] is True
+    assert steps[0].attributes["nestegg.fence"] == 3  # the dead owner's claim was 2
+    assert not any("nestegg.resumed" in s.attributes for s in steps[1:])
+    (taken,) = [r for r in caplog.records if "taken over" in r.getMessage()]
+    assert (taken.run_id, taken.step) == ("r1", 1)  # type: ignore[attr-defined]
+    metrics = sdk.metrics()
+    assert metrics["nestegg.runs.recovered"] == [({"gen_ai.workflow.name": "chain"}, 1)]
+    assert metrics["nestegg.runs"] == [
+        ({"gen_ai.workflow.name": "chain", "nestegg.run.status": "completed"}, 1)
+    ]
 
 
 async def fail_a_split_run() -> None:

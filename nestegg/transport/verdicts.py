@@ -1,0 +1,67 @@
+"""The verdict on a delivered step message, read against the run as stored now.
+
+A message only points at a run and a step; the run's stored status, step, fence and
+lease decide whether a worker takes it, drops it, waits for a holder's lease or points
+the pipeline at the run's current step again, and whether taking it is a takeover of an
+interrupted step.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from nestegg.checkpoint.records import RunRecord
+from nestegg.constants import RUNNING, WAITING
+from nestegg.transport.base import StepMessage
+
+
+class Verdict(enum.Enum):
+    """What to do with a delivered message."""
+
+    TAKE = "take"
+    DROP = "drop"
+    WAIT = "wait"
+    REPOINT = "repoint"
+
+
+def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: float) -> Verdict:
+    """The verdict on ``message`` given the run as stored now.
+
+    DROP: no such run, finished, step committed, or (a fresh message) the run is held by a
+    live worker. REPOINT: a redelivered message for a committed step of an unheld run (its
+    worker died between commit and ack, perhaps before publishing the next step, or after
+    going on with the run past it): publish the run's current step again. WAIT: a
+    redelivered message for a run still held (the holder, perhaps the dead worker that
+    took the message and went on with the run, has a lease that has not run out yet):
+    look again when it does. TAKE: claim the run (a waiting run too, for its waiting
+    step: a sweeper points at it when its signal or its time came).
+    """
+    if run is None or run.status not in (RUNNING, WAITING) or message.seq > run.step_seq + 1:
+        return Verdict.DROP
+    if run.status == WAITING:  # its lease_until is when its wait ends, not a holder's lease
+        return Verdict.TAKE if message.seq == run.step_seq + 1 else Verdict.DROP
+    held = run.lease_until is not None and run.lease_until > now
+    if held:
+        return Verdict.WAIT if redelivered else Verdict.DROP
+    if message.seq <= run.step_seq:
+        return Verdict.REPOINT if redelivered else Verdict.DROP
+    return Verdict.TAKE
+
+
+def interrupted(run: RunRecord) -> bool:
+    """Whether ``run``'s last claim ended neither in a commit nor in a release: its owner
+    died (or lost the store) during a step, and its lease runs out instead of being given
+    back (a commit or a release leaves ``lease_until`` at ``updated_at``)."""
+    return (
+        run.status == RUNNING and run.lease_until is not None and run.lease_until > run.updated_at
+    )
+
+
+class Claim(NamedTuple):
+    """A run claimed for a delivery, and whether it is a takeover: the run was claimed
+    after the message was sent and that claim's step was interrupted (see
+    :func:`interrupted`)."""
+
+    run: RunRecord
+    taken_over: bool
