@@ -161,10 +161,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> tuple[float, float]:
-    """Aggregate committed steps per second of ``runs`` concurrent runs on ``workers``,
-    and the workers' CPU milliseconds per step."""
-    deployment = Deployment(broker, steps=run_steps)
+async def throughput(
+    broker: str, runs: int, run_steps: int, workers: int, work: float
+) -> tuple[float, float]:
+    """Aggregate committed steps per second of ``runs`` concurrent runs on ``workers``
+    (each step spending ``work`` CPU milliseconds in its agent), and the workers' CPU
+    milliseconds per step."""
+    deployment = Deployment(broker, steps=run_steps, work=work)
     processes = [deployment.start_worker(64) for _ in range(workers)]
     try:
         with deployment.applied():
@@ -190,20 +193,20 @@ async def throughput(broker: str, runs: int, run_steps: int, workers: int) -> tu
     return runs * run_steps / elapsed, cpu * 1000 / (runs * run_steps)
 
 
-async def scaling(broker: str, runs: int, run_steps: int, reps: int) -> Table:
-    """Steps per second of 1 and 2 worker processes."""
+async def scaling(broker: str, runs: int, run_steps: int, reps: int, work: float) -> Table:
+    """Steps per second of 1 and 2 worker processes (agents spending ``work`` CPU ms a step)."""
     rates: dict[int, list[float]] = {1: [], 2: []}
     cpu: dict[int, list[float]] = {1: [], 2: []}
     for rep in range(reps):
         for workers in (1, 2) if rep % 2 == 0 else (2, 1):
             progress(f"throughput rep {rep + 1}/{reps}, {workers} workers")
-            rate, cpu_ms = await throughput(broker, runs, run_steps, workers)
+            rate, cpu_ms = await throughput(broker, runs, run_steps, workers, work)
             rates[workers].append(rate)
             cpu[workers].append(cpu_ms)
     one, two = median(rates[1]), median(rates[2])
     table = Table(
         f"Throughput of {runs} concurrent {run_steps}-step runs "
-        f"({broker_name(broker)}, Redis store)",
+        f"({broker_name(broker)}, Redis store, agents spending {work:g} CPU ms a step)",
         ["workers", "steps/s (median)", "vs 1 worker", "worker CPU ms per step (median)"],
     )
     table.rows.append(["1 process", f"{one:,.0f}", "1.00x", f"{median(cpu[1]):.2f}"])
@@ -274,12 +277,20 @@ async def main() -> None:
     parser.add_argument("--lease", type=float, default=2.0, help="lease of the recovery runs")
     parser.add_argument("--broker", default="redis", help="redis, or an amqp:// URL")
     parser.add_argument("--only", nargs="*", default=["overhead", "scaling", "recovery"])
+    parser.add_argument(
+        "--agent-work",
+        type=float,
+        nargs="*",
+        default=[0.0],
+        help="CPU ms each agent spends per step in the throughput runs (one table each)",
+    )
     args = parser.parse_args()
     tables = []
     if "overhead" in args.only:
         tables.append(await overhead(args.broker, args.steps, args.reps))
     if "scaling" in args.only:
-        tables.append(await scaling(args.broker, args.runs, args.run_steps, args.reps))
+        for work in args.agent_work:
+            tables.append(await scaling(args.broker, args.runs, args.run_steps, args.reps, work))
     if "recovery" in args.only:
         tables.append(await recovery(args.broker, args.lease, args.reps))
     print_tables(tables)

@@ -3,16 +3,19 @@
 Configured from the environment when built: ``BENCH_REDIS_URL`` (the Redis store and the
 Redis broker), ``BENCH_TRANSPORT`` (a broker URL; default Redis Streams on that Redis),
 ``BENCH_PREFIX`` (keys, streams and queues), ``BENCH_STEPS``, ``BENCH_LEASE`` (seconds)
-and ``BENCH_SLOW`` (seconds each step of ``slow`` takes).
+``BENCH_SLOW`` (seconds each step waits, as on a model) and ``BENCH_WORK`` (CPU
+milliseconds each step spends, as an agent that parses and checks a model's answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from harness import next_message
 
 from nestegg import Clutch, Strategy
@@ -29,6 +32,7 @@ def make(name: str = "bench", *, transport: bool = True) -> Clutch:
     prefix = os.environ.get("BENCH_PREFIX", "nestegg-bench:")
     lease = timedelta(seconds=float(os.environ.get("BENCH_LEASE", "30")))
     slow = float(os.environ.get("BENCH_SLOW", "0"))
+    work = float(os.environ.get("BENCH_WORK", "0")) / 1000
     storage = RedisCheckpointStorage(REDIS_URL, prefix=prefix)
     url = os.environ.get("BENCH_TRANSPORT", REDIS_URL)
     broker: Any = None
@@ -49,12 +53,21 @@ def make(name: str = "bench", *, transport: bool = True) -> Clutch:
     async def step(data: dict[str, Any]) -> dict[str, Any]:
         if slow:
             await asyncio.sleep(slow)
+        if work:
+            busy(data, work)
         return next_message(data)
 
     for agent in ("left", "right"):
         step.__name__ = agent
         clutch.agent()(_named(step, agent))
     return clutch
+
+
+def busy(data: dict[str, Any], seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU encoding and decoding ``data``."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        orjson.loads(orjson.dumps(data))
 
 
 def _named(fn: Any, name: str) -> Any:
