@@ -54,7 +54,7 @@ from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
-from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge
+from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -319,8 +319,9 @@ class StepRunner:
             if verdict is Verdict.DROP:
                 return None
             assert run is not None
-            if verdict is Verdict.REPOINT:
-                await self.publish(run.run_id, run.step_seq + 1, run.fence, None, message.trace)
+            if verdict is Verdict.REPOINT:  # a takeover when its worker died going on
+                fence = pointer_fence(run)
+                await self.publish(run.run_id, run.step_seq + 1, fence, None, message.trace)
                 return None
             if verdict is Verdict.TAKE:
                 return run
