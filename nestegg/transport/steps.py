@@ -390,6 +390,7 @@ class StepRunner:
             base=base,
             kept=kept,
             on_checkpoint=self.clutch.on_checkpoint,
+            clock=self.book.config.clock,
             delivery=delivery,
         )
 

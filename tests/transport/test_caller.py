@@ -19,8 +19,9 @@ from nestegg.errors import (
     RunFailedError,
     RunNotFoundError,
 )
+from nestegg.testing import FakeClock
 from nestegg.transport.worker import Worker
-from tests.transport.apps import make_chain
+from tests.transport.apps import make_chain, make_split
 from tests.transport.conftest import Deployment
 from tests.transport.test_workers import uninterrupted_result
 
@@ -235,3 +236,23 @@ async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agen
     assert result == {"n": 4}
     assert ran == [("even", "evens"), ("odd", "odds"), ("even", "evens"), ("odd", "odds")]
     assert asked[-1] == 4 and set(asked) == {0, 1, 2, 3, 4}
+
+
+@pytest.mark.server
+async def test_workers_time_claims_steps_and_releases_by_the_checkpoint_clock(
+    deployment: Deployment,
+) -> None:
+    clock = FakeClock(1_700_000_000.0)  # behind the wall clock: a lease from it looks held
+    caller, edges, middle = make_split(clock), make_split(clock), make_split(clock)
+    try:
+        async with serving(edges, agents=["first", "third"]), serving(middle, agents=["second"]):
+            result = await caller.run({"x": 1}, run_id="timed", timeout=20)
+        store = await caller._book().ready()
+        run = await store.get_run("timed")
+        events = await store.read_events("timed")
+    finally:
+        for clutch in (caller, edges, middle):
+            await clutch.stop()
+    assert set(result) == {"x", "first", "second", "third"}
+    assert run is not None and run.updated_at == clock.now
+    assert {event.at for event in events} == {clock.now}
