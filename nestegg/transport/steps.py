@@ -308,8 +308,11 @@ class StepRunner:
 
     async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run to claim for this delivery, or None when it is done with (repointed if
-        it had to be)."""
+        it had to be). A delivery that waits for a holder's lease is done with once the run
+        is held by a later claim than the one it waited for: that claim ended, and the
+        holder now has a message of its own, which comes back if it dies."""
         message = delivery.message
+        waited_for: int | None = None  # the fence of the claim whose lease this waits for
         while True:
             run = await store.get_run(message.run_id)
             now = self.book.config.clock()
@@ -325,6 +328,9 @@ class StepRunner:
                 return None
             if verdict is Verdict.TAKE:
                 return run
+            if waited_for is not None and run.fence != waited_for:
+                return None
+            waited_for = run.fence
             wait = (run.lease_until or now) - now + CLOCK_MARGIN
             await asyncio.sleep(min(max(wait, CLOCK_MARGIN), self.lease / 3))
             await delivery.keep_alive()

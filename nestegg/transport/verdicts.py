@@ -34,8 +34,9 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     going on with the run past it): publish the run's current step again. WAIT: a
     redelivered message for a run still held (the holder, perhaps the dead worker that
     took the message and went on with the run, has a lease that has not run out yet):
-    look again when it does. TAKE: claim the run (a waiting run too, for its waiting
-    step: a sweeper points at it when its signal or its time came).
+    look again when it does (a worker stops waiting once a later claim holds the run).
+    TAKE: claim the run (a waiting run too, for its waiting step: a sweeper points at it
+    when its signal or its time came).
     """
     if run is None or run.status not in (RUNNING, WAITING) or message.seq > run.step_seq + 1:
         return Verdict.DROP

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
+from nestegg.checkpoint.records import Owner
 from nestegg.errors import (
     ConfigurationError,
     RunExistsError,
@@ -20,6 +22,7 @@ from nestegg.errors import (
     RunNotFoundError,
 )
 from nestegg.testing import FakeClock
+from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
 from tests.transport.apps import make_chain, make_split
 from tests.transport.conftest import Deployment
@@ -256,3 +259,31 @@ async def test_workers_time_claims_steps_and_releases_by_the_checkpoint_clock(
     assert set(result) == {"x", "first", "second", "third"}
     assert run is not None and run.updated_at == clock.now
     assert {event.at for event in events} == {clock.now}
+
+
+@pytest.mark.server
+async def test_a_redelivered_message_stops_waiting_once_a_later_claim_holds_its_run(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_chain(), make_chain()
+    deliveries = caller.transport.consume([channel_name("chain", "ping")], hold=30.0)
+    try:
+        await caller.submit({}, run_id="held")
+        await (await asyncio.wait_for(anext(deliveries), 10)).requeue()
+        redelivered = await asyncio.wait_for(anext(deliveries), 10)
+        store = await caller._book().ready()
+        now = time.time()
+        taker = Owner(host="elsewhere", pid=1, started="1")  # went on with the run, alive
+        await store.claim_run("held", 1, taker, now + 30, now)
+        waiting = asyncio.ensure_future(Worker(worker, worker.transport).runner.handle(redelivered))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # its holder may be the dead worker that took the message
+        other = Owner(host="elsewhere", pid=2, started="2")  # the next turn's worker
+        await store.claim_run("held", 2, other, now + 30, now)
+        await asyncio.wait_for(waiting, 5)  # dropped: that holder has a message of its own
+        run = await store.get_run("held")
+    finally:
+        await deliveries.aclose()  # type: ignore[attr-defined]
+        await caller.stop()
+        await worker.stop()
+    assert run is not None and (run.fence, run.owner) == (3, other)
