@@ -54,7 +54,7 @@ from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
-from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge
+from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -308,8 +308,11 @@ class StepRunner:
 
     async def _judged(self, store: CheckpointStorage, delivery: Delivery) -> RunRecord | None:
         """The run to claim for this delivery, or None when it is done with (repointed if
-        it had to be)."""
+        it had to be). A delivery that waits for a holder's lease is done with once the run
+        is held by a later claim than the one it waited for: that claim ended, and the
+        holder now has a message of its own, which comes back if it dies."""
         message = delivery.message
+        waited_for: int | None = None  # the fence of the claim whose lease this waits for
         while True:
             run = await store.get_run(message.run_id)
             now = self.book.config.clock()
@@ -319,11 +322,15 @@ class StepRunner:
             if verdict is Verdict.DROP:
                 return None
             assert run is not None
-            if verdict is Verdict.REPOINT:
-                await self.publish(run.run_id, run.step_seq + 1, run.fence, None, message.trace)
+            if verdict is Verdict.REPOINT:  # a takeover when its worker died going on
+                fence = pointer_fence(run)
+                await self.publish(run.run_id, run.step_seq + 1, fence, None, message.trace)
                 return None
             if verdict is Verdict.TAKE:
                 return run
+            if waited_for is not None and run.fence != waited_for:
+                return None
+            waited_for = run.fence
             wait = (run.lease_until or now) - now + CLOCK_MARGIN
             await asyncio.sleep(min(max(wait, CLOCK_MARGIN), self.lease / 3))
             await delivery.keep_alive()
@@ -389,6 +396,7 @@ class StepRunner:
             base=base,
             kept=kept,
             on_checkpoint=self.clutch.on_checkpoint,
+            clock=self.book.config.clock,
             delivery=delivery,
         )
 

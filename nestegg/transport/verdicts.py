@@ -34,8 +34,9 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     going on with the run past it): publish the run's current step again. WAIT: a
     redelivered message for a run still held (the holder, perhaps the dead worker that
     took the message and went on with the run, has a lease that has not run out yet):
-    look again when it does. TAKE: claim the run (a waiting run too, for its waiting
-    step: a sweeper points at it when its signal or its time came).
+    look again when it does (a worker stops waiting once a later claim holds the run).
+    TAKE: claim the run (a waiting run too, for its waiting step: a sweeper points at it
+    when its signal or its time came).
     """
     if run is None or run.status not in (RUNNING, WAITING) or message.seq > run.step_seq + 1:
         return Verdict.DROP
@@ -50,12 +51,26 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
 
 
 def interrupted(run: RunRecord) -> bool:
-    """Whether ``run``'s last claim ended neither in a commit nor in a release: its owner
-    died (or lost the store) during a step, and its lease runs out instead of being given
-    back (a commit or a release leaves ``lease_until`` at ``updated_at``)."""
+    """Whether ``run``'s last claim ended neither in a commit that released the run nor in
+    a release: its owner died (or lost the store) during a step, or between steps of a
+    run it went on with, and its lease runs out instead of being given back.
+
+    A release, and the commit of a step after which the run goes back to the broker, leave
+    ``lease_until`` at ``updated_at``; a claim, a renewal and the commit of a step that
+    its worker goes on from leave it above. So a run held by a live worker counts as
+    interrupted too: ask only once its lease ran out (:func:`judge` takes no held run).
+    """
     return (
         run.status == RUNNING and run.lease_until is not None and run.lease_until > run.updated_at
     )
+
+
+def pointer_fence(run: RunRecord) -> int:
+    """The fence of a message that points at ``run``'s next step again (a sweep's, or a
+    repoint of a redelivered message): after an interrupted claim, one below the run's,
+    as the message that claim took carried, so that the worker claiming it sees a takeover;
+    otherwise the run's."""
+    return run.fence - 1 if interrupted(run) else run.fence
 
 
 class Claim(NamedTuple):

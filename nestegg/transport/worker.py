@@ -25,7 +25,7 @@ from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, Transport, channel_name
 from nestegg.transport.steps import StepRunner
-from nestegg.transport.verdicts import interrupted
+from nestegg.transport.verdicts import pointer_fence
 
 if TYPE_CHECKING:
     from nestegg.clutch import Clutch
@@ -209,9 +209,8 @@ class Worker:
             if not due:
                 continue
             trace = await tracing.trace_of(store, run.run_id)
-            # the step of an owner that died is sent again as that owner had taken it (its
-            # fence one below the run's): the worker that claims it sees a takeover
-            fence = run.fence - 1 if interrupted(run) else run.fence
+            # the step of an owner that died is sent again as that owner had taken it
+            fence = pointer_fence(run)
             await self.runner.publish(run.run_id, run.step_seq + 1, fence, None, trace)
             swept.append(run.run_id)
         if swept:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -53,11 +55,11 @@ def transport() -> Any:
     return RabbitMQTransport(url, prefix=prefix())
 
 
-def config() -> CheckpointConfig:
-    """The Redis store under the prefix, with a short lease."""
+def config(clock: Callable[[], float] = time.time) -> CheckpointConfig:
+    """The Redis store under the prefix, with a short lease, timed by ``clock``."""
     storage = RedisCheckpointStorage(redis_url(), prefix=prefix())
     lease = timedelta(seconds=float(setting("LEASE", "2")))
-    return CheckpointConfig(storage=storage, lease=lease)
+    return CheckpointConfig(storage=storage, lease=lease, clock=clock)
 
 
 _counters: dict[Any, Any] = {}
@@ -124,9 +126,10 @@ def make_slow() -> Clutch:
     return slow
 
 
-def make_split() -> Clutch:
-    """Three agents in order, each noting the pid that ran it; the third may fail."""
-    split = Clutch("split", transport=transport(), checkpoint=config())
+def make_split(clock: Callable[[], float] = time.time) -> Clutch:
+    """Three agents in order, each noting the pid that ran it; the third may fail; its
+    store's times from ``clock``."""
+    split = Clutch("split", transport=transport(), checkpoint=config(clock))
 
     @split.agent()
     async def first(data: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +14,17 @@ import pytest
 
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
+from nestegg.checkpoint.records import Owner
 from nestegg.errors import (
     ConfigurationError,
     RunExistsError,
     RunFailedError,
     RunNotFoundError,
 )
+from nestegg.testing import FakeClock
+from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
-from tests.transport.apps import make_chain
+from tests.transport.apps import make_chain, make_split
 from tests.transport.conftest import Deployment
 from tests.transport.test_workers import uninterrupted_result
 
@@ -235,3 +239,51 @@ async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agen
     assert result == {"n": 4}
     assert ran == [("even", "evens"), ("odd", "odds"), ("even", "evens"), ("odd", "odds")]
     assert asked[-1] == 4 and set(asked) == {0, 1, 2, 3, 4}
+
+
+@pytest.mark.server
+async def test_workers_time_claims_steps_and_releases_by_the_checkpoint_clock(
+    deployment: Deployment,
+) -> None:
+    clock = FakeClock(1_700_000_000.0)  # behind the wall clock: a lease from it looks held
+    caller, edges, middle = make_split(clock), make_split(clock), make_split(clock)
+    try:
+        async with serving(edges, agents=["first", "third"]), serving(middle, agents=["second"]):
+            result = await caller.run({"x": 1}, run_id="timed", timeout=20)
+        store = await caller._book().ready()
+        run = await store.get_run("timed")
+        events = await store.read_events("timed")
+    finally:
+        for clutch in (caller, edges, middle):
+            await clutch.stop()
+    assert set(result) == {"x", "first", "second", "third"}
+    assert run is not None and run.updated_at == clock.now
+    assert {event.at for event in events} == {clock.now}
+
+
+@pytest.mark.server
+async def test_a_redelivered_message_stops_waiting_once_a_later_claim_holds_its_run(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_chain(), make_chain()
+    deliveries = caller.transport.consume([channel_name("chain", "ping")], hold=30.0)
+    try:
+        await caller.submit({}, run_id="held")
+        await (await asyncio.wait_for(anext(deliveries), 10)).requeue()
+        redelivered = await asyncio.wait_for(anext(deliveries), 10)
+        store = await caller._book().ready()
+        now = time.time()
+        taker = Owner(host="elsewhere", pid=1, started="1")  # went on with the run, alive
+        await store.claim_run("held", 1, taker, now + 30, now)
+        waiting = asyncio.ensure_future(Worker(worker, worker.transport).runner.handle(redelivered))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # its holder may be the dead worker that took the message
+        other = Owner(host="elsewhere", pid=2, started="2")  # the next turn's worker
+        await store.claim_run("held", 2, other, now + 30, now)
+        await asyncio.wait_for(waiting, 5)  # dropped: that holder has a message of its own
+        run = await store.get_run("held")
+    finally:
+        await deliveries.aclose()  # type: ignore[attr-defined]
+        await caller.stop()
+        await worker.stop()
+    assert run is not None and (run.fence, run.owner) == (3, other)

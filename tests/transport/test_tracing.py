@@ -196,6 +196,39 @@ async def test_a_step_taken_over_from_a_killed_worker_stays_in_the_callers_trace
     assert points["nestegg.runs.recovered"] == [[{"gen_ai.workflow.name": "slow"}, 1]]
 
 
+async def test_a_worker_killed_while_it_goes_on_with_a_run_is_counted_as_taken_over(
+    deployment: Deployment, sdk: Sdk, telemetry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.pace = 0.15  # ten steps of 0.15 to 0.2 s: more than one step in a worker's turn
+    deployment.apply(monkeypatch)
+    workers = [deployment.start_worker("chain", module=TRACED) for _ in range(2)]
+    caller = make_chain()
+    try:
+        await caller.run({}, run_id="warm-up", timeout=30)  # both workers are up
+        task = await caller.submit({}, run_id="victim")
+        store = await caller._book().ready()
+        while (run := await store.get_run("victim")) is None or run.step_seq < 2:
+            await asyncio.sleep(0.01)
+        assert run.owner is not None and run.fence == 2, "the worker went on with the run"
+        (victim,) = [w for w in workers if w.process.pid == run.owner.pid]
+        victim.kill()  # past the step of the message it took: that message is repointed
+        result = await task.result(timeout=40)
+    finally:
+        await caller.stop()
+    (survivor,) = [w for w in workers if w is not victim]
+    points = stop(survivor, telemetry_dir)
+    assert result == uninterrupted_result()
+    steps = [
+        s["attributes"]
+        for s in spans_of(telemetry_dir, survivor)
+        if s["name"].startswith("invoke_agent")
+        and s["attributes"]["gen_ai.conversation.id"] == "victim"
+    ]
+    resumed = [step["nestegg.step.seq"] for step in steps if step.get("nestegg.resumed")]
+    assert len(resumed) == 1 and resumed[0] > run.step_seq  # the step its owner died in
+    assert points["nestegg.runs.recovered"] == [[{"gen_ai.workflow.name": "chain"}, 1]]
+
+
 async def test_without_an_sdk_messages_and_events_carry_no_trace(
     deployment: Deployment,
 ) -> None:
