@@ -231,7 +231,8 @@ class CheckpointedRuns:
         for kind, payload in events:
             recorder.event(kind, self.config.clock(), payload)
         await recorder.start(truncate_after, replay_until)
-        fresh = any(kind == RUN_STARTED for kind, _ in events)
+        kinds = {kind for kind, _ in events}
+        fresh = RUN_STARTED in kinds and RUN_RESUMED not in kinds
         return await self.clutch.drive(execution, input_data, fresh=fresh)
 
     def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:
@@ -418,6 +419,8 @@ class CheckpointedRuns:
             events.insert(0, (RUN_INTERRUPTED, interruption(run)))
             event["previous"] = INTERRUPTED
             event["previous_owner"] = events[0][1]["owner"]
+        if run.event_seq == 0:  # killed before its start was committed: its log starts here
+            events.insert(0, (RUN_STARTED, {}))
         return await self.execute(
             claimed,
             start,

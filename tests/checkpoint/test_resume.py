@@ -21,6 +21,7 @@ from nestegg.errors import (
     IncompatibleCheckpointError,
     RunNotFoundError,
 )
+from nestegg.testing.builders import make_run
 
 from .conftest import Flaky, Pipeline, config, stored_view
 
@@ -85,6 +86,22 @@ async def test_resume_latest_starts_from_the_input_when_there_is_no_checkpoint(
     assert pipeline.calls == ["a", "b", "c"]
     resumed = [e for e in await pipeline.clutch.events("bare") if e.kind == "run_resumed"]
     assert resumed[-1].data["checkpoint_id"] is None and resumed[-1].data["seq"] == 0
+
+
+async def test_a_run_killed_before_its_start_was_committed_logs_its_start_when_resumed(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # Stored and claimed, then its process died before the first commit (run_started).
+    await checkpoint_store.setup()
+    created = make_run("unstarted", pipeline="pipeline", input_value=["in"])
+    await checkpoint_store.create_run(created)
+    gone = Owner(host="elsewhere#00000000", pid=1, started="1")
+    await checkpoint_store.claim_run("unstarted", created.fence, gone, time.time() - 1, time.time())
+    pipeline = Pipeline(checkpoint_store)
+    assert await pipeline.clutch.resume_latest("unstarted") == ["in", "a", "b", "c"]
+    kinds = [e.kind for e in await pipeline.clutch.events("unstarted")]
+    assert kinds[:3] == ["run_started", "run_interrupted", "run_resumed"]
+    assert kinds[-1] == "run_completed"
 
 
 async def test_resume_latest_of_a_run_failed_at_its_first_step_reruns_it(
