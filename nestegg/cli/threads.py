@@ -61,7 +61,7 @@ def threads_command(
         rows: list[dict[str, Any]] = await inspect.thread_summaries(_threads(opened))
         return rows
 
-    rows = run_with_store(ctx, store, work)
+    rows = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)
     if as_json:
         out.json(rows)
@@ -96,7 +96,7 @@ def thread_command(
         rows: list[dict[str, Any]] = await inspect.thread_checkpoints(_threads(opened), thread_id)
         return rows
 
-    rows = run_with_store(ctx, store, work)
+    rows = run_with_store(ctx, store, work, read_only=True)
     if not rows:
         raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
     out = Output(as_json)
@@ -154,7 +154,7 @@ def prune_command(
             and (cutoff is None or s["updated_at"].timestamp() < cutoff)
         ]
 
-    targets = run_with_store(ctx, store, chosen)
+    targets = run_with_store(ctx, store, chosen, existing=True)
     out = Output(False)
     strategy = "delete" if delete else "keep_latest"
     action = "delete" if delete else "prune to their latest checkpoints"

@@ -37,6 +37,7 @@ READING = (
     ["events", "ok"],
     ["export", "ok"],
 )
+THREAD_COMMANDS = (["threads"], ["thread", "chat"], ["threads", "prune", "--yes"])
 
 
 def _url(kind: str, where: Path) -> str:
@@ -48,7 +49,10 @@ def _tree(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
-@pytest.mark.parametrize("args", [*READING, ["delete", "ok", "--yes"], ["prune", "--keep", "1"]])
+@pytest.mark.parametrize(
+    "args",
+    [*READING, ["delete", "ok", "--yes"], ["prune", "--keep", "1"], *THREAD_COMMANDS],
+)
 def test_a_missing_store_is_not_created(tmp_path: Path, kind: str, args: list[str]) -> None:
     url = _url(kind, tmp_path / "no" / "such" / "dir")
     before = _tree(tmp_path)
