@@ -22,8 +22,8 @@ APP_HELP = (
 )
 
 
-def import_app(spec: str) -> Clutch:
-    """The Clutch at ``module:attr`` (``attr`` may be dotted).
+def import_app(spec: str, named: str = "--app") -> Clutch:
+    """The Clutch at ``module:attr`` (``attr`` may be dotted), given as ``named``.
 
     Raises:
         CommandError: (bad usage) the spec is malformed, the module cannot be imported,
@@ -31,7 +31,7 @@ def import_app(spec: str) -> Clutch:
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise CommandError(f"--app must look like module:attribute, got {spec!r}", EXIT_USAGE)
+        raise CommandError(f"{named} must look like module:attribute, got {spec!r}", EXIT_USAGE)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

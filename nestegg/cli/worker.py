@@ -35,7 +35,7 @@ def worker_command(
     Each message runs one step of a run; a stopped worker releases what it cannot finish
     within the grace period so that another worker takes it at once.
     """
-    clutch = import_app(app_spec)
+    clutch = import_app(app_spec, named="APP_SPEC")
     if clutch.transport is None:
         raise CommandError(
             f"the Clutch at {app_spec} has no transport= (e.g. transport='redis://...')",

@@ -21,6 +21,12 @@ def test_a_clutch_without_a_transport_is_bad_usage() -> None:
     assert "has no transport=" in output
 
 
+def test_a_spec_without_an_attribute_is_bad_usage_named_as_the_argument() -> None:
+    code, output = invoke("tests.transport.apps")
+    assert code == EXIT_USAGE
+    assert "APP_SPEC must look like module:attribute, got 'tests.transport.apps'" in output
+
+
 def test_a_module_that_cannot_be_imported_is_bad_usage() -> None:
     code, output = invoke("tests.transport.no_such_module:chain")
     assert code == EXIT_USAGE
