@@ -18,12 +18,19 @@ land in order.
 run creations, reads of runs and claims, which thousands of runs starting at once would
 otherwise queue one by one for the pool's few connections): ``many(items)`` returns one
 outcome per item, its result or its error.
+
+:func:`commit_latencies` measures how long commits take to be written: from a commit's
+arrival to the moment its outcome is known (its batch written), before its run goes on.
+With many runs on one event loop that is less than the wait of the run itself, which
+also waits its turn on the loop to go on.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from nestegg.checkpoint.records import Commit
@@ -118,6 +125,7 @@ class GroupCalls(Generic[T, R]):
         except BaseException as error:  # the whole batch failed: every call's error
             outcomes = [error] * len(batch)
             stopped = None if isinstance(error, Exception) else error
+        self._settled(batch)
         self._next()
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if future.cancelled():
@@ -128,6 +136,9 @@ class GroupCalls(Generic[T, R]):
                 future.set_result(outcome)
         if stopped is not None:
             raise stopped
+
+    def _settled(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        """The outcomes of ``batch`` are known (before its callers are told)."""
 
     async def drain(self) -> None:
         """Wait for the batches in flight (before a store closes)."""
@@ -151,10 +162,41 @@ class GroupCommitter(GroupCalls[Commit, None]):
 
     def __init__(self, write_one: WriteOne, write_many: WriteMany, max_batch: int = MAX_BATCH):
         super().__init__(write_one, write_many, _run_of, max_batch)
+        self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
 
     async def commit(self, commit: Commit) -> None:
         """Write ``commit``; return once it is written, raise only its own error."""
-        await self.call(commit)
+        if not _latency_lists:
+            await self.call(commit)
+            return
+        started = time.perf_counter()
+        try:
+            await self.call(commit)
+        finally:
+            written = self._written.pop(id(commit), None) or time.perf_counter()
+            for latencies in _latency_lists:
+                latencies.append(written - started)
+
+    def _settled(self, batch: list[tuple[Commit, asyncio.Future[None]]]) -> None:
+        if _latency_lists:
+            now = time.perf_counter()
+            self._written.update((id(c), now) for c, future in batch if not future.cancelled())
+
+
+_latency_lists: list[list[float]] = []
+
+
+@contextmanager
+def commit_latencies() -> Iterator[list[float]]:
+    """Collects, while open, the seconds every group-committed store commit of this process
+    takes to be written: from its arrival to its outcome (its batch written), not counting
+    the wait of its run for its turn on the event loop afterwards."""
+    latencies: list[float] = []
+    _latency_lists.append(latencies)
+    try:
+        yield latencies
+    finally:
+        _latency_lists.remove(latencies)
 
 
 async def outcome_of(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseException:
@@ -165,4 +207,11 @@ async def outcome_of(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseExcep
         return error
 
 
-__all__ = ["MAX_BATCH", "GroupCalls", "GroupCommitter", "Outcome", "outcome_of"]
+__all__ = [
+    "MAX_BATCH",
+    "GroupCalls",
+    "GroupCommitter",
+    "Outcome",
+    "commit_latencies",
+    "outcome_of",
+]
