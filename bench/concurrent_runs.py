@@ -16,7 +16,9 @@ the process's RSS at the end. ``uptime``'s load averages are printed with each t
 With N runs and no wait between steps, every run spends nearly all its time waiting on
 its commit: by Little's law the wait of a run is about N / (steps/s), 100 ms for 1,000
 runs at 10,000 steps/s, however fast the store writes. The commit latency is the store's
-part of it.
+part of it. ``--think MS`` makes every step first wait about MS milliseconds (uniformly
+0.5 to 1.5 times MS), as a step waits on a model: the rows then show the commit latency
+of a process that is not saturated.
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -27,7 +29,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 ``redis://127.0.0.1:6379/0``). Medians of ``--reps`` repetitions.
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
-        [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3]
+        [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import argparse
 import asyncio
 import gc
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -150,7 +153,9 @@ def time_waits(store: Any) -> list[float]:
     return latencies
 
 
-def loop_clutch(store: Any, steps: int, gate: asyncio.Event | None = None) -> Clutch:
+def loop_clutch(
+    store: Any, steps: int, gate: asyncio.Event | None = None, think: float = 0.0
+) -> Clutch:
     clutch = Clutch(
         "bench",
         strategy=Strategy.ROUND_ROBIN,
@@ -164,16 +169,18 @@ def loop_clutch(store: Any, steps: int, gate: asyncio.Event | None = None) -> Cl
         if gate is not None:
             waiting[0] += 1
             await gate.wait()
+        if think:
+            await asyncio.sleep(think * random.uniform(0.5, 1.5))
         return next_message(data)
 
     clutch.waiting = waiting  # type: ignore[attr-defined]
     return clutch
 
 
-async def one_row(store_name: str, runs: int, steps: int, rep: int) -> Row:
+async def one_row(store_name: str, runs: int, steps: int, rep: int, think: float) -> Row:
     async with STORES[store_name]() as store:
         waits = time_waits(store)
-        clutch = loop_clutch(store, steps)
+        clutch = loop_clutch(store, steps, think=think)
         gc.collect()
         with commit_latencies() as latencies:
             start, cpu = time.perf_counter(), time.process_time()
@@ -230,7 +237,8 @@ async def main(args: argparse.Namespace) -> None:
     tables = []
     for store_name in args.stores:
         table = Table(
-            f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row",
+            f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row"
+            + (f", each step waits ~{args.think:g} ms first" if args.think else ""),
             [
                 "runs x steps",
                 "steps/s",
@@ -247,7 +255,7 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 for rep in range(args.reps):
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
-                    rows.append(await one_row(store_name, runs, steps, rep))
+                    rows.append(await one_row(store_name, runs, steps, rep, args.think / 1e3))
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
                     [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 5
@@ -291,6 +299,7 @@ if __name__ == "__main__":
     parser.add_argument("--total", type=int, default=20_000)
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--think", type=float, default=0.0, help="ms a step waits first")
     parser.add_argument("--idle-child", nargs=2, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.idle_child:
