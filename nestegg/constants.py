@@ -199,6 +199,9 @@ STORE_RETRIES = 4
 STORE_RETRY_BASE_DELAY = 0.1
 STORE_RETRY_MAX_DELAY = 2.0
 REDIS_MAX_CONNECTIONS = 50
+SERVER_BATCHES_IN_FLIGHT = 4
+"""Group commit on a server store: batches of commits under way at once, each on its own
+connection (see nestegg.checkpoint.stores.group)."""
 
 # The nestegg command: exit codes, defaults and the export format.
 EXIT_OK = 0

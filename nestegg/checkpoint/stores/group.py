@@ -12,7 +12,11 @@ commit is written (``durability="sync"`` keeps its promise) and raises only its 
 a run whose fence was lost gets StaleOwnerError, the other runs of the batch commit.
 
 Within a batch the commits keep the order they arrived in, so two commits of one run
-land in order.
+land in order. A store that writes on several connections lets several batches be under
+way at once (``in_flight``): the commits that arrive while one is written go out at the
+end of that turn of the loop instead of waiting for it, which keeps batches small and
+commits quick with thousands of runs. A run's commits are never in two batches under
+way at once.
 
 :class:`GroupCalls` is the same for any store operation with a result (a server store's
 run creations, reads of runs and claims, which thousands of runs starting at once would
@@ -55,6 +59,9 @@ class GroupCalls(Generic[T, R]):
         key: what marks a call as another caller's (a run id): a call whose key was
             already made alone in this turn of the loop is not held back for a batch.
         max_batch: calls per batch at most.
+        in_flight: batches (or calls alone) under way at once at most: more than one for a
+            store that writes on several connections, so that the calls arriving while
+            one batch is written go out without waiting for it.
     """
 
     def __init__(
@@ -63,57 +70,80 @@ class GroupCalls(Generic[T, R]):
         many: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
         key: Callable[[T], str],
         max_batch: int = MAX_BATCH,
+        in_flight: int = 1,
     ) -> None:
         self._one = one
         self._many = many
         self._key = key
         self._max_batch = max_batch
-        self._busy = False
+        self._max_in_flight = in_flight
+        self._in_flight = 0  # calls made alone and batches under way
+        self._flying: set[str] = set()  # the keys of the calls under way
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._flushing: set[asyncio.Task[None]] = set()
         self._this_turn: set[str] = set()  # keys called alone in this turn of the loop
+        self._kick_due = False
 
     async def call(self, item: T) -> R:
         """Make the call for ``item``; return its result once made, raise its own error."""
         key = self._key(item)
-        if self._busy or (self._this_turn and key not in self._this_turn):
-            # Another call is in flight, or another caller's call was made alone in this
-            # same turn of the loop (a write that did not wait, as SQLite's): batched.
-            future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        if self._in_flight or self._queue or (self._this_turn and key not in self._this_turn):
+            # Another call is under way or waits, or another caller's call was made alone
+            # in this same turn of the loop (a write that did not wait, as SQLite's):
+            # batched, sent at the end of this turn if a batch may start then.
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[R] = loop.create_future()
             self._queue.append((item, future))
+            if not self._kick_due and self._in_flight < self._max_in_flight:
+                self._kick_due = True
+                loop.call_soon(self._kick)
             return await future
         if not self._this_turn:
             asyncio.get_running_loop().call_soon(self._end_turn)
         self._this_turn.add(key)
-        self._busy = True
+        self._in_flight += 1
+        self._flying.add(key)
         try:
             return await self._one(item)
         finally:
+            self._in_flight -= 1
+            self._flying.discard(key)
             self._next()
 
     def _end_turn(self) -> None:
         self._this_turn.clear()
-        if not self._busy:
-            self._next()
+        self._next()
+
+    def _kick(self) -> None:
+        self._kick_due = False
+        self._next()
 
     def _next(self) -> None:
-        """Start the next batch, or mark the group idle."""
-        if not self._queue:  # the common case of one run: nothing waits
-            self._busy = False
-            return
-        queue = [(c, f) for c, f in self._queue if not f.cancelled()]
-        if not queue:
-            self._queue.clear()
-            self._busy = False
-            return
-        self._busy = True
-        if len(queue) <= self._max_batch:
-            batch, self._queue = queue, []
-        else:
-            batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
-        task = asyncio.get_running_loop().create_task(self._flush(batch))
-        self._flushing.add(task)
-        task.add_done_callback(self._flushing.discard)
+        """Start batches of the waiting calls while fewer than ``in_flight`` are under way."""
+        while self._queue and self._in_flight < self._max_in_flight:
+            batch = self._take()
+            if not batch:
+                return
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """The next batch: the oldest waiting calls, at most ``max_batch``, but none of a key
+        under way (a run's calls are made one after the other, in order)."""
+        batch: list[tuple[T, asyncio.Future[R]]] = []
+        left: list[tuple[T, asyncio.Future[R]]] = []
+        for call in self._queue:
+            if call[1].cancelled():
+                continue
+            if len(batch) < self._max_batch and self._key(call[0]) not in self._flying:
+                batch.append(call)
+            else:
+                left.append(call)
+        self._queue = left
+        self._flying.update(self._key(item) for item, _ in batch)
+        return batch
 
     async def _flush(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         stopped: BaseException | None = None
@@ -125,6 +155,8 @@ class GroupCalls(Generic[T, R]):
         except BaseException as error:  # the whole batch failed: every call's error
             outcomes = [error] * len(batch)
             stopped = None if isinstance(error, Exception) else error
+        self._in_flight -= 1
+        self._flying.difference_update(self._key(item) for item, _ in batch)
         self._settled(batch)
         self._next()
         for (_, future), outcome in zip(batch, outcomes, strict=True):
@@ -141,9 +173,12 @@ class GroupCalls(Generic[T, R]):
         """The outcomes of ``batch`` are known (before its callers are told)."""
 
     async def drain(self) -> None:
-        """Wait for the batches in flight (before a store closes)."""
-        while self._flushing:
-            await asyncio.gather(*self._flushing, return_exceptions=True)
+        """Wait for the calls waiting and the batches under way (before a store closes)."""
+        while self._flushing or self._queue:
+            if self._flushing:
+                await asyncio.gather(*self._flushing, return_exceptions=True)
+            else:  # a batch starts at the end of this turn, or when a call alone is made
+                await asyncio.sleep(0)
 
 
 def _run_of(commit: Commit) -> str:
@@ -158,10 +193,17 @@ class GroupCommitter(GroupCalls[Commit, None]):
         write_many: writes commits together, one outcome per commit, in their order; an
             error it raises is every commit's.
         max_batch: commits per batch at most.
+        in_flight: batches under way at once at most (a run's commits never in two).
     """
 
-    def __init__(self, write_one: WriteOne, write_many: WriteMany, max_batch: int = MAX_BATCH):
-        super().__init__(write_one, write_many, _run_of, max_batch)
+    def __init__(
+        self,
+        write_one: WriteOne,
+        write_many: WriteMany,
+        max_batch: int = MAX_BATCH,
+        in_flight: int = 1,
+    ):
+        super().__init__(write_one, write_many, _run_of, max_batch, in_flight)
         self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
 
     async def commit(self, commit: Commit) -> None:

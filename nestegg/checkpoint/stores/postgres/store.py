@@ -71,6 +71,7 @@ from nestegg.constants import (
     PG_POOL_MIN_SIZE,
     PG_PREPARE_THRESHOLD,
     RUNNING,
+    SERVER_BATCHES_IN_FLIGHT,
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
@@ -248,7 +249,9 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         self._drop: list[bytes] = []
         self._ready = False
         self._setup_lock = asyncio.Lock()
-        self._group = GroupCommitter(self._commit_one, self._commit_many)
+        self._group = GroupCommitter(
+            self._commit_one, self._commit_many, in_flight=SERVER_BATCHES_IN_FLIGHT
+        )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too, not one by one through the pool's few connections.
         self._get_runs = GroupCalls(self._get_one, self._get_many, _same)

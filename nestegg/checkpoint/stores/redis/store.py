@@ -69,6 +69,7 @@ from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
     REDIS_MAX_CONNECTIONS,
     RUNNING,
+    SERVER_BATCHES_IN_FLIGHT,
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
@@ -164,7 +165,9 @@ class RedisCheckpointStorage(RedisThreadRows):
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
-        self._group = GroupCommitter(self._commit_one, self._commit_many)
+        self._group = GroupCommitter(
+            self._commit_one, self._commit_many, in_flight=SERVER_BATCHES_IN_FLIGHT
+        )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too (one pipeline), not one by one through the pool's connections.
         self._get_runs = GroupCalls(self._get_one, self._get_many, str)
