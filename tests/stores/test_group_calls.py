@@ -1,0 +1,79 @@
+"""The batching of store calls (group commit) itself, with calls that wait until told."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from nestegg.checkpoint.stores.group import GroupCalls
+
+
+class Calls:
+    """Calls ``"run:n"`` that each wait for their own release; records what went together."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self.release: dict[str, asyncio.Event] = {}
+
+    async def one(self, item: str) -> str:
+        await self._sent([item])
+        return item.upper()
+
+    async def many(self, items: Sequence[str]) -> list[str | BaseException]:
+        await self._sent(list(items))
+        return [item.upper() for item in items]
+
+    async def _sent(self, items: list[str]) -> None:
+        self.sent.append(items)
+        await self.release.setdefault(items[0], asyncio.Event()).wait()
+
+    def let_go(self, item: str) -> None:
+        self.release.setdefault(item, asyncio.Event()).set()
+
+
+def run_of(item: str) -> str:
+    return item.split(":")[0]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_batches_go_out_beside_one_under_way_but_never_two_calls_of_a_run() -> None:
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of, in_flight=2)
+    a1 = asyncio.create_task(group.call("a:1"))
+    await settle()
+    b1, c1 = (asyncio.create_task(group.call(item)) for item in ("b:1", "c:1"))
+    await settle()
+    assert calls.sent == [["a:1"], ["b:1", "c:1"]]  # the batch did not wait for a:1
+    a2, d1 = (asyncio.create_task(group.call(item)) for item in ("a:2", "d:1"))
+    await settle()
+    assert len(calls.sent) == 2  # two under way: the others wait
+    calls.let_go("b:1")
+    await settle()
+    assert calls.sent[2] == ["d:1"]  # a:2 waits for a:1, its run's call under way
+    assert await b1 == "B:1" and await c1 == "C:1"
+    calls.let_go("a:1")
+    await settle()
+    assert calls.sent[3] == ["a:2"]
+    calls.let_go("a:2")
+    calls.let_go("d:1")
+    assert [await t for t in (a1, a2, d1)] == ["A:1", "A:2", "D:1"]
+    await group.drain()
+
+
+async def test_one_in_flight_sends_what_waited_once_the_call_under_way_ends() -> None:
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of)
+    first = asyncio.create_task(group.call("a:1"))
+    await settle()
+    rest = [asyncio.create_task(group.call(item)) for item in ("b:1", "a:2", "c:1")]
+    await settle()
+    assert calls.sent == [["a:1"]]
+    calls.let_go("a:1")
+    await settle()
+    assert calls.sent[1] == ["b:1", "a:2", "c:1"]  # in the order they came
+    calls.let_go("b:1")
+    assert [await t for t in (first, *rest)] == ["A:1", "B:1", "A:2", "C:1"]
