@@ -259,6 +259,8 @@ class PipelineBase:
         ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
         ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
         """
+        if execution.recorder.journals:  # a checkpointed attempt is a span already
+            return await self._drive(execution, input_data, fresh)
         return await telemetry_attempts.traced_plain_run(
             self, execution, lambda: self._drive(execution, input_data, fresh)
         )
