@@ -416,10 +416,11 @@ class RunExecution:
         self.seq = seq
         self.last_outcome = outcome
         self.current_agent = None
-        duration = time.perf_counter() - began
-        step = self._result(seq, agent, outcome, stored, (started, duration), target)
-        try:
-            await self.recorder.record_step(step)
+        timing = (started, time.perf_counter() - began)
+        try:  # no local holds the StepResult while the commit is awaited
+            await self.recorder.record_step(
+                self._result(seq, agent, outcome, stored, timing, target)
+            )
         except Exception as error:
             await self.recorder.step_failed(seq, agent.name, error, started)
             raise
