@@ -57,8 +57,9 @@ class Recorder(Protocol):
     def encode_output(self, value: Any) -> bytes | None:
         """The step output as stored bytes (None when nothing is stored)."""
 
-    async def record_step(self, step: StepResult) -> None:
-        """Record a completed step (and a checkpoint when the policy says so)."""
+    def record_step(self, step: StepResult) -> Awaitable[None]:
+        """Record a completed step (and a checkpoint when the policy says so); awaited at
+        once (a recorder may hand back its store's awaitable, with no coroutine of its own)."""
 
     def step_started(self, seq: int, agent: str, started: float) -> None:
         """Note that a step started (its start may be written while it runs)."""
@@ -415,13 +416,19 @@ class RunExecution:
         self.seq = seq
         self.last_outcome = outcome
         self.current_agent = None
-        duration = time.perf_counter() - began
-        await self._record(seq, agent, outcome, stored, (started, duration), target)
+        timing = (started, time.perf_counter() - began)
+        try:  # no local holds the StepResult while the commit is awaited
+            await self.recorder.record_step(
+                self._result(seq, agent, outcome, stored, timing, target)
+            )
+        except Exception as error:
+            await self.recorder.step_failed(seq, agent.name, error, started)
+            raise
         if self.listeners.queues:
             self.listeners.publish(StepEvent(agent.name, ctx.data))
         return stop
 
-    async def _record(
+    def _result(
         self,
         seq: int,
         agent: AgentNode,
@@ -429,27 +436,20 @@ class RunExecution:
         stored: bytes | None,
         timing: tuple[float, float],
         target: str | None,
-    ) -> None:
-        started, duration = timing
+    ) -> StepResult:
+        """What step ``seq`` did, for the recorder (built, not awaited: no coroutine)."""
         ctx = self.ctx
-        step = StepResult(
+        return StepResult(
             seq=seq,
             agent=agent.name,
             outcome=outcome,
             output=stored,
-            started=started,
-            duration=duration,
+            started=timing[0],
+            duration=timing[1],
             target=target,
             turn=ctx.state.turn,
             data_seq=self.data_seq,
             source=ctx.source,
-            position={},
+            position=self.cursor.position() if self.recorder.keeps_position else {},
             metadata=ctx.metadata,
         )
-        if self.recorder.keeps_position:
-            step.position = self.cursor.position()
-        try:
-            await self.recorder.record_step(step)
-        except Exception as error:
-            await self.recorder.step_failed(seq, agent.name, error, started)
-            raise

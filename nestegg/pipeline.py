@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
@@ -259,6 +260,8 @@ class PipelineBase:
         ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
         ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
         """
+        if execution.recorder.journals:  # a checkpointed attempt is a span already
+            return await self._drive(execution, input_data, fresh)
         return await telemetry_attempts.traced_plain_run(
             self, execution, lambda: self._drive(execution, input_data, fresh)
         )
@@ -266,21 +269,21 @@ class PipelineBase:
     async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
         run_id = execution.run_id
         self._executions[run_id] = execution
-
-        def forget() -> None:
-            if self._executions.get(run_id) is execution:
-                del self._executions[run_id]
-
-        async def execute() -> Any:
-            try:
-                return await execution.execute()
-            finally:
-                forget()  # before on_response: checkpoint() no longer reaches the run
-
+        work = functools.partial(self._execute, execution)  # no closures held per run
         try:
-            return await self.call_with_hooks(run_id, input_data, execute, fresh=fresh)
+            return await self.call_with_hooks(run_id, input_data, work, fresh=fresh)
         finally:
-            forget()
+            self._forget(execution)
+
+    async def _execute(self, execution: RunExecution) -> Any:
+        try:
+            return await execution.execute()
+        finally:
+            self._forget(execution)  # before on_response: checkpoint() no longer reaches the run
+
+    def _forget(self, execution: RunExecution) -> None:
+        if self._executions.get(execution.run_id) is execution:
+            del self._executions[execution.run_id]
 
     async def call_with_hooks(
         self,

@@ -70,6 +70,9 @@ def traced_attempt(
     async def attempt(
         book: Any, run: Any, execution: RunExecution, event: Opening, *args: Any, **kwargs: Any
     ) -> T:
+        if not _reports():  # nothing wraps the attempt: one coroutine, no closure, per run
+            return await execute(book, run, execution, event, *args, **kwargs)
+
         async def body(opening: Opening) -> T:
             return await execute(book, run, execution, opening, *args, **kwargs)
 
@@ -82,16 +85,22 @@ def traced_attempt(
 async def traced_plain_run(
     clutch: Any, execution: RunExecution, run: Callable[[], Awaitable[T]]
 ) -> T:
-    """Run ``run`` (``Clutch.drive``'s work): a run without checkpointing is an
-    ``invoke_workflow`` span too (a checkpointed one already is, see
-    :func:`traced_attempt`)."""
-    if execution.recorder.journals:
+    """Run ``run`` (``Clutch.drive``'s work for a run without checkpointing) as an
+    ``invoke_workflow`` span too (a checkpointed run's attempt already is one, see
+    :func:`traced_attempt`: ``drive`` does not come here for it)."""
+    if not _reports():
         return await run()
 
     async def body(_: Opening) -> T:
         return await run()
 
     return await _attempt(execution, Attempt(clutch.name, clutch.strategy), (), body)
+
+
+def _reports() -> bool:
+    """Whether a run attempt is reported at all (a span, a metric or a log line)."""
+    enabled = log.isEnabledFor(logging.INFO)  # DEBUG included
+    return enabled or otel.tracer() is not None or otel.meter_instruments() is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ from nestegg.checkpoint.formats import (
     NO_METADATA,
     Snapshot,
     checkpoint_body,
+    checkpoint_pruned_body,
+    checkpoint_saved_body,
     event_body,
     failure_body,
     failure_detail,
@@ -33,7 +35,7 @@ from nestegg.checkpoint.formats import (
     step_completed_body,
     step_started_body,
 )
-from nestegg.checkpoint.live_starts import live_starts
+from nestegg.checkpoint.live_starts import LiveStarts, live_starts
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -119,9 +121,13 @@ class Checkpointer:
         self.replay_until = 0
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}
-        self._unstarted: tuple[int, str, float] | None = None
+        self._unstarted: int | None = None
+        """The seq of the step in flight whose start event is not written yet."""
+        self._unstarted_agent = ""
+        self._unstarted_at = 0.0
         self._stopped = False
         self._start_commit: asyncio.Task[None] | None = None
+        self._starts: LiveStarts | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -177,26 +183,29 @@ class Checkpointer:
         """Note that step ``seq`` started. Its ``step_started`` event is committed with the
         step's first journaled call, or on its own ``LIVE_STEP_DELAY`` after the start,
         whichever comes first (sync durability), else with the step's end."""
-        self._unstarted = (seq, agent, started)
+        self._unstarted, self._unstarted_agent, self._unstarted_at = seq, agent, started
         if self.durability == "sync":  # one timer for all runs, not one a step
-            live_starts().add(self, seq)
+            starts = self._starts
+            if starts is None:  # a checkpointer lives on one loop
+                starts = self._starts = live_starts()
+            starts.add(self, seq)
 
     def _take_start(self, commit: Commit) -> None:
         """Move the in-flight step's start event, not written yet, into ``commit``."""
-        if self._unstarted is None:
+        seq = self._unstarted
+        if seq is None:
             return
-        seq, agent, started = self._unstarted
         self._unstarted = None
         self.event_seq += 1
-        body = step_started_body(seq, agent)
-        commit.events.append(EventRecord(self.run_id, self.event_seq, started, STEP_STARTED, body))
+        body = step_started_body(seq, self._unstarted_agent)
+        at = self._unstarted_at
+        commit.events.append(EventRecord(self.run_id, self.event_seq, at, STEP_STARTED, body))
         commit.event_seq = self.event_seq
 
     def publish_start(self, seq: int) -> None:
         """Commit the start of step ``seq`` now if it is still in flight (LiveStarts calls
         this ``LIVE_STEP_DELAY`` after it started)."""
-        unstarted = self._unstarted
-        if unstarted is None or unstarted[0] != seq or self._stopped:
+        if self._unstarted != seq or self._stopped:
             return
         if self._start_commit is None and self._live:
             commit = Commit(self.run_id, self.fence)
@@ -232,9 +241,22 @@ class Checkpointer:
         commit.event_seq = self.event_seq
         return commit
 
-    async def _commit_now(self) -> None:
-        """Write everything pending and wait until it is stored."""
-        await self._settle_start()
+    def _commit_now(self) -> Awaitable[None]:
+        """Write everything pending; the awaitable that waits until it is stored.
+
+        A step's commit, with no start commit in flight, no checkpoint to report and no
+        write-behind queue, is the store's own awaitable: no coroutine of this class
+        stays suspended with it (with thousands of runs at once each one is a container
+        more for the garbage collector to carry)."""
+        if self._start_commit is None and not self.saved and self.writer is None:
+            return self.commit(self._take_pending())
+        return self._commit_in_order()
+
+    async def _commit_in_order(self) -> None:
+        """:meth:`_commit_now` after the start commit in flight and the queued writes,
+        reporting the checkpoints it stores."""
+        if self._start_commit is not None:
+            await self._settle_start()
         commit = self._take_pending()
         saved, self.saved = self.saved, []
         if self.writer is not None and self.queue is not None:
@@ -337,20 +359,19 @@ class Checkpointer:
     def _add_checkpoint(self, reason: str, state: Snapshot, next_agent: str | None) -> str:
         now = self.clock()
         checkpoint_id = new_checkpoint_id()
-        body = checkpoint_body(state, next_agent)
-        record = CheckpointRecord(checkpoint_id, self.run_id, state.seq, now, reason, seal(body))
-        self.pending.checkpoints.append(record)
-        self.event(
-            CHECKPOINT_SAVED,
-            now,
-            {"checkpoint_id": checkpoint_id, "seq": state.seq, "reason": reason},
-        )
-        self.kept.append(checkpoint_id)
+        body = seal(checkpoint_body(state, next_agent))
+        record = CheckpointRecord(checkpoint_id, self.run_id, state.seq, now, reason, body)
+        pending = self.pending
+        pending.checkpoints.append(record)
+        saved = checkpoint_saved_body(checkpoint_id, state.seq, reason)
+        self._queue_event(CHECKPOINT_SAVED, now, saved)
+        kept = self.kept
+        kept.append(checkpoint_id)
         keep = self.policy.keep_latest
-        if keep is not None and len(self.kept) > keep:
-            pruned = [self.kept.popleft() for _ in range(len(self.kept) - keep)]
-            self.pending.prune.extend(pruned)
-            self.event(CHECKPOINT_PRUNED, now, {"checkpoint_ids": pruned})
+        if keep is not None and len(kept) > keep:
+            pruned = [kept.popleft() for _ in range(len(kept) - keep)]
+            pending.prune.extend(pruned)
+            self._queue_event(CHECKPOINT_PRUNED, now, checkpoint_pruned_body(pruned))
         self.checkpointed_seq = state.seq
         self.since_checkpoint = 0
         if self.on_checkpoint is not None:
@@ -370,28 +391,29 @@ class Checkpointer:
         """The step output as stored JSON (raises CheckpointSerializationError)."""
         return encode_value(value, "data")
 
-    async def record_step(self, step: StepResult) -> None:
-        """Append the step record and events; checkpoint when due; commit by durability."""
+    def record_step(self, step: StepResult) -> Awaitable[None]:
+        """Append the step record and events; checkpoint when due; commit by durability
+        (the returned awaitable is the commit: await it at once)."""
         metadata = encode_value(step.metadata, "metadata") if step.metadata else NO_METADATA
         now = self.clock()
-        body = step_body(
-            step.agent, step.outcome, step.target, step.started, step.duration, step.output
-        )
-        self.pending.steps.append(StepRecord(self.run_id, step.seq, step.agent, body))
-        self.pending.step_seq = step.seq
-        self._take_start(self.pending)
-        self._queue_event(
-            STEP_COMPLETED, now, step_completed_body(step.seq)
-        )  # the rest: the record
-        inline = None if step.data_seq == step.seq else self.last_good.inline_data
+        seq, agent, pending = step.seq, step.agent, self.pending
+        body = step_body(agent, step.outcome, step.target, step.started, step.duration, step.output)
+        pending.steps.append(StepRecord(self.run_id, seq, agent, body))
+        pending.step_seq = seq
+        if self._unstarted is not None:
+            self._take_start(pending)
+        self._queue_event(STEP_COMPLETED, now, step_completed_body(seq))  # the rest: the record
+        inline = None if step.data_seq == seq else self.last_good.inline_data
         self.last_good = Snapshot(
-            step.seq, step.turn, step.data_seq, step.source, step.position, metadata, inline
+            seq, step.turn, step.data_seq, step.source, step.position, metadata, inline
         )
         self.since_checkpoint += 1
-        if self._policy_due(step.agent, now):
+        if self._policy_due(agent, now):
             self.last_policy_at = now
             self._add_checkpoint(REASON_POLICY, self.last_good, None)
-        await self._flush()
+        if self.durability == "sync":  # one coroutine less per step than _flush()
+            return self._commit_now()
+        return self._flush()
 
     async def boundary(self) -> None:
         """Serve checkpoint() requests made from outside the run."""

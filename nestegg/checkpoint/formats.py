@@ -389,6 +389,20 @@ def step_started_body(seq: int, agent: str) -> bytes:
     return seal(b'{"seq":%d,"agent":%s}' % (seq, orjson.dumps(agent)))
 
 
+def checkpoint_saved_body(checkpoint_id: str, seq: int, reason: str) -> bytes:
+    """The sealed body of a ``checkpoint_saved`` event: what :func:`event_body` writes of
+    ``{"checkpoint_id", "seq", "reason"}``, without building the dict."""
+    return seal(
+        b'{"checkpoint_id":%s,"seq":%d,"reason":%s}'
+        % (orjson.dumps(checkpoint_id), seq, orjson.dumps(reason))
+    )
+
+
+def checkpoint_pruned_body(checkpoint_ids: list[str]) -> bytes:
+    """The sealed body of a ``checkpoint_pruned`` event (``{"checkpoint_ids"}``)."""
+    return seal(b'{"checkpoint_ids":%s}' % orjson.dumps(checkpoint_ids))
+
+
 def step_completed_body(seq: int) -> bytes:
     """The sealed body of a ``step_completed`` event: the step's seq alone (the rest is its
     record's, see :func:`completed_event`)."""

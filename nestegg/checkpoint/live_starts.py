@@ -33,23 +33,29 @@ class LiveStarts:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._due: deque[tuple[float, StartPublisher, int]] = deque()
+        # Three queues side by side, not one of tuples: no container per step for the
+        # garbage collector (the steps' entries outlive its young generation).
+        self._at: deque[float] = deque()
+        self._publishers: deque[StartPublisher] = deque()
+        self._seqs: deque[int] = deque()
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, publisher: StartPublisher, seq: int) -> None:
         """Call ``publisher.publish_start(seq)`` ``LIVE_STEP_DELAY`` from now."""
         at = self._loop.time() + LIVE_STEP_DELAY
-        self._due.append((at, publisher, seq))
+        self._at.append(at)
+        self._publishers.append(publisher)
+        self._seqs.append(seq)
         if self._timer is None:
             self._timer = self._loop.call_at(at, self._fire)
 
     def _fire(self) -> None:
         now = self._loop.time()
-        due = self._due
-        while due and due[0][0] <= now:
-            _, publisher, seq = due.popleft()
-            publisher.publish_start(seq)
-        self._timer = self._loop.call_at(max(due[0][0], now + _GRAIN), self._fire) if due else None
+        due, publishers, seqs = self._at, self._publishers, self._seqs
+        while due and due[0] <= now:
+            due.popleft()
+            publishers.popleft().publish_start(seqs.popleft())
+        self._timer = self._loop.call_at(max(due[0], now + _GRAIN), self._fire) if due else None
 
 
 _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveStarts] = (

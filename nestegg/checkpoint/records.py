@@ -181,20 +181,21 @@ class Commit:
 
 
 _counter = itertools.count()
-_process_tag = ["", 0]
+_process_tag = [secrets.token_hex(5)]
 
 
-def _tag() -> str:
-    # A random tag per process (renewed after fork), so ids need no system call each.
-    if _process_tag[1] != os.getpid():
-        _process_tag[:] = [secrets.token_hex(5), os.getpid()]
-    return str(_process_tag[0])
+def _renew_tag() -> None:
+    _process_tag[0] = secrets.token_hex(5)
+
+
+# A random tag per process, renewed in a forked child, so ids need no system call each.
+os.register_at_fork(after_in_child=_renew_tag)
 
 
 def new_checkpoint_id() -> str:
     """A new checkpoint id: sortable by creation time, unique across processes."""
     millis = time.time_ns() // 1_000_000
-    return f"{millis:012x}-{_tag()}{next(_counter) & 0xFFFFFF:06x}"
+    return f"{millis:012x}-{_process_tag[0]}{next(_counter) & 0xFFFFFF:06x}"
 
 
 def new_run_id() -> str:

@@ -14,6 +14,8 @@ from nestegg.checkpoint.formats import (
     block_head_body,
     block_keys_fit,
     checkpoint_body,
+    checkpoint_pruned_body,
+    checkpoint_saved_body,
     completed_event,
     completed_step,
     event_body,
@@ -169,6 +171,22 @@ def test_step_events_carry_what_the_step_record_lacks() -> None:
     done = step_completed_body(4)
     assert done == b'{"crc":"' + done[8:16] + b'","body":{"seq":4}}'
     assert parse_event(done, "event") == {"seq": 4}
+
+
+def test_checkpoint_events_are_the_bytes_of_their_payloads() -> None:
+    saved = checkpoint_saved_body("019a2b3c4d5e-0a1b2c3d4e000007", 12, "policy")
+    assert saved == (
+        b'{"crc":"' + saved[8:16] + b'","body":{"checkpoint_id":"019a2b3c4d5e-0a1b2c3d4e000007",'
+        b'"seq":12,"reason":"policy"}}'
+    )
+    payload = {"checkpoint_id": "019a2b3c4d5e-0a1b2c3d4e000007", "seq": 12, "reason": "policy"}
+    assert saved == event_body(payload)
+    assert checkpoint_saved_body('odd "id" \u00e9', 0, "manual") == event_body(
+        {"checkpoint_id": 'odd "id" \u00e9', "seq": 0, "reason": "manual"}
+    )
+    pruned = checkpoint_pruned_body(["a", "b"])
+    assert pruned == event_body({"checkpoint_ids": ["a", "b"]})
+    assert parse_event(pruned, "event") == {"checkpoint_ids": ["a", "b"]}
 
 
 def test_a_step_completed_event_reads_with_its_records_facts() -> None:
