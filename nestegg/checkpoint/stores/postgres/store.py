@@ -44,10 +44,10 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
+    commit_outcome,
     run_claimed,
     run_exists,
     run_not_found,
-    stale_fence,
 )
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
@@ -131,15 +131,6 @@ def _describe(conninfo: str) -> str:
     except psycopg.Error:
         return "the configured server"
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
-def _commit_outcome(commit: Commit, stored: int | None) -> Outcome:
-    """The error of a commit whose run's fence was ``stored`` (None: no run), if any."""
-    if stored == commit.fence:
-        return None
-    if stored is None:
-        return run_not_found(commit.run_id)
-    return stale_fence(commit.run_id, stored, commit.fence)
 
 
 def _same(run_id: str) -> str:
@@ -559,7 +550,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
     async def _commit_one(self, commit: Commit) -> None:
         row = await self._fetchone("commit", commit_params(change_set(commit)))
-        outcome = _commit_outcome(commit, row[0] if row else None)
+        outcome = commit_outcome(commit, row[0] if row else None)
         if outcome is not None:
             raise outcome
 
@@ -577,7 +568,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
             raise
         except StorageError:
             return [await outcome_of(self._commit_one, commit) for commit in commits]
-        return [_commit_outcome(commit, row[0]) for commit, row in zip(commits, rows, strict=True)]
+        return [commit_outcome(commit, row[0]) for commit, row in zip(commits, rows, strict=True)]
 
     # -- reads --------------------------------------------------------------------------
 
