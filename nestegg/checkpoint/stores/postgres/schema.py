@@ -203,39 +203,62 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
     )
 
 
-_BODY_FIELDS = frozenset({"result", "error"})
+_BODY_FIELDS = ("result", "error")
 
 
 def commit_params(c: ChangeSet) -> list[Any]:
     """The arguments of the commit function for a change set: run id, fence, the JSON that
     describes the records (see the module docstring) and the blob of their sealed bodies.
     """
-    blob = bytearray()
-
-    def place(body: bytes) -> tuple[int, int]:
-        start = len(blob) + 1  # substring() counts from 1
-        blob.extend(body)
-        return start, len(body)
-
+    # Written out kind by kind, without a call per body: a group commit makes hundreds.
+    bodies: list[bytes] = []
+    at = 1  # where the next body starts in the blob: substring() counts from 1
     meta: dict[str, Any] = {}
     if c.truncate_after is not None:
         meta["t"] = c.truncate_after
         if c.journal_after != c.truncate_after:
             meta["k"] = c.journal_after
     if c.steps:
-        meta["s"] = [[s.seq, s.agent, *place(s.body)] for s in c.steps]
+        rows: list[tuple[Any, ...]] = []
+        for s in c.steps:
+            rows.append((s.seq, s.agent, at, len(s.body)))
+            at += len(s.body)
+            bodies.append(s.body)
+        meta["s"] = rows
     if c.events:
-        meta["e"] = [[e.seq, e.at, e.kind, *place(e.body)] for e in c.events]
+        rows = []
+        for e in c.events:
+            rows.append((e.seq, e.at, e.kind, at, len(e.body)))
+            at += len(e.body)
+            bodies.append(e.body)
+        meta["e"] = rows
     if c.journal:
-        meta["j"] = [[j.step, j.position, *place(j.body)] for j in c.journal]
+        rows = []
+        for j in c.journal:
+            rows.append((j.step, j.position, at, len(j.body)))
+            at += len(j.body)
+            bodies.append(j.body)
+        meta["j"] = rows
     if c.checkpoints:
-        meta["c"] = [
-            [k.checkpoint_id, k.seq, k.created_at, k.reason, *place(k.body)] for k in c.checkpoints
-        ]
+        rows = []
+        for k in c.checkpoints:
+            rows.append((k.checkpoint_id, k.seq, k.created_at, k.reason, at, len(k.body)))
+            at += len(k.body)
+            bodies.append(k.body)
+        meta["c"] = rows
     if c.prune:
         meta["p"] = list(c.prune)
-    meta["r"] = {
-        name: place(value) if name in _BODY_FIELDS else value
-        for name, value in c.run_fields.items()
-    }
-    return [c.run_id, c.fence, orjson.dumps(meta).decode(), bytes(blob)]
+    meta["r"] = _run_fields(c.run_fields, at, bodies)
+    return [c.run_id, c.fence, orjson.dumps(meta).decode(), b"".join(bodies)]
+
+
+def _run_fields(run_fields: dict[str, Any], at: int, bodies: list[bytes]) -> dict[str, Any]:
+    """The run fields of the JSON: a result or error placed in the blob from ``at`` on."""
+    fields = dict(run_fields)
+    for name in _BODY_FIELDS:
+        if name in fields:
+            body = fields[name]
+            fields[name] = (at, len(body))
+            at += len(body)
+            bodies.append(body)
+    return fields
