@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from nestegg.checkpoint.records import Owner
-from nestegg.checkpoint.stores.postgres.schema import MIGRATIONS
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS
 from nestegg.constants import COMPLETED
 from nestegg.errors import (
     ConfigurationError,
@@ -34,7 +35,9 @@ from nestegg.testing.builders import (
     make_commit,
     make_event,
     make_journal,
+    make_run,
     make_step,
+    snapshot,
 )
 from tests.servers import drop_postgres_tables
 
@@ -411,6 +414,75 @@ async def test_two_hundred_runs_commit_at_once_in_one_process(open_store: OpenSt
         run_id = f"run-{number:03d}"
         assert [s.seq for s in await store.load_steps(run_id)] == [1, 2, 3, 4, 5]
         assert [c.seq for c in await store.list_checkpoints(run_id)] == [4, 5]
+
+
+async def _each_at_once(store: Any, commits: list[Any]) -> list[str]:
+    """``commits`` sent at once (the first alone, the rest as one group); each one's error
+    class name, or "ok"."""
+
+    async def one(commit: Any) -> str:
+        try:
+            await store.commit(commit)
+        except Exception as error:
+            return type(error).__name__
+        return "ok"
+
+    return await asyncio.gather(*(one(c) for c in commits))
+
+
+def _mixed_commits(runs: list[Any], seq: int, kept: dict[str, list[str]]) -> list[Any]:
+    """One commit per run doing one kind of change after another: steps with journal
+    entries and checkpoints, a truncation, pruning, a finished run, a stale fence."""
+    commits = []
+    for number, run in enumerate(runs):
+        rid, kind = run.run_id, (number + seq) % 5
+        checkpoint = make_checkpoint(rid, seq)
+        fields: dict[str, Any] = {
+            "steps": [make_step(rid, seq)],
+            "events": [make_event(rid, seq * 2), make_event(rid, seq * 2 + 1)],
+            "journal": [make_journal(rid, seq, 0), make_journal(rid, seq, 1)],
+            "checkpoints": [checkpoint],
+            "step_seq": seq,
+            "lease_until": 1000.0 + seq,
+            "updated_at": 2000.0 + seq,
+        }
+        if kind == 1 and seq > 2:
+            fields |= {"truncate_after": seq - 2, "journal_after": seq - 3}
+            kept[rid] = []
+        elif kind == 2:
+            fields["prune"] = kept[rid][:-1]
+            del kept[rid][:-1]
+        elif kind == 3:
+            fields |= {"status": COMPLETED, "result": b"done %d" % seq, "error": b"none"}
+        fence = run.fence - 1 if kind == 4 and seq == 3 else run.fence
+        kept[rid].append(checkpoint.checkpoint_id)
+        commits.append(make_commit(run, fence=fence, **fields))
+    return commits
+
+
+async def test_a_group_of_commits_of_every_kind_leaves_what_they_leave_one_by_one(
+    open_store: OpenStore,
+) -> None:
+    store, alone = open_store(), MemoryCheckpointStorage()
+    runs = [await create(store, run_id=f"mixed-{n:02d}") for n in range(12)]
+    for run in runs:
+        await alone.create_run(run)
+    kept: dict[str, list[str]] = {run.run_id: [] for run in runs}
+    ghost = make_run("ghost")
+    for seq in range(1, 6):
+        commits = _mixed_commits(runs, seq, kept)
+        outcomes = await _each_at_once(store, [*commits, make_commit(ghost)])
+        expected = [await _each_at_once(alone, [c]) for c in commits]
+        assert outcomes == [*(e[0] for e in expected), "RunNotFoundError"]
+    # Two commits of one run in one group land in their order.
+    first, second = runs[0], runs[1]
+    more = [make_commit(first, step_seq=7), make_commit(second, step_seq=8)]
+    more.append(make_commit(second, steps=[make_step(second.run_id, 9)], step_seq=9))
+    assert await _each_at_once(store, more) == ["ok"] * 3
+    for commit in more:
+        await alone.commit(commit)
+    for run in runs:
+        assert await snapshot(store, run.run_id) == await snapshot(alone, run.run_id)
 
 
 # --- optional driver -------------------------------------------------------------------

@@ -79,6 +79,16 @@ def set_run_fields(run: RunRecord, changes: ChangeSet) -> None:
         setattr(run, name, value)
 
 
+def commit_outcome(commit: Commit, stored: int | None) -> StaleOwnerError | RunNotFoundError | None:
+    """The error of a commit whose run's fence was ``stored`` (None: no run), if any: what
+    a server store's fenced write answers, the fence it carried when it was applied."""
+    if stored == commit.fence:
+        return None
+    if stored is None:
+        return run_not_found(commit.run_id)
+    return stale_fence(commit.run_id, stored, commit.fence)
+
+
 def run_not_found(run_id: str) -> RunNotFoundError:
     """A writer named a run the store does not have."""
     return RunNotFoundError(f"no run {run_id!r}", run_id)
@@ -106,6 +116,7 @@ __all__ = [
     "RUN_FIELDS",
     "ChangeSet",
     "change_set",
+    "commit_outcome",
     "run_claimed",
     "run_exists",
     "run_not_found",

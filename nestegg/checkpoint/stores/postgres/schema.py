@@ -1,12 +1,6 @@
-"""The PostgreSQL schema of nestegg: ordered migrations, queries, row conversions and the
-check of table prefixes.
-
-``MIGRATIONS[i]`` brings the schema from version ``i`` to version ``i + 1``; the version
-table records each one applied. A migration is a list of statements whose table and
-function names are placeholders holding the name itself, as that version named it
-(``{runs}`` is the table ``<prefix>runs``): :func:`migration_names` fills them with
-quoted, prefixed identifiers, whatever today's names (:data:`TABLE_SUFFIXES`) are. Never
-edit an applied migration: append a new one.
+"""The PostgreSQL schema of nestegg: today's names, queries, row conversions and the check
+of table prefixes. The ordered migrations that build it are in
+:mod:`~nestegg.checkpoint.stores.postgres.migrations`.
 
 The ``{commit}`` function applies one fenced commit in a single round trip. It returns
 the fence the commit carried when it was applied, the stored (newer) fence when the
@@ -25,12 +19,16 @@ one blob of all sealed bodies, which the JSON points into by (1-based start, len
            "result": [start, length], "error": [start, length]}}   run fields
 
 Two parameters instead of one array per field keep the client's work per commit small.
+
+The ``{commit_many}`` function (version 6) applies many runs' commits in one statement
+(group commit): four arrays of those arguments, one element per commit, the runs
+distinct. Each commit is fenced on its own; it returns an array of what ``{commit}``
+returns, one element per commit in their order.
 """
 
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +56,7 @@ TABLE_SUFFIXES: dict[str, str] = {
 # Placeholder name -> function or index suffix appended to the table prefix.
 OBJECT_SUFFIXES: dict[str, str] = {
     "commit": "commit",
+    "commit_many": "commit_many",
     "runs_pipeline_idx": "runs_pipeline_idx",
     "runs_status_idx": "runs_status_idx",
     "checkpoints_run_idx": "checkpoints_run_idx",
@@ -70,270 +69,10 @@ CREATE TABLE IF NOT EXISTS {versions} (
 )
 """
 
-_TABLES = [
-    """
-    CREATE TABLE {runs} (
-        run_id text COLLATE "C" PRIMARY KEY,
-        pipeline text COLLATE "C" NOT NULL,
-        status text NOT NULL,
-        input bytea NOT NULL,
-        created_at double precision NOT NULL,
-        updated_at double precision NOT NULL,
-        fence bigint NOT NULL,
-        owner_host text,
-        owner_pid integer,
-        owner_started text,
-        lease_until double precision,
-        result bytea,
-        error bytea,
-        step_seq bigint NOT NULL DEFAULT 0,
-        event_seq bigint NOT NULL DEFAULT 0,
-        parent_run text,
-        parent_checkpoint text
-    ) WITH (fillfactor = 70)
-    """,
-    "CREATE INDEX {runs_pipeline_idx} ON {runs} (pipeline, created_at DESC, run_id DESC)",
-    # No index covers a column a commit updates (updated_at, lease_until, step_seq, ...),
-    # and the table leaves room in its pages: a commit's update of the run row stays a
-    # HOT update, which writes no index entries.
-    "CREATE INDEX {runs_status_idx} ON {runs} (status)",
-    """
-    CREATE TABLE {steps} (
-        run_id text COLLATE "C" NOT NULL,
-        seq bigint NOT NULL,
-        agent text NOT NULL,
-        body bytea NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    )
-    """,
-    """
-    CREATE TABLE {events} (
-        run_id text COLLATE "C" NOT NULL,
-        seq bigint NOT NULL,
-        at double precision NOT NULL,
-        kind text NOT NULL,
-        body bytea NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    )
-    """,
-    """
-    CREATE TABLE {journal} (
-        run_id text COLLATE "C" NOT NULL,
-        step bigint NOT NULL,
-        position integer NOT NULL,
-        body bytea NOT NULL,
-        PRIMARY KEY (run_id, step, position)
-    )
-    """,
-    """
-    CREATE TABLE {checkpoints} (
-        checkpoint_id text COLLATE "C" PRIMARY KEY,
-        run_id text COLLATE "C" NOT NULL,
-        seq bigint NOT NULL,
-        created_at double precision NOT NULL,
-        reason text NOT NULL,
-        body bytea NOT NULL
-    )
-    """,
-    "CREATE INDEX {checkpoints_run_idx} ON {checkpoints} (run_id, seq, checkpoint_id)",
-]
-
-_COMMIT_FUNCTION = """
-CREATE OR REPLACE FUNCTION {commit}(p_run_id text, p_fence bigint, p_meta jsonb, p_blob bytea)
-RETURNS bigint LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_fence bigint;
-    v_run jsonb := p_meta->'r';
-    v_after bigint := (p_meta->>'t')::bigint;
-    v_id text;
-BEGIN
-    -- The fence check takes the run row's lock: no other commit or claim of this run
-    -- interleaves until this transaction ends. Run fields are final values, so setting
-    -- them first gives the same result as setting them last.
-    UPDATE {runs} SET
-        status = COALESCE(v_run->>'status', status),
-        result = CASE WHEN v_run ? 'result' THEN substring(
-            p_blob FROM (v_run->'result'->>0)::integer FOR (v_run->'result'->>1)::integer)
-            ELSE result END,
-        error = CASE WHEN v_run ? 'error' THEN substring(
-            p_blob FROM (v_run->'error'->>0)::integer FOR (v_run->'error'->>1)::integer)
-            ELSE error END,
-        lease_until = COALESCE((v_run->>'lease_until')::double precision, lease_until),
-        step_seq = COALESCE((v_run->>'step_seq')::bigint, step_seq),
-        event_seq = COALESCE((v_run->>'event_seq')::bigint, event_seq),
-        updated_at = COALESCE((v_run->>'updated_at')::double precision, updated_at)
-    WHERE run_id = p_run_id AND fence = p_fence;
-    IF NOT FOUND THEN
-        SELECT fence INTO v_fence FROM {runs} WHERE run_id = p_run_id;
-        RETURN v_fence;
-    END IF;
-    IF v_after IS NOT NULL THEN
-        DELETE FROM {steps} WHERE run_id = p_run_id AND seq > v_after;
-        DELETE FROM {checkpoints} WHERE run_id = p_run_id AND seq > v_after;
-    END IF;
-    IF p_meta ? 's' THEN
-        INSERT INTO {steps} (run_id, seq, agent, body)
-        SELECT p_run_id, (x->>0)::bigint, x->>1,
-            substring(p_blob FROM (x->>2)::integer FOR (x->>3)::integer)
-        FROM jsonb_array_elements(p_meta->'s') AS x
-        ON CONFLICT (run_id, seq) DO UPDATE SET agent = EXCLUDED.agent, body = EXCLUDED.body;
-    END IF;
-    IF p_meta ? 'e' THEN
-        INSERT INTO {events} (run_id, seq, at, kind, body)
-        SELECT p_run_id, (x->>0)::bigint, (x->>1)::double precision, x->>2,
-            substring(p_blob FROM (x->>3)::integer FOR (x->>4)::integer)
-        FROM jsonb_array_elements(p_meta->'e') AS x
-        ON CONFLICT (run_id, seq) DO NOTHING;
-    END IF;
-    IF p_meta ? 'j' THEN
-        INSERT INTO {journal} (run_id, step, position, body)
-        SELECT p_run_id, (x->>0)::bigint, (x->>1)::integer,
-            substring(p_blob FROM (x->>2)::integer FOR (x->>3)::integer)
-        FROM jsonb_array_elements(p_meta->'j') AS x
-        ON CONFLICT (run_id, step, position) DO UPDATE SET body = EXCLUDED.body;
-    END IF;
-    IF p_meta ? 'c' THEN
-        INSERT INTO {checkpoints} (checkpoint_id, run_id, seq, created_at, reason, body)
-        SELECT x->>0, p_run_id, (x->>1)::bigint, (x->>2)::double precision, x->>3,
-            substring(p_blob FROM (x->>4)::integer FOR (x->>5)::integer)
-        FROM jsonb_array_elements(p_meta->'c') AS x
-        ON CONFLICT (checkpoint_id) DO UPDATE SET
-            run_id = EXCLUDED.run_id, seq = EXCLUDED.seq, created_at = EXCLUDED.created_at,
-            reason = EXCLUDED.reason, body = EXCLUDED.body;
-    END IF;
-    -- One id at a time: the primary key finds each, where a scan of the run's index
-    -- would walk every pruned checkpoint not yet vacuumed.
-    FOR v_id IN SELECT jsonb_array_elements_text(p_meta->'p') LOOP
-        DELETE FROM {checkpoints} WHERE checkpoint_id = v_id AND run_id = p_run_id;
-    END LOOP;
-    RETURN p_fence;
-END
-$fn$
-"""
-
-_COMMIT_FUNCTION_V3 = """
-CREATE OR REPLACE FUNCTION {commit}(p_run_id text, p_fence bigint, p_meta jsonb, p_blob bytea)
-RETURNS bigint LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_fence bigint;
-    v_run jsonb := p_meta->'r';
-    v_after bigint := (p_meta->>'t')::bigint;
-    v_id text;
-BEGIN
-    -- The fence check takes the run row's lock: no other commit or claim of this run
-    -- interleaves until this transaction ends. Run fields are final values, so setting
-    -- them first gives the same result as setting them last.
-    UPDATE {runs} SET
-        status = COALESCE(v_run->>'status', status),
-        result = CASE WHEN v_run ? 'result' THEN substring(
-            p_blob FROM (v_run->'result'->>0)::integer FOR (v_run->'result'->>1)::integer)
-            ELSE result END,
-        error = CASE WHEN v_run ? 'error' THEN substring(
-            p_blob FROM (v_run->'error'->>0)::integer FOR (v_run->'error'->>1)::integer)
-            ELSE error END,
-        lease_until = COALESCE((v_run->>'lease_until')::double precision, lease_until),
-        step_seq = COALESCE((v_run->>'step_seq')::bigint, step_seq),
-        event_seq = COALESCE((v_run->>'event_seq')::bigint, event_seq),
-        updated_at = COALESCE((v_run->>'updated_at')::double precision, updated_at)
-    WHERE run_id = p_run_id AND fence = p_fence;
-    IF NOT FOUND THEN
-        SELECT fence INTO v_fence FROM {runs} WHERE run_id = p_run_id;
-        RETURN v_fence;
-    END IF;
-    IF v_after IS NOT NULL THEN
-        DELETE FROM {steps} WHERE run_id = p_run_id AND seq > v_after;
-        DELETE FROM {checkpoints} WHERE run_id = p_run_id AND seq > v_after;
-        DELETE FROM {journal} WHERE run_id = p_run_id
-            AND step > COALESCE((p_meta->>'k')::bigint, v_after);
-    END IF;
-    IF p_meta ? 's' THEN
-        INSERT INTO {steps} (run_id, seq, agent, body)
-        SELECT p_run_id, (x->>0)::bigint, x->>1,
-            substring(p_blob FROM (x->>2)::integer FOR (x->>3)::integer)
-        FROM jsonb_array_elements(p_meta->'s') AS x
-        ON CONFLICT (run_id, seq) DO UPDATE SET agent = EXCLUDED.agent, body = EXCLUDED.body;
-    END IF;
-    IF p_meta ? 'e' THEN
-        INSERT INTO {events} (run_id, seq, at, kind, body)
-        SELECT p_run_id, (x->>0)::bigint, (x->>1)::double precision, x->>2,
-            substring(p_blob FROM (x->>3)::integer FOR (x->>4)::integer)
-        FROM jsonb_array_elements(p_meta->'e') AS x
-        ON CONFLICT (run_id, seq) DO NOTHING;
-    END IF;
-    IF p_meta ? 'j' THEN
-        INSERT INTO {journal} (run_id, step, position, body)
-        SELECT p_run_id, (x->>0)::bigint, (x->>1)::integer,
-            substring(p_blob FROM (x->>2)::integer FOR (x->>3)::integer)
-        FROM jsonb_array_elements(p_meta->'j') AS x
-        ON CONFLICT (run_id, step, position) DO UPDATE SET body = EXCLUDED.body;
-    END IF;
-    IF p_meta ? 'c' THEN
-        INSERT INTO {checkpoints} (checkpoint_id, run_id, seq, created_at, reason, body)
-        SELECT x->>0, p_run_id, (x->>1)::bigint, (x->>2)::double precision, x->>3,
-            substring(p_blob FROM (x->>4)::integer FOR (x->>5)::integer)
-        FROM jsonb_array_elements(p_meta->'c') AS x
-        ON CONFLICT (checkpoint_id) DO UPDATE SET
-            run_id = EXCLUDED.run_id, seq = EXCLUDED.seq, created_at = EXCLUDED.created_at,
-            reason = EXCLUDED.reason, body = EXCLUDED.body;
-    END IF;
-    -- One id at a time: the primary key finds each, where a scan of the run's index
-    -- would walk every pruned checkpoint not yet vacuumed.
-    FOR v_id IN SELECT jsonb_array_elements_text(p_meta->'p') LOOP
-        DELETE FROM {checkpoints} WHERE checkpoint_id = v_id AND run_id = p_run_id;
-    END LOOP;
-    RETURN p_fence;
-END
-$fn$
-"""
-"""Version 3 of ``{commit}``: a truncation also drops the journal entries of the steps
-it drops; otherwise the function of version 2. Written out: never edit a migration."""
-
-
-def migration_names(statement: str) -> list[str]:
-    """The names a migration's statement places (each ``{name}`` is ``<prefix>name``)."""
-    return sorted({name for _, name, _, _ in string.Formatter().parse(statement) if name})
-
-
-_SIGNALS_TABLE = """
-    CREATE TABLE {signals} (
-        run_id text COLLATE "C" NOT NULL,
-        name text COLLATE "C" NOT NULL,
-        at double precision NOT NULL,
-        body bytea NOT NULL,
-        PRIMARY KEY (run_id, name)
-    )
-"""
-"""Version 4: the signals sent to runs (``nestegg.wait_for``), one per name. Written out:
-never edit a migration."""
-
-MIGRATIONS: list[list[str]] = [
-    _TABLES,
-    [_COMMIT_FUNCTION],
-    [_COMMIT_FUNCTION_V3],
-    [
-        # LangGraph threads (nestegg.langgraph), apart from runs: see postgres/threads.py.
-        """
-        CREATE TABLE {lg_threads} (
-            thread_id text COLLATE "C" PRIMARY KEY,
-            updated_at double precision NOT NULL
-        )
-        """,
-        """
-        CREATE TABLE {lg_rows} (
-            thread_id text COLLATE "C" NOT NULL,
-            kind text COLLATE "C" NOT NULL,
-            key text COLLATE "C" NOT NULL,
-            body bytea NOT NULL,
-            PRIMARY KEY (thread_id, kind, key)
-        )
-        """,
-    ],
-    [_SIGNALS_TABLE],
-]
-"""The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
 
 DROP_STATEMENTS = [
     "DROP FUNCTION IF EXISTS {commit}",
+    "DROP FUNCTION IF EXISTS {commit_many}",
     "DROP TABLE IF EXISTS {signals}, {checkpoints}, {journal}, {events}, {steps}, {runs}, "
     "{versions}",
     "DROP TABLE IF EXISTS {lg_rows}, {lg_threads}",
@@ -365,9 +104,14 @@ QUERIES: dict[str, str] = {
     "run_exists": "SELECT 1 FROM {runs} WHERE run_id = %s",
     # The sealed bodies travel as one binary blob: no escaping on either side.
     "commit": "SELECT {commit}(%b::text, %b::bigint, %s::jsonb, %b::bytea)",
-    # Many runs' commits in one statement (group commit), applied in the arrays' order.
-    "commit_many": "SELECT {commit}(r, f, m, b) FROM unnest(%b::text[], %b::bigint[], "
-    "%s::text[]::jsonb[], %b::bytea[]) WITH ORDINALITY AS t(r, f, m, b, n) ORDER BY n",
+    # Many runs' commits in one statement (group commit). All binary: a text array in text
+    # format is quoted and escaped element by element (each JSON's quotes), which cost more
+    # client CPU than the rest of the commit.
+    "commit_many": "SELECT {commit_many}(%b::text[], %b::bigint[], %b::text[]::jsonb[], "
+    "%b::bytea[])",
+    # The same when a run has more than one commit in the group: run by run, in order.
+    "commit_each": "SELECT {commit}(r, f, m, b) FROM unnest(%b::text[], %b::bigint[], "
+    "%b::text[]::jsonb[], %b::bytea[]) WITH ORDINALITY AS t(r, f, m, b, n) ORDER BY n",
     "load_steps": "SELECT seq, agent, body FROM {steps} WHERE run_id = %(run_id)s "
     "AND seq > %(after)s AND (%(upto)s::bigint IS NULL OR seq <= %(upto)s::bigint) "
     "ORDER BY seq",
@@ -459,39 +203,62 @@ def checkpoint_from_row(row: Sequence[Any]) -> CheckpointRecord:
     )
 
 
-_BODY_FIELDS = frozenset({"result", "error"})
+_BODY_FIELDS = ("result", "error")
 
 
 def commit_params(c: ChangeSet) -> list[Any]:
     """The arguments of the commit function for a change set: run id, fence, the JSON that
     describes the records (see the module docstring) and the blob of their sealed bodies.
     """
-    blob = bytearray()
-
-    def place(body: bytes) -> tuple[int, int]:
-        start = len(blob) + 1  # substring() counts from 1
-        blob.extend(body)
-        return start, len(body)
-
+    # Written out kind by kind, without a call per body: a group commit makes hundreds.
+    bodies: list[bytes] = []
+    at = 1  # where the next body starts in the blob: substring() counts from 1
     meta: dict[str, Any] = {}
     if c.truncate_after is not None:
         meta["t"] = c.truncate_after
         if c.journal_after != c.truncate_after:
             meta["k"] = c.journal_after
     if c.steps:
-        meta["s"] = [[s.seq, s.agent, *place(s.body)] for s in c.steps]
+        rows: list[tuple[Any, ...]] = []
+        for s in c.steps:
+            rows.append((s.seq, s.agent, at, len(s.body)))
+            at += len(s.body)
+            bodies.append(s.body)
+        meta["s"] = rows
     if c.events:
-        meta["e"] = [[e.seq, e.at, e.kind, *place(e.body)] for e in c.events]
+        rows = []
+        for e in c.events:
+            rows.append((e.seq, e.at, e.kind, at, len(e.body)))
+            at += len(e.body)
+            bodies.append(e.body)
+        meta["e"] = rows
     if c.journal:
-        meta["j"] = [[j.step, j.position, *place(j.body)] for j in c.journal]
+        rows = []
+        for j in c.journal:
+            rows.append((j.step, j.position, at, len(j.body)))
+            at += len(j.body)
+            bodies.append(j.body)
+        meta["j"] = rows
     if c.checkpoints:
-        meta["c"] = [
-            [k.checkpoint_id, k.seq, k.created_at, k.reason, *place(k.body)] for k in c.checkpoints
-        ]
+        rows = []
+        for k in c.checkpoints:
+            rows.append((k.checkpoint_id, k.seq, k.created_at, k.reason, at, len(k.body)))
+            at += len(k.body)
+            bodies.append(k.body)
+        meta["c"] = rows
     if c.prune:
         meta["p"] = list(c.prune)
-    meta["r"] = {
-        name: place(value) if name in _BODY_FIELDS else value
-        for name, value in c.run_fields.items()
-    }
-    return [c.run_id, c.fence, orjson.dumps(meta).decode(), bytes(blob)]
+    meta["r"] = _run_fields(c.run_fields, at, bodies)
+    return [c.run_id, c.fence, orjson.dumps(meta).decode(), b"".join(bodies)]
+
+
+def _run_fields(run_fields: dict[str, Any], at: int, bodies: list[bytes]) -> dict[str, Any]:
+    """The run fields of the JSON: a result or error placed in the blob from ``at`` on."""
+    fields = dict(run_fields)
+    for name in _BODY_FIELDS:
+        if name in fields:
+            body = fields[name]
+            fields[name] = (at, len(body))
+            at += len(body)
+            bodies.append(body)
+    return fields

@@ -4,7 +4,9 @@ Tables are named ``<table_prefix>runs``, ``…steps``, ``…events``, ``…journ
 ``…checkpoints`` in the connection's current schema; they are created on first use from
 the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` under an
 advisory lock, so several processes may set up one database at once. A commit is one
-call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row.
+call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row; the
+commits of many runs that arrive together are one call of another, which applies them
+set by set (group commit), each still fenced by its own run row.
 Every operation takes a connection from the pool (``pool.connection()``) and gives it
 back.
 
@@ -44,22 +46,21 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
+    commit_outcome,
     run_claimed,
     run_exists,
     run_not_found,
-    stale_fence,
 )
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
+from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS, migration_names
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
-    MIGRATIONS,
     OBJECT_SUFFIXES,
     QUERIES,
     TABLE_SUFFIXES,
     checkpoint_from_row,
     commit_params,
-    migration_names,
     run_from_row,
     validate_table_prefix,
 )
@@ -132,15 +133,6 @@ def _describe(conninfo: str) -> str:
     except psycopg.Error:
         return "the configured server"
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
-def _commit_outcome(commit: Commit, stored: int | None) -> Outcome:
-    """The error of a commit whose run's fence was ``stored`` (None: no run), if any."""
-    if stored == commit.fence:
-        return None
-    if stored is None:
-        return run_not_found(commit.run_id)
-    return stale_fence(commit.run_id, stored, commit.fence)
 
 
 def _same(run_id: str) -> str:
@@ -562,25 +554,30 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
     async def _commit_one(self, commit: Commit) -> None:
         row = await self._fetchone("commit", commit_params(change_set(commit)))
-        outcome = _commit_outcome(commit, row[0] if row else None)
+        outcome = commit_outcome(commit, row[0] if row else None)
         if outcome is not None:
             raise outcome
 
     async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
-        """Many runs' commits in one statement, one round trip (group commit): each call
-        of the commit function checks its own run's fence. An error of the statement
-        (not of the connection) has every commit tried alone, so that it fails alone."""
+        """Many runs' commits in one statement, one round trip (group commit), each fenced
+        on its own: one call of the group's commit function, or when a run has more than
+        one commit in the group, one call of the commit function per commit, in order. An
+        error of the statement (not of the connection) has every commit tried alone, so
+        that it fails alone."""
         columns: list[list[Any]] = [[], [], [], []]
         for commit in commits:
             for column, value in zip(columns, commit_params(change_set(commit)), strict=True):
                 column.append(value)
         try:
-            rows = await self._fetchall("commit_many", columns)
+            if len(set(columns[0])) == len(commits):
+                stored = (await self._fetchone("commit_many", columns))[0]
+            else:
+                stored = [row[0] for row in await self._fetchall("commit_each", columns)]
         except StorageUnavailableError:
             raise
         except StorageError:
             return [await outcome_of(self._commit_one, commit) for commit in commits]
-        return [_commit_outcome(commit, row[0]) for commit, row in zip(commits, rows, strict=True)]
+        return [commit_outcome(c, fence) for c, fence in zip(commits, stored, strict=True)]
 
     # -- reads --------------------------------------------------------------------------
 
