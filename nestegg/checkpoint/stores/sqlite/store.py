@@ -50,6 +50,11 @@ from nestegg.checkpoint.stores.sqlite.blocks import (
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite.errors import storage_error
 from nestegg.checkpoint.stores.sqlite.events import events_after, pack_events
+from nestegg.checkpoint.stores.sqlite.group_writes import (
+    Unmatched,
+    writable_together,
+    write_together,
+)
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINT_COLUMNS,
@@ -87,6 +92,7 @@ from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_INLINE_BATCH_BYTES,
+    SQLITE_INLINE_BATCH_COMMITS,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
@@ -266,10 +272,10 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     async def _commit_many(self, commits: Sequence[Commit]) -> Sequence[Outcome]:
         """Many runs' commits in one transaction (group commit): on the loop thread when
         the write lock is free and the batch small enough, as a commit alone, else on the
-        worker thread."""
+        worker thread, while the loop goes on with the other runs."""
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
-        size, small = 0, True
+        size, small = 0, len(commits) <= SQLITE_INLINE_BATCH_COMMITS
         for commit in commits:
             one_size, one_small = _write_size(commit)
             size += one_size
@@ -419,12 +425,15 @@ def _commit_batch(
 ) -> list[Outcome]:
     """Commits of many runs in one transaction, each fenced on its own.
 
-    The keys and fences of all their runs are read first, in one statement: a commit whose
+    Usually written in a few statements (see group_writes). Else, or if a run's fence
+    moved on, the keys and fences of all their runs are read first, in one statement: a commit whose
     run is gone or whose fence moved on is left out with its error, and the others are
     written one after the other. A commit that fails while written (rare: a record the
     store cannot keep) has the batch undone and written again, each commit in a savepoint
     of its own, so that it fails alone."""
     with write_transaction(conn):
+        if _written_together(conn, commits):
+            return [None] * len(commits)
         found = _keys_and_fences(conn, {commit.run_id for commit in commits})
         outcomes = [_fence_outcome(commit, found) for commit in commits]
         conn.execute("SAVEPOINT batch")
@@ -438,6 +447,23 @@ def _commit_batch(
             outcomes = _commit_each(conn, commits, run_keys, path)
         conn.execute("RELEASE batch")
     return outcomes
+
+
+def _written_together(conn: sqlite3.Connection, commits: Sequence[Commit]) -> bool:
+    """Whether ``commits`` were written in a few statements (see group_writes): False
+    with nothing written if they may not be, or one of them may not be written."""
+    changes = [change_set(commit) for commit in commits]
+    if not writable_together(changes):
+        return False
+    conn.execute("SAVEPOINT together")
+    try:
+        write_together(conn, changes)
+    except (Unmatched, NestEggError, sqlite3.Error):
+        conn.execute("ROLLBACK TO together")
+        conn.execute("RELEASE together")
+        return False
+    conn.execute("RELEASE together")
+    return True
 
 
 def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, tuple[int, int]]:

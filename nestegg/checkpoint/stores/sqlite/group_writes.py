@@ -1,0 +1,138 @@
+"""A group commit of many runs written in a few statements: each table's rows of all the
+commits in one multi-row statement.
+
+A batch of a group commit runs on the store's worker thread while the event loop goes on
+with the other runs. Every statement there lets go of the GIL while SQLite works and then
+waits to take it back from the busy loop (up to the interpreter's switch interval): a
+batch written statement by statement, five or more per commit, waits that long hundreds
+of times; written table by table it waits a handful of times. Fewer statements also cost
+less on any thread (bench/concurrent_runs.py, docs/benchmarks.md).
+
+Each run's fence is checked by the update of its row (matching its id and fence): if one
+run's row does not match, :func:`write_together` raises :class:`Unmatched` and the caller
+undoes the statements and writes the commits one by one, which tells each run its error.
+The run keys of the step and event rows are taken from the runs table in the statements
+themselves. Only commits of distinct runs that truncate nothing and complete no block of
+steps are written this way (:func:`writable_together`); the others, rare, commit by commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from nestegg.checkpoint.stores.common import ChangeSet
+from nestegg.checkpoint.stores.sqlite.blocks import blocks_completed
+from nestegg.checkpoint.stores.sqlite.events import pack_events
+from nestegg.checkpoint.stores.sqlite.schema import (
+    CHECKPOINTS,
+    EVENT_BATCHES,
+    JOURNAL,
+    MAX_SEQ,
+    RUNS,
+    SEQ_SPAN,
+    STEPS,
+)
+
+ROWS_PER_STATEMENT = 500
+"""Rows of one multi-row statement at most (fewer where SQLite allows fewer parameters)."""
+
+_KEYED = (
+    "SELECT r.run_key * {span} + v.column2, {columns} FROM (VALUES {rows}) AS v "
+    f"JOIN {RUNS} AS r ON r.run_id = v.column1"
+)
+"""Rows ``(run_id, seq, ...)`` turned into ``(run_key * SEQ_SPAN + seq, ...)``."""
+
+
+class Unmatched(Exception):
+    """A run's row did not match its commit's run id and fence (gone, or fenced off)."""
+
+
+def writable_together(changes: Sequence[ChangeSet]) -> bool:
+    """Whether :func:`write_together` may write ``changes``: distinct runs, no
+    truncation, no completed block of steps, every sequence number in range."""
+    if len({change.run_id for change in changes}) != len(changes):
+        return False
+    for change in changes:
+        if change.truncate_after is not None or blocks_completed(change.steps):
+            return False
+        seqs = [step.seq for step in change.steps] + [event.seq for event in change.events]
+        if seqs and not (0 < min(seqs) and max(seqs) <= MAX_SEQ):
+            return False
+    return True
+
+
+def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> None:
+    """Write ``changes`` inside the caller's transaction (and savepoint).
+
+    Raises:
+        Unmatched: a run's row did not match; the caller undoes what was written.
+    """
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    _update_runs(conn, changes, limit)
+    steps = [(c.run_id, s.seq, s.agent, s.body) for c in changes for s in c.steps]
+    _write_rows(conn, limit, _keyed_insert(STEPS, "step_key, agent, body", 4), steps)
+    events = [
+        (c.run_id, max(e.seq for e in c.events), pack_events(c.events)) for c in changes if c.events
+    ]
+    _write_rows(conn, limit, _keyed_insert(EVENT_BATCHES, "batch_key, body", 3), events)
+    journal = [(c.run_id, j.step, j.position, j.body) for c in changes for j in c.journal]
+    insert_journal = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES "
+    _write_rows(conn, limit, (insert_journal, "", 4), journal)
+    checkpoints = [
+        (c.run_id, k.checkpoint_id, k.seq, k.created_at, k.reason, k.body)
+        for c in changes
+        for k in c.checkpoints
+    ]
+    insert_checkpoints = (
+        f"INSERT OR REPLACE INTO {CHECKPOINTS} "
+        "(run_id, checkpoint_id, seq, created_at, reason, body) VALUES "
+    )
+    _write_rows(conn, limit, (insert_checkpoints, "", 6), checkpoints)
+    pruned = [(checkpoint_id, c.run_id) for c in changes for checkpoint_id in c.prune]
+    delete = f"DELETE FROM {CHECKPOINTS} WHERE (checkpoint_id, run_id) IN (VALUES "
+    _write_rows(conn, limit, (delete, ")", 2), pruned)
+
+
+def _keyed_insert(table: str, columns: str, width: int) -> tuple[str, str, int]:
+    """``INSERT OR REPLACE`` of keyed rows, cut around the place of the ``VALUES`` rows."""
+    values = ", ".join(f"v.column{n}" for n in range(3, width + 1))
+    head, tail = _KEYED.format(span=SEQ_SPAN, columns=values, rows="\0").split("\0")
+    return f"INSERT OR REPLACE INTO {table} ({columns}) {head}", tail, width
+
+
+def _write_rows(
+    conn: sqlite3.Connection, limit: int, statement: tuple[str, str, int], rows: list[Any]
+) -> int:
+    """Run ``head VALUES-rows tail`` over ``rows``, in chunks; the rows it changed."""
+    head, tail, width = statement
+    changed = 0
+    for chunk in _chunks(rows, max(1, min(ROWS_PER_STATEMENT, limit // width))):
+        marks = ",".join(["(" + ",".join("?" * width) + ")"] * len(chunk))
+        params = [value for row in chunk for value in row]
+        changed += conn.execute(head + marks + tail, params).rowcount
+    return changed
+
+
+def _update_runs(conn: sqlite3.Connection, changes: Sequence[ChangeSet], limit: int) -> None:
+    """Set the run fields of every change on its run's row, matched by id and fence."""
+    groups: dict[tuple[str, ...], list[ChangeSet]] = {}
+    for change in changes:
+        groups.setdefault(tuple(change.run_fields), []).append(change)
+    for columns, group in groups.items():
+        width = len(columns) + 2
+        sets = ", ".join(f"{column} = v.column{n}" for n, column in enumerate(columns, 3))
+        head = f"UPDATE {RUNS} SET {sets or 'fence = fence'} FROM (VALUES "
+        tail = f") AS v WHERE {RUNS}.run_id = v.column1 AND {RUNS}.fence = v.column2"
+        rows = [(c.run_id, c.fence, *c.run_fields.values()) for c in group]
+        if _write_rows(conn, limit, (head, tail, width), rows) != len(rows):
+            raise Unmatched
+
+
+def _chunks(rows: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+__all__ = ["ROWS_PER_STATEMENT", "Unmatched", "writable_together", "write_together"]
