@@ -4,6 +4,7 @@ and batches that must be written commit by commit (see sqlite/group_writes.py)."
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,9 @@ async def test_a_big_group_goes_to_the_worker_thread_in_a_few_statements(
     await asyncio.gather(*(store.commit(_step(run, 1)) for run in runs))
     [(thread, commits, statements)] = batches  # the first run's commit went alone
     assert thread != threading.get_ident() and commits == RUNS - 1
-    # BEGIN, SAVEPOINT, the runs' update, steps, events, checkpoints, RELEASE, COMMIT.
-    assert len(statements) == 8, statements
+    # BEGIN, SAVEPOINT, the runs' update, keys out of steps and event_batches, steps,
+    # event batches, checkpoints, RELEASE, COMMIT.
+    assert len(statements) == 10, statements
     for run in runs:
         assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
         assert [e.seq for e in await store.read_events(run.run_id)] == [1]
@@ -75,6 +77,38 @@ async def test_a_big_group_goes_to_the_worker_thread_in_a_few_statements(
         stored = await store.get_run(run.run_id)
         assert stored is not None and (stored.step_seq, stored.event_seq) == (1, 1)
     await store.close()
+
+
+async def test_a_record_written_again_reads_as_the_newest_of_the_two_tables(
+    tmp_path: Path, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    runs = [await create(store, run_id=f"again-{i:02d}") for i in range(RUNS)]
+    again = runs[1]
+
+    def commit(run: RunRecord, agent: str) -> Any:
+        step = make_step(run.run_id, 1, agent=agent)
+        return make_commit(run, steps=[step], events=[make_event(run.run_id, 1)])
+
+    async def group(agent: str) -> None:
+        await asyncio.gather(*(store.commit(commit(run, agent)) for run in runs))
+
+    await group("first")  # in a group: the group tables
+    await store.commit(commit(again, "alone"))  # alone: the keyed tables
+    assert [s.agent for s in await store.load_steps(again.run_id)] == ["alone"]
+    assert [e.seq for e in await store.read_events(again.run_id)] == [1]
+    await group("third")  # in a group again: its keys leave the keyed tables
+    for run in runs:
+        assert [s.agent for s in await store.load_steps(run.run_id)] == ["third"]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1]
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        counts = [
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("steps", "event_batches", "group_steps", "group_event_batches")
+        ]
+    assert counts == [1, 1, RUNS - 1, RUNS - 1]  # the first run's commits went alone
 
 
 async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
@@ -100,7 +134,7 @@ async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
     batches.clear()
     await asyncio.gather(*(store.commit(second(i)) for i in range(RUNS)))
     assert [commits for _, commits, _ in batches] == [RUNS - 1]
-    assert len(batches[0][2]) <= 12, batches[0][2]  # written together, not commit by commit
+    assert len(batches[0][2]) <= 14, batches[0][2]  # together, not ~5 per commit
     for index, run in enumerate(runs):
         rid = run.run_id
         assert [s.seq for s in await store.load_steps(rid)] == [1, 2]
@@ -134,3 +168,35 @@ async def test_two_commits_of_one_run_in_a_group_land_in_order(
     for run in runs[2:]:
         assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
     await store.close()
+
+
+async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v5.db"
+    old = SQLiteCheckpointStorage(path)
+    runs = [await create(old, run_id=f"old-{i:02d}") for i in range(RUNS)]
+    for run in runs:  # one by one: into the keyed tables
+        await old.commit(_step(run, 1))
+    await old.close()
+    with sqlite3.connect(path) as conn:  # back to version 5, as an older nestegg left it
+        conn.execute("DROP TABLE group_steps")
+        conn.execute("DROP TABLE group_event_batches")
+        conn.execute("PRAGMA user_version = 5")
+    store = SQLiteCheckpointStorage(path)
+    await asyncio.gather(*(store.commit(_step(run, 2)) for run in runs))
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2]
+        assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1, 2]
+    assert await store.delete_run(runs[3].run_id)
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        counts = [
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("steps", "event_batches", "group_steps", "group_event_batches")
+        ]
+    # Step 1 of every run and step 2 of the first (alone) keyed, the other step 2 in the
+    # group tables; run 3's records gone from all four.
+    assert counts == [RUNS, RUNS, RUNS - 2, RUNS - 2]
