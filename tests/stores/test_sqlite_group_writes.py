@@ -40,15 +40,19 @@ def _step(run: RunRecord, seq: int, **fields: Any) -> Any:
     )
 
 
-@pytest.fixture
-def batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, list[str]]]:
-    """Each batch written: (thread, commits, statements run for it)."""
+def record_batches(
+    monkeypatch: pytest.MonkeyPatch, parameters: int | None = None
+) -> list[tuple[int, int, list[str]]]:
+    """Each batch written from now on: (thread, commits, statements run for it); with
+    ``parameters``, SQLite allows that many in one statement."""
     seen: list[tuple[int, int, list[str]]] = []
     inner = sqlite_store._commit_batch
 
     def recorded(conn: Any, commits: Any, *args: Any) -> Any:
         statements: list[str] = []
         seen.append((threading.get_ident(), len(commits), statements))
+        if parameters is not None:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, parameters)
         conn.set_trace_callback(statements.append)
         try:
             return inner(conn, commits, *args)
@@ -57,6 +61,18 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, list[str]]]
 
     monkeypatch.setattr(sqlite_store, "_commit_batch", recorded)
     return seen
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, list[str]]]:
+    return record_batches(monkeypatch)
+
+
+def row_counts(path: Path) -> list[int]:
+    """Rows in steps, event_batches, group_steps and group_event_batches."""
+    tables = ("steps", "event_batches", "group_steps", "group_event_batches")
+    with sqlite3.connect(path) as conn:
+        return [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables]
 
 
 async def test_a_big_group_goes_to_the_worker_thread_in_a_few_statements(
@@ -76,6 +92,24 @@ async def test_a_big_group_goes_to_the_worker_thread_in_a_few_statements(
         assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1]
         stored = await store.get_run(run.run_id)
         assert stored is not None and (stored.step_seq, stored.event_seq) == (1, 1)
+    await store.close()
+
+
+async def test_a_group_is_written_in_more_statements_where_sqlite_allows_few_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = record_batches(monkeypatch, parameters=40)  # rows of 4 in 8s, of 6 in 6s
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"few-{i:02d}") for i in range(RUNS)]
+    await asyncio.gather(*(store.commit(_step(run, 1)) for run in runs))
+    [(_, _, statements)] = batches
+    assert sum(s.startswith("INSERT OR REPLACE INTO group_steps") for s in statements) == 3
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1]
+        assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1]
+        stored = await store.get_run(run.run_id)
+        assert stored is not None and stored.step_seq == 1
     await store.close()
 
 
@@ -103,12 +137,7 @@ async def test_a_record_written_again_reads_as_the_newest_of_the_two_tables(
         assert [s.agent for s in await store.load_steps(run.run_id)] == ["third"]
         assert [e.seq for e in await store.read_events(run.run_id)] == [1]
     await store.close()
-    with sqlite3.connect(path) as conn:
-        counts = [
-            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("steps", "event_batches", "group_steps", "group_event_batches")
-        ]
-    assert counts == [1, 1, RUNS - 1, RUNS - 1]  # the first run's commits went alone
+    assert row_counts(path) == [1, 1, RUNS - 1, RUNS - 1]  # the first run's commits went alone
 
 
 async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
@@ -193,10 +222,6 @@ async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(
     await store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
-        counts = [
-            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("steps", "event_batches", "group_steps", "group_event_batches")
-        ]
     # Step 1 of every run and step 2 of the first (alone) keyed, the other step 2 in the
     # group tables; run 3's records gone from all four.
-    assert counts == [RUNS, RUNS, RUNS - 2, RUNS - 2]
+    assert row_counts(path) == [RUNS, RUNS, RUNS - 2, RUNS - 2]

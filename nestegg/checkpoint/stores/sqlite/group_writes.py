@@ -23,6 +23,7 @@ of the WAL bytes per step at 1,000 runs). Their keys leave the keyed tables (see
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -42,9 +43,14 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     STEPS,
 )
 
-ROWS_PER_STATEMENT = 500
-"""Rows of one multi-row statement at most (fewer where SQLite allows fewer parameters)."""
+ROWS_PER_STATEMENT = (8, 32, 128, 512)
+"""The rows of one multi-row statement: its rows padded to one of these many (with rows of
+NULLs, which every statement here skips), so that few statement texts recur and the
+connection's cache of compiled statements keeps them (fewer where SQLite allows fewer
+parameters)."""
 
+_PLAIN = " SELECT * FROM (VALUES {rows}) WHERE column1 IS NOT NULL"
+"""Rows as they are, the padding left out."""
 _KEYED = (
     "SELECT r.run_key * {span} + v.column2{columns} FROM (VALUES {rows}) AS v "
     f"JOIN {RUNS} AS r ON r.run_id = v.column1"
@@ -85,8 +91,8 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
     ]
     _write_keyed(conn, limit, (EVENT_BATCHES, GROUP_EVENT_BATCHES, "batch_key", "body"), events)
     journal = [(c.run_id, j.step, j.position, j.body) for c in changes for j in c.journal]
-    insert_journal = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES "
-    _write_rows(conn, limit, (insert_journal, "", 4), journal)
+    insert_journal = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body)"
+    _write_rows(conn, limit, _plain(insert_journal, 4), journal)
     checkpoints = [
         (c.run_id, k.checkpoint_id, k.seq, k.created_at, k.reason, k.body)
         for c in changes
@@ -94,9 +100,9 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
     ]
     insert_checkpoints = (
         f"INSERT OR REPLACE INTO {CHECKPOINTS} "
-        "(run_id, checkpoint_id, seq, created_at, reason, body) VALUES "
+        "(run_id, checkpoint_id, seq, created_at, reason, body)"
     )
-    _write_rows(conn, limit, (insert_checkpoints, "", 6), checkpoints)
+    _write_rows(conn, limit, _plain(insert_checkpoints, 6), checkpoints)
     pruned = [(checkpoint_id, c.run_id) for c in changes for checkpoint_id in c.prune]
     delete = f"DELETE FROM {CHECKPOINTS} WHERE (checkpoint_id, run_id) IN (VALUES "
     _write_rows(conn, limit, (delete, ")", 2), pruned)
@@ -117,6 +123,11 @@ def _write_keyed(
     _write_rows(conn, limit, (insert, tail, width), rows)
 
 
+def _plain(insert: str, width: int) -> tuple[str, str, int]:
+    head, tail = _PLAIN.format(rows="\0").split("\0")
+    return insert + head, tail, width
+
+
 def _keyed_select(columns: str) -> tuple[str, str]:
     """``_KEYED`` with ``columns``, cut around the place of the ``VALUES`` rows."""
     head, tail = _KEYED.format(span=SEQ_SPAN, columns=columns, rows="\0").split("\0")
@@ -126,14 +137,23 @@ def _keyed_select(columns: str) -> tuple[str, str]:
 def _write_rows(
     conn: sqlite3.Connection, limit: int, statement: tuple[str, str, int], rows: list[Any]
 ) -> int:
-    """Run ``head VALUES-rows tail`` over ``rows``, in chunks; the rows it changed."""
+    """Run ``head VALUES-rows tail`` over ``rows``, in padded chunks; the rows it changed."""
     head, tail, width = statement
+    most = max(1, limit // width)
+    sizes = [size for size in ROWS_PER_STATEMENT if size <= most] or [most]
     changed = 0
-    for chunk in _chunks(rows, max(1, min(ROWS_PER_STATEMENT, limit // width))):
-        marks = ",".join(["(" + ",".join("?" * width) + ")"] * len(chunk))
+    for chunk in _chunks(rows, sizes[-1]):
+        size = next(size for size in sizes if size >= len(chunk))
         params = [value for row in chunk for value in row]
-        changed += conn.execute(head + marks + tail, params).rowcount
+        params += [None] * (width * (size - len(chunk)))
+        changed += conn.execute(_statement(head, tail, width, size), params).rowcount
     return changed
+
+
+@functools.lru_cache(maxsize=64)
+def _statement(head: str, tail: str, width: int, rows: int) -> str:
+    """``head``, ``rows`` rows of ``width`` parameters, ``tail``."""
+    return head + ",".join(["(" + ",".join("?" * width) + ")"] * rows) + tail
 
 
 def _update_runs(conn: sqlite3.Connection, changes: Sequence[ChangeSet], limit: int) -> None:
