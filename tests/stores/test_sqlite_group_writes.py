@@ -180,10 +180,11 @@ async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
     await store.close()
 
 
-async def test_two_commits_of_one_run_in_a_group_land_in_order(
+async def test_two_commits_of_one_run_in_a_group_land_in_order_beside_the_others(
     tmp_path: Path, batches: list[tuple[int, int, list[str]]]
 ) -> None:
-    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
     runs = [await create(store, run_id=f"twice-{i:02d}") for i in range(RUNS)]
     twice = runs[1]
     commits = [_step(runs[0], 1), _step(twice, 1), _step(twice, 2)]
@@ -197,6 +198,9 @@ async def test_two_commits_of_one_run_in_a_group_land_in_order(
     for run in runs[2:]:
         assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
     await store.close()
+    # The first run's commit alone and the two commits of one run, one by one, in the keyed
+    # tables; the other runs' commits together.
+    assert row_counts(path) == [3, 3, RUNS - 2, RUNS - 2]
 
 
 async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(

@@ -11,8 +11,9 @@ less on any thread (bench/concurrent_runs.py, docs/benchmarks.md).
 Each run's fence is checked by the update of its row (matching its id and fence): if one
 run's row does not match, :func:`write_together` raises :class:`Unmatched` and the caller
 undoes the statements and writes the commits one by one, which tells each run its error.
-Only commits of distinct runs that truncate nothing and complete no block of steps are
-written this way (:func:`writable_together`); the others, rare, commit by commit.
+Only commits that truncate nothing and complete no block of steps, of runs with one commit
+in the batch, are written this way (:func:`writable_together`); the others, rare, commit
+by commit.
 
 The step records and event batches go to tables of their own (schema version 6), in the
 order written: the commits of many runs fill a few shared pages, where the keyed tables
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -62,18 +64,23 @@ class Unmatched(Exception):
     """A run's row did not match its commit's run id and fence (gone, or fenced off)."""
 
 
-def writable_together(changes: Sequence[ChangeSet]) -> bool:
-    """Whether :func:`write_together` may write ``changes``: distinct runs, no
-    truncation, no completed block of steps, every sequence number in range."""
-    if len({change.run_id for change in changes}) != len(changes):
+def writable_together(changes: Sequence[ChangeSet]) -> list[int]:
+    """The indexes of those of ``changes`` that :func:`write_together` may write: of a
+    run with one change among them, truncating nothing, completing no block of steps,
+    every sequence number in range."""
+    runs = Counter(change.run_id for change in changes)
+    return [
+        index
+        for index, change in enumerate(changes)
+        if runs[change.run_id] == 1 and _writable(change)
+    ]
+
+
+def _writable(change: ChangeSet) -> bool:
+    if change.truncate_after is not None or blocks_completed(change.steps):
         return False
-    for change in changes:
-        if change.truncate_after is not None or blocks_completed(change.steps):
-            return False
-        seqs = [step.seq for step in change.steps] + [event.seq for event in change.events]
-        if seqs and not (0 < min(seqs) and max(seqs) <= MAX_SEQ):
-            return False
-    return True
+    seqs = [step.seq for step in change.steps] + [event.seq for event in change.events]
+    return not seqs or (0 < min(seqs) and max(seqs) <= MAX_SEQ)
 
 
 def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> None:

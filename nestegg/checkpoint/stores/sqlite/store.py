@@ -423,47 +423,59 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
 def _commit_batch(
     conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
 ) -> list[Outcome]:
-    """Commits of many runs in one transaction, each fenced on its own.
-
-    Usually written in a few statements (see group_writes). Else, or if a run's fence
-    moved on, the keys and fences of all their runs are read first, in one statement: a commit whose
-    run is gone or whose fence moved on is left out with its error, and the others are
-    written one after the other. A commit that fails while written (rare: a record the
-    store cannot keep) has the batch undone and written again, each commit in a savepoint
-    of its own, so that it fails alone."""
+    """Commits of many runs in one transaction, each fenced on its own: most in a few
+    statements (see group_writes), the others commit by commit."""
+    outcomes: list[Outcome] = [None] * len(commits)
     with write_transaction(conn):
-        if _written_together(conn, commits):
-            return [None] * len(commits)
-        found = _keys_and_fences(conn, {commit.run_id for commit in commits})
-        outcomes = [_fence_outcome(commit, found) for commit in commits]
-        conn.execute("SAVEPOINT batch")
-        try:
-            for commit, outcome in zip(commits, outcomes, strict=True):
-                if outcome is None:
-                    run_keys[commit.run_id] = found[commit.run_id][0]
-                    _apply(conn, commit, run_keys)
-        except (NestEggError, sqlite3.Error):
-            conn.execute("ROLLBACK TO batch")
-            outcomes = _commit_each(conn, commits, run_keys, path)
-        conn.execute("RELEASE batch")
+        written = _written_together(conn, commits)
+        rest = [index for index in range(len(commits)) if index not in written]
+        if rest:
+            apart = _commit_apart(conn, [commits[index] for index in rest], run_keys, path)
+            for index, outcome in zip(rest, apart, strict=True):
+                outcomes[index] = outcome
     return outcomes
 
 
-def _written_together(conn: sqlite3.Connection, commits: Sequence[Commit]) -> bool:
-    """Whether ``commits`` were written in a few statements (see group_writes): False
-    with nothing written if they may not be, or one of them may not be written."""
+def _written_together(conn: sqlite3.Connection, commits: Sequence[Commit]) -> set[int]:
+    """The indexes of the commits written in a few statements (see group_writes): none
+    if fewer than two may be, or one of them may not be written."""
     changes = [change_set(commit) for commit in commits]
-    if not writable_together(changes):
-        return False
+    chosen = writable_together(changes)
+    if len(chosen) < 2:
+        return set()
     conn.execute("SAVEPOINT together")
     try:
-        write_together(conn, changes)
+        write_together(conn, [changes[index] for index in chosen])
     except (Unmatched, NestEggError, sqlite3.Error):
         conn.execute("ROLLBACK TO together")
-        conn.execute("RELEASE together")
-        return False
+        chosen = []
     conn.execute("RELEASE together")
-    return True
+    return set(chosen)
+
+
+def _commit_apart(
+    conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
+) -> list[Outcome]:
+    """Commits written one after the other, inside the caller's transaction.
+
+    The keys and fences of all their runs are read first, in one statement: a commit whose
+    run is gone or whose fence moved on is left out with its error, and the others are
+    written one after the other. A commit that fails while written (rare: a record the
+    store cannot keep) has them undone and written again, each commit in a savepoint of
+    its own, so that it fails alone."""
+    found = _keys_and_fences(conn, {commit.run_id for commit in commits})
+    outcomes = [_fence_outcome(commit, found) for commit in commits]
+    conn.execute("SAVEPOINT batch")
+    try:
+        for commit, outcome in zip(commits, outcomes, strict=True):
+            if outcome is None:
+                run_keys[commit.run_id] = found[commit.run_id][0]
+                _apply(conn, commit, run_keys)
+    except (NestEggError, sqlite3.Error):
+        conn.execute("ROLLBACK TO batch")
+        outcomes = _commit_each(conn, commits, run_keys, path)
+    conn.execute("RELEASE batch")
+    return outcomes
 
 
 def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, tuple[int, int]]:
