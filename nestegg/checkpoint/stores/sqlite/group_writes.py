@@ -18,7 +18,7 @@ by commit.
 The step records and event batches go to tables of their own (schema version 6), in the
 order written: the commits of many runs fill a few shared pages, where the keyed tables
 would have each run's row land on a page of its own, written to the WAL whole (a fifth
-of the WAL bytes per step at 1,000 runs). Their keys leave the keyed tables (see
+of the WAL bytes per step at 1,000 runs). Their keys leave the keyed tables (by a trigger, see
 ``GROUP_STEPS``); the run keys are taken from the runs table in the statements themselves.
 """
 
@@ -35,14 +35,12 @@ from nestegg.checkpoint.stores.sqlite.blocks import blocks_completed
 from nestegg.checkpoint.stores.sqlite.events import pack_events
 from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
-    EVENT_BATCHES,
     GROUP_EVENT_BATCHES,
     GROUP_STEPS,
     JOURNAL,
     MAX_SEQ,
     RUNS,
     SEQ_SPAN,
-    STEPS,
 )
 
 ROWS_PER_STATEMENT = (8, 32, 128, 512)
@@ -92,11 +90,11 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     _update_runs(conn, changes, limit)
     steps = [(c.run_id, s.seq, s.agent, s.body) for c in changes for s in c.steps]
-    _write_keyed(conn, limit, (STEPS, GROUP_STEPS, "step_key", "agent, body"), steps)
+    _write_keyed(conn, limit, (GROUP_STEPS, "step_key", "agent, body"), steps)
     events = [
         (c.run_id, max(e.seq for e in c.events), pack_events(c.events)) for c in changes if c.events
     ]
-    _write_keyed(conn, limit, (EVENT_BATCHES, GROUP_EVENT_BATCHES, "batch_key", "body"), events)
+    _write_keyed(conn, limit, (GROUP_EVENT_BATCHES, "batch_key", "body"), events)
     journal = [(c.run_id, j.step, j.position, j.body) for c in changes for j in c.journal]
     insert_journal = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body)"
     _write_rows(conn, limit, _plain(insert_journal, 4), journal)
@@ -116,14 +114,11 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
 
 
 def _write_keyed(
-    conn: sqlite3.Connection, limit: int, tables: tuple[str, str, str, str], rows: list[Any]
+    conn: sqlite3.Connection, limit: int, table: tuple[str, str, str], rows: list[Any]
 ) -> None:
-    """Rows ``(run_id, seq, *values)`` into the group table, their keys out of the keyed
-    table. ``tables``: the keyed table, the group table, the key column, the others."""
-    keyed, group, key, columns = tables
-    head, tail = _keyed_select("")
-    delete = (f"DELETE FROM {keyed} WHERE {key} IN ({head}", f"{tail})", 2)
-    _write_rows(conn, limit, delete, [row[:2] for row in rows])
+    """Rows ``(run_id, seq, *values)`` into a group table (whose trigger takes their keys
+    out of the keyed table). ``table``: its name, the key column, the others."""
+    group, key, columns = table
     width = 3 + columns.count(",")
     head, tail = _keyed_select("".join(f", v.column{n}" for n in range(3, width + 1)))
     insert = f"INSERT OR REPLACE INTO {group} ({key}, {columns}) {head}"

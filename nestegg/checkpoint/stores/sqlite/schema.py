@@ -49,7 +49,8 @@ EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
 GROUP_STEPS = SQLITE_GROUP_STEPS_TABLE
 """Step records of group commits. A step's key is in one of STEPS and GROUP_STEPS, or in
 both after a group commit's record was written again alone: then STEPS holds the newer
-(a group commit deletes the keys it writes from STEPS). The same for the event batches."""
+(a trigger deletes from STEPS the keys written to GROUP_STEPS). The same for the event
+batches."""
 GROUP_EVENT_BATCHES = SQLITE_GROUP_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
 STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
@@ -171,14 +172,19 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         # Version 6: the step records and event batches of group commits go to tables of
         # their own, in the order written (a rowid of their own), with their keys in a
         # unique index, so that many runs committing together append to a few shared pages
-        # instead of each to a page of its own (see sqlite_group_writes).
+        # instead of each to a page of its own (see sqlite_group_writes). A key written there
+        # leaves the keyed table (its record there is older).
         """CREATE TABLE group_steps (
             step_id INTEGER PRIMARY KEY, step_key INTEGER NOT NULL, agent TEXT NOT NULL,
             body BLOB NOT NULL)""",
         "CREATE UNIQUE INDEX group_steps_by_key ON group_steps (step_key)",
+        """CREATE TRIGGER group_steps_take_key AFTER INSERT ON group_steps
+            BEGIN DELETE FROM steps WHERE step_key = NEW.step_key; END""",
         """CREATE TABLE group_event_batches (
             batch_id INTEGER PRIMARY KEY, batch_key INTEGER NOT NULL, body BLOB NOT NULL)""",
         "CREATE UNIQUE INDEX group_event_batches_by_key ON group_event_batches (batch_key)",
+        """CREATE TRIGGER group_event_batches_take_key AFTER INSERT ON group_event_batches
+            BEGIN DELETE FROM event_batches WHERE batch_key = NEW.batch_key; END""",
     ),
 )
 """The schema, one entry per version; append, never edit."""
