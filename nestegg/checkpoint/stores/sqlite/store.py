@@ -4,7 +4,9 @@ One connection per store (and one for WAL checkpoints);
 :mod:`~nestegg.checkpoint.stores.sqlite.connection` decides which thread uses it: a
 step's commit runs on the loop thread when SQLite's write lock is free at once,
 everything that may wait on the store's worker thread (WAL checkpoints on their own), so
-the event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
+the event loop never waits on a lock or the disk. A group commit's batch of many runs
+runs on the worker too, while the loop goes on with the other runs
+(:mod:`~nestegg.checkpoint.stores.sqlite.group_writes`). Writes are ``BEGIN IMMEDIATE``
 transactions, which makes many runs in one process and several processes on one file
 safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
 synced at WAL checkpoints).
