@@ -133,6 +133,10 @@ SQLITE_STEPS_TABLE = "steps"
 SQLITE_CHECKPOINTS_TABLE = "checkpoints"
 """Version 1 of the schema: one row per event (version 2 moved them to batches)."""
 SQLITE_EVENT_BATCHES_TABLE = "event_batches"
+SQLITE_GROUP_STEPS_TABLE = "group_steps"
+"""Step records written by group commits, in the order written (see sqlite/group_writes)."""
+SQLITE_GROUP_EVENT_BATCHES_TABLE = "group_event_batches"
+"""Event batches written by group commits, in the order written."""
 SQLITE_JOURNAL_TABLE = "journal"
 SQLITE_STEP_BLOCKS_TABLE = "step_blocks"
 SQLITE_THREADS_TABLE = "lg_threads"
@@ -154,8 +158,11 @@ SQLITE_INLINE_WRITE_BYTES = 64 * 1024
 """Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
 SQLITE_INLINE_BATCH_BYTES = 1024 * 1024
 """A group commit's batch up to this size may run on the event loop's thread, as a commit
-alone does: on the worker thread its hundreds of statements would each wait for the GIL
-held by the loop (bench/concurrent_runs.py, docs/benchmarks.md)."""
+alone does (if it has at most SQLITE_INLINE_BATCH_COMMITS commits)."""
+SQLITE_INLINE_BATCH_COMMITS = 16
+"""A group commit's batch of more commits runs on the store's worker thread, in a few
+statements (sqlite/group_writes.py), while the loop goes on with the other runs: SQLite's
+work then uses a second core (bench/concurrent_runs.py, docs/benchmarks.md)."""
 SQLITE_PAGE_SIZE = 4096
 """Bytes of a database page (SQLite's default)."""
 SQLITE_PAGES_PER_WRITE = 8

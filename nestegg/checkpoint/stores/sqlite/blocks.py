@@ -63,7 +63,7 @@ def _pack(conn: sqlite3.Connection, run_id: str, base: int, before: int) -> None
     if block is None:
         return
     conn.execute(INSERT_BLOCK, (base + block.first_seq, block.last_seq, block.head, block.body))
-    conn.execute(DELETE_STEPS_AFTER, (base + before, base + block.last_seq))
+    _delete_steps(conn, base + before, base + block.last_seq)
 
 
 def truncate_steps(conn: sqlite3.Connection, run_id: str, base: int, after: int) -> None:
@@ -81,7 +81,12 @@ def truncate_steps(conn: sqlite3.Connection, run_id: str, base: int, after: int)
         conn.executemany(INSERT_STEP_IF_NEW, rows)
         cut_from = block.first_seq - 1
     conn.execute(DELETE_BLOCKS_AFTER, (base + cut_from, base + MAX_SEQ))
-    conn.execute(DELETE_STEPS_AFTER, (base + after, base + MAX_SEQ))
+    _delete_steps(conn, base + after, base + MAX_SEQ)
+
+
+def _delete_steps(conn: sqlite3.Connection, after_key: int, upto_key: int) -> None:
+    for statement in DELETE_STEPS_AFTER:
+        conn.execute(statement, (after_key, upto_key))
 
 
 @contextmanager

@@ -22,6 +22,8 @@ from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
 from nestegg.constants import (
     SQLITE_CHECKPOINTS_TABLE,
     SQLITE_EVENT_BATCHES_TABLE,
+    SQLITE_GROUP_EVENT_BATCHES_TABLE,
+    SQLITE_GROUP_STEPS_TABLE,
     SQLITE_JOURNAL_TABLE,
     SQLITE_RUNS_TABLE,
     SQLITE_SIGNALS_TABLE,
@@ -44,6 +46,12 @@ RUNS = SQLITE_RUNS_TABLE
 STEPS = SQLITE_STEPS_TABLE
 CHECKPOINTS = SQLITE_CHECKPOINTS_TABLE
 EVENT_BATCHES = SQLITE_EVENT_BATCHES_TABLE
+GROUP_STEPS = SQLITE_GROUP_STEPS_TABLE
+"""Step records of group commits. A step's key is in one of STEPS and GROUP_STEPS, or in
+both after a group commit's record was written again alone: then STEPS holds the newer
+(a trigger deletes from STEPS the keys written to GROUP_STEPS). The same for the event
+batches."""
+GROUP_EVENT_BATCHES = SQLITE_GROUP_EVENT_BATCHES_TABLE
 JOURNAL = SQLITE_JOURNAL_TABLE
 STEP_BLOCKS = SQLITE_STEP_BLOCKS_TABLE
 SIGNALS = SQLITE_SIGNALS_TABLE
@@ -160,6 +168,24 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
             run_id TEXT NOT NULL, name TEXT NOT NULL, at REAL NOT NULL, body BLOB NOT NULL,
             PRIMARY KEY (run_id, name)) WITHOUT ROWID""",
     ),
+    (
+        # Version 6: the step records and event batches of group commits go to tables of
+        # their own, in the order written (a rowid of their own), with their keys in a
+        # unique index, so that many runs committing together append to a few shared pages
+        # instead of each to a page of its own (see sqlite_group_writes). A key written there
+        # leaves the keyed table (its record there is older).
+        """CREATE TABLE group_steps (
+            step_id INTEGER PRIMARY KEY, step_key INTEGER NOT NULL, agent TEXT NOT NULL,
+            body BLOB NOT NULL)""",
+        "CREATE UNIQUE INDEX group_steps_by_key ON group_steps (step_key)",
+        """CREATE TRIGGER group_steps_take_key AFTER INSERT ON group_steps
+            BEGIN DELETE FROM steps WHERE step_key = NEW.step_key; END""",
+        """CREATE TABLE group_event_batches (
+            batch_id INTEGER PRIMARY KEY, batch_key INTEGER NOT NULL, body BLOB NOT NULL)""",
+        "CREATE UNIQUE INDEX group_event_batches_by_key ON group_event_batches (batch_key)",
+        """CREATE TRIGGER group_event_batches_take_key AFTER INSERT ON group_event_batches
+            BEGIN DELETE FROM event_batches WHERE batch_key = NEW.batch_key; END""",
+    ),
 )
 """The schema, one entry per version; append, never edit."""
 
@@ -189,14 +215,19 @@ KEY_OF = f"SELECT run_key FROM {RUNS} WHERE run_id = ?"
 KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
 FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
 INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
-DELETE_STEPS_AFTER = f"DELETE FROM {STEPS} WHERE step_key > ? AND step_key <= ?"
-_RUN_BASE = f"(SELECT run_key * {SEQ_SPAN} AS base FROM {RUNS} WHERE run_id = ?) AS run"
+DELETE_STEPS_AFTER = tuple(
+    f"DELETE FROM {table} WHERE step_key > ? AND step_key <= ?" for table in (STEPS, GROUP_STEPS)
+)
+"""The step records with keys in ``(?1, ?2]``, in both tables."""
 SELECT_STEPS = (
     f"SELECT step_key - ?1, agent, body FROM {STEPS} "
-    "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 ORDER BY step_key"
+    "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 "
+    f"UNION ALL SELECT step_key - ?1, agent, body FROM {GROUP_STEPS} AS g "
+    "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 "
+    f"AND NOT EXISTS (SELECT 1 FROM {STEPS} AS s WHERE s.step_key = g.step_key) ORDER BY 1"
 )
 """Loose step records ``(seq, agent, body)`` with ``?2 < seq <= ?3`` of the run whose
-keys start at ``?1``."""
+keys start at ``?1``, from both tables."""
 SELECT_BLOCKS = (
     f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
     "WHERE block_key > ?1 + ?2 AND block_key <= ?1 + ?3 ORDER BY block_key"
@@ -212,11 +243,21 @@ SELECT_BLOCK_HOLDING = (
 )
 """The block of the run whose keys start at ``?1`` that holds step ``?2`` and later ones
 (blocks hold at most ``?3`` steps)."""
-INSERT_STEP_IF_NEW = f"INSERT OR IGNORE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
-SELECT_EVENT_BATCHES = (
-    f"SELECT body FROM {EVENT_BATCHES}, {_RUN_BASE} "
-    "WHERE batch_key > run.base + ? AND batch_key <= run.base + ? ORDER BY batch_key"
+INSERT_STEP_IF_NEW = (
+    f"INSERT OR IGNORE INTO {STEPS} (step_key, agent, body) SELECT ?1, ?2, ?3 "
+    f"WHERE NOT EXISTS (SELECT 1 FROM {GROUP_STEPS} WHERE step_key = ?1)"
 )
+SELECT_EVENT_BATCHES = (
+    f"WITH run AS (SELECT run_key * {SEQ_SPAN} AS base FROM {RUNS} WHERE run_id = ?1) "
+    f"SELECT body FROM (SELECT batch_key, body FROM {EVENT_BATCHES}, run "
+    "WHERE batch_key > run.base + ?2 AND batch_key <= run.base + ?3 "
+    f"UNION ALL SELECT g.batch_key, g.body FROM {GROUP_EVENT_BATCHES} AS g, run "
+    "WHERE g.batch_key > run.base + ?2 AND g.batch_key <= run.base + ?3 "
+    f"AND NOT EXISTS (SELECT 1 FROM {EVENT_BATCHES} AS e WHERE e.batch_key = g.batch_key)) "
+    "ORDER BY batch_key"
+)
+"""The event batches ``(body,)`` of run ``?1`` whose last seq is in ``(?2, ?3]``, from both
+tables."""
 INSERT_JOURNAL = f"INSERT OR REPLACE INTO {JOURNAL} (run_id, step, position, body) VALUES (?,?,?,?)"
 DELETE_JOURNAL_AFTER = f"DELETE FROM {JOURNAL} WHERE run_id = ? AND step > ?"
 INSERT_CHECKPOINT = (
@@ -297,8 +338,10 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> int:
     params = [(run_id,) for run_id in run_ids]
     for table, key in (
         (STEPS, "step_key"),
+        (GROUP_STEPS, "step_key"),
         (STEP_BLOCKS, "block_key"),
         (EVENT_BATCHES, "batch_key"),
+        (GROUP_EVENT_BATCHES, "batch_key"),
     ):
         conn.executemany(
             f"DELETE FROM {table} WHERE {key} >= (SELECT run_key * {SEQ_SPAN} FROM {RUNS} "

@@ -4,7 +4,9 @@ One connection per store (and one for WAL checkpoints);
 :mod:`~nestegg.checkpoint.stores.sqlite.connection` decides which thread uses it: a
 step's commit runs on the loop thread when SQLite's write lock is free at once,
 everything that may wait on the store's worker thread (WAL checkpoints on their own), so
-the event loop never waits on a lock or the disk. Writes are ``BEGIN IMMEDIATE``
+the event loop never waits on a lock or the disk. A group commit's batch of many runs
+runs on the worker too, while the loop goes on with the other runs
+(:mod:`~nestegg.checkpoint.stores.sqlite.group_writes`). Writes are ``BEGIN IMMEDIATE``
 transactions, which makes many runs in one process and several processes on one file
 safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
 synced at WAL checkpoints).
@@ -50,6 +52,11 @@ from nestegg.checkpoint.stores.sqlite.blocks import (
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite.errors import storage_error
 from nestegg.checkpoint.stores.sqlite.events import events_after, pack_events
+from nestegg.checkpoint.stores.sqlite.group_writes import (
+    Unmatched,
+    writable_together,
+    write_together,
+)
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINT_COLUMNS,
@@ -87,6 +94,7 @@ from nestegg.constants import (
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_INLINE_BATCH_BYTES,
+    SQLITE_INLINE_BATCH_COMMITS,
     SQLITE_INLINE_WRITE_BYTES,
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
@@ -266,10 +274,10 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     async def _commit_many(self, commits: Sequence[Commit]) -> Sequence[Outcome]:
         """Many runs' commits in one transaction (group commit): on the loop thread when
         the write lock is free and the batch small enough, as a commit alone, else on the
-        worker thread."""
+        worker thread, while the loop goes on with the other runs."""
         if len(self._run_keys) > RUN_KEYS_KEPT:
             self._run_keys.clear()
-        size, small = 0, True
+        size, small = 0, len(commits) <= SQLITE_INLINE_BATCH_COMMITS
         for commit in commits:
             one_size, one_small = _write_size(commit)
             size += one_size
@@ -417,26 +425,58 @@ def _commit(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) 
 def _commit_batch(
     conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
 ) -> list[Outcome]:
-    """Commits of many runs in one transaction, each fenced on its own.
+    """Commits of many runs in one transaction, each fenced on its own: most in a few
+    statements (see group_writes), the others commit by commit."""
+    outcomes: list[Outcome] = [None] * len(commits)
+    with write_transaction(conn):
+        written = _written_together(conn, commits)
+        rest = [index for index in range(len(commits)) if index not in written]
+        if rest:
+            apart = _commit_apart(conn, [commits[index] for index in rest], run_keys, path)
+            for index, outcome in zip(rest, apart, strict=True):
+                outcomes[index] = outcome
+    return outcomes
+
+
+def _written_together(conn: sqlite3.Connection, commits: Sequence[Commit]) -> set[int]:
+    """The indexes of the commits written in a few statements (see group_writes): none
+    if fewer than two may be, or one of them may not be written."""
+    changes = [change_set(commit) for commit in commits]
+    chosen = writable_together(changes)
+    if len(chosen) < 2:
+        return set()
+    conn.execute("SAVEPOINT together")
+    try:
+        write_together(conn, [changes[index] for index in chosen])
+    except (Unmatched, NestEggError, sqlite3.Error):
+        conn.execute("ROLLBACK TO together")
+        chosen = []
+    conn.execute("RELEASE together")
+    return set(chosen)
+
+
+def _commit_apart(
+    conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
+) -> list[Outcome]:
+    """Commits written one after the other, inside the caller's transaction.
 
     The keys and fences of all their runs are read first, in one statement: a commit whose
     run is gone or whose fence moved on is left out with its error, and the others are
     written one after the other. A commit that fails while written (rare: a record the
-    store cannot keep) has the batch undone and written again, each commit in a savepoint
-    of its own, so that it fails alone."""
-    with write_transaction(conn):
-        found = _keys_and_fences(conn, {commit.run_id for commit in commits})
-        outcomes = [_fence_outcome(commit, found) for commit in commits]
-        conn.execute("SAVEPOINT batch")
-        try:
-            for commit, outcome in zip(commits, outcomes, strict=True):
-                if outcome is None:
-                    run_keys[commit.run_id] = found[commit.run_id][0]
-                    _apply(conn, commit, run_keys)
-        except (NestEggError, sqlite3.Error):
-            conn.execute("ROLLBACK TO batch")
-            outcomes = _commit_each(conn, commits, run_keys, path)
-        conn.execute("RELEASE batch")
+    store cannot keep) has them undone and written again, each commit in a savepoint of
+    its own, so that it fails alone."""
+    found = _keys_and_fences(conn, {commit.run_id for commit in commits})
+    outcomes = [_fence_outcome(commit, found) for commit in commits]
+    conn.execute("SAVEPOINT batch")
+    try:
+        for commit, outcome in zip(commits, outcomes, strict=True):
+            if outcome is None:
+                run_keys[commit.run_id] = found[commit.run_id][0]
+                _apply(conn, commit, run_keys)
+    except (NestEggError, sqlite3.Error):
+        conn.execute("ROLLBACK TO batch")
+        outcomes = _commit_each(conn, commits, run_keys, path)
+    conn.execute("RELEASE batch")
     return outcomes
 
 

@@ -1,0 +1,241 @@
+"""The SQLite store's group commits: a big batch on the worker thread in a few statements,
+and batches that must be written commit by commit (see sqlite/group_writes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import store as sqlite_store
+from nestegg.constants import COMPLETED, SQLITE_INLINE_BATCH_COMMITS
+from nestegg.testing.builders import (
+    create,
+    make_checkpoint,
+    make_commit,
+    make_event,
+    make_journal,
+    make_step,
+)
+
+RUNS = SQLITE_INLINE_BATCH_COMMITS + 8
+
+
+def _step(run: RunRecord, seq: int, **fields: Any) -> Any:
+    rid = run.run_id
+    return make_commit(
+        run,
+        steps=[make_step(rid, seq)],
+        events=[make_event(rid, seq)],
+        checkpoints=[make_checkpoint(rid, seq)],
+        step_seq=seq,
+        event_seq=seq,
+        **fields,
+    )
+
+
+class CountedConnection:
+    """A connection that notes the statements the store runs on it."""
+
+    def __init__(self, conn: sqlite3.Connection, statements: list[str]) -> None:
+        self.conn, self.statements = conn, statements
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        self.statements.append(sql)
+        return self.conn.execute(sql, params)
+
+
+def record_batches(
+    monkeypatch: pytest.MonkeyPatch, parameters: int | None = None
+) -> list[tuple[int, int, list[str]]]:
+    """Each batch written from now on: (thread, commits, statements the store ran for it);
+    with ``parameters``, SQLite allows that many in one statement."""
+    seen: list[tuple[int, int, list[str]]] = []
+    inner = sqlite_store._commit_batch
+
+    def recorded(conn: sqlite3.Connection, commits: Any, *args: Any) -> Any:
+        statements: list[str] = []
+        seen.append((threading.get_ident(), len(commits), statements))
+        if parameters is not None:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, parameters)
+        return inner(CountedConnection(conn, statements), commits, *args)
+
+    monkeypatch.setattr(sqlite_store, "_commit_batch", recorded)
+    return seen
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, list[str]]]:
+    return record_batches(monkeypatch)
+
+
+def row_counts(path: Path) -> list[int]:
+    """Rows in steps, event_batches, group_steps and group_event_batches."""
+    tables = ("steps", "event_batches", "group_steps", "group_event_batches")
+    with sqlite3.connect(path) as conn:
+        return [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables]
+
+
+async def test_a_big_group_goes_to_the_worker_thread_in_a_few_statements(
+    tmp_path: Path, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"big-{i:02d}") for i in range(RUNS)]
+    await asyncio.gather(*(store.commit(_step(run, 1)) for run in runs))
+    [(thread, commits, statements)] = batches  # the first run's commit went alone
+    assert thread != threading.get_ident() and commits == RUNS - 1
+    # BEGIN, SAVEPOINT, the runs' update, steps, event batches, checkpoints, RELEASE,
+    # COMMIT.
+    assert len(statements) == 8, statements
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1]
+        assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1]
+        stored = await store.get_run(run.run_id)
+        assert stored is not None and (stored.step_seq, stored.event_seq) == (1, 1)
+    await store.close()
+
+
+async def test_a_group_is_written_in_more_statements_where_sqlite_allows_few_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = record_batches(monkeypatch, parameters=40)  # rows of 4 in 8s, of 6 in 6s
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"few-{i:02d}") for i in range(RUNS)]
+    await asyncio.gather(*(store.commit(_step(run, 1)) for run in runs))
+    [(_, _, statements)] = batches
+    assert sum(s.startswith("INSERT OR REPLACE INTO group_steps") for s in statements) == 3
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1]
+        assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1]
+        stored = await store.get_run(run.run_id)
+        assert stored is not None and stored.step_seq == 1
+    await store.close()
+
+
+async def test_a_record_written_again_reads_as_the_newest_of_the_two_tables(
+    tmp_path: Path, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    runs = [await create(store, run_id=f"again-{i:02d}") for i in range(RUNS)]
+    again = runs[1]
+
+    def commit(run: RunRecord, agent: str) -> Any:
+        step = make_step(run.run_id, 1, agent=agent)
+        return make_commit(run, steps=[step], events=[make_event(run.run_id, 1)])
+
+    async def group(agent: str) -> None:
+        await asyncio.gather(*(store.commit(commit(run, agent)) for run in runs))
+
+    await group("first")  # in a group: the group tables
+    await store.commit(commit(again, "alone"))  # alone: the keyed tables
+    assert [s.agent for s in await store.load_steps(again.run_id)] == ["alone"]
+    assert [e.seq for e in await store.read_events(again.run_id)] == [1]
+    await group("third")  # in a group again: its keys leave the keyed tables
+    for run in runs:
+        assert [s.agent for s in await store.load_steps(run.run_id)] == ["third"]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1]
+    await store.close()
+    assert row_counts(path) == [1, 1, RUNS - 1, RUNS - 1]  # the first run's commits went alone
+
+
+async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
+    tmp_path: Path, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"mixed-{i:02d}") for i in range(RUNS)]
+    first = [make_checkpoint(run.run_id, 1) for run in runs]
+    for run, checkpoint in zip(runs, first, strict=True):
+        await store.commit(
+            make_commit(run, steps=[make_step(run.run_id, 1)], checkpoints=[checkpoint])
+        )
+
+    def second(index: int) -> Any:
+        run = runs[index]
+        if index % 3 == 1:  # a journaled step that prunes the first checkpoint
+            journal = [make_journal(run.run_id, 2, 0), make_journal(run.run_id, 2, 1)]
+            return _step(run, 2, journal=journal, prune=[first[index].checkpoint_id])
+        if index % 3 == 2:  # the last step: the run completes
+            return _step(run, 2, status=COMPLETED, result=b'{"done":true}')
+        return _step(run, 2)
+
+    batches.clear()
+    await asyncio.gather(*(store.commit(second(i)) for i in range(RUNS)))
+    assert [commits for _, commits, _ in batches] == [RUNS - 1]
+    assert len(batches[0][2]) == 11, batches[0][2]  # together, not ~5 per commit
+    for index, run in enumerate(runs):
+        rid = run.run_id
+        assert [s.seq for s in await store.load_steps(rid)] == [1, 2]
+        kept = [c.seq for c in await store.list_checkpoints(rid)]
+        assert kept == ([2] if index % 3 == 1 else [1, 2])
+        journal = await store.read_journal(rid, 2)
+        assert [j.position for j in journal] == ([0, 1] if index % 3 == 1 else [])
+        stored = await store.get_run(rid)
+        assert stored is not None and stored.step_seq == 2
+        if index % 3 == 2:
+            assert (stored.status, stored.result) == (COMPLETED, b'{"done":true}')
+        else:
+            assert (stored.status, stored.result) == (run.status, None)
+    await store.close()
+
+
+async def test_two_commits_of_one_run_in_a_group_land_in_order_beside_the_others(
+    tmp_path: Path, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    runs = [await create(store, run_id=f"twice-{i:02d}") for i in range(RUNS)]
+    twice = runs[1]
+    commits = [_step(runs[0], 1), _step(twice, 1), _step(twice, 2)]
+    commits += [_step(run, 1) for run in runs[2:]]
+    await asyncio.gather(*(store.commit(commit) for commit in commits))
+    assert [n for _, n, _ in batches] == [RUNS]  # both of the run's commits in one batch
+    assert [s.seq for s in await store.load_steps(twice.run_id)] == [1, 2]
+    assert [c.seq for c in await store.list_checkpoints(twice.run_id)] == [1, 2]
+    stored = await store.get_run(twice.run_id)
+    assert stored is not None and stored.step_seq == 2
+    for run in runs[2:]:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1]
+    await store.close()
+    # The first run's commit alone and the two commits of one run, one by one, in the keyed
+    # tables; the other runs' commits together.
+    assert row_counts(path) == [3, 3, RUNS - 2, RUNS - 2]
+
+
+async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v5.db"
+    old = SQLiteCheckpointStorage(path)
+    runs = [await create(old, run_id=f"old-{i:02d}") for i in range(RUNS)]
+    for run in runs:  # one by one: into the keyed tables
+        await old.commit(_step(run, 1))
+    await old.close()
+    with sqlite3.connect(path) as conn:  # back to version 5, as an older nestegg left it
+        conn.execute("DROP TABLE group_steps")
+        conn.execute("DROP TABLE group_event_batches")
+        conn.execute("PRAGMA user_version = 5")
+    store = SQLiteCheckpointStorage(path)
+    await asyncio.gather(*(store.commit(_step(run, 2)) for run in runs))
+    for run in runs:
+        assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2]
+        assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2]
+        assert [c.seq for c in await store.list_checkpoints(run.run_id)] == [1, 2]
+    assert await store.delete_run(runs[3].run_id)
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+    # Step 1 of every run and step 2 of the first (alone) keyed, the other step 2 in the
+    # group tables; run 3's records gone from all four.
+    assert row_counts(path) == [RUNS, RUNS, RUNS - 2, RUNS - 2]
