@@ -405,8 +405,15 @@ class CheckpointedRuns:
         those up to ``replay_until`` keep their journal entries and replay them."""
         start = self.prepare(run, state, listeners)
         now = self.config.clock()
+        # A finished run is reopened on purpose; one read unfinished and finished since by
+        # another process is not (RunFinishedError).
         claimed = await self.store.claim_run(
-            run.run_id, run.fence, current_owner(), now + self.lease, now
+            run.run_id,
+            run.fence,
+            current_owner(),
+            now + self.lease,
+            now,
+            reopen=run.status in FINISHED,
         )
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         event: dict[str, Any] = {

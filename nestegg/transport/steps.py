@@ -285,12 +285,12 @@ class StepRunner:
     async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> Claim | None:
         """The run claimed for this delivery, or None when the message is done with.
 
-        The run is read and judged first, then claimed at the fence read: a claim at the
-        run's fence succeeds whatever the run's status, so a message bearing the fence of
-        a run that ended (a forged or mangled one) must not be claimed blind. A worker
-        claims a run once per turn with it (it goes on with the run's next steps), so the
-        read costs one round trip per turn, not per step. Claimed at a fence above the
-        message's after an interrupted step, the run is taken over.
+        The run is read and judged first (a committed step, a live holder, a repoint),
+        then claimed at the fence read; the store refuses the claim of a run finished
+        meanwhile (RunFinishedError, a RunLockedError). A worker claims a run once per
+        turn with it (it goes on with the run's next steps), so the read costs one round
+        trip per turn, not per step. Claimed at a fence above the message's after an
+        interrupted step, the run is taken over.
         """
         message = delivery.message
         run = await self._judged(store, delivery)

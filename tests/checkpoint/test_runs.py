@@ -31,11 +31,12 @@ FOREIGN_HOST = "elsewhere#00000000"
 
 
 async def take_over(store: CheckpointStorage, run_id: str, owner: Owner, lease: float) -> None:
-    """Make ``owner`` the run's owner, its lease ending ``lease`` seconds from now."""
+    """Make ``owner`` the run's owner, its lease ending ``lease`` seconds from now (a failed
+    run reopened, as its resume does)."""
     run = await store.get_run(run_id)
     assert run is not None
     now = time.time()
-    await store.claim_run(run_id, run.fence, owner, now + lease, now)
+    await store.claim_run(run_id, run.fence, owner, now + lease, now, reopen=True)
 
 
 async def failed_run(store: CheckpointStorage, run_id: str) -> Pipeline:
