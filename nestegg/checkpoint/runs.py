@@ -61,6 +61,7 @@ from nestegg.errors import (
     ConfigurationError,
     IncompatibleCheckpointError,
     RunExistsError,
+    RunFinishedError,
     RunLockedError,
     RunNotFoundError,
     RunWaiting,
@@ -316,7 +317,12 @@ class CheckpointedRuns:
         if state.checkpoint is None and run.parent_run is not None:
             raise fork_without_start(run)
         kept = [c.checkpoint_id for c in checkpoints]
-        return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
+        try:
+            return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
+        except RunFinishedError as refused:  # another process ended it since it was read
+            if refused.status != COMPLETED:
+                raise
+            return run_result(await self.get_run_record(chosen))
 
     async def resume(self, checkpoint_id: str, listeners: StepListeners) -> Any:
         """Resume the run of ``checkpoint_id`` from that checkpoint.
