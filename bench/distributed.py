@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,14 +162,45 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def throughput(
-    broker: str, runs: int, run_steps: int, workers: int, work: float
-) -> tuple[float, float]:
+class RedisMeter:
+    """The Redis server's CPU time (from /proc, when it runs on this host) and its
+    commands (``INFO commandstats``: calls and microseconds by command) so far; every
+    client of the server counts, the benchmark's and any other's."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(REDIS_URL)
+        pid = int(self.client.info("server")["process_id"])
+        self.pid = pid if Path(f"/proc/{pid}/stat").exists() else None
+
+    def read(self) -> tuple[float | None, dict[str, tuple[int, int]]]:
+        """CPU seconds (None: not on this host) and command -> (calls, usec)."""
+        stats = self.client.info("commandstats")
+        commands = {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()}
+        return (cpu_seconds(self.pid) if self.pid else None), commands
+
+
+@dataclass
+class Measured:
+    """One throughput run: steps/s and CPU ms per step of the workers, the Redis server
+    (None: not on this host) and the caller; Redis commands per step (calls, usec)."""
+
+    rate: float
+    worker_ms: float
+    redis_ms: float | None
+    caller_ms: float
+    commands: dict[str, tuple[float, float]]
+
+
+async def throughput(broker: str, runs: int, run_steps: int, workers: int, work: float) -> Measured:
     """Aggregate committed steps per second of ``runs`` concurrent runs on ``workers``
-    (each step spending ``work`` CPU milliseconds in its agent), and the workers' CPU
-    milliseconds per step."""
+    (each step spending ``work`` CPU milliseconds in its agent), and the CPU per step of
+    the workers, of Redis and of this process (the caller: it creates, publishes and
+    waits for the runs)."""
     deployment = Deployment(broker, steps=run_steps, work=work)
     processes = [deployment.start_worker(64) for _ in range(workers)]
+    meter = RedisMeter()
     try:
         with deployment.applied():
             caller = make()
@@ -177,6 +209,8 @@ async def throughput(
         store = await book.ready()
         assert caller.transport is not None
         cpu_before = sum(cpu_seconds(p.pid) for p in processes)
+        redis_before, commands_before = meter.read()
+        caller_before = time.process_time()
         started = time.perf_counter()
         run_ids = []
         for _ in range(runs):  # what submit() does, without a waiting task per run
@@ -186,37 +220,85 @@ async def throughput(
         for run_id in run_ids:  # in order: the poll of each is cheap, most are done
             await wait_result(store, run_id, None)
         elapsed = time.perf_counter() - started
+        caller_cpu = time.process_time() - caller_before
+        redis_after, commands_after = meter.read()
         cpu = sum(cpu_seconds(p.pid) for p in processes) - cpu_before
         await caller.stop()
     finally:
+        meter.client.close()
         await deployment.close()
-    return runs * run_steps / elapsed, cpu * 1000 / (runs * run_steps)
+    steps = runs * run_steps
+    per_step = {
+        name: (
+            (calls - commands_before.get(name, (0, 0))[0]) / steps,
+            (usec - commands_before.get(name, (0, 0))[1]) / steps,
+        )
+        for name, (calls, usec) in commands_after.items()
+    }
+    redis_ms = None
+    if redis_before is not None and redis_after is not None:
+        redis_ms = (redis_after - redis_before) * 1000 / steps
+    return Measured(
+        steps / elapsed, cpu * 1000 / steps, redis_ms, caller_cpu * 1000 / steps, per_step
+    )
 
 
-async def scaling(broker: str, runs: int, run_steps: int, reps: int, work: float) -> Table:
-    """Steps per second of 1 and 2 worker processes (agents spending ``work`` CPU ms a step)."""
-    rates: dict[int, list[float]] = {1: [], 2: []}
-    cpu: dict[int, list[float]] = {1: [], 2: []}
+def ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+async def scaling(broker: str, runs: int, run_steps: int, reps: int, work: float) -> list[Table]:
+    """Steps per second of 1 and 2 worker processes (agents spending ``work`` CPU ms a
+    step), the CPU per step of workers, Redis and caller, and Redis's commands per step
+    with 1 worker."""
+    measured: dict[int, list[Measured]] = {1: [], 2: []}
     for rep in range(reps):
         for workers in (1, 2) if rep % 2 == 0 else (2, 1):
             progress(f"throughput rep {rep + 1}/{reps}, {workers} workers")
-            rate, cpu_ms = await throughput(broker, runs, run_steps, workers, work)
-            rates[workers].append(rate)
-            cpu[workers].append(cpu_ms)
-    one, two = median(rates[1]), median(rates[2])
+            measured[workers].append(await throughput(broker, runs, run_steps, workers, work))
+    one, two = (median([m.rate for m in measured[n]]) for n in (1, 2))
     table = Table(
         f"Throughput of {runs} concurrent {run_steps}-step runs "
         f"({broker_name(broker)}, Redis store, agents spending {work:g} CPU ms a step)",
-        ["workers", "steps/s (median)", "vs 1 worker", "worker CPU ms per step (median)"],
+        [
+            "workers",
+            "steps/s (median)",
+            "vs 1 worker",
+            "CPU ms per step (median): workers",
+            "Redis server",
+            "caller",
+        ],
     )
-    table.rows.append(["1 process", f"{one:,.0f}", "1.00x", f"{median(cpu[1]):.2f}"])
-    table.rows.append(["2 processes", f"{two:,.0f}", f"{two / one:.2f}x", f"{median(cpu[2]):.2f}"])
+    for workers, rate in ((1, one), (2, two)):
+        runs_of = measured[workers]
+        redis = [m.redis_ms for m in runs_of if m.redis_ms is not None]
+        table.rows.append(
+            [
+                f"{workers} process{'es' if workers > 1 else ''}",
+                f"{rate:,.0f}",
+                f"{rate / one:.2f}x",
+                f"{median([m.worker_ms for m in runs_of]):.3f}",
+                ms(median(redis) if redis else None),
+                f"{median([m.caller_ms for m in runs_of]):.3f}",
+            ]
+        )
     table.notes.append(
         f"concurrency 64 per worker; from the first publish to the last run completed; "
         f"{reps} repetitions; the machine's other load shares its {os.cpu_count()} cores; "
-        "worker CPU: user + system time of the worker processes (/proc) over the steps"
+        "CPU: user + system time (/proc) over the steps, of the worker processes, of the "
+        "Redis server (any other client's use of it included) and of the benchmark's own "
+        "process, the caller"
     )
-    return table
+    commands = Table(
+        f"Redis commands per step with 1 worker (agents spending {work:g} CPU ms a step, "
+        "last repetition; a script's commands count in it and on their own)",
+        ["command", "calls per step", "µs per step"],
+    )
+    last = measured[1][-1].commands
+    for name, (calls, usec) in sorted(last.items(), key=lambda kv: -kv[1][1])[:12]:
+        if calls > 0:
+            commands.rows.append([name, f"{calls:.3f}", f"{usec:.2f}"])
+    return [table, commands]
 
 
 async def recovery(broker: str, lease: float, reps: int) -> Table:
@@ -290,7 +372,7 @@ async def main() -> None:
         tables.append(await overhead(args.broker, args.steps, args.reps))
     if "scaling" in args.only:
         for work in args.agent_work:
-            tables.append(await scaling(args.broker, args.runs, args.run_steps, args.reps, work))
+            tables += await scaling(args.broker, args.runs, args.run_steps, args.reps, work)
     if "recovery" in args.only:
         tables.append(await recovery(args.broker, args.lease, args.reps))
     print_tables(tables)

@@ -13,6 +13,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── RunNotFoundError            no run with that id
     │   ├── RunExistsError              the id is taken: unfinished (resume it), other input
     │   ├── RunLockedError              another live process owns the run
+    │   │   └── RunFinishedError        a claim found the run finished: it is not reopened
     │   ├── StaleOwnerError             this process lost ownership (fencing token moved on)
     │   ├── RunFailedError              a run awaited by result() failed (names agent and error)
     │   ├── RunWaiting                  the run waits for a signal or a timer (not a failure)
@@ -81,6 +82,22 @@ class RunExistsError(RunError):
 
 class RunLockedError(RunError):
     """Another live process owns the run."""
+
+
+class RunFinishedError(RunLockedError):
+    """A claim found the run finished (completed, failed or cancelled) and did not reopen
+    it: another process ended it after it was read as unfinished. A lost claim, as its
+    base class says, so that whoever drops a run another process took drops it too;
+    :meth:`nestegg.Clutch.resume_latest` of a finished run reopens it on purpose.
+
+    Attributes:
+        run_id: the run.
+        status: the status it was found in.
+    """
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id!r} is {status}: a claim does not reopen it", run_id)
+        self.status = status
 
 
 class StaleOwnerError(RunError):

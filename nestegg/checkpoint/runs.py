@@ -61,6 +61,7 @@ from nestegg.errors import (
     ConfigurationError,
     IncompatibleCheckpointError,
     RunExistsError,
+    RunFinishedError,
     RunLockedError,
     RunNotFoundError,
     RunWaiting,
@@ -316,7 +317,12 @@ class CheckpointedRuns:
         if state.checkpoint is None and run.parent_run is not None:
             raise fork_without_start(run)
         kept = [c.checkpoint_id for c in checkpoints]
-        return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
+        try:
+            return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
+        except RunFinishedError as refused:  # another process ended it since it was read
+            if refused.status != COMPLETED:
+                raise
+            return run_result(await self.get_run_record(chosen))
 
     async def resume(self, checkpoint_id: str, listeners: StepListeners) -> Any:
         """Resume the run of ``checkpoint_id`` from that checkpoint.
@@ -405,8 +411,15 @@ class CheckpointedRuns:
         those up to ``replay_until`` keep their journal entries and replay them."""
         start = self.prepare(run, state, listeners)
         now = self.config.clock()
+        # A finished run is reopened on purpose; one read unfinished and finished since by
+        # another process is not (RunFinishedError).
         claimed = await self.store.claim_run(
-            run.run_id, run.fence, current_owner(), now + self.lease, now
+            run.run_id,
+            run.fence,
+            current_owner(),
+            now + self.lease,
+            now,
+            reopen=run.status in FINISHED,
         )
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         event: dict[str, Any] = {

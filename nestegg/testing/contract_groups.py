@@ -12,7 +12,14 @@ from typing import Any
 
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
+from nestegg.constants import COMPLETED
+from nestegg.errors import (
+    RunExistsError,
+    RunFinishedError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+)
 from nestegg.testing.builders import (
     OWNER,
     T0,
@@ -115,6 +122,7 @@ async def test_runs_created_read_and_claimed_at_once_each_get_their_own_answer(
     store: CheckpointStorage,
 ) -> None:
     taken = await create(store, run_id="start-taken")
+    done = await create(store, run_id="start-done", status=COMPLETED)
     runs = [make_run(f"start-{i:02d}") for i in range(RUNS)]
     twice = make_run("start-twice")
     created = await _outcomes(
@@ -133,10 +141,13 @@ async def test_runs_created_read_and_claimed_at_once_each_get_their_own_answer(
     claims = [store.claim_run(r.run_id, r.fence, OWNER, T0 + 60, T0 + 50) for r in runs]
     claims.append(store.claim_run(taken.run_id, taken.fence + 5, OWNER, T0 + 60, T0 + 50))
     claims.append(store.claim_run("ghost", 1, OWNER, T0 + 60, T0 + 50))
+    claims.append(store.claim_run(done.run_id, done.fence, OWNER, T0 + 60, T0 + 50))
     claimed = await _outcomes(claims)
     assert [(c.run_id, c.fence, c.owner) for c in claimed[:RUNS]] == [
         (r.run_id, r.fence + 1, OWNER) for r in runs
     ]
     assert isinstance(claimed[RUNS], RunLockedError)
     assert isinstance(claimed[RUNS + 1], RunNotFoundError)
+    assert isinstance(claimed[RUNS + 2], RunFinishedError)
     assert await store.get_run(taken.run_id) == taken
+    assert await store.get_run(done.run_id) == done

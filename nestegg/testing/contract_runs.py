@@ -15,8 +15,14 @@ import pytest
 from nestegg.checkpoint.codec import seal_json
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.constants import CANCELLED, COMPLETED, FAILED, RUNNING
-from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
+from nestegg.constants import CANCELLED, COMPLETED, FAILED, RUNNING, WAITING
+from nestegg.errors import (
+    RunExistsError,
+    RunFinishedError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+)
 from nestegg.testing.builders import (
     OTHER_OWNER,
     OWNER,
@@ -162,7 +168,7 @@ async def test_list_runs_newest_first_and_filtered(store: CheckpointStorage) -> 
 
 
 async def test_claim_sets_owner_lease_status_and_fence(store: CheckpointStorage) -> None:
-    run = await create(store, status=FAILED, fence=3)
+    run = await create(store, status=WAITING, fence=3)
     claimed = await store.claim_run(run.run_id, 3, OWNER, T0 + 60, T0 + 50)
     expected = dataclasses.replace(
         run, fence=4, owner=OWNER, lease_until=T0 + 60, status=RUNNING, updated_at=T0 + 50
@@ -171,6 +177,27 @@ async def test_claim_sets_owner_lease_status_and_fence(store: CheckpointStorage)
     assert await store.get_run(run.run_id) == expected
     again = await store.claim_run(run.run_id, 4, OTHER_OWNER, T0 + 90, T0 + 80)
     assert (again.fence, again.owner, again.lease_until) == (5, OTHER_OWNER, T0 + 90)
+
+
+@pytest.mark.parametrize("status", [COMPLETED, FAILED, CANCELLED])
+async def test_claim_of_a_finished_run_changes_nothing_unless_it_reopens_it(
+    store: CheckpointStorage, status: str
+) -> None:
+    run = await create(store, status=status, fence=3, result=seal_json({"done": 1}))
+    with pytest.raises(RunFinishedError) as refused:
+        await store.claim_run(run.run_id, 3, OWNER, T0 + 60, T0 + 50)
+    assert (refused.value.run_id, refused.value.status) == (run.run_id, status)
+    assert isinstance(refused.value, RunLockedError)  # a lost claim
+    assert await store.get_run(run.run_id) == run
+    with pytest.raises(RunLockedError) as stale:  # a stale fence stays a plain lost claim
+        await store.claim_run(run.run_id, 2, OWNER, T0 + 60, T0 + 50, reopen=True)
+    assert not isinstance(stale.value, RunFinishedError)
+    reopened = await store.claim_run(run.run_id, 3, OWNER, T0 + 60, T0 + 50, reopen=True)
+    expected = dataclasses.replace(
+        run, fence=4, owner=OWNER, lease_until=T0 + 60, status=RUNNING, updated_at=T0 + 50
+    )
+    assert reopened == expected
+    assert await store.get_run(run.run_id) == expected
 
 
 @pytest.mark.parametrize("wrong_fence", [0, 1, 3])
@@ -326,7 +353,7 @@ async def test_expire_never_deletes_a_run_claimed_meanwhile(
 
     async def resume(run: RunRecord) -> bool:
         try:
-            await other.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+            await other.claim_run(run.run_id, run.fence, OWNER, now + 30, now, reopen=True)
         except RunNotFoundError:
             return False
         return True

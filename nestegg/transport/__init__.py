@@ -17,6 +17,7 @@ from nestegg.transport.base import (
     Delivery,
     StepMessage,
     Transport,
+    WaitingProbe,
     channel_name,
     transport_from_url,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "RedisStreamsTransport",
     "StepMessage",
     "Transport",
+    "WaitingProbe",
     "channel_name",
     "transport_from_url",
 ]

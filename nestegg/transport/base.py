@@ -123,6 +123,18 @@ class Transport(Protocol):
         """Release the broker connections."""
 
 
+@runtime_checkable
+class WaitingProbe(Protocol):
+    """A transport that can tell whether a message of some channels waits for a consumer
+    (a worker whose slots are all taken hands a run it goes on with back to the broker
+    only then; with a transport without this capability, whenever its slots are all
+    taken)."""
+
+    async def waiting(self, channels: Sequence[str], *, hold: float) -> bool:
+        """Whether a message of ``channels`` waits: not delivered yet, or idle for ``hold``
+        seconds with a consumer that is gone."""
+
+
 def transport_from_url(url: str) -> Transport:
     """The transport a URL names: ``redis://``, ``rediss://`` or ``amqp://`` (``amqps://``).
 

@@ -94,6 +94,7 @@ class RabbitMQTransport:
         self._connection: AbstractRobustConnection | None = None
         self._publisher: AbstractChannel | None = None
         self._consumers: list[AbstractChannel] = []
+        self._arrivals: list[asyncio.Queue[tuple[str, AbstractIncomingMessage]]] = []
         self._declared: set[str] = set()
         self._lock = asyncio.Lock()
 
@@ -146,6 +147,7 @@ class RabbitMQTransport:
         self._consumers.append(amqp)
         arrived: asyncio.Queue[tuple[str, AbstractIncomingMessage]] = asyncio.Queue()
         tags: list[tuple[Any, str]] = []
+        self._arrivals.append(arrived)
         try:
             for channel in channels:
                 queue = await self._declare(amqp, channel)
@@ -165,7 +167,22 @@ class RabbitMQTransport:
                     continue
                 yield RabbitDelivery(self, channel, incoming, message)
         finally:
+            self._arrivals.remove(arrived)
             await self._stop_consuming(tags, arrived)
+
+    async def waiting(self, channels: Sequence[str], *, hold: float) -> bool:
+        """Whether a message of ``channels`` waits: pushed to this consumer and not taken
+        yet, or ready in its queue (a gone consumer's messages are ready again); ``hold``
+        plays no part."""
+        if any(not arrived.empty() for arrived in self._arrivals):
+            return True
+        amqp = await self._publishing_channel()
+        for channel in channels:
+            with broker_errors(f"looking for waiting messages of {channel}"):
+                queue = await amqp.declare_queue(self.queue(channel), passive=True)
+            if queue.declaration_result.message_count:
+                return True
+        return False
 
     async def _stop_consuming(
         self, tags: list[tuple[Any, str]], arrived: asyncio.Queue[tuple[str, Any]]

@@ -170,6 +170,30 @@ class RedisStreamsTransport:
         with broker_errors(f"publish to {channel}"):
             await self.client.xadd(self.key(channel), {FIELD: message.encode()})
 
+    async def waiting(self, channels: Sequence[str], *, hold: float) -> bool:
+        """Whether a message of ``channels`` waits, in one round trip: a stream holds an
+        entry added after the last one delivered to the group (acked entries are deleted,
+        undelivered ones never are), or an entry pending for ``hold`` seconds (its
+        consumer is gone: the next XAUTOCLAIM takes it)."""
+        with broker_errors(f"looking for waiting messages of {', '.join(channels)}"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for channel in channels:
+                    key = self.key(channel)
+                    pipe.xinfo_stream(key)
+                    pipe.xinfo_groups(key)
+                    pipe.xpending_range(key, GROUP, "-", "+", 1, idle=int(hold * 1000))
+                replies = await pipe.execute(raise_on_error=False)
+        for at in range(0, len(replies), 3):
+            stream, groups, idle = replies[at : at + 3]
+            if any(isinstance(reply, Exception) for reply in (stream, groups, idle)):
+                return True  # a stream or group gone meanwhile: do not hold on to a run
+            delivered = next(
+                (g["last-delivered-id"] for g in groups if _text(g["name"]) == GROUP), b"0-0"
+            )
+            if _entry_id(stream["last-generated-id"]) > _entry_id(delivered) or idle:
+                return True
+        return False
+
     async def consume(
         self, channels: Sequence[str], *, hold: float, prefetch: int = 1
     ) -> AsyncIterator[Delivery]:
@@ -253,3 +277,9 @@ class RedisStreamsTransport:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry_id(value: Any) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``) in the order Redis gives entries."""
+    ms, _, seq = _text(value).partition("-")
+    return int(ms), int(seq or 0)

@@ -8,11 +8,12 @@ When this worker hosts the agent of the run's next step, it goes on with the run
 each step is still committed on its own, fenced, and the commit renews the lease instead
 of releasing it, so no claim and no message go between the steps; the message it took
 stays unacked meanwhile. Once the next agent lives elsewhere, the worker stops, or the
-run had ``CONTINUE_FOR`` seconds here while every slot of the worker is taken, the
-step's commit releases the lease, the next step's message is published and only then is
-the message acked. While the worker holds the run, the run's lease and the message are
-kept fresh together; if the worker dies, the message comes back to another worker, which
-waits for the lease to run out and points the pipeline at the run's next step again.
+run had ``CONTINUE_FOR`` seconds here while every slot of the worker is taken and a
+message waits for one on the broker, the step's commit releases the lease, the next
+step's message is published and only then is the message acked. While the worker holds
+the run, the run's lease and the message are kept fresh together; if the worker dies, the
+message comes back to another worker, which waits for the lease to run out and points the
+pipeline at the run's next step again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.checkpointer import Checkpointer
@@ -79,6 +80,10 @@ free: a broker may bound how long a message stays unacked (RabbitMQ's consumer_t
 30 minutes by default)."""
 
 
+async def _always() -> bool:
+    return True
+
+
 class Next(enum.Enum):
     """What follows a step a worker ran: this worker runs the run's next step itself."""
 
@@ -117,7 +122,7 @@ class StepRecorder(Checkpointer):
         self,
         *args: Any,
         delivery: Delivery,
-        goes_on: Callable[[], bool] = lambda: False,
+        goes_on: Callable[[], Awaitable[bool]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -167,7 +172,7 @@ class StepRecorder(Checkpointer):
         """Commit the step. When this worker goes on with the run, the commit renews the
         lease; otherwise a step the run simply continues from releases the lease in the
         same commit (any worker may take the next step at once)."""
-        self.going_on = self.goes_on()
+        self.going_on = self.goes_on is not None and await self.goes_on()
         if step.outcome == OUTCOME_COMPLETED and not self.going_on:
             await self.stop_renewing()
             self.lease_seconds = 0.0
@@ -215,14 +220,14 @@ class StepRunner:
         transport: Transport,
         hosts: frozenset[str],
         stopping: asyncio.Event | None = None,
-        crowded: Callable[[], bool] = lambda: True,
+        crowded: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.clutch = clutch
         self.transport = transport
         self.hosts = hosts
         self.stopping = stopping or asyncio.Event()
-        self.crowded = crowded
-        """Whether every slot of the worker is taken (messages may wait for one)."""
+        self.crowded = crowded or _always
+        """Whether every slot of the worker is taken while a message waits for one."""
         self.book: CheckpointedRuns = clutch.checkpointed_runs()
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.telemetry = tracing.WorkerTelemetry(clutch.name)
@@ -285,12 +290,12 @@ class StepRunner:
     async def _claim(self, store: CheckpointStorage, delivery: Delivery) -> Claim | None:
         """The run claimed for this delivery, or None when the message is done with.
 
-        The run is read and judged first, then claimed at the fence read: a claim at the
-        run's fence succeeds whatever the run's status, so a message bearing the fence of
-        a run that ended (a forged or mangled one) must not be claimed blind. A worker
-        claims a run once per turn with it (it goes on with the run's next steps), so the
-        read costs one round trip per turn, not per step. Claimed at a fence above the
-        message's after an interrupted step, the run is taken over.
+        The run is read and judged first (a committed step, a live holder, a repoint),
+        then claimed at the fence read; the store refuses the claim of a run finished
+        meanwhile (RunFinishedError, a RunLockedError). A worker claims a run once per
+        turn with it (it goes on with the run's next steps), so the read costs one round
+        trip per turn, not per step. Claimed at a fence above the message's after an
+        interrupted step, the run is taken over.
         """
         message = delivery.message
         run = await self._judged(store, delivery)
@@ -400,18 +405,20 @@ class StepRunner:
             delivery=delivery,
         )
 
-    def _goes_on(self, execution: RunExecution, taken: float) -> bool:
+    async def _goes_on(self, execution: RunExecution, taken: float) -> bool:
         """Whether this worker runs the run's next step itself, right after the step just
         run: it hosts the next step's agent (or a SELECTOR picks it here), it is not
         stopping, and the run (taken at ``taken``) has not had its time here while other
-        messages may wait, nor held its message for CONTINUE_AT_MOST."""
+        messages wait for a slot, nor held its message for CONTINUE_AT_MOST. With every
+        slot taken and nothing waiting, the run stays here: a hand-back would only bring
+        it back to this worker through the broker."""
         held = time.monotonic() - taken
         if self.stopping.is_set() or held >= CONTINUE_AT_MOST:
             return False
-        if held >= CONTINUE_FOR and self.crowded():
-            return False
         route = next_route(self.clutch, execution)
-        return route is None or route in self.hosts
+        if route is not None and route not in self.hosts:
+            return False
+        return held < CONTINUE_FOR or not await self.crowded()
 
     def _keep_warm(self, fence: int, execution: RunExecution, recorder: StepRecorder) -> None:
         """Keep a run's state after its step, for its next step if this worker gets it."""

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
-from nestegg.transport.base import Delivery, Transport, channel_name
+from nestegg.transport.base import Delivery, Transport, WaitingProbe, channel_name
 from nestegg.transport.steps import StepRunner
 from nestegg.transport.verdicts import pointer_fence
 
@@ -34,6 +35,10 @@ log = logging.getLogger("nestegg")
 
 BROKER_RETRY_DELAY = 1.0
 """Seconds before consuming again after the broker failed."""
+PROBE_EVERY = 0.1
+"""Seconds a worker whose slots are all taken reuses the broker's answer to whether a
+message waits for a slot (runs it went on with for CONTINUE_FOR go back to the broker
+only then)."""
 STOP_TIMEOUT = 10.0
 """Seconds a stopping worker waits for its consumer and sweeper to end before draining."""
 
@@ -95,6 +100,8 @@ class Worker:
         self.grace = grace
         self.stopping = asyncio.Event()
         self.in_flight: set[asyncio.Task[None]] = set()
+        self.probed_at = -PROBE_EVERY
+        self.probed = True
         self.runner = StepRunner(
             clutch, transport, self.hosts, self.stopping, crowded=self._crowded
         )
@@ -104,9 +111,22 @@ class Worker:
         self.channels = [channel_name(clutch.name, a) for a in sorted(self.hosts)]
         self.channels.append(channel_name(clutch.name))
 
-    def _crowded(self) -> bool:
-        """Whether every slot runs a step (a message may wait for one)."""
-        return len(self.in_flight) >= self.concurrency
+    async def _crowded(self) -> bool:
+        """Whether every slot runs a step while a message waits for one on the broker
+        (asked at most every PROBE_EVERY seconds; a transport that cannot tell, or a
+        failed probe, counts as one that has a message waiting)."""
+        if len(self.in_flight) < self.concurrency:
+            return False
+        if not isinstance(self.transport, WaitingProbe):
+            return True
+        now = time.monotonic()
+        if now - self.probed_at >= PROBE_EVERY:
+            self.probed_at = now
+            try:
+                self.probed = await self.transport.waiting(self.channels, hold=self.runner.lease)
+            except TransportError:
+                self.probed = True
+        return self.probed
 
     def stop(self) -> None:
         """Begin draining (what SIGTERM does)."""

@@ -31,7 +31,9 @@ async def test_a_lease_taken_elsewhere_expires_when_the_clock_passes_it(
     pipeline = await _failed_run(checkpoint_store, clock, "remote", "b")
     run = await checkpoint_store.get_run("remote")
     assert run is not None and run.updated_at == clock.now
-    await checkpoint_store.claim_run("remote", run.fence, FOREIGN, clock.now + 60, clock.now)
+    await checkpoint_store.claim_run(
+        "remote", run.fence, FOREIGN, clock.now + 60, clock.now, reopen=True
+    )
 
     assert await pipeline.clutch.list_interrupted() == []
     with pytest.raises(RunLockedError):

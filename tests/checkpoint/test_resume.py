@@ -77,7 +77,9 @@ async def test_resume_latest_starts_from_the_input_when_there_is_no_checkpoint(
     run = await checkpoint_store.get_run("bare")
     assert run is not None
     gone = Owner(host="elsewhere#00000000", pid=1, started="1")
-    await checkpoint_store.claim_run("bare", run.fence, gone, time.time() - 1, time.time())
+    await checkpoint_store.claim_run(
+        "bare", run.fence, gone, time.time() - 1, time.time(), reopen=True
+    )
     assert await pipeline.clutch.list_checkpoints("bare") == []
 
     pipeline.fail.clear()

@@ -13,9 +13,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from nestegg import Clutch, get_context
+from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.ownership import host_id, process_start_token
-from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.constants import COMPLETED, FAILED
 from nestegg.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -31,11 +34,12 @@ FOREIGN_HOST = "elsewhere#00000000"
 
 
 async def take_over(store: CheckpointStorage, run_id: str, owner: Owner, lease: float) -> None:
-    """Make ``owner`` the run's owner, its lease ending ``lease`` seconds from now."""
+    """Make ``owner`` the run's owner, its lease ending ``lease`` seconds from now (a failed
+    run reopened, as its resume does)."""
     run = await store.get_run(run_id)
     assert run is not None
     now = time.time()
-    await store.claim_run(run_id, run.fence, owner, now + lease, now)
+    await store.claim_run(run_id, run.fence, owner, now + lease, now, reopen=True)
 
 
 async def failed_run(store: CheckpointStorage, run_id: str) -> Pipeline:
@@ -514,3 +518,53 @@ async def test_checkpoint_without_checkpointing_raises_configuration_error() -> 
     release.set()
     assert await task.result(timeout=5) == "x"
     assert len(inside) == 1
+
+
+class EndedByAnother(MemoryCheckpointStorage):
+    """A memory store on which another process ends a run (in ``ends``) right before the
+    next claim of it, after the claimer read it unfinished."""
+
+    ends: str | None = None
+
+    async def claim_run(
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
+    ) -> RunRecord:
+        if self.ends is not None:
+            status, self.ends = self.ends, None
+            result = seal(encode_value(["by", "another"])) if status == COMPLETED else None
+            await self.commit(Commit(run_id, expected_fence, status=status, result=result))
+        return await super().claim_run(
+            run_id, expected_fence, owner, lease_until, now, reopen=reopen
+        )
+
+
+@pytest.mark.parametrize("status", [COMPLETED, FAILED])
+async def test_a_run_ended_by_another_process_after_it_was_read_is_not_reopened(
+    status: str,
+) -> None:
+    store = EndedByAnother()
+    gone = Owner(host=FOREIGN_HOST, pid=4242, started="1")
+    pipeline = Pipeline(store)
+    pipeline.fail.add("c")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run(["r"], run_id="r")
+    await take_over(store, "r", gone, lease=-1.0)  # interrupted: recover() resumes it
+    pipeline.fail.clear()
+    pipeline.calls.clear()
+    store.ends = status
+    outcomes = await pipeline.clutch.recover()
+    stored = await store.get_run("r")
+    assert stored is not None and stored.status == status and pipeline.calls == []
+    if status == COMPLETED:  # its result, as resume_latest gives a completed run's
+        assert outcomes == {"r": ["by", "another"]}
+    else:  # left out, as a run another process took
+        assert outcomes == {}
+        store.ends = None
+        assert await pipeline.clutch.resume_latest("r") == ["r", "a", "b", "c"]  # on purpose

@@ -84,7 +84,7 @@ async def fill(url: str, suffix: str = "", opened: CheckpointStorage | None = No
         assert run is not None
         now = time.time()
         dead = Owner(host=host_id(), pid=GONE_PID, started="gone")
-        await store.claim_run(filled.gone, run.fence, dead, now + 30, now)
+        await store.claim_run(filled.gone, run.fence, dead, now + 30, now, reopen=True)
     finally:
         await store.close()
     return filled

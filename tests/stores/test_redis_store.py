@@ -234,7 +234,7 @@ async def test_finished_runs_get_a_redis_expiry_and_a_claim_removes_it(
     assert all(3500 < ttl <= 3600 for ttl in ttls), ttls
 
     now = time.time()
-    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now)
+    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now, reopen=True)
     assert {await client.ttl(k) for k in run_keys + checkpoint_keys} == {-1}
 
 

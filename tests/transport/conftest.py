@@ -167,6 +167,17 @@ async def deployment(
             await _delete_queues(deployed)
 
 
+@pytest.fixture
+async def store(deployment: Deployment) -> AsyncIterator[Any]:
+    """The deployment's store, opened in the test."""
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+
+    opened = RedisCheckpointStorage(deployment.redis_url, prefix=deployment.prefix)
+    await opened.setup()
+    yield opened
+    await opened.close()
+
+
 async def _delete_queues(deployed: Deployment) -> None:
     from nestegg.transport.rabbitmq import RabbitMQTransport
 

@@ -107,3 +107,29 @@ async def test_a_forward_hands_over_the_channels_next_message_while_consuming(
     assert await oldest.forward("c", StepMessage("other", 2, 2)) is None  # not consuming
     assert await transport.client.xlen(transport.key("c")) == 2  # r 3 and other 2, unread
     await transport.close()
+
+
+async def test_waiting_tells_a_message_not_delivered_or_left_by_a_gone_consumer(
+    redis_url: str, prefix: str
+) -> None:
+    transport = RedisStreamsTransport(redis_url, prefix=prefix)
+    stream = transport.consume(["c", "d"], hold=HOLD)
+    try:
+        await transport.publish("c", StepMessage("r", 1, 1))
+        await asyncio.sleep(0.01)  # the consumer reads only when asked
+        assert await transport.waiting(["c", "d"], hold=HOLD)
+        held = await next_delivery(stream)
+        assert not await transport.waiting(["c", "d"], hold=HOLD)  # it has a consumer
+        await transport.publish("d", StepMessage("s", 1, 1))
+        assert await transport.waiting(["c", "d"], hold=HOLD)
+        assert not await transport.waiting(["c"], hold=HOLD)
+        await (await next_delivery(stream)).ack()
+        await asyncio.sleep(HOLD * 1.5)  # held, never kept alive: its consumer seems gone
+        assert await transport.waiting(["c"], hold=HOLD)
+        await held.keep_alive()
+        assert not await transport.waiting(["c", "d"], hold=HOLD)
+        await held.ack()
+        assert not await transport.waiting(["c", "d"], hold=HOLD)
+    finally:
+        await stream.aclose()
+        await transport.close()

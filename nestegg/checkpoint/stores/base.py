@@ -34,8 +34,9 @@ class CheckpointStorage(Protocol):
 
     Missing runs: writers (``claim_run``, ``commit``) raise ``RunNotFoundError``;
     readers return None or an empty list. A lost compare-and-set raises
-    ``RunLockedError`` (claim) or ``StaleOwnerError`` (commit); an unreachable server
-    raises ``StorageUnavailableError``; any other failure of the store ``StorageError``.
+    ``RunLockedError`` (claim; ``RunFinishedError`` for a finished run) or
+    ``StaleOwnerError`` (commit); an unreachable server raises
+    ``StorageUnavailableError``; any other failure of the store ``StorageError``.
     Lists come oldest first (by sequence number), except ``list_runs`` (newest first).
     Records are stored and returned byte for byte: a store never decodes a body.
     """
@@ -69,13 +70,22 @@ class CheckpointStorage(Protocol):
         order (the next page: pass the last run of the previous one)."""
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
         """Make ``owner`` the owner if the fence is still ``expected_fence``.
 
         Sets status running, the owner, the lease, ``updated_at = now`` and fence + 1,
-        and returns the run as stored. Raises RunLockedError if the fence moved on,
-        RunNotFoundError if there is no run.
+        and returns the run as stored. A finished run (completed, failed, cancelled) is
+        claimed only with ``reopen`` (a resume of it on purpose). Raises RunLockedError
+        if the fence moved on, its RunFinishedError if the run is finished and ``reopen``
+        is false (nothing changes), RunNotFoundError if there is no run.
         """
 
     async def commit(self, commit: Commit) -> None:

@@ -20,7 +20,14 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.errors import RunExistsError, RunLockedError, RunNotFoundError, StaleOwnerError
+from nestegg.constants import FINISHED
+from nestegg.errors import (
+    RunExistsError,
+    RunFinishedError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleOwnerError,
+)
 
 RUN_FIELDS = ("status", "result", "error", "lease_until", "step_seq", "event_seq")
 """The run-row fields a commit sets when it carries them (``updated_at`` aside)."""
@@ -104,6 +111,24 @@ def run_claimed(run_id: str) -> RunLockedError:
     return RunLockedError(f"run {run_id!r} was claimed by another owner", run_id)
 
 
+def claim_refusal(
+    run_id: str, fence: int, status: str, expected_fence: int, reopen: bool
+) -> RunLockedError | None:
+    """Why ``claim_run`` at ``expected_fence`` (``reopen`` or not) of a run stored at
+    ``fence`` with ``status`` is refused: the fence moved on, or the run is finished and
+    not to be reopened; None when it is not."""
+    if fence != expected_fence:
+        return run_claimed(run_id)
+    if status in FINISHED and not reopen:
+        return run_finished(run_id, status)
+    return None
+
+
+def run_finished(run_id: str, status: str) -> RunFinishedError:
+    """``claim_run`` without ``reopen`` found the run ``status`` (finished)."""
+    return RunFinishedError(run_id, status)
+
+
 def stale_fence(run_id: str, stored: int, carried: int) -> StaleOwnerError:
     """``commit`` carries fence ``carried`` but the run is at ``stored``."""
     return StaleOwnerError(
@@ -116,9 +141,11 @@ __all__ = [
     "RUN_FIELDS",
     "ChangeSet",
     "change_set",
+    "claim_refusal",
     "commit_outcome",
     "run_claimed",
     "run_exists",
+    "run_finished",
     "run_not_found",
     "set_run_fields",
     "stale_fence",

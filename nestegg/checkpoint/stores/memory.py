@@ -18,7 +18,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
-    run_claimed,
+    claim_refusal,
     run_exists,
     run_not_found,
     set_run_fields,
@@ -105,11 +105,19 @@ class MemoryCheckpointStorage(MemoryThreadRows):
         return runs[:limit] if limit is not None else runs
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
         run = self._data(run_id).run
-        if run.fence != expected_fence:
-            raise run_claimed(run_id)
+        refusal = claim_refusal(run_id, run.fence, run.status, expected_fence, reopen)
+        if refusal is not None:
+            raise refusal
         run.fence += 1
         run.owner = owner
         run.lease_until = lease_until

@@ -50,7 +50,7 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_claimed, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import claim_refusal, run_exists, run_not_found, stale_fence
 from nestegg.checkpoint.stores.file.commit import (
     commit_durably,
     redo_pending_commit,
@@ -336,18 +336,33 @@ class FileCheckpointStorage(FileThreadRows):
                 yield run
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
         _run_id(run_id)
-        return await self._io(self._claim_run, run_id, expected_fence, owner, lease_until, now)
+        claim = (run_id, expected_fence, owner, lease_until, now, reopen)
+        return await self._io(self._claim_run, *claim)
 
     def _claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        reopen: bool,
     ) -> RunRecord:
         with self._locked(run_id) as run_dir:
             run = self._read_row(run_dir, run_id)
-            if run.fence != expected_fence:
-                raise run_claimed(run_id)
+            refusal = claim_refusal(run_id, run.fence, run.status, expected_fence, reopen)
+            if refusal is not None:
+                raise refusal
             run.fence += 1
             run.owner = owner
             run.lease_until = lease_until

@@ -36,7 +36,7 @@ import orjson
 
 from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
 from nestegg.checkpoint.stores.common import ChangeSet
-from nestegg.constants import MAX_TABLE_PREFIX_LENGTH
+from nestegg.constants import FINISHED, MAX_TABLE_PREFIX_LENGTH
 from nestegg.errors import InvalidIdentifierError
 
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -78,6 +78,7 @@ DROP_STATEMENTS = [
     "DROP TABLE IF EXISTS {lg_rows}, {lg_threads}",
 ]
 
+_FINISHED_SQL = ", ".join(f"'{status}'" for status in FINISHED)
 _RUN_COLUMNS = (
     "run_id, pipeline, status, input, created_at, updated_at, fence, owner_host, owner_pid, "
     "owner_started, lease_until, result, error, step_seq, event_seq, parent_run, "
@@ -98,9 +99,12 @@ QUERIES: dict[str, str] = {
     "AND (%(before_at)s::float8 IS NULL "
     "OR (created_at, run_id) < (%(before_at)s::float8, %(before_id)s::text)) "
     "ORDER BY created_at DESC, run_id DESC LIMIT %(limit)s::bigint",
+    # A finished run is claimed only when the last parameter (reopen) is true.
     "claim_run": "UPDATE {runs} SET fence = fence + 1, owner_host = %s, owner_pid = %s, "
     "owner_started = %s, lease_until = %s, status = %s, updated_at = %s "
-    f"WHERE run_id = %s AND fence = %s RETURNING {_RUN_COLUMNS}",
+    f"WHERE run_id = %s AND fence = %s AND (%s OR status NOT IN ({_FINISHED_SQL})) "
+    f"RETURNING {_RUN_COLUMNS}",
+    "claim_state": "SELECT fence, status FROM {runs} WHERE run_id = %s",
     "run_exists": "SELECT 1 FROM {runs} WHERE run_id = %s",
     # The sealed bodies travel as one binary blob: no escaping on either side.
     "commit": "SELECT {commit}(%b::text, %b::bigint, %s::jsonb, %b::bytea)",

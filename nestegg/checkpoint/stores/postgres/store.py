@@ -46,6 +46,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
+    claim_refusal,
     commit_outcome,
     run_claimed,
     run_exists,
@@ -145,7 +146,7 @@ def _run_id_of(run: RunRecord) -> str:
 
 def _claimed_id(params: list[Any]) -> str:
     """The run id of a claim's parameters."""
-    return str(params[-2])
+    return str(params[-3])
 
 
 def _create_params(run: RunRecord) -> list[Any]:
@@ -515,10 +516,17 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         return [run_from_row(row) for row in await self._fetchall("list_runs", params)]
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
         params = [owner.host, owner.pid, owner.started, lease_until, RUNNING, now]
-        return await self._claims.call([*params, run_id, expected_fence])
+        return await self._claims.call([*params, run_id, expected_fence, reopen])
 
     async def _claim_one(self, params: list[Any]) -> RunRecord:
         async def claim(cursor: Cursor) -> Any:
@@ -545,9 +553,12 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         if row is not None:
             return run_from_row(row)
         run_id = _claimed_id(params)
-        if await self._fetchone("run_exists", [run_id]) is None:
+        stored = await self._fetchone("claim_state", [run_id])
+        if stored is None:
             raise run_not_found(run_id)
-        raise run_claimed(run_id)
+        expected_fence, reopen = params[-2:]
+        refusal = claim_refusal(run_id, stored[0], stored[1], expected_fence, reopen)
+        raise refusal or run_claimed(run_id)
 
     async def commit(self, commit: Commit) -> None:
         await self._group.commit(commit)

@@ -94,15 +94,19 @@ return 1
 CLAIM_RUN = (
     _SET_EXPIRY
     + """
--- KEYS: the run's 7 keys. ARGV: prefix, ttl, expected fence, field, value, ...
-local fence = redis.call('HGET', KEYS[1], 'fence')
+-- KEYS: the run's 7 keys. ARGV: prefix, ttl, expected fence, reopen ('1': a finished
+-- run too), field, value, ...
+local stored = redis.call('HMGET', KEYS[1], 'fence', 'status')
+local fence, status = stored[1], stored[2]
 if not fence then return {0} end
 if fence ~= ARGV[3] then return {-1, fence} end
+local finished = __FINISHED__
+if ARGV[4] ~= '1' and finished[status] then return {-2, status} end
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 if ARGV[2] ~= '0' then set_expiry(ARGV[1], ARGV[2]) end
 return {1, redis.call('HGETALL', KEYS[1])}
-"""
+""".replace("__FINISHED__", _FINISHED_LUA)
 )
 
 COMMIT = (

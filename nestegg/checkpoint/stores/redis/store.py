@@ -44,6 +44,7 @@ from nestegg.checkpoint.stores.common import (
     commit_outcome,
     run_claimed,
     run_exists,
+    run_finished,
     run_not_found,
 )
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome
@@ -432,9 +433,16 @@ class RedisCheckpointStorage(RedisThreadRows):
                 return
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
-        args: list[Any] = [self.prefix, self._ttl, expected_fence]
+        args: list[Any] = [self.prefix, self._ttl, expected_fence, "1" if reopen else "0"]
         fields = owner_fields(owner) | {
             "lease_until": repr(lease_until),
             "status": RUNNING,
@@ -662,6 +670,8 @@ def _claimed(run_id: str, reply: Any) -> RunRecord:
         return run_from_hash(pairs_to_dict(reply[1]))
     if reply[0] == 0:
         raise run_not_found(run_id)
+    if reply[0] == -2:
+        raise run_finished(run_id, reply[1].decode())
     raise run_claimed(run_id)
 
 

@@ -20,6 +20,7 @@ import orjson
 
 from nestegg.checkpoint.records import CheckpointRecord, Owner, RunRecord
 from nestegg.constants import (
+    FINISHED,
     SQLITE_CHECKPOINTS_TABLE,
     SQLITE_EVENT_BATCHES_TABLE,
     SQLITE_GROUP_EVENT_BATCHES_TABLE,
@@ -197,10 +198,15 @@ INSERT_RUN = (
     f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
     "ON CONFLICT (run_id) DO NOTHING"
 )
+_FINISHED_SQL = ", ".join(f"'{status}'" for status in FINISHED)
 CLAIM_RUN = (
     f"UPDATE {RUNS} SET fence = fence + 1, owner = ?, lease_until = ?, status = ?, "
-    "updated_at = ? WHERE run_id = ? AND fence = ?"
+    f"updated_at = ? WHERE run_id = ? AND fence = ? AND (? OR status NOT IN ({_FINISHED_SQL}))"
 )
+"""The claim of a run at its fence; a finished run only when the last parameter (reopen)
+is true."""
+CLAIM_STATE = f"SELECT fence, status FROM {RUNS} WHERE run_id = ?"
+"""What a refused claim is told by: the run's fence and status."""
 
 
 @functools.cache
@@ -213,7 +219,6 @@ def update_run(columns: tuple[str, ...]) -> str:
 
 KEY_OF = f"SELECT run_key FROM {RUNS} WHERE run_id = ?"
 KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
-FENCE_OF = f"SELECT fence FROM {RUNS} WHERE run_id = ?"
 INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
 DELETE_STEPS_AFTER = tuple(
     f"DELETE FROM {table} WHERE step_key > ? AND step_key <= ?" for table in (STEPS, GROUP_STEPS)

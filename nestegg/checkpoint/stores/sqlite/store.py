@@ -37,6 +37,7 @@ from nestegg.checkpoint.step_blocks import StepPiece, step_records
 from nestegg.checkpoint.stores.common import (
     ChangeSet,
     change_set,
+    claim_refusal,
     run_claimed,
     run_exists,
     run_not_found,
@@ -62,9 +63,9 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,
+    CLAIM_STATE,
     DELETE_CHECKPOINT,
     DELETE_JOURNAL_AFTER,
-    FENCE_OF,
     INSERT_CHECKPOINT,
     INSERT_EVENT_BATCH,
     INSERT_JOURNAL,
@@ -257,9 +258,16 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         return [run_from_row(row) for row in rows]
 
     async def claim_run(
-        self, run_id: str, expected_fence: int, owner: Owner, lease_until: float, now: float
+        self,
+        run_id: str,
+        expected_fence: int,
+        owner: Owner,
+        lease_until: float,
+        now: float,
+        *,
+        reopen: bool = False,
     ) -> RunRecord:
-        params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence)
+        params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence, reopen)
         return await self._connection.write(_claim_run, params, small=False)
 
     async def commit(self, commit: Commit) -> None:
@@ -395,12 +403,14 @@ def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
 
 
 def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
-    run_id = params[4]
+    run_id, expected_fence, reopen = params[4:]
     with write_transaction(conn):
         if conn.execute(CLAIM_RUN, params).rowcount == 0:
-            if conn.execute(FENCE_OF, (run_id,)).fetchone() is None:
+            stored = conn.execute(CLAIM_STATE, (run_id,)).fetchone()
+            if stored is None:
                 raise run_not_found(run_id)
-            raise run_claimed(run_id)
+            refusal = claim_refusal(run_id, stored[0], stored[1], expected_fence, reopen)
+            raise refusal or run_claimed(run_id)
         row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
     return run_from_row(row)
 
