@@ -63,7 +63,7 @@ class CommitClock:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
-        self._inner = sqlite_store._commit
+        self._inner = sqlite_store.commit_alone
 
     def __enter__(self) -> CommitClock:
         def timed_commit(conn: Any, commit: Any, run_keys: Any) -> None:
@@ -74,11 +74,11 @@ class CommitClock:
                 self.seconds += time.perf_counter() - start
                 self.calls += 1
 
-        sqlite_store._commit = timed_commit  # type: ignore[assignment]
+        sqlite_store.commit_alone = timed_commit  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sqlite_store._commit = self._inner  # type: ignore[assignment]
+        sqlite_store.commit_alone = self._inner  # type: ignore[assignment]
 
 
 def on_worker(storage: SQLiteCheckpointStorage, work: Any) -> Any:

@@ -305,7 +305,7 @@ async def test_a_read_takes_blocks_and_records_from_one_snapshot(
     reader = sqlite3.connect(tmp_path / "n.db", isolation_level=None)
     writer = sqlite3.connect(tmp_path / "n.db", isolation_level=None)
     packing = make_commit(run, steps=steps[-1:], step_seq=BLOCK)
-    read = WriterBetweenReads(reader, lambda: sqlite_store._commit(writer, packing, {}))
+    read = WriterBetweenReads(reader, lambda: sqlite_store.commit_alone(writer, packing, {}))
     pieces = sqlite_blocks.read_history(read, (run.run_id, 0, MAX_SEQ))  # type: ignore[arg-type]
     assert step_records(pieces) == steps[:-1]  # what was there when the read began
     assert table_rows(tmp_path / "n.db") == {"steps": 0, "step_blocks": 1}

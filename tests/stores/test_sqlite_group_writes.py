@@ -60,7 +60,7 @@ def record_batches(
     """Each batch written from now on: (thread, commits, statements the store ran for it);
     with ``parameters``, SQLite allows that many in one statement."""
     seen: list[tuple[int, int, list[str]]] = []
-    inner = sqlite_store._commit_batch
+    inner = sqlite_store.commit_batch
 
     def recorded(conn: sqlite3.Connection, commits: Any, *args: Any) -> Any:
         statements: list[str] = []
@@ -69,7 +69,7 @@ def record_batches(
             conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, parameters)
         return inner(CountedConnection(conn, statements), commits, *args)
 
-    monkeypatch.setattr(sqlite_store, "_commit_batch", recorded)
+    monkeypatch.setattr(sqlite_store, "commit_batch", recorded)
     return seen
 
 

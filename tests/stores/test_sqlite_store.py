@@ -452,13 +452,13 @@ async def test_the_loop_keeps_ticking_during_a_big_write(tmp_path: Path) -> None
 
 def record_commit_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     threads: list[int] = []
-    inner = sqlite_store._commit
+    inner = sqlite_store.commit_alone
 
     def recording(conn: sqlite3.Connection, commit: Commit, run_keys: dict[str, int]) -> None:
         threads.append(threading.get_ident())
         inner(conn, commit, run_keys)
 
-    monkeypatch.setattr(sqlite_store, "_commit", recording)
+    monkeypatch.setattr(sqlite_store, "commit_alone", recording)
     return threads
 
 
@@ -479,13 +479,13 @@ async def test_a_small_group_of_commits_with_the_lock_free_runs_on_the_loop_thre
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     batches: list[tuple[int, int]] = []
-    inner = sqlite_store._commit_batch
+    inner = sqlite_store.commit_batch
 
     def recorded(conn: Any, commits: Any, *args: Any) -> Any:
         batches.append((threading.get_ident(), len(commits)))
         return inner(conn, commits, *args)
 
-    monkeypatch.setattr(sqlite_store, "_commit_batch", recorded)
+    monkeypatch.setattr(sqlite_store, "commit_batch", recorded)
     store = SQLiteCheckpointStorage(tmp_path / "n.db")
     runs = [await create(store, run_id=f"loop-{i}") for i in range(5)]
     await asyncio.gather(
