@@ -77,3 +77,20 @@ async def test_one_in_flight_sends_what_waited_once_the_call_under_way_ends() ->
     assert calls.sent[1] == ["b:1", "a:2", "c:1"]  # in the order they came
     calls.let_go("b:1")
     assert [await t for t in (first, *rest)] == ["A:1", "B:1", "A:2", "C:1"]
+
+
+async def test_drain_waits_for_calls_queued_behind_a_call_made_alone() -> None:
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of)
+    first = asyncio.create_task(group.call("a:1"))
+    await settle()
+    queued = asyncio.create_task(group.call("b:1"))
+    await settle()
+    drained = asyncio.create_task(group.drain())
+    await asyncio.sleep(0.01)
+    assert not drained.done()  # b:1 still waits behind a:1
+    calls.let_go("a:1")
+    calls.let_go("b:1")
+    await asyncio.wait_for(drained, 1)
+    assert calls.sent == [["a:1"], ["b:1"]]
+    assert await first == "A:1" and await queued == "B:1"

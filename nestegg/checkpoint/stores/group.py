@@ -47,6 +47,9 @@ WriteMany = Callable[[Sequence[Commit]], Awaitable[Sequence[Outcome]]]
 
 MAX_BATCH = 512
 """Calls sent in one batch at most (the rest go in the next)."""
+_DRAIN_POLL = 0.001
+"""Seconds :meth:`GroupCalls.drain` sleeps between looks while a call made alone is under
+way (it has no task of the group's to wait for)."""
 
 
 class GroupCalls(Generic[T, R]):
@@ -177,8 +180,10 @@ class GroupCalls(Generic[T, R]):
         while self._flushing or self._queue:
             if self._flushing:
                 await asyncio.gather(*self._flushing, return_exceptions=True)
-            else:  # a batch starts at the end of this turn, or when a call alone is made
+            elif self._kick_due:  # a batch starts at the end of this turn
                 await asyncio.sleep(0)
+            else:  # the calls wait for a call made alone: its end starts their batch
+                await asyncio.sleep(_DRAIN_POLL)
 
 
 def _run_of(commit: Commit) -> str:
