@@ -4,8 +4,10 @@ Every change to a run is one Lua script, run atomically by Redis: the claim is a
 compare-and-set on the run's fencing token, and a commit checks the token, truncates,
 appends, prunes and sets the run's fields in one round trip. The key layout is drawn in
 :mod:`~nestegg.checkpoint.stores.redis.layout`. Stored values are the sealed bytes as
-given. Scripts go out as one packed EVALSHA on a pool connection the store keeps between
-them, so that a step's commit skips the pool and redis-py's per-command work.
+given. The client, and how commands and scripts go out (one packed EVALSHA on a pool
+connection kept between scripts, so that a step's commit skips the pool and redis-py's
+per-command work), are :mod:`~nestegg.checkpoint.stores.redis.connection`'s; the listing of
+runs from their index is :mod:`~nestegg.checkpoint.stores.redis.run_index`'s.
 
 Finished runs are deleted by :meth:`RedisCheckpointStorage.expire_runs` (what the
 policy's ``ttl`` calls); with ``expire_finished_after`` Redis also expires every key of
@@ -17,17 +19,13 @@ redis-py is imported only in this package.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
-import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -49,11 +47,11 @@ from nestegg.checkpoint.stores.common import (
 )
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome
 from nestegg.checkpoint.stores.redis import layout as redis_layout
-from nestegg.checkpoint.stores.redis.errors import driver_errors, nestegg_error
+from nestegg.checkpoint.stores.redis.connection import RedisConnection
+from nestegg.checkpoint.stores.redis.errors import nestegg_error
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     checkpoint_from_value,
-    command_bytes,
     commit_args,
     event_from_member,
     owner_fields,
@@ -64,8 +62,8 @@ from nestegg.checkpoint.stores.redis.layout import (
     ttl_seconds,
     validate_key_prefix,
 )
+from nestegg.checkpoint.stores.redis.run_index import SCAN_BATCH, RedisRunIndex
 from nestegg.checkpoint.stores.redis.threads import RedisThreadRows
-from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
     REDIS_MAX_CONNECTIONS,
@@ -74,17 +72,11 @@ from nestegg.constants import (
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
-from nestegg.errors import (
-    ConfigurationError,
-)
 
 T = TypeVar("T")
-Keys = Sequence[str | bytes]
-
-_SCAN_BATCH = 500
 
 
-class RedisCheckpointStorage(RedisThreadRows):
+class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
     """Keeps runs in Redis, shared by every process and machine that reaches it.
 
     Args:
@@ -126,38 +118,16 @@ class RedisCheckpointStorage(RedisThreadRows):
     ) -> None:
         self.prefix = validate_key_prefix(prefix)
         self._ttl = ttl_seconds(expire_finished_after)
-        self._retries = retries
-        self._connect_timeout = connect_timeout
-        if isinstance(url_or_client, str):
-            pool = aioredis.BlockingConnectionPool.from_url(
-                url_or_client,
-                max_connections=max_connections,
-                timeout=connect_timeout,
-                retry=Retry(NoBackoff(), 0),
-                socket_connect_timeout=connect_timeout,
-                socket_timeout=connect_timeout,
-            )
-            self._client: Any = aioredis.Redis.from_pool(pool)
-            self._owns_client = True
-        elif callable(getattr(url_or_client, "register_script", None)):
-            self._client = url_or_client
-            self._owns_client = False
-        else:
-            raise ConfigurationError(
-                "RedisCheckpointStorage needs a redis:// URL or a redis.asyncio.Redis client, "
-                f"got {type(url_or_client).__name__}"
-            )
-        client_pool = getattr(self._client, "connection_pool", None)
-        if client_pool is not None and client_pool.connection_kwargs.get("decode_responses"):
-            raise ConfigurationError(
-                "RedisCheckpointStorage needs a client with decode_responses=False"
-            )
-        # No connection is kept between scripts for a pool of one or a client without one.
-        holds = client_pool is not None and getattr(client_pool, "max_connections", 2) > 1
-        self._pool: Any = client_pool if holds else None
-        self._held: Any = None
-        self._held_timeout: float | None = None
-        self._held_busy = False
+        self._conn = RedisConnection(
+            url_or_client,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            retries=retries,
+        )
+        # Bound once here, not looked up on the connection at every call.
+        self._client: Any = self._conn.client
+        self._call = self._conn.call
+        self._script = self._conn.script
         register = self._client.register_script
         self._create_run = register(redis_layout.CREATE_RUN)
         self._claim_run = register(redis_layout.CLAIM_RUN)
@@ -202,78 +172,6 @@ class RedisCheckpointStorage(RedisThreadRows):
         run = run_id.encode()
         return [kind + run for kind in self._run_key_kinds]
 
-    async def _script(self, script: Any, keys: Keys, args: Sequence[Any]) -> Any:
-        """Run an idempotent registered script, with retries."""
-        return await self._call(partial(self._evalsha, script, keys, args), idempotent=True)
-
-    async def _evalsha(self, script: Any, keys: Keys, args: Sequence[Any]) -> Any:
-        """One EVALSHA of an idempotent script, packed here and sent on the kept
-        connection when it is free, else through the client."""
-        # A bypass of redis-py's Script call. The benchmark that needs it:
-        # bench/server_store_commit.py (its Redis part: 1 run x 1000 sequential commits),
-        # the per-step commit under the target of bench/server_stores.py in
-        # docs/benchmarks.md: nestegg Redis at most 2.7 Redis SETs a step (1.63 with it).
-        # Median commit there, with the bypass vs through `script(keys, args)`, side by
-        # side: 296/409/377 us vs 541/1983/1048 us (three runs), and again 358/400/752 us
-        # vs 516/2087/1469 us (three alternating pairs, load average ~10 on 2 cores): the
-        # Script call made the median commit 1.4x to 5.2x slower, too close to the target
-        # to drop the bypass until a quiet run of that benchmark shows it within it.
-        if self._pool is None or self._held_busy:
-            return await script(keys, args)
-        command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
-        self._held_busy = True
-        try:
-            reused = self._held is not None
-            try:
-                return await self._send_held(command)
-            except redis_errors.ConnectionError:
-                if not reused:
-                    raise
-            # The kept connection had gone (a restart, an idle timeout): once more on a new one.
-            return await self._send_held(command)
-        except redis_errors.NoScriptError:  # flushed from Redis: the client loads it
-            return await script(keys, args)
-        finally:
-            self._held_busy = False
-
-    async def _send_held(self, command: bytes) -> Any:
-        if self._held is None:
-            conn = await _take_connection(self._pool)
-            # One asyncio.timeout bounds each exchange below: redis-py's own socket
-            # timeout would wrap every send in a task of its own (asyncio.wait_for).
-            self._held, self._held_timeout = conn, conn.socket_timeout
-            conn.socket_timeout = None
-        conn = self._held
-        try:
-            async with asyncio.timeout(self._held_timeout):
-                await conn.send_packed_command(command, check_health=False)
-                return await conn.read_response()
-        except redis_errors.ResponseError:  # an error reply: the connection is fine
-            raise
-        except TimeoutError as exc:
-            await self._release_held(disconnect=True)
-            raise redis_errors.TimeoutError(f"no reply in {self._held_timeout} s") from exc
-        except BaseException:
-            await self._release_held(disconnect=True)
-            raise
-
-    async def _release_held(self, *, disconnect: bool = False) -> None:
-        conn, self._held = self._held, None
-        if conn is not None:
-            conn.socket_timeout = self._held_timeout
-            if disconnect:
-                await conn.disconnect()
-            await self._pool.release(conn)
-
-    async def _call(self, operation: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
-        async def attempt() -> T:
-            with driver_errors():
-                return await operation()
-
-        if not idempotent:
-            return await attempt()
-        return await retry_unavailable(attempt, self._retries, deadline=self._connect_timeout)
-
     async def setup(self) -> None:
         """Check that Redis answers and load the scripts (idempotent).
 
@@ -290,9 +188,7 @@ class RedisCheckpointStorage(RedisThreadRows):
     async def close(self) -> None:
         """Close the client this store built from its URL (a given client stays open)."""
         await self._group.drain()
-        await self._release_held()
-        if self._owns_client:
-            await self._client.aclose()
+        await self._conn.close()
 
     async def drop(self) -> None:
         """Delete every key under this store's prefix, with everything stored in them.
@@ -302,9 +198,9 @@ class RedisCheckpointStorage(RedisThreadRows):
 
         async def drop() -> None:
             batch: list[bytes] = []
-            async for key in self._client.scan_iter(match=f"{self.prefix}*", count=_SCAN_BATCH):
+            async for key in self._client.scan_iter(match=f"{self.prefix}*", count=SCAN_BATCH):
                 batch.append(key)
-                if len(batch) >= _SCAN_BATCH:
+                if len(batch) >= SCAN_BATCH:
                     await self._client.unlink(*batch)
                     batch.clear()
             if batch:
@@ -331,13 +227,10 @@ class RedisCheckpointStorage(RedisThreadRows):
 
     async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
         calls = [self._create_call(run) for run in runs]
-        replies = await self._scripts_many(self._create_run, calls, idempotent=False)
+        replies = await self._conn.scripts_many(self._create_run, calls, idempotent=False)
         return [
             nestegg_error(r) if isinstance(r, redis_errors.RedisError) else bool(r) for r in replies
         ]
-
-    def _pipeline_key(self, pipeline: str) -> str:
-        return self._key("pipeline:", pipeline)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._get_runs.call(run_id)
@@ -352,85 +245,6 @@ class RedisCheckpointStorage(RedisThreadRows):
         ids = [run_id.encode() for run_id in run_ids]
         hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
         return [run_from_hash(raw) if raw else None for raw in hashes]
-
-    async def _iter_runs(
-        self, pipeline: str | None, newest_first: bool, want: Callable[[RunRecord], bool]
-    ) -> AsyncIterator[RunRecord]:
-        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
-        read = self._client.zrevrange if newest_first else self._client.zrange
-        ids: list[bytes] = await self._call(lambda: read(index, 0, -1), idempotent=True)
-        for start in range(0, len(ids), _SCAN_BATCH):
-            batch = ids[start : start + _SCAN_BATCH]
-            hashes = await self._call(partial(self._fetch_runs, batch), idempotent=True)
-            gone = [run_id for run_id, raw in zip(batch, hashes, strict=True) if not raw]
-            if gone:  # runs whose keys Redis expired: drop their index entries
-                await self._call(partial(self._client.zrem, index, *gone), idempotent=True)
-            for raw in hashes:
-                if raw and want(run := run_from_hash(raw)):
-                    yield run
-
-    async def _fetch_runs(self, run_ids: list[bytes]) -> list[dict[bytes, bytes]]:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.hgetall(self._key("run:", run_id.decode()))
-            hashes: list[dict[bytes, bytes]] = await pipe.execute()
-        return hashes
-
-    async def list_runs(
-        self,
-        *,
-        pipeline: str | None = None,
-        statuses: Sequence[str] | None = None,
-        limit: int | None = None,
-        before: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        runs: list[RunRecord] = []
-        if limit is not None and limit <= 0:
-            return runs
-        if before is None and limit is None:
-            found = self._iter_runs(
-                pipeline, True, lambda r: statuses is None or r.status in statuses
-            )
-        else:  # a page: read the index a batch at a time, not all of it
-            # Without a status filter, a page needs only ``limit`` runs from the index.
-            batch = _SCAN_BATCH if statuses is not None or limit is None else limit
-            found = self._iter_older(pipeline, before, statuses, min(batch, _SCAN_BATCH))
-        async for run in found:
-            runs.append(run)
-            if limit is not None and len(runs) >= limit:
-                break
-        return runs
-
-    async def _iter_older(
-        self,
-        pipeline: str | None,
-        before: tuple[float, str] | None,
-        statuses: Sequence[str] | None,
-        batch_size: int,
-    ) -> AsyncIterator[RunRecord]:
-        """Runs after ``before`` (None: all) newest first, read from the index
-        ``batch_size`` at a time."""
-        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
-        at, last_id = before if before is not None else (float("inf"), "")
-        offset = 0
-        while True:
-            batch: list[tuple[bytes, float]] = await self._call(
-                partial(
-                    self._client.zrevrangebyscore,
-                    index, "+inf" if before is None else repr(at), "-inf",
-                    start=offset, num=batch_size, withscores=True,
-                ),
-                idempotent=True,
-            )  # fmt: skip
-            offset += len(batch)
-            ids = [m for m, score in batch if score < at or m.decode() < last_id]
-            hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
-            for raw in hashes:
-                run = run_from_hash(raw) if raw else None  # None: expired meanwhile
-                if run is not None and (statuses is None or run.status in statuses):
-                    yield run
-            if len(batch) < batch_size:
-                return
 
     async def claim_run(
         self,
@@ -463,7 +277,7 @@ class RedisCheckpointStorage(RedisThreadRows):
         self, claims: Sequence[tuple[str, list[Any]]]
     ) -> list[RunRecord | BaseException]:
         calls = [(self._run_keys(run_id), args) for run_id, args in claims]
-        replies = await self._scripts_many(self._claim_run, calls, idempotent=False)
+        replies = await self._conn.scripts_many(self._claim_run, calls, idempotent=False)
         return [
             outcome_of_reply(partial(_claimed, run_id), reply)
             for (run_id, _), reply in zip(claims, replies, strict=True)
@@ -485,63 +299,11 @@ class RedisCheckpointStorage(RedisThreadRows):
         """Many runs' commit scripts in one pipeline: one round trip (group commit); each
         script checks its own run's fence."""
         calls = [self._commit_call(c) for c in commits]
-        replies = await self._scripts_many(self._commit, calls, idempotent=True)
+        replies = await self._conn.scripts_many(self._commit, calls, idempotent=True)
         return [
             _error_of(reply) if isinstance(reply, BaseException) else commit_outcome(c, reply)
             for c, reply in zip(commits, replies, strict=True)
         ]
-
-    async def _scripts_many(
-        self, script: Any, calls: Sequence[tuple[Keys, Sequence[Any]]], *, idempotent: bool
-    ) -> list[Any]:
-        """``script`` run once per (keys, args), in one pipeline: one round trip; each
-        reply, or its error in its place."""
-        if getattr(self._client, "connection_pool", None) is None:  # no pool to take one from
-            return [
-                await _reply_of(self._call(partial(script, k, a), idempotent=idempotent))
-                for k, a in calls
-            ]
-        packed = b"".join(
-            command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args]) for keys, args in calls
-        )
-        send = partial(self._pipeline, packed, len(calls))
-        replies = await self._call(send, idempotent=idempotent)
-        if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
-            # Flushed from Redis: nothing ran (the first call's error stops none of the
-            # others, but each found no script); load it and send them again.
-            await self._client.script_load(script.script)
-            replies = await self._call(send, idempotent=idempotent)
-        return replies
-
-    async def _pipeline(self, packed: bytes, count: int) -> list[Any]:
-        """Send packed commands on a pool connection, and read their ``count`` replies (an
-        error reply comes back as its exception, in its place)."""
-        # A bypass of redis-py's Pipeline (`pipeline(transaction=False)`, `evalsha` per
-        # call, `execute(raise_on_error=False)`). The benchmark that needs it:
-        # bench/concurrent_runs.py, Redis, 1,000 runs x 20 steps (issue 19's target of
-        # 10,000 steps/s, not met yet). Side by side, two alternating pairs at load ~3 on
-        # 2 cores: 1,936 and 3,839 steps/s with the bypass, 1,665 and 3,012 through the
-        # Pipeline (14% and 22% fewer).
-        conn = await _take_connection(self._client.connection_pool)
-        # One asyncio.timeout bounds the whole exchange: the connection's own socket timeout
-        # would start a timer for every reply.
-        timeout, conn.socket_timeout = conn.socket_timeout, None
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                await conn.send_packed_command(packed, check_health=False)
-                replies = []
-                for _ in range(count):
-                    try:
-                        replies.append(await conn.read_response())
-                    except redis_errors.ResponseError as error:
-                        replies.append(error)
-        except BaseException:
-            await conn.disconnect()
-            raise
-        finally:
-            conn.socket_timeout = timeout
-            await self._client.connection_pool.release(conn)
-        return replies
 
     # -- reads --------------------------------------------------------------------------
 
@@ -607,7 +369,7 @@ class RedisCheckpointStorage(RedisThreadRows):
         args = [signal.name, value, "1" if replace else "0"]
         # Not retried unless replacing: a lost reply to a stored signal must not read as a
         # duplicate.
-        put = partial(self._evalsha, self._put_signal, keys, args)
+        put = partial(self._conn.evalsha, self._put_signal, keys, args)
         stored = int(await self._call(put, idempotent=replace))
         if stored < 0:
             raise run_not_found(signal.run_id)
@@ -689,20 +451,6 @@ def outcome_of_reply(parse: Callable[[Any], T], reply: Any) -> T | BaseException
 def _error_of(error: BaseException) -> BaseException:
     """A reply's error as nestegg's (a driver's error reply is mapped)."""
     return nestegg_error(error) if isinstance(error, redis_errors.RedisError) else error
-
-
-async def _reply_of(call: Awaitable[Any]) -> Any:
-    try:
-        return await call
-    except Exception as error:
-        return error
-
-
-async def _take_connection(pool: Any) -> Any:
-    try:
-        return await pool.get_connection()
-    except TypeError:  # redis-py before 5.3 wants a command name
-        return await pool.get_connection("EVALSHA")
 
 
 __all__ = ["RedisCheckpointStorage", "validate_key_prefix"]

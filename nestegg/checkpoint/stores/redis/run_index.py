@@ -1,0 +1,108 @@
+"""The Redis store's index of runs: listing runs, a page at a time or all of them.
+
+Runs are indexed in sorted sets by creation time: ``runs`` (every run) and
+``pipeline:<name>`` (a pipeline's runs). Index entries of runs whose keys Redis expired
+are dropped lazily when read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any
+
+from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.stores.redis.layout import run_from_hash
+
+SCAN_BATCH = 500
+
+
+class RedisRunIndex:
+    """Listing the runs of a :class:`~nestegg.checkpoint.stores.redis.RedisCheckpointStorage`."""
+
+    prefix: str
+    _client: Any
+    _call: Callable[..., Awaitable[Any]]
+    _key: Callable[..., str]
+
+    def _pipeline_key(self, pipeline: str) -> str:
+        return self._key("pipeline:", pipeline)
+
+    async def _iter_runs(
+        self, pipeline: str | None, newest_first: bool, want: Callable[[RunRecord], bool]
+    ) -> AsyncIterator[RunRecord]:
+        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
+        read = self._client.zrevrange if newest_first else self._client.zrange
+        ids: list[bytes] = await self._call(lambda: read(index, 0, -1), idempotent=True)
+        for start in range(0, len(ids), SCAN_BATCH):
+            batch = ids[start : start + SCAN_BATCH]
+            hashes = await self._call(partial(self._fetch_runs, batch), idempotent=True)
+            gone = [run_id for run_id, raw in zip(batch, hashes, strict=True) if not raw]
+            if gone:  # runs whose keys Redis expired: drop their index entries
+                await self._call(partial(self._client.zrem, index, *gone), idempotent=True)
+            for raw in hashes:
+                if raw and want(run := run_from_hash(raw)):
+                    yield run
+
+    async def _fetch_runs(self, run_ids: list[bytes]) -> list[dict[bytes, bytes]]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(self._key("run:", run_id.decode()))
+            hashes: list[dict[bytes, bytes]] = await pipe.execute()
+        return hashes
+
+    async def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunRecord]:
+        runs: list[RunRecord] = []
+        if limit is not None and limit <= 0:
+            return runs
+        if before is None and limit is None:
+            found = self._iter_runs(
+                pipeline, True, lambda r: statuses is None or r.status in statuses
+            )
+        else:  # a page: read the index a batch at a time, not all of it
+            # Without a status filter, a page needs only ``limit`` runs from the index.
+            batch = SCAN_BATCH if statuses is not None or limit is None else limit
+            found = self._iter_older(pipeline, before, statuses, min(batch, SCAN_BATCH))
+        async for run in found:
+            runs.append(run)
+            if limit is not None and len(runs) >= limit:
+                break
+        return runs
+
+    async def _iter_older(
+        self,
+        pipeline: str | None,
+        before: tuple[float, str] | None,
+        statuses: Sequence[str] | None,
+        batch_size: int,
+    ) -> AsyncIterator[RunRecord]:
+        """Runs after ``before`` (None: all) newest first, read from the index
+        ``batch_size`` at a time."""
+        index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
+        at, last_id = before if before is not None else (float("inf"), "")
+        offset = 0
+        while True:
+            batch: list[tuple[bytes, float]] = await self._call(
+                partial(
+                    self._client.zrevrangebyscore,
+                    index, "+inf" if before is None else repr(at), "-inf",
+                    start=offset, num=batch_size, withscores=True,
+                ),
+                idempotent=True,
+            )  # fmt: skip
+            offset += len(batch)
+            ids = [m for m, score in batch if score < at or m.decode() < last_id]
+            hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
+            for raw in hashes:
+                run = run_from_hash(raw) if raw else None  # None: expired meanwhile
+                if run is not None and (statuses is None or run.status in statuses):
+                    yield run
+            if len(batch) < batch_size:
+                return
