@@ -6,9 +6,11 @@ the ordered migrations in :mod:`~nestegg.checkpoint.stores.postgres.schema` unde
 advisory lock, so several processes may set up one database at once. A commit is one
 call of a PL/pgSQL function: one round trip, one transaction, fenced by the run row; the
 commits of many runs that arrive together are one call of another, which applies them
-set by set (group commit), each still fenced by its own run row.
-Every operation takes a connection from the pool (``pool.connection()``) and gives it
-back.
+set by set (group commit), each still fenced by its own run row
+(:mod:`~nestegg.checkpoint.stores.postgres.batches` holds these grouped operations, and
+those of run reads, creations and claims). Every operation takes a connection from the
+pool (``pool.connection()``) and gives it back; building and closing the pool and holding
+a query to its deadline are in :mod:`~nestegg.checkpoint.stores.postgres.connection`.
 
 psycopg and psycopg_pool are imported only in this package.
 """
@@ -17,22 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import hashlib
 import math
-import socket
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
-import psycopg
-import psycopg_pool
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -44,16 +40,18 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import (
-    change_set,
-    claim_refusal,
-    commit_outcome,
-    run_claimed,
-    run_exists,
-    run_not_found,
+from nestegg.checkpoint.stores.common import run_exists, run_not_found
+from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter
+from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id, run_id_of, same
+from nestegg.checkpoint.stores.postgres.connection import (
+    Connection,
+    Cursor,
+    close_at_exit,
+    describe,
+    on_cursor,
+    open_pool,
 )
-from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
-from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
+from nestegg.checkpoint.stores.postgres.errors import driver_errors
 from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS, migration_names
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
@@ -61,12 +59,11 @@ from nestegg.checkpoint.stores.postgres.schema import (
     QUERIES,
     TABLE_SUFFIXES,
     checkpoint_from_row,
-    commit_params,
     run_from_row,
     validate_table_prefix,
 )
 from nestegg.checkpoint.stores.postgres.threads import PostgresThreadRows
-from nestegg.checkpoint.stores.retry import backoff_delay, retry_unavailable
+from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
     PG_POOL_MAX_SIZE,
@@ -77,102 +74,12 @@ from nestegg.constants import (
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
-from nestegg.errors import (
-    ConfigurationError,
-    StorageError,
-    StorageUnavailableError,
-)
+from nestegg.errors import ConfigurationError
 
 T = TypeVar("T")
-Connection = Any  # psycopg.AsyncConnection[Any]
-Cursor = Any  # psycopg.AsyncCursor[Any]
 
 
-@contextmanager
-def _answer_by(conn: Connection, deadline: float) -> Iterator[None]:
-    """Cut ``conn`` off (shut its socket down, so that the query waiting on it fails at once
-    with psycopg's OperationalError) if the server has not answered by ``deadline``
-    (``time.monotonic()``); a stopped or unreachable server would keep it waiting forever."""
-
-    def cut() -> None:
-        try:
-            with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):  # already closed: the query has failed already
-            pass
-
-    loop = asyncio.get_running_loop()
-    handle = loop.call_later(max(0.0, deadline - time.monotonic()), cut)
-    try:
-        yield
-    finally:
-        handle.cancel()
-
-
-def _close_at_exit(
-    store_ref: weakref.ref[PostgresCheckpointStorage], loop: asyncio.AbstractEventLoop
-) -> None:
-    """Close the pool of a store nobody closed while its event loop can still run that:
-    else the pool's tasks are destroyed pending when the interpreter exits (with
-    ``asyncio.run`` they are cancelled already; with ``run_until_complete`` they are not)."""
-    store = store_ref()
-    if store is None or store._pool is None or loop.is_closed() or loop.is_running():
-        return
-    with contextlib.suppress(Exception):  # best effort at exit: nothing is left to tell
-        loop.run_until_complete(store.close())
-
-
-def _until(deadline: float) -> float:
-    """Seconds left before ``deadline`` (a little at least, so that a pool asked at the
-    deadline still hands over a connection it has idle)."""
-    return max(0.01, deadline - time.monotonic())
-
-
-def _describe(conninfo: str) -> str:
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        return "the configured server"
-    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
-def _same(run_id: str) -> str:
-    return run_id
-
-
-def _run_id_of(run: RunRecord) -> str:
-    return run.run_id
-
-
-def _claimed_id(params: list[Any]) -> str:
-    """The run id of a claim's parameters."""
-    return str(params[-3])
-
-
-def _create_params(run: RunRecord) -> list[Any]:
-    owner = run.owner
-    return [
-        run.run_id,
-        run.pipeline,
-        run.status,
-        run.input,
-        run.created_at,
-        run.updated_at,
-        run.fence,
-        owner.host if owner else None,
-        owner.pid if owner else None,
-        owner.started if owner else None,
-        run.lease_until,
-        run.result,
-        run.error,
-        run.step_seq,
-        run.event_seq,
-        run.parent_run,
-        run.parent_checkpoint,
-    ]
-
-
-class PostgresCheckpointStorage(PostgresThreadRows):
+class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
     """Keeps runs in PostgreSQL, shared by every process and machine that reaches it.
 
     Args:
@@ -236,7 +143,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         }
         self._connect_timeout = connect_timeout
         self._retries = retries
-        self._where = _describe(url) if url is not None else "the given pool"
+        self._where = describe(url) if url is not None else "the given pool"
         self._queries: dict[str, bytes] = {}
         self._migrations: list[list[bytes]] = []
         self._drop: list[bytes] = []
@@ -247,9 +154,9 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too, not one by one through the pool's few connections.
-        self._get_runs = GroupCalls(self._get_one, self._get_many, _same)
-        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
-        self._claims = GroupCalls(self._claim_one, self._claim_many, _claimed_id)
+        self._get_runs = GroupCalls(self._get_one, self._get_many, same)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
+        self._claims = GroupCalls(self._claim_one, self._claim_many, claimed_id)
         self._exit_hook: Callable[[], None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
@@ -261,57 +168,20 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
     # -- connections and schema -------------------------------------------------------------
 
-    async def _probe(self) -> None:
-        """Connect once, outside the pool, retrying until ``connect_timeout`` while the
-        server cannot be reached: a pool that fails only says that it timed out, where
-        psycopg's own error names the cause (refused, no such database, authentication)."""
-        deadline = time.monotonic() + self._connect_timeout
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                async with asyncio.timeout(remaining):
-                    conn = await psycopg.AsyncConnection.connect(
-                        self._url or "", connect_timeout=max(1, math.ceil(remaining))
-                    )
-                await conn.close()
-                return
-            except TimeoutError:
-                raise StorageUnavailableError(
-                    f"PostgreSQL at {self._where} is unavailable: no answer within "
-                    f"{self._connect_timeout:g} s"
-                ) from None
-            except psycopg.OperationalError as exc:
-                delay = backoff_delay(attempt)
-                if is_final(exc) or time.monotonic() + delay >= deadline:
-                    raise StorageUnavailableError(
-                        f"PostgreSQL at {self._where} is unavailable: {exc}"
-                    ) from exc
-            await asyncio.sleep(delay)
-            attempt += 1
-
     async def _open_pool(self) -> None:
         if self._pool is not None:
             return
-        await self._probe()
-        pool = psycopg_pool.AsyncConnectionPool(
+        self._pool = await open_pool(
             self._url or "",
-            open=False,
-            timeout=self._connect_timeout,
+            self._where,
+            self._connect_timeout,
             name=f"nestegg-{self.table_prefix}",
             min_size=self._min_size,
             max_size=self._max_size,
-            kwargs=self._connection_options,
+            options=self._connection_options,
         )
-        try:
-            with driver_errors(self._where):
-                await pool.open(wait=True, timeout=self._connect_timeout)
-        except BaseException:
-            await pool.close()
-            raise
-        self._pool = pool
         loop = asyncio.get_running_loop()
-        self._exit_hook = functools.partial(_close_at_exit, weakref.ref(self), loop)
+        self._exit_hook = functools.partial(close_at_exit, weakref.ref(self), loop)
         atexit.register(self._exit_hook)
 
     def _render(self, conn: Connection) -> None:
@@ -406,13 +276,6 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         await self._with_connection(drop, idempotent=True)
         self._ready = False
 
-    async def _on_cursor(self, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
-        """Run ``operation`` on a cursor of a connection from the pool, waiting for the
-        connection and for the server's answer until ``deadline`` at most."""
-        async with self._pool.connection(timeout=_until(deadline)) as conn:
-            with _answer_by(conn, deadline):
-                return await operation(conn.cursor())
-
     async def _with_connection(
         self, operation: Callable[[Cursor], Awaitable[T]], *, idempotent: bool
     ) -> T:
@@ -423,7 +286,7 @@ class PostgresCheckpointStorage(PostgresThreadRows):
 
         async def attempt() -> T:
             with driver_errors(self._where):
-                return await self._on_cursor(operation, deadline)
+                return await on_cursor(self._pool, operation, deadline)
 
         if not idempotent:
             return await attempt()
@@ -452,51 +315,8 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         if not await self._create_runs.call(run):
             raise run_exists(run.run_id)
 
-    async def _create_one(self, run: RunRecord) -> bool:
-        async def insert(cursor: Cursor) -> Any:
-            await cursor.execute(self._queries["create_run"], _create_params(run))
-            return await cursor.fetchone()
-
-        return await self._with_connection(insert, idempotent=False) is not None
-
-    async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
-        """Many runs created in one round trip (one pipeline of inserts)."""
-        params = [_create_params(run) for run in runs]
-        try:
-            rows = await self._many_returning("create_run", params, idempotent=False)
-        except StorageUnavailableError:
-            raise
-        except StorageError:  # one bad run: each alone, so that it fails alone
-            return [await outcome_of(self._create_one, run) for run in runs]
-        return [row is not None for row in rows]
-
-    async def _many_returning(
-        self, query: str, params: list[list[Any]], *, idempotent: bool
-    ) -> list[Any]:
-        """``query`` run once per parameter list, in one pipeline and one transaction (an
-        error undoes all of them, so that each can be tried alone); each one's first row."""
-
-        async def run(cursor: Cursor) -> list[Any]:
-            async with cursor.connection.transaction():
-                await cursor.executemany(self._queries[query], params, returning=True)
-            rows = [await cursor.fetchone()]
-            while cursor.nextset():
-                rows.append(await cursor.fetchone())
-            return rows
-
-        return await self._with_connection(run, idempotent=idempotent)
-
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._get_runs.call(run_id)
-
-    async def _get_one(self, run_id: str) -> RunRecord | None:
-        row = await self._fetchone("get_run", [run_id])
-        return run_from_row(row) if row else None
-
-    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
-        rows = await self._fetchall("get_runs", [list(run_ids)])
-        found = {run.run_id: run for run in map(run_from_row, rows)}
-        return [found.get(run_id) for run_id in run_ids]
 
     async def list_runs(
         self,
@@ -528,67 +348,8 @@ class PostgresCheckpointStorage(PostgresThreadRows):
         params = [owner.host, owner.pid, owner.started, lease_until, RUNNING, now]
         return await self._claims.call([*params, run_id, expected_fence, reopen])
 
-    async def _claim_one(self, params: list[Any]) -> RunRecord:
-        async def claim(cursor: Cursor) -> Any:
-            await cursor.execute(self._queries["claim_run"], params, binary=True)
-            return await cursor.fetchone()
-
-        return await self._claimed(params, await self._with_connection(claim, idempotent=False))
-
-    async def _claim_many(self, claims: Sequence[list[Any]]) -> list[RunRecord | BaseException]:
-        """Many runs claimed in one round trip (one pipeline of fenced updates)."""
-        try:
-            rows = await self._many_returning("claim_run", list(claims), idempotent=False)
-        except StorageUnavailableError:
-            raise
-        except StorageError:  # one bad claim: each alone, so that it fails alone
-            return [await outcome_of(self._claim_one, params) for params in claims]
-        return [
-            await outcome_of(functools.partial(self._claimed, params), row)
-            for params, row in zip(claims, rows, strict=True)
-        ]
-
-    async def _claimed(self, params: list[Any], row: Any) -> RunRecord:
-        """The run a claim's ``row`` holds; without one, why the claim failed."""
-        if row is not None:
-            return run_from_row(row)
-        run_id = _claimed_id(params)
-        stored = await self._fetchone("claim_state", [run_id])
-        if stored is None:
-            raise run_not_found(run_id)
-        expected_fence, reopen = params[-2:]
-        refusal = claim_refusal(run_id, stored[0], stored[1], expected_fence, reopen)
-        raise refusal or run_claimed(run_id)
-
     async def commit(self, commit: Commit) -> None:
         await self._group.commit(commit)
-
-    async def _commit_one(self, commit: Commit) -> None:
-        row = await self._fetchone("commit", commit_params(change_set(commit)))
-        outcome = commit_outcome(commit, row[0] if row else None)
-        if outcome is not None:
-            raise outcome
-
-    async def _commit_many(self, commits: Sequence[Commit]) -> list[Outcome]:
-        """Many runs' commits in one statement, one round trip (group commit), each fenced
-        on its own: one call of the group's commit function, or when a run has more than
-        one commit in the group, one call of the commit function per commit, in order. An
-        error of the statement (not of the connection) has every commit tried alone, so
-        that it fails alone."""
-        columns: list[list[Any]] = [[], [], [], []]
-        for commit in commits:
-            for column, value in zip(columns, commit_params(change_set(commit)), strict=True):
-                column.append(value)
-        try:
-            if len(set(columns[0])) == len(commits):
-                stored = (await self._fetchone("commit_many", columns))[0]
-            else:
-                stored = [row[0] for row in await self._fetchall("commit_each", columns)]
-        except StorageUnavailableError:
-            raise
-        except StorageError:
-            return [await outcome_of(self._commit_one, commit) for commit in commits]
-        return [commit_outcome(c, fence) for c, fence in zip(commits, stored, strict=True)]
 
     # -- reads --------------------------------------------------------------------------
 

@@ -1,0 +1,154 @@
+"""The PostgreSQL store's connections: building its pool, and holding each query to the
+store's deadline.
+
+:func:`open_pool` first connects once outside the pool (:func:`probe`), so that a server
+that cannot be reached is named with psycopg's own cause, then opens a
+``psycopg_pool.AsyncConnectionPool``. :func:`on_cursor` runs an operation on a cursor of
+a pooled connection, cut off (:func:`answer_by`) when the server has not answered by the
+deadline. :func:`close_at_exit` closes the pool of a store nobody closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
+import psycopg
+import psycopg_pool
+from psycopg.conninfo import conninfo_to_dict
+
+from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
+from nestegg.checkpoint.stores.retry import backoff_delay
+from nestegg.errors import StorageUnavailableError
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.postgres.store import PostgresCheckpointStorage
+
+T = TypeVar("T")
+Connection = Any  # psycopg.AsyncConnection[Any]
+Cursor = Any  # psycopg.AsyncCursor[Any]
+
+
+@contextmanager
+def answer_by(conn: Connection, deadline: float) -> Iterator[None]:
+    """Cut ``conn`` off (shut its socket down, so that the query waiting on it fails at once
+    with psycopg's OperationalError) if the server has not answered by ``deadline``
+    (``time.monotonic()``); a stopped or unreachable server would keep it waiting forever."""
+
+    def cut() -> None:
+        try:
+            with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):  # already closed: the query has failed already
+            pass
+
+    loop = asyncio.get_running_loop()
+    handle = loop.call_later(max(0.0, deadline - time.monotonic()), cut)
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
+def close_at_exit(
+    store_ref: weakref.ref[PostgresCheckpointStorage], loop: asyncio.AbstractEventLoop
+) -> None:
+    """Close the pool of a store nobody closed while its event loop can still run that:
+    else the pool's tasks are destroyed pending when the interpreter exits (with
+    ``asyncio.run`` they are cancelled already; with ``run_until_complete`` they are not)."""
+    store = store_ref()
+    if store is None or store._pool is None or loop.is_closed() or loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # best effort at exit: nothing is left to tell
+        loop.run_until_complete(store.close())
+
+
+def until(deadline: float) -> float:
+    """Seconds left before ``deadline`` (a little at least, so that a pool asked at the
+    deadline still hands over a connection it has idle)."""
+    return max(0.01, deadline - time.monotonic())
+
+
+def describe(conninfo: str) -> str:
+    """The server of ``conninfo`` as ``host:port/dbname``, for error messages."""
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "the configured server"
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+async def probe(url: str, where: str, connect_timeout: float) -> None:
+    """Connect once, outside the pool, retrying until ``connect_timeout`` while the
+    server cannot be reached: a pool that fails only says that it timed out, where
+    psycopg's own error names the cause (refused, no such database, authentication)."""
+    deadline = time.monotonic() + connect_timeout
+    attempt = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(remaining):
+                conn = await psycopg.AsyncConnection.connect(
+                    url, connect_timeout=max(1, math.ceil(remaining))
+                )
+            await conn.close()
+            return
+        except TimeoutError:
+            raise StorageUnavailableError(
+                f"PostgreSQL at {where} is unavailable: no answer within {connect_timeout:g} s"
+            ) from None
+        except psycopg.OperationalError as exc:
+            delay = backoff_delay(attempt)
+            if is_final(exc) or time.monotonic() + delay >= deadline:
+                raise StorageUnavailableError(
+                    f"PostgreSQL at {where} is unavailable: {exc}"
+                ) from exc
+        await asyncio.sleep(delay)
+        attempt += 1
+
+
+async def open_pool(
+    url: str,
+    where: str,
+    connect_timeout: float,
+    *,
+    name: str,
+    min_size: int,
+    max_size: int,
+    options: dict[str, Any],
+) -> Any:
+    """An open pool of connections to ``url`` (each made with ``options``), after
+    :func:`probe` found the server."""
+    await probe(url, where, connect_timeout)
+    pool = psycopg_pool.AsyncConnectionPool(
+        url,
+        open=False,
+        timeout=connect_timeout,
+        name=name,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs=options,
+    )
+    try:
+        with driver_errors(where):
+            await pool.open(wait=True, timeout=connect_timeout)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+async def on_cursor(pool: Any, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:
+    """Run ``operation`` on a cursor of a connection from ``pool``, waiting for the
+    connection and for the server's answer until ``deadline`` at most."""
+    async with pool.connection(timeout=until(deadline)) as conn:
+        with answer_by(conn, deadline):
+            return await operation(conn.cursor())
