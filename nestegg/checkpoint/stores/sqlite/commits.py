@@ -14,7 +14,13 @@ import sqlite3
 from collections.abc import Sequence
 
 from nestegg.checkpoint.records import Commit
-from nestegg.checkpoint.stores.common import ChangeSet, change_set, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    ChangeSet,
+    change_set,
+    commit_outcome,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.group import Outcome
 from nestegg.checkpoint.stores.sqlite.blocks import (
     blocks_completed,
@@ -141,11 +147,7 @@ def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, t
 def _fence_outcome(commit: Commit, found: dict[str, tuple[int, int]]) -> Outcome:
     """The error of ``commit`` if its run is gone or its fence moved on, else None."""
     key_and_fence = found.get(commit.run_id)
-    if key_and_fence is None:
-        return run_not_found(commit.run_id)
-    if key_and_fence[1] != commit.fence:
-        return stale_fence(commit.run_id, key_and_fence[1], commit.fence)
-    return None
+    return commit_outcome(commit, None if key_and_fence is None else key_and_fence[1])
 
 
 def _commit_each(
