@@ -124,31 +124,34 @@ class GroupCalls(Generic[T, R]):
     def _next(self) -> None:
         """Start batches of the waiting calls while fewer than ``in_flight`` are under way."""
         while self._queue and self._in_flight < self._max_in_flight:
-            batch = self._take()
+            batch, keys = self._take()
             if not batch:
                 return
             self._in_flight += 1
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            task = asyncio.get_running_loop().create_task(self._flush(batch, keys))
             self._flushing.add(task)
             task.add_done_callback(self._flushing.discard)
 
-    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
-        """The next batch: the oldest waiting calls, at most ``max_batch``, but none of a key
-        under way (a run's calls are made one after the other, in order)."""
+    def _take(self) -> tuple[list[tuple[T, asyncio.Future[R]]], set[str]]:
+        """The next batch and its keys: the oldest waiting calls, at most ``max_batch``, but
+        none of a key under way (a run's calls are made one after the other, in order)."""
         batch: list[tuple[T, asyncio.Future[R]]] = []
+        keys: set[str] = set()
         left: list[tuple[T, asyncio.Future[R]]] = []
         for call in self._queue:
             if call[1].cancelled():
                 continue
-            if len(batch) < self._max_batch and self._key(call[0]) not in self._flying:
+            key = self._key(call[0])
+            if len(batch) < self._max_batch and key not in self._flying:
                 batch.append(call)
+                keys.add(key)
             else:
                 left.append(call)
         self._queue = left
-        self._flying.update(self._key(item) for item, _ in batch)
-        return batch
+        self._flying |= keys
+        return batch, keys
 
-    async def _flush(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+    async def _flush(self, batch: list[tuple[T, asyncio.Future[R]]], keys: set[str]) -> None:
         stopped: BaseException | None = None
         try:
             if len(batch) == 1:
@@ -159,7 +162,7 @@ class GroupCalls(Generic[T, R]):
             outcomes = [error] * len(batch)
             stopped = None if isinstance(error, Exception) else error
         self._in_flight -= 1
-        self._flying.difference_update(self._key(item) for item, _ in batch)
+        self._flying -= keys
         self._settled(batch)
         self._next()
         for (_, future), outcome in zip(batch, outcomes, strict=True):
