@@ -190,6 +190,56 @@ async def test_a_group_writes_journals_prunes_and_different_run_fields_together(
     await store.close()
 
 
+async def test_no_statement_of_a_group_commit_reads_a_whole_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement finds its rows by key: a scan would cost every group commit time in
+    proportion to all the runs and checkpoints the store holds."""
+    executed: list[tuple[str, Any]] = []
+    inner = sqlite_store.commit_batch
+
+    class Noted(CountedConnection):
+        def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+            executed.append((sql, params))
+            return self.conn.execute(sql, params)
+
+    def noted(conn: sqlite3.Connection, commits: Any, *args: Any) -> Any:
+        return inner(Noted(conn, []), commits, *args)
+
+    monkeypatch.setattr(sqlite_store, "commit_batch", noted)
+    path = tmp_path / "n.db"
+    store = SQLiteCheckpointStorage(path)
+    runs = [await create(store, run_id=f"keyed-{i:02d}") for i in range(RUNS)]
+    first = [make_checkpoint(run.run_id, 1) for run in runs]
+
+    def second(run: RunRecord, pruned: Any) -> Any:
+        journal = [make_journal(run.run_id, 2, 0)]
+        return _step(run, 2, prune=[pruned.checkpoint_id], journal=journal)
+
+    pairs = list(zip(runs, first, strict=True))
+    await asyncio.gather(*(store.commit(make_commit(r, checkpoints=[c])) for r, c in pairs))
+    await asyncio.gather(*(store.commit(second(run, pruned)) for run, pruned in pairs))
+    assert [c.seq for c in await store.list_checkpoints(runs[1].run_id)] == [2]
+    await store.close()
+    plans: dict[str, list[str]] = {}
+    with sqlite3.connect(path) as conn:
+        for sql, params in executed:
+            if sql.split()[0] in ("INSERT", "UPDATE", "DELETE", "SELECT"):
+                plan = conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+                plans[sql.split("(")[0]] = [row[3] for row in plan]
+    assert any(head.startswith("DELETE FROM checkpoints") for head in plans), plans
+    for head, plan in plans.items():
+        assert not [step for step in plan if _is_table_scan(step)], (head, plan)
+
+
+def _is_table_scan(step: str) -> bool:
+    """A step of a query plan that reads a whole table or index (not the statement's own
+    ``VALUES`` rows: ``v``, a subquery or the constant rows themselves)."""
+    if not step.startswith("SCAN ") or "CONSTANT ROWS" in step:
+        return False
+    return step.split()[1] != "v" and not step.startswith("SCAN (subquery")
+
+
 async def test_two_commits_of_one_run_in_a_group_land_in_order_beside_the_others(
     tmp_path: Path, batches: list[tuple[int, int, list[str]]]
 ) -> None:

@@ -57,6 +57,15 @@ _KEYED = (
 )
 """Rows ``(run_id, seq, ...)`` turned into ``(run_key * SEQ_SPAN + seq, ...)``."""
 
+_DELETE_CHECKPOINTS = (
+    f"DELETE FROM {CHECKPOINTS} WHERE checkpoint_id IN (SELECT c.checkpoint_id FROM (VALUES "
+)
+_DELETE_CHECKPOINTS_TAIL = (
+    f") AS v JOIN {CHECKPOINTS} AS c ON c.checkpoint_id = v.column1 AND c.run_id = v.column2)"
+)
+"""Rows ``(checkpoint_id, run_id)`` deleted, each found by its key (a plain ``(checkpoint_id,
+run_id) IN (VALUES ...)`` scans every checkpoint of every run)."""
+
 
 class Unmatched(Exception):
     """A run's row did not match its commit's run id and fence (gone, or fenced off)."""
@@ -109,8 +118,7 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
     )
     _write_rows(conn, limit, _plain(insert_checkpoints, 6), checkpoints)
     pruned = [(checkpoint_id, c.run_id) for c in changes for checkpoint_id in c.prune]
-    delete = f"DELETE FROM {CHECKPOINTS} WHERE (checkpoint_id, run_id) IN (VALUES "
-    _write_rows(conn, limit, (delete, ")", 2), pruned)
+    _write_rows(conn, limit, (_DELETE_CHECKPOINTS, _DELETE_CHECKPOINTS_TAIL, 2), pruned)
 
 
 def _write_keyed(
