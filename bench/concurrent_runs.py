@@ -18,7 +18,9 @@ its commit: by Little's law the wait of a run is about N / (steps/s), 100 ms for
 runs at 10,000 steps/s, however fast the store writes. The commit latency is the store's
 part of it. ``--think MS`` makes every step first wait about MS milliseconds (uniformly
 0.5 to 1.5 times MS), as a step waits on a model: the rows then show the commit latency
-of a process that is not saturated.
+of a process that is not saturated. ``--held N`` fills each row's store first with N finished
+runs of one step each, as a store in use holds them: the rows then show whether a commit
+costs more in a store that holds more.
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -30,6 +32,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
+        [--held 0]
 """
 
 from __future__ import annotations
@@ -177,8 +180,23 @@ def loop_clutch(
     return clutch
 
 
-async def one_row(store_name: str, runs: int, steps: int, rep: int, think: float) -> Row:
+async def hold_runs(store: Any, count: int) -> None:
+    """Fill ``store`` with ``count`` finished runs of one step each, 1,000 at a time."""
+    clutch = loop_clutch(store, 1)
+    for start in range(0, count, 1000):
+        await asyncio.gather(
+            *(
+                clutch.run(START_INPUT, run_id=f"held-{i}", timeout=LARGE_TIMEOUT)
+                for i in range(start, min(count, start + 1000))
+            )
+        )
+
+
+async def one_row(
+    store_name: str, runs: int, steps: int, rep: int, think: float, held: int = 0
+) -> Row:
     async with STORES[store_name]() as store:
+        await hold_runs(store, held)
         waits = time_waits(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
@@ -238,7 +256,8 @@ async def main(args: argparse.Namespace) -> None:
     for store_name in args.stores:
         table = Table(
             f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row"
-            + (f", each step waits ~{args.think:g} ms first" if args.think else ""),
+            + (f", each step waits ~{args.think:g} ms first" if args.think else "")
+            + (f", the store holding {args.held:,} finished runs" if args.held else ""),
             [
                 "runs x steps",
                 "steps/s",
@@ -255,7 +274,8 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 for rep in range(args.reps):
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
-                    rows.append(await one_row(store_name, runs, steps, rep, args.think / 1e3))
+                    row = await one_row(store_name, runs, steps, rep, args.think / 1e3, args.held)
+                    rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
                     [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 5
@@ -300,6 +320,7 @@ if __name__ == "__main__":
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--think", type=float, default=0.0, help="ms a step waits first")
+    parser.add_argument("--held", type=int, default=0, help="finished runs in the store first")
     parser.add_argument("--idle-child", nargs=2, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.idle_child:
