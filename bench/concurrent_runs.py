@@ -20,7 +20,9 @@ part of it. ``--think MS`` makes every step first wait about MS milliseconds (un
 0.5 to 1.5 times MS), as a step waits on a model: the rows then show the commit latency
 of a process that is not saturated. ``--held N`` fills each row's store first with N finished
 runs of one step each, as a store in use holds them: the rows then show whether a commit
-costs more in a store that holds more.
+costs more in a store that holds more. ``--no-gc`` times the rows with Python's cyclic
+garbage collector off (``gc.disable()``, which a service would not do): beside the same rows
+with it on, it shows what the collector's pauses add to the commit latency's tail.
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -32,7 +34,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
-        [--held 0]
+        [--held 0] [--no-gc]
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,19 @@ REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/
 POLICY = CheckpointPolicy(every_n_steps=1, keep_latest=3, durability="sync")
 DEFAULT_RUNS = (1, 100, 1000, 10_000)
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@contextmanager
+def collector_off(off: bool) -> Iterator[None]:
+    """The cyclic garbage collector off inside, if ``off``."""
+    if not off:
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def rss_bytes() -> int:
@@ -193,14 +208,20 @@ async def hold_runs(store: Any, count: int) -> None:
 
 
 async def one_row(
-    store_name: str, runs: int, steps: int, rep: int, think: float, held: int = 0
+    store_name: str,
+    runs: int,
+    steps: int,
+    rep: int,
+    think: float,
+    held: int = 0,
+    no_gc: bool = False,
 ) -> Row:
     async with STORES[store_name]() as store:
         await hold_runs(store, held)
         waits = time_waits(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
-        with commit_latencies() as latencies:
+        with commit_latencies() as latencies, collector_off(no_gc):
             start, cpu = time.perf_counter(), time.process_time()
             results = await asyncio.gather(
                 *(
@@ -257,7 +278,8 @@ async def main(args: argparse.Namespace) -> None:
         table = Table(
             f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row"
             + (f", each step waits ~{args.think:g} ms first" if args.think else "")
-            + (f", the store holding {args.held:,} finished runs" if args.held else ""),
+            + (f", the store holding {args.held:,} finished runs" if args.held else "")
+            + (", the garbage collector off" if args.no_gc else ""),
             [
                 "runs x steps",
                 "steps/s",
@@ -274,7 +296,8 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 for rep in range(args.reps):
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
-                    row = await one_row(store_name, runs, steps, rep, args.think / 1e3, args.held)
+                    think = args.think / 1e3
+                    row = await one_row(store_name, runs, steps, rep, think, args.held, args.no_gc)
                     rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
@@ -321,6 +344,7 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--think", type=float, default=0.0, help="ms a step waits first")
     parser.add_argument("--held", type=int, default=0, help="finished runs in the store first")
+    parser.add_argument("--no-gc", action="store_true", help="the rows with gc.disable()")
     parser.add_argument("--idle-child", nargs=2, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.idle_child:
