@@ -50,8 +50,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from harness import (
 
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, SQLiteCheckpointStorage
+from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.stores.group import commit_latencies
 from nestegg.errors import NestEggError
 
@@ -80,19 +81,6 @@ REDIS_URL = os.environ.get("NESTEGG_TEST_REDIS_URL") or "redis://127.0.0.1:6379/
 POLICY = CheckpointPolicy(every_n_steps=1, keep_latest=3, durability="sync")
 DEFAULT_RUNS = (1, 100, 1000, 10_000)
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-@contextmanager
-def collector_off(off: bool) -> Iterator[None]:
-    """The cyclic garbage collector off inside, if ``off``."""
-    if not off:
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def rss_bytes() -> int:
@@ -221,7 +209,7 @@ async def one_row(
         waits = time_waits(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
-        with commit_latencies() as latencies, collector_off(no_gc):
+        with commit_latencies() as latencies, collector_paused() if no_gc else nullcontext():
             start, cpu = time.perf_counter(), time.process_time()
             results = await asyncio.gather(
                 *(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +42,21 @@ def _step(run: RunRecord, seq: int, **fields: Any) -> Any:
 
 
 class CountedConnection:
-    """A connection that notes the statements the store runs on it."""
+    """A connection that notes the statements the store runs on it (and, given a list for
+    them, their parameters)."""
 
-    def __init__(self, conn: sqlite3.Connection, statements: list[str]) -> None:
-        self.conn, self.statements = conn, statements
+    def __init__(
+        self, conn: sqlite3.Connection, statements: list[str], params: list[Any] | None = None
+    ) -> None:
+        self.conn, self.statements, self.params = conn, statements, params
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         self.statements.append(sql)
+        if self.params is not None:
+            self.params.append(params)
         return self.conn.execute(sql, params)
 
 
@@ -195,16 +201,12 @@ async def test_no_statement_of_a_group_commit_reads_a_whole_table(
 ) -> None:
     """Each statement finds its rows by key: a scan would cost every group commit time in
     proportion to all the runs and checkpoints the store holds."""
-    executed: list[tuple[str, Any]] = []
+    statements: list[str] = []
+    params: list[Any] = []
     inner = sqlite_store.commit_batch
 
-    class Noted(CountedConnection):
-        def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-            executed.append((sql, params))
-            return self.conn.execute(sql, params)
-
     def noted(conn: sqlite3.Connection, commits: Any, *args: Any) -> Any:
-        return inner(Noted(conn, []), commits, *args)
+        return inner(CountedConnection(conn, statements, params), commits, *args)
 
     monkeypatch.setattr(sqlite_store, "commit_batch", noted)
     path = tmp_path / "n.db"
@@ -222,10 +224,10 @@ async def test_no_statement_of_a_group_commit_reads_a_whole_table(
     assert [c.seq for c in await store.list_checkpoints(runs[1].run_id)] == [2]
     await store.close()
     plans: dict[str, list[str]] = {}
-    with sqlite3.connect(path) as conn:
-        for sql, params in executed:
+    with closing(sqlite3.connect(path)) as conn:
+        for sql, values in zip(statements, params, strict=True):
             if sql.split()[0] in ("INSERT", "UPDATE", "DELETE", "SELECT"):
-                plan = conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+                plan = conn.execute("EXPLAIN QUERY PLAN " + sql, values).fetchall()
                 plans[sql.split("(")[0]] = [row[3] for row in plan]
     assert any(head.startswith("DELETE FROM checkpoints") for head in plans), plans
     for head, plan in plans.items():
