@@ -13,6 +13,7 @@ from typing import Any, NoReturn, Protocol
 
 from nestegg import telemetry
 from nestegg.agents import AgentNode, to_plain, to_typed
+from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.constants import (
     OUTCOME_COMPLETED,
     OUTCOME_HANDOVER,
@@ -288,6 +289,7 @@ class RunExecution:
         step = telemetry.step_runner(self)
         try:
             while ctx.state.turn < self.max_turns:
+                raise_if_cancel_requested()  # a cancellation a library lost in the last step
                 await self.recorder.boundary()
                 agent = await self._next_agent()
                 if agent is None or await step(agent):

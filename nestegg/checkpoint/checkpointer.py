@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
+from nestegg.cancellation import cancel_requested
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
@@ -151,7 +152,7 @@ class Checkpointer:
 
     async def _beat(self) -> None:
         interval = self.lease_seconds / 3
-        while True:
+        while not cancel_requested():  # stopped, also if a library lost the cancellation
             await asyncio.sleep(interval)
             renewal = Commit(self.run_id, self.fence, lease_until=self.clock() + self.lease_seconds)
             try:
@@ -278,7 +279,7 @@ class Checkpointer:
 
     async def _write_behind(self) -> None:
         assert self.queue is not None
-        while True:
+        while not cancel_requested():  # stopped, also if a library lost the cancellation
             commit, saved = await self.queue.get()
             try:
                 if self.writer_error is None:

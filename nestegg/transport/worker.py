@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
+from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
@@ -175,6 +176,7 @@ class Worker:
                 await slots.acquire()
                 try:
                     delivery = await anext(deliveries)
+                    raise_if_cancel_requested()  # the read went on though the worker stops
                 except BaseException:
                     slots.release()
                     raise
@@ -205,7 +207,7 @@ class Worker:
                 self.in_flight.discard(task)
 
     async def _sweep_forever(self) -> None:
-        while True:
+        while not cancel_requested():  # stopped, also if a library lost the cancellation
             await asyncio.sleep(self.sweep_interval)
             try:
                 await self.sweep()
