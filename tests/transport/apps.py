@@ -11,8 +11,11 @@ least).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import random
+import signal
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -63,6 +66,28 @@ def config(clock: Callable[[], float] = time.time) -> CheckpointConfig:
 
 
 _counters: dict[Any, Any] = {}
+
+
+def _dump_stacks(signum: int, frame: Any) -> None:
+    """Write every thread's stack and every asyncio task's to stderr (SIGUSR1: what a
+    test that waited too long for a worker shows; see WorkerProcess.wait)."""
+    faulthandler.dump_traceback(all_threads=True)
+    try:
+        tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    except RuntimeError:
+        return
+    for task in tasks:
+        print(f"{task!r} awaits:", file=sys.stderr)
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                print(f"  {frame.f_code.co_filename}:{frame.f_lineno}", file=sys.stderr)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    sys.stderr.flush()
+
+
+signal.signal(signal.SIGUSR1, _dump_stacks)
 
 
 def counter() -> Any:

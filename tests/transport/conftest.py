@@ -31,6 +31,8 @@ RABBITMQ_URL_ENV = "NESTEGG_TEST_RABBITMQ_URL"
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_START_TIMEOUT_S = 15.0
+STACK_DUMP_WAIT_S = 2.0
+"""Seconds a worker that did not exit gets to write its stacks before it is killed."""
 BROKERS = ("redis", "rabbitmq")
 
 
@@ -134,8 +136,21 @@ class WorkerProcess:
         self.process.send_signal(signal.SIGTERM)
 
     def wait(self, timeout: float) -> int:
-        """Its exit code, waiting up to ``timeout`` seconds."""
-        return self.process.wait(timeout=timeout)
+        """Its exit code, waiting up to ``timeout`` seconds.
+
+        Raises:
+            AssertionError: it still runs then; with its threads' and tasks' stacks
+                (SIGUSR1, see tests.transport.apps) and what it wrote to stderr.
+        """
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(STACK_DUMP_WAIT_S)
+            self.kill()
+            raise AssertionError(
+                f"worker {self.process.pid} still ran {timeout} s later:\n{self.errors()}"
+            ) from None
 
     def errors(self) -> str:
         """What it wrote to stderr (once it exited)."""
