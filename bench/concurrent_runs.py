@@ -23,6 +23,8 @@ runs of one step each, as a store in use holds them: the rows then show whether 
 costs more in a store that holds more. ``--no-gc`` times the rows with Python's cyclic
 garbage collector off (``gc.disable()``, which a service would not do): beside the same rows
 with it on, it shows what the collector's pauses add to the commit latency's tail.
+``--gc-freeze`` moves what is alive before each row (modules, the store, the Clutch) out of
+the collector's reach first (``gc.freeze()``, as a service may do once it has started).
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -34,7 +36,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
-        [--held 0] [--no-gc]
+        [--held 0] [--no-gc | --gc-freeze]
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,30 @@ def loop_clutch(
     return clutch
 
 
+@contextmanager
+def collector_frozen() -> Iterator[None]:
+    """The objects alive now (modules, the store, the Clutch) moved out of the collector's
+    reach for the block (``gc.freeze()``): a full collection then visits only the objects
+    made since."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+COLLECTOR: dict[str, Callable[[], AbstractContextManager[None]]] = {
+    "on": nullcontext,
+    "off": collector_paused,
+    "freeze": collector_frozen,
+}
+COLLECTOR_TITLES = {
+    "on": "",
+    "off": ", the garbage collector off",
+    "freeze": ", what was alive before frozen (gc.freeze())",
+}
+
+
 async def hold_runs(store: Any, count: int) -> None:
     """Fill ``store`` with ``count`` finished runs of one step each, 1,000 at a time."""
     clutch = loop_clutch(store, 1)
@@ -202,14 +228,14 @@ async def one_row(
     rep: int,
     think: float,
     held: int = 0,
-    no_gc: bool = False,
+    collector: str = "on",
 ) -> Row:
     async with STORES[store_name]() as store:
         await hold_runs(store, held)
         waits = time_waits(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
-        with commit_latencies() as latencies, collector_paused() if no_gc else nullcontext():
+        with commit_latencies() as latencies, COLLECTOR[collector]():
             start, cpu = time.perf_counter(), time.process_time()
             results = await asyncio.gather(
                 *(
@@ -267,7 +293,7 @@ async def main(args: argparse.Namespace) -> None:
             f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row"
             + (f", each step waits ~{args.think:g} ms first" if args.think else "")
             + (f", the store holding {args.held:,} finished runs" if args.held else "")
-            + (", the garbage collector off" if args.no_gc else ""),
+            + COLLECTOR_TITLES[args.collector],
             [
                 "runs x steps",
                 "steps/s",
@@ -285,7 +311,9 @@ async def main(args: argparse.Namespace) -> None:
                 for rep in range(args.reps):
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
                     think = args.think / 1e3
-                    row = await one_row(store_name, runs, steps, rep, think, args.held, args.no_gc)
+                    row = await one_row(
+                        store_name, runs, steps, rep, think, args.held, args.collector
+                    )
                     rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
@@ -332,7 +360,22 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--think", type=float, default=0.0, help="ms a step waits first")
     parser.add_argument("--held", type=int, default=0, help="finished runs in the store first")
-    parser.add_argument("--no-gc", action="store_true", help="the rows with gc.disable()")
+    collector = parser.add_mutually_exclusive_group()
+    collector.add_argument(
+        "--no-gc",
+        dest="collector",
+        action="store_const",
+        const="off",
+        default="on",
+        help="the rows with gc.disable()",
+    )
+    collector.add_argument(
+        "--gc-freeze",
+        dest="collector",
+        action="store_const",
+        const="freeze",
+        help="the rows with what was alive before them frozen (gc.freeze())",
+    )
     parser.add_argument("--idle-child", nargs=2, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.idle_child:

@@ -24,6 +24,7 @@ from nestegg.errors import (
     InvalidIdentifierError,
     RunLockedError,
     StaleOwnerError,
+    StorageError,
     StorageUnavailableError,
 )
 from nestegg.testing.builders import (
@@ -315,6 +316,33 @@ async def test_scripts_flushed_from_redis_are_loaded_again(
     await commit_steps(store, run, range(3, 5), checkpoints=True)
     assert [s.seq for s in await store.load_steps(run.run_id)] == [1, 2, 3, 4]
     assert len(await store.list_checkpoints(run.run_id)) == 4
+
+
+async def test_scripts_sent_while_the_kept_connection_is_busy(redis_url: str, client: Any) -> None:
+    from nestegg.checkpoint.stores.redis.connection import RedisConnection
+
+    connection = RedisConnection(redis_url, max_connections=4, connect_timeout=5.0, retries=0)
+    echo = connection.client.register_script("return {ARGV[1], KEYS[1]}")
+    fails = connection.client.register_script("return redis.error_reply('no such thing')")
+    try:
+        for flushed in (False, True):
+            if flushed:
+                await client.script_flush()  # not there: the busy path loads it again
+            # The first call takes the kept connection; the others, sent while it is busy,
+            # go out packed on other pool connections.
+            replies = await asyncio.gather(
+                *(connection.script(echo, [f"k{i}"], [i]) for i in range(3))
+            )
+            assert replies == [[str(i).encode(), f"k{i}".encode()] for i in range(3)]
+        first, second = await asyncio.gather(
+            connection.script(echo, ["k"], [1]),
+            connection.script(fails, [], []),
+            return_exceptions=True,
+        )
+        assert first == [b"1", b"k"]
+        assert isinstance(second, StorageError) and "no such thing" in str(second)
+    finally:
+        await connection.close()
 
 
 @pytest.mark.parametrize("max_connections", [1, 2])

@@ -99,7 +99,7 @@ class RedisConnection:
 
     async def evalsha(self, script: Any, keys: Keys, args: Sequence[Any]) -> Any:
         """One EVALSHA of an idempotent script, packed here and sent on the kept
-        connection when it is free, else through the client."""
+        connection when it is free, else on another pool connection."""
         # A bypass of redis-py's Script call. The benchmark that needs it:
         # bench/server_store_commit.py (its Redis part: 1 run x 1000 sequential commits),
         # the per-step commit under the target of bench/server_stores.py in
@@ -109,9 +109,19 @@ class RedisConnection:
         # vs 516/2087/1469 us (three alternating pairs, load average ~10 on 2 cores): the
         # Script call made the median commit 1.4x to 5.2x slower, too close to the target
         # to drop the bypass until a quiet run of that benchmark shows it within it.
-        if self._pool is None or self._held_busy:
+        if self._pool is None:
             return await script(keys, args)
         command = command_bytes(["EVALSHA", script.sha, len(keys), *keys, *args])
+        if self._held_busy:
+            # Packed on another pool connection, bounded by asyncio.timeout: redis-py's own
+            # send goes through asyncio.wait_for, which can lose a cancellation on Python
+            # 3.11 (see nestegg/cancellation.py), and costs more CPU.
+            (reply,) = await self._pipeline(command, 1)
+            if isinstance(reply, redis_errors.NoScriptError):  # flushed: the client loads it
+                return await script(keys, args)
+            if isinstance(reply, redis_errors.ResponseError):
+                raise reply
+            return reply
         self._held_busy = True
         try:
             reused = self._held is not None
