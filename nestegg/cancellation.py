@@ -15,22 +15,25 @@ nestegg look at it once per turn, where they would otherwise have waited again.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
-def cancel_requested() -> bool:
-    """Whether the current task was cancelled and the cancellation did not reach it as
-    ``CancelledError`` (a library lost it), so that it should stop now."""
-    task = asyncio.current_task()
+def cancel_requested(task: asyncio.Task[Any] | None = None) -> bool:
+    """Whether ``task`` (None: the current one) was cancelled and the cancellation did not
+    reach it as ``CancelledError`` (a library lost it), so that it should stop now."""
+    if task is None:
+        task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
 
 
-def raise_if_cancel_requested() -> None:
-    """Raise ``CancelledError`` if the current task's cancellation was lost on the way.
+def raise_if_cancel_requested(task: asyncio.Task[Any] | None = None) -> None:
+    """Raise ``CancelledError`` if the cancellation of ``task`` (None: the current one; a
+    loop that runs often passes its task, found once) was lost on the way.
 
     Raises:
         asyncio.CancelledError: the task was cancelled (see :func:`cancel_requested`).
     """
-    if cancel_requested():
+    if cancel_requested(task):
         raise asyncio.CancelledError
 
 

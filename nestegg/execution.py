@@ -287,9 +287,10 @@ class RunExecution:
         ctx = self.ctx
         set_context(ctx)
         step = telemetry.step_runner(self)
+        task = asyncio.current_task()
         try:
             while ctx.state.turn < self.max_turns:
-                raise_if_cancel_requested()  # a cancellation a library lost in the last step
+                raise_if_cancel_requested(task)  # a cancellation a library lost in a step
                 await self.recorder.boundary()
                 agent = await self._next_agent()
                 if agent is None or await step(agent):
