@@ -10,8 +10,10 @@ all threads) per step, which a machine shared with other work changes less than 
 time, p50 and p99 of one step commit, from its arrival at the store until it is written
 (durable, its outcome known: ``nestegg.checkpoint.stores.group.commit_latencies``), the
 p99 of the wait of the run itself from the commit's start until it goes on (as the
-checkpointer awaits ``store.commit``; it also waits for its turn on the event loop), and
-the process's RSS at the end. ``uptime``'s load averages are printed with each table.
+checkpointer awaits ``store.commit``; it also waits for its turn on the event loop), the
+full collections of Python's cyclic garbage collector during the row (how many, the
+median pause and the longest: the event loop stops meanwhile), and the process's RSS at
+the end. ``uptime``'s load averages are printed with each table.
 
 With N runs and no wait between steps, every run spends nearly all its time waiting on
 its commit: by Little's law the wait of a run is about N / (steps/s), 100 ms for 1,000
@@ -99,6 +101,7 @@ class Row:
     latencies: list[float]
     waits: list[float]
     rss: int
+    full_collections: list[float]
 
 
 @asynccontextmanager
@@ -159,6 +162,28 @@ def time_waits(store: Any) -> list[float]:
 
     store.commit = timed_commit
     return latencies
+
+
+@contextmanager
+def full_collections() -> Iterator[list[float]]:
+    """The seconds each full collection of the cyclic garbage collector (generation 2)
+    takes while open: the event loop stops for as long."""
+    paused: list[float] = []
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            paused.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(timed)
+    try:
+        yield paused
+    finally:
+        gc.callbacks.remove(timed)
 
 
 def loop_clutch(
@@ -235,7 +260,11 @@ async def one_row(
         waits = time_waits(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
-        with commit_latencies() as latencies, COLLECTOR[collector]():
+        with (
+            commit_latencies() as latencies,
+            full_collections() as paused,
+            COLLECTOR[collector](),
+        ):
             start, cpu = time.perf_counter(), time.process_time()
             results = await asyncio.gather(
                 *(
@@ -246,7 +275,7 @@ async def one_row(
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if any(r["turn"] != steps for r in results):
             raise AssertionError("a run did not complete all its steps")
-        return Row(seconds, cpu, runs * steps, list(latencies), waits, rss_bytes())
+        return Row(seconds, cpu, runs * steps, list(latencies), waits, rss_bytes(), paused)
 
 
 async def idle_runs(store_name: str, runs: int) -> float:
@@ -280,6 +309,16 @@ def idle_in_child(store_name: str, runs: int) -> float:
     return float(done.stdout)
 
 
+def collections_text(rows: list[Row]) -> str:
+    """``count x median (longest)`` of the full collections of a row, medians of rows."""
+    counts = [len(r.full_collections) for r in rows]
+    if not any(counts):
+        return "none"
+    typical = median([median(r.full_collections) for r in rows if r.full_collections])
+    longest = median([max(r.full_collections) for r in rows if r.full_collections])
+    return f"{median(counts):g} x {fmt_ms(typical)} ({fmt_ms(longest)})"
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
@@ -301,6 +340,7 @@ async def main(args: argparse.Namespace) -> None:
                 "p50 commit",
                 "p99 commit",
                 "p99 run waits",
+                "full collections",
                 "RSS at end",
             ],
         )
@@ -317,7 +357,7 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
-                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 5
+                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 6
                 )
                 progress(table.rows[-1][1])
                 continue
@@ -329,6 +369,7 @@ async def main(args: argparse.Namespace) -> None:
                     fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
                     fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
                     fmt_ms(median([percentile(r.waits, 0.99) for r in rows])),
+                    collections_text(rows),
                     f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
                 ]
             )

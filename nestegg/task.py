@@ -78,7 +78,10 @@ class ClutchTask:
             TimeoutError: not finished in time (the run goes on).
             RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
         """
-        return await asyncio.wait_for(asyncio.shield(self._task), timeout=timeout)
+        # Not asyncio.wait_for: on Python 3.11 it can lose the caller's cancellation (see
+        # nestegg/cancellation.py), and it keeps more objects alive per run while it waits.
+        async with asyncio.timeout(timeout):
+            return await asyncio.shield(self._task)
 
     async def stream(
         self, queue: asyncio.Queue[StepEvent] | None = None
