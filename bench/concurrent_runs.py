@@ -26,7 +26,10 @@ costs more in a store that holds more. ``--no-gc`` times the rows with Python's 
 garbage collector off (``gc.disable()``, which a service would not do): beside the same rows
 with it on, it shows what the collector's pauses add to the commit latency's tail.
 ``--gc-freeze`` moves what is alive before each row (modules, the store, the Clutch) out of
-the collector's reach first (``gc.freeze()``, as a service may do once it has started).
+the collector's reach first (``gc.freeze()``, as a service may do once it has started);
+``--gc-threshold N`` sets the collector's first threshold to N allocations
+(``gc.set_threshold``; Python's default is 700), so that fewer objects of the steps under way
+live through a young collection and reach the oldest generation.
 
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
@@ -38,7 +41,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
-        [--held 0] [--no-gc | --gc-freeze]
+        [--held 0] [--no-gc | --gc-freeze] [--gc-threshold N]
 """
 
 from __future__ import annotations
@@ -222,6 +225,20 @@ def collector_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+@contextmanager
+def young_threshold(allocations: int | None) -> Iterator[None]:
+    """The collector's first threshold (``gc.set_threshold``: allocations between two
+    collections of the youngest generation) set to ``allocations`` for the block (None:
+    unchanged)."""
+    kept = gc.get_threshold()
+    if allocations is not None:
+        gc.set_threshold(allocations, *kept[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*kept)
+
+
 COLLECTOR: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "on": nullcontext,
     "off": collector_paused,
@@ -254,6 +271,7 @@ async def one_row(
     think: float,
     held: int = 0,
     collector: str = "on",
+    threshold: int | None = None,
 ) -> Row:
     async with STORES[store_name]() as store:
         await hold_runs(store, held)
@@ -264,6 +282,7 @@ async def one_row(
             commit_latencies() as latencies,
             full_collections() as paused,
             COLLECTOR[collector](),
+            young_threshold(threshold),
         ):
             start, cpu = time.perf_counter(), time.process_time()
             results = await asyncio.gather(
@@ -332,7 +351,12 @@ async def main(args: argparse.Namespace) -> None:
             f"{NAMES[store_name]}: N runs at once, {args.total:,} steps per row"
             + (f", each step waits ~{args.think:g} ms first" if args.think else "")
             + (f", the store holding {args.held:,} finished runs" if args.held else "")
-            + COLLECTOR_TITLES[args.collector],
+            + COLLECTOR_TITLES[args.collector]
+            + (
+                f", the collector's first threshold {args.gc_threshold:,}"
+                if args.gc_threshold
+                else ""
+            ),
             [
                 "runs x steps",
                 "steps/s",
@@ -352,7 +376,14 @@ async def main(args: argparse.Namespace) -> None:
                     progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
                     think = args.think / 1e3
                     row = await one_row(
-                        store_name, runs, steps, rep, think, args.held, args.collector
+                        store_name,
+                        runs,
+                        steps,
+                        rep,
+                        think,
+                        args.held,
+                        args.collector,
+                        args.gc_threshold,
                     )
                     rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
@@ -409,6 +440,11 @@ if __name__ == "__main__":
         const="off",
         default="on",
         help="the rows with gc.disable()",
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        help="the rows with gc.set_threshold(N): N allocations between young collections",
     )
     collector.add_argument(
         "--gc-freeze",
