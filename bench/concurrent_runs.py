@@ -354,7 +354,7 @@ async def main(args: argparse.Namespace) -> None:
             + COLLECTOR_TITLES[args.collector]
             + (
                 f", the collector's first threshold {args.gc_threshold:,}"
-                if args.gc_threshold
+                if args.gc_threshold is not None
                 else ""
             ),
             [
@@ -423,6 +423,14 @@ async def main(args: argparse.Namespace) -> None:
         print_tables([table])
 
 
+def positive(text: str) -> int:
+    """An int of at least 1 (a threshold of 0 would switch the collector off)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", nargs="+", choices=list(STORES), default=list(STORES))
@@ -443,7 +451,7 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--gc-threshold",
-        type=int,
+        type=positive,
         help="the rows with gc.set_threshold(N): N allocations between young collections",
     )
     collector.add_argument(

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 
+from nestegg.cancellation import cancel
+
 RESULT_STEP = "_result"
 
 
@@ -109,4 +111,4 @@ class ClutchTask:
 
     def cancel(self) -> None:
         """Cancel the run; a checkpointed run is marked cancelled and stays resumable."""
-        self._task.cancel()
+        cancel(self._task)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nestegg import Clutch
-from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
+from nestegg.cancellation import cancel, cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.records import Commit
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
@@ -44,18 +44,34 @@ async def test_a_task_whose_cancellation_was_lost_knows_it_should_stop() -> None
 
     task = asyncio.ensure_future(loses_then_checks())
     await asyncio.sleep(0)
-    task.cancel()
+    assert cancel(task)
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, WAIT_S)
     assert checked == [False, True]
+    assert not cancel(task)  # done: nothing to cancel
 
 
-async def test_a_timeout_that_took_its_cancellation_back_is_not_a_stop() -> None:
+async def test_cancellations_nestegg_did_not_ask_for_are_no_stop() -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.01):
             await asyncio.Event().wait()
     assert not cancel_requested()
     raise_if_cancel_requested()
+
+    async def fails() -> None:
+        raise ValueError("a child failed")
+
+    async def waits_in_a_task_group() -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails())
+                await asyncio.Event().wait()
+        except* ValueError:
+            pass
+        # Python 3.11 and 3.12 leave the task counted as cancelled here
+        raise_if_cancel_requested()
+
+    await asyncio.wait_for(asyncio.ensure_future(waits_in_a_task_group()), WAIT_S)
 
 
 class LosesTheRenewalsCancellation(MemoryCheckpointStorage):
@@ -91,6 +107,29 @@ async def test_a_heartbeat_whose_cancellation_a_store_lost_still_stops() -> None
     assert await asyncio.wait_for(clutch.run({}, run_id="r1"), WAIT_S) == {"done": True}
     assert store.lost
     assert (await store.get_run("r1")).status == "completed"  # type: ignore[union-attr]
+
+
+async def test_a_run_whose_agent_used_a_task_group_that_failed_goes_on() -> None:
+    clutch = Clutch("grouped", checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()))
+
+    async def fails() -> None:
+        raise ValueError("a child failed")
+
+    @clutch.agent()
+    async def fans_out(data: dict[str, Any]) -> dict[str, Any]:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails())
+                await asyncio.sleep(1)
+        except* ValueError:
+            pass
+        return {"fanned": True}
+
+    @clutch.agent()
+    async def after(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "after": True}
+
+    assert await clutch.run({}, run_id="r1", timeout=WAIT_S) == {"fanned": True, "after": True}
 
 
 async def test_a_run_whose_cancellation_an_agent_lost_stops_before_its_next_step() -> None:

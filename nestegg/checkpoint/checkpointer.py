@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
-from nestegg.cancellation import cancel_requested
+from nestegg.cancellation import cancel, cancel_requested
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
@@ -305,7 +305,7 @@ class Checkpointer:
             await self._settle_start()
         for task in (self.heartbeat, self.writer):
             if task is not None:
-                task.cancel()
+                cancel(task)
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self.heartbeat = self.writer = None
@@ -512,7 +512,7 @@ class Checkpointer:
         self.pending.status = WAITING
         self.pending.lease_until = NO_DEADLINE if deadline is None else deadline
         if self.heartbeat is not None:  # a renewal after this commit would move the deadline
-            self.heartbeat.cancel()
+            cancel(self.heartbeat)
             with contextlib.suppress(asyncio.CancelledError):
                 await self.heartbeat
             self.heartbeat = None

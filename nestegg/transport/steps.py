@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nestegg.cancellation import cancel_requested
+from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.formats import Snapshot, event_body, failure_body, failure_detail
 from nestegg.checkpoint.ownership import current_owner
@@ -260,6 +260,10 @@ class StepRunner:
         with each message the broker handed over with the ack, in the same slot."""
         following: Delivery | None = delivery
         while following is not None:
+            if cancel_requested():  # stopped, also if a library lost the cancellation
+                with contextlib.suppress(TransportError):
+                    await asyncio.shield(following.requeue())
+                raise asyncio.CancelledError
             following = await self._handle_one(following)
 
     async def _handle_one(self, delivery: Delivery) -> Delivery | None:
@@ -354,6 +358,7 @@ class StepRunner:
         recorder.goes_on = lambda: self._goes_on(execution, taken)
         try:
             while True:
+                raise_if_cancel_requested()  # stopped, also if a library lost the cancellation
                 following = await self._run(claimed, execution, recorder, delivery, taken_over)
                 if following is not Next.CONTINUE:
                     return following

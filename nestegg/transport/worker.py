@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
+from nestegg.cancellation import cancel, cancel_requested
 from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
@@ -143,7 +143,7 @@ class Worker:
             await asyncio.wait({consumer, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (consumer, sweeper, stopped):
-                task.cancel()
+                cancel(task)
             await asyncio.wait({consumer, sweeper, stopped}, timeout=STOP_TIMEOUT)
             await self._drain()
 
@@ -153,7 +153,7 @@ class Worker:
         log.info("draining %d steps (grace %.1f s)", len(self.in_flight), self.grace)
         _, late = await asyncio.wait(set(self.in_flight), timeout=self.grace)
         for task in late:
-            task.cancel()
+            cancel(task)
         for task in late:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -176,10 +176,14 @@ class Worker:
                 await slots.acquire()
                 try:
                     delivery = await anext(deliveries)
-                    raise_if_cancel_requested()  # the read went on though the worker stops
                 except BaseException:
                     slots.release()
                     raise
+                if cancel_requested():  # the read went on though the worker stops
+                    slots.release()
+                    with contextlib.suppress(TransportError):
+                        await asyncio.shield(delivery.requeue())
+                    raise asyncio.CancelledError
                 task = asyncio.ensure_future(self._handle(delivery, slots))
                 self.in_flight.add(task)
         finally:

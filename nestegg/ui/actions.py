@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from nestegg.cancellation import cancel
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.cli.app import CommandError
@@ -91,7 +92,7 @@ async def stop_background(app: Starlette) -> None:
     """Cancel the runs this application started and wait for them (at shutdown)."""
     tasks = list(app.state.background)
     for task in tasks:
-        task.cancel()
+        cancel(task)
     for task in tasks:
         with contextlib.suppress(BaseException):
             await task

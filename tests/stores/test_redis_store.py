@@ -324,16 +324,29 @@ async def test_scripts_sent_while_the_kept_connection_is_busy(redis_url: str, cl
     connection = RedisConnection(redis_url, max_connections=4, connect_timeout=5.0, retries=0)
     echo = connection.client.register_script("return {ARGV[1], KEYS[1]}")
     fails = connection.client.register_script("return redis.error_reply('no such thing')")
+    sent_apart = []
+    pipeline = connection._pipeline
+
+    async def counted(packed: bytes, count: int) -> list[Any]:
+        sent_apart.append(count)
+        return await pipeline(packed, count)
+
+    connection._pipeline = counted  # type: ignore[method-assign]
     try:
         for flushed in (False, True):
             if flushed:
                 await client.script_flush()  # not there: the busy path loads it again
+            else:
+                await client.script_load(echo.script)
+                await client.script_load(fails.script)
             # The first call takes the kept connection; the others, sent while it is busy,
             # go out packed on other pool connections.
             replies = await asyncio.gather(
                 *(connection.script(echo, [f"k{i}"], [i]) for i in range(3))
             )
             assert replies == [[str(i).encode(), f"k{i}".encode()] for i in range(3)]
+        assert sent_apart == [1, 1, 1, 1]
+        await client.script_load(fails.script)
         first, second = await asyncio.gather(
             connection.script(echo, ["k"], [1]),
             connection.script(fails, [], []),
@@ -342,6 +355,31 @@ async def test_scripts_sent_while_the_kept_connection_is_busy(redis_url: str, cl
         assert first == [b"1", b"k"]
         assert isinstance(second, StorageError) and "no such thing" in str(second)
     finally:
+        await connection.close()
+
+
+async def test_a_script_sent_apart_that_gets_no_reply_in_time_is_unavailable(
+    redis_url: str,
+) -> None:
+    from nestegg.checkpoint.stores.redis.connection import RedisConnection
+
+    connection = RedisConnection(redis_url, max_connections=4, connect_timeout=0.3, retries=0)
+    echo = connection.client.register_script("return 1")
+    busy = connection.client.register_script(  # keeps Redis busy for 0.8 s
+        "local t = redis.call('TIME') repeat local n = redis.call('TIME') "
+        "until (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 800000 return 1"
+    )
+    try:
+        await connection.script(echo, [], [])  # loaded, and a connection kept
+        await connection.client.script_load(busy.script)
+        first, second = await asyncio.gather(
+            connection.script(busy, [], []), connection.script(echo, [], []), return_exceptions=True
+        )
+        assert isinstance(first, StorageUnavailableError), first  # on the kept connection
+        assert isinstance(second, StorageUnavailableError), second  # sent apart
+        assert "no reply in 0.3 s" in str(second)
+    finally:
+        await asyncio.sleep(0.8)  # Redis is free again
         await connection.close()
 
 

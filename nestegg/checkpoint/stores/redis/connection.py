@@ -210,6 +210,9 @@ class RedisConnection:
                         replies.append(await conn.read_response())
                     except redis_errors.ResponseError as error:
                         replies.append(error)
+        except TimeoutError as exc:
+            await conn.disconnect()
+            raise redis_errors.TimeoutError(f"no reply in {self._connect_timeout} s") from exc
         except BaseException:
             await conn.disconnect()
             raise
