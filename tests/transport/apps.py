@@ -76,15 +76,16 @@ def _dump_stacks(signum: int, frame: Any) -> None:
         tasks = asyncio.all_tasks(asyncio.get_running_loop())
     except RuntimeError:
         return
+    lines = []
     for task in tasks:
-        print(f"{task!r} awaits:", file=sys.stderr)
+        lines.append(f"{task!r} awaits:")
         awaited: Any = task.get_coro()
         while awaited is not None:
             frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
             if frame is not None:
-                print(f"  {frame.f_code.co_filename}:{frame.f_lineno}", file=sys.stderr)
+                lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno}")
             awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
-    sys.stderr.flush()
+    os.write(sys.stderr.fileno(), ("\n".join(lines) + "\n").encode())  # no buffer to re-enter
 
 
 signal.signal(signal.SIGUSR1, _dump_stacks)
