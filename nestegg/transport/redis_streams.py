@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.errors import TransportError
 from nestegg.transport.base import Delivery, StepMessage
 
@@ -215,6 +216,7 @@ class RedisStreamsTransport:
         reclaim_every = max(0.05, min(hold / 4, 1.0))
         next_reclaim = 0.0
         while True:
+            raise_if_cancel_requested()  # stopped, also if a library lost the cancellation
             if time.monotonic() >= next_reclaim:
                 next_reclaim = time.monotonic() + reclaim_every
                 for channel in channels:
