@@ -17,6 +17,7 @@ the same: it also counts cancellations that were handled and not taken back (an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from typing import Any
 
@@ -30,6 +31,13 @@ def cancel(task: asyncio.Future[Any]) -> bool:
         return False
     _requested.add(task)
     return task.cancel()
+
+
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """:func:`cancel` ``task`` and wait for its end; its own error, if it raised one."""
+    cancel(task)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def cancel_requested(task: asyncio.Future[Any] | None = None) -> bool:
@@ -51,4 +59,4 @@ def raise_if_cancel_requested(task: asyncio.Future[Any] | None = None) -> None:
         raise asyncio.CancelledError
 
 
-__all__ = ["cancel", "cancel_requested", "raise_if_cancel_requested"]
+__all__ = ["cancel", "cancel_and_wait", "cancel_requested", "raise_if_cancel_requested"]

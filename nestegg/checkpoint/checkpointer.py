@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
-from nestegg.cancellation import cancel, cancel_requested
+from nestegg.cancellation import cancel_and_wait, cancel_requested
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
@@ -279,7 +279,8 @@ class Checkpointer:
 
     async def _write_behind(self) -> None:
         assert self.queue is not None
-        while not cancel_requested():  # stopped, also if a library lost the cancellation
+        task = asyncio.current_task()
+        while not cancel_requested(task):  # stopped, also if a library lost the cancellation
             commit, saved = await self.queue.get()
             try:
                 if self.writer_error is None:
@@ -305,9 +306,7 @@ class Checkpointer:
             await self._settle_start()
         for task in (self.heartbeat, self.writer):
             if task is not None:
-                cancel(task)
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
         self.heartbeat = self.writer = None
 
     # ------------------------------------------------------------------- journal
@@ -512,9 +511,7 @@ class Checkpointer:
         self.pending.status = WAITING
         self.pending.lease_until = NO_DEADLINE if deadline is None else deadline
         if self.heartbeat is not None:  # a renewal after this commit would move the deadline
-            cancel(self.heartbeat)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.heartbeat
+            await cancel_and_wait(self.heartbeat)
             self.heartbeat = None
         try:
             await self._commit_now()

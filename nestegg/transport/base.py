@@ -9,6 +9,8 @@ step of a SELECTOR pipeline, a step to route again, a run the sweeper resumes).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -99,6 +101,13 @@ class Delivery(Protocol):
         """Publish ``message`` to ``channel``, then ack this one (in one round trip where
         the broker allows). May return the next message of ``channel`` for this consumer,
         read in the same round trip, to handle in the slot this one frees."""
+
+
+async def give_back(delivery: Delivery) -> None:
+    """Requeue ``delivery`` to the end even if the caller is being cancelled; if the broker
+    fails, the delivery is left to its redelivery."""
+    with contextlib.suppress(TransportError):
+        await asyncio.shield(delivery.requeue())
 
 
 @runtime_checkable

@@ -55,7 +55,7 @@ from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
-from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name
+from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
 
 if TYPE_CHECKING:
@@ -261,8 +261,7 @@ class StepRunner:
         following: Delivery | None = delivery
         while following is not None:
             if cancel_requested():  # stopped, also if a library lost the cancellation
-                with contextlib.suppress(TransportError):
-                    await asyncio.shield(following.requeue())
+                await give_back(following)
                 raise asyncio.CancelledError
             following = await self._handle_one(following)
 
@@ -273,8 +272,7 @@ class StepRunner:
             try:
                 claimed = await self._claim(store, delivery)
             except asyncio.CancelledError:
-                with contextlib.suppress(TransportError):
-                    await asyncio.shield(delivery.requeue())
+                await give_back(delivery)
                 raise
             if claimed is not None:
                 return await self._take(store, claimed.run, delivery, claimed.taken_over)
@@ -356,9 +354,10 @@ class StepRunner:
             return None
         taken = time.monotonic()
         recorder.goes_on = lambda: self._goes_on(execution, taken)
+        task = asyncio.current_task()
         try:
             while True:
-                raise_if_cancel_requested()  # stopped, also if a library lost the cancellation
+                raise_if_cancel_requested(task)  # stopped, also if a library lost the cancel
                 following = await self._run(claimed, execution, recorder, delivery, taken_over)
                 if following is not Next.CONTINUE:
                     return following

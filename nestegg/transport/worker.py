@@ -25,7 +25,7 @@ from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
-from nestegg.transport.base import Delivery, Transport, WaitingProbe, channel_name
+from nestegg.transport.base import Delivery, Transport, WaitingProbe, channel_name, give_back
 from nestegg.transport.steps import StepRunner
 from nestegg.transport.verdicts import pointer_fence
 
@@ -181,8 +181,7 @@ class Worker:
                     raise
                 if cancel_requested():  # the read went on though the worker stops
                     slots.release()
-                    with contextlib.suppress(TransportError):
-                        await asyncio.shield(delivery.requeue())
+                    await give_back(delivery)
                     raise asyncio.CancelledError
                 task = asyncio.ensure_future(self._handle(delivery, slots))
                 self.in_flight.add(task)
