@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from nestegg.agents import check_name
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import current_context
+from nestegg.durations import seconds_or_none
 from nestegg.errors import ConfigurationError, NoActiveRunError
 from nestegg.pipeline import PipelineBase
 from nestegg.task import ClutchTask, StepEvent, StepListeners
@@ -108,12 +109,14 @@ class Clutch(PipelineBase):
 
         Raises:
             TimeoutError: the run did not finish within ``timeout``.
+            ConfigurationError: ``timeout`` is not seconds >= 0, a timedelta or None.
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or
                 to a completed run of another input (pass a new run id, or delete that run).
             RunLockedError: another live process is executing that run.
             RunWaiting: the run waits for a signal or a timer (``nestegg.wait_for``,
                 ``nestegg.sleep``); it is stored as ``waiting`` and this process is free.
         """
+        seconds_or_none(timeout, "timeout")  # before anything runs or is stored
         task = await self.submit(input_data, run_id=run_id)
         return await task.result(timeout=timeout)
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 from nestegg.cancellation import cancel
+from nestegg.durations import seconds_or_none
 
 RESULT_STEP = "_result"
 
@@ -78,11 +79,12 @@ class ClutchTask:
 
         Raises:
             TimeoutError: not finished in time (the run goes on).
+            ConfigurationError: ``timeout`` is not seconds >= 0, a timedelta or None.
             RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
         """
         # Not asyncio.wait_for: on Python 3.11 it can lose the caller's cancellation (see
         # nestegg/cancellation.py), and it keeps more objects alive per run while it waits.
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(seconds_or_none(timeout, "timeout")):
             return await asyncio.shield(self._task)
 
     async def stream(

@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from nestegg.agents import check_name
 from nestegg.context import current_context
+from nestegg.durations import seconds, seconds_or_none
 from nestegg.errors import ConfigurationError, SignalTimeoutError, SignalValueError
 from nestegg.journal import argument_hash
 from nestegg.signals import WaitSuspended
@@ -45,13 +46,6 @@ class WaitingRecorder(Protocol):
 
     def signal_received(self, name: str, timed_out: bool) -> None:
         """Note in the timeline that the wait for ``name`` ended."""
-
-
-def _seconds(value: timedelta | float, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-        raise ConfigurationError(f"{what} must be a timedelta or seconds >= 0, got {value!r}")
-    return float(seconds)
 
 
 def _waiting_execution(what: str) -> tuple[RunExecution, WaitingRecorder]:
@@ -99,7 +93,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
         >>> approval = await nestegg.wait_for("approval", timeout=timedelta(days=2))
     """
     check_name(name, "signal name")
-    limit = None if timeout is None else _seconds(timeout, "timeout")
+    limit = seconds_or_none(timeout, "timeout")
     execution, recorder = _waiting_execution("wait_for")
     digest = argument_hash((name,), {})
 
@@ -169,11 +163,11 @@ async def sleep(duration: timedelta | float) -> None:
     Example:
         >>> await nestegg.sleep(timedelta(hours=6))
     """
-    seconds = _seconds(duration, "duration")
+    length = seconds(duration, "duration")
     execution, recorder = _waiting_execution("sleep")
 
     async def due_now() -> float:
-        return recorder.clock() + seconds
+        return recorder.clock() + length
 
     due = float(await _recorded(execution, SLEEP_DUE, _NO_ARGUMENTS, due_now))
     if recorder.clock() < due:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context, handover
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.errors import ConfigurationError
 
 WAIT_S = 5.0
 """Upper bound for waiting on something that happens right away (never reached when green)."""
@@ -359,3 +363,34 @@ class TestStepEvent:
     def test_has_no_instance_dict(self) -> None:
         with pytest.raises(AttributeError):
             StepEvent("a", 1).other = 2  # type: ignore[attr-defined]
+
+
+class TestBadTimeout:
+    @pytest.mark.parametrize("timeout", ["30", -1, True, [5]])
+    async def test_run_refuses_it_before_anything_runs_or_is_stored(self, timeout: Any) -> None:
+        store = MemoryCheckpointStorage()
+        ran: list[str] = []
+        clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
+
+        @clutch.agent()
+        async def a(data: str) -> str:
+            ran.append(data)
+            return data
+
+        with pytest.raises(ConfigurationError, match="timeout must be a timedelta or seconds >= 0"):
+            await clutch.run("in", timeout=timeout, run_id="r1")
+        await asyncio.sleep(0.05)
+        assert ran == []
+        assert await store.get_run("r1") is None
+
+    async def test_result_refuses_it_and_the_run_goes_on(self) -> None:
+        release = asyncio.Event()
+        task = await gated_clutch(release).submit("in")
+        with pytest.raises(ConfigurationError, match="got 'soon'"):
+            await task.result(timeout="soon")  # type: ignore[arg-type]
+        release.set()
+        assert await task.result(timeout=WAIT_S) == "in_done"
+
+    async def test_a_timedelta_is_seconds(self) -> None:
+        task = await echo_clutch().submit("in")
+        assert await task.result(timeout=timedelta(seconds=WAIT_S)) == "in_done"  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from nestegg.checkpoint.formats import parse_event, step_data
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import wait_of
 from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
+from nestegg.durations import seconds_or_none
 from nestegg.errors import RunFailedError, RunNotFoundError, RunWaiting
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name
@@ -98,7 +99,8 @@ async def wait_result(
         TimeoutError: not finished within ``timeout`` seconds.
     """
     started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
+    limit = seconds_or_none(timeout, "timeout")
+    deadline = None if limit is None else started + limit
     watcher = Watcher(store, run_id)
     pause = POLL_FIRST
     while True:
