@@ -113,6 +113,9 @@ class Checkpointer:
         self.writer: asyncio.Task[None] | None = None
         self.writer_error: BaseException | None = None
         self.heartbeat: asyncio.Task[None] | None = None
+        self._leased_at = time.monotonic()
+        """When the lease was last set (monotonic): the heartbeat renews it a third of the
+        lease later."""
         self.every = policy.every_n_steps
         self.on_agents = frozenset(policy.on_agent_complete or ())
         self.min_interval = policy.min_interval.total_seconds() if policy.min_interval else 0.0
@@ -151,9 +154,16 @@ class Checkpointer:
         self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
 
     async def _beat(self) -> None:
+        """Renew the lease a third of it after it was last set: by a step's commit, which
+        sets it too (a run whose steps commit more often sends no renewal), or by the last
+        renewal."""
         interval = self.lease_seconds / 3
         while not cancel_requested():  # stopped, also if a library lost the cancellation
-            await asyncio.sleep(interval)
+            wait = self._leased_at + interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            self._leased_at = time.monotonic()
             renewal = Commit(self.run_id, self.fence, lease_until=self.clock() + self.lease_seconds)
             try:
                 await self.store.commit(renewal)
@@ -239,6 +249,8 @@ class Checkpointer:
         commit.updated_at = now
         if commit.status != WAITING:  # a waiting run's lease_until is when its wait ends
             commit.lease_until = now + self.lease_seconds
+            if self.durability == "sync":  # written before the run goes on: no renewal due
+                self._leased_at = time.monotonic()
         commit.event_seq = self.event_seq
         return commit
 
