@@ -405,6 +405,20 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
 
     args = ["EVALSHA", "abc", 2, "k:1", b"\x00bytes\r\n", -7, 1.5, "\u00e9", b""]
     assert command_bytes(args) == b"".join(Connection().pack_command(*args))
+    assert command_bytes([*args, 2**70]) == b"".join(Connection().pack_command(*args, 2**70))
+    assert command_bytes([]) == b"*0\r\n"
+
+
+def test_commands_are_packed_the_same_without_hiredis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nestegg.checkpoint.stores.redis import layout
+
+    args = ["EVALSHA", "abc", 2, b"\x00bytes\r\n", -7, 1.5, "\u00e9", b""]
+    packed_in_c = command_bytes(args)
+    with_a_bool = command_bytes([*args, True])  # which hiredis refuses: packed here
+    monkeypatch.setattr(layout, "_pack_in_c", None)
+    assert command_bytes(args) == packed_in_c
+    expected = b"*9\r\n" + packed_in_c.removeprefix(b"*8\r\n") + b"$4\r\nTrue\r\n"
+    assert command_bytes([*args, True]) == with_a_bool == expected
 
 
 async def test_a_given_client_is_used_and_left_open(open_store: OpenStore, client: Any) -> None:

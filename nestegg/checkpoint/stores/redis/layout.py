@@ -28,9 +28,9 @@ and the claim script removes it again.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -395,10 +395,23 @@ def checkpoint_from_value(checkpoint_id: str, run_id: str, value: bytes) -> Chec
 
 
 _BULK = b"$%d\r\n%b\r\n"
+_pack_in_c: Callable[[tuple[Any, ...]], bytes] | None
+try:  # redis-py's parser in C, which nestegg's redis extra installs (redis[hiredis])
+    import hiredis
+
+    _pack_in_c = cast(Any, hiredis).pack_command  # its stub wants a tuple of one
+except ImportError:  # pragma: no cover - redis without hiredis
+    _pack_in_c = None
 
 
 def command_bytes(args: Sequence[bytes | str | int | float]) -> bytes:
-    """One command in the Redis protocol (RESP), packed in one pass (bytes as they are)."""
+    """One command in the Redis protocol (RESP), packed in one pass (bytes as they are):
+    by hiredis (in C) when it is installed and takes the values, else here."""
+    if _pack_in_c is not None:
+        try:
+            return _pack_in_c(tuple(args))
+        except TypeError:  # a value it does not pack (a bool, None): as str() writes it
+            pass
     return b"*%d\r\n" % len(args) + b"".join(
         [
             _BULK % (len(arg), arg) if type(arg) is bytes else _bulk(str(arg).encode())
