@@ -317,9 +317,9 @@ async def _round_trip_everywhere(store: CheckpointStorage, body: bytes) -> None:
     run.input = body
     await store.create_run(run)
     step = StepRecord(run_id=run.run_id, seq=1, agent="big", body=body)
-    event = dataclasses.replace(make_event(run.run_id, 1), body=body)
+    event = make_event(run.run_id, 1)._replace(body=body)
     entry = JournalRecord(run_id=run.run_id, step=1, position=0, body=body)
-    checkpoint = dataclasses.replace(make_checkpoint(run.run_id, 1), body=body)
+    checkpoint = make_checkpoint(run.run_id, 1)._replace(body=body)
     await store.commit(
         make_commit(run, steps=[step], events=[event], journal=[entry], checkpoints=[checkpoint])
     )

@@ -227,7 +227,7 @@ class Tamper:
             memory: Any = self.store
             run_id = memory._checkpoint_runs[checkpoint_id]
             checkpoints = memory._runs[run_id].checkpoints
-            checkpoints[checkpoint_id] = dataclasses.replace(checkpoints[checkpoint_id], body=body)
+            checkpoints[checkpoint_id] = checkpoints[checkpoint_id]._replace(body=body)
         else:
             self._sqlite(
                 "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?", (body, checkpoint_id)

@@ -277,7 +277,7 @@ def record_seq(header: dict[str, Any]) -> int:
 def _bytes_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return _bytes_to_json(value)
-    if isinstance(value, StepRecord):
+    if isinstance(value, StepRecord | EventRecord | CheckpointRecord):
         return value._asdict()
     raise TypeError(f"cannot encode {type(value).__name__}")
 
