@@ -109,7 +109,8 @@ class Clutch(PipelineBase):
 
         Raises:
             TimeoutError: the run did not finish within ``timeout``.
-            ConfigurationError: ``timeout`` is not seconds >= 0, a timedelta or None.
+            ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
+                years.
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or
                 to a completed run of another input (pass a new run id, or delete that run).
             RunLockedError: another live process is executing that run.

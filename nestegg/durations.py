@@ -6,16 +6,28 @@ from datetime import timedelta
 
 from nestegg.errors import ConfigurationError
 
+MAX_SECONDS = 100 * 365.25 * 86400
+"""The longest duration taken (100 years): a wait's end, stored as a time, must stay a
+time every store and every listing can show (None is the way to say no limit)."""
+
 
 def seconds(value: timedelta | float, what: str) -> float:
     """``value`` in seconds.
 
     Raises:
-        ConfigurationError: not a timedelta or a number of seconds >= 0 (``what`` names it).
+        ConfigurationError: not a timedelta or a number of seconds from 0 to 100 years (NaN
+            and infinity are not), ``what`` naming it.
     """
     counted = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(counted, bool) or not isinstance(counted, int | float) or counted < 0:
-        raise ConfigurationError(f"{what} must be a timedelta or seconds >= 0, got {value!r}")
+    if (
+        isinstance(counted, bool)
+        or not isinstance(counted, int | float)
+        or not 0 <= counted <= MAX_SECONDS  # False for NaN
+    ):
+        raise ConfigurationError(
+            f"{what} must be a timedelta or a number of seconds from 0 to 100 years, "
+            f"got {value!r}"
+        )
     return float(counted)
 
 
@@ -24,4 +36,4 @@ def seconds_or_none(value: timedelta | float | None, what: str) -> float | None:
     return None if value is None else seconds(value, what)
 
 
-__all__ = ["seconds", "seconds_or_none"]
+__all__ = ["MAX_SECONDS", "seconds", "seconds_or_none"]

@@ -79,7 +79,8 @@ class ClutchTask:
 
         Raises:
             TimeoutError: not finished in time (the run goes on).
-            ConfigurationError: ``timeout`` is not seconds >= 0, a timedelta or None.
+            ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
+                years.
             RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
         """
         # Not asyncio.wait_for: on Python 3.11 it can lose the caller's cancellation (see

@@ -366,7 +366,10 @@ class TestStepEvent:
 
 
 class TestBadTimeout:
-    @pytest.mark.parametrize("timeout", ["30", -1, True, [5]])
+    @pytest.mark.parametrize(
+        "timeout",
+        ["30", -1, True, [5], float("nan"), float("inf"), 1e300, timedelta(days=3_000_000)],
+    )
     async def test_run_refuses_it_before_anything_runs_or_is_stored(self, timeout: Any) -> None:
         store = MemoryCheckpointStorage()
         ran: list[str] = []
@@ -377,7 +380,8 @@ class TestBadTimeout:
             ran.append(data)
             return data
 
-        with pytest.raises(ConfigurationError, match="timeout must be a timedelta or seconds >= 0"):
+        expected = "timeout must be a timedelta or a number of seconds from 0 to 100 years"
+        with pytest.raises(ConfigurationError, match=expected):
             await clutch.run("in", timeout=timeout, run_id="r1")
         await asyncio.sleep(0.05)
         assert ran == []

@@ -183,6 +183,28 @@ async def test_a_wait_needs_a_checkpointed_run() -> None:
         await plain.run({})
 
 
+@pytest.mark.parametrize("duration", [float("nan"), float("inf"), timedelta(days=3_000_000), -1])
+@pytest.mark.parametrize("wait", ["wait_for", "sleep"])
+async def test_a_wait_of_no_storable_length_fails_its_step_and_stores_no_wait(
+    wait: str, duration: Any
+) -> None:
+    store = MemoryCheckpointStorage()
+    clutch = Clutch("waits", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def waits(data: Any) -> Any:
+        if wait == "sleep":
+            return await nestegg.sleep(duration)
+        return await nestegg.wait_for("approval", timeout=duration)
+
+    expected = "must be a timedelta or a number of seconds from 0 to 100 years"
+    with pytest.raises(ConfigurationError, match=expected):
+        await clutch.run({}, run_id="w1")
+    assert await clutch.list_runs(WAITING) == []
+    [run] = await clutch.list_runs()  # every run can still be listed
+    assert run.run_id == "w1" and run.status == "failed"
+
+
 async def test_a_bad_signal_changes_nothing(tmp_path: Path) -> None:
     store = MemoryCheckpointStorage()
     clutch = build(store)
