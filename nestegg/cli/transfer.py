@@ -137,6 +137,30 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
     }
 
 
+LATEST_TIME = 253402300799.0
+"""The last second of the year 9999: a later stored time is one no listing can show."""
+
+
+def _whole(value: Any, where: str) -> int:
+    """``value`` if it is an int (not a bool, a string or a float)."""
+    if type(value) is not int:
+        raise ExportFormatError(f"{where} must be a whole number, got {value!r}")
+    return value
+
+
+def _time(value: Any, where: str) -> float:
+    """``value`` as UNIX seconds, if it is a number from 0 to the end of the year 9999."""
+    if type(value) not in (int, float) or not 0 <= value <= LATEST_TIME:  # NaN: False
+        raise ExportFormatError(
+            f"{where} must be UNIX seconds from 0 to the end of the year 9999, got {value!r}"
+        )
+    return float(value)
+
+
+def _optional_time(value: Any, where: str) -> float | None:
+    return None if value is None else _time(value, where)
+
+
 def _optional(value: Any, where: str) -> bytes | None:
     return None if value is None else unpack(value, where)
 
@@ -148,15 +172,15 @@ def _run_record(raw: dict[str, Any]) -> RunRecord:
         pipeline=str(raw["pipeline"]),
         status=str(raw["status"]),
         input=unpack(raw["input"], "run.input"),
-        created_at=float(raw["created_at"]),
-        updated_at=float(raw["updated_at"]),
-        fence=int(raw["fence"]),
+        created_at=_time(raw["created_at"], "run.created_at"),
+        updated_at=_time(raw["updated_at"], "run.updated_at"),
+        fence=_whole(raw["fence"], "run.fence"),
         owner=Owner.from_json(raw.get("owner")),
-        lease_until=None if raw.get("lease_until") is None else float(raw["lease_until"]),
+        lease_until=_optional_time(raw.get("lease_until"), "run.lease_until"),
         result=_optional(raw.get("result"), "run.result"),
         error=_optional(raw.get("error"), "run.error"),
-        step_seq=int(raw["step_seq"]),
-        event_seq=int(raw["event_seq"]),
+        step_seq=_whole(raw["step_seq"], "run.step_seq"),
+        event_seq=_whole(raw["event_seq"], "run.event_seq"),
         parent_run=raw.get("parent_run"),
         parent_checkpoint=raw.get("parent_checkpoint"),
     )
@@ -170,7 +194,9 @@ def read_signals(document: dict[str, Any], run_id: str) -> list[SignalRecord]:
     """
     try:
         return [
-            SignalRecord(run_id, str(g["name"]), float(g["at"]), unpack(g["body"], "signal"))
+            SignalRecord(
+                run_id, str(g["name"]), _time(g["at"], "signals[].at"), unpack(g["body"], "signal")
+            )
             for g in document.get("signals") or []
         ]
     except (KeyError, TypeError, ValueError) as error:
@@ -197,25 +223,36 @@ def read_document(document: Any) -> tuple[RunRecord, Commit]:
             run_id=rid,
             fence=run.fence,
             steps=[
-                StepRecord(rid, int(s["seq"]), str(s["agent"]), unpack(s["body"], "step"))
+                StepRecord(
+                    rid, _whole(s["seq"], "steps[].seq"), str(s["agent"]), unpack(s["body"], "step")
+                )
                 for s in document["steps"]
             ],
             events=[
                 EventRecord(
-                    rid, int(e["seq"]), float(e["at"]), str(e["kind"]), unpack(e["body"], "event")
+                    rid,
+                    _whole(e["seq"], "events[].seq"),
+                    _time(e["at"], "events[].at"),
+                    str(e["kind"]),
+                    unpack(e["body"], "event"),
                 )
                 for e in document["events"]
             ],
             journal=[
-                JournalRecord(rid, int(j["step"]), int(j["position"]), unpack(j["body"], "journal"))
+                JournalRecord(
+                    rid,
+                    _whole(j["step"], "journal[].step"),
+                    _whole(j["position"], "journal[].position"),
+                    unpack(j["body"], "journal"),
+                )
                 for j in document["journal"]
             ],
             checkpoints=[
                 CheckpointRecord(
                     str(c["checkpoint_id"]),
                     rid,
-                    int(c["seq"]),
-                    float(c["created_at"]),
+                    _whole(c["seq"], "checkpoints[].seq"),
+                    _time(c["created_at"], "checkpoints[].created_at"),
                     str(c["reason"]),
                     unpack(c["body"], "checkpoint"),
                 )
@@ -262,6 +299,11 @@ def _check_fields(run: RunRecord, commit: Commit) -> None:
             raise ExportFormatError(f"{name}: sequence number {wrong[0]} is outside 1..{top}")
     if len({s.seq for s in commit.steps}) != len(commit.steps):
         raise ExportFormatError("steps: a sequence number appears twice")
+    if len(commit.steps) != run.step_seq:  # each of 1..step_seq once, as a run holds them
+        raise ExportFormatError(
+            f"steps: {len(commit.steps)} step records for run.step_seq {run.step_seq} "
+            "(a run holds one record for each of its steps)"
+        )
     wrong_steps = [j.step for j in commit.journal if j.step < 1 or j.position < 0]
     if wrong_steps:
         raise ExportFormatError(f"journal: step {wrong_steps[0]} or its position is out of range")

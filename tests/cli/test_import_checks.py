@@ -46,6 +46,12 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "step seq": (_set("steps", 0, "seq", value=99), "steps: sequence number 99"),
     "event seq": (_set("events", 0, "seq", value=0), "events: sequence number 0"),
     "journal step": (_set("journal", 0, "step", value=0), "journal: step 0"),
+    "lease far off": (_set("run", "lease_until", value=1e300), "run.lease_until must be UNIX"),
+    "created null": (_set("run", "created_at", value=None), "run.created_at must be UNIX"),
+    "event time": (_set("events", 0, "at", value=-1), "events[].at must be UNIX seconds"),
+    "seq as text": (_set("steps", 0, "seq", value="1"), "steps[].seq must be a whole number"),
+    "fence as bool": (_set("run", "fence", value=True), "run.fence must be a whole number"),
+    "steps missing": (_set("steps", value=[]), "0 step records for run.step_seq"),
 }
 
 
