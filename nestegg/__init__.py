@@ -13,6 +13,7 @@ from nestegg.errors import (
     NestEggError,
     RunWaiting,
     SignalExistsError,
+    SignalRefusedError,
     SignalTimeoutError,
     SignalValueError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "RetryPolicy",
     "RunWaiting",
     "SignalExistsError",
+    "SignalRefusedError",
     "SignalTimeoutError",
     "SignalValueError",
     "StepEvent",

@@ -395,6 +395,8 @@ class Clutch(PipelineBase):
         Raises:
             RunWaiting: the resumed run waits again (for another signal or a timer).
             SignalExistsError: a signal of that name was sent to the run already.
+            SignalRefusedError: the run completed (nothing is stored).
+            ConfigurationError: the run is another pipeline's (nothing is stored).
             RunNotFoundError: no such run.
             CheckpointSerializationError: a value that cannot be stored.
 

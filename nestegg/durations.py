@@ -25,8 +25,7 @@ def seconds(value: timedelta | float, what: str) -> float:
         or not 0 <= counted <= MAX_SECONDS  # False for NaN
     ):
         raise ConfigurationError(
-            f"{what} must be a timedelta or a number of seconds from 0 to 100 years, "
-            f"got {value!r}"
+            f"{what} must be a timedelta or a number of seconds from 0 to 100 years, got {value!r}"
         )
     return float(counted)
 

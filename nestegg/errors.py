@@ -17,7 +17,8 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── StaleOwnerError             this process lost ownership (fencing token moved on)
     │   ├── RunFailedError              a run awaited by result() failed (names agent and error)
     │   ├── RunWaiting                  the run waits for a signal or a timer (not a failure)
-    │   └── SignalExistsError           a signal of that name was sent to the run already
+    │   ├── SignalExistsError           a signal of that name was sent to the run already
+    │   └── SignalRefusedError          a signal to a run that completed: nothing would read it
     ├── SignalTimeoutError              wait_for's deadline passed before its signal came
     ├── SignalValueError                a signal's value does not fit wait_for's type=
     ├── CheckpointError                 about one checkpoint
@@ -149,6 +150,10 @@ class RunWaiting(RunError):
 class SignalExistsError(RunError):
     """A signal of that name was already sent to the run (pass ``replace=True`` to send
     another value)."""
+
+
+class SignalRefusedError(RunError):
+    """A signal to a run that completed: no step would ever read it, so it is not stored."""
 
 
 def _when(at: float) -> str:

@@ -533,7 +533,15 @@ class CheckpointedRuns:
         the resumed run waits again.
         """
         store = await self.ready()
-        await store_signal(store, run_id, name, value, replace=replace, clock=self.config.clock)
+        await store_signal(
+            store,
+            run_id,
+            name,
+            value,
+            replace=replace,
+            clock=self.config.clock,
+            pipeline=self.clutch.name,
+        )
         if not resume:
             return None
         run = await self.get_run_record(run_id)

@@ -16,8 +16,15 @@ from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.constants import NO_DEADLINE, RUN_WAITING, WAITING
-from nestegg.errors import CheckpointCorruptedError, RunWaiting, SignalExistsError
+from nestegg.constants import COMPLETED, NO_DEADLINE, RUN_WAITING, WAITING
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    ConfigurationError,
+    RunNotFoundError,
+    RunWaiting,
+    SignalExistsError,
+    SignalRefusedError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +86,34 @@ async def store_signal(
     *,
     replace: bool,
     clock: Callable[[], float],
+    pipeline: str | None = None,
 ) -> None:
-    """Store a signal for a run, checked and encoded like step data.
+    """Store a signal for a run, checked and encoded like step data; nothing is stored
+    when a check fails.
 
     Raises:
         InvalidIdentifierError: a bad signal name.
         CheckpointSerializationError: a value that cannot be stored.
-        SignalExistsError: a signal of that name was sent already (and not ``replace``).
         RunNotFoundError: no such run.
+        ConfigurationError: the run is not of ``pipeline`` (when given).
+        SignalRefusedError: the run completed: nothing would read the signal.
+        SignalExistsError: a signal of that name was sent already (and not ``replace``).
     """
     check_name(name, "signal name")
     body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
+    run = await store.get_run(check_name(run_id, "run id"))
+    if run is None:
+        raise RunNotFoundError(f"no run {run_id!r}", run_id)
+    if pipeline is not None and run.pipeline != pipeline:
+        raise ConfigurationError(
+            f"run {run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}: "
+            "the signal was not stored"
+        )
+    if run.status == COMPLETED:
+        raise SignalRefusedError(
+            f"run {run_id!r} completed: no step would read signal {name!r}, it was not stored",
+            run_id,
+        )
     if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):
         raise SignalExistsError(
             f"run {run_id!r} has a signal {name!r} already; a signal is sent once per run "

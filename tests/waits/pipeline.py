@@ -88,3 +88,5 @@ def build_sleeper(storage: CheckpointStorage, clock: Any) -> Clutch:
 
 app = build(None)
 """The pipeline for ``--app tests.waits.pipeline:app`` (the command's store)."""
+other_app = build_sleeper(None, time.time)
+"""Another pipeline (``followups``), for ``--app tests.waits.pipeline:other_app``."""

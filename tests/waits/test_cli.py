@@ -64,6 +64,30 @@ def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     assert missing.exit_code == 3
 
 
+def test_a_signal_that_cannot_be_delivered_is_refused_and_not_stored(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(url, "w1", ledger))
+    other = "tests.waits.pipeline:other_app"
+    wrong_app = cli("signal", "w1", "approval", APPROVED, "--app", other, "-s", url)
+    assert wrong_app.exit_code == 2
+    assert wrong_app.stderr == (
+        "error: run 'w1' belongs to pipeline 'refunds', not 'followups': "
+        "the signal was not stored\n"
+    )
+    resumed = cli("signal", "w1", "approval", APPROVED, "--app", APP, "-s", url, "--json")
+    assert resumed.exit_code == 0, resumed.stderr  # the first, refused, left nothing
+    assert orjson.loads(resumed.stdout)["result"]["settled"] is True
+    completed = cli("signal", "w1", "late", "1", "-s", url)
+    assert completed.exit_code == 1
+    assert completed.stderr == (
+        "error: run 'w1' completed: no step would read signal 'late', it was not stored\n"
+    )
+    exported = orjson.loads(cli("export", "w1", "-s", url).stdout)
+    assert [g["name"] for g in exported["signals"]] == ["approval"]
+
+
 def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
     source, target = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
