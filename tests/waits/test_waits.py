@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import nestegg
-from nestegg import Clutch, RunWaiting, SignalExistsError
+from nestegg import Clutch, RunWaiting, SignalExistsError, SignalRefusedError
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.constants import WAITING
@@ -113,7 +113,8 @@ async def test_a_passed_deadline_resumed_by_recover_raises_in_the_agent(
     open_store: Opener, tmp_path: Path
 ) -> None:
     clock = FakeClock()
-    clutch = build(await open_store(), clock=clock, timeout=2 * DAY)
+    store = await open_store()
+    clutch = build(store, clock=clock, timeout=2 * DAY)
     with pytest.raises(RunWaiting) as waiting:
         await clutch.run(_input(tmp_path), run_id="r5")
     assert waiting.value.deadline == clock.now + 2 * DAY
@@ -125,9 +126,9 @@ async def test_a_passed_deadline_resumed_by_recover_raises_in_the_agent(
     outcome = await clutch.recover()
     assert outcome["r5"]["status"] == "expired" and outcome["r5"]["settled"]
     assert _quotes(tmp_path) == 1
-    with pytest.raises(SignalExistsError):  # too late for the run, but stored once
-        await clutch.signal("r5", "approval", APPROVED)
-        await clutch.signal("r5", "approval", APPROVED)
+    with pytest.raises(SignalRefusedError, match="completed: no step would read"):
+        await clutch.signal("r5", "approval", APPROVED)  # too late: the run completed
+    assert await store.read_signals("r5") == []
 
 
 async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
