@@ -51,6 +51,14 @@ def check_name(name: str, what: str) -> str:
             f"{what} {name[:40]!r}... is {len(name)} characters long; at most "
             f"{MAX_NAME_LENGTH} are allowed"
         )
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError as error:  # a lone surrogate: bytes that were not UTF-8
+            raise InvalidIdentifierError(
+                f"{what} {name!r} is not valid Unicode text (a lone surrogate at character "
+                f"{error.start}, as bytes that are not UTF-8 give)"
+            ) from None
     bad = [c for c in ("/", "\\", "\0", "\n", "\r") if c in name]
     if bad or name in (".", "..") or ".." in name:
         raise InvalidIdentifierError(

@@ -27,6 +27,8 @@ BAD_IDS = [
     "a\x00b",
     "\x00",
     "a\nb",
+    "a\udcffb",  # the byte 0xff of a command line that is not UTF-8
+    "\ud800",
     "",
     "x" * (MAX_NAME_LENGTH + 1),
     "y" * 10_000,

@@ -190,6 +190,10 @@ def test_an_invalid_id_exits_2_on_every_store(tmp_path: Path, kind: str) -> None
         result = nestegg(tmp_path, *args, "--store", url)
         assert result.returncode == EXIT_USAGE, (args, result.stderr)
         assert "contains a path separator, '..' or a control character" in result.stderr
+    for args in (["show", "a\udcffb"], ["delete", "\udcff", "--yes"]):  # the byte 0xff
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_USAGE, (args, result.stderr)
+        assert "is not valid Unicode text (a lone surrogate" in result.stderr
 
 
 def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(tmp_path: Path) -> None:
@@ -263,3 +267,7 @@ def test_an_invalid_id_exits_2_on_server_stores_too(cli: Cli, filled_any: Filled
         result = cli(*args, "--store", filled_any.url)
         assert result.exit_code == EXIT_USAGE, (args, result.stderr)
         assert "contains a path separator, '..' or a control character" in result.stderr
+    for args in (["show", "a\udcffb"], ["delete", "\udcff", "--yes"]):  # the byte 0xff
+        result = cli(*args, "--store", filled_any.url)
+        assert result.exit_code == EXIT_USAGE, (args, result.stderr)
+        assert "is not valid Unicode text (a lone surrogate" in result.stderr
