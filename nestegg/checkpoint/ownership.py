@@ -42,8 +42,11 @@ def process_start_token(pid: int) -> str | None:
         return None
     except OSError:
         return _pid_exists_token(pid)
-    # Field 22 (starttime) counts from the end of the parenthesised command name.
-    return stat.rsplit(")", 1)[1].split()[19]
+    # Fields 3 (state) and 22 (starttime) count from the end of the parenthesised name.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # it has exited: a zombie only waits for its parent to reap it
+        return None
+    return fields[19]
 
 
 def _pid_exists_token(pid: int) -> str | None:

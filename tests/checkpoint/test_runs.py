@@ -4,11 +4,14 @@ manual checkpoints."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -220,6 +223,30 @@ async def test_run_owned_by_another_live_process_raises_run_locked(
     assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["theirs"]
     pipeline.fail.clear()
     assert await pipeline.clutch.resume_latest("theirs") == ["a", "b", "c"]
+
+
+async def test_run_whose_owner_was_killed_is_interrupted_before_its_parent_reaps_it(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = await failed_run(checkpoint_store, "zombie")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        token = process_start_token(child.pid)
+        assert token is not None
+        await take_over(checkpoint_store, "zombie", Owner(host_id(), child.pid, token), lease=60.0)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            await asyncio.sleep(0.01)
+        # not reaped yet (no wait()): its pid still exists, as a zombie
+        assert process_start_token(child.pid) is None
+        assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["zombie"]
+        pipeline.fail.clear()
+        assert await pipeline.clutch.resume_latest("zombie") == ["a", "b", "c"]
+    finally:
+        child.kill()
+        child.wait()
 
 
 async def test_run_owned_elsewhere_is_locked_until_its_lease_expires(
