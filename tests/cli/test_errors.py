@@ -31,6 +31,8 @@ UNREACHABLE_SQLITE = "sqlite:////proc/no-such-dir/n.db"
         ["nope"],
         ["runs", "--store", "bogus://x"],
         ["runs", "--store", "sqlite://host/x.db"],
+        ["runs", "--store", "redis://127.0.0.1:6379/abc"],  # redis-py would read db 0
+        ["runs", "--store", "redis://127.0.0.1:6379/99"],  # a database the server lacks
         ["events", "r", "--poll-interval", "0"],
         ["resume", "r"],
     ],

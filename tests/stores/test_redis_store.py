@@ -400,6 +400,23 @@ async def test_small_pools_serve_many_tasks_at_once(
         await client.aclose()
 
 
+@pytest.mark.parametrize("database", ["abc", "-1", "1.5", "99999999999"])
+def test_a_url_whose_database_is_no_number_is_refused(database: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"is a number from 0 .*got '{database}'"):
+        RedisCheckpointStorage(f"redis://127.0.0.1:6379/{database}")
+
+
+async def test_a_database_the_server_does_not_have_is_a_configuration_error(
+    redis_url: str,
+) -> None:
+    store = RedisCheckpointStorage(f"{redis_url.rsplit('/', 1)[0]}/99")
+    try:
+        with pytest.raises(ConfigurationError, match="the Redis server has no such database"):
+            await store.setup()
+    finally:
+        await store.close()
+
+
 def test_commands_are_packed_as_redis_py_packs_them() -> None:
     from redis.asyncio.connection import Connection
 

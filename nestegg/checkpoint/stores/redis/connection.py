@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.asyncio as aioredis
@@ -46,6 +47,7 @@ class RedisConnection:
         self._retries = retries
         self._connect_timeout = connect_timeout
         if isinstance(url_or_client, str):
+            _check_database(url_or_client)
             pool = aioredis.BlockingConnectionPool.from_url(
                 url_or_client,
                 max_connections=max_connections,
@@ -220,6 +222,20 @@ class RedisConnection:
             conn.socket_timeout = timeout
             await self.client.connection_pool.release(conn)
         return replies
+
+
+def _check_database(url: str) -> None:
+    """A URL's database part: none, or a number (redis-py would read ``/abc`` as 0).
+
+    Raises:
+        ConfigurationError: a database part that is not a number from 0 to 2**31 - 1.
+    """
+    path = unquote(urlsplit(url).path).strip("/")
+    if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
+        raise ConfigurationError(
+            "the database of a Redis store URL is a number from 0 (redis://host:6379/0), "
+            f"got {path!r}"
+        )
 
 
 async def _reply_of(call: Awaitable[Any]) -> Any:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.exceptions as redis_errors
 
-from nestegg.errors import StorageError, StorageUnavailableError
+from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
     (redis_errors.ConnectionError, StorageUnavailableError),  # refused, lost, still loading
@@ -24,8 +24,15 @@ def error_class(exc: redis_errors.RedisError) -> type[StorageError]:
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
-def nestegg_error(exc: redis_errors.RedisError) -> StorageError:
-    """The nestegg error for ``exc``, redis-py's reason in its text."""
+def nestegg_error(exc: redis_errors.RedisError) -> StorageError | ConfigurationError:
+    """The nestegg error for ``exc``, redis-py's reason in its text (a URL's database the
+    server does not have: ConfigurationError, as the URL is what is wrong)."""
+    if isinstance(exc, redis_errors.ResponseError) and "DB index is out of range" in str(exc):
+        return ConfigurationError(
+            f"the Redis server has no such database ({exc}): check the number at the end of "
+            "the store URL (redis://host:6379/0; the server's `databases` setting, 16 by "
+            "default, is how many it has)"
+        )
     cls = error_class(exc)
     if cls is StorageUnavailableError:
         return StorageUnavailableError(f"Redis is unavailable: {exc}")
