@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 Durability = Literal["sync", "async", "exit"]
 DURABILITIES = ("sync", "async", "exit")
+STORE_METHODS = ("setup", "create_run", "get_run", "commit")
+"""What CheckpointConfig.storage must have to be taken for a store (a URL is not one)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,18 @@ class CheckpointConfig:
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
+        if self.storage is not None and not all(
+            callable(getattr(self.storage, name, None)) for name in STORE_METHODS
+        ):
+            hint = (
+                f" (a URL: storage=open_store({self.storage!r}), from nestegg.checkpoint)"
+                if isinstance(self.storage, str)
+                else ""
+            )
+            raise ConfigurationError(
+                "CheckpointConfig.storage must be a store (SQLiteCheckpointStorage(...), "
+                f"open_store(url), ...) or None, got {self.storage!r}{hint}"
+            )
         if not isinstance(self.policy, CheckpointPolicy):
             raise ConfigurationError(
                 f"CheckpointConfig.policy must be a CheckpointPolicy, got {self.policy!r}"

@@ -21,13 +21,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from nestegg.checkpoint.stores import default_home, open_store, store_class
+from nestegg.checkpoint.stores import default_store, home_path, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.constants import (
     DEFAULT_DB_NAME,
-    DEFAULT_HOME,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
@@ -35,7 +34,6 @@ from nestegg.constants import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     FILE_RUNS_DIR,
-    HOME_ENV,
     STORE_ENV,
 )
 from nestegg.errors import (
@@ -294,11 +292,6 @@ def explicit_store(ctx: typer.Context, store: str | None) -> bool:
     return bool(store or settings.store)
 
 
-def home_path() -> Path:
-    """``$NESTEGG_HOME`` (else ``~/.nestegg``), without creating it."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
-
-
 def describe_store(url: str | None) -> str:
     """The store as users know it: its URL, or the embedded default's path."""
     if url:
@@ -310,18 +303,6 @@ def _origin(url: str) -> str:
     return f"${STORE_ENV}" if os.environ.get(STORE_ENV) == url else "--store"
 
 
-def _default_store() -> CheckpointStorage:
-    """The embedded default store; a home that cannot be created is reported as the same
-    database through a URL is."""
-    try:
-        home = default_home()
-    except OSError as error:
-        path = home_path() / DEFAULT_DB_NAME
-        raise StorageUnavailableError(f"cannot open the SQLite database {path}: {error}") from None
-    store: CheckpointStorage = store_class("sqlite")(home / DEFAULT_DB_NAME)
-    return store
-
-
 def open_selected(url: str | None) -> CheckpointStorage:
     """The store for ``url``, or the embedded default when None.
 
@@ -329,7 +310,7 @@ def open_selected(url: str | None) -> CheckpointStorage:
         CommandError: an unknown scheme or a malformed URL (naming where it came from).
     """
     try:
-        return open_store(url) if url else _default_store()
+        return open_store(url) if url else default_store()
     except (ValueError, TypeError) as error:
         if isinstance(error, MissingDependencyError) or not url:
             raise

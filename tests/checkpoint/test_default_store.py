@@ -12,6 +12,7 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
 from nestegg.constants import DEFAULT_DB_NAME, HOME_ENV
+from nestegg.errors import ConfigurationError, StorageUnavailableError
 
 
 def mode(path: Path) -> int:
@@ -119,3 +120,23 @@ async def test_no_checkpoint_config_stores_nothing(
 
     assert await clutch.run("x") == "x!"
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("home", ["/dev/null/home", "/proc/no-such-home"])
+async def test_a_home_that_cannot_be_made_is_storage_unavailable(
+    monkeypatch: pytest.MonkeyPatch, home: str
+) -> None:
+    monkeypatch.setenv(HOME_ENV, home)
+    clutch = Clutch("homeless", checkpoint=CheckpointConfig())
+
+    @clutch.agent()
+    async def a(data: int) -> int:
+        return data
+
+    with pytest.raises(StorageUnavailableError, match=f"cannot open the SQLite database {home}"):
+        await clutch.run(1, run_id="r1")
+
+
+def test_a_url_given_as_storage_is_refused_with_the_way_to_open_it() -> None:
+    with pytest.raises(ConfigurationError, match=r"storage=open_store\('sqlite:///x.db'\)"):
+        CheckpointConfig(storage="sqlite:///x.db")  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.registry import store_class
 from nestegg.constants import DEFAULT_DB_NAME, DEFAULT_HOME, HOME_ENV
+from nestegg.errors import StorageUnavailableError
 
 
 def open_store(url: str) -> CheckpointStorage:
@@ -31,21 +32,42 @@ def open_store(url: str) -> CheckpointStorage:
     return store
 
 
+def home_path() -> Path:
+    """``$NESTEGG_HOME``, else ``~/.nestegg``, without creating it."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+
+
 def default_home() -> Path:
     """``$NESTEGG_HOME``, else ``~/.nestegg``, created with mode 0700."""
-    home = Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+    home = home_path()
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     return home
 
 
 def default_store() -> CheckpointStorage:
-    """The embedded default store: SQLite at ``$NESTEGG_HOME/nestegg.db``."""
-    cls = store_class("sqlite")
-    store: CheckpointStorage = cls(default_home() / DEFAULT_DB_NAME)
+    """The embedded default store: SQLite at ``$NESTEGG_HOME/nestegg.db``.
+
+    Raises:
+        StorageUnavailableError: the home cannot be created (said as for the database
+            through its URL).
+    """
+    try:
+        home = default_home()
+    except OSError as error:
+        path = home_path() / DEFAULT_DB_NAME
+        raise StorageUnavailableError(f"cannot open the SQLite database {path}: {error}") from None
+    store: CheckpointStorage = store_class("sqlite")(home / DEFAULT_DB_NAME)
     return store
 
 
-__all__ = ["CheckpointStorage", "default_home", "default_store", "open_store", "store_class"]
+__all__ = [
+    "CheckpointStorage",
+    "default_home",
+    "default_store",
+    "home_path",
+    "open_store",
+    "store_class",
+]
 
 
 if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its capabilities)
