@@ -359,6 +359,13 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
     return opened
 
 
+async def _server_store_exists(store: CheckpointStorage) -> bool:
+    """Whether a store whose schema its setup would create (PostgreSQL's tables) has it;
+    True for the others."""
+    exists = getattr(store, "exists", None)
+    return True if exists is None else bool(await exists())
+
+
 async def _with_store(
     url: str | None,
     work: Callable[[CheckpointStorage], Awaitable[T]],
@@ -367,6 +374,10 @@ async def _with_store(
 ) -> T:
     store = _open_existing(url, read_only) if read_only or existing else open_selected(url)
     try:
+        if (read_only or existing) and not await _server_store_exists(store):
+            raise CommandError(
+                f"no store at {url}: no nestegg tables there (a run creates them)", EXIT_NOT_FOUND
+            )
         if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
             await store.setup()
         return await work(store)

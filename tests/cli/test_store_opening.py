@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import uuid
 from pathlib import Path
 
 import orjson
@@ -25,7 +26,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import CheckpointCorruptedError
-from tests.cli.conftest import Cli, Filled, fill
+from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.test_subprocess import nestegg
 
 READING = (
@@ -271,3 +272,70 @@ def test_an_invalid_id_exits_2_on_server_stores_too(cli: Cli, filled_any: Filled
         result = cli(*args, "--store", filled_any.url)
         assert result.exit_code == EXIT_USAGE, (args, result.stderr)
         assert "is not valid Unicode text (a lone surrogate" in result.stderr
+
+
+async def _tables_of(pg_url: str, prefix: str) -> list[str]:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        found = await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", [prefix + "%"]
+        )
+        return [row[0] for row in await found.fetchall()]
+
+
+async def _prefixed_run(url: str, run_id: str) -> None:
+    store = open_store(url)
+    try:
+        await fill(url, run_id, opened=store)
+    finally:
+        await store.close()
+
+
+def test_a_read_finds_no_postgres_store_where_its_tables_are_not_and_creates_none(
+    cli: Cli, pg_url: str
+) -> None:
+    prefix = f"none_{uuid.uuid4().hex[:8]}_"
+    url = f"{pg_url}?table_prefix={prefix}"
+    for args in (["runs"], ["show", "r1"], ["threads"]):
+        result = cli(*args, "--store", url)
+        assert result.exit_code == EXIT_NOT_FOUND, (args, result.output)
+        assert (
+            result.stderr
+            == f"error: no store at {url}: no nestegg tables there (a run creates them)\n"
+        )
+    assert asyncio.run(_tables_of(pg_url, prefix)) == []
+
+
+@pytest.mark.parametrize("server", ["postgres", "redis"])
+def test_a_store_url_reaches_a_store_built_with_a_prefix_of_its_own(
+    cli: Cli, pg_url: str, redis_url: str, server: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    url = (
+        f"{pg_url}?table_prefix=own_{tag}_"
+        if server == "postgres"
+        else f"{redis_url}?prefix=own-{tag}:"
+    )
+    asyncio.run(_prefixed_run(url, tag))
+    try:
+        listed = json_of(cli("runs", "--json", "--store", url))
+        assert sorted(row["run_id"] for row in listed) == sorted(
+            f"{name}{tag}" for name in ("ok", "bad", "gone")
+        )
+        plain = cli("runs", "--json", "--store", url.split("?")[0])  # the default prefix
+        if plain.exit_code == 0:
+            assert not [row for row in json_of(plain) if row["run_id"].endswith(tag)]
+        else:
+            assert plain.exit_code == EXIT_NOT_FOUND, plain.stderr
+    finally:
+        asyncio.run(_drop(url))
+
+
+async def _drop(url: str) -> None:
+    store = open_store(url)
+    try:
+        await store.setup()
+        await store.drop()  # type: ignore[attr-defined]
+    finally:
+        await store.close()

@@ -11,25 +11,53 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.registry import store_class
 from nestegg.constants import DEFAULT_DB_NAME, DEFAULT_HOME, HOME_ENV
 from nestegg.errors import StorageUnavailableError
 
+URL_OPTIONS = {
+    "postgresql": "table_prefix",
+    "postgres": "table_prefix",
+    "redis": "prefix",
+    "rediss": "prefix",
+}
+"""The store option a URL may carry in its query, by scheme (``?table_prefix=app_``), so
+that a command reaches a store built with a prefix of its own."""
+
 
 def open_store(url: str) -> CheckpointStorage:
     """A store for ``url``: ``memory://``, ``file:///dir``, ``sqlite:///file.db``,
-    ``postgresql://…`` or ``redis://…``.
+    ``postgresql://…`` or ``redis://…``; a PostgreSQL URL may end in
+    ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
 
     Example:
         >>> store = open_store("sqlite:///runs.db")
+        >>> store = open_store("postgresql://app@db/app?table_prefix=enrich_")
     """
     scheme = urlsplit(url).scheme
     cls = store_class(scheme)
-    store: CheckpointStorage = cls.from_url(url)
+    options: dict[str, str] = {}
+    name = URL_OPTIONS.get(scheme)
+    if name is not None:
+        url, value = _take_query_option(url, name)
+        if value is not None:
+            options[name] = value
+    store: CheckpointStorage = cls.from_url(url, **options)
     return store
+
+
+def _take_query_option(url: str, name: str) -> tuple[str, str | None]:
+    """``url`` without the query option ``name``, and its value (None: not there)."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    values = [value for key, value in pairs if key == name]
+    if not values:
+        return url, None
+    kept = urlencode([(key, value) for key, value in pairs if key != name])
+    return urlunsplit(parts._replace(query=kept)), values[-1]
 
 
 def home_path() -> Path:

@@ -238,6 +238,28 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             )
             self._ready = True
 
+    async def exists(self) -> bool:
+        """Whether this store's tables are in the database, found without creating them
+        (what a command that only reads checks before :meth:`setup`).
+
+        Raises:
+            StorageUnavailableError: the server cannot be reached.
+        """
+        await self._open_pool()
+        versions = self.table_prefix + TABLE_SUFFIXES["versions"]
+
+        async def look() -> bool:
+            with driver_errors(self._where):
+                async with self._pool.connection() as conn:
+                    name = sql.Identifier(versions).as_string(conn)
+                    found = await conn.execute("SELECT to_regclass(%s)", [name])
+                    row = await found.fetchone()
+                    return row is not None and row[0] is not None
+
+        return await retry_unavailable(
+            look, self._retries, self._pool.check, deadline=self._connect_timeout
+        )
+
     async def schema_version(self) -> int:
         """The schema version stored in the database (0 before setup).
 
