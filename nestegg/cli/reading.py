@@ -230,7 +230,17 @@ async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, 
     """The step a running run has started and not committed yet (its agent, start and the
     calls it has journaled so far), from its ``step_started`` event; None when there is
     none (between steps, or a start not written yet)."""
-    seq = run.step_seq + 1
+    start = await in_flight_start(store, run)
+    if start is None:
+        return None
+    seq = start.data["seq"]
+    calls = [row for row, _ in await journaled_calls(store, run.run_id, seq)]
+    return {"seq": seq, "agent": start.data.get("agent"), "started": start.at, "calls": calls}
+
+
+async def in_flight_start(store: CheckpointStorage, run: RunRecord) -> Event | None:
+    """The ``step_started`` event of the step a running run has started and not committed
+    yet; None when there is none (between steps, or a start not written yet)."""
     since = max(0, run.event_seq - IN_FLIGHT_EVENT_WINDOW)
     start = _last_start(await store.read_events(run.run_id, since))
     if start is None and since:  # a step with many journaled calls: look further back
@@ -239,28 +249,38 @@ async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, 
         event = Event.from_record(start) if start is not None else None
     except CheckpointCorruptedError:
         return None
-    if event is None or event.data.get("seq") != seq:
+    if event is None or event.data.get("seq") != run.step_seq + 1:
         return None
-    calls = [_call_row(record) for record in await store.read_journal(run.run_id, seq)]
-    return {"seq": seq, "agent": event.data.get("agent"), "started": event.at, "calls": calls}
+    return event
 
 
 def _last_start(events: list[EventRecord]) -> EventRecord | None:
     return next((e for e in reversed(events) if e.kind == STEP_STARTED), None)
 
 
-def _call_row(record: JournalRecord) -> dict[str, Any]:
+async def journaled_calls(
+    store: CheckpointStorage, run_id: str, step: int
+) -> list[tuple[dict[str, Any], datetime | None]]:
+    """The calls step ``step`` has journaled, by position: each call's row (position,
+    function, ``returned`` or ``failed``, duration) and when it returned, its start plus
+    its duration (None for an entry damaged or journaled before those were recorded)."""
+    return [_call(record) for record in await store.read_journal(run_id, step)]
+
+
+def _call(record: JournalRecord) -> tuple[dict[str, Any], datetime | None]:
     try:
         entry = parse_journal(record.body, f"journal entry {record.step}/{record.position}")
     except CheckpointCorruptedError:
-        entry = {"error": "damaged"}
-    outcome = "failed" if "error" in entry else "returned"
-    return {
+        entry = {"error": "damaged", "started": None, "duration": None}
+    started, duration = entry["started"], entry["duration"]
+    row = {
         "position": record.position,
         "function": entry.get("function"),
-        "outcome": outcome,
-        "duration": entry.get("duration"),  # None: damaged, or journaled without it
+        "outcome": "failed" if "error" in entry else "returned",
+        "duration": duration,  # None: damaged, or journaled without it
     }
+    returned = None if started is None or duration is None else _at(started + duration)
+    return row, returned
 
 
 async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointState:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from nestegg.checkpoint.event_log import StepFacts, step_facts_for
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import EventRecord, RunRecord
+from nestegg.checkpoint.records import EventRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import Event, to_datetime
 from nestegg.cli import reading
@@ -27,8 +28,13 @@ from nestegg.constants import (
     CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    RUN_CANCELLED,
+    RUN_FAILED,
+    RUN_WAITING,
     RUNNING,
     STATUSES,
+    STEP_COMPLETED,
+    STEP_FAILED,
 )
 from nestegg.errors import CheckpointCorruptedError
 
@@ -379,47 +385,69 @@ def _event_line(row: dict[str, Any]) -> str:
 async def _follow(
     store: CheckpointStorage, out: Output, run_id: str, since: int, interval: float
 ) -> None:
+    """Print the run's events after ``since``, then the new ones every ``interval``
+    seconds until the run is no longer running; and the calls journaled by the steps
+    under way while following, each step's before the event that ends it."""
     warned = False
     shown_calls: set[tuple[int, int]] = set()
+    run = await reading.get_run(store, run_id)
+    first_followed = run.step_seq + 1  # the steps committed before are history: no calls
     while True:
-        run = await reading.get_run(store, run_id)
         records = await store.read_events(run_id, since)
         steps = await step_facts_for(store, run_id, records)
         for record in records:
-            _print_event(out, _event_row(record, steps))
+            row = _event_row(record, steps)
+            ended = _step_ended_by(row)
+            if ended is not None and ended >= first_followed:
+                await _print_new_calls(store, out, run_id, ended, shown_calls)
+            _print_event(out, row)
             since = record.seq
         if run.status != RUNNING:  # its last events were committed with the status
             return
-        await _print_new_calls(store, out, run, shown_calls)
+        start = await reading.in_flight_start(store, run)
+        if start is not None:
+            await _print_new_calls(store, out, run_id, start.data["seq"], shown_calls)
         if not warned and is_interrupted(run, time.time()):
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
         await asyncio.sleep(interval)
+        run = await reading.get_run(store, run_id)
+
+
+def _step_ended_by(row: dict[str, Any]) -> int | None:
+    """The step an event ends: the one it completes or fails, or the one under way when
+    the run stopped (waits, is cancelled or fails: the step after the ``steps`` it had
+    committed); None for other events. Its calls are printed before the event."""
+    data = row["data"]
+    if row["kind"] in (STEP_COMPLETED, STEP_FAILED):
+        seq = data.get("seq")
+        return seq if type(seq) is int else None
+    if row["kind"] in (RUN_WAITING, RUN_CANCELLED, RUN_FAILED):
+        committed = data.get("steps")
+        return committed + 1 if type(committed) is int else None
+    return None
 
 
 async def _print_new_calls(
-    store: CheckpointStorage, out: Output, run: RunRecord, shown: set[tuple[int, int]]
+    store: CheckpointStorage, out: Output, run_id: str, step: int, shown: set[tuple[int, int]]
 ) -> None:
-    """Print the journaled calls of the step in flight not printed yet, as ``call_journaled``
-    lines: the journal is read, not the event log (a call writes no event), so they have no
-    event sequence number (``-``)."""
-    step = await reading.step_in_flight(store, run)
-    if step is None:
-        return
-    for call in step["calls"]:
-        key = (step["seq"], call["position"])
-        if key not in shown:
-            shown.add(key)
-            data = {"seq": step["seq"], **call}
-            at = to_datetime(time.time())
-            row = {
-                "run_id": run.run_id,
-                "seq": None,
-                "at": at,
-                "kind": CALL_JOURNALED,
-                "data": data,
-            }
-            _print_event(out, row)
+    """Print the calls step ``step`` has journaled not printed yet, as ``call_journaled``
+    lines at the time each call returned (the time of printing for a call journaled before
+    durations were recorded). The journal is read, not the event log (a call writes no
+    event), so they have no event sequence number (``-``)."""
+    for call, returned in await reading.journaled_calls(store, run_id, step):
+        key = (step, call["position"])
+        if key in shown:
+            continue
+        shown.add(key)
+        row = {
+            "run_id": run_id,
+            "seq": None,
+            "at": returned or datetime.now(UTC),
+            "kind": CALL_JOURNALED,
+            "data": {"seq": step, **call},
+        }
+        _print_event(out, row)
 
 
 def _print_event(out: Output, row: dict[str, Any]) -> None:
@@ -446,8 +474,9 @@ def events_command(
     """A run's event log.
 
     --follow keeps polling until the run is no longer running, and also prints the calls
-    the step in flight journals as they return (call_journaled, read from the journal: no
-    event number). --json writes one JSON object per line (JSON Lines).
+    each step journals meanwhile (call_journaled, read from the journal: no event number),
+    each at the time it returned and before the line that ends its step. --json writes one
+    JSON object per line (JSON Lines).
     """
     out = Output(as_json)
 

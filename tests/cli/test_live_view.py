@@ -8,12 +8,14 @@ commands see it in flight) or in a child killed with SIGKILL mid-step.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ import pytest
 import nestegg
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import HOME_ENV, STORE_ENV
+from nestegg.errors import RunWaiting
 from tests.cli.conftest import delete_runs
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
 
@@ -73,12 +77,14 @@ def timeline_row(text: str, seq: int) -> str:
     return rows[-1]
 
 
-async def _follow_events(tmp_path: Path, url: str, run_id: str) -> asyncio.subprocess.Process:
+async def _follow_events(
+    tmp_path: Path, url: str, run_id: str, interval: float = 0.05
+) -> asyncio.subprocess.Process:
     """``nestegg events RUN --follow --json`` started in the background."""
     env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, KILL_ENV)}
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "nestegg.cli", "events", run_id, "--follow", "--json",
-        "--poll-interval", "0.05", "--store", url,
+        "--poll-interval", str(interval), "--store", url,
         cwd=ROOT, env={**env, HOME_ENV: str(tmp_path / "home")},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -93,6 +99,38 @@ async def _next_line_of_kind(process: asyncio.subprocess.Process, kind: str) -> 
         row: dict[str, Any] = orjson.loads(line)
         if row["kind"] == kind:
             return row
+
+
+async def _lines_through_first_call(process: asyncio.subprocess.Process) -> list[dict[str, Any]]:
+    """The JSON lines the process prints, up to and with its first ``call_journaled``."""
+    assert process.stdout is not None
+    rows: list[dict[str, Any]] = []
+    while not rows or rows[-1]["kind"] != "call_journaled":
+        line = await asyncio.wait_for(process.stdout.readline(), TIMEOUT)
+        assert line, "the command ended first"
+        rows.append(orjson.loads(line))
+    return rows
+
+
+async def _lines_to_the_end(process: asyncio.subprocess.Process) -> list[dict[str, Any]]:
+    """The JSON lines the process prints until it ends (with status 0)."""
+    rest, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode == 0, err.decode()
+    return [orjson.loads(line) for line in rest.decode().splitlines()]
+
+
+def _calls(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(step, position) of the ``call_journaled`` rows, in the order printed."""
+    calls = [row["data"] for row in rows if row["kind"] == "call_journaled"]
+    return [(call["seq"], call["position"]) for call in calls]
+
+
+def _where(rows: list[dict[str, Any]], kind: str, step: int | None = None) -> int:
+    """The index of the first row of ``kind`` (of step ``step`` when given)."""
+    return next(
+        i for i, r in enumerate(rows)
+        if r["kind"] == kind and (step is None or r["data"].get("seq") == step)
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -172,6 +210,120 @@ async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls
     assert done["step_in_flight"] is None and len(done["steps"]) == 2
     kinds = [e["kind"] for e in await events(tmp_path, any_url, run_id)]
     assert kinds.count("step_started") == 2  # each start written once
+
+
+CALL_SECONDS = 0.2
+FOLLOW_INTERVAL = 1.0
+"""Longer than the calls made after the follower's first poll take together (and the
+step after them): they are journaled, and their steps end, between two of its polls."""
+
+
+async def slow_ask(topic: str) -> str:
+    """Stands in for a paid call that takes a while."""
+    await asyncio.sleep(CALL_SECONDS)
+    return f"about {topic}"
+
+
+async def test_follow_prints_each_journaled_call_once_before_its_step_ends_at_its_return(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    asked, followed = asyncio.Event(), asyncio.Event()
+    store = open_store(any_url)
+    clutch = Clutch(
+        "live",
+        strategy=Strategy.SEQUENTIAL,
+        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
+    )
+    durable_ask = nestegg.durable(slow_ask)
+
+    @clutch.agent()
+    async def research(data: dict) -> dict:
+        answers = [await nestegg.call(ask, "eggs")]
+        asked.set()
+        await followed.wait()  # the follower printed that call: the rest come between polls
+        answers += [await durable_ask(topic) for topic in ("hens", "nests", "yolks")]
+        return {**data, "answers": answers}
+
+    @clutch.agent()
+    async def summarize(data: dict) -> dict:
+        return {**data, "summary": await nestegg.call(ask, "all")}  # starts and ends unseen
+
+    follower = None
+    try:
+        run = asyncio.create_task(clutch.run({"n": 1}, run_id=run_id))
+        await asyncio.wait_for(asked.wait(), TIMEOUT)
+        follower = await _follow_events(tmp_path, any_url, run_id, FOLLOW_INTERVAL)
+        rows = await _lines_through_first_call(follower)
+        followed.set()
+        assert (await run)["summary"] == "about all"
+        rows += await _lines_to_the_end(follower)
+        journal = {
+            (seq, record.position): parse_journal(record.body, "a journal entry")
+            for seq in (1, 2)
+            for record in await store.read_journal(run_id, seq)
+        }
+    finally:
+        asked.set()
+        followed.set()
+        if follower is not None and follower.returncode is None:
+            follower.kill()
+            await follower.wait()
+        await store.close()
+    assert _calls(rows) == [(1, 0), (1, 1), (1, 2), (1, 3), (2, 0)]  # each once, in order
+    calls = [row for row in rows if row["kind"] == "call_journaled"]
+    for row in calls:
+        step = row["data"]["seq"]
+        assert _where(rows, "step_started", step) < rows.index(row)
+        assert rows.index(row) < _where(rows, "step_completed", step)
+        entry = journal[(step, row["data"]["position"])]  # its own time: when it returned
+        returned = datetime.fromtimestamp(entry["started"] + entry["duration"], UTC)
+        assert datetime.fromisoformat(row["at"]) == returned
+    slow = [datetime.fromisoformat(row["at"]) for row in calls[1:4]]
+    assert all(later - earlier >= timedelta(seconds=CALL_SECONDS / 2)
+               for earlier, later in itertools.pairwise(slow))  # fmt: skip
+    assert rows[-1]["kind"] == "run_completed"
+
+
+async def test_follow_prints_the_calls_of_a_step_that_waits_before_the_wait(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    asked, followed = asyncio.Event(), asyncio.Event()
+    store = open_store(any_url)
+    clutch = Clutch(
+        "live",
+        strategy=Strategy.SEQUENTIAL,
+        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
+    )
+
+    @clutch.agent()
+    async def approve(data: dict) -> dict:
+        await nestegg.call(ask, "eggs")
+        asked.set()
+        await followed.wait()
+        await nestegg.call(ask, "hens")  # then the run waits before the follower's next poll
+        return {**data, "approved": await nestegg.wait_for("approval")}
+
+    follower = None
+    try:
+        run = asyncio.create_task(clutch.run({"n": 1}, run_id=run_id))
+        await asyncio.wait_for(asked.wait(), TIMEOUT)
+        follower = await _follow_events(tmp_path, any_url, run_id, FOLLOW_INTERVAL)
+        rows = await _lines_through_first_call(follower)
+        followed.set()
+        with pytest.raises(RunWaiting):
+            await run
+        rows += await _lines_to_the_end(follower)  # --follow ends when the run waits
+    finally:
+        asked.set()
+        followed.set()
+        if follower is not None and follower.returncode is None:
+            follower.kill()
+            await follower.wait()
+        await store.close()
+    assert _calls(rows) == [(1, 0), (1, 1), (1, 2)]  # the wait journals its deadline
+    functions = [row["data"]["function"] for row in rows if row["kind"] == "call_journaled"]
+    assert functions == [f"{__name__}.ask", f"{__name__}.ask", "nestegg.wait_for:deadline"]
+    assert rows[-1]["kind"] == "run_waiting" and rows[-2]["kind"] == "call_journaled"
 
 
 async def test_a_crash_and_its_takeover_are_on_the_timeline(
