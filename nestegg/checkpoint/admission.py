@@ -9,13 +9,17 @@ from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.views import run_result
-from nestegg.constants import COMPLETED
+from nestegg.constants import COMPLETED, RUNNING
 from nestegg.errors import CheckpointCorruptedError, RunExistsError, RunLockedError
 
 
-def existing_run(run: RunRecord, sealed_input: bytes, now: float) -> Any:
+def existing_run(
+    run: RunRecord, sealed_input: bytes, now: float, *, on_workers: bool = False
+) -> Any:
     """What starting a run under an id that exists does: the result of a completed run
-    of the same input; otherwise a RunExistsError (or RunLockedError) saying what to do."""
+    of the same input; otherwise a RunExistsError (or RunLockedError) saying what to do.
+    ``on_workers``: the Clutch runs its runs on workers, whose running runs with no owner
+    are queued for them or for their sweeps, not interrupted."""
     if run.status == COMPLETED:
         if not same_input(run, sealed_input):
             raise RunExistsError(
@@ -30,6 +34,13 @@ def existing_run(run: RunRecord, sealed_input: bytes, now: float) -> Any:
         raise RunLockedError(
             f"run {run.run_id!r} is being executed by another process "
             f"(pid {run.owner.pid if run.owner else '?'})",
+            run.run_id,
+        )
+    if on_workers and run.status == RUNNING:
+        raise RunExistsError(
+            f"run {run.run_id!r} exists and is the workers' (queued for one, or for their "
+            f"sweeps to take over): await clutch.result({run.run_id!r}) for its outcome"
+            + ("" if same_input(run, sealed_input) else "; it was started with a different input"),
             run.run_id,
         )
     status = "interrupted" if is_interrupted(run, now) else run.status

@@ -168,9 +168,9 @@ class CheckpointedRuns:
             lease_until=now + self.lease if owned else None,
         )
 
-    def _existing(self, run: RunRecord, sealed_input: bytes) -> Any:
+    def _existing(self, run: RunRecord, sealed_input: bytes, *, on_workers: bool = False) -> Any:
         """What run() does with an id that exists (see admission.existing_run)."""
-        return existing_run(run, sealed_input, self.config.clock())
+        return existing_run(run, sealed_input, self.config.clock(), on_workers=on_workers)
 
     async def execute(
         self,
@@ -272,7 +272,8 @@ class CheckpointedRuns:
             existing = await store.get_run(run_id)
             if existing is None:
                 raise
-            self._existing(existing, sealed_input)  # raises unless completed with this input
+            # raises unless completed with this input
+            self._existing(existing, sealed_input, on_workers=True)
             return existing
         return record
 
