@@ -116,6 +116,8 @@ STEP_COMPLETED = EventKind.STEP_COMPLETED
 STEP_FAILED = EventKind.STEP_FAILED
 CHECKPOINT_SAVED = EventKind.CHECKPOINT_SAVED
 CHECKPOINT_PRUNED = EventKind.CHECKPOINT_PRUNED
+LATEST_TIME = 253402300799.0
+"""The last second of the year 9999 (UNIX seconds): a later time is one no listing can show."""
 LIVE_STEP_DELAY = 0.05
 """Seconds after a step starts (durability "sync") at which its start is committed on its
 own, for the live views, if no journaled call of the step has carried it yet; a step that

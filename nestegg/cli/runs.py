@@ -28,6 +28,7 @@ from nestegg.constants import (
     CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    LATEST_TIME,
     RUN_CANCELLED,
     RUN_FAILED,
     RUN_WAITING,
@@ -370,9 +371,18 @@ def _event_row(record: EventRecord, steps: StepFacts) -> dict[str, Any]:
 def _detail(key: str, value: Any) -> str:
     if key == "duration" and (value is None or isinstance(value, int | float)):
         return f"{key}={seconds(value)}"
+    if key == "started" and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
+        return f"{key}={_clock_time(value)}"
     if isinstance(value, float):
         return f"{key}={value:.6g}"
     return f"{key}={value if isinstance(value, str) else to_json(value, indent=False)}"
+
+
+def _clock_time(seconds_: float) -> str:
+    """UNIX seconds as local time to the millisecond, as event lines show times."""
+    moment = to_datetime(seconds_)
+    assert moment is not None
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _event_line(row: dict[str, Any]) -> str:

@@ -90,6 +90,8 @@ def thread_command(
     store: StoreOption = None,
 ) -> None:
     """A LangGraph thread's checkpoints, newest first, with their metadata."""
+    if not thread_id:
+        raise CommandError("a thread id must be non-empty", EXIT_USAGE)
     inspect = _langgraph()
 
     async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:

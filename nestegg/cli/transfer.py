@@ -41,7 +41,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.reading import get_run
-from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION, STATUSES
+from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION, LATEST_TIME, STATUSES
 from nestegg.errors import RunExistsError
 
 Blob = str | dict[str, str]
@@ -135,10 +135,6 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
             for g in await store.read_signals(run.run_id)
         ],
     }
-
-
-LATEST_TIME = 253402300799.0
-"""The last second of the year 9999: a later stored time is one no listing can show."""
 
 
 def _whole(value: Any, where: str) -> int:

@@ -238,6 +238,12 @@ def test_events(cli: Cli, filled_any: Filled) -> None:
     assert text[2].split()[7].startswith("duration=")
     completed = [e["data"] for e in events if e["kind"] == "step_completed"]
     assert [list(data) for data in completed] == [["seq", "agent", "outcome", "duration"]] * 3
+    failed = cli("events", filled_any.bad, "--store", filled_any.url).stdout.splitlines()
+    [line] = [line for line in failed if "step_failed" in line]
+    # its start a time of day as the line's own, not UNIX seconds in 6 digits (1.79567e+09)
+    [started] = [word for word in line.split() if word.startswith("started=")]
+    assert re.fullmatch(r"started=\d{4}-\d\d-\d\d", started), line
+    assert re.search(r"started=\S+ \d\d:\d\d:\d\d\.\d{3} ", line), line
 
 
 def test_events_follow_until_the_run_finishes(cli: Cli, local_url: str) -> None:

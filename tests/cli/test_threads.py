@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from nestegg.constants import EXIT_NOT_FOUND
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli.test_subprocess import nestegg
 
 pytest.importorskip("langgraph.graph")
@@ -49,6 +49,9 @@ def test_thread_shows_checkpoints_newest_first_with_metadata(tmp_path: Path, sto
     missing = nestegg(tmp_path, "--store", store, "thread", "nope")
     assert missing.returncode == EXIT_NOT_FOUND
     assert missing.stderr.strip() == "error: no LangGraph thread 'nope'"
+    empty = nestegg(tmp_path, "--store", store, "thread", "")
+    assert empty.returncode == EXIT_USAGE
+    assert empty.stderr.strip() == "error: a thread id must be non-empty"
 
 
 def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
