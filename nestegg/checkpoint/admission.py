@@ -1,5 +1,5 @@
-"""What starting or resuming a run meets in the store: an id that exists, a fork that
-lost its start; the errors say what to do."""
+"""What starting or resuming a run meets in the store: an id that exists, a run of another
+pipeline, a fork that lost its start; the errors say what to do."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from nestegg.checkpoint.ownership import is_interrupted, owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.views import run_result
 from nestegg.constants import COMPLETED, RUNNING
-from nestegg.errors import CheckpointCorruptedError, RunExistsError, RunLockedError
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    ConfigurationError,
+    RunExistsError,
+    RunLockedError,
+)
 
 
 def existing_run(
@@ -63,6 +68,18 @@ def same_input(run: RunRecord, sealed_input: bytes) -> bool:
         return True
     where = f"input of run {run.run_id!r}"
     return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
+
+
+def check_pipeline(run: RunRecord, pipeline: str) -> None:
+    """Refuse to continue a run of another pipeline: a Clutch resumes its own runs only.
+
+    Raises:
+        ConfigurationError: ``run`` belongs to another pipeline than ``pipeline``.
+    """
+    if run.pipeline != pipeline:
+        raise ConfigurationError(
+            f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}"
+        )
 
 
 def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:

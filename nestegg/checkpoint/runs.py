@@ -10,7 +10,7 @@ from typing import Any
 
 from nestegg import telemetry_attempts
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.admission import existing_run, fork_without_start
+from nestegg.checkpoint.admission import check_pipeline, existing_run, fork_without_start
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
@@ -367,10 +367,7 @@ class CheckpointedRuns:
             ConfigurationError: the run is another pipeline's, or the Clutch is inconsistent.
             IncompatibleCheckpointError: an agent the state continues with is gone.
         """
-        if run.pipeline != self.clutch.name:
-            raise ConfigurationError(
-                f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {self.clutch.name!r}"
-            )
+        check_pipeline(run, self.clutch.name)
         self.clutch.validate()
         ctx = self.clutch.new_context(run.run_id, state.data)
         ctx.source = state.source

@@ -78,6 +78,16 @@ async def resumable_now(store: CheckpointStorage, run: RunRecord, now: float) ->
     return bool(wait and wait.signal and await signal_stored(store, run.run_id, wait.signal))
 
 
+async def still_waiting(store: CheckpointStorage, run: RunRecord, now: float) -> RunWaiting | None:
+    """What a resume of ``run`` would end in at once when the run waits and cannot go on
+    now (its deadline not passed, its signal not stored): the RunWaiting its step raises
+    again. None when the run does not wait or can go on."""
+    if run.status != WAITING or await resumable_now(store, run, now):
+        return None
+    wait = await wait_of(store, run) or Wait(None, None)
+    return RunWaiting(run.run_id, wait.signal, wait.deadline)
+
+
 async def store_signal(
     store: CheckpointStorage,
     run_id: str,
@@ -128,6 +138,7 @@ __all__ = [
     "resumable_now",
     "signal_came",
     "signal_stored",
+    "still_waiting",
     "store_signal",
     "wait_due",
     "wait_of",

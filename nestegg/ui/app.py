@@ -36,6 +36,7 @@ from nestegg.errors import (
     RunExistsError,
     RunLockedError,
     RunNotFoundError,
+    RunWaiting,
     StorageUnavailableError,
 )
 from nestegg.ui import actions, live, pages
@@ -51,6 +52,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[NestEggError], int], ...] = (
     (ConfigurationError, 400),
     (RunExistsError, 409),
     (RunLockedError, 409),
+    (RunWaiting, 409),
     (IncompatibleCheckpointError, 409),
     (StorageUnavailableError, 503),
     (CheckpointCorruptedError, 500),

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.ui import UISettings
-from tests.ui.conftest import Ui, call_cells, client_for
+from tests.cli.conftest import Filled
+from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
+from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
 WAIT_SECONDS = 20
 
@@ -120,6 +124,61 @@ def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     [(function, how, took)] = call_cells(ui.client.get(f"/runs/{ui.filled.gone}/steps/2").text)
     assert (function, how) == ("tests.cli.pipeline_app.ask_size", "replayed")
     assert re.fullmatch(r"\d+(µs|ms)", took), took
+
+
+def _untouched(ui: Ui, run_id: str, before: RunRecord) -> bool:
+    """Whether nothing was started for ``run_id``: no run in the background, and its
+    record (status, owner, events) as it was."""
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    after = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+    idle = not ui.client.app.state.background  # type: ignore[attr-defined]
+    return idle and after == before
+
+
+def test_resume_of_a_run_of_another_pipeline_is_refused_before_it_starts(ui: Ui) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    run_id = f"other-{uuid.uuid4().hex[:8]}"
+    ui.client.portal.call(lambda: start_waiting(store, run_id, nap=False))  # type: ignore[union-attr]
+    try:
+        before = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+        refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
+        assert refused.status_code == 400
+        assert refused.json() == {
+            "error": f"run '{run_id}' belongs to pipeline 'waiting', not 'cli-test'"
+        }
+        assert _untouched(ui, run_id, before)
+    finally:
+        ui.write("DELETE", f"/api/runs/{run_id}")
+
+
+def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
+    tmp_path: Path,
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    clutch = waiting_pipeline(store)
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        client.portal.call(lambda: start_waiting(store, "signal", nap=False))  # type: ignore[union-attr]
+        client.portal.call(lambda: start_waiting(store, "nap", nap=True))  # type: ignore[union-attr]
+        for run_id, message in (
+            ("signal", "run 'signal' waits for signal 'approval': send it with "
+                       "signal('signal', 'approval', value)"),
+            ("nap", "run 'nap' waits for its timer until 20"),
+        ):  # fmt: skip
+            before = client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+            refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
+            assert refused.status_code == 409
+            assert refused.json()["error"].startswith(message)
+            assert _untouched(ui, run_id, before)
+        sent = client.portal.call(  # type: ignore[union-attr]
+            lambda: clutch.signal("signal", SIGNAL, "yes", resume=False)
+        )
+        assert sent is None
+        started: Any = ui.write("POST", "/api/runs/signal/resume")
+        assert started.status_code == 202
+        _wait_for(ui, "signal", "completed")
+    asyncio.run(store.close())
 
 
 def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:
