@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from nestegg.cli import reading
 from nestegg.constants import RUNNING
 from nestegg.ui import queries
-from nestegg.ui.pages import int_param, now_of, store_of
+from nestegg.ui.pages import int_param, now_of, status_param, store_of
 
 POLL_SECONDS = 0.25
 """Seconds between reads of a run's event log."""
@@ -77,7 +77,7 @@ async def run_events(request: Request) -> StreamingResponse:
 async def runs_events(request: Request) -> StreamingResponse:
     """``change`` whenever a run on the table's first page (with its filters) moved on."""
     store = store_of(request)
-    status = request.query_params.get("status") or None
+    status = status_param(request)
     pipeline = request.query_params.get("pipeline") or None
 
     async def events() -> AsyncIterator[bytes]:

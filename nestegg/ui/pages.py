@@ -14,6 +14,10 @@ from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
 
 STATUS_CHOICES = (*STATUSES, INTERRUPTED)
+FRAGMENTS = ("rows",)
+"""What ``?fragment=`` of the runs page may ask for (the table's rows alone)."""
+LARGEST_NUMBER = 2**63 - 1
+"""The largest whole number a parameter may be: a sequence number a store can compare."""
 
 
 def store_of(request: Request) -> CheckpointStorage:
@@ -39,8 +43,8 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
 
 
 def int_param(request: Request, name: str, least: int = 0) -> int | None:
-    """The whole number >= ``least`` in query parameter ``name`` (None if absent); bad
-    input otherwise."""
+    """The whole number from ``least`` to LARGEST_NUMBER in query parameter ``name`` (None
+    if absent); bad input otherwise."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
@@ -50,16 +54,42 @@ def int_param(request: Request, name: str, least: int = 0) -> int | None:
         number = least - 1
     if number < least:
         raise ConfigurationError(f"{name} must be a whole number >= {least}, got {raw!r}")
+    if number > LARGEST_NUMBER:
+        raise ConfigurationError(f"{name} must be at most {LARGEST_NUMBER}, got {raw!r}")
     return number
 
 
-async def runs_page(request: Request) -> HTMLResponse:
-    """The runs table: filters by status and pipeline, a page at a time (``?before=``)."""
+def status_param(request: Request) -> str | None:
+    """The status filter in ``?status=`` (None if absent): a run status or ``interrupted``.
+
+    Raises:
+        ConfigurationError: another value.
+    """
     status = request.query_params.get("status") or None
     if status is not None and status not in STATUS_CHOICES:
         raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(STATUS_CHOICES)}")
+    return status
+
+
+def fragment_param(request: Request) -> str | None:
+    """The part of the page ``?fragment=`` asks for alone (None: the whole page).
+
+    Raises:
+        ConfigurationError: a part the page does not have.
+    """
+    fragment = request.query_params.get("fragment") or None
+    if fragment is not None and fragment not in FRAGMENTS:
+        raise ConfigurationError(f"unknown fragment {fragment!r}; one of {', '.join(FRAGMENTS)}")
+    return fragment
+
+
+async def runs_page(request: Request) -> HTMLResponse:
+    """The runs table: filters by status and pipeline, a page at a time (``?before=``);
+    ``?fragment=rows``: the table's rows alone."""
+    status = status_param(request)
     pipeline = request.query_params.get("pipeline") or None
     cursor = request.query_params.get("before")
+    name = "runs_rows.html" if fragment_param(request) else "runs.html"
     page = await queries.runs_page(
         store_of(request),
         status=status,
@@ -67,7 +97,6 @@ async def runs_page(request: Request) -> HTMLResponse:
         before=queries.decode_cursor(cursor),
         now=now_of(request),
     )
-    name = "runs_rows.html" if request.query_params.get("fragment") else "runs.html"
     return _render(
         request,
         name,

@@ -144,6 +144,10 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     stream = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": "x"})
     assert stream.status_code == 400 and "since must be a whole number" in stream.json()["error"]
     assert ui.client.get("/events/runs/no-such-run").status_code == 404
+    huge = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": 2**63})
+    assert huge.status_code == 400 and "since must be at most" in huge.json()["error"]
+    runs = ui.client.get("/events/runs", params={"status": "sleeping"})
+    assert runs.status_code == 400 and "unknown status 'sleeping'" in runs.json()["error"]
 
 
 def _error_text(response: Any) -> str:
@@ -161,6 +165,10 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
         "/?before=garbage": (
             400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
+        ),
+        "/?fragment=table": (400, "unknown fragment 'table'; one of rows"),
+        f"/runs/{ok}?before=99999999999999999999": (
+            400, "before must be at most 9223372036854775807, got '99999999999999999999'"
         ),
         "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
         "/no/such/page": (404, "no page at /no/such/page"),
