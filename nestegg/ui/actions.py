@@ -32,7 +32,7 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import COMPLETED, FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
-from nestegg.ui.pages import now_of, store_of
+from nestegg.ui.pages import now_of, store_of, takes
 
 log = logging.getLogger("nestegg.ui")
 
@@ -123,6 +123,7 @@ async def _check_resumable(request: Request, clutch: Clutch, run: RunRecord) -> 
         raise waiting
 
 
+@takes()
 async def resume(request: Request) -> JSONResponse:
     """Resume a run with the Clutch, in the background: 202 once started, after the
     checks of :func:`_check_resumable` (the run's own errors show on its page)."""
@@ -135,6 +136,7 @@ async def resume(request: Request) -> JSONResponse:
     return JSONResponse({"run_id": run.run_id, "started": True}, status_code=202)
 
 
+@takes()
 async def fork(request: Request) -> JSONResponse:
     """Fork from a checkpoint with ``{"data": ...}`` (absent: the checkpoint's data) on a
     new run; 201 with its id once it is stored, the error if it could not start."""
@@ -168,6 +170,7 @@ async def fork(request: Request) -> JSONResponse:
     return JSONResponse({"run_id": run_id}, status_code=201)
 
 
+@takes()
 async def delete(request: Request) -> JSONResponse:
     """Delete a run and everything of it, unless a live process executes it (409)."""
     if (refusal := _check(request)) is not None:
@@ -197,6 +200,7 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
             "pipeline": body.get("pipeline") or None}  # fmt: skip
 
 
+@takes()
 async def prune(request: Request) -> JSONResponse:
     """Delete old runs (``older_than``) and surplus checkpoints (``keep``), as ``nestegg
     prune`` does; ``dry_run`` only lists them."""

@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from nestegg.cli import reading
 from nestegg.constants import RUNNING
 from nestegg.ui import queries
-from nestegg.ui.pages import int_param, now_of, status_param, store_of
+from nestegg.ui.pages import int_param, now_of, status_param, store_of, takes
 
 POLL_SECONDS = 0.25
 """Seconds between reads of a run's event log."""
@@ -38,6 +38,7 @@ def _stream(events: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers=HEADERS)
 
 
+@takes("since")
 async def run_events(request: Request) -> StreamingResponse:
     """``change`` with the new events' kinds and the run's status and steps, after
     ``?since=`` (an event sequence number); ``end`` when the run stopped running."""
@@ -74,6 +75,7 @@ async def run_events(request: Request) -> StreamingResponse:
     return _stream(events())
 
 
+@takes("status", "pipeline")
 async def runs_events(request: Request) -> StreamingResponse:
     """``change`` whenever a run on the table's first page (with its filters) moved on."""
     store = store_of(request)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.paths import PathNotFoundError, select
@@ -14,10 +16,14 @@ from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
 
 STATUS_CHOICES = (*STATUSES, INTERRUPTED)
+TOKEN_PARAMETER = "token"
+"""Taken by every HTML page: the page's script keeps the write token and drops it from the
+address."""
 FRAGMENTS = ("rows",)
 """What ``?fragment=`` of the runs page may ask for (the table's rows alone)."""
 LARGEST_NUMBER = 2**63 - 1
 """The largest whole number a parameter may be: a sequence number a store can compare."""
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def store_of(request: Request) -> CheckpointStorage:
@@ -40,6 +46,40 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
     )
     html = request.app.state.templates.get_template(name).render(**context)
     return HTMLResponse(html)
+
+
+def takes(*names: str) -> Callable[[Endpoint], Endpoint]:
+    """Declare the query parameters an endpoint reads. A request with any other, or with
+    one of them more than once, is refused before the endpoint runs (ConfigurationError,
+    400, naming the parameter), so a misspelt filter or a parameter the endpoint does not
+    have (``?limit=``) is not silently ignored."""
+
+    def declare(endpoint: Endpoint) -> Endpoint:
+        @functools.wraps(endpoint)
+        async def checked(request: Request) -> Response:
+            check_params(request, names)
+            return await endpoint(request)
+
+        return checked
+
+    return declare
+
+
+def check_params(request: Request, names: tuple[str, ...]) -> None:
+    """Refuse a query parameter that is not one of ``names``, or is given more than once.
+
+    Raises:
+        ConfigurationError: naming the unknown parameters, or the first one given twice.
+    """
+    given = request.query_params
+    if unknown := [name for name in given if name not in names]:
+        raise ConfigurationError(
+            f"unknown parameter {', '.join(map(repr, unknown))}; this address takes "
+            f"{', '.join(names) or 'none'}"
+        )
+    for name in names:
+        if (count := len(given.getlist(name))) > 1:
+            raise ConfigurationError(f"{name} is given {count} times; give it once")
 
 
 def int_param(request: Request, name: str, least: int = 0) -> int | None:
@@ -83,6 +123,7 @@ def fragment_param(request: Request) -> str | None:
     return fragment
 
 
+@takes("status", "pipeline", "before", "fragment", TOKEN_PARAMETER)
 async def runs_page(request: Request) -> HTMLResponse:
     """The runs table: filters by status and pipeline, a page at a time (``?before=``);
     ``?fragment=rows``: the table's rows alone."""
@@ -108,6 +149,7 @@ async def runs_page(request: Request) -> HTMLResponse:
     )
 
 
+@takes("before", TOKEN_PARAMETER)
 async def run_page(request: Request) -> HTMLResponse:
     """A run: summary, input, result or error, a window of its timeline, its forks."""
     store = store_of(request)
@@ -126,6 +168,7 @@ async def run_page(request: Request) -> HTMLResponse:
     )
 
 
+@takes("after")
 async def run_live(request: Request) -> JSONResponse:
     """What the run page replaces and appends after a change: its summary and the steps
     after ``?after=``, as HTML."""
@@ -151,6 +194,7 @@ async def run_live(request: Request) -> JSONResponse:
     )
 
 
+@takes(TOKEN_PARAMETER)
 async def step_page(request: Request) -> HTMLResponse:
     """One step's data and journaled calls (loaded when its row is opened)."""
     detail = await queries.step_detail(
@@ -170,6 +214,7 @@ def _part(state: dict[str, Any], path: str | None) -> Any:
         raise CheckpointNotFoundError(str(error)) from error
 
 
+@takes("path", TOKEN_PARAMETER)
 async def state_page(request: Request) -> HTMLResponse:
     """The state a checkpoint restores, as a tree (``?path=`` shows a part of it)."""
     checkpoint_id = request.path_params["checkpoint_id"]
@@ -187,6 +232,7 @@ async def state_page(request: Request) -> HTMLResponse:
     )
 
 
+@takes("old", "new", TOKEN_PARAMETER)
 async def diff_page(request: Request) -> HTMLResponse:
     """What changed between checkpoints ``?old=`` and ``?new=``."""
     old = request.query_params.get("old") or ""

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from starlette.routing import Route
 
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.records import Commit, JournalRecord
@@ -150,6 +151,32 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     assert runs.status_code == 400 and "unknown status 'sleeping'" in runs.json()["error"]
 
 
+def _address(route: Route, run_id: str, checkpoint_id: str) -> tuple[str, str]:
+    """A method and a path that ``route`` serves, on the given run and checkpoint."""
+    path = route.path.replace("{run_id:str}", run_id).replace("{seq:int}", "1")
+    method = "GET" if "GET" in (route.methods or ()) else next(iter(route.methods or ()))
+    return method, path.replace("{checkpoint_id:str}", checkpoint_id)
+
+
+def test_every_address_refuses_a_parameter_it_does_not_take(ui: Ui) -> None:
+    ok = ui.filled.ok
+    checkpoint = CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ok}").text)[0]
+    routes = [r for r in ui.client.app.routes if isinstance(r, Route)]  # type: ignore[attr-defined]
+    assert len(routes) == 12
+    for route in routes:
+        method, path = _address(route, ok, checkpoint)
+        response: Any = ui.write(method, path, params={"bogus": "1"}, json={"dry_run": False})
+        assert response.status_code == 400, (method, path)
+        as_json = response.headers["content-type"] == "application/json"
+        message = response.json()["error"] if as_json else _error_text(response)
+        assert message.startswith("unknown parameter 'bogus'; this address takes "), path
+    # Writes given a parameter they do not take did nothing: a prune with ?keep=1 too.
+    pruned: Any = ui.write("POST", "/api/prune", params={"keep": "1"}, json={"keep": 1})
+    assert pruned.status_code == 400
+    assert len(CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ok}").text)) == 3
+    assert "unknown parameter 'token'" in ui.client.get(f"/runs/{ok}/live?token=t").json()["error"]
+
+
 def _error_text(response: Any) -> str:
     """The message of an error page."""
     match = re.search(r'<p class="error" id="error">(.*?)</p>', response.text, re.S)
@@ -166,10 +193,16 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         "/?before=garbage": (
             400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
         ),
+        "/?limit=abc": (
+            400, "unknown parameter 'limit'; this address takes status, pipeline, before, "
+            "fragment, token"
+        ),
+        "/?status=failed&status=running": (400, "status is given 2 times; give it once"),
         "/?fragment=table": (400, "unknown fragment 'table'; one of rows"),
         f"/runs/{ok}?before=99999999999999999999": (
             400, "before must be at most 9223372036854775807, got '99999999999999999999'"
         ),
+        f"/runs/{ok}/steps/1?seq=2": (400, "unknown parameter 'seq'; this address takes token"),
         "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
         "/no/such/page": (404, "no page at /no/such/page"),
     }  # fmt: skip
