@@ -116,6 +116,8 @@ STEP_COMPLETED = EventKind.STEP_COMPLETED
 STEP_FAILED = EventKind.STEP_FAILED
 CHECKPOINT_SAVED = EventKind.CHECKPOINT_SAVED
 CHECKPOINT_PRUNED = EventKind.CHECKPOINT_PRUNED
+LARGEST_NUMBER = 2**63 - 1
+"""The largest count or sequence number taken from a user (a store's 64-bit integer)."""
 LATEST_TIME = 253402300799.0
 """The last second of the year 9999 (UNIX seconds): a later time is one no listing can show."""
 LIVE_STEP_DELAY = 0.05

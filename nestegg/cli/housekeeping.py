@@ -21,7 +21,7 @@ from nestegg.cli.reading import get_run
 from nestegg.cli.render import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, Output, counted
 from nestegg.cli.runs import check_status
 from nestegg.cli.transfer import ExportFormatError, export_run, import_run
-from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED
+from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED, LARGEST_NUMBER
 from nestegg.errors import RunLockedError
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -131,7 +131,10 @@ def _print_plan(out: Output, plan: PrunePlan, keep: int | None) -> None:
 def prune_command(
     ctx: typer.Context,
     keep: Annotated[
-        int | None, typer.Option(min=1, help="Keep only the newest N checkpoints of each run.")
+        int | None,
+        typer.Option(
+            min=1, max=LARGEST_NUMBER, help="Keep only the newest N checkpoints of each run."
+        ),
     ] = None,
     older_than: Annotated[
         str | None,

@@ -28,6 +28,7 @@ from nestegg.constants import (
     CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    LARGEST_NUMBER,
     LATEST_TIME,
     RUN_CANCELLED,
     RUN_FAILED,
@@ -101,9 +102,9 @@ def runs_command(
     interrupted: Annotated[
         bool, typer.Option("--interrupted", help="Only running runs whose owner is gone.")
     ] = False,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = (
-        CLI_RUN_LIMIT
-    ),
+    limit: Annotated[
+        int, typer.Option(min=1, max=LARGEST_NUMBER, help="At most this many runs, newest first.")
+    ] = (CLI_RUN_LIMIT),
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -471,7 +472,9 @@ def _print_event(out: Output, row: dict[str, Any]) -> None:
 def events_command(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
-    since: Annotated[int, typer.Option(min=0, help="Only events after this sequence number.")] = 0,
+    since: Annotated[
+        int, typer.Option(min=0, max=LARGEST_NUMBER, help="Only events after this sequence number.")
+    ] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
     ] = False,

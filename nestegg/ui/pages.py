@@ -11,7 +11,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.constants import INTERRUPTED, STATUSES
+from nestegg.constants import INTERRUPTED, LARGEST_NUMBER, STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
 
@@ -21,8 +21,6 @@ TOKEN_PARAMETER = "token"
 address."""
 FRAGMENTS = ("rows",)
 """What ``?fragment=`` of the runs page may ask for (the table's rows alone)."""
-LARGEST_NUMBER = 2**63 - 1
-"""The largest whole number a parameter may be: a sequence number a store can compare."""
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 

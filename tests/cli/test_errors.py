@@ -34,6 +34,8 @@ UNREACHABLE_SQLITE = "sqlite:////proc/no-such-dir/n.db"
         ["runs", "--store", "redis://127.0.0.1:6379/abc"],  # redis-py would read db 0
         ["runs", "--store", "redis://127.0.0.1:6379/99"],  # a database the server lacks
         ["events", "r", "--poll-interval", "0"],
+        ["events", "r", "--since", str(2**64)],  # past a store's 64-bit integers
+        ["runs", "--limit", str(2**64)],
         ["resume", "r"],
     ],
 )
