@@ -132,6 +132,13 @@ class Clutch(PipelineBase):
             yield event
 
     async def __aenter__(self) -> Clutch:
+        """Hold the transport's connection open until the block ends, for every run in it
+        (without ``async with``, a RabbitMQ connection lasts as long as the runs that
+        use it; Redis Streams keeps its connections either way)."""
+        if self.transport is not None:
+            from nestegg.transport.base import using
+
+            await self._transport_held.enter_async_context(using(self.transport))
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -142,6 +149,7 @@ class Clutch(PipelineBase):
         if self._runbook is not None:
             await self._runbook.close()
         if self.transport is not None:
+            await self._transport_held.aclose()
             await self.transport.close()
 
     # ---------------------------------------------------------- distributed mode

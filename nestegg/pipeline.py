@@ -88,6 +88,8 @@ class PipelineBase:
         if checkpoint is not None:  # load the checkpointing code now, not in the first run
             import nestegg.checkpoint.runs  # noqa: F401
         self.transport: Transport | None = _transport(name, transport, checkpoint)
+        self._transport_held = contextlib.AsyncExitStack()
+        """The transport's connection held in use by ``async with clutch`` (Clutch)."""
 
     # ----------------------------------------------------------------- definition
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -142,6 +143,26 @@ class WaitingProbe(Protocol):
     async def waiting(self, channels: Sequence[str], *, hold: float) -> bool:
         """Whether a message of ``channels`` waits: not delivered yet, or idle for ``hold``
         seconds with a consumer that is gone."""
+
+
+@runtime_checkable
+class ConnectionInUse(Protocol):
+    """A transport whose connection runs tasks of its own (RabbitMQ: aio-pika's reader,
+    heartbeats and reconnection), which must not outlive the event loop of the code that
+    used it (``asyncio.run`` would end with them pending): it keeps its connection open
+    while some code holds it in use, and closes it when the last use ends (the next use
+    connects again)."""
+
+    def in_use(self) -> AbstractAsyncContextManager[None]:
+        """Hold the connection open for the duration of an ``async with``."""
+
+
+def using(transport: Transport) -> AbstractAsyncContextManager[None]:
+    """``transport.in_use()``; nothing to hold for a transport whose idle connection runs
+    no task (Redis Streams: redis-py's connections wait for the next command)."""
+    if isinstance(transport, ConnectionInUse):
+        return transport.in_use()
+    return contextlib.nullcontext()
 
 
 def transport_from_url(url: str) -> Transport:

@@ -21,7 +21,7 @@ from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
 from nestegg.durations import seconds_or_none
 from nestegg.errors import RunFailedError, RunNotFoundError, RunWaiting
 from nestegg.task import StepEvent, StepListeners
-from nestegg.transport.base import StepMessage, Transport, channel_name
+from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
 from nestegg.transport.tracing import traced_remote_run
 
@@ -145,7 +145,9 @@ async def run_remote(
 ) -> Any:
     """Store a new run, publish its first step and wait for its result (hooks included).
 
-    A run id that completed gives its stored result and publishes nothing.
+    A run id that completed gives its stored result and publishes nothing. The transport's
+    connection is in use until the run's outcome is known (a RabbitMQ connection that no
+    other run, worker or ``async with clutch`` uses is then closed).
     """
     run = await book.create_queued(input_data, run_id)
     if run.status == COMPLETED:
@@ -158,4 +160,5 @@ async def run_remote(
     async def traced() -> Any:
         return await traced_remote_run(clutch, book.store, run, publish_and_wait)
 
-    return await clutch.call_with_hooks(run.run_id, to_plain(input_data), traced)
+    async with using(transport):
+        return await clutch.call_with_hooks(run.run_id, to_plain(input_data), traced)

@@ -5,6 +5,11 @@ consumer's connection drops (its process died, or the network failed long enough
 heartbeat to notice), RabbitMQ requeues it and delivers it again, marked redelivered.
 Messages are persistent and published with confirms. A live consumer needs no keep-alive
 (RabbitMQ's ``consumer_timeout``, 30 minutes by default, bounds a step's length).
+
+aio-pika's connection runs tasks of its own (reader, heartbeats, reconnection): the
+connection is kept while it is in use (:meth:`RabbitMQTransport.in_use`: a caller's run, a
+worker, a consumer, a Clutch's ``async with``) and closed when the last use ends, so that
+none of its tasks is left pending when the event loop that ran them closes.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import aio_pika
@@ -97,6 +102,19 @@ class RabbitMQTransport:
         self._arrivals: list[asyncio.Queue[tuple[str, AbstractIncomingMessage]]] = []
         self._declared: set[str] = set()
         self._lock = asyncio.Lock()
+        self._uses = 0
+
+    @contextlib.asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        """Keep the connection open for the duration (it opens when first needed); when
+        the last use ends, close it (the next use connects again)."""
+        self._uses += 1
+        try:
+            yield
+        finally:
+            self._uses -= 1
+            if self._uses == 0:
+                await self.close()
 
     def queue(self, channel: str) -> str:
         """The queue name of a channel."""
@@ -139,7 +157,18 @@ class RabbitMQTransport:
     ) -> AsyncIterator[Delivery]:
         """Messages of ``channels``, at most ``prefetch`` unacked per queue (basic.qos);
         ``hold`` plays no part (a dead consumer's messages come back when its connection
-        drops)."""
+        drops). The connection is in use while this consumes."""
+        async with (
+            self.in_use(),
+            contextlib.aclosing(self._deliveries(channels, prefetch)) as deliveries,
+        ):
+            async for delivery in deliveries:
+                yield delivery
+
+    async def _deliveries(
+        self, channels: Sequence[str], prefetch: int
+    ) -> AsyncGenerator[Delivery, None]:
+        """What :meth:`consume` yields, on a channel of its own."""
         connection = await self._connect()
         with broker_errors("opening a consumer channel"):
             amqp = await connection.channel()
@@ -211,9 +240,10 @@ class RabbitMQTransport:
         self._declared.difference_update(channels)
 
     async def close(self) -> None:
-        """Close the connection (unacked messages go back to their queues)."""
-        if self._connection is not None:
-            with contextlib.suppress(AMQPError, ConnectionError, OSError, TimeoutError):
-                await asyncio.wait_for(self._connection.close(), CLOSE_TIMEOUT)
-        self._connection = self._publisher = None
+        """Close the connection (unacked messages go back to their queues); the next use
+        connects again."""
+        connection, self._connection, self._publisher = self._connection, None, None
         self._consumers.clear()
+        if connection is not None:
+            with contextlib.suppress(AMQPError, ConnectionError, OSError, TimeoutError):
+                await asyncio.wait_for(connection.close(), CLOSE_TIMEOUT)

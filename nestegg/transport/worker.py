@@ -25,7 +25,14 @@ from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
-from nestegg.transport.base import Delivery, Transport, WaitingProbe, channel_name, give_back
+from nestegg.transport.base import (
+    Delivery,
+    Transport,
+    WaitingProbe,
+    channel_name,
+    give_back,
+    using,
+)
 from nestegg.transport.steps import StepRunner
 from nestegg.transport.verdicts import pointer_fence
 
@@ -134,18 +141,20 @@ class Worker:
         self.stopping.set()
 
     async def run(self) -> None:
-        """Consume and sweep until :meth:`stop`, then drain."""
+        """Consume and sweep until :meth:`stop`, then drain (the transport's connection is
+        in use until the drain ends)."""
         await self.runner.book.ready()
-        sweeper = asyncio.ensure_future(self._sweep_forever())
-        consumer = asyncio.ensure_future(self._consume_forever())
-        stopped = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait({consumer, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (consumer, sweeper, stopped):
-                cancel(task)
-            await asyncio.wait({consumer, sweeper, stopped}, timeout=STOP_TIMEOUT)
-            await self._drain()
+        async with using(self.transport):
+            sweeper = asyncio.ensure_future(self._sweep_forever())
+            consumer = asyncio.ensure_future(self._consume_forever())
+            stopped = asyncio.ensure_future(self.stopping.wait())
+            try:
+                await asyncio.wait({consumer, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (consumer, sweeper, stopped):
+                    cancel(task)
+                await asyncio.wait({consumer, sweeper, stopped}, timeout=STOP_TIMEOUT)
+                await self._drain()
 
     async def _drain(self) -> None:
         if not self.in_flight:
