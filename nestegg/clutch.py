@@ -36,7 +36,7 @@ class Clutch(PipelineBase):
         name: the pipeline's name (also recorded with every checkpointed run).
         strategy: SEQUENTIAL, ROUND_ROBIN, GRAPH or SELECTOR.
         max_turns: stop after this many turns (steps that produced data).
-        transport: a broker URL (``redis://``, ``rediss://``, ``amqp://``) or a
+        transport: a broker URL (``redis://``, ``rediss://``, ``amqp://``, ``amqps://``) or a
             :class:`~nestegg.transport.Transport`: runs are executed by workers
             (:meth:`serve`, ``nestegg worker``) and this Clutch's ``run``, ``submit`` and
             ``stream`` only store them and publish their steps. Needs ``checkpoint=`` with
@@ -50,8 +50,8 @@ class Clutch(PipelineBase):
 
     Raises:
         ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async; a
-            transport without checkpointing or with the memory store, or of an unknown
-            scheme.
+            transport without checkpointing or with the memory store; a transport URL of an
+            unknown scheme or that cannot be parsed (a bad host, port or database).
         MissingDependencyError: the broker's client is not installed.
 
     Example:

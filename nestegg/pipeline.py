@@ -410,7 +410,7 @@ def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -
         return transport_from_url(transport)
     if not isinstance(transport, Transport):
         raise ConfigurationError(
-            f"Clutch {name!r}: transport= must be a URL (redis://, rediss://, amqp://) or a "
-            f"nestegg Transport, got {transport!r}"
+            f"Clutch {name!r}: transport= must be a URL (redis://, rediss://, amqp://, "
+            f"amqps://) or a nestegg Transport, got {transport!r}"
         )
     return transport

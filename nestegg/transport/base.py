@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -165,11 +166,49 @@ def using(transport: Transport) -> AbstractAsyncContextManager[None]:
     return contextlib.nullcontext()
 
 
+def without_password(url: str) -> str:
+    """``url`` without the password of its user part (``amqp://guest@host/``; no user
+    part at all when it names no user), for messages and logs."""
+    scheme, separator, rest = url.partition("://")
+    netloc_end = min((at for at in map(rest.find, "/?#") if at >= 0), default=len(rest))
+    netloc, tail = rest[:netloc_end], rest[netloc_end:]
+    userinfo, at, host = netloc.rpartition("@")
+    if not separator or not at:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}{'@' if user else ''}{host}{tail}"
+
+
+def bad_url(url: str, reason: object) -> ConfigurationError:
+    """The ConfigurationError of a transport URL that cannot be used, naming it (without
+    its password) and what is wrong with it."""
+    return ConfigurationError(f"bad transport URL {without_password(url)!r}: {reason}")
+
+
+def check_url(url: str, schemes: Sequence[str]) -> None:
+    """Check that ``url`` is a URL of one of ``schemes`` whose host and port can be read.
+
+    Raises:
+        ConfigurationError: naming the URL (without its password) and what is wrong: an
+            unclosed IPv6 bracket, a port that is not a number from 0 to 65535, another
+            scheme.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (read on access: a port that is not a number raises)
+    except ValueError as error:
+        raise bad_url(url, error) from None
+    if parts.scheme.lower() not in schemes:
+        expected = ", ".join(f"{scheme}://" for scheme in schemes)
+        raise bad_url(url, f"the scheme must be one of {expected}")
+
+
 def transport_from_url(url: str) -> Transport:
     """The transport a URL names: ``redis://``, ``rediss://`` or ``amqp://`` (``amqps://``).
 
     Raises:
-        ConfigurationError: an unknown scheme.
+        ConfigurationError: an unknown scheme, or a URL that cannot be used (a bad host,
+            port or database number).
         MissingDependencyError: the broker's client is not installed (names the extra).
 
     Example:
@@ -195,6 +234,4 @@ def transport_from_url(url: str) -> Transport:
             ) from error
         rabbit: Transport = RabbitMQTransport(url)
         return rabbit
-    raise ConfigurationError(
-        f"transport URL {url!r}: unknown scheme {scheme!r} (redis://, rediss://, amqp://)"
-    )
+    raise bad_url(url, f"unknown scheme {scheme!r} (redis://, rediss://, amqp://, amqps://)")

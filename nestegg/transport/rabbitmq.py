@@ -25,7 +25,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobus
 from aio_pika.exceptions import AMQPError
 
 from nestegg.errors import TransportError
-from nestegg.transport.base import Delivery, StepMessage
+from nestegg.transport.base import Delivery, StepMessage, check_url
 
 log = logging.getLogger("nestegg")
 
@@ -88,12 +88,16 @@ class RabbitMQTransport:
         url: ``amqp://user:password@host:5672/vhost`` (or ``amqps://``).
         prefix: put before every queue name.
 
+    Raises:
+        ConfigurationError: a URL that cannot be used (names it and what is wrong).
+
     Example:
         >>> clutch = Clutch("triage", transport=RabbitMQTransport("amqp://guest:guest@localhost/"),
         ...                 checkpoint=CheckpointConfig(storage=store))
     """
 
     def __init__(self, url: str = "amqp://guest:guest@localhost/", *, prefix: str = "") -> None:
+        check_url(url, ("amqp", "amqps"))
         self.url = url
         self.prefix = prefix
         self._connection: AbstractRobustConnection | None = None

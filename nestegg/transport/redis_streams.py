@@ -24,7 +24,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.errors import TransportError
-from nestegg.transport.base import Delivery, StepMessage
+from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
 
 log = logging.getLogger("nestegg")
 
@@ -134,6 +134,9 @@ class RedisStreamsTransport:
         prefix: put before every stream key (to share a database between deployments).
         client: an open ``redis.asyncio.Redis`` to use instead of one built from ``url``.
 
+    Raises:
+        ConfigurationError: a URL that cannot be used (names it and what is wrong).
+
     Example:
         >>> clutch = Clutch("triage", transport=RedisStreamsTransport("redis://localhost"),
         ...                 checkpoint=CheckpointConfig(storage=store))
@@ -144,7 +147,7 @@ class RedisStreamsTransport:
     ) -> None:
         self.url = url
         self.prefix = prefix
-        self.client: Any = client or aioredis.Redis.from_url(url)
+        self.client: Any = client or _client(url)
         self.owns_client = client is None
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._groups: set[str] = set()
@@ -275,6 +278,20 @@ class RedisStreamsTransport:
         if self.owns_client:
             with contextlib.suppress(RedisError, asyncio.CancelledError):
                 await self.client.aclose()
+
+
+def _client(url: str) -> Any:
+    """redis-py's client for ``url`` (it connects when first used).
+
+    Raises:
+        ConfigurationError: a URL redis-py cannot use (its reason: a bad host, port,
+            scheme or database number).
+    """
+    check_url(url, ("redis", "rediss", "unix"))
+    try:
+        return aioredis.Redis.from_url(url)
+    except ValueError as error:
+        raise bad_url(url, error) from None
 
 
 def _text(value: Any) -> str:

@@ -40,8 +40,63 @@ def test_urls_pick_the_transport() -> None:
     from nestegg.transport.rabbitmq import RabbitMQTransport
 
     assert isinstance(transport_from_url("amqp://guest:guest@127.0.0.1/"), RabbitMQTransport)
-    with pytest.raises(ConfigurationError, match="unknown scheme 'kafka'"):
+    with pytest.raises(ConfigurationError, match="unknown scheme 'kafka'") as unknown:
         transport_from_url("kafka://broker:9092")
+    assert str(unknown.value) == (
+        "bad transport URL 'kafka://broker:9092': unknown scheme 'kafka' "
+        "(redis://, rediss://, amqp://, amqps://)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://[bad", "bad transport URL 'redis://[bad': Invalid IPv6 URL"),
+        (
+            "redis://127.0.0.1:notaport/6",
+            "bad transport URL 'redis://127.0.0.1:notaport/6': Port could not be cast to "
+            "integer value as 'notaport'",
+        ),
+        (
+            "rediss://:secret@127.0.0.1:70000/0",
+            "bad transport URL 'rediss://127.0.0.1:70000/0': Port out of range 0-65535",
+        ),
+        (
+            "redis://127.0.0.1:6379?db=first",
+            "bad transport URL 'redis://127.0.0.1:6379?db=first': Invalid value for 'db' in "
+            "connection URL.",
+        ),
+        ("amqp://guest:guest@[bad/", "bad transport URL 'amqp://guest@[bad/': Invalid IPv6 URL"),
+        (
+            "amqps://guest:guest@127.0.0.1:tls/",
+            "bad transport URL 'amqps://guest@127.0.0.1:tls/': Port could not be cast to "
+            "integer value as 'tls'",
+        ),
+    ],
+)
+def test_a_url_that_cannot_be_parsed_is_a_configuration_error_naming_it(
+    url: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as bad:
+        transport_from_url(url)
+    assert str(bad.value) == message  # the password left out
+
+
+def test_a_transport_given_a_url_of_another_broker_says_so() -> None:
+    from nestegg.transport.rabbitmq import RabbitMQTransport
+
+    with pytest.raises(ConfigurationError, match="the scheme must be one of amqp://, amqps://"):
+        RabbitMQTransport("redis://127.0.0.1:6379/0")
+    with pytest.raises(ConfigurationError, match="must be one of redis://, rediss://, unix://"):
+        RedisStreamsTransport("amqp://guest:guest@127.0.0.1/")
+
+
+def test_a_clutch_with_a_bad_transport_url_is_a_configuration_error(tmp_path: Any) -> None:
+    from nestegg.checkpoint import SQLiteCheckpointStorage
+
+    config = CheckpointConfig(storage=SQLiteCheckpointStorage(tmp_path / "db"))
+    with pytest.raises(ConfigurationError, match=r"bad transport URL 'redis://\[bad'"):
+        Clutch("p", transport="redis://[bad", checkpoint=config)
 
 
 def test_a_missing_aio_pika_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
