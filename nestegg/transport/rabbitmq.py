@@ -212,8 +212,12 @@ class RabbitMQTransport:
         amqp = await self._publishing_channel()
         for channel in channels:
             with broker_errors(f"looking for waiting messages of {channel}"):
-                queue = await amqp.declare_queue(self.queue(channel), passive=True)
-            if queue.declaration_result.message_count:
+                # aio-pika's declare_queue(passive=True) answers a queue this channel
+                # declared before from its cache, with the counts of that declaration:
+                # ask the broker through the channel underneath
+                underlay = await amqp.get_underlay_channel()
+                declared = await underlay.queue_declare(self.queue(channel), passive=True)
+            if declared.message_count:
                 return True
         return False
 

@@ -1,5 +1,6 @@
 """The RabbitMQ transport on the real broker: its connection lasts as long as some code
-uses it (a run, a consumer, ``async with clutch``) and is closed when the last use ends."""
+uses it (a run, a consumer, ``async with clutch``) and is closed when the last use ends;
+whether a message waits, as the broker counts it now."""
 
 from __future__ import annotations
 
@@ -103,3 +104,15 @@ async def test_async_with_a_clutch_holds_the_connection_across_its_runs(
             connections.append(transport._connection)
     assert connections[0] is connections[1]
     assert not connection_open(transport)
+
+
+async def test_waiting_counts_the_messages_ready_now(transport: Any) -> None:
+    await transport.publish("c", StepMessage("r", 1, 1))  # declares "c" (empty) first
+    assert await transport.waiting(["c"], hold=5.0)
+    deliveries = transport.consume(["c"], hold=5.0)
+    try:
+        delivery = await asyncio.wait_for(anext(deliveries), 5)
+        await delivery.ack()
+        assert not await transport.waiting(["c"], hold=5.0)
+    finally:
+        await deliveries.aclose()
