@@ -219,7 +219,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 """An operation failed (a run failed, a write was refused, the user declined)."""
 EXIT_USAGE = 2
-"""Bad usage: an unknown option, a bad value, a store URL or --app that cannot be used."""
+"""Bad usage: an unknown option, a bad value, a store URL or --app that cannot be used,
+broker settings the broker refuses (a worker's login, vhost or database)."""
 EXIT_NOT_FOUND = 3
 """No such run, checkpoint or path inside a state."""
 EXIT_UNAVAILABLE = 4

@@ -29,6 +29,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     ├── StorageError                    a store failed
     │   └── StorageUnavailableError     the store cannot be reached
     ├── TransportError                  a broker failed, or sent what is not a step message
+    │   └── BrokerRefusedError          the broker refused the settings: login, vhost, database
     └── JournalError                    about journaled calls
         ├── NonDeterminismError         a re-executed step made different calls
         └── JournaledCallError          a journaled call that failed for good, replayed
@@ -220,6 +221,12 @@ class StorageUnavailableError(StorageError, ConnectionError):
 
 class TransportError(NestEggError):
     """A message broker failed, or a message is not a nestegg step message."""
+
+
+class BrokerRefusedError(TransportError):
+    """The broker refused this client's settings, which retrying will not mend: a login
+    refused (user, password), a RabbitMQ vhost or a Redis database that does not exist,
+    no permission. The message names the broker's URL (without the password)."""
 
 
 class JournalError(NestEggError):

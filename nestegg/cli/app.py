@@ -37,6 +37,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import (
+    BrokerRefusedError,
     CheckpointFallbackWarning,
     CheckpointNotFoundError,
     ConfigurationError,
@@ -125,7 +126,7 @@ def exit_code_for(error: BaseException) -> int:
         return EXIT_NOT_FOUND
     if isinstance(error, StorageUnavailableError):
         return EXIT_UNAVAILABLE
-    if isinstance(error, ConfigurationError | InvalidIdentifierError):
+    if isinstance(error, ConfigurationError | InvalidIdentifierError | BrokerRefusedError):
         return EXIT_USAGE
     return EXIT_FAILED
 

@@ -166,6 +166,22 @@ def using(transport: Transport) -> AbstractAsyncContextManager[None]:
     return contextlib.nullcontext()
 
 
+@runtime_checkable
+class ConsumerSetup(Protocol):
+    """A transport that can set channels up for consuming ahead of consuming them, so
+    that a worker learns at start whether the broker takes its settings."""
+
+    async def set_up(self, channels: Sequence[str]) -> None:
+        """Connect and make ``channels`` ready to consume (Redis Streams: their streams and
+        consumer group; RabbitMQ: their queues).
+
+        Raises:
+            BrokerRefusedError: the broker refused the settings (credentials, a vhost or
+                database that does not exist, no permission).
+            TransportError: the broker cannot be reached now.
+        """
+
+
 def without_password(url: str) -> str:
     """``url`` without the password of its user part (``amqp://guest@host/``; no user
     part at all when it names no user), for messages and logs."""

@@ -10,6 +10,11 @@ aio-pika's connection runs tasks of its own (reader, heartbeats, reconnection): 
 connection is kept while it is in use (:meth:`RabbitMQTransport.in_use`: a caller's run, a
 worker, a consumer, a Clutch's ``async with``) and closed when the last use ends, so that
 none of its tasks is left pending when the event loop that ran them closes.
+
+A refusal that retrying will not mend (a login refused, a vhost that does not exist or
+that the user may not open, an operation the user has no permission for) is a
+BrokerRefusedError naming the broker's URL without its password; any other failure is a
+TransportError.
 """
 
 from __future__ import annotations
@@ -19,13 +24,20 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
-from aio_pika.exceptions import AMQPError
+from aio_pika.exceptions import (
+    AMQPError,
+    AuthenticationError,
+    InvalidFrameError,
+    ProbableAuthenticationError,
+)
+from aiormq.exceptions import ChannelAccessRefused
 
-from nestegg.errors import TransportError
-from nestegg.transport.base import Delivery, StepMessage, check_url
+from nestegg.errors import BrokerRefusedError, TransportError
+from nestegg.transport.base import Delivery, StepMessage, check_url, without_password
 
 log = logging.getLogger("nestegg")
 
@@ -35,12 +47,37 @@ not answer does not hold a stopping worker)."""
 
 
 @contextlib.contextmanager
-def broker_errors(what: str) -> Iterator[None]:
-    """aio-pika and connection failures as TransportError naming what was being done."""
+def broker_errors(url: str, what: str) -> Iterator[None]:
+    """aio-pika and connection failures as TransportError naming what was being done;
+    refusals (see :func:`refusal`) as BrokerRefusedError."""
     try:
         yield
     except (AMQPError, ConnectionError, OSError) as error:
+        refused = refusal(url, what, error)
+        if refused is not None:
+            raise refused from error
         raise TransportError(f"RabbitMQ: {what} failed: {error}") from error
+
+
+def refusal(url: str, what: str, error: BaseException) -> BrokerRefusedError | None:
+    """The BrokerRefusedError of a failure that says the broker refuses the settings of
+    ``url`` (retrying will not mend it), else None."""
+    parts = urlsplit(url)
+    where = f"RabbitMQ at {without_password(url)}"
+    user = unquote(parts.username or "guest")  # aio-pika's default user
+    if isinstance(error, ProbableAuthenticationError | AuthenticationError):
+        return BrokerRefusedError(f"{where} refused to log user {user!r} in: {error}")
+    if isinstance(error, InvalidFrameError) and "Connection.Close" in str(error):
+        # the broker answered Connection.Open with Connection.Close (aiormq keeps only
+        # the frame's name): the vhost does not exist, or the user may not open it
+        vhost = unquote(parts.path[1:]) or "/"
+        return BrokerRefusedError(
+            f"{where} refused to open vhost {vhost!r}: it does not exist, or user {user!r} "
+            "may not access it"
+        )
+    if isinstance(error, ChannelAccessRefused):
+        return BrokerRefusedError(f"{where} refused {what} to user {user!r}: {error}")
+    return None
 
 
 class RabbitDelivery:
@@ -63,7 +100,7 @@ class RabbitDelivery:
 
     async def ack(self) -> None:
         """basic.ack."""
-        with broker_errors(f"ack on {self.channel}"):
+        with broker_errors(self.transport.url, f"ack on {self.channel}"):
             await self.incoming.ack()
 
     async def keep_alive(self) -> None:
@@ -71,7 +108,7 @@ class RabbitDelivery:
 
     async def requeue(self) -> None:
         """basic.nack with requeue."""
-        with broker_errors(f"requeue on {self.channel}"):
+        with broker_errors(self.transport.url, f"requeue on {self.channel}"):
             await self.incoming.nack(requeue=True)
 
     async def forward(self, channel: str, message: StepMessage) -> None:
@@ -127,19 +164,19 @@ class RabbitMQTransport:
     async def _connect(self) -> AbstractRobustConnection:
         async with self._lock:
             if self._connection is None or self._connection.is_closed:
-                with broker_errors(f"connecting to {self.url.rpartition('@')[2]}"):
+                with broker_errors(self.url, f"connecting to {self.url.rpartition('@')[2]}"):
                     self._connection = await aio_pika.connect_robust(self.url)
             return self._connection
 
     async def _publishing_channel(self) -> AbstractChannel:
         if self._publisher is None or self._publisher.is_closed:
             connection = await self._connect()
-            with broker_errors("opening a channel"):
+            with broker_errors(self.url, "opening a channel"):
                 self._publisher = await connection.channel(publisher_confirms=True)
         return self._publisher
 
     async def _declare(self, amqp: AbstractChannel, channel: str) -> Any:
-        with broker_errors(f"declaring queue {self.queue(channel)}"):
+        with broker_errors(self.url, f"declaring queue {self.queue(channel)}"):
             return await amqp.declare_queue(self.queue(channel), durable=True)
 
     async def publish(self, channel: str, message: StepMessage) -> None:
@@ -153,8 +190,21 @@ class RabbitMQTransport:
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             content_type="application/json",
         )
-        with broker_errors(f"publish to {channel}"):
+        with broker_errors(self.url, f"publish to {channel}"):
             await amqp.default_exchange.publish(body, routing_key=self.queue(channel))
+
+    async def set_up(self, channels: Sequence[str]) -> None:
+        """Connect and declare the channels' queues (what :meth:`consume` does first).
+
+        Raises:
+            BrokerRefusedError: the login or the vhost was refused, or the queues may not
+                be declared by this user.
+            TransportError: the broker cannot be reached now.
+        """
+        amqp = await self._publishing_channel()
+        for channel in channels:
+            await self._declare(amqp, channel)
+            self._declared.add(channel)
 
     async def consume(
         self, channels: Sequence[str], *, hold: float, prefetch: int = 1
@@ -174,7 +224,7 @@ class RabbitMQTransport:
     ) -> AsyncGenerator[Delivery, None]:
         """What :meth:`consume` yields, on a channel of its own."""
         connection = await self._connect()
-        with broker_errors("opening a consumer channel"):
+        with broker_errors(self.url, "opening a consumer channel"):
             amqp = await connection.channel()
             await amqp.set_qos(prefetch_count=prefetch)
         self._consumers.append(amqp)
@@ -188,7 +238,7 @@ class RabbitMQTransport:
                 async def on_message(incoming: AbstractIncomingMessage, at: str = channel) -> None:
                     arrived.put_nowait((at, incoming))
 
-                with broker_errors(f"consuming {channel}"):
+                with broker_errors(self.url, f"consuming {channel}"):
                     tags.append((queue, await queue.consume(on_message)))
             while True:
                 channel, incoming = await arrived.get()
@@ -211,7 +261,7 @@ class RabbitMQTransport:
             return True
         amqp = await self._publishing_channel()
         for channel in channels:
-            with broker_errors(f"looking for waiting messages of {channel}"):
+            with broker_errors(self.url, f"looking for waiting messages of {channel}"):
                 # aio-pika's declare_queue(passive=True) answers a queue this channel
                 # declared before from its cache, with the counts of that declaration:
                 # ask the broker through the channel underneath
@@ -242,7 +292,7 @@ class RabbitMQTransport:
     async def delete_channels(self, channels: Sequence[str]) -> None:
         """Delete the channels' queues (tests, teardown)."""
         amqp = await self._publishing_channel()
-        with broker_errors("deleting queues"):
+        with broker_errors(self.url, "deleting queues"):
             for channel in channels:
                 await amqp.queue_delete(self.queue(channel))
         self._declared.difference_update(channels)

@@ -5,6 +5,10 @@ consumer's pending list until acked (XACK, then XDEL: a pointer is not kept once
 A live consumer keeps a message it works on fresh (XCLAIM ... JUSTID on itself resets its
 idle time); a message idle for longer than ``hold`` seconds belongs to a consumer that is
 gone, and the next consumer that looks takes it over (XAUTOCLAIM), marked redelivered.
+
+A refusal that retrying will not mend (a login refused, a database that does not exist,
+a command the ACL user may not run) is a BrokerRefusedError naming the broker's URL
+without its password; any other failure is a TransportError.
 """
 
 from __future__ import annotations
@@ -20,11 +24,18 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+    RedisError,
+    ResponseError,
+)
 
 from nestegg.cancellation import raise_if_cancel_requested
-from nestegg.errors import TransportError
-from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
+from nestegg.errors import BrokerRefusedError, TransportError
+from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url, without_password
 
 log = logging.getLogger("nestegg")
 
@@ -37,12 +48,29 @@ READ_BLOCK_MS = 500
 
 
 @contextlib.contextmanager
-def broker_errors(what: str) -> Iterator[None]:
-    """Redis failures as TransportError naming what was being done."""
+def broker_errors(where: str, what: str) -> Iterator[None]:
+    """Redis failures as TransportError naming what was being done; refusals (see
+    :func:`refusal`) as BrokerRefusedError naming the broker ``where``."""
     try:
         yield
     except RedisError as error:
+        refused = refusal(where, what, error)
+        if refused is not None:
+            raise refused from error
         raise TransportError(f"Redis Streams: {what} failed: {error}") from error
+
+
+def refusal(where: str, what: str, error: RedisError) -> BrokerRefusedError | None:
+    """The BrokerRefusedError of a failure that says the Redis at ``where`` refuses this
+    client's settings (retrying will not mend it), else None."""
+    if isinstance(error, AuthenticationError | AuthenticationWrongNumberOfArgsError):
+        return BrokerRefusedError(f"Redis at {where} refused the login: {error}")
+    if isinstance(error, ResponseError) and "DB index" in str(error):
+        # SELECT of a database the server does not have ("DB index is out of range")
+        return BrokerRefusedError(f"Redis at {where} has no such database: {error}")
+    if isinstance(error, AuthorizationError | NoPermissionError):
+        return BrokerRefusedError(f"Redis at {where} refused {what}: {error}")
+    return None
 
 
 class RedisDelivery:
@@ -67,7 +95,7 @@ class RedisDelivery:
     async def ack(self) -> None:
         """XACK and XDEL the entry."""
         key = self.transport.key(self.channel)
-        with broker_errors(f"ack of {self.entry_id} on {self.channel}"):
+        with broker_errors(self.transport.where, f"ack of {self.entry_id} on {self.channel}"):
             async with self.transport.client.pipeline(transaction=True) as pipe:
                 pipe.xack(key, GROUP, self.entry_id)
                 pipe.xdel(key, self.entry_id)
@@ -75,7 +103,9 @@ class RedisDelivery:
 
     async def keep_alive(self) -> None:
         """Reset the entry's idle time (XCLAIM to this consumer, JUSTID)."""
-        with broker_errors(f"keep-alive of {self.entry_id} on {self.channel}"):
+        with broker_errors(
+            self.transport.where, f"keep-alive of {self.entry_id} on {self.channel}"
+        ):
             await self.transport.client.xclaim(
                 self.transport.key(self.channel),
                 GROUP,
@@ -90,7 +120,7 @@ class RedisDelivery:
         entry, atomically."""
         key = self.transport.key(self.channel)
         fields = {FIELD: self.message.encode(), REDELIVERED_FIELD: b"1"}
-        with broker_errors(f"requeue of {self.entry_id} on {self.channel}"):
+        with broker_errors(self.transport.where, f"requeue of {self.entry_id} on {self.channel}"):
             async with self.transport.client.pipeline(transaction=True) as pipe:
                 pipe.xadd(key, fields)
                 pipe.xack(key, GROUP, self.entry_id)
@@ -110,7 +140,9 @@ class RedisDelivery:
         key = transport.key(self.channel)
         fields = {FIELD: message.encode()}
         read_ahead = channel in transport._consuming
-        with broker_errors(f"forwarding {self.entry_id} of {self.channel} to {channel}"):
+        with broker_errors(
+            self.transport.where, f"forwarding {self.entry_id} of {self.channel} to {channel}"
+        ):
             async with transport.client.pipeline(transaction=True) as pipe:
                 pipe.xadd(transport.key(channel), fields)
                 pipe.xack(key, GROUP, self.entry_id)
@@ -149,6 +181,8 @@ class RedisStreamsTransport:
         self.prefix = prefix
         self.client: Any = client or _client(url)
         self.owns_client = client is None
+        self.where = without_password(url) if client is None else _address(client)
+        """The broker, as messages name it."""
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._groups: set[str] = set()
         self._consuming: set[str] = set()
@@ -160,7 +194,7 @@ class RedisStreamsTransport:
     async def _ensure_group(self, channel: str) -> None:
         if channel in self._groups:
             return
-        with broker_errors(f"creating the consumer group of {channel}"):
+        with broker_errors(self.where, f"creating the consumer group of {channel}"):
             try:
                 await self.client.xgroup_create(self.key(channel), GROUP, id="0", mkstream=True)
             except ResponseError as error:
@@ -168,10 +202,22 @@ class RedisStreamsTransport:
                     raise
         self._groups.add(channel)
 
+    async def set_up(self, channels: Sequence[str]) -> None:
+        """Create the channels' streams and consumer group (what :meth:`consume` does
+        first).
+
+        Raises:
+            BrokerRefusedError: the login or the database was refused, or the ACL user may
+                not create them.
+            TransportError: the broker cannot be reached now.
+        """
+        for channel in channels:
+            await self._ensure_group(channel)
+
     async def publish(self, channel: str, message: StepMessage) -> None:
         """XADD the message to the channel's stream."""
         await self._ensure_group(channel)
-        with broker_errors(f"publish to {channel}"):
+        with broker_errors(self.where, f"publish to {channel}"):
             await self.client.xadd(self.key(channel), {FIELD: message.encode()})
 
     async def waiting(self, channels: Sequence[str], *, hold: float) -> bool:
@@ -179,7 +225,7 @@ class RedisStreamsTransport:
         entry added after the last one delivered to the group (acked entries are deleted,
         undelivered ones never are), or an entry pending for ``hold`` seconds (its
         consumer is gone: the next XAUTOCLAIM takes it)."""
-        with broker_errors(f"looking for waiting messages of {', '.join(channels)}"):
+        with broker_errors(self.where, f"looking for waiting messages of {', '.join(channels)}"):
             async with self.client.pipeline(transaction=False) as pipe:
                 for channel in channels:
                     key = self.key(channel)
@@ -226,7 +272,7 @@ class RedisStreamsTransport:
                     for delivery in await self._reclaim(channel, hold):
                         yield delivery
             block = max(1, min(READ_BLOCK_MS, int((next_reclaim - time.monotonic()) * 1000)))
-            with broker_errors(f"reading {', '.join(channels)}"):
+            with broker_errors(self.where, f"reading {', '.join(channels)}"):
                 replies = await self.client.xreadgroup(
                     GROUP, self.consumer, streams, count=1, block=block
                 )
@@ -238,7 +284,7 @@ class RedisStreamsTransport:
                         yield fresh
 
     async def _reclaim(self, channel: str, hold: float) -> list[RedisDelivery]:
-        with broker_errors(f"reclaiming idle messages of {channel}"):
+        with broker_errors(self.where, f"reclaiming idle messages of {channel}"):
             reply = await self.client.xautoclaim(
                 self.key(channel), GROUP, self.consumer, int(hold * 1000), "0-0", count=16
             )
@@ -268,7 +314,7 @@ class RedisStreamsTransport:
 
     async def delete_channels(self, channels: Sequence[str]) -> None:
         """Delete the channels' streams with their groups (tests, teardown)."""
-        with broker_errors("deleting streams"):
+        with broker_errors(self.where, "deleting streams"):
             if channels:
                 await self.client.delete(*(self.key(channel) for channel in channels))
         self._groups.difference_update(channels)
@@ -292,6 +338,19 @@ def _client(url: str) -> Any:
         return aioredis.Redis.from_url(url)
     except ValueError as error:
         raise bad_url(url, error) from None
+
+
+def _address(client: Any) -> str:
+    """The server of a given redis-py client as a URL without a password."""
+    options = client.connection_pool.connection_kwargs
+    if "path" in options:
+        return f"unix://{options['path']}"
+    host, port, db = (
+        options.get("host", "localhost"),
+        options.get("port", 6379),
+        options.get("db", 0),
+    )
+    return f"redis://{host}:{port}/{db}"
 
 
 def _text(value: Any) -> str:

@@ -8,6 +8,11 @@ restarted without persistence, a crash between a commit and the publish that fol
 a worker killed during a step: the worker that claims such a run then takes it over).
 A stop (SIGTERM) drains: no new messages, the steps under way get ``grace`` seconds, and
 the runs of those still running then are released at once and pointed at again.
+
+A worker sets its channels up before it consumes them: a broker that refuses its settings
+(BrokerRefusedError: a login, vhost or database refused) ends it there, since retrying
+cannot mend that; a broker that cannot be reached is retried every BROKER_RETRY_DELAY
+seconds, at start as later.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from typing import TYPE_CHECKING
 from nestegg.cancellation import cancel, cancel_requested
 from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
-from nestegg.errors import ConfigurationError, NestEggError, TransportError
+from nestegg.errors import BrokerRefusedError, ConfigurationError, NestEggError, TransportError
 from nestegg.transport import tracing
 from nestegg.transport.base import (
+    ConsumerSetup,
     Delivery,
     Transport,
     WaitingProbe,
@@ -142,7 +148,11 @@ class Worker:
 
     async def run(self) -> None:
         """Consume and sweep until :meth:`stop`, then drain (the transport's connection is
-        in use until the drain ends)."""
+        in use until the drain ends).
+
+        Raises:
+            BrokerRefusedError: the broker refused the worker's settings at start.
+        """
         await self.runner.book.ready()
         async with using(self.transport):
             sweeper = asyncio.ensure_future(self._sweep_forever())
@@ -155,6 +165,9 @@ class Worker:
                     cancel(task)
                 await asyncio.wait({consumer, sweeper, stopped}, timeout=STOP_TIMEOUT)
                 await self._drain()
+            failure = consumer.exception() if consumer.done() and not consumer.cancelled() else None
+            if failure is not None:
+                raise failure
 
     async def _drain(self) -> None:
         if not self.in_flight:
@@ -167,7 +180,27 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def _set_up_channels(self) -> None:
+        """Set the channels up before consuming them (with a transport that can), retrying
+        while the broker cannot be reached.
+
+        Raises:
+            BrokerRefusedError: the broker refused the settings: retrying cannot mend that.
+        """
+        if not isinstance(self.transport, ConsumerSetup):
+            return
+        while True:
+            try:
+                await self.transport.set_up(self.channels)
+                return
+            except BrokerRefusedError:
+                raise
+            except TransportError as error:
+                log.warning("setting up %s failed: %s", self.channels, error)
+                await asyncio.sleep(BROKER_RETRY_DELAY)
+
     async def _consume_forever(self) -> None:
+        await self._set_up_channels()
         slots = asyncio.Semaphore(self.concurrency)
         while True:
             try:

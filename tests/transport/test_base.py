@@ -10,7 +10,12 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage
 from nestegg.checkpoint.records import RunRecord
-from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
+from nestegg.errors import (
+    BrokerRefusedError,
+    ConfigurationError,
+    MissingDependencyError,
+    TransportError,
+)
 from nestegg.transport import StepMessage, channel_name, transport_from_url
 from nestegg.transport.redis_streams import RedisStreamsTransport
 from nestegg.transport.verdicts import Verdict, judge
@@ -182,3 +187,31 @@ def test_a_kept_state_is_used_only_for_the_run_as_left(
         "r", "p", "running", b"", 0.0, 0.0, fence=fence, step_seq=step_seq, event_seq=event_seq
     )
     assert warm.continues(claimed) is continues
+
+
+def test_a_permission_the_broker_refuses_is_a_broker_refused_error() -> None:
+    from aiormq.exceptions import ChannelAccessRefused
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoPermissionError
+
+    from nestegg.transport import rabbitmq, redis_streams
+
+    text = "ACCESS_REFUSED - access to queue 'q' in vhost 'prod' refused for user 'app'"
+    with pytest.raises(BrokerRefusedError) as amqp:
+        with rabbitmq.broker_errors("amqp://app:pw@mq:5672/prod", "declaring queue q"):
+            raise ChannelAccessRefused(text)
+    assert str(amqp.value) == (
+        f"RabbitMQ at amqp://app@mq:5672/prod refused declaring queue q to user 'app': {text}"
+    )
+    text = "this user has no permissions to run the 'xgroup|create' command"
+    with pytest.raises(BrokerRefusedError) as redis:
+        with redis_streams.broker_errors("redis://app@cache:6379/0", "creating the group"):
+            raise NoPermissionError(text)
+    assert (
+        str(redis.value) == f"Redis at redis://app@cache:6379/0 refused creating the group: {text}"
+    )
+    with pytest.raises(TransportError) as lost:  # not a refusal: a worker retries it
+        with redis_streams.broker_errors("redis://cache:6379/0", "reading c"):
+            raise RedisConnectionError("Connection closed by server.")
+    assert not isinstance(lost.value, BrokerRefusedError)
+    assert rabbitmq.refusal("amqp://mq/", "publish", ConnectionRefusedError(111, "no")) is None

@@ -4,17 +4,33 @@ process of its own for what happens while the pipeline's module is imported."""
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import pytest
 from typer.testing import CliRunner
 
 from nestegg.cli import app
-from nestegg.constants import EXIT_USAGE
-from tests.transport.conftest import ROOT, Deployment
+from nestegg.constants import EXIT_OK, EXIT_USAGE
+from tests.conftest import server_missing
+from tests.servers import delete_redis_keys
+from tests.transport.conftest import (
+    DEFAULT_RABBITMQ_URL,
+    RABBITMQ_URL_ENV,
+    ROOT,
+    Deployment,
+    rabbitmq_unreachable,
+)
 
 WORKER_EXIT_TIMEOUT_S = 30.0
+RETRIES_SEEN_AFTER_S = 3.0
+"""Seconds a worker whose broker cannot be reached gets to try (again every second)."""
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -77,3 +93,99 @@ def test_a_malformed_transport_url_is_bad_usage_in_one_line(url: str, reason: st
     worker = worker_process("tests.transport.apps:chain", transport=url)
     assert worker.returncode == EXIT_USAGE
     assert worker.stderr == f"error: bad transport URL {reason}\n"
+
+
+@pytest.fixture
+async def store_settings(redis_url: str) -> AsyncIterator[dict[str, str]]:
+    """A worker's store (the test Redis, under a prefix of its own, deleted afterwards)."""
+    prefix = f"nestegg-refused-{uuid.uuid4().hex[:10]}:"
+    yield {"redis_url": redis_url, "prefix": prefix}
+    await delete_redis_keys(redis_url, prefix)
+
+
+def refused_url(setting: str, redis_url: str) -> str:
+    """A broker URL the test servers refuse, as named by ``setting``; skips the test
+    (fails under CI=true) when RabbitMQ cannot be reached."""
+    redis_host = redis_url.partition("://")[2].rpartition("@")[2].split("/")[0]
+    if setting == "redis-login":
+        return f"redis://nestegg-nobody:wrong-secret@{redis_host}/0"
+    if setting == "redis-database":
+        return f"redis://{redis_host}/4096"
+    url = os.environ.get(RABBITMQ_URL_ENV) or DEFAULT_RABBITMQ_URL
+    reason = rabbitmq_unreachable(url)
+    if reason:
+        server_missing(reason)
+    rabbit_host = url.rpartition("@")[2].split("/")[0]
+    if setting == "rabbitmq-login":
+        return f"amqp://guest:wrong-secret@{rabbit_host}/"
+    return f"amqp://guest:guest@{rabbit_host}/nestegg-no-such-vhost"
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("setting", "refusal"),
+    [
+        (
+            "rabbitmq-login",
+            "RabbitMQ at amqp://guest@{host}/ refused to log user 'guest' in: ACCESS_REFUSED - "
+            "Login was refused",
+        ),
+        (
+            "rabbitmq-vhost",
+            "RabbitMQ at amqp://guest@{host}/nestegg-no-such-vhost refused to open vhost "
+            "'nestegg-no-such-vhost': it does not exist, or user 'guest' may not access it",
+        ),
+        (
+            "redis-login",
+            "Redis at redis://nestegg-nobody@{host}/0 refused the login: invalid "
+            "username-password pair",
+        ),
+        (
+            "redis-database",
+            "Redis at redis://{host}/4096 has no such database: DB index is out of range",
+        ),
+    ],
+)
+def test_a_broker_that_refuses_the_settings_ends_the_worker_at_start_in_one_line(
+    store_settings: dict[str, str], setting: str, refusal: str
+) -> None:
+    url = refused_url(setting, store_settings["redis_url"])
+    worker = worker_process("tests.transport.apps:chain", transport=url, **store_settings)
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    assert worker.returncode == EXIT_USAGE
+    assert worker.stderr.startswith(f"error: {refusal.format(host=host)}")
+    assert worker.stderr.count("\n") == 1  # no retries, no traceback
+    assert "secret" not in worker.stderr
+
+
+@pytest.mark.server
+def test_a_broker_that_cannot_be_reached_at_start_is_retried_until_stopped(
+    store_settings: dict[str, str],
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), NESTEGG_TEST_TRANSPORT=f"redis://127.0.0.1:{port}/0"
+    )
+    env.update({f"NESTEGG_TEST_{k.upper()}": v for k, v in store_settings.items()})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nestegg", "worker", "tests.transport.apps:chain"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(RETRIES_SEEN_AFTER_S)
+        assert process.poll() is None  # still retrying
+        process.send_signal(signal.SIGTERM)
+        _, errors = process.communicate(timeout=WORKER_EXIT_TIMEOUT_S)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == EXIT_OK
+    retries = [line for line in errors.splitlines() if line.startswith("warning: setting up")]
+    assert retries, errors
+    assert f"Error 111 connecting to 127.0.0.1:{port}" in retries[0]
