@@ -86,11 +86,13 @@ class Clutch(PipelineBase):
             return await self._launch(lambda lst: self._run_plain(input_data, lst), listeners)
         book = self._book()
         if self.transport is not None:
-            from nestegg.transport.caller import run_remote
+            from nestegg.transport.caller import RemoteProgress, run_remote
 
-            transport = self.transport
+            transport, progress = self.transport, RemoteProgress(self.name)
             return await self._launch(
-                lambda lst: run_remote(self, book, transport, input_data, run_id, lst), listeners
+                lambda lst: run_remote(self, book, transport, input_data, run_id, lst, progress),
+                listeners,
+                progress.late,
             )
         return await self._launch(lambda lst: book.run(input_data, run_id, lst), listeners)
 

@@ -381,11 +381,14 @@ class PipelineBase:
         return await self.drive(execution, data, fresh=True)
 
     async def _launch(
-        self, work: Callable[[StepListeners], Coroutine[Any, Any, Any]], listeners: StepListeners
+        self,
+        work: Callable[[StepListeners], Coroutine[Any, Any, Any]],
+        listeners: StepListeners,
+        late: Callable[[float], str] | None = None,
     ) -> ClutchTask:
         self.validate()
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(work(listeners))
-        return ClutchTask(f"task-{id(task):x}", task, listeners)
+        return ClutchTask(f"task-{id(task):x}", task, listeners, late)
 
 
 def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:

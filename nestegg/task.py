@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 from nestegg.cancellation import cancel
@@ -51,6 +51,11 @@ class StepListeners:
             queue.put_nowait(event)
 
 
+def not_finished(limit: float) -> str:
+    """Why a wait for a run's result timed out, when nothing more is known."""
+    return f"the run did not finish within {limit:g} s (it goes on)"
+
+
 class ClutchTask:
     """A submitted run: await it, wait with a timeout, stream its steps or cancel it.
 
@@ -59,12 +64,19 @@ class ClutchTask:
         >>> result = await task.result(timeout=60)
     """
 
-    __slots__ = ("_listeners", "_task", "id")
+    __slots__ = ("_late", "_listeners", "_task", "id")
 
-    def __init__(self, task_id: str, task: asyncio.Task[Any], listeners: StepListeners) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        task: asyncio.Task[Any],
+        listeners: StepListeners,
+        late: Callable[[float], str] | None = None,
+    ) -> None:
         self.id = task_id
         self._task = task
         self._listeners = listeners
+        self._late = late or not_finished
 
     @property
     def done(self) -> bool:
@@ -78,15 +90,23 @@ class ClutchTask:
         """The run's result, waiting at most ``timeout`` seconds (None: no limit).
 
         Raises:
-            TimeoutError: not finished in time (the run goes on).
+            TimeoutError: not finished in time (the run goes on); its message says so (with
+                a transport: whether a worker took the run's first step).
             ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
                 years.
             RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
         """
         # Not asyncio.wait_for: on Python 3.11 it can lose the caller's cancellation (see
         # nestegg/cancellation.py), and it keeps more objects alive per run while it waits.
-        async with asyncio.timeout(seconds_or_none(timeout, "timeout")):
-            return await asyncio.shield(self._task)
+        limit = seconds_or_none(timeout, "timeout")
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                return await asyncio.shield(self._task)
+        except TimeoutError:
+            if limit is None or not deadline.expired():
+                raise  # the run's own TimeoutError
+            raise TimeoutError(self._late(limit)) from None
 
     async def stream(
         self, queue: asyncio.Queue[StepEvent] | None = None

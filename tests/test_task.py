@@ -173,6 +173,24 @@ class TestTimeout:
         assert type(info.value) is TimeoutError
         task.cancel()
 
+    async def test_timeout_error_says_the_run_did_not_finish_in_time(self) -> None:
+        release = asyncio.Event()
+        task = await gated_clutch(release).submit("in")
+        with pytest.raises(TimeoutError) as info:
+            await task.result(timeout=timedelta(milliseconds=20))
+        assert str(info.value) == "the run did not finish within 0.02 s (it goes on)"
+        task.cancel()
+
+    async def test_a_timeout_error_of_the_run_itself_is_raised_as_it_is(self) -> None:
+        clutch = Clutch("p")
+
+        @clutch.agent()
+        async def fetch(data: str) -> str:
+            raise TimeoutError("the upstream API did not answer")
+
+        with pytest.raises(TimeoutError, match=r"^the upstream API did not answer$"):
+            await clutch.run("in", timeout=WAIT_S)
+
 
 class TestCancel:
     async def test_cancel_stops_the_running_agent(self) -> None:

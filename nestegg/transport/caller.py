@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import to_plain
@@ -84,13 +86,47 @@ class Watcher:
         return found
 
 
+@dataclass
+class RemoteProgress:
+    """What a caller has seen of its run in the store, to say why a wait for its result
+    timed out: whether a worker took it."""
+
+    pipeline: str
+    created: RunRecord | None = None
+    """The run as the caller stored it."""
+    seen: RunRecord | None = None
+    """The run as the caller's last look at the store found it."""
+
+    def saw(self, run: RunRecord) -> None:
+        """Note the run as a look at the store found it."""
+        self.seen = run
+
+    def late(self, limit: float) -> str:
+        """Why the run's result did not come within ``limit`` seconds."""
+        if self.created is None:
+            return f"the run was not stored within {limit:g} s (the store did not answer)"
+        seen = self.seen or self.created
+        if seen.fence == self.created.fence:  # no claim since it was stored
+            return (
+                f"no worker took the first step of run {seen.run_id!r} within {limit:g} s: "
+                f"is a worker of pipeline {self.pipeline!r} running (nestegg worker "
+                "module:attr)? The run is stored, and a worker that starts takes it"
+            )
+        return (
+            f"run {seen.run_id!r} did not finish within {limit:g} s ({seen.step_seq} steps "
+            "committed by the workers so far; it goes on)"
+        )
+
+
 async def wait_result(
     store: CheckpointStorage,
     run_id: str,
     timeout: float | None,
     listeners: StepListeners | None = None,
+    seen: Callable[[RunRecord], None] | None = None,
 ) -> Any:
-    """The run's result once it is stored, publishing its steps to ``listeners``.
+    """The run's result once it is stored, publishing its steps to ``listeners`` and
+    handing every look at the run to ``seen``.
 
     Raises:
         RunNotFoundError: no such run.
@@ -108,6 +144,8 @@ async def wait_result(
         run = await store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+        if seen is not None:
+            seen(run)
         if listeners is not None and listeners.queues:
             for event in await watcher.steps(run):
                 listeners.publish(event)
@@ -142,8 +180,10 @@ async def run_remote(
     input_data: Any,
     run_id: str | None,
     listeners: StepListeners,
+    progress: RemoteProgress | None = None,
 ) -> Any:
-    """Store a new run, publish its first step and wait for its result (hooks included).
+    """Store a new run, publish its first step and wait for its result (hooks included),
+    keeping ``progress`` up to date.
 
     A run id that completed gives its stored result and publishes nothing. The transport's
     connection is in use until the run's outcome is known (a RabbitMQ connection that no
@@ -152,10 +192,13 @@ async def run_remote(
     run = await book.create_queued(input_data, run_id)
     if run.status == COMPLETED:
         return run_result(run)
+    if progress is None:
+        progress = RemoteProgress(clutch.name)
+    progress.created = run
 
     async def publish_and_wait(trace: dict[str, str]) -> Any:
         await publish_first(clutch, transport, run, trace)
-        return await wait_result(book.store, run.run_id, None, listeners)
+        return await wait_result(book.store, run.run_id, None, listeners, progress.saw)
 
     async def traced() -> Any:
         return await traced_remote_run(clutch, book.store, run, publish_and_wait)

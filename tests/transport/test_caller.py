@@ -24,7 +24,7 @@ from nestegg.errors import (
 from nestegg.testing import FakeClock
 from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
-from tests.transport.apps import make_chain, make_split
+from tests.transport.apps import make_chain, make_slow, make_split
 from tests.transport.conftest import Deployment
 from tests.transport.test_workers import uninterrupted_result
 
@@ -288,3 +288,39 @@ async def test_a_redelivered_message_stops_waiting_once_a_later_claim_holds_its_
         await caller.stop()
         await worker.stop()
     assert run is not None and (run.fence, run.owner) == (3, other)
+
+
+@pytest.mark.server
+async def test_a_run_that_no_worker_takes_times_out_saying_so(deployment: Deployment) -> None:
+    caller = make_chain()  # no worker: the first step waits in its channel
+    try:
+        with pytest.raises(TimeoutError) as late:
+            await caller.run({}, run_id="unserved", timeout=0.5)
+    finally:
+        await caller.stop()
+    assert type(late.value) is TimeoutError
+    assert str(late.value) == (
+        "no worker took the first step of run 'unserved' within 0.5 s: is a worker of "
+        "pipeline 'chain' running (nestegg worker module:attr)? The run is stored, and a "
+        "worker that starts takes it"
+    )
+
+
+@pytest.mark.server
+async def test_a_run_that_a_worker_took_times_out_saying_it_goes_on(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.slow = 30.0  # its first step outlasts the wait
+    deployment.apply(monkeypatch)
+    caller, worker = make_slow(), make_slow()
+    try:
+        async with serving(worker, grace=0.0):
+            with pytest.raises(TimeoutError) as late:
+                await caller.run({}, run_id="slow-one", timeout=1.5)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert str(late.value) == (
+        "run 'slow-one' did not finish within 1.5 s (0 steps committed by the workers so far; "
+        "it goes on)"
+    )
