@@ -47,6 +47,7 @@ from nestegg.errors import (
     RunNotFoundError,
     StorageUnavailableError,
 )
+from nestegg.urls import without_password
 
 T = TypeVar("T")
 
@@ -323,7 +324,7 @@ def _bad_url(url: str, error: Exception) -> str:
         reason = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
     else:
         reason = str(error)
-    return f"bad store URL {url!r} from {_origin(url)}: {reason}"
+    return f"bad store URL {without_password(url)!r} from {_origin(url)}: {reason}"
 
 
 def _embedded_for_reading(url: str | None) -> Any:
@@ -377,7 +378,9 @@ async def _with_store(
     try:
         if (read_only or existing) and not await _server_store_exists(store):
             raise CommandError(
-                f"no store at {url}: no nestegg tables there (a run creates them)", EXIT_NOT_FOUND
+                f"no store at {without_password(str(url))}: no nestegg tables there (a run "
+                "creates them; a store with a prefix of its own: ?table_prefix=app_)",
+                EXIT_NOT_FOUND,
             )
         if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
             await store.setup()

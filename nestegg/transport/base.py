@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
+from nestegg.urls import without_password
 
 CHANNEL_PREFIX = "nestegg"
 
@@ -182,19 +183,6 @@ class ConsumerSetup(Protocol):
         """
 
 
-def without_password(url: str) -> str:
-    """``url`` without the password of its user part (``amqp://guest@host/``; no user
-    part at all when it names no user), for messages and logs."""
-    scheme, separator, rest = url.partition("://")
-    netloc_end = min((at for at in map(rest.find, "/?#") if at >= 0), default=len(rest))
-    netloc, tail = rest[:netloc_end], rest[netloc_end:]
-    userinfo, at, host = netloc.rpartition("@")
-    if not separator or not at:
-        return url
-    user = userinfo.partition(":")[0]
-    return f"{scheme}://{user}{'@' if user else ''}{host}{tail}"
-
-
 def bad_url(url: str, reason: object) -> ConfigurationError:
     """The ConfigurationError of a transport URL that cannot be used, naming it (without
     its password) and what is wrong with it."""
@@ -212,8 +200,12 @@ def check_url(url: str, schemes: Sequence[str]) -> None:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (read on access: a port that is not a number raises)
-    except ValueError as error:
-        raise bad_url(url, error) from None
+    except ValueError:  # its text may quote a piece of the password: not shown
+        raise bad_url(
+            url,
+            "its host or port cannot be read (an unclosed '[', a port that is not a number "
+            "from 0 to 65535, or a password holding '/', '?', '#' or '@' not %-escaped)",
+        ) from None
     if parts.scheme.lower() not in schemes:
         expected = ", ".join(f"{scheme}://" for scheme in schemes)
         raise bad_url(url, f"the scheme must be one of {expected}")

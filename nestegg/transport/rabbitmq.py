@@ -37,7 +37,8 @@ from aio_pika.exceptions import (
 from aiormq.exceptions import ChannelAccessRefused
 
 from nestegg.errors import BrokerRefusedError, TransportError
-from nestegg.transport.base import Delivery, StepMessage, check_url, without_password
+from nestegg.transport.base import Delivery, StepMessage, check_url
+from nestegg.urls import without_password
 
 log = logging.getLogger("nestegg")
 
@@ -72,8 +73,8 @@ def refusal(url: str, what: str, error: BaseException) -> BrokerRefusedError | N
         # the frame's name): the vhost does not exist, or the user may not open it
         vhost = unquote(parts.path[1:]) or "/"
         return BrokerRefusedError(
-            f"{where} refused to open vhost {vhost!r}: it does not exist, or user {user!r} "
-            "may not access it"
+            f"{where} refused to open vhost {vhost!r}: it does not exist, user {user!r} "
+            "may not access it, or a connection limit is reached"
         )
     if isinstance(error, ChannelAccessRefused):
         return BrokerRefusedError(f"{where} refused {what} to user {user!r}: {error}")

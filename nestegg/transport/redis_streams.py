@@ -35,7 +35,8 @@ from redis.exceptions import (
 
 from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.errors import BrokerRefusedError, TransportError
-from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url, without_password
+from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
+from nestegg.urls import redis_database_problem, without_password
 
 log = logging.getLogger("nestegg")
 
@@ -334,6 +335,9 @@ def _client(url: str) -> Any:
             scheme or database number).
     """
     check_url(url, ("redis", "rediss", "unix"))
+    problem = redis_database_problem(url) if not url.startswith("unix:") else None
+    if problem is not None:
+        raise bad_url(url, problem)
     try:
         return aioredis.Redis.from_url(url)
     except ValueError as error:

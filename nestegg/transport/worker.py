@@ -49,6 +49,10 @@ log = logging.getLogger("nestegg")
 
 BROKER_RETRY_DELAY = 1.0
 """Seconds before consuming again after the broker failed."""
+REFUSED_FOR = 5.0
+"""Seconds a worker starting tries again while the broker refuses its settings before it
+gives up: a refusal that passes (a connection limit reached, an authentication backend
+briefly away) does not stop it."""
 PROBE_EVERY = 0.1
 """Seconds a worker whose slots are all taken reuses the broker's answer to whether a
 message waits for a slot (runs it went on with for CONTINUE_FOR go back to the broker
@@ -185,16 +189,22 @@ class Worker:
         while the broker cannot be reached.
 
         Raises:
-            BrokerRefusedError: the broker refused the settings: retrying cannot mend that.
+            BrokerRefusedError: the broker still refused the settings after REFUSED_FOR
+                seconds of trying again.
         """
         if not isinstance(self.transport, ConsumerSetup):
             return
+        refused_since: float | None = None
         while True:
             try:
                 await self.transport.set_up(self.channels)
                 return
-            except BrokerRefusedError:
-                raise
+            except BrokerRefusedError as error:
+                refused_since = refused_since or time.monotonic()
+                if time.monotonic() - refused_since >= REFUSED_FOR:
+                    raise
+                log.warning("setting up %s was refused, trying again: %s", self.channels, error)
+                await asyncio.sleep(BROKER_RETRY_DELAY)
             except TransportError as error:
                 log.warning("setting up %s failed: %s", self.channels, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)

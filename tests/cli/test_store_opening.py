@@ -302,7 +302,8 @@ def test_a_read_finds_no_postgres_store_where_its_tables_are_not_and_creates_non
         assert result.exit_code == EXIT_NOT_FOUND, (args, result.output)
         assert (
             result.stderr
-            == f"error: no store at {url}: no nestegg tables there (a run creates them)\n"
+            == f"error: no store at {url}: no nestegg tables there (a run creates them; "
+            "a store with a prefix of its own: ?table_prefix=app_)\n"
         )
     assert asyncio.run(_tables_of(pg_url, prefix)) == []
 

@@ -53,30 +53,42 @@ def test_urls_pick_the_transport() -> None:
     )
 
 
+UNREADABLE = (
+    "its host or port cannot be read (an unclosed '[', a port that is not a number from 0 to "
+    "65535, or a password holding '/', '?', '#' or '@' not %-escaped)"
+)
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("redis://[bad", "bad transport URL 'redis://[bad': Invalid IPv6 URL"),
+        ("redis://[bad", f"bad transport URL 'redis://[bad': {UNREADABLE}"),
         (
             "redis://127.0.0.1:notaport/6",
-            "bad transport URL 'redis://127.0.0.1:notaport/6': Port could not be cast to "
-            "integer value as 'notaport'",
+            f"bad transport URL 'redis://127.0.0.1:notaport/6': {UNREADABLE}",
         ),
         (
             "rediss://:secret@127.0.0.1:70000/0",
-            "bad transport URL 'rediss://127.0.0.1:70000/0': Port out of range 0-65535",
+            f"bad transport URL 'rediss://127.0.0.1:70000/0': {UNREADABLE}",
         ),
         (
             "redis://127.0.0.1:6379?db=first",
             "bad transport URL 'redis://127.0.0.1:6379?db=first': Invalid value for 'db' in "
             "connection URL.",
         ),
-        ("amqp://guest:guest@[bad/", "bad transport URL 'amqp://guest@[bad/': Invalid IPv6 URL"),
+        ("amqp://guest:guest@[bad/", f"bad transport URL 'amqp://guest@[bad/': {UNREADABLE}"),
+        (
+            "redis://127.0.0.1:6379/abc",  # redis-py would read database 0
+            "bad transport URL 'redis://127.0.0.1:6379/abc': the database is a number from 0 "
+            "(redis://host:6379/0), got 'abc'",
+        ),
         (
             "amqps://guest:guest@127.0.0.1:tls/",
-            "bad transport URL 'amqps://guest@127.0.0.1:tls/': Port could not be cast to "
-            "integer value as 'tls'",
+            f"bad transport URL 'amqps://guest@127.0.0.1:tls/': {UNREADABLE}",
         ),
+        # a password holding '/' or '#' unescaped: left out whole, never quoted by the reason
+        ("amqp://user:pa/ss@host/", f"bad transport URL 'amqp://user@host/': {UNREADABLE}"),
+        ("redis://:abc#def@host:x/0", f"bad transport URL 'redis://host:x/0': {UNREADABLE}"),
     ],
 )
 def test_a_url_that_cannot_be_parsed_is_a_configuration_error_naming_it(

@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.asyncio as aioredis
@@ -27,6 +26,7 @@ from nestegg.checkpoint.stores.redis.errors import driver_errors
 from nestegg.checkpoint.stores.redis.layout import command_bytes
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.errors import ConfigurationError
+from nestegg.urls import redis_database_problem, without_password
 
 T = TypeVar("T")
 Keys = Sequence[str | bytes]
@@ -225,17 +225,10 @@ class RedisConnection:
 
 
 def _check_database(url: str) -> None:
-    """A URL's database part: none, or a number (redis-py would read ``/abc`` as 0).
-
-    Raises:
-        ConfigurationError: a database part that is not a number from 0 to 2**31 - 1.
-    """
-    path = unquote(urlsplit(url).path).strip("/")
-    if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
-        raise ConfigurationError(
-            "the database of a Redis store URL is a number from 0 (redis://host:6379/0), "
-            f"got {path!r}"
-        )
+    """Raises ConfigurationError for a store URL whose database is not a number."""
+    problem = redis_database_problem(url)
+    if problem is not None:
+        raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
 
 
 async def _reply_of(call: Awaitable[Any]) -> Any:

@@ -1,0 +1,38 @@
+"""URLs in messages: one owner of leaving their secrets out."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit
+
+_PASSWORD_OPTION = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
+def without_password(url: str) -> str:
+    """``url`` for messages and logs: the password of its user part left out
+    (``amqp://guest@host/``), and the value of a ``password=`` query option.
+
+    The user part ends at the last ``@``: a password holding ``/``, ``?``, ``#`` or ``@``
+    that was not %-escaped is left out whole all the same (and with it anything before an
+    ``@`` further on, which only hides more).
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        userinfo, at, host = rest.rpartition("@")
+        if at:
+            user = userinfo.partition(":")[0]
+            rest = f"{user}@{host}" if user else host
+        url = f"{scheme}://{rest}"
+    return _PASSWORD_OPTION.sub(r"\1***", url)
+
+
+def redis_database_problem(url: str) -> str | None:
+    """What is wrong with a ``redis://`` URL's database part (None: nothing): none, or a
+    number, where redis-py would read ``/abc`` as database 0."""
+    path = unquote(urlsplit(url).path).strip("/")
+    if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
+        return f"the database is a number from 0 (redis://host:6379/0), got {path!r}"
+    return None
+
+
+__all__ = ["redis_database_problem", "without_password"]

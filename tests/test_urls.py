@@ -1,0 +1,38 @@
+"""URLs in messages: passwords left out, whatever the URL holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from nestegg.urls import redis_database_problem, without_password
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/app", "postgresql://app@db:5432/app"),
+        ("amqp://guest@mq/", "amqp://guest@mq/"),
+        ("redis://:s3cret@cache:6379/0", "redis://cache:6379/0"),
+        ("amqp://user:pa/ss@host/", "amqp://user@host/"),  # '/' not %-escaped
+        ("redis://:abc#def@host:6379/0", "redis://host:6379/0"),  # '#' not %-escaped
+        ("amqp://u:p@ss@host/v", "amqp://u@host/v"),  # '@' not %-escaped
+        ("redis://cache:6379/0?password=s3cret&ssl=1", "redis://cache:6379/0?password=***&ssl=1"),
+        ("sqlite:///x.db", "sqlite:///x.db"),
+        ("no scheme", "no scheme"),
+    ],
+)
+def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert without_password(url) == shown
+    assert "s3cret" not in without_password(url) and "pa/ss" not in without_password(url)
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379", "redis://h:6379/", "redis://h/15"])
+def test_a_redis_database_that_is_a_number_or_none_is_fine(url: str) -> None:
+    assert redis_database_problem(url) is None
+
+
+@pytest.mark.parametrize("database", ["abc", "-1", "1.5", "٣", str(2**31)])
+def test_a_redis_database_that_is_no_number_is_named(database: str) -> None:
+    assert redis_database_problem(f"redis://h:6379/{database}") == (
+        f"the database is a number from 0 (redis://host:6379/0), got {database!r}"
+    )
