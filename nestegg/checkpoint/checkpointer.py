@@ -444,7 +444,11 @@ class Checkpointer:
             self.requests.append(request)
             return await request
         checkpoint_id = self._add_checkpoint(reason, self.last_good, pending_agent)
-        await self._commit_now()
+        try:
+            await self._commit_now()
+        except BaseException:  # its lease was not stored: the heartbeat renews it when due
+            self._leased_at = 0.0
+            raise
         return checkpoint_id
 
     async def finish(self, result: Any, data_seq: int) -> None:

@@ -106,7 +106,9 @@ async def store_signal(
         CheckpointSerializationError: a value that cannot be stored.
         RunNotFoundError: no such run.
         ConfigurationError: the run is not of ``pipeline`` (when given).
-        SignalRefusedError: the run completed: nothing would read the signal.
+        SignalRefusedError: the run completed (and not ``replace``): nothing would read
+            the signal. The check and the write are two calls: a run that completes
+            between them keeps the signal, unread.
         SignalExistsError: a signal of that name was sent already (and not ``replace``).
     """
     check_name(name, "signal name")
@@ -119,9 +121,10 @@ async def store_signal(
             f"run {run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}: "
             "the signal was not stored"
         )
-    if run.status == COMPLETED:
+    if run.status == COMPLETED and not replace:  # replace: for a resume from a checkpoint
         raise SignalRefusedError(
-            f"run {run_id!r} completed: no step would read signal {name!r}, it was not stored",
+            f"run {run_id!r} completed: no step would read signal {name!r}, it was not stored "
+            "(replace=True stores it for a resume from an earlier checkpoint)",
             run_id,
         )
     if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):

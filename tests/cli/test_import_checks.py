@@ -51,7 +51,6 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "event time": (_set("events", 0, "at", value=-1), "events[].at must be UNIX seconds"),
     "seq as text": (_set("steps", 0, "seq", value="1"), "steps[].seq must be a whole number"),
     "fence as bool": (_set("run", "fence", value=True), "run.fence must be a whole number"),
-    "steps missing": (_set("steps", value=[]), "0 step records for run.step_seq"),
 }
 
 

@@ -82,10 +82,16 @@ def test_a_signal_that_cannot_be_delivered_is_refused_and_not_stored(tmp_path: P
     completed = cli("signal", "w1", "late", "1", "-s", url)
     assert completed.exit_code == 1
     assert completed.stderr == (
-        "error: run 'w1' completed: no step would read signal 'late', it was not stored\n"
+        "error: run 'w1' completed: no step would read signal 'late', it was not stored "
+        "(replace=True stores it for a resume from an earlier checkpoint)\n"
     )
     exported = orjson.loads(cli("export", "w1", "-s", url).stdout)
     assert [g["name"] for g in exported["signals"]] == ["approval"]
+    # on purpose, for a resume from an earlier checkpoint: stored
+    replaced = cli(
+        "signal", "w1", "approval", '{"approved": false, "by": "bo"}', "--replace", "-s", url
+    )
+    assert replaced.exit_code == 0, replaced.stderr
 
 
 def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:

@@ -399,7 +399,8 @@ _pack_in_c: Callable[[tuple[Any, ...]], bytes] | None
 try:  # redis-py's parser in C, which nestegg's redis extra installs (redis[hiredis])
     import hiredis
 
-    _pack_in_c = cast(Any, hiredis).pack_command  # its stub wants a tuple of one
+    # its stub wants a tuple of one; hiredis before 2.1 has no packer
+    _pack_in_c = getattr(cast(Any, hiredis), "pack_command", None)
 except ImportError:  # pragma: no cover - redis without hiredis
     _pack_in_c = None
 
