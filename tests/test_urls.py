@@ -36,3 +36,29 @@ def test_a_redis_database_that_is_no_number_is_named(database: str) -> None:
     assert redis_database_problem(f"redis://h:6379/{database}") == (
         f"the database is a number from 0 (redis://host:6379/0), got {database!r}"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "left", "prefix"),
+    [
+        (
+            "postgresql://app@db/app?options=-c%20search_path%3Dmy&table_prefix=x_",
+            "postgresql://app@db/app?options=-c%20search_path%3Dmy",
+            "x_",
+        ),
+        (
+            "postgresql://app@db/app?application_name=a+b&table_prefix=x_&sslmode=disable",
+            "postgresql://app@db/app?application_name=a+b&sslmode=disable",  # '+' kept
+            "x_",
+        ),
+        ("postgresql://app@db/app", "postgresql://app@db/app", None),
+    ],
+)
+def test_a_store_url_gives_its_prefix_and_keeps_its_other_options_as_written(
+    url: str, left: str, prefix: str | None
+) -> None:
+    from nestegg.checkpoint.stores import open_store
+
+    store = open_store(url)
+    assert store._url == left  # type: ignore[attr-defined]
+    assert store.table_prefix == (prefix or "nestegg_")  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.registry import store_class
@@ -50,14 +50,19 @@ def open_store(url: str) -> CheckpointStorage:
 
 
 def _take_query_option(url: str, name: str) -> tuple[str, str | None]:
-    """``url`` without the query option ``name``, and its value (None: not there)."""
+    """``url`` without the query option ``name``, and its value (None: not there); the
+    other options kept as written, byte for byte (libpq reads ``+`` as itself)."""
     parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    values = [value for key, value in pairs if key == name]
-    if not values:
+    kept, value = [], None
+    for pair in parts.query.split("&") if parts.query else []:
+        key, _, raw = pair.partition("=")
+        if unquote(key) == name:
+            value = unquote(raw)
+        else:
+            kept.append(pair)
+    if value is None:
         return url, None
-    kept = urlencode([(key, value) for key, value in pairs if key != name])
-    return urlunsplit(parts._replace(query=kept)), values[-1]
+    return urlunsplit(parts._replace(query="&".join(kept))), value
 
 
 def home_path() -> Path:
