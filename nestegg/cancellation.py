@@ -48,6 +48,31 @@ def cancel_requested(task: asyncio.Future[Any] | None = None) -> bool:
     return task is not None and task in _requested
 
 
+class CancelWatch:
+    """Whether the task a loop of nestegg's own runs in (no user code in it: a heartbeat, a
+    caller's wait) was asked to stop since the loop began: by :func:`cancel`, or by anyone's
+    ``task.cancel()`` whose ``CancelledError`` a library lost (``asyncio.run`` cancels every
+    task at its end, and waits for them). ``Task.cancelling()`` counts from the loop's
+    start, so what it kept from before (a TaskGroup's handled failure) is left out.
+    """
+
+    __slots__ = ("_baseline", "_task")
+
+    def __init__(self) -> None:
+        self._task = asyncio.current_task()
+        self._baseline = self._task.cancelling() if self._task is not None else 0
+
+    def requested(self) -> bool:
+        """Whether the loop should stop."""
+        task = self._task
+        return task is not None and (task in _requested or task.cancelling() > self._baseline)
+
+    def raise_if_requested(self) -> None:
+        """Raise ``CancelledError`` if :meth:`requested`."""
+        if self.requested():
+            raise asyncio.CancelledError
+
+
 def raise_if_cancel_requested(task: asyncio.Future[Any] | None = None) -> None:
     """Raise ``CancelledError`` if ``task`` (None: the current one; a loop that runs often
     passes its task, found once) was cancelled with :func:`cancel`.
@@ -59,4 +84,10 @@ def raise_if_cancel_requested(task: asyncio.Future[Any] | None = None) -> None:
         raise asyncio.CancelledError
 
 
-__all__ = ["cancel", "cancel_and_wait", "cancel_requested", "raise_if_cancel_requested"]
+__all__ = [
+    "CancelWatch",
+    "cancel",
+    "cancel_and_wait",
+    "cancel_requested",
+    "raise_if_cancel_requested",
+]

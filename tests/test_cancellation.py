@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from nestegg import Clutch
-from nestegg.cancellation import cancel, cancel_requested, raise_if_cancel_requested
+from nestegg.cancellation import (
+    CancelWatch,
+    cancel,
+    cancel_requested,
+    raise_if_cancel_requested,
+)
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.records import Commit
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
@@ -158,3 +163,57 @@ async def test_a_run_whose_cancellation_an_agent_lost_stops_before_its_next_step
     assert later == []
     run = await store.get_run("r1")
     assert run is not None and run.status == CANCELLED and run.step_seq == 1
+
+
+class LosesOneCancellationInGetRun(MemoryCheckpointStorage):
+    """Its first ``get_run`` after ``arm`` waits until cancelled, then loses the
+    cancellation and answers as if nothing happened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.reading = asyncio.Event()
+
+    async def get_run(self, run_id: str) -> Any:
+        if self.armed:
+            self.armed = False
+            self.reading.set()
+            await lose_one_cancellation(asyncio.Event())
+        return await super().get_run(run_id)
+
+
+async def test_a_callers_wait_stops_when_anyones_cancellation_of_it_was_lost() -> None:
+    # asyncio.run cancels every task at its end with task.cancel() (not nestegg's cancel)
+    # and waits for them: a wait that ran on would hang the process's exit.
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.transport.caller import wait_result
+
+    store = LosesOneCancellationInGetRun()
+    await store.create_run(
+        RunRecord(
+            run_id="r1", pipeline="p", status="running", input=b"{}", created_at=0.0, updated_at=0.0
+        )
+    )
+    task = asyncio.ensure_future(wait_result(store, "r1", None))
+    await asyncio.sleep(0.05)
+    store.armed = True
+    await asyncio.wait_for(store.reading.wait(), WAIT_S)
+    task.cancel()  # lost by the store's read
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_a_watch_counts_only_the_cancellations_made_after_it_began() -> None:
+    async def fails() -> None:
+        raise ValueError("a child failed")
+
+    async def watches_after_a_handled_task_group_failure() -> bool:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails())
+                await asyncio.Event().wait()
+        except* ValueError:
+            pass
+        return CancelWatch().requested()  # what the TaskGroup left counted is not a stop
+
+    assert await asyncio.wait_for(watches_after_a_handled_task_group_failure(), WAIT_S) is False

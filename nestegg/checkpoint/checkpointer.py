@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg import telemetry
-from nestegg.cancellation import cancel_and_wait, cancel_requested
+from nestegg.cancellation import CancelWatch, cancel_and_wait
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
@@ -158,7 +158,8 @@ class Checkpointer:
         sets it too (a run whose steps commit more often sends no renewal), or by the last
         renewal."""
         interval = self.lease_seconds / 3
-        while not cancel_requested():  # stopped, also if a library lost the cancellation
+        stop = CancelWatch()
+        while not stop.requested():  # stopped, also if a library lost the cancellation
             wait = self._leased_at + interval - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -291,8 +292,8 @@ class Checkpointer:
 
     async def _write_behind(self) -> None:
         assert self.queue is not None
-        task = asyncio.current_task()
-        while not cancel_requested(task):  # stopped, also if a library lost the cancellation
+        stop = CancelWatch()
+        while not stop.requested():  # stopped, also if a library lost the cancellation
             commit, saved = await self.queue.get()
             try:
                 if self.writer_error is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import to_plain
-from nestegg.cancellation import raise_if_cancel_requested
+from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
 from nestegg.checkpoint.formats import parse_event, step_data
 from nestegg.checkpoint.views import run_input, run_result
@@ -139,8 +139,9 @@ async def wait_result(
     deadline = None if limit is None else started + limit
     watcher = Watcher(store, run_id)
     pause = POLL_FIRST
+    stop = CancelWatch()
     while True:
-        raise_if_cancel_requested()  # cancelled, also if a library lost the cancellation
+        stop.raise_if_requested()  # cancelled, also if a library lost the cancellation
         run = await store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)

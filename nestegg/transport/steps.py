@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
+from nestegg.cancellation import CancelWatch, cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.formats import Snapshot, event_body, failure_body, failure_detail
 from nestegg.checkpoint.ownership import current_owner
@@ -140,7 +140,8 @@ class StepRecorder(Checkpointer):
 
     async def _beat(self) -> None:
         interval = self.lease_seconds / 3
-        while not cancel_requested():  # stopped, also if a library lost the cancellation
+        stop = CancelWatch()
+        while not stop.requested():  # stopped, also if a library lost the cancellation
             await asyncio.sleep(interval)
             async with self.renew_lock:
                 if not self.renewing:
