@@ -41,7 +41,7 @@ def worker_command(
             f"the Clutch at {app_spec} has no transport= (e.g. transport='redis://...')",
             EXIT_USAGE,
         )
-    hosted = [a.strip() for a in agents.split(",") if a.strip()] if agents else None
+    hosted = None if agents is None else _agent_names(agents)
 
     async def work() -> None:
         try:
@@ -50,3 +50,18 @@ def worker_command(
             await clutch.stop()
 
     run_async(work)
+
+
+def _agent_names(agents: str) -> list[str]:
+    """The names of ``--agents a,b``.
+
+    Raises:
+        CommandError: an empty list or an empty name in it (``''``, ``a,,b``): hosting no
+            agent is not what a worker is for, and an empty name is a slip.
+    """
+    names = [name.strip() for name in agents.split(",")]
+    if not all(names):
+        raise CommandError(
+            f"--agents must name agents, separated by commas (a,b), got {agents!r}", EXIT_USAGE
+        )
+    return names

@@ -63,6 +63,13 @@ def test_an_unknown_agent_is_bad_usage(deployment: Deployment) -> None:
     assert "agents ['pang'] are not agents of Clutch 'chain'" in output
 
 
+@pytest.mark.parametrize("agents", ["", "ping,,pong", "ping,"])
+def test_an_empty_agent_name_is_bad_usage(agents: str) -> None:
+    code, output = invoke("tests.transport.apps:chain", "--agents", agents)
+    assert code == EXIT_USAGE
+    assert f"--agents must name agents, separated by commas (a,b), got {agents!r}" in output
+
+
 def worker_process(app_spec: str, **settings: str) -> subprocess.CompletedProcess[str]:
     """``nestegg worker app_spec`` in a process of its own, with ``NESTEGG_TEST_*``
     ``settings`` (see tests.transport.apps), until it exits."""
