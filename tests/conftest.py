@@ -8,6 +8,7 @@ saying why; under ``CI=true`` it fails instead.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cache
 
 import pytest
@@ -61,21 +62,23 @@ def redis_unreachable(url: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> str:
-    """The test PostgreSQL URL; skips (fails under CI=true) if it cannot be reached."""
-    url = os.environ.get(PG_URL_ENV) or DEFAULT_PG_URL
-    reason = postgres_unreachable(url)
+def reachable_url(env: str, default: str, unreachable: Callable[[str], str | None]) -> str:
+    """The test server URL of ``$env`` (else ``default``); skips (fails under CI=true) with
+    the reason ``unreachable`` gives when it cannot be reached."""
+    url = os.environ.get(env) or default
+    reason = unreachable(url)
     if reason:
         server_missing(reason)
     return url
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The test PostgreSQL URL; skips (fails under CI=true) if it cannot be reached."""
+    return reachable_url(PG_URL_ENV, DEFAULT_PG_URL, postgres_unreachable)
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """The test Redis URL; skips (fails under CI=true) if it cannot be reached."""
-    url = os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
-    reason = redis_unreachable(url)
-    if reason:
-        server_missing(reason)
-    return url
+    return reachable_url(REDIS_URL_ENV, DEFAULT_REDIS_URL, redis_unreachable)

@@ -38,6 +38,20 @@ async def lose_one_cancellation(forever: asyncio.Event) -> None:
         pass
 
 
+async def a_task_group_whose_child_failed() -> None:
+    """An ``asyncio.TaskGroup`` whose child failed, its failure handled."""
+
+    async def fails() -> None:
+        raise ValueError("a child failed")
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fails())
+            await asyncio.Event().wait()
+    except* ValueError:
+        pass
+
+
 async def test_a_task_whose_cancellation_was_lost_knows_it_should_stop() -> None:
     checked: list[bool] = []
 
@@ -63,16 +77,8 @@ async def test_cancellations_nestegg_did_not_ask_for_are_no_stop() -> None:
     assert not cancel_requested()
     raise_if_cancel_requested()
 
-    async def fails() -> None:
-        raise ValueError("a child failed")
-
     async def waits_in_a_task_group() -> None:
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(fails())
-                await asyncio.Event().wait()
-        except* ValueError:
-            pass
+        await a_task_group_whose_child_failed()
         # Python 3.11 and 3.12 leave the task counted as cancelled here
         raise_if_cancel_requested()
 
@@ -204,16 +210,8 @@ async def test_a_callers_wait_stops_when_anyones_cancellation_of_it_was_lost() -
 
 
 async def test_a_watch_counts_only_the_cancellations_made_after_it_began() -> None:
-    async def fails() -> None:
-        raise ValueError("a child failed")
-
     async def watches_after_a_handled_task_group_failure() -> bool:
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(fails())
-                await asyncio.Event().wait()
-        except* ValueError:
-            pass
+        await a_task_group_whose_child_failed()
         return CancelWatch().requested()  # what the TaskGroup left counted is not a stop
 
     assert await asyncio.wait_for(watches_after_a_handled_task_group_failure(), WAIT_S) is False

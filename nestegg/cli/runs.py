@@ -381,14 +381,17 @@ def _detail(key: str, value: Any) -> str:
 
 def _clock_time(seconds_: float) -> str:
     """UNIX seconds as local time to the millisecond, as event lines show times."""
-    moment = to_datetime(seconds_)
-    assert moment is not None
+    return _stamp(datetime.fromtimestamp(seconds_, UTC))
+
+
+def _stamp(moment: datetime) -> str:
+    """A time as an event line shows it: local, to the millisecond."""
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _event_line(row: dict[str, Any]) -> str:
     details = " ".join(_detail(key, value) for key, value in row["data"].items())
-    stamp = row["at"].astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    stamp = _stamp(row["at"])
     seq = "-" if row["seq"] is None else row["seq"]
     return f"{seq:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
 

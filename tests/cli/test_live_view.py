@@ -27,6 +27,7 @@ from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import HOME_ENV, STORE_ENV
 from nestegg.errors import RunWaiting
 from tests.cli.conftest import delete_runs
@@ -140,6 +141,15 @@ async def run_id(any_url: str) -> AsyncIterator[str]:
     await delete_runs(any_url, (chosen,))
 
 
+def live_clutch(store: CheckpointStorage) -> Clutch:
+    """The sequential pipeline ``live`` on ``store``, its agents added by the test."""
+    return Clutch(
+        "live",
+        strategy=Strategy.SEQUENTIAL,
+        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
+    )
+
+
 async def ask(topic: str) -> str:
     """Stands in for a paid call."""
     return f"about {topic}"
@@ -150,11 +160,7 @@ async def test_show_and_events_reveal_the_step_in_flight_and_its_journaled_calls
 ) -> None:
     thinking, working = asyncio.Event(), asyncio.Event()
     store = open_store(any_url)
-    clutch = Clutch(
-        "live",
-        strategy=Strategy.SEQUENTIAL,
-        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
-    )
+    clutch = live_clutch(store)
 
     @clutch.agent()
     async def think(data: dict) -> dict:
@@ -229,11 +235,7 @@ async def test_follow_prints_each_journaled_call_once_before_its_step_ends_at_it
 ) -> None:
     asked, followed = asyncio.Event(), asyncio.Event()
     store = open_store(any_url)
-    clutch = Clutch(
-        "live",
-        strategy=Strategy.SEQUENTIAL,
-        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
-    )
+    clutch = live_clutch(store)
     durable_ask = nestegg.durable(slow_ask)
 
     @clutch.agent()
@@ -289,11 +291,7 @@ async def test_follow_prints_the_calls_of_a_step_that_waits_before_the_wait(
 ) -> None:
     asked, followed = asyncio.Event(), asyncio.Event()
     store = open_store(any_url)
-    clutch = Clutch(
-        "live",
-        strategy=Strategy.SEQUENTIAL,
-        checkpoint=CheckpointConfig(storage=store, policy=POLICY),
-    )
+    clutch = live_clutch(store)
 
     @clutch.agent()
     async def approve(data: dict) -> dict:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import server_missing
+from tests.conftest import reachable_url
 from tests.servers import delete_redis_keys
 
 RABBITMQ_URL_ENV = "NESTEGG_TEST_RABBITMQ_URL"
@@ -158,6 +158,12 @@ class WorkerProcess:
         return self.process.stderr.read().decode(errors="replace")
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """The test RabbitMQ URL; skips (fails under CI=true) if it cannot be reached."""
+    return reachable_url(RABBITMQ_URL_ENV, DEFAULT_RABBITMQ_URL, rabbitmq_unreachable)
+
+
 @pytest.fixture(params=[pytest.param(b, marks=pytest.mark.server) for b in BROKERS])
 async def deployment(
     request: pytest.FixtureRequest, redis_url: str, monkeypatch: pytest.MonkeyPatch
@@ -166,10 +172,7 @@ async def deployment(
     this process too; workers killed and everything under the prefix deleted after."""
     broker = request.param
     if broker == "rabbitmq":
-        url = os.environ.get(RABBITMQ_URL_ENV) or DEFAULT_RABBITMQ_URL
-        reason = rabbitmq_unreachable(url)
-        if reason:
-            server_missing(reason)
+        request.getfixturevalue("rabbitmq_url")  # reachable, else skipped (failed under CI)
     prefix = f"nestegg-transport-{uuid.uuid4().hex[:10]}:"
     deployed = Deployment(redis_url=redis_url, prefix=prefix, broker=broker)
     deployed.apply(monkeypatch)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,24 +16,11 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
 from nestegg.transport.base import StepMessage, channel_name
-from tests.conftest import server_missing
 from tests.transport.conftest import (
-    DEFAULT_RABBITMQ_URL,
-    RABBITMQ_URL_ENV,
-    rabbitmq_unreachable,
     wait_until,
 )
 
 pytestmark = pytest.mark.server
-
-
-@pytest.fixture
-def rabbitmq_url() -> str:
-    url = os.environ.get(RABBITMQ_URL_ENV) or DEFAULT_RABBITMQ_URL
-    reason = rabbitmq_unreachable(url)
-    if reason:
-        server_missing(reason)
-    return url
 
 
 @pytest.fixture
