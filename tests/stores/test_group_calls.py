@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 
-from nestegg.checkpoint.stores.group import GroupCalls
+from nestegg.checkpoint.stores.group import WAKE_PER_TURN, GroupCalls
 
 
 class Calls:
@@ -94,3 +95,37 @@ async def test_drain_waits_for_calls_queued_behind_a_call_made_alone() -> None:
     await asyncio.wait_for(drained, 1)
     assert calls.sent == [["a:1"], ["b:1"]]
     assert await first == "A:1" and await queued == "B:1"
+
+
+async def test_the_callers_of_a_big_batch_go_on_a_few_per_turn_of_the_loop_oldest_first() -> None:
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of)
+    loop = asyncio.get_running_loop()
+    turn = [0]
+    woken: list[tuple[str, int]] = []
+
+    def tick() -> None:  # runs once in every turn of the loop
+        turn[0] += 1
+        if len(woken) < len(items):
+            loop.call_soon(tick)
+
+    async def caller(item: str) -> str:
+        result = await group.call(item)
+        woken.append((item, turn[0]))
+        return result
+
+    first = asyncio.create_task(group.call("a:1"))
+    await settle()
+    items = [f"r{n}:1" for n in range(2 * WAKE_PER_TURN + 5)]
+    tasks = [asyncio.create_task(caller(item)) for item in items]
+    await settle()
+    calls.let_go("a:1")
+    await settle()
+    assert calls.sent[1] == items  # one batch
+    loop.call_soon(tick)
+    calls.let_go(items[0])
+    assert await asyncio.gather(*tasks) == [item.upper() for item in items]
+    assert [item for item, _ in woken] == items  # in the order they came
+    per_turn = Counter(at for _, at in woken)
+    assert list(per_turn.values()) == [WAKE_PER_TURN, WAKE_PER_TURN, 5]
+    assert await first == "A:1"

@@ -11,6 +11,14 @@ and go out together in the next batch. Each caller's ``commit`` returns only whe
 commit is written (``durability="sync"`` keeps its promise) and raises only its own error:
 a run whose fence was lost gets StaleOwnerError, the other runs of the batch commit.
 
+The callers of a written batch are woken at most ``WAKE_PER_TURN`` in one turn of the event
+loop, the others in the turns after, oldest first. With a thousand runs at once a batch
+holds hundreds of commits: their runs woken together would make one turn of the loop as
+long as all their steps, and the commits arriving meanwhile, a batch's reply on its socket
+and every other callback of the process would wait for its end. Woken a few at a time,
+each turn stays short, the commits of the runs that went on go out within a turn or two,
+and the runs not yet woken wait their turn, as they would have on the loop anyway.
+
 Within a batch the commits keep the order they arrived in, so two commits of one run
 land in order. A store that writes on several connections lets several batches be under
 way at once (``in_flight``): the commits that arrive while one is written go out at the
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -47,6 +56,9 @@ WriteMany = Callable[[Sequence[Commit]], Awaitable[Sequence[Outcome]]]
 
 MAX_BATCH = 512
 """Calls sent in one batch at most (the rest go in the next)."""
+WAKE_PER_TURN = 32
+"""Callers of written batches woken in one turn of the event loop at most; the others in
+the turns after, in the order their calls were made."""
 _DRAIN_POLL = 0.001
 """Seconds :meth:`GroupCalls.drain` sleeps between looks while a call made alone is under
 way (it has no task of the group's to wait for)."""
@@ -86,6 +98,8 @@ class GroupCalls(Generic[T, R]):
         self._flushing: set[asyncio.Task[None]] = set()
         self._this_turn: set[str] = set()  # keys called alone in this turn of the loop
         self._kick_due = False
+        self._to_wake: deque[tuple[asyncio.Future[R], R | BaseException]] = deque()
+        self._wake_due = False
 
     async def call(self, item: T) -> R:
         """Make the call for ``item``; return its result once made, raise its own error."""
@@ -165,15 +179,27 @@ class GroupCalls(Generic[T, R]):
         self._flying -= keys
         self._settled(batch)
         self._next()
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
+        self._to_wake.extend(zip([f for _, f in batch], outcomes, strict=True))
+        if not self._wake_due:
+            self._wake()
+        if stopped is not None:
+            raise stopped
+
+    def _wake(self) -> None:
+        """Tell at most ``WAKE_PER_TURN`` callers their outcomes; the rest in the next turn."""
+        self._wake_due = False
+        to_wake = self._to_wake
+        for _ in range(min(len(to_wake), WAKE_PER_TURN)):
+            future, outcome = to_wake.popleft()
             if future.cancelled():
                 continue
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-        if stopped is not None:
-            raise stopped
+        if to_wake:
+            self._wake_due = True
+            asyncio.get_running_loop().call_soon(self._wake)
 
     def _settled(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         """The outcomes of ``batch`` are known (before its callers are told)."""

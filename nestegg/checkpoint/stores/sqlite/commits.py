@@ -38,6 +38,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
     DELETE_CHECKPOINT,
     DELETE_JOURNAL_AFTER,
+    IDS_PER_QUERY,
     INSERT_CHECKPOINT,
     INSERT_EVENT_BATCH,
     INSERT_JOURNAL,
@@ -52,9 +53,6 @@ from nestegg.checkpoint.stores.sqlite.schema import (
 )
 from nestegg.constants import SQLITE_INLINE_WRITE_BYTES, STEP_BLOCK_STEPS
 from nestegg.errors import NestEggError, StorageError
-
-_IDS_PER_QUERY = 500
-"""Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
 
 
 def _seq(seq: int, changes: ChangeSet) -> int:
@@ -78,10 +76,24 @@ def commit_batch(
     conn: sqlite3.Connection, commits: Sequence[Commit], run_keys: dict[str, int], path: str
 ) -> list[Outcome]:
     """Commits of many runs in one transaction, each fenced on its own: most in a few
-    statements (see group_writes), the others commit by commit."""
+    statements (see group_writes), the others commit by commit.
+
+    When all of them may go together (the usual batch), the transaction holds only their
+    statements: no savepoint, two statements fewer, each of which, on the worker thread,
+    waits to take the GIL back from the busy loop. If one run's row does not match, that
+    transaction is undone whole and the batch is written again commit by commit."""
+    changes = [change_set(commit) for commit in commits]
+    chosen = writable_together(changes)
+    if len(chosen) == len(commits) > 1:
+        try:
+            with write_transaction(conn):
+                write_together(conn, changes)
+            return [None] * len(commits)
+        except (Unmatched, NestEggError, sqlite3.Error):
+            chosen = []  # undone: each commit on its own below tells its outcome
     outcomes: list[Outcome] = [None] * len(commits)
     with write_transaction(conn):
-        written = _written_together(conn, commits)
+        written = _written_together(conn, changes, chosen)
         rest = [index for index in range(len(commits)) if index not in written]
         if rest:
             apart = _commit_apart(conn, [commits[index] for index in rest], run_keys, path)
@@ -90,11 +102,12 @@ def commit_batch(
     return outcomes
 
 
-def _written_together(conn: sqlite3.Connection, commits: Sequence[Commit]) -> set[int]:
-    """The indexes of the commits written in a few statements (see group_writes): none
-    if fewer than two may be, or one of them may not be written."""
-    changes = [change_set(commit) for commit in commits]
-    chosen = writable_together(changes)
+def _written_together(
+    conn: sqlite3.Connection, changes: Sequence[ChangeSet], chosen: list[int]
+) -> set[int]:
+    """The indexes of the ``chosen`` changes, written in a few statements (see
+    group_writes) in a savepoint: none if fewer than two are chosen, or one of them did not
+    match."""
     if len(chosen) < 2:
         return set()
     conn.execute("SAVEPOINT together")
@@ -136,8 +149,8 @@ def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, t
     """``run_id -> (run_key, fence)`` of those of ``run_ids`` that exist."""
     found: dict[str, tuple[int, int]] = {}
     ids = list(run_ids)
-    for start in range(0, len(ids), _IDS_PER_QUERY):
-        chunk = ids[start : start + _IDS_PER_QUERY]
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
         query = f"SELECT run_id, run_key, fence FROM {RUNS} WHERE run_id IN ({marks(len(chunk))})"
         for run_id, key, fence in conn.execute(query, chunk):
             found[run_id] = (int(key), int(fence))

@@ -37,10 +37,14 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
     GROUP_EVENT_BATCHES,
     GROUP_STEPS,
+    IDS_PER_QUERY,
     JOURNAL,
     MAX_SEQ,
+    RUN_COLUMNS,
     RUNS,
     SEQ_SPAN,
+    marks,
+    write_transaction,
 )
 
 ROWS_PER_STATEMENT = (8, 32, 128, 512)
@@ -121,6 +125,28 @@ def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> No
     _write_rows(conn, limit, (_DELETE_CHECKPOINTS, _DELETE_CHECKPOINTS_TAIL, 2), pruned)
 
 
+def create_together(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[bool]:
+    """Create the runs of ``rows`` (``run_to_row``'s, run id first) in one transaction, in a
+    few statements; whether each was created (False: its id was stored already, or came
+    earlier in ``rows``)."""
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    ids = list(dict.fromkeys(row[0] for row in rows))
+    with write_transaction(conn):
+        stored: set[str] = set()
+        for chunk in _chunks(ids, IDS_PER_QUERY):
+            query = f"SELECT run_id FROM {RUNS} WHERE run_id IN ({marks(len(chunk))})"
+            stored.update(run_id for (run_id,) in conn.execute(query, chunk))
+        new: dict[str, tuple[Any, ...]] = {}
+        for row in rows:
+            if row[0] not in stored:
+                new.setdefault(row[0], row)
+        if new:
+            width = len(rows[0])
+            insert = _plain(f"INSERT INTO {RUNS} ({RUN_COLUMNS})", width)
+            _write_rows(conn, limit, insert, list(new.values()))
+    return [new.get(row[0]) is row for row in rows]
+
+
 def _write_keyed(
     conn: sqlite3.Connection, limit: int, table: tuple[str, str, str], rows: list[Any]
 ) -> None:
@@ -186,4 +212,10 @@ def _chunks(rows: list[Any], size: int) -> Iterator[list[Any]]:
         yield rows[start : start + size]
 
 
-__all__ = ["ROWS_PER_STATEMENT", "Unmatched", "writable_together", "write_together"]
+__all__ = [
+    "ROWS_PER_STATEMENT",
+    "Unmatched",
+    "create_together",
+    "writable_together",
+    "write_together",
+]

@@ -194,6 +194,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 OWNER_AT = RUN_FIELDS.index("owner")
 SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
+IDS_PER_QUERY = 500
+"""Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
 INSERT_RUN = (
     f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
     "ON CONFLICT (run_id) DO NOTHING"

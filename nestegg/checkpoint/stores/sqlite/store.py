@@ -40,7 +40,7 @@ from nestegg.checkpoint.stores.common import (
     run_exists,
     run_not_found,
 )
-from nestegg.checkpoint.stores.group import GroupCommitter, Outcome
+from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
 from nestegg.checkpoint.stores.sqlite.blocks import (
     read_history,
 )
@@ -48,12 +48,14 @@ from nestegg.checkpoint.stores.sqlite.commits import commit_alone, commit_batch,
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite.errors import storage_error
 from nestegg.checkpoint.stores.sqlite.events import events_after
+from nestegg.checkpoint.stores.sqlite.group_writes import create_together
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,
     CLAIM_STATE,
+    IDS_PER_QUERY,
     INSERT_RUN,
     JOURNAL,
     KEY_OF,
@@ -83,6 +85,7 @@ from nestegg.constants import (
 from nestegg.errors import (
     ConfigurationError,
     StorageError,
+    StorageUnavailableError,
 )
 
 MEMORY_PATH = ":memory:"
@@ -132,6 +135,8 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
         self._group = GroupCommitter(self._commit_one, self._commit_many)
+        self._get_runs = GroupCalls(self._get_one, self._get_many, _same)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
@@ -205,16 +210,40 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
 
     async def close(self) -> None:
         """Close the connections and stop the threads; a later call reopens them."""
-        await self._group.drain()
+        for group in (self._group, self._create_runs, self._get_runs):
+            await group.drain()
         await self._connection.close()
 
     async def create_run(self, run: RunRecord) -> None:
-        row = run_to_row(run)
-        if not await self._connection.write(_create_run, row, size=len(run.input), small=False):
+        if not await self._create_runs.call(run):
             raise run_exists(run.run_id)
 
+    async def _create_one(self, run: RunRecord) -> bool:
+        row = run_to_row(run)
+        return await self._connection.write(_create_run, row, size=len(run.input), small=False)
+
+    async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
+        """Many runs created in one transaction (thousands of runs starting at once would
+        otherwise queue one by one on the worker thread, and their first commits behind
+        them); a run that fails is created again alone, so that it fails alone."""
+        rows = [run_to_row(run) for run in runs]
+        size = sum(len(run.input) for run in runs)
+        try:
+            created = await self._connection.write(create_together, rows, size=size, small=False)
+        except StorageError as error:
+            if isinstance(error, StorageUnavailableError):
+                raise
+            return [await outcome_of(self._create_one, run) for run in runs]
+        return [*created]
+
     async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._get_runs.call(run_id)
+
+    async def _get_one(self, run_id: str) -> RunRecord | None:
         return await self._connection.call(_get_run, run_id)
+
+    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        return await self._connection.call(_get_runs, list(run_ids))
 
     async def list_runs(
         self,
@@ -376,6 +405,24 @@ def _create_run(conn: sqlite3.Connection, row: tuple[Any, ...]) -> bool:
 def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
     row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
     return run_from_row(row) if row else None
+
+
+def _get_runs(conn: sqlite3.Connection, run_ids: list[str]) -> list[RunRecord | None]:
+    """The runs of ``run_ids`` (None for each not stored), in their order."""
+    found: dict[str, RunRecord] = {}
+    for start in range(0, len(run_ids), IDS_PER_QUERY):
+        chunk = run_ids[start : start + IDS_PER_QUERY]
+        query = f"{SELECT_RUN} WHERE run_id IN ({marks(len(chunk))})"
+        found.update((run.run_id, run) for run in map(run_from_row, conn.execute(query, chunk)))
+    return [found.get(run_id) for run_id in run_ids]
+
+
+def _same(run_id: str) -> str:
+    return run_id
+
+
+def _run_id_of(run: RunRecord) -> str:
+    return run.run_id
 
 
 def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
