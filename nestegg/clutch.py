@@ -286,11 +286,16 @@ class Clutch(PipelineBase):
 
         A completed run returns its stored result; a run without checkpoints starts again
         from its stored input; a failed run retries the step that failed. Damaged
-        checkpoints are skipped with a CheckpointFallbackWarning.
+        checkpoints are skipped with a CheckpointFallbackWarning. A waiting run goes on
+        once its wait is over: its signal is stored, or its deadline or timer has passed.
 
         Raises:
             RunNotFoundError: no such run.
             RunLockedError: a live process executes the run.
+            RunWaiting: the run waits: at once, with nothing run or stored, when its wait
+                is not over (send the signal, or resume it once its time has come); or
+                at its next wait, after it went on.
+            ConfigurationError: the run belongs to another pipeline.
             IncompatibleCheckpointError: an agent the checkpoint needs is gone.
         """
         book = self._checkpointing()

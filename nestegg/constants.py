@@ -225,6 +225,9 @@ EXIT_NOT_FOUND = 3
 """No such run, checkpoint or path inside a state."""
 EXIT_UNAVAILABLE = 4
 """The store cannot be reached."""
+EXIT_WAITING = 5
+"""The run waits for a signal or a timer (``nestegg resume`` of a run whose wait is not
+over: nothing ran)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C."""
 CLI_RUN_LIMIT = 50

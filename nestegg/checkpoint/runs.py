@@ -40,6 +40,7 @@ from nestegg.checkpoint.views import (
 from nestegg.checkpoint.waiting import (
     resumable_now,
     signal_came,
+    still_waiting,
     store_signal,
     wait_due,
     wait_of,
@@ -300,7 +301,9 @@ class CheckpointedRuns:
         """Resume a run from its newest valid checkpoint (or its input).
 
         The steps recorded after that checkpoint, and the one under way, run again and
-        replay their journaled calls. A fork has no input to fall back to: without a valid
+        replay their journaled calls. A waiting run goes on once its wait is over (its
+        signal stored, its deadline or timer passed); before that it raises RunWaiting and
+        nothing runs. A fork has no input to fall back to: without a valid
         checkpoint (its writing stopped between the run and its first commit, or every
         checkpoint is damaged) it raises CheckpointCorruptedError.
         """
@@ -314,6 +317,7 @@ class CheckpointedRuns:
         if run.status == COMPLETED:
             return run_result(run)
         self._check_not_owned(run)
+        await self._check_resumable(run)
         state, checkpoints = await load_latest(self.store, run)
         if state.checkpoint is None and run.parent_run is not None:
             raise fork_without_start(run)
@@ -347,6 +351,13 @@ class CheckpointedRuns:
             later = True
         replay_until = record.seq if later else max(run.step_seq, record.seq) + 1
         return await self._resume(run, state, kept, listeners, replay_until=replay_until)
+
+    async def _check_resumable(self, run: RunRecord) -> None:
+        """Refuse, before anything runs or is stored, a run of another pipeline and a
+        waiting run whose wait is not over: its step would only run again to wait again."""
+        check_pipeline(run, self.clutch.name)
+        if (waiting := await still_waiting(self.store, run, self.config.clock())) is not None:
+            raise waiting
 
     def _check_not_owned(self, run: RunRecord) -> None:
         if owner_alive(run, self.config.clock()):

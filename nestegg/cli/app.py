@@ -1,7 +1,8 @@
 """The typer application: global options, store selection, and errors as exit codes.
 
 Every error ends the command with one line on stderr (``error: ...``) and an exit code:
-0 ok, 1 failed operation, 2 bad usage, 3 not found, 4 store unreachable, 130 Ctrl-C.
+0 ok, 1 failed operation, 2 bad usage, 3 not found, 4 store unreachable, 5 the run waits
+(``nestegg resume`` of a run whose wait is not over), 130 Ctrl-C.
 ``--debug`` adds the traceback.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
@@ -11,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import to_datetime
 from nestegg.cli.app import (
     CommandError,
     JsonOption,
@@ -24,9 +26,11 @@ from nestegg.cli.app import (
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
+from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
-from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED
+from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_WAITING
 from nestegg.errors import NestEggError, RunLockedError, RunWaiting
+from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
 PROGRESS_POLL_SECONDS = 0.2
@@ -44,6 +48,40 @@ def _failure(run_id: str, error: BaseException) -> BaseException:
     if isinstance(error, NestEggError):
         return error
     return CommandError(f"run {run_id!r} failed: {error_line(error)}", EXIT_FAILED)
+
+
+def _waits(waiting: RunWaiting, ran: bool, options: str) -> CommandError:
+    """What ``nestegg resume`` says of a run that waits (exit 5): for what and until when,
+    whether anything ran, and the command that ends the wait (``options``: the --app and
+    --store to give it)."""
+    run_id = waiting.run_id or ""
+    what = wait_text({"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)})
+    head = (
+        f"run {run_id!r} was resumed and waits again, for {what}"
+        if ran
+        else f"run {run_id!r} waits for {what}; nothing was run"
+    )
+    if waiting.signal is None:
+        how = (
+            f"it goes on once the timer is due: nestegg resume {shlex.quote(run_id)} {options}"
+            f" (or nestegg recover {options})"
+        )
+    else:
+        how = f"send it with: nestegg signal {shlex.quote(run_id)} {shlex.quote(waiting.signal)}"
+        how += f" VALUE {options}"
+        if waiting.deadline is not None:
+            how += " (or resume it once the deadline has passed)"
+    return CommandError(f"{head}: {how}", EXIT_WAITING)
+
+
+def _app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutch) -> str:
+    """The options that reach this run again: --app, and --store when it was given and
+    the Clutch names no store of its own (its password left out)."""
+    options = f"--app {shlex.quote(spec)}"
+    url = store_url(ctx, store)
+    if url and explicit_store(ctx, store) and own_store(clutch) is None:
+        options += f" --store {shlex.quote(without_password(url))}"
+    return options
 
 
 @contextlib.asynccontextmanager
@@ -85,9 +123,13 @@ def resume_command(
     It continues from its newest valid checkpoint; a failed run retries the failed step,
     a completed one just prints its stored result. The run executes in this process,
     with the store of the app's Clutch if it names one, else with the --store one.
+
+    A waiting run whose wait is not over (its signal not stored, its deadline or timer
+    not passed) is not run: the command says what it waits for and exits 5.
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
+    options = _app_options(ctx, app_spec, store, clutch)
 
     async def work() -> dict[str, Any]:
         async with bound(clutch, store_url(ctx, store)) as opened:
@@ -95,6 +137,9 @@ def resume_command(
             try:
                 async with _spinner(out, opened, run_id):
                     result = await clutch.resume_latest(run_id)
+            except RunWaiting as waiting:
+                ran = (await get_run(opened, run_id)).fence != before.fence
+                raise _waits(waiting, ran, options) from waiting
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)

@@ -41,6 +41,18 @@ def quotes(ledger: Path) -> int:
     return sum(line.startswith("quote ") for line in lines)
 
 
+def entered(ledger: str, agent: str) -> None:
+    """Note in the ledger that ``agent`` began to run (code outside journaled calls)."""
+    with Path(ledger).open("a") as out:
+        out.write(f"entered {agent}\n")
+
+
+def entries(ledger: Path, agent: str) -> int:
+    """How often ``agent`` began to run (the ledger's "entered" lines)."""
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return lines.count(f"entered {agent}")
+
+
 def pause(ledger: str, where: str) -> None:
     """Stop here (noted in the ledger) when the test is to kill this process here."""
     if os.environ.get(KILL_ENV) == where:
@@ -50,12 +62,14 @@ def pause(ledger: str, where: str) -> None:
 
 
 def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None = None) -> Clutch:
-    """The pipeline: quote (paid), wait for approval, then settle."""
+    """The pipeline: quote (paid), wait for approval, then settle (after a second wait,
+    for ``payout``, when the input says ``"payout": true``)."""
     config = CheckpointConfig(storage=storage, **({"clock": clock} if clock else {}))
     clutch = Clutch("refunds", checkpoint=config)
 
     @clutch.agent()
     async def review(data: dict[str, Any]) -> dict[str, Any]:
+        entered(data["ledger"], "review")
         cents = await quote(data["ledger"], data["amount"])
         pause(data["ledger"], "before-wait")
         try:
@@ -68,6 +82,8 @@ def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None =
 
     @clutch.agent()
     async def settle(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("payout"):
+            await nestegg.wait_for("payout")
         return {**data, "settled": True}
 
     return clutch
@@ -79,6 +95,7 @@ def build_sleeper(storage: CheckpointStorage, clock: Any) -> Clutch:
 
     @clutch.agent()
     async def follow_up(data: dict[str, Any]) -> dict[str, Any]:
+        entered(data["ledger"], "follow_up")
         cents = await quote(data["ledger"], data["amount"])
         await nestegg.sleep(timedelta(hours=6))
         return {**data, "cents": cents, "followed_up": True}

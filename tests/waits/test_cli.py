@@ -1,30 +1,101 @@
 """nestegg runs --status waiting, nestegg signal (stored only, or resumed with --app),
-nestegg recover picking up a signalled run, and the timeline of a waiting run."""
+nestegg recover picking up a signalled run, nestegg resume of a run whose wait is not
+over, and the timeline of a waiting run."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from nestegg import RunWaiting
+from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
+from nestegg.constants import EXIT_WAITING
 from tests.cli.conftest import Cli
-from tests.waits.pipeline import build, quotes
+from tests.cli.test_subprocess import nestegg
+from tests.waits.pipeline import build, build_sleeper, entries, quotes
 
 APP = "tests.waits.pipeline:app"
+OTHER_APP = "tests.waits.pipeline:other_app"
 APPROVED = '{"approved": true, "by": "ann"}'
 
 
-async def _start(url: str, run_id: str, ledger: Path) -> None:
+async def _start(
+    url: str, run_id: str, ledger: Path, *, sleeper: bool = False, **extra: Any
+) -> None:
     store = open_store(url)
+    clutch = build_sleeper(store, time.time) if sleeper else build(store)
     try:
         with pytest.raises(RunWaiting):
-            await build(store).run({"ledger": str(ledger), "amount": 3}, run_id=run_id)
+            await clutch.run({"ledger": str(ledger), "amount": 3, **extra}, run_id=run_id)
     finally:
         await store.close()
+
+
+async def _record(url: str, run_id: str) -> RunRecord | None:
+    store = open_store(url)
+    try:
+        return await store.get_run(run_id)
+    finally:
+        await store.close()
+
+
+def test_resume_of_a_run_whose_wait_is_not_over_runs_nothing_and_exits_5(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(url, "w1", ledger))
+    asyncio.run(_start(url, "s1", ledger, sleeper=True))
+    before = {run_id: asyncio.run(_record(url, run_id)) for run_id in ("w1", "s1")}
+    store = ("--store", url)
+
+    signal = nestegg(tmp_path, "resume", "w1", "--app", APP, *store)
+    assert signal.returncode == EXIT_WAITING
+    assert signal.stderr == (
+        "error: run 'w1' waits for signal 'approval'; nothing was run: send it with: "
+        f"nestegg signal w1 approval VALUE --app {APP} --store {url}\n"
+    )
+    assert signal.stdout == ""
+    timer = nestegg(tmp_path, "resume", "s1", "--app", OTHER_APP, *store, "--json")
+    assert timer.returncode == EXIT_WAITING and timer.stdout == ""
+    assert timer.stderr.startswith("error: run 's1' waits for timer until 20")
+    assert timer.stderr.endswith(
+        f"; nothing was run: it goes on once the timer is due: nestegg resume s1 --app "
+        f"{OTHER_APP} --store {url} (or nestegg recover --app {OTHER_APP} --store {url})\n"
+    )
+    # recover leaves them too: neither is due
+    for app in (APP, OTHER_APP):
+        recovered = nestegg(tmp_path, "recover", "--app", app, *store)
+        assert recovered.returncode == 0, recovered.stderr
+        assert recovered.stdout.startswith("no interrupted runs of pipeline")
+    assert {run_id: asyncio.run(_record(url, run_id)) for run_id in before} == before
+    assert (entries(ledger, "review"), entries(ledger, "follow_up")) == (1, 1)
+
+    assert nestegg(tmp_path, "signal", "w1", "approval", APPROVED, *store).returncode == 0
+    resumed = nestegg(tmp_path, "resume", "w1", "--app", APP, *store, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert orjson.loads(resumed.stdout)["result"]["settled"] is True
+    assert (entries(ledger, "review"), quotes(ledger)) == (2, 2)  # one quote per run
+
+
+def test_resume_of_a_run_that_goes_on_and_waits_again_says_so_and_exits_5(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(url, "w2", ledger, payout=True))
+    assert nestegg(tmp_path, "signal", "w2", "approval", APPROVED, "-s", url).returncode == 0
+    again = nestegg(tmp_path, "resume", "w2", "--app", APP, "-s", url)
+    assert again.returncode == EXIT_WAITING
+    assert again.stderr == (
+        "error: run 'w2' was resumed and waits again, for signal 'payout': send it with: "
+        f"nestegg signal w2 payout VALUE --app {APP} --store {url}\n"
+    )
+    assert entries(ledger, "review") == 2
 
 
 def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from nestegg.constants import WAITING
 from nestegg.errors import ConfigurationError, RunNotFoundError
 from nestegg.testing import FakeClock
 from tests.waits.conftest import Opener
-from tests.waits.pipeline import build, build_sleeper, quotes
+from tests.waits.pipeline import build, build_sleeper, entries, quotes
 
 APPROVED = {"approved": True, "by": "ann"}
 DAY = 24 * 3600.0
@@ -147,6 +147,36 @@ async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
     outcome = await later.recover()
     assert outcome["r6"]["followed_up"] is True
     assert _quotes(tmp_path) == 1
+
+
+async def test_resume_latest_of_a_run_whose_wait_is_not_over_runs_and_stores_nothing(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    store = await open_store()
+    waits, sleeps = build(store, clock=clock, timeout=2 * DAY), build_sleeper(store, clock)
+    with pytest.raises(RunWaiting):
+        await waits.run(_input(tmp_path), run_id="n1")
+    with pytest.raises(RunWaiting):
+        await sleeps.run(_input(tmp_path), run_id="n2")
+    # Another process's Clutch, on a handle of its own.
+    others = (build(await open_store(), clock=clock), build_sleeper(await open_store(), clock))
+    expected = {"n1": ("approval", clock.now + 2 * DAY), "n2": (None, clock.now + 6 * 3600)}
+    for other, (run_id, (signal, deadline)) in zip(others, expected.items(), strict=True):
+        before = await store.get_run(run_id)
+        with pytest.raises(RunWaiting) as waiting:
+            await other.resume_latest(run_id)
+        assert (waiting.value.run_id, waiting.value.signal) == (run_id, signal)
+        assert waiting.value.deadline == deadline
+        assert await store.get_run(run_id) == before  # not claimed, no event written
+    ledger = tmp_path / "ledger"
+    assert (entries(ledger, "review"), entries(ledger, "follow_up")) == (1, 1)  # not rerun
+    await waits.signal("n1", "approval", APPROVED, resume=False)
+    assert (await others[0].resume_latest("n1"))["status"] == "approved"
+    clock.advance(6 * 3600)
+    assert (await others[1].resume_latest("n2"))["followed_up"] is True
+    assert (entries(ledger, "review"), entries(ledger, "follow_up")) == (2, 2)
+    assert _quotes(tmp_path) == 2
 
 
 async def test_a_signal_stored_without_resuming_is_picked_up_by_recover(
