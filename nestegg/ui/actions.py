@@ -22,17 +22,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
-from nestegg.checkpoint.admission import check_pipeline
 from nestegg.checkpoint.ownership import owner_alive
-from nestegg.checkpoint.records import RunRecord, new_run_id
-from nestegg.checkpoint.waiting import still_waiting
+from nestegg.checkpoint.records import new_run_id
 from nestegg.cli.app import CommandError
 from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
-from nestegg.constants import COMPLETED, FINISHED, STATUSES
+from nestegg.constants import FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
 from nestegg.ui.pages import now_of, store_of, takes
+from nestegg.ui.resumes import resume_refusal
 
 log = logging.getLogger("nestegg.ui")
 
@@ -100,38 +99,18 @@ async def stop_background(app: Starlette) -> None:
             await task
 
 
-async def _check_resumable(request: Request, clutch: Clutch, run: RunRecord) -> None:
-    """Refuse, before anything starts, a resume that could only fail or wait again.
-
-    Raises:
-        ConfigurationError: the run belongs to another pipeline than the Clutch's, or it is
-            completed.
-        RunLockedError: a live process executes it.
-        RunWaiting: it waits for a signal that is not stored, or a timer or deadline that
-            has not passed.
-    """
-    check_pipeline(run, clutch.name)
-    if run.status == COMPLETED:
-        raise ConfigurationError(
-            f"run {run.run_id!r} is completed: there is nothing to resume (fork it from a "
-            "checkpoint to run its steps again)"
-        )
-    now = now_of(request)
-    if owner_alive(run, now):
-        raise RunLockedError(f"run {run.run_id!r} is executing; not resumed", run.run_id)
-    if (waiting := await still_waiting(store_of(request), run, now)) is not None:
-        raise waiting
-
-
 @takes()
 async def resume(request: Request) -> JSONResponse:
     """Resume a run with the Clutch, in the background: 202 once started, after the
-    checks of :func:`_check_resumable` (the run's own errors show on its page)."""
+    checks of :func:`~nestegg.ui.resumes.resume_refusal` (a refusal is 400 or 409; the
+    run's own errors show on its page)."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     run = await get_run(store_of(request), request.path_params["run_id"])
     clutch: Clutch = request.app.state.settings.clutch
-    await _check_resumable(request, clutch, run)
+    refused = await resume_refusal(store_of(request), clutch.name, run, now_of(request))
+    if refused is not None:
+        raise refused
     _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
     return JSONResponse({"run_id": run.run_id, "started": True}, status_code=202)
 

@@ -36,12 +36,23 @@ def now_of(request: Request) -> float:
     return now
 
 
-def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
+def _flags(request: Request) -> dict[str, Any]:
+    """What the templates offer: writes, and resume and fork (they need the Clutch)."""
     settings = request.app.state.settings
-    context.update(
-        writes=settings.allow_writes,
-        can_run=settings.allow_writes and settings.clutch is not None,
-    )
+    return {
+        "writes": settings.allow_writes,
+        "can_run": settings.allow_writes and settings.clutch is not None,
+    }
+
+
+def _resumer(request: Request) -> str | None:
+    """The pipeline whose runs the page offers to resume (None: it offers none)."""
+    settings = request.app.state.settings
+    return settings.clutch.name if _flags(request)["can_run"] else None
+
+
+def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
+    context.update(_flags(request))
     html = request.app.state.templates.get_template(name).render(**context)
     return HTMLResponse(html)
 
@@ -152,7 +163,11 @@ async def run_page(request: Request) -> HTMLResponse:
     """A run: summary, input, result or error, a window of its timeline, its forks."""
     store = store_of(request)
     details = await queries.run_window(
-        store, request.path_params["run_id"], int_param(request, "before", least=1), now_of(request)
+        store,
+        request.path_params["run_id"],
+        int_param(request, "before", least=1),
+        now_of(request),
+        resumer=_resumer(request),
     )
     relatives = await queries.family(store, details["run"])
     return _render(
@@ -172,14 +187,17 @@ async def run_live(request: Request) -> JSONResponse:
     after ``?after=``, as HTML."""
     after = int_param(request, "after") or 0
     details = await queries.run_window(
-        store_of(request), request.path_params["run_id"], None, now_of(request), queries.STEP_WINDOW
+        store_of(request),
+        request.path_params["run_id"],
+        None,
+        now_of(request),
+        resumer=_resumer(request),
     )
     bars = [[s["seq"], s["bar"]] for s in details["steps"]]
     shown = queries.range_text(details)
     details["steps"] = [s for s in details["steps"] if s["seq"] > after]
     templates = request.app.state.templates
-    settings = request.app.state.settings
-    flags = {"writes": settings.allow_writes, "can_run": settings.allow_writes and settings.clutch}
+    flags = _flags(request)
     return JSONResponse(
         {
             "summary": templates.get_template("run_summary.html").render(d=details, **flags),

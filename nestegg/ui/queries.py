@@ -33,6 +33,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, ConfigurationError
+from nestegg.ui.resumes import resume_offer
 
 RUNS_PAGE = 50
 """Runs on a page of the runs table."""
@@ -178,9 +179,12 @@ async def run_window(
     before: int | None,
     now: float,
     size: int = STEP_WINDOW,
+    resumer: str | None = None,
 ) -> dict[str, Any]:
     """A run's page: summary, input, result or error, and the steps ``before - size <= seq
-    < before`` (the newest when None) with their checkpoints and incidents."""
+    < before`` (the newest when None) with their checkpoints and incidents; with
+    ``resumer`` (the pipeline of the Clutch that resumes runs), its resume button
+    (:func:`~nestegg.ui.resumes.resume_offer`)."""
     run = await reading.get_run(store, run_id)
     high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))
     low = max(0, high - size)
@@ -213,6 +217,7 @@ async def run_window(
         "initial_checkpoints": by_seq.get(0, []),
         "checkpoint_ids": [c.checkpoint_id for c in checkpoints],
         "last_event": run.event_seq,
+        "resume": await resume_offer(store, resumer, run, now) if resumer else None,
     }
 
 

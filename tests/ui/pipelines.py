@@ -92,6 +92,10 @@ def waiting_pipeline(store: CheckpointStorage) -> Clutch:
     return clutch
 
 
+waiting_app = waiting_pipeline(None)
+"""The waiting pipeline for ``--app tests.ui.pipelines:waiting_app`` (the command's store)."""
+
+
 async def start_waiting(store: CheckpointStorage, run_id: str, *, nap: bool) -> None:
     """Start a run of :func:`waiting_pipeline` that is left waiting."""
     try:

@@ -4,16 +4,23 @@ done with them; nothing changes when refused."""
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.ui import UISettings
+from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import Filled
+from tests.cli.pipeline_app import FAIL_ENV, POLICY, build
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
@@ -31,6 +38,16 @@ def _wait_for(ui: Ui, run_id: str, status: str) -> None:
     while _status(ui, run_id) != status:
         assert time.monotonic() < deadline, f"run {run_id} never became {status}"
         time.sleep(0.05)
+
+
+def resume_button(page: str) -> str | None:
+    """The run page's resume button: None when there is none, "resumes" when it is
+    enabled, else the reason shown beside it disabled."""
+    if ">resume</button>" not in page:
+        return None
+    disabled = r'id="resume" disabled [^>]*>resume</button> <span [^>]*id="resume-refused">([^<]*)<'
+    refused = re.search(disabled, page)
+    return html.unescape(refused.group(1)) if refused else "resumes"
 
 
 def _checkpoints(ui: Ui, run_id: str) -> list[str]:
@@ -107,6 +124,8 @@ def test_a_fork_whose_data_breaks_a_step_starts_and_fails_on_its_page(ui: Ui) ->
 def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     locked: Any = ui.write("POST", "/api/runs/no-such-run/resume")
     assert locked.status_code == 404
+    assert resume_button(ui.client.get(f"/runs/{ui.filled.gone}").text) == "resumes"
+    assert resume_button(ui.client.get(f"/runs/{ui.filled.ok}").text) is None
     done: Any = ui.write("POST", f"/api/runs/{ui.filled.ok}/resume")
     assert done.status_code == 400
     assert done.json()["error"].startswith(f"run '{ui.filled.ok}' is completed: there is nothing")
@@ -135,20 +154,36 @@ def _untouched(ui: Ui, run_id: str, before: RunRecord) -> bool:
     return idle and after == before
 
 
-def test_resume_of_a_run_of_another_pipeline_is_refused_before_it_starts(ui: Ui) -> None:
+async def _fail_elsewhere(store: CheckpointStorage, run_id: str) -> None:
+    """A failed run of the test pipeline under another name (``elsewhere``)."""
+    clutch = build("elsewhere", CheckpointConfig(storage=store, policy=POLICY))
+    with pytest.raises(RuntimeError, match="enrich broke"):
+        await clutch.run({"name": run_id}, run_id=run_id)
+
+
+def test_resume_of_a_run_of_another_pipeline_is_refused_and_not_offered(
+    ui: Ui, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = ui.client.app.state.store  # type: ignore[attr-defined]
-    run_id = f"other-{uuid.uuid4().hex[:8]}"
-    ui.client.portal.call(lambda: start_waiting(store, run_id, nap=False))  # type: ignore[union-attr]
+    tag = uuid.uuid4().hex[:8]
+    waiting, failed = f"other-{tag}", f"failed-{tag}"
+    monkeypatch.setenv(FAIL_ENV, "1")
+    ui.client.portal.call(lambda: start_waiting(store, waiting, nap=False))  # type: ignore[union-attr]
+    ui.client.portal.call(lambda: _fail_elsewhere(store, failed))  # type: ignore[union-attr]
     try:
-        before = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
-        refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
-        assert refused.status_code == 400
-        assert refused.json() == {
-            "error": f"run '{run_id}' belongs to pipeline 'waiting', not 'cli-test'"
-        }
-        assert _untouched(ui, run_id, before)
+        for run_id, pipeline in ((failed, "elsewhere"), (waiting, "waiting")):
+            before = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+            why = f"run '{run_id}' belongs to pipeline '{pipeline}', not 'cli-test'"
+            assert resume_button(ui.client.get(f"/runs/{run_id}").text) == why  # disabled
+            live = ui.client.get(f"/runs/{run_id}/live").json()["summary"]
+            assert resume_button(live) == why
+            refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
+            assert refused.status_code == 400
+            assert refused.json() == {"error": why}
+            assert _untouched(ui, run_id, before)
     finally:
-        ui.write("DELETE", f"/api/runs/{run_id}")
+        for run_id in (waiting, failed):
+            ui.write("DELETE", f"/api/runs/{run_id}")
 
 
 def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
@@ -167,6 +202,7 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
             ("nap", "run 'nap' waits for its timer until 20"),
         ):  # fmt: skip
             before = client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+            assert resume_button(client.get(f"/runs/{run_id}").text) == WAIT_NOT_OVER
             refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
             assert refused.status_code == 409
             assert refused.json()["error"].startswith(message)
@@ -175,6 +211,8 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
             lambda: clutch.signal("signal", SIGNAL, "yes", resume=False)
         )
         assert sent is None
+        assert resume_button(client.get("/runs/signal").text) == "resumes"
+        assert resume_button(client.get("/runs/nap").text) == WAIT_NOT_OVER
         started: Any = ui.write("POST", "/api/runs/signal/resume")
         assert started.status_code == 202
         _wait_for(ui, "signal", "completed")

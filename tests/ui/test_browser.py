@@ -278,6 +278,49 @@ def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
     assert page.inner_text("tr.pending td.pending-agent") == "approve"  # the step that waits
 
 
+def test_resume_is_offered_only_for_runs_the_app_resumes_now(
+    tmp_path: Path, store: tuple[str, Filled], page: Any
+) -> None:
+    from nestegg.checkpoint.stores import open_store
+    from nestegg.ui.resumes import WAIT_NOT_OVER
+    from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
+
+    async def wait() -> None:
+        opened = open_store(store[0])
+        try:
+            for run_id in ("still", "signalled"):
+                await start_waiting(opened, run_id, nap=False)
+            await waiting_pipeline(opened).signal("signalled", SIGNAL, "yes", resume=False)
+        finally:
+            await opened.close()
+
+    run_apart(wait())
+    resume = page.locator("button:text-is('resume')")
+    app = "tests.ui.pipelines:waiting_app"  # the pipeline "waiting", not the filled runs'
+    page.on("dialog", lambda dialog: dialog.accept())  # "Resume this run?"
+    with ui_server(tmp_path / "home", "--store", store[0], "--allow-writes", "--app", app) as s:
+        failed = store[1].bad  # failed, so resumable: by its own pipeline's Clutch only
+        for run_id, why in (
+            (failed, f"run '{failed}' belongs to pipeline 'cli-test', not 'waiting'"),
+            ("still", WAIT_NOT_OVER),
+        ):
+            page.goto(f"{s.base}/runs/{run_id}?token={s.token}")
+            assert resume.is_disabled()
+            assert page.inner_text("#resume-refused") == why
+        page.goto(f"{s.base}/runs/{store[1].ok}")
+        assert resume.count() == 0  # completed: nothing to resume
+        page.goto(f"{s.base}/runs/signalled")
+        assert resume.is_enabled()
+        resume.click()
+        page.wait_for_selector("#notice:text-is('done')")
+        deadline = time.monotonic() + 15  # a page that was not running is not live: reload
+        while page.inner_text("#status") != "completed":
+            assert time.monotonic() < deadline, "the signalled run did not complete"
+            time.sleep(0.1)
+            page.reload()
+        assert resume.count() == 0
+
+
 def test_a_write_from_the_page_without_the_token_asks_for_it_and_shows_the_refusal(
     server: Server, store: tuple[str, Filled], page: Any
 ) -> None:
