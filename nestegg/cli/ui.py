@@ -6,7 +6,8 @@ import ipaddress
 import secrets
 import socket
 import sys
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
@@ -47,9 +48,9 @@ def ui_command(
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
     ] = DEFAULT_PORT,
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
-        DEFAULT_HOST
-    ),
+    host: Annotated[
+        str, typer.Option(help="Address or host name to bind (loopback by default).")
+    ] = DEFAULT_HOST,
     app_spec: Annotated[
         str | None, typer.Option("--app", "-a", help=APP_HELP, show_default=False)
     ] = None,
@@ -70,7 +71,9 @@ def ui_command(
 
     Serves http://HOST:PORT/ until Ctrl-C. Read-only unless --allow-writes.
     """
-    if not is_loopback(host) and not allow_remote:
+    target = resolve(host, port)
+    local = is_loopback(target.address[0])
+    if not local and not allow_remote:
         raise CommandError(
             f"--host {host} is reachable from other machines; add --allow-remote to mean it",
             EXIT_USAGE,
@@ -87,10 +90,10 @@ def ui_command(
     url = store_url(ctx, store)
     if clutch is None or own_store(clutch) is None:  # the store must be there and answer
         run_with_store(ctx, store, _reachable, existing=True)
-    listening = listen(host, port)
+    listening = listen(target)
     port = listening.getsockname()[1]
     token = secrets.token_urlsafe(24)
-    hosts = ["*"] if not is_loopback(host) else ["127.0.0.1", "localhost", "[::1]", host]
+    hosts = ["127.0.0.1", "localhost", "[::1]", host] if local else ["*"]
     settings = UISettings(
         store_url=url, clutch=clutch, allow_writes=allow_writes, token=token, hosts=hosts
     )
@@ -125,28 +128,54 @@ async def _reachable(store: CheckpointStorage) -> None:
     await store.list_runs(limit=1)
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host`` and ``port`` (0: a free one), before anything is
-    printed: an address in use or that cannot be bound is the command's error.
+@dataclass(frozen=True, slots=True)
+class BindAddress:
+    """Where to listen: ``--host`` and ``--port`` as given, and the address they name."""
+
+    host: str
+    port: int
+    family: socket.AddressFamily
+    kind: socket.SocketKind
+    proto: int
+    address: tuple[Any, ...]
+
+
+def resolve(host: str, port: int) -> BindAddress:
+    """The address ``host`` names (its first, the one bound and judged loopback or not),
+    resolved once, before anything is opened or printed.
 
     Raises:
-        CommandError: it cannot listen there (exit 1).
+        CommandError: (bad usage, exit 2) ``host`` does not resolve to an address.
     """
-    shown = url_host(host)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host.strip("[]"), port, type=socket.SOCK_STREAM
         )[0]
-        listening = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as error:  # UnicodeError: no host name (``a..b``)
+        why = error.strerror if isinstance(error, OSError) else "not a host name"
+        raise CommandError(f"--host {host!r} does not resolve: {why}", EXIT_USAGE) from None
+    return BindAddress(host, port, family, kind, proto, tuple(address))
+
+
+def listen(target: BindAddress) -> socket.socket:
+    """A socket listening on ``target`` (port 0: a free one), before anything is printed:
+    an address in use or that cannot be bound is the command's error.
+
+    Raises:
+        CommandError: it cannot listen there (exit 1).
+    """
+    shown, port = url_host(target.host), target.port
+    try:
+        listening = socket.socket(target.family, target.kind, target.proto)
     except OSError as error:
         raise CommandError(
             f"cannot listen on {shown}:{port}: {error.strerror}", EXIT_FAILED
         ) from error
     try:
         listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
+        if target.family == socket.AF_INET6:
             listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        listening.bind(address)
+        listening.bind(target.address)
         listening.listen(2048)
     except OSError as error:
         listening.close()

@@ -106,6 +106,19 @@ def test_a_host_other_machines_reach_is_refused_without_allow_remote(
     assert done.stdout == ""  # refused before serving anything
 
 
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "a..b"])
+@pytest.mark.parametrize("remote", [[], ["--allow-remote"]])
+def test_a_host_that_does_not_resolve_is_refused_before_serving(
+    tmp_path: Path, host: str, remote: list[str]
+) -> None:
+    url = empty_store(tmp_path)
+    done = _ui(tmp_path, "--host", host, "--store", url, *remote)
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.startswith(f"error: --host {host!r} does not resolve: ")
+    assert done.stderr.count("\n") == 1 and "reachable" not in done.stderr  # one line
+    assert done.stdout == ""  # refused before serving anything
+
+
 def test_a_store_that_is_not_there_is_refused_and_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "typo.db"
     done = _ui(tmp_path, "--store", f"sqlite:///{missing}")
