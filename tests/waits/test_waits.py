@@ -303,6 +303,26 @@ class _LateSignalStore(MemoryCheckpointStorage):
         return [] if self.reads == 1 else await super().read_signals(run_id)
 
 
+class _LostWaitEventStore(MemoryCheckpointStorage):
+    """Reads a run's events without its ``run_waiting`` ones (as if damaged) once told to."""
+
+    hide = False
+
+    async def read_events(self, run_id: str, *args: Any, **kwargs: Any) -> list[Any]:
+        events = await super().read_events(run_id, *args, **kwargs)
+        return [e for e in events if not (self.hide and e.kind == "run_waiting")]
+
+
+async def test_a_run_whose_wait_cannot_be_read_is_left_to_its_step(tmp_path: Path) -> None:
+    store = _LostWaitEventStore()
+    clutch = build(store)
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="lost")
+    store.hide = True  # its signal unknown, no deadline: not refused forever
+    await clutch.signal("lost", "approval", APPROVED, resume=False)
+    assert (await clutch.resume_latest("lost"))["status"] == "approved"
+
+
 async def test_a_signal_that_lands_while_the_run_suspends_is_not_lost() -> None:
     store = _LateSignalStore()
     clutch = Clutch("late", checkpoint=CheckpointConfig(storage=store))
