@@ -1,21 +1,28 @@
-"""What starting or resuming a run meets in the store: an id that exists, a run of another
-pipeline, a fork that lost its start; the errors say what to do."""
+"""What starting, resuming or forking a run meets in the store: an id that exists, a run or
+checkpoint of another pipeline, a checkpoint that continues with an agent the pipeline no
+longer has, a fork that lost its start; the errors say what to do."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
 from nestegg.checkpoint.records import RunRecord
-from nestegg.checkpoint.views import run_result
+from nestegg.checkpoint.views import CheckpointState, run_result
 from nestegg.constants import COMPLETED, RUNNING
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
+    IncompatibleCheckpointError,
     RunExistsError,
     RunLockedError,
 )
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.pipeline import Pipeline
+    from nestegg.context import ClutchContext
+    from nestegg.strategies import Cursor
 
 
 def existing_run(
@@ -80,6 +87,37 @@ def check_pipeline(run: RunRecord, pipeline: str) -> None:
         raise ConfigurationError(
             f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}"
         )
+
+
+def check_fork_pipeline(run: RunRecord, checkpoint_id: str, pipeline: str) -> None:
+    """Refuse to fork from a checkpoint of another pipeline's run: a Clutch forks its own.
+
+    Raises:
+        ConfigurationError: ``run`` (the run of checkpoint ``checkpoint_id``) belongs to
+            another pipeline than ``pipeline``.
+    """
+    if run.pipeline != pipeline:
+        raise ConfigurationError(
+            f"checkpoint {checkpoint_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}"
+        )
+
+
+def restored_cursor(pipeline: Pipeline, ctx: ClutchContext, state: CheckpointState) -> Cursor:
+    """``pipeline``'s cursor for the run of ``ctx``, moved to where ``state`` continues.
+
+    Raises:
+        IncompatibleCheckpointError: ``state`` continues with an agent ``pipeline`` no
+            longer has.
+    """
+    cursor = pipeline.new_cursor(ctx)
+    if state.position is not None:
+        cursor.restore(state.position)
+    if state.next_agent is not None and state.next_agent not in pipeline.agent_names:
+        raise IncompatibleCheckpointError(
+            f"the checkpoint continues with agent {state.next_agent!r}, which this "
+            "pipeline no longer has"
+        )
+    return cursor
 
 
 def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:

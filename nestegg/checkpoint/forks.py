@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name, to_plain
+from nestegg.checkpoint.admission import check_fork_pipeline
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
 from nestegg.checkpoint.formats import checkpoint_body, event_body, parse_step, step_with_data
 from nestegg.checkpoint.loader import load_state_and_steps
@@ -31,7 +32,7 @@ from nestegg.checkpoint.views import (
     run_input,
 )
 from nestegg.constants import REASON_FORK, RUN_FORKED, RUNNING
-from nestegg.errors import ConfigurationError, RunExistsError
+from nestegg.errors import RunExistsError
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
@@ -57,11 +58,7 @@ async def start_fork(
     """
     record = await book.get_checkpoint_record(checkpoint_id)
     parent = await book.get_run_record(record.run_id)
-    if parent.pipeline != book.clutch.name:
-        raise ConfigurationError(
-            f"checkpoint {checkpoint_id!r} belongs to pipeline {parent.pipeline!r}, "
-            f"not {book.clutch.name!r}"
-        )
+    check_fork_pipeline(parent, checkpoint_id, book.clutch.name)
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     state, copied = await load_state_and_steps(book.store, parent, record)
     replaced = encode_value(to_plain(data), "data") if data is not None else None

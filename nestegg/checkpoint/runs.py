@@ -10,7 +10,12 @@ from typing import Any
 
 from nestegg import telemetry_attempts
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.admission import check_pipeline, existing_run, fork_without_start
+from nestegg.checkpoint.admission import (
+    check_pipeline,
+    existing_run,
+    fork_without_start,
+    restored_cursor,
+)
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
@@ -60,7 +65,6 @@ from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     ConfigurationError,
-    IncompatibleCheckpointError,
     RunExistsError,
     RunFinishedError,
     RunLockedError,
@@ -386,14 +390,7 @@ class CheckpointedRuns:
         if state.stored_history is not None:
             ctx.state.defer_history(state.stored_history.decode)
         ctx.metadata.update(state.metadata)
-        cursor = self.clutch.new_cursor(ctx)
-        if state.position is not None:
-            cursor.restore(state.position)
-        if state.next_agent is not None and state.next_agent not in self.clutch.agent_names:
-            raise IncompatibleCheckpointError(
-                f"the checkpoint continues with agent {state.next_agent!r}, which this "
-                "pipeline no longer has"
-            )
+        cursor = restored_cursor(self.clutch, ctx, state)
         base = Snapshot(
             state.seq,
             state.turn,
