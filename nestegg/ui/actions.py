@@ -30,7 +30,9 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
+from nestegg.ui.forks import fork_refusal
 from nestegg.ui.pages import now_of, store_of, takes
+from nestegg.ui.queries import checkpoint_state
 from nestegg.ui.resumes import resume_refusal
 
 log = logging.getLogger("nestegg.ui")
@@ -118,7 +120,8 @@ async def resume(request: Request) -> JSONResponse:
 @takes()
 async def fork(request: Request) -> JSONResponse:
     """Fork from a checkpoint with ``{"data": ...}`` (absent: the checkpoint's data) on a
-    new run; 201 with its id once it is stored, the error if it could not start."""
+    new run, after the checks of :func:`~nestegg.ui.forks.fork_refusal` (a refusal is 400
+    or 409); 201 with its id once it is stored, the error if it could not start."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(request)
@@ -130,6 +133,9 @@ async def fork(request: Request) -> JSONResponse:
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
+    parent, state = await checkpoint_state(store, checkpoint_id)
+    if (refused := fork_refusal(clutch, parent, state)) is not None:
+        raise refused
     run_id = new_run_id()
     task = _start(
         request,

@@ -11,6 +11,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.paths import PathNotFoundError, select
+from nestegg.clutch import Clutch
 from nestegg.constants import INTERRUPTED, LARGEST_NUMBER, STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
@@ -49,6 +50,12 @@ def _resumer(request: Request) -> str | None:
     """The pipeline whose runs the page offers to resume (None: it offers none)."""
     settings = request.app.state.settings
     return settings.clutch.name if _flags(request)["can_run"] else None
+
+
+def _forker(request: Request) -> Clutch | None:
+    """The Clutch whose forks the page offers (None: it offers none)."""
+    clutch: Clutch | None = request.app.state.settings.clutch
+    return clutch if _flags(request)["can_run"] else None
 
 
 def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
@@ -232,9 +239,10 @@ def _part(state: dict[str, Any], path: str | None) -> Any:
 
 @takes("path", TOKEN_PARAMETER)
 async def state_page(request: Request) -> HTMLResponse:
-    """The state a checkpoint restores, as a tree (``?path=`` shows a part of it)."""
+    """The state a checkpoint restores, as a tree (``?path=`` shows a part of it), and the
+    fork form the app's Clutch offers from it."""
     checkpoint_id = request.path_params["checkpoint_id"]
-    loaded = await queries.state_of(store_of(request), checkpoint_id)
+    loaded = await queries.state_of(store_of(request), checkpoint_id, forker=_forker(request))
     state = loaded["state"]
     path = request.query_params.get("path") or ""
     return _render(
@@ -245,6 +253,7 @@ async def state_page(request: Request) -> HTMLResponse:
         path=path,
         previous=queries.previous_checkpoint(loaded["checkpoint_ids"], checkpoint_id),
         checkpoint_ids=loaded["checkpoint_ids"],
+        fork=loaded["fork"],
     )
 
 

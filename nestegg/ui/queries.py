@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.checkpoint.formats import parse_journal
+from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
-from nestegg.checkpoint.views import Event, run_input, run_result, to_datetime
+from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
+from nestegg.clutch import Clutch
 from nestegg.constants import (
     COMPLETED,
     INTERRUPTED,
@@ -33,6 +35,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, ConfigurationError
+from nestegg.ui.forks import fork_offer
 from nestegg.ui.resumes import resume_offer
 
 RUNS_PAGE = 50
@@ -332,18 +335,40 @@ async def _forks_of(store: CheckpointStorage, run: dict[str, Any]) -> tuple[list
     return children, False
 
 
-async def state_of(store: CheckpointStorage, checkpoint_id: str) -> dict[str, Any]:
-    """A checkpoint's restored state as plain data, with the ids of its run's checkpoints.
+async def checkpoint_state(
+    store: CheckpointStorage, checkpoint_id: str
+) -> tuple[RunRecord, CheckpointState]:
+    """A checkpoint's run and the state the checkpoint restores.
 
     Raises:
         CheckpointNotFoundError: no such checkpoint.
+        RunNotFoundError: its run is gone.
+        CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
     """
     record = await store.get_checkpoint(checkpoint_id)
     if record is None:
         raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
-    state = reading.state_json(await reading.resolve_state(store, checkpoint_id))
-    ids = [c.checkpoint_id for c in await store.list_checkpoints(record.run_id)]
-    return {"state": state, "checkpoint_ids": ids}
+    run = await reading.get_run(store, record.run_id)
+    return run, await load_state(store, run, record)
+
+
+async def state_of(
+    store: CheckpointStorage, checkpoint_id: str, forker: Clutch | None = None
+) -> dict[str, Any]:
+    """A checkpoint's restored state as plain data, with the ids of its run's checkpoints;
+    with ``forker`` (the Clutch that forks runs), its fork form
+    (:func:`~nestegg.ui.forks.fork_offer`).
+
+    Raises:
+        CheckpointNotFoundError: no such checkpoint.
+    """
+    run, state = await checkpoint_state(store, checkpoint_id)
+    ids = [c.checkpoint_id for c in await store.list_checkpoints(run.run_id)]
+    return {
+        "state": reading.state_json(state),
+        "checkpoint_ids": ids,
+        "fork": fork_offer(forker, run, state) if forker else None,
+    }
 
 
 async def diff_of(store: CheckpointStorage, old: str, new: str) -> dict[str, Any]:

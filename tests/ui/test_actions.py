@@ -22,7 +22,7 @@ from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import Filled
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
-from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
+from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline, without_enrich
 
 WAIT_SECONDS = 20
 
@@ -48,6 +48,20 @@ def resume_button(page: str) -> str | None:
     disabled = r'id="resume" disabled [^>]*>resume</button> <span [^>]*id="resume-refused">([^<]*)<'
     refused = re.search(disabled, page)
     return html.unescape(refused.group(1)) if refused else "resumes"
+
+
+def fork_form(page: str) -> str | None:
+    """The state page's fork form: None when there is none, "forks" when its editor and
+    button are offered, else the reason shown beside its disabled button."""
+    if 'id="fork"' not in page:
+        return None
+    disabled = r'id="fork" disabled [^>]*>fork</button> <span [^>]*id="fork-refused">([^<]*)<'
+    refused = re.search(disabled, page)
+    if refused:
+        assert 'id="fork-data"' not in page  # no editor for a fork that would be refused
+        return html.unescape(refused.group(1))
+    assert 'id="fork-data"' in page
+    return "forks"
 
 
 def _checkpoints(ui: Ui, run_id: str) -> list[str]:
@@ -216,6 +230,64 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
         started: Any = ui.write("POST", "/api/runs/signal/resume")
         assert started.status_code == 202
         _wait_for(ui, "signal", "completed")
+    asyncio.run(store.close())
+
+
+def _run_ids(ui: Ui) -> list[str]:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    runs = ui.client.portal.call(store.list_runs)  # type: ignore[union-attr]
+    return sorted(run.run_id for run in runs)
+
+
+def test_fork_from_a_checkpoint_of_another_pipeline_is_refused_and_not_offered(
+    ui: Ui, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    failed = f"failed-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(FAIL_ENV, "1")
+    ui.client.portal.call(lambda: _fail_elsewhere(store, failed))  # type: ignore[union-attr]
+    try:
+        own = _checkpoints(ui, ui.filled.bad)[0]  # failed too, but of the app's pipeline
+        assert fork_form(ui.client.get(f"/checkpoints/{own}").text) == "forks"
+        checkpoints = _checkpoints(ui, failed)
+        assert checkpoints
+        runs = _run_ids(ui)
+        for checkpoint in checkpoints:
+            why = f"checkpoint '{checkpoint}' belongs to pipeline 'elsewhere', not 'cli-test'"
+            assert fork_form(ui.client.get(f"/checkpoints/{checkpoint}").text) == why
+            refused: Any = ui.write("POST", f"/api/checkpoints/{checkpoint}/fork", json={})
+            assert refused.status_code == 400
+            assert refused.json() == {"error": why}
+            assert not ui.client.app.state.background  # type: ignore[attr-defined]
+        assert _run_ids(ui) == runs  # no run was stored
+    finally:
+        ui.write("DELETE", f"/api/runs/{failed}")
+
+
+def test_fork_from_a_checkpoint_that_continues_with_a_lost_agent_is_refused(
+    tmp_path: Path,
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    config = CheckpointConfig(storage=store, policy=POLICY)
+    asyncio.run(build("cli-test", config).run({"name": "full"}, run_id="full"))
+    settings = UISettings(store=store, clutch=without_enrich(store), allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        after_fetch, after_enrich, final = _checkpoints(ui, "full")
+        why = (
+            "the checkpoint continues with agent 'enrich' (position 1 of the order), which "
+            "this pipeline no longer has"
+        )
+        assert fork_form(client.get(f"/checkpoints/{after_fetch}").text) == why
+        refused: Any = ui.write("POST", f"/api/checkpoints/{after_fetch}/fork", json={})
+        assert refused.status_code == 409
+        assert refused.json() == {"error": why}
+        assert _run_ids(ui) == ["full"]
+        for offered in (after_enrich, final):  # they continue with report, or with none
+            assert fork_form(client.get(f"/checkpoints/{offered}").text) == "forks"
+        forked: Any = ui.write("POST", f"/api/checkpoints/{after_enrich}/fork", json={})
+        assert forked.status_code == 201
+        _wait_for(ui, forked.json()["run_id"], "completed")
     asyncio.run(store.close())
 
 
