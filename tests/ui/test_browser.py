@@ -192,6 +192,23 @@ def test_fork_with_edited_data_and_a_write_without_the_token_is_refused(
     assert page.locator(f"section.family a[href='/runs/{ok}']").count() == 1
 
 
+def test_fork_is_not_offered_from_a_checkpoint_of_another_pipelines_run(
+    tmp_path: Path, store: tuple[str, Filled], page: Any
+) -> None:
+    app = "tests.ui.pipelines:waiting_app"  # the pipeline "waiting", not the filled runs'
+    with ui_server(tmp_path / "home", "--store", store[0], "--allow-writes", "--app", app) as s:
+        page.goto(f"{s.base}/runs/{store[1].ok}?token={s.token}")
+        second = str(page.locator("a.cp").nth(1).get_attribute("href"))
+        page.goto(s.base + second)
+        fork = page.locator("#fork")
+        assert fork.is_disabled()
+        checkpoint = second.rsplit("/", 1)[1]
+        why = f"checkpoint '{checkpoint}' belongs to pipeline 'cli-test', not 'waiting'"
+        assert page.inner_text("#fork-refused") == why
+        assert fork.get_attribute("title") == why
+        assert page.locator("#fork-data").count() == 0  # no editor to fill in vain
+
+
 def test_markup_is_shown_as_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
     from tests.ui.pipelines import HOSTILE_AGENT, HOSTILE_RUN_ID, hostile_pipeline
 
