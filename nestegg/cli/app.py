@@ -62,7 +62,12 @@ StoreOption = Annotated[
     str | None, typer.Option("--store", "-s", help=STORE_HELP, show_default=False)
 ]
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Machine-readable JSON on stdout (ISO 8601 times).")
+    bool,
+    typer.Option(
+        "--json",
+        help="Machine-readable JSON on stdout (ISO 8601 times; NaN and infinities as the "
+        'strings "NaN", "Infinity", "-Infinity").',
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +68,15 @@ def _walk(old: Any, new: Any, keys: list[Key], changes: list[Change]) -> None:
             else:
                 _walk(old[index], new[index], path, changes)
         return
-    if type(old) is not type(new) or old != new:
+    if not _same(old, new):
         changes.append(Change(CHANGED, format_path(keys) or "(state)", old=old, new=new))
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal and of one type; two NaNs are the same value here (NaN != NaN in Python)."""
+    if type(old) is not type(new):
+        return False
+    return bool(old == new) or (isinstance(old, float) and math.isnan(old) and math.isnan(new))
 
 
 def summarize(changes: list[Change]) -> dict[str, list[dict[str, Any]]]:

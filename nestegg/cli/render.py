@@ -1,7 +1,11 @@
 """Output: rich tables and highlighted JSON on a terminal, plain text in a pipe, or JSON.
 
-JSON output holds plain JSON types only: datetimes become ISO 8601 strings, Decimal and
-big integers strings, bytes base64, sets and tuples lists, non-string keys strings.
+Every command writes stored values through this module. JSON output holds plain JSON
+types only: datetimes become ISO 8601 strings, Decimal and big integers strings, bytes
+base64, sets and tuples lists, non-string keys strings, and a float that is NaN or
+infinite the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (JSON has no number for
+them; ``float()`` reads these back). Text for people writes those floats bare, as
+Python's json module does: ``NaN``, ``Infinity``, ``-Infinity``; never ``null``.
 """
 
 from __future__ import annotations
@@ -9,9 +13,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import math
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -71,9 +76,24 @@ def pad(text: str, width: int) -> str:
     return text + " " * max(0, width - cell_len(text))
 
 
-def _plain_scalar(value: Any) -> Any:
+def _non_finite_name(value: float) -> str:
+    """How a float that is no finite number is written: ``NaN``, ``Infinity``, ``-Infinity``."""
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _bare(value: float) -> orjson.Fragment:
+    return orjson.Fragment(_non_finite_name(value).encode())
+
+
+_NonFinite = Callable[[float], Any]
+"""What a NaN or an infinity becomes in a plain value."""
+
+
+def _plain_scalar(value: Any, non_finite: _NonFinite) -> Any:
     if isinstance(value, Enum):
-        return plain(value.value)
+        return _plain(value.value, non_finite)
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
@@ -83,23 +103,38 @@ def _plain_scalar(value: Any) -> Any:
     if isinstance(value, uuid.UUID | Decimal):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return plain(dataclasses.asdict(value))
+        return _plain(dataclasses.asdict(value), non_finite)
     if hasattr(value, "model_dump"):
-        return plain(value.model_dump())
+        return _plain(value.model_dump(), non_finite)
     return repr(value)
 
 
-def plain(value: Any) -> Any:
-    """``value`` as plain JSON types (for printing)."""
-    if value is None or isinstance(value, str | bool | float):
+def _plain(value: Any, non_finite: _NonFinite) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else non_finite(value)
+    if value is None or isinstance(value, str | bool | orjson.Fragment):
         return value
     if isinstance(value, int) and not isinstance(value, Enum):
         return value if -_INT_LIMIT <= value < _INT_LIMIT else str(value)
     if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: plain(v) for k, v in value.items()}
+        return {
+            str(k) if not isinstance(k, str) else k: _plain(v, non_finite) for k, v in value.items()
+        }
     if isinstance(value, list | tuple | set | frozenset):
-        return [plain(v) for v in value]
-    return _plain_scalar(value)
+        return [_plain(v, non_finite) for v in value]
+    return _plain_scalar(value, non_finite)
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON types, as ``--json`` writes it (NaN and the infinities as
+    the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``)."""
+    return _plain(value, _non_finite_name)
+
+
+def readable(value: Any) -> Any:
+    """``value`` as plain JSON types for people: NaN and the infinities stay numbers,
+    which :func:`to_json` writes bare (``NaN``, ``Infinity``, ``-Infinity``)."""
+    return _plain(value, _bare)
 
 
 def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITEMS) -> Any:
@@ -120,10 +155,12 @@ def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITE
     return value
 
 
-def to_json(value: Any, *, indent: bool = True) -> str:
-    """``value`` as a JSON document."""
+def to_json(value: Any, *, indent: bool = True, strict: bool = False) -> str:
+    """``value`` as JSON text for people, NaN and the infinities bare as Python's json
+    module writes them (``{"x": NaN}``); ``strict``: a JSON document any parser reads, as
+    ``--json`` writes it, with them as strings (``{"x": "NaN"}``)."""
     option = orjson.OPT_INDENT_2 if indent else 0
-    return orjson.dumps(plain(value), option=option).decode()
+    return orjson.dumps(plain(value) if strict else readable(value), option=option).decode()
 
 
 def when(value: dt.datetime | None) -> str:
@@ -169,8 +206,9 @@ class Output:
         self.terminal = self.console.is_terminal
 
     def json(self, value: Any, *, indent: bool = True) -> None:
-        """Write ``value`` as JSON (highlighted on a terminal unless --json)."""
-        text = to_json(value, indent=indent)
+        """Write ``value`` as JSON: strict with --json, else for people (highlighted on a
+        terminal)."""
+        text = to_json(value, indent=indent, strict=self.as_json)
         if self.terminal and not self.as_json and indent:
             self.console.print_json(text)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -18,7 +19,7 @@ from nestegg.cli import reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
 from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.cli.render import Output, counted, plain, seconds, shorten, to_json, when
+from nestegg.cli.render import Output, counted, readable, seconds, shorten, to_json, when
 from nestegg.constants import (
     CALL_JOURNALED,
     CLI_POLL_INTERVAL,
@@ -306,7 +307,7 @@ def inspect_command(
 
     state = run_with_store(ctx, store, work, read_only=True)
     part = _part(state, path)
-    Output(as_json).json(part if full or as_json else shorten(plain(part)))
+    Output(as_json).json(part if full or as_json else shorten(readable(part)))
 
 
 @app.command("diff")
@@ -344,7 +345,7 @@ def diff_command(
         out.line("no differences")
 
     def shown(value: Any) -> str:
-        return to_json(value if full else shorten(plain(value)), indent=False)
+        return to_json(value if full else shorten(readable(value)), indent=False)
 
     for change in changes:
         if change.kind == ADDED:
@@ -374,7 +375,7 @@ def _detail(key: str, value: Any) -> str:
         return f"{key}={seconds(value)}"
     if key == "started" and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
         return f"{key}={_clock_time(value)}"
-    if isinstance(value, float):
+    if isinstance(value, float) and math.isfinite(value):
         return f"{key}={value:.6g}"
     return f"{key}={value if isinstance(value, str) else to_json(value, indent=False)}"
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nestegg.cli.paths import Key, format_path
-from nestegg.cli.render import plain, seconds, to_json, when
+from nestegg.cli.render import readable, seconds, to_json, when
 from nestegg.cli.runs import owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -40,7 +40,7 @@ def shortened(value: Any) -> dict[str, Any]:
 def tree(value: Any, keys: list[Key] | None = None, key: Key | None = None) -> dict[str, Any]:
     """A value as nested nodes for the collapsible tree (a node knows its path)."""
     if keys is None:
-        value, keys = plain(value), []
+        value, keys = readable(value), []
     node: dict[str, Any] = {"key": key, "path": format_path(keys), "depth": len(keys)}
     items: list[tuple[Key, Any]]
     if isinstance(value, dict):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -189,3 +191,50 @@ def test_the_readme_export_import_example_works(tmp_path: Path) -> None:
         tmp_path, "show", run_id, "--json", "-s", f"sqlite:///{tmp_path / 'copy.db'}"
     )
     assert orjson.loads(copy.stdout)["run"]["status"] == "completed"
+
+
+ODD = {"nan": math.nan, "inf": math.inf, "neg": -math.inf, "text": "NaN"}
+"""Floats JSON has no number for, and a string that only looks like one."""
+ODD_STRICT = {"nan": "NaN", "inf": "Infinity", "neg": "-Infinity", "text": "NaN"}
+ODD_TEXT = '{"nan":NaN,"inf":Infinity,"neg":-Infinity,"text":"NaN"}'
+
+
+def _is_odd(value: Any) -> bool:
+    """Whether ``value`` is ODD read back by Python's json module (NaN is not NaN)."""
+    return math.isnan(value["nan"]) and (value["inf"], value["neg"], value["text"]) == (
+        math.inf,
+        -math.inf,
+        "NaN",
+    )
+
+
+def test_nan_and_infinities_are_shown_by_name_never_as_null(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"odd": ODD}))
+
+    def out(*args: str) -> str:
+        done = run_nestegg(tmp_path, *args, "--store", url)
+        assert done.returncode == EXIT_OK, done.stderr
+        return done.stdout
+
+    shown = out("show", "odd")
+    assert f"input:    {ODD_TEXT}\n" in shown
+    assert f'result:   {{"before":{ODD_TEXT},"after":"changed"}}\n' in shown
+    details = orjson.loads(out("show", "odd", "--json"))  # strict JSON: any parser reads it
+    assert details["input"] == ODD_STRICT and details["result"]["before"] == ODD_STRICT
+    assert _is_odd(json.loads(out("inspect", "odd"))["data"]["before"])
+    assert out("inspect", "odd", "--path", "data.before.neg") == "-Infinity\n"
+    assert orjson.loads(out("inspect", "odd", "--json"))["data"]["before"] == ODD_STRICT
+    ids = [c["checkpoint_id"] for c in orjson.loads(out("checkpoints", "odd", "--json"))]
+    assert f"+ data.before: {ODD_TEXT}\n" in out("diff", ids[0], ids[-1])
+    added = orjson.loads(out("diff", ids[0], ids[-1], "--json"))["added"]
+    assert {"path": "data.before", "value": ODD_STRICT} in added
+    assert out("diff", ids[-1], ids[-1]) == "no differences\n"  # NaN is NaN here
+
+
+def test_an_event_detail_names_nan_and_infinities() -> None:
+    from nestegg.cli.runs import _detail
+
+    assert [_detail("x", v) for v in (math.nan, math.inf, -math.inf, 0.5)] == [
+        "x=NaN", "x=Infinity", "x=-Infinity", "x=0.5",
+    ]  # fmt: skip

@@ -81,3 +81,15 @@ def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
     assert _json(tmp_path, "--store", store, "threads", "--json") == []
     recent = nestegg(tmp_path, "--store", store, "threads", "prune", "--older-than", "1d", "--yes")
     assert recent.returncode == 0 and recent.stdout == ""
+
+
+def test_thread_json_names_nan_and_infinities_in_metadata(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    odd = {"score": float("nan"), "high": float("inf"), "low": float("-inf")}
+    config = {**loop_config("odd", 1), "metadata": odd}
+    with NestEggSaver.from_url(url) as saver:
+        build_loop(saver, 1).invoke({"items": [], "turn": 0}, config)
+    rows = _json(tmp_path, "--store", url, "thread", "odd", "--json")
+    assert isinstance(rows, list)
+    shown = {key: rows[0]["metadata"][key] for key in odd}  # strict JSON, never null
+    assert shown == {"score": "NaN", "high": "Infinity", "low": "-Infinity"}

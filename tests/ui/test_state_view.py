@@ -4,6 +4,7 @@ to that part, and a tree that opens two levels deep."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from typing import Any
 
@@ -31,6 +32,14 @@ def test_a_tree_knows_each_nodes_path_and_cuts_big_containers() -> None:
     assert len(items["children"]) == TREE_ITEMS
     leaf = deep["children"][0]["children"][0]["children"][0]
     assert (leaf["path"], leaf["text"], leaf["depth"]) == ("deep.a[0].b", "1", 4)
+
+
+def test_nan_and_infinities_show_by_name_in_a_tree() -> None:
+    root = tree({"odd": [math.nan, math.inf, -math.inf], "text": "NaN"})
+    odd, text = root["children"]
+    assert [leaf["text"] for leaf in odd["children"]] == ["NaN", "Infinity", "-Infinity"]
+    assert text["text"] == '"NaN"'  # a string stays one
+    assert shortened({"x": math.nan})["text"] == '{"x":NaN}'
 
 
 def test_a_checkpoint_page_cuts_long_values_and_links_the_rest() -> None:
