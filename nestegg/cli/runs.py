@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.event_log import StepFacts, step_facts_for
-from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import EventRecord
+from nestegg.checkpoint.event_log import step_facts_for
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import Event, to_datetime
-from nestegg.cli import reading
+from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import Output, counted, readable, seconds, shorten, to_json, when
 from nestegg.constants import (
-    CALL_JOURNALED,
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
     CLI_SHOW_STEPS,
@@ -30,16 +23,9 @@ from nestegg.constants import (
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     LARGEST_NUMBER,
-    LATEST_TIME,
-    RUN_CANCELLED,
-    RUN_FAILED,
-    RUN_WAITING,
     RUNNING,
     STATUSES,
-    STEP_COMPLETED,
-    STEP_FAILED,
 )
-from nestegg.errors import CheckpointCorruptedError
 
 FullOption = Annotated[
     bool,
@@ -356,122 +342,6 @@ def diff_command(
             out.line(f"~ {change.path}: {shown(change.old)} -> {shown(change.new)}")
 
 
-def _event_row(record: EventRecord, steps: StepFacts) -> dict[str, Any]:
-    try:
-        return reading.event_row(Event.from_record(record, steps.get(record.seq)))
-    except CheckpointCorruptedError as error:
-        at = to_datetime(record.at)
-        return {
-            "run_id": record.run_id,
-            "seq": record.seq,
-            "at": at,
-            "kind": record.kind,
-            "data": {"unreadable": str(error)},
-        }
-
-
-def _detail(key: str, value: Any) -> str:
-    if key == "duration" and (value is None or isinstance(value, int | float)):
-        return f"{key}={seconds(value)}"
-    if key == "started" and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
-        return f"{key}={_clock_time(value)}"
-    if isinstance(value, float) and math.isfinite(value):
-        return f"{key}={value:.6g}"
-    return f"{key}={value if isinstance(value, str) else to_json(value, indent=False)}"
-
-
-def _clock_time(seconds_: float) -> str:
-    """UNIX seconds as local time to the millisecond, as event lines show times."""
-    return _stamp(datetime.fromtimestamp(seconds_, UTC))
-
-
-def _stamp(moment: datetime) -> str:
-    """A time as an event line shows it: local, to the millisecond."""
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def _event_line(row: dict[str, Any]) -> str:
-    details = " ".join(_detail(key, value) for key, value in row["data"].items())
-    stamp = _stamp(row["at"])
-    seq = "-" if row["seq"] is None else row["seq"]
-    return f"{seq:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
-
-
-async def _follow(
-    store: CheckpointStorage, out: Output, run_id: str, since: int, interval: float
-) -> None:
-    """Print the run's events after ``since``, then the new ones every ``interval``
-    seconds until the run is no longer running; and the calls journaled by the steps
-    under way while following, each step's before the event that ends it."""
-    warned = False
-    shown_calls: set[tuple[int, int]] = set()
-    run = await reading.get_run(store, run_id)
-    first_followed = run.step_seq + 1  # the steps committed before are history: no calls
-    while True:
-        records = await store.read_events(run_id, since)
-        steps = await step_facts_for(store, run_id, records)
-        for record in records:
-            row = _event_row(record, steps)
-            ended = _step_ended_by(row)
-            if ended is not None and ended >= first_followed:
-                await _print_new_calls(store, out, run_id, ended, shown_calls)
-            _print_event(out, row)
-            since = record.seq
-        if run.status != RUNNING:  # its last events were committed with the status
-            return
-        start = await reading.in_flight_start(store, run)
-        if start is not None:
-            await _print_new_calls(store, out, run_id, start.data["seq"], shown_calls)
-        if not warned and is_interrupted(run, time.time()):
-            out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
-            warned = True
-        await asyncio.sleep(interval)
-        run = await reading.get_run(store, run_id)
-
-
-def _step_ended_by(row: dict[str, Any]) -> int | None:
-    """The step an event ends: the one it completes or fails, or the one under way when
-    the run stopped (waits, is cancelled or fails: the step after the ``steps`` it had
-    committed); None for other events. Its calls are printed before the event."""
-    data = row["data"]
-    if row["kind"] in (STEP_COMPLETED, STEP_FAILED):
-        seq = data.get("seq")
-        return seq if type(seq) is int else None
-    if row["kind"] in (RUN_WAITING, RUN_CANCELLED, RUN_FAILED):
-        committed = data.get("steps")
-        return committed + 1 if type(committed) is int else None
-    return None
-
-
-async def _print_new_calls(
-    store: CheckpointStorage, out: Output, run_id: str, step: int, shown: set[tuple[int, int]]
-) -> None:
-    """Print the calls step ``step`` has journaled not printed yet, as ``call_journaled``
-    lines at the time each call returned (the time of printing for a call journaled before
-    durations were recorded). The journal is read, not the event log (a call writes no
-    event), so they have no event sequence number (``-``)."""
-    for call, returned in await reading.journaled_calls(store, run_id, step):
-        key = (step, call["position"])
-        if key in shown:
-            continue
-        shown.add(key)
-        row = {
-            "run_id": run_id,
-            "seq": None,
-            "at": returned or datetime.now(UTC),
-            "kind": CALL_JOURNALED,
-            "data": {"seq": step, **call},
-        }
-        _print_event(out, row)
-
-
-def _print_event(out: Output, row: dict[str, Any]) -> None:
-    if out.as_json:
-        out.json(row, indent=False)
-    else:
-        out.line(_event_line(row))
-
-
 @app.command("events")
 def events_command(
     ctx: typer.Context,
@@ -499,12 +369,12 @@ def events_command(
 
     async def work(opened: CheckpointStorage) -> None:
         if follow:
-            await _follow(opened, out, run_id, since, poll_interval)
+            await events.follow(opened, out, run_id, since, poll_interval)
             return
         await reading.get_run(opened, run_id)
         records = await opened.read_events(run_id, since)
         steps = await step_facts_for(opened, run_id, records)
         for record in records:
-            _print_event(out, _event_row(record, steps))
+            events.print_event(out, events.event_row(record, steps))
 
     run_with_store(ctx, store, work, read_only=True)

@@ -380,13 +380,13 @@ async def test_a_failed_step_shows_its_start_and_duration(
 def test_a_followed_call_shows_its_duration_or_a_dash_when_unknown() -> None:
     from datetime import UTC, datetime
 
-    from nestegg.cli.runs import _event_line
+    from nestegg.cli.events import event_line
 
     def line(duration: float | None) -> str:
         data = {"seq": 2, "position": 0, "function": "m.ask", "outcome": "returned",
                 "duration": duration}  # fmt: skip
         at = datetime(2026, 1, 1, tzinfo=UTC)
-        return _event_line({"seq": None, "at": at, "kind": "call_journaled", "data": data})
+        return event_line({"seq": None, "at": at, "kind": "call_journaled", "data": data})
 
     assert line(0.25).endswith("function=m.ask outcome=returned duration=250ms")
     assert line(None).endswith("outcome=returned duration=-")  # journaled before durations

@@ -233,7 +233,7 @@ def test_nan_and_infinities_are_shown_by_name_never_as_null(tmp_path: Path) -> N
 
 
 def test_an_event_detail_names_nan_and_infinities() -> None:
-    from nestegg.cli.runs import _detail
+    from nestegg.cli.events import _detail
 
     assert [_detail("x", v) for v in (math.nan, math.inf, -math.inf, 0.5)] == [
         "x=NaN", "x=Infinity", "x=-Infinity", "x=0.5",

@@ -1,0 +1,148 @@
+"""What `nestegg events` prints: a run's events as lines or JSON, and --follow, which
+also prints the calls the steps under way journal."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from nestegg.checkpoint.event_log import StepFacts, step_facts_for
+from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.records import EventRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.views import Event, to_datetime
+from nestegg.cli import reading
+from nestegg.cli.render import Output, seconds, to_json
+from nestegg.constants import (
+    CALL_JOURNALED,
+    LATEST_TIME,
+    RUN_CANCELLED,
+    RUN_FAILED,
+    RUN_WAITING,
+    RUNNING,
+    STEP_COMPLETED,
+    STEP_FAILED,
+)
+from nestegg.errors import CheckpointCorruptedError
+
+
+def event_row(record: EventRecord, steps: StepFacts) -> dict[str, Any]:
+    """An event as plain data; a damaged one says so in its ``data``."""
+    try:
+        return reading.event_row(Event.from_record(record, steps.get(record.seq)))
+    except CheckpointCorruptedError as error:
+        at = to_datetime(record.at)
+        return {
+            "run_id": record.run_id,
+            "seq": record.seq,
+            "at": at,
+            "kind": record.kind,
+            "data": {"unreadable": str(error)},
+        }
+
+
+def _detail(key: str, value: Any) -> str:
+    if key == "duration" and (value is None or isinstance(value, int | float)):
+        return f"{key}={seconds(value)}"
+    if key == "started" and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
+        return f"{key}={_clock_time(value)}"
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{key}={value:.6g}"
+    return f"{key}={value if isinstance(value, str) else to_json(value, indent=False)}"
+
+
+def _clock_time(seconds_: float) -> str:
+    """UNIX seconds as local time to the millisecond, as event lines show times."""
+    return _stamp(datetime.fromtimestamp(seconds_, UTC))
+
+
+def _stamp(moment: datetime) -> str:
+    """A time as an event line shows it: local, to the millisecond."""
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def event_line(row: dict[str, Any]) -> str:
+    """An event's line: seq, time, kind and its data as ``key=value``."""
+    details = " ".join(_detail(key, value) for key, value in row["data"].items())
+    stamp = _stamp(row["at"])
+    seq = "-" if row["seq"] is None else row["seq"]
+    return f"{seq:>5}  {stamp}  {row['kind']:<17} {details}".rstrip()
+
+
+async def follow(
+    store: CheckpointStorage, out: Output, run_id: str, since: int, interval: float
+) -> None:
+    """Print the run's events after ``since``, then the new ones every ``interval``
+    seconds until the run is no longer running; and the calls journaled by the steps
+    under way while following, each step's before the event that ends it."""
+    warned = False
+    shown_calls: set[tuple[int, int]] = set()
+    run = await reading.get_run(store, run_id)
+    first_followed = run.step_seq + 1  # the steps committed before are history: no calls
+    while True:
+        records = await store.read_events(run_id, since)
+        steps = await step_facts_for(store, run_id, records)
+        for record in records:
+            row = event_row(record, steps)
+            ended = _step_ended_by(row)
+            if ended is not None and ended >= first_followed:
+                await _print_new_calls(store, out, run_id, ended, shown_calls)
+            print_event(out, row)
+            since = record.seq
+        if run.status != RUNNING:  # its last events were committed with the status
+            return
+        start = await reading.in_flight_start(store, run)
+        if start is not None:
+            await _print_new_calls(store, out, run_id, start.data["seq"], shown_calls)
+        if not warned and is_interrupted(run, time.time()):
+            out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
+            warned = True
+        await asyncio.sleep(interval)
+        run = await reading.get_run(store, run_id)
+
+
+def _step_ended_by(row: dict[str, Any]) -> int | None:
+    """The step an event ends: the one it completes or fails, or the one under way when
+    the run stopped (waits, is cancelled or fails: the step after the ``steps`` it had
+    committed); None for other events. Its calls are printed before the event."""
+    data = row["data"]
+    if row["kind"] in (STEP_COMPLETED, STEP_FAILED):
+        seq = data.get("seq")
+        return seq if type(seq) is int else None
+    if row["kind"] in (RUN_WAITING, RUN_CANCELLED, RUN_FAILED):
+        committed = data.get("steps")
+        return committed + 1 if type(committed) is int else None
+    return None
+
+
+async def _print_new_calls(
+    store: CheckpointStorage, out: Output, run_id: str, step: int, shown: set[tuple[int, int]]
+) -> None:
+    """Print the calls step ``step`` has journaled not printed yet, as ``call_journaled``
+    lines at the time each call returned (the time of printing for a call journaled before
+    durations were recorded). The journal is read, not the event log (a call writes no
+    event), so they have no event sequence number (``-``)."""
+    for call, returned in await reading.journaled_calls(store, run_id, step):
+        key = (step, call["position"])
+        if key in shown:
+            continue
+        shown.add(key)
+        row = {
+            "run_id": run_id,
+            "seq": None,
+            "at": returned or datetime.now(UTC),
+            "kind": CALL_JOURNALED,
+            "data": {"seq": step, **call},
+        }
+        print_event(out, row)
+
+
+def print_event(out: Output, row: dict[str, Any]) -> None:
+    """Print an event: its line, or with --json one JSON object."""
+    if out.as_json:
+        out.json(row, indent=False)
+    else:
+        out.line(event_line(row))
