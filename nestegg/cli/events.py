@@ -11,7 +11,7 @@ from typing import Any
 
 from nestegg.checkpoint.event_log import StepFacts, step_facts_for
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import EventRecord
+from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import Event, to_datetime
 from nestegg.cli import reading
@@ -21,6 +21,7 @@ from nestegg.constants import (
     LATEST_TIME,
     RUN_CANCELLED,
     RUN_FAILED,
+    RUN_RESUMED,
     RUN_WAITING,
     RUNNING,
     STEP_COMPLETED,
@@ -79,24 +80,24 @@ async def follow(
     seconds until the run is no longer running; and the calls journaled by the steps
     under way while following, each step's before the event that ends it."""
     warned = False
-    shown_calls: set[tuple[int, int]] = set()
     run = await reading.get_run(store, run_id)
-    first_followed = run.step_seq + 1  # the steps committed before are history: no calls
+    calls = _FollowedCalls(store, out, run)
     while True:
         records = await store.read_events(run_id, since)
         steps = await step_facts_for(store, run_id, records)
         for record in records:
             row = event_row(record, steps)
+            calls.note_resume(row)
             ended = _step_ended_by(row)
-            if ended is not None and ended >= first_followed:
-                await _print_new_calls(store, out, run_id, ended, shown_calls)
+            if ended is not None:
+                await calls.print_new(ended)
             print_event(out, row)
             since = record.seq
         if run.status != RUNNING:  # its last events were committed with the status
             return
         start = await reading.in_flight_start(store, run)
         if start is not None:
-            await _print_new_calls(store, out, run_id, start.data["seq"], shown_calls)
+            await calls.print_new(start.data["seq"])
         if not warned and is_interrupted(run, time.time()):
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
@@ -118,26 +119,55 @@ def _step_ended_by(row: dict[str, Any]) -> int | None:
     return None
 
 
-async def _print_new_calls(
-    store: CheckpointStorage, out: Output, run_id: str, step: int, shown: set[tuple[int, int]]
-) -> None:
-    """Print the calls step ``step`` has journaled not printed yet, as ``call_journaled``
-    lines at the time each call returned (the time of printing for a call journaled before
-    durations were recorded). The journal is read, not the event log (a call writes no
-    event), so they have no event sequence number (``-``)."""
-    for call, returned in await reading.journaled_calls(store, run_id, step):
-        key = (step, call["position"])
-        if key in shown:
-            continue
-        shown.add(key)
-        row = {
-            "run_id": run_id,
-            "seq": None,
-            "at": returned or datetime.now(UTC),
-            "kind": CALL_JOURNALED,
-            "data": {"seq": step, **call},
-        }
-        print_event(out, row)
+_CallKey = tuple[int, int, datetime | None, float | None]
+"""A journal entry as the follower knows it: step, position, when it returned, duration."""
+
+
+class _FollowedCalls:
+    """The calls ``events --follow`` prints: those journaled by the steps that run while
+    it follows, each journal entry once.
+
+    The steps committed before it began are history (no calls), until a resume written
+    while it follows goes back to an earlier checkpoint (``run_resumed``, its ``seq``):
+    the steps after it run again. Their calls are dropped and made again (a new entry at
+    the same step and position, another start and duration: printed), or replayed from
+    the journal (the same entry: not printed twice).
+    """
+
+    def __init__(self, store: CheckpointStorage, out: Output, run: RunRecord) -> None:
+        self.store, self.out, self.run_id = store, out, run.run_id
+        self.first = run.step_seq + 1
+        self.live_after = run.event_seq  # the events after it are written while following
+        self.shown: set[_CallKey] = set()
+
+    def note_resume(self, row: dict[str, Any]) -> None:
+        """Take in an event: a resume written while following runs the steps after its
+        checkpoint again."""
+        resumed_at = row["data"].get("seq")
+        if row["kind"] == RUN_RESUMED and row["seq"] > self.live_after and type(resumed_at) is int:
+            self.first = min(self.first, resumed_at + 1)
+
+    async def print_new(self, step: int) -> None:
+        """Print the calls step ``step`` has journaled not printed yet (none for a step of
+        the history), as ``call_journaled`` lines at the time each call returned (the time
+        of printing for a call journaled before durations were recorded). The journal is
+        read, not the event log (a call writes no event), so they have no event sequence
+        number (``-``)."""
+        if step < self.first:
+            return
+        for call, returned in await reading.journaled_calls(self.store, self.run_id, step):
+            key = (step, call["position"], returned, call["duration"])
+            if key in self.shown:
+                continue
+            self.shown.add(key)
+            row = {
+                "run_id": self.run_id,
+                "seq": None,
+                "at": returned or datetime.now(UTC),
+                "kind": CALL_JOURNALED,
+                "data": {"seq": step, **call},
+            }
+            print_event(self.out, row)
 
 
 def print_event(out: Output, row: dict[str, Any]) -> None:

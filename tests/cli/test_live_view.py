@@ -390,3 +390,138 @@ def test_a_followed_call_shows_its_duration_or_a_dash_when_unknown() -> None:
 
     assert line(0.25).endswith("function=m.ask outcome=returned duration=250ms")
     assert line(None).endswith("outcome=returned duration=-")  # journaled before durations
+
+
+GATED_CHILD = """
+import asyncio, sys
+from pathlib import Path
+from nestegg.checkpoint.stores import open_store
+from tests.cli.test_live_view import gated_clutch
+
+url, run_id, gate, start = sys.argv[1:]
+clutch = gated_clutch(open_store(url), Path(gate), stall=True)
+if start == "run":
+    asyncio.run(clutch.run({"n": 1}, run_id=run_id))
+else:
+    asyncio.run(clutch.resume(start))
+"""
+
+
+def gated_clutch(store: CheckpointStorage, gate: Path, *, stall: bool) -> Clutch:
+    """``live`` with three steps: ``prepare``; ``research``, a call and then a wait for the
+    file ``gate``; ``conclude``, a call and then, if ``stall``, a wait for its process's
+    end (a child killed there leaves the run interrupted in step 3)."""
+    clutch = live_clutch(store)
+
+    @clutch.agent()
+    async def prepare(data: dict) -> dict:
+        return data
+
+    @clutch.agent()
+    async def research(data: dict) -> dict:
+        answer = await nestegg.call(ask, "eggs")
+        while not gate.exists():
+            await asyncio.sleep(0.02)
+        return {**data, "answer": answer}
+
+    @clutch.agent()
+    async def conclude(data: dict) -> dict:
+        summary = await nestegg.call(ask, "all")
+        if stall:
+            await asyncio.sleep(3600)
+        return {**data, "summary": summary}
+
+    return clutch
+
+
+def _gated_child(url: str, run_id: str, gate: Path, start: str) -> subprocess.Popen[bytes]:
+    """A process running (``start`` = ``run``) or resuming from checkpoint ``start`` the
+    run ``run_id`` of :func:`gated_clutch`, stalling in its third step."""
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, KILL_ENV)}
+    return subprocess.Popen(
+        [sys.executable, "-c", GATED_CHILD, url, run_id, str(gate), start], cwd=ROOT, env=env
+    )
+
+
+async def _has_called(store: CheckpointStorage, run_id: str, step: int) -> bool:
+    """Whether step ``step`` of the run has journaled a call (read once the steps before
+    it are committed: the run is whole in the store)."""
+    run = await store.get_run(run_id)
+    return (
+        run is not None
+        and run.step_seq >= step - 1
+        and bool(await store.read_journal(run_id, step))
+    )
+
+
+async def _kill(child: subprocess.Popen[bytes]) -> None:
+    child.kill()
+    assert await asyncio.to_thread(child.wait, TIMEOUT) == -signal.SIGKILL
+
+
+async def _read_calls(
+    process: asyncio.subprocess.Process, rows: list[dict[str, Any]], calls: int
+) -> None:
+    """Read the JSON lines the process prints into ``rows`` until they hold ``calls``
+    ``call_journaled`` lines."""
+    assert process.stdout is not None
+    while len(_calls(rows)) < calls:
+        line = await asyncio.wait_for(process.stdout.readline(), TIMEOUT)
+        assert line, "the command ended first"
+        rows.append(orjson.loads(line))
+
+
+async def test_follow_prints_the_calls_made_again_after_a_resume_from_an_older_checkpoint(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    gate = tmp_path / "gate"
+    store = open_store(any_url)
+    await store.setup()  # before the child starts: not two processes creating the schema
+    followers: list[asyncio.subprocess.Process] = []
+    children = [_gated_child(any_url, run_id, gate, "run")]
+    seen: list[list[dict[str, Any]]] = [[], []]  # by the followers started in steps 2 and 3
+    try:
+        while not await _has_called(store, run_id, 2):
+            await asyncio.sleep(0.05)
+        followers.append(await _follow_events(tmp_path, any_url, run_id))
+        await _read_calls(followers[0], seen[0], 1)
+        gate.touch()
+        await _read_calls(followers[0], seen[0], 2)  # step 3's call: it stalls after it
+        followers.append(await _follow_events(tmp_path, any_url, run_id))
+        await _read_calls(followers[1], seen[1], 1)
+        await _kill(children[0])
+        after_step_1 = [c for c in await store.list_checkpoints(run_id) if c.seq == 1]
+        children.append(_gated_child(any_url, run_id, gate, after_step_1[0].checkpoint_id))
+        await _read_calls(followers[0], seen[0], 4)  # steps 2 and 3 called again
+        await _read_calls(followers[1], seen[1], 3)
+        await _kill(children[1])
+        clutch = gated_clutch(store, gate, stall=False)
+        assert (await clutch.resume_latest(run_id))["summary"] == "about all"  # replays step 3
+        for follower, rows in zip(followers, seen, strict=True):
+            rows += await _lines_to_the_end(follower)
+    finally:
+        gate.touch()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                await asyncio.to_thread(child.wait, TIMEOUT)
+        for follower in followers:
+            if follower.returncode is None:
+                follower.kill()
+                await follower.wait()
+        await store.close()
+    # Each follower prints a call made again after the resume from step 1's checkpoint
+    # (the first: the ones it had printed; the second: also step 2's, committed before it
+    # began), and not the call step 3 replays from the journal after the last resume.
+    assert _calls(seen[0]) == [(2, 0), (3, 0), (2, 0), (3, 0)]
+    assert _calls(seen[1]) == [(3, 0), (2, 0), (3, 0)]
+    for rows in seen:
+        resumed = _where(rows, "run_resumed")
+        calls = [i for i, row in enumerate(rows) if row["kind"] == "call_journaled"]
+        again = calls[-2:]
+        assert resumed < again[0] and rows[again[0]]["data"]["seq"] == 2
+        completed = [i for i, r in enumerate(rows) if r["kind"] == "step_completed" and i > resumed]
+        assert again[0] < completed[0] < again[1] < completed[1]  # each before its step ends
+        assert rows[-1]["kind"] == "run_completed"
+    step_2 = [r["at"] for r in seen[0] if r["kind"] == "call_journaled" and r["data"]["seq"] == 2]
+    assert step_2[0] != step_2[1]  # the second is another call: made again
