@@ -1,14 +1,17 @@
 """What starting, resuming or forking a run meets in the store: an id that exists, a run or
 checkpoint of another pipeline, a checkpoint that continues with an agent the pipeline no
-longer has, a fork that lost its start; the errors say what to do."""
+longer has, a fork that lost its start; the errors say what to do. Each is checked before
+anything is written; the inspector's resume and fork offers call the same checks."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.codec import unseal_value
+from nestegg.checkpoint.loader import load_latest
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
-from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
 from nestegg.constants import COMPLETED, RUNNING
 from nestegg.errors import (
@@ -132,3 +135,19 @@ def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
         f"{run.parent_checkpoint!r} and has no valid checkpoint to start from ({why}): "
         f"delete_run({run.run_id!r}) and fork again"
     )
+
+
+async def resume_point(
+    store: CheckpointStorage, run: RunRecord
+) -> tuple[CheckpointState, list[CheckpointRecord]]:
+    """Where a resume of ``run`` continues: its newest valid state and the checkpoints it
+    keeps (:func:`~nestegg.checkpoint.loader.load_latest`).
+
+    Raises:
+        CheckpointCorruptedError: ``run`` is a fork without a valid checkpoint (it has no
+            input to fall back to), or even its input is damaged.
+    """
+    state, checkpoints = await load_latest(store, run)
+    if state.checkpoint is None and run.parent_run is not None:
+        raise fork_without_start(run)
+    return state, checkpoints

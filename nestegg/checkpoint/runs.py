@@ -13,15 +13,15 @@ from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import (
     check_pipeline,
     existing_run,
-    fork_without_start,
     restored_cursor,
+    resume_point,
 )
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.event_log import read_events
 from nestegg.checkpoint.formats import NO_METADATA, Snapshot
-from nestegg.checkpoint.loader import load_latest, load_state
+from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import (
     active_runs,
     current_owner,
@@ -293,9 +293,7 @@ class CheckpointedRuns:
             CheckpointCorruptedError: a fork without a valid checkpoint.
             IncompatibleCheckpointError: an agent the state continues with is gone.
         """
-        state, checkpoints = await load_latest(self.store, run)
-        if state.checkpoint is None and run.parent_run is not None:
-            raise fork_without_start(run)
+        state, checkpoints = await resume_point(self.store, run)
         start = self.prepare(run, state, listeners)
         return start, [c.checkpoint_id for c in checkpoints], state
 
@@ -322,9 +320,7 @@ class CheckpointedRuns:
             return run_result(run)
         self._check_not_owned(run)
         await self._check_resumable(run)
-        state, checkpoints = await load_latest(self.store, run)
-        if state.checkpoint is None and run.parent_run is not None:
-            raise fork_without_start(run)
+        state, checkpoints = await resume_point(self.store, run)
         kept = [c.checkpoint_id for c in checkpoints]
         try:
             return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
