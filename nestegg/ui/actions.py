@@ -104,13 +104,14 @@ async def stop_background(app: Starlette) -> None:
 @takes()
 async def resume(request: Request) -> JSONResponse:
     """Resume a run with the Clutch, in the background: 202 once started, after the
-    checks of :func:`~nestegg.ui.resumes.resume_refusal` (a refusal is 400 or 409; the
-    run's own errors show on its page)."""
+    checks of :func:`~nestegg.ui.resumes.resume_refusal`, which are all that
+    ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
+    for a run with no valid state; the run's own errors show on its page)."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     run = await get_run(store_of(request), request.path_params["run_id"])
     clutch: Clutch = request.app.state.settings.clutch
-    refused = await resume_refusal(store_of(request), clutch.name, run, now_of(request))
+    refused = await resume_refusal(store_of(request), clutch, run, now_of(request))
     if refused is not None:
         raise refused
     _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")

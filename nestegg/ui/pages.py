@@ -46,14 +46,8 @@ def _flags(request: Request) -> dict[str, Any]:
     }
 
 
-def _resumer(request: Request) -> str | None:
-    """The pipeline whose runs the page offers to resume (None: it offers none)."""
-    settings = request.app.state.settings
-    return settings.clutch.name if _flags(request)["can_run"] else None
-
-
-def _forker(request: Request) -> Clutch | None:
-    """The Clutch whose forks the page offers (None: it offers none)."""
+def _runner(request: Request) -> Clutch | None:
+    """The Clutch whose resumes and forks the page offers (None: it offers none)."""
     clutch: Clutch | None = request.app.state.settings.clutch
     return clutch if _flags(request)["can_run"] else None
 
@@ -174,7 +168,7 @@ async def run_page(request: Request) -> HTMLResponse:
         request.path_params["run_id"],
         int_param(request, "before", least=1),
         now_of(request),
-        resumer=_resumer(request),
+        resumer=_runner(request),
     )
     relatives = await queries.family(store, details["run"])
     return _render(
@@ -198,7 +192,7 @@ async def run_live(request: Request) -> JSONResponse:
         request.path_params["run_id"],
         None,
         now_of(request),
-        resumer=_resumer(request),
+        resumer=_runner(request),
     )
     bars = [[s["seq"], s["bar"]] for s in details["steps"]]
     shown = queries.range_text(details)
@@ -242,7 +236,7 @@ async def state_page(request: Request) -> HTMLResponse:
     """The state a checkpoint restores, as a tree (``?path=`` shows a part of it), and the
     fork form the app's Clutch offers from it."""
     checkpoint_id = request.path_params["checkpoint_id"]
-    loaded = await queries.state_of(store_of(request), checkpoint_id, forker=_forker(request))
+    loaded = await queries.state_of(store_of(request), checkpoint_id, forker=_runner(request))
     state = loaded["state"]
     path = request.query_params.get("path") or ""
     return _render(

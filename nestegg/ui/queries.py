@@ -182,11 +182,11 @@ async def run_window(
     before: int | None,
     now: float,
     size: int = STEP_WINDOW,
-    resumer: str | None = None,
+    resumer: Clutch | None = None,
 ) -> dict[str, Any]:
     """A run's page: summary, input, result or error, and the steps ``before - size <= seq
     < before`` (the newest when None) with their checkpoints and incidents; with
-    ``resumer`` (the pipeline of the Clutch that resumes runs), its resume button
+    ``resumer`` (the Clutch that resumes runs), its resume button
     (:func:`~nestegg.ui.resumes.resume_offer`)."""
     run = await reading.get_run(store, run_id)
     high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))

@@ -106,12 +106,13 @@ async def start_waiting(store: CheckpointStorage, run_id: str, *, nap: bool) -> 
     raise AssertionError(f"run {run_id!r} did not wait")
 
 
-def without_enrich(store: CheckpointStorage) -> Clutch:
+def without_enrich(store: CheckpointStorage, order: list[str] | None = None) -> Clutch:
     """The command tests' pipeline ``cli-test`` (tests/cli/pipeline_app.py) after its agent
     ``enrich`` was taken out: a checkpoint of it that continues with ``enrich`` cannot be
-    continued by this one."""
+    continued by this one. With an ``order=`` that still names ``enrich``, its definition
+    does not hold (``Clutch.validate`` fails)."""
     config = CheckpointConfig(storage=store, policy=POLICY)
-    clutch = Clutch(PIPELINE, strategy=Strategy.SEQUENTIAL, checkpoint=config)
+    clutch = Clutch(PIPELINE, strategy=Strategy.SEQUENTIAL, order=order, checkpoint=config)
 
     @clutch.agent()
     async def fetch(data: dict[str, Any]) -> dict[str, Any]:

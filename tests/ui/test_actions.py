@@ -4,6 +4,7 @@ done with them; nothing changes when refused."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import re
 import time
@@ -230,6 +231,105 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
         started: Any = ui.write("POST", "/api/runs/signal/resume")
         assert started.status_code == 202
         _wait_for(ui, "signal", "completed")
+    asyncio.run(store.close())
+
+
+LOST_ENRICH = (
+    "the checkpoint continues with agent 'enrich' (position 1 of the order), which this "
+    "pipeline no longer has"
+)
+
+
+def _broke_in_enrich(store: CheckpointStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run ``broke`` of ``cli-test`` that failed in ``enrich``: its newest checkpoint
+    continues with ``enrich``."""
+    monkeypatch.setenv(FAIL_ENV, "1")
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    with pytest.raises(RuntimeError, match="enrich broke"):
+        asyncio.run(clutch.run({"name": "broke"}, run_id="broke"))
+    monkeypatch.delenv(FAIL_ENV)
+
+
+async def _broke_in_report(store: CheckpointStorage) -> None:
+    """A run ``late`` of ``cli-test`` that failed in ``report``: a fork of a completed run
+    after ``enrich``, on data ``report`` cannot take; its newest checkpoint continues with
+    ``report``."""
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    await clutch.run({"name": "full"}, run_id="full")
+    after_enrich = (await clutch.list_checkpoints("full"))[1].checkpoint_id
+    with pytest.raises(TypeError):
+        await clutch.fork(after_enrich, "a string", run_id="late")
+
+
+def _refused_and_untouched(ui: Ui, run_id: str, status: int, why: str) -> None:
+    """The run page and its live summary show ``run_id``'s resume button disabled with
+    ``why``; the endpoint refuses it with ``status`` and ``why``, and starts nothing."""
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    before = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+    assert resume_button(ui.client.get(f"/runs/{run_id}").text) == why
+    assert resume_button(ui.client.get(f"/runs/{run_id}/live").json()["summary"]) == why
+    refused: Any = ui.write("POST", f"/api/runs/{run_id}/resume")
+    assert (refused.status_code, refused.json()) == (status, {"error": why})
+    assert _untouched(ui, run_id, before)
+
+
+def test_resume_of_a_run_that_continues_with_a_lost_agent_is_refused_and_not_offered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    _broke_in_enrich(store, monkeypatch)
+    asyncio.run(_broke_in_report(store))
+    settings = UISettings(store=store, clutch=without_enrich(store), allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        _refused_and_untouched(ui, "broke", 409, LOST_ENRICH)
+        # A run that continues with an agent the Clutch still has is offered.
+        assert resume_button(client.get("/runs/late").text) == "resumes"
+    asyncio.run(store.close())
+
+
+def test_resume_by_a_clutch_whose_definition_does_not_hold_is_refused_and_not_offered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    _broke_in_enrich(store, monkeypatch)
+    asyncio.run(_broke_in_report(store))
+    clutch = without_enrich(store, order=["fetch", "enrich", "report"])
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        why = (
+            "order= names agent 'enrich', which is not registered on Clutch 'cli-test' "
+            "(known: ['fetch', 'report'])"
+        )
+        for run_id in ("broke", "late"):  # whatever agent it continues with
+            _refused_and_untouched(ui, run_id, 400, why)
+    asyncio.run(store.close())
+
+
+def test_resume_of_a_fork_without_a_valid_checkpoint_is_refused_and_not_offered(
+    tmp_path: Path,
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    asyncio.run(_broke_in_report(store))
+    late = asyncio.run(store.get_run("late"))
+    assert late is not None and late.parent_checkpoint is not None
+    # What a process killed between a fork's two writes leaves: the run, no checkpoint.
+    torn = dataclasses.replace(
+        late, run_id="torn", status="running", owner=None, lease_until=None, error=None,
+        step_seq=0, event_seq=0,
+    )  # fmt: skip
+    asyncio.run(store.create_run(torn))
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        why = (
+            f"run 'torn' is a fork of run 'full' at checkpoint '{late.parent_checkpoint}' "
+            "and has no valid checkpoint to start from (its writing stopped before its first "
+            "checkpoint was stored): delete_run('torn') and fork again"
+        )
+        _refused_and_untouched(ui, "torn", 500, why)
     asyncio.run(store.close())
 
 
