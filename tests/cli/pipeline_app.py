@@ -3,7 +3,8 @@
 ``enrich`` fails while the environment variable CLI_TEST_FAIL is ``1``; with
 CLI_TEST_KILL=1 it kills its own process (SIGKILL) instead, leaving the run interrupted.
 ``pipeline`` uses whatever store the command selects; ``own_store_pipeline`` names its own
-file store (CLI_TEST_OWN_STORE, a directory).
+file store (CLI_TEST_OWN_STORE, a directory); ``without_enrich`` builds it with ``enrich``
+taken out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import nestegg
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+from nestegg.checkpoint.stores.base import CheckpointStorage
 
 FAIL_ENV = "CLI_TEST_FAIL"
 KILL_ENV = "CLI_TEST_KILL"
@@ -54,6 +56,25 @@ def build(name: str, config: CheckpointConfig) -> Clutch:
 
 
 pipeline = build(PIPELINE, CheckpointConfig(policy=POLICY))
+
+
+def without_enrich(store: CheckpointStorage | None, order: list[str] | None = None) -> Clutch:
+    """The pipeline ``cli-test`` after its agent ``enrich`` was taken out (``store``:
+    None for the command's): a checkpoint that continues with ``enrich`` cannot be
+    continued by it. With an ``order=`` that still names ``enrich``, its definition does
+    not hold (``Clutch.validate`` fails)."""
+    config = CheckpointConfig(storage=store, policy=POLICY)
+    clutch = Clutch(PIPELINE, strategy=Strategy.SEQUENTIAL, order=order, checkpoint=config)
+
+    @clutch.agent()
+    async def fetch(data: dict) -> dict:
+        return {**data, "page": f"page of {data['name']}"}
+
+    @clutch.agent()
+    async def report(data: dict) -> dict:
+        return {**data, "report": f"{data['name']}: reported"}
+
+    return clutch
 
 
 def _own_store_pipeline() -> Clutch:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
+from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli import pipeline_app
 from tests.cli.conftest import Cli, Filled, fill, json_of
-from tests.cli.pipeline_app import OWN_STORE_ENV, POLICY, build
+from tests.cli.pipeline_app import OWN_STORE_ENV, POLICY, build, without_enrich
 
 APP = "tests.cli.pipeline_app:pipeline"
 
@@ -89,6 +91,45 @@ def test_resume_a_run_of_another_pipeline(
     result = cli("resume", filled.bad, "--app", "tests.cli.pipeline_app:other", "-s", filled.url)
     assert result.exit_code == EXIT_USAGE
     assert "belongs to pipeline 'cli-test', not 'other'" in result.stderr
+
+
+async def _stored(url: str, run_ids: tuple[str, ...]) -> list[Any]:
+    """The runs' records, events and checkpoints as stored."""
+    store = open_store(url)
+    try:
+        return [
+            (await store.get_run(r), await store.read_events(r, 0), await store.list_checkpoints(r))
+            for r in run_ids
+        ]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("order", "code", "message"),
+    [
+        (None, EXIT_FAILED, "the checkpoint continues with agent 'enrich' (position 1 of the "
+                            "order), which this pipeline no longer has"),
+        (["fetch", "enrich", "report"], EXIT_USAGE, "order= names agent 'enrich', which is "
+                                                    "not registered on Clutch 'cli-test' "
+                                                    "(known: ['fetch', 'report'])"),
+    ],
+)  # fmt: skip
+def test_resume_by_an_app_that_lost_the_next_agent_fails_first_and_stores_nothing(
+    cli: Cli,
+    filled: Filled,
+    monkeypatch: pytest.MonkeyPatch,
+    order: list[str] | None,
+    code: int,
+    message: str,
+) -> None:
+    monkeypatch.setattr(pipeline_app, "changed", without_enrich(None, order), raising=False)
+    runs = (filled.bad, filled.gone)  # failed in enrich; interrupted in it (a resume claims it)
+    before = asyncio.run(_stored(filled.url, runs))
+    for run_id in runs:
+        result = cli("resume", run_id, "--app", "tests.cli.pipeline_app:changed", "-s", filled.url)
+        assert (result.exit_code, result.stderr) == (code, f"error: {message}\n")
+    assert asyncio.run(_stored(filled.url, runs)) == before
 
 
 def test_recover_resumes_the_interrupted_runs(cli: Cli, filled_any: Filled) -> None:

@@ -1,5 +1,5 @@
-"""Pipelines the ui tests run: a long one, one with hostile names, a slow live one, one
-that waits, and the command's test pipeline with an agent taken out."""
+"""Pipelines the ui tests run: a long one, one with hostile names, a slow live one, and one
+that waits."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import RunWaiting
-from tests.cli.pipeline_app import PIPELINE, POLICY
 
 HOSTILE_RUN_ID = "<img src=x onerror=alert(1)>"
 HOSTILE_AGENT = "<script>alert(1)<x>"
@@ -104,22 +103,3 @@ async def start_waiting(store: CheckpointStorage, run_id: str, *, nap: bool) -> 
     except RunWaiting:
         return
     raise AssertionError(f"run {run_id!r} did not wait")
-
-
-def without_enrich(store: CheckpointStorage, order: list[str] | None = None) -> Clutch:
-    """The command tests' pipeline ``cli-test`` (tests/cli/pipeline_app.py) after its agent
-    ``enrich`` was taken out: a checkpoint of it that continues with ``enrich`` cannot be
-    continued by this one. With an ``order=`` that still names ``enrich``, its definition
-    does not hold (``Clutch.validate`` fails)."""
-    config = CheckpointConfig(storage=store, policy=POLICY)
-    clutch = Clutch(PIPELINE, strategy=Strategy.SEQUENTIAL, order=order, checkpoint=config)
-
-    @clutch.agent()
-    async def fetch(data: dict[str, Any]) -> dict[str, Any]:
-        return {**data, "page": f"page of {data['name']}"}
-
-    @clutch.agent()
-    async def report(data: dict[str, Any]) -> dict[str, Any]:
-        return {**data, "report": f"{data['name']}: reported"}
-
-    return clutch

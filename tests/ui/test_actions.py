@@ -21,9 +21,9 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.ui import UISettings
 from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import Filled
-from tests.cli.pipeline_app import FAIL_ENV, POLICY, build
+from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
-from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline, without_enrich
+from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
 WAIT_SECONDS = 20
 
