@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from nestegg.checkpoint.stores.group import WAKE_PER_TURN, GroupCalls
@@ -129,3 +129,47 @@ async def test_the_callers_of_a_big_batch_go_on_a_few_per_turn_of_the_loop_oldes
     per_turn = Counter(at for _, at in woken)
     assert list(per_turn.values()) == [WAKE_PER_TURN, WAKE_PER_TURN, 5]
     assert await first == "A:1"
+
+
+async def test_drain_returns_once_every_caller_of_a_written_batch_is_told() -> None:
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of)
+    first = asyncio.create_task(group.call("a:1"))
+    await settle()
+    items = [f"r{n}:1" for n in range(10 * WAKE_PER_TURN)]
+    tasks = [asyncio.create_task(group.call(item)) for item in items]
+    await settle()
+    calls.let_go("a:1")
+    await settle()
+    assert calls.sent[1] == items  # the batch is under way
+    calls.let_go(items[0])
+    await group.drain()
+    assert group._to_wake == deque()  # nobody left to tell: the store may close now
+    assert [await t for t in (first, *tasks)] == ["A:1", *(item.upper() for item in items)]
+
+
+def test_a_group_used_by_a_loop_that_ended_mid_telling_serves_the_next_loop() -> None:
+    """asyncio.run after asyncio.run on one store: the first loop ends while a batch's
+    callers are still being told; the calls of the second must not wait for them."""
+    calls = Calls()
+    group = GroupCalls(calls.one, calls.many, run_of)
+
+    async def first_loop() -> None:
+        alone = asyncio.create_task(group.call("a:1"))
+        await settle()
+        many = range(40 * WAKE_PER_TURN)  # more than asyncio.run's clean-up tells
+        batched = [asyncio.create_task(group.call(f"r{n}:1")) for n in many]
+        await settle()
+        calls.let_go("a:1")
+        calls.let_go("r0:1")
+        await alone  # returns while most callers of the batch are still to be told
+        assert not all(task.done() for task in batched)
+
+    async def second_loop() -> list[str]:
+        for item in ("b:1", "c:1", "d:1"):
+            calls.let_go(item)
+        waiting = [group.call(item) for item in ("b:1", "c:1", "d:1")]
+        return await asyncio.wait_for(asyncio.gather(*waiting), 5)
+
+    asyncio.run(first_loop())
+    assert asyncio.run(second_loop()) == ["B:1", "C:1", "D:1"]

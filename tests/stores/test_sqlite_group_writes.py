@@ -323,3 +323,39 @@ async def test_runs_created_and_read_at_once_go_to_the_worker_together_not_one_b
     assert calls.count("_create_run") == 1 and calls.count("create_together") == 1
     assert calls.count("_get_run") == 1 and calls.count("_get_runs") == 1
     await store.close()
+
+
+async def test_a_bad_run_or_id_among_runs_created_or_read_at_once_fails_alone(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    await store.setup()
+    runs = [make_run(f"good-{i}") for i in range(4)]
+    bad = make_run("bad", pipeline="p\udc80")  # not UTF-8: SQLite cannot take it
+    created = await asyncio.gather(
+        *(store.create_run(r) for r in [runs[0], runs[1], bad, runs[2], runs[3]]),
+        return_exceptions=True,
+    )
+    assert [c is None for c in created] == [True, True, False, True, True]
+    assert isinstance(created[2], UnicodeEncodeError)
+    ids = [runs[0].run_id, runs[1].run_id, "bad\ud800", runs[2].run_id, "ghost"]
+    read = await asyncio.gather(*(store.get_run(i) for i in ids), return_exceptions=True)
+    assert read[:2] == runs[:2] and read[3] == runs[2] and read[4] is None
+    assert isinstance(read[2], UnicodeEncodeError)
+    assert await store.get_run("bad") is None
+    await store.close()
+
+
+async def test_runs_created_and_read_at_once_where_sqlite_allows_few_parameters(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    await store.setup()
+    await store.get_run("warm-up")  # the connection is open now
+    conn = store._connection._conn
+    assert conn is not None
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 100)
+    runs = [make_run(f"few-{i:03d}") for i in range(300)]
+    assert await asyncio.gather(*(store.create_run(r) for r in runs)) == [None] * 300
+    assert await asyncio.gather(*(store.get_run(r.run_id) for r in runs)) == runs
+    await store.close()

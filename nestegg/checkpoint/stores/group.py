@@ -100,15 +100,33 @@ class GroupCalls(Generic[T, R]):
         self._kick_due = False
         self._to_wake: deque[tuple[asyncio.Future[R], R | BaseException]] = deque()
         self._wake_due = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the callbacks due run
+
+    def _this_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop. A store used by a loop that ended (``asyncio.run`` after
+        ``asyncio.run``) forgets that loop's callbacks due, its calls under way and its
+        callers, whose futures can no longer be told: else the calls of the next loop
+        would wait for them."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop = loop
+            self._kick_due = self._wake_due = False
+            self._in_flight = 0
+            self._flying.clear()
+            self._flushing.clear()
+            self._this_turn.clear()
+            self._queue = [call for call in self._queue if call[1].get_loop() is loop]
+            self._to_wake = deque(w for w in self._to_wake if w[0].get_loop() is loop)
+        return loop
 
     async def call(self, item: T) -> R:
         """Make the call for ``item``; return its result once made, raise its own error."""
         key = self._key(item)
+        loop = self._this_loop()
         if self._in_flight or self._queue or (self._this_turn and key not in self._this_turn):
             # Another call is under way or waits, or another caller's call was made alone
             # in this same turn of the loop (a write that did not wait, as SQLite's):
             # batched, sent at the end of this turn if a batch may start then.
-            loop = asyncio.get_running_loop()
             future: asyncio.Future[R] = loop.create_future()
             self._queue.append((item, future))
             if not self._kick_due and self._in_flight < self._max_in_flight:
@@ -116,7 +134,7 @@ class GroupCalls(Generic[T, R]):
                 loop.call_soon(self._kick)
             return await future
         if not self._this_turn:
-            asyncio.get_running_loop().call_soon(self._end_turn)
+            loop.call_soon(self._end_turn)
         self._this_turn.add(key)
         self._in_flight += 1
         self._flying.add(key)
@@ -179,17 +197,19 @@ class GroupCalls(Generic[T, R]):
         self._flying -= keys
         self._settled(batch)
         self._next()
+        self._this_loop()
         self._to_wake.extend(zip([f for _, f in batch], outcomes, strict=True))
+        if stopped is not None:  # the loop is being stopped: every caller is told now
+            self._wake(len(self._to_wake))
+            raise stopped
         if not self._wake_due:
             self._wake()
-        if stopped is not None:
-            raise stopped
 
-    def _wake(self) -> None:
-        """Tell at most ``WAKE_PER_TURN`` callers their outcomes; the rest in the next turn."""
+    def _wake(self, most: int = WAKE_PER_TURN) -> None:
+        """Tell at most ``most`` callers their outcomes; the rest in the next turn."""
         self._wake_due = False
         to_wake = self._to_wake
-        for _ in range(min(len(to_wake), WAKE_PER_TURN)):
+        for _ in range(min(len(to_wake), most)):
             future, outcome = to_wake.popleft()
             if future.cancelled():
                 continue
@@ -205,11 +225,12 @@ class GroupCalls(Generic[T, R]):
         """The outcomes of ``batch`` are known (before its callers are told)."""
 
     async def drain(self) -> None:
-        """Wait for the calls waiting and the batches under way (before a store closes)."""
-        while self._flushing or self._queue:
+        """Wait for the calls waiting, the batches under way and the telling of their
+        callers (before a store closes)."""
+        while self._flushing or self._queue or self._to_wake:
             if self._flushing:
                 await asyncio.gather(*self._flushing, return_exceptions=True)
-            elif self._kick_due:  # a batch starts at the end of this turn
+            elif self._kick_due or self._to_wake:  # at the end of this turn
                 await asyncio.sleep(0)
             else:  # the calls wait for a call made alone: its end starts their batch
                 await asyncio.sleep(_DRAIN_POLL)
@@ -285,6 +306,7 @@ async def outcome_of(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseExcep
 
 __all__ = [
     "MAX_BATCH",
+    "WAKE_PER_TURN",
     "GroupCalls",
     "GroupCommitter",
     "Outcome",

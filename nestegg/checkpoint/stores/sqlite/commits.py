@@ -4,7 +4,8 @@ A commit alone (:func:`commit_alone`) is one transaction whose fenced update of 
 row doubles as the fence check. A group commit's batch (:func:`commit_batch`) writes the
 commits that can go together in a few multi-row statements
 (:mod:`~nestegg.checkpoint.stores.sqlite.group_writes`) and the others one by one, each in
-a savepoint of its own, so that a commit whose fence moved on fails alone.
+a savepoint of its own, so that a commit whose fence moved on fails alone; a batch whose
+commits all go together, in a transaction of its own, needs no savepoint.
 :func:`write_size` tells the store where a commit may run (the loop thread or the worker).
 """
 
@@ -27,7 +28,7 @@ from nestegg.checkpoint.stores.sqlite.blocks import (
     pack_completed_blocks,
     truncate_steps,
 )
-from nestegg.checkpoint.stores.sqlite.errors import storage_error
+from nestegg.checkpoint.stores.sqlite.errors import is_busy, storage_error
 from nestegg.checkpoint.stores.sqlite.events import pack_events
 from nestegg.checkpoint.stores.sqlite.group_writes import (
     Unmatched,
@@ -38,7 +39,6 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
     DELETE_CHECKPOINT,
     DELETE_JOURNAL_AFTER,
-    IDS_PER_QUERY,
     INSERT_CHECKPOINT,
     INSERT_EVENT_BATCH,
     INSERT_JOURNAL,
@@ -47,6 +47,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     MAX_SEQ,
     RUNS,
     SEQ_SPAN,
+    ids_per_query,
     marks,
     update_run,
     write_transaction,
@@ -78,19 +79,25 @@ def commit_batch(
     """Commits of many runs in one transaction, each fenced on its own: most in a few
     statements (see group_writes), the others commit by commit.
 
-    When all of them may go together (the usual batch), the transaction holds only their
-    statements: no savepoint, two statements fewer, each of which, on the worker thread,
-    waits to take the GIL back from the busy loop. If one run's row does not match, that
-    transaction is undone whole and the batch is written again commit by commit."""
+    When all of them may go together (the usual batch on the worker thread, which begins
+    its own transaction), the transaction holds only their statements: no savepoint, two
+    statements fewer, each of which, on the worker thread, waits to take the GIL back from
+    the busy loop. If one run's row does not match, that transaction is undone whole and
+    the batch is written again commit by commit (a lock held elsewhere is no such case: its
+    error is the batch's, as the busy timeout has been waited for already)."""
     changes = [change_set(commit) for commit in commits]
     chosen = writable_together(changes)
-    if len(chosen) == len(commits) > 1:
+    if len(chosen) == len(commits) > 1 and not conn.in_transaction:
         try:
             with write_transaction(conn):
                 write_together(conn, changes)
             return [None] * len(commits)
-        except (Unmatched, NestEggError, sqlite3.Error):
+        except sqlite3.Error as exc:
+            if is_busy(exc):
+                raise
             chosen = []  # undone: each commit on its own below tells its outcome
+        except (Unmatched, NestEggError):
+            chosen = []
     outcomes: list[Outcome] = [None] * len(commits)
     with write_transaction(conn):
         written = _written_together(conn, changes, chosen)
@@ -149,8 +156,9 @@ def _keys_and_fences(conn: sqlite3.Connection, run_ids: set[str]) -> dict[str, t
     """``run_id -> (run_key, fence)`` of those of ``run_ids`` that exist."""
     found: dict[str, tuple[int, int]] = {}
     ids = list(run_ids)
-    for start in range(0, len(ids), IDS_PER_QUERY):
-        chunk = ids[start : start + IDS_PER_QUERY]
+    most = ids_per_query(conn)
+    for start in range(0, len(ids), most):
+        chunk = ids[start : start + most]
         query = f"SELECT run_id, run_key, fence FROM {RUNS} WHERE run_id IN ({marks(len(chunk))})"
         for run_id, key, fence in conn.execute(query, chunk):
             found[run_id] = (int(key), int(fence))

@@ -1,5 +1,6 @@
 """A group commit of many runs written in a few statements: each table's rows of all the
-commits in one multi-row statement.
+commits in one multi-row statement (and the runs started at once created so:
+:func:`create_together`).
 
 A batch of a group commit runs on the store's worker thread while the event loop goes on
 with the other runs. Every statement there lets go of the GIL while SQLite works and then
@@ -37,12 +38,12 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
     GROUP_EVENT_BATCHES,
     GROUP_STEPS,
-    IDS_PER_QUERY,
     JOURNAL,
     MAX_SEQ,
     RUN_COLUMNS,
     RUNS,
     SEQ_SPAN,
+    ids_per_query,
     marks,
     write_transaction,
 )
@@ -95,7 +96,7 @@ def _writable(change: ChangeSet) -> bool:
 
 
 def write_together(conn: sqlite3.Connection, changes: Sequence[ChangeSet]) -> None:
-    """Write ``changes`` inside the caller's transaction (and savepoint).
+    """Write ``changes`` inside the caller's transaction.
 
     Raises:
         Unmatched: a run's row did not match; the caller undoes what was written.
@@ -133,7 +134,7 @@ def create_together(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -
     ids = list(dict.fromkeys(row[0] for row in rows))
     with write_transaction(conn):
         stored: set[str] = set()
-        for chunk in _chunks(ids, IDS_PER_QUERY):
+        for chunk in _chunks(ids, ids_per_query(conn)):
             query = f"SELECT run_id FROM {RUNS} WHERE run_id IN ({marks(len(chunk))})"
             stored.update(run_id for (run_id,) in conn.execute(query, chunk))
         new: dict[str, tuple[Any, ...]] = {}

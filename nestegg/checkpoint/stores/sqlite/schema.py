@@ -196,6 +196,14 @@ OWNER_AT = RUN_FIELDS.index("owner")
 SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
 IDS_PER_QUERY = 500
 """Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
+
+
+def ids_per_query(conn: sqlite3.Connection) -> int:
+    """Run ids in one ``IN (...)`` on ``conn``: ``IDS_PER_QUERY``, or fewer where SQLite
+    allows fewer parameters."""
+    return max(1, min(IDS_PER_QUERY, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)))
+
+
 INSERT_RUN = (
     f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
     "ON CONFLICT (run_id) DO NOTHING"

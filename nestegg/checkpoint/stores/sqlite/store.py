@@ -46,7 +46,7 @@ from nestegg.checkpoint.stores.sqlite.blocks import (
 )
 from nestegg.checkpoint.stores.sqlite.commits import commit_alone, commit_batch, write_size
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
-from nestegg.checkpoint.stores.sqlite.errors import storage_error
+from nestegg.checkpoint.stores.sqlite.errors import is_busy, storage_error
 from nestegg.checkpoint.stores.sqlite.events import events_after
 from nestegg.checkpoint.stores.sqlite.group_writes import create_together
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
@@ -55,7 +55,6 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     CHECKPOINTS,
     CLAIM_RUN,
     CLAIM_STATE,
-    IDS_PER_QUERY,
     INSERT_RUN,
     JOURNAL,
     KEY_OF,
@@ -66,6 +65,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     SIGNALS,
     checkpoint_from_row,
     delete_runs,
+    ids_per_query,
     marks,
     migrate,
     owner_text,
@@ -210,8 +210,8 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
 
     async def close(self) -> None:
         """Close the connections and stop the threads; a later call reopens them."""
-        for group in (self._group, self._create_runs, self._get_runs):
-            await group.drain()
+        for group in (self._create_runs, self._get_runs, self._group):
+            await group.drain()  # the commits last: a run created or read goes on to one
         await self._connection.close()
 
     async def create_run(self, run: RunRecord) -> None:
@@ -225,13 +225,15 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
         """Many runs created in one transaction (thousands of runs starting at once would
         otherwise queue one by one on the worker thread, and their first commits behind
-        them); a run that fails is created again alone, so that it fails alone."""
+        them); if that fails for another reason than the store (unreachable, or locked
+        beyond the busy timeout), each run is created alone, so that a bad one fails
+        alone."""
         rows = [run_to_row(run) for run in runs]
         size = sum(len(run.input) for run in runs)
         try:
             created = await self._connection.write(create_together, rows, size=size, small=False)
-        except StorageError as error:
-            if isinstance(error, StorageUnavailableError):
+        except Exception as error:
+            if _store_failed(error):
                 raise
             return [await outcome_of(self._create_one, run) for run in runs]
         return [*created]
@@ -242,8 +244,15 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     async def _get_one(self, run_id: str) -> RunRecord | None:
         return await self._connection.call(_get_run, run_id)
 
-    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
-        return await self._connection.call(_get_runs, list(run_ids))
+    async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | BaseException | None]:
+        """Many runs read in one query; if that fails for another reason than the store,
+        each alone, so that a bad id fails alone."""
+        try:
+            return [*await self._connection.call(_get_runs, list(run_ids))]
+        except Exception as error:
+            if _store_failed(error):
+                raise
+            return [await outcome_of(self._get_one, run_id) for run_id in run_ids]
 
     async def list_runs(
         self,
@@ -410,11 +419,20 @@ def _get_run(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
 def _get_runs(conn: sqlite3.Connection, run_ids: list[str]) -> list[RunRecord | None]:
     """The runs of ``run_ids`` (None for each not stored), in their order."""
     found: dict[str, RunRecord] = {}
-    for start in range(0, len(run_ids), IDS_PER_QUERY):
-        chunk = run_ids[start : start + IDS_PER_QUERY]
+    most = ids_per_query(conn)
+    for start in range(0, len(run_ids), most):
+        chunk = run_ids[start : start + most]
         query = f"{SELECT_RUN} WHERE run_id IN ({marks(len(chunk))})"
         found.update((run.run_id, run) for run in map(run_from_row, conn.execute(query, chunk)))
     return [found.get(run_id) for run_id in run_ids]
+
+
+def _store_failed(error: Exception) -> bool:
+    """Whether ``error`` is the store's and not one call's: unreachable, or locked beyond
+    the busy timeout (calling again one by one would wait for it again)."""
+    cause = error.__cause__
+    locked = isinstance(cause, sqlite3.Error) and is_busy(cause)
+    return isinstance(error, StorageUnavailableError) or locked
 
 
 def _same(run_id: str) -> str:
