@@ -77,6 +77,8 @@ class GroupCalls(Generic[T, R]):
         in_flight: batches (or calls alone) under way at once at most: more than one for a
             store that writes on several connections, so that the calls arriving while
             one batch is written go out without waiting for it.
+        wake_per_turn: callers of written batches told their outcomes in one turn of the
+            event loop at most.
     """
 
     def __init__(
@@ -86,8 +88,10 @@ class GroupCalls(Generic[T, R]):
         key: Callable[[T], str],
         max_batch: int = MAX_BATCH,
         in_flight: int = 1,
+        wake_per_turn: int = WAKE_PER_TURN,
     ) -> None:
         self._one = one
+        self._wake_per_turn = wake_per_turn
         self._many = many
         self._key = key
         self._max_batch = max_batch
@@ -205,11 +209,12 @@ class GroupCalls(Generic[T, R]):
         if not self._wake_due:
             self._wake()
 
-    def _wake(self, most: int = WAKE_PER_TURN) -> None:
-        """Tell at most ``most`` callers their outcomes; the rest in the next turn."""
+    def _wake(self, most: int | None = None) -> None:
+        """Tell at most ``most`` callers their outcomes (``wake_per_turn`` by default);
+        the rest in the next turn."""
         self._wake_due = False
         to_wake = self._to_wake
-        for _ in range(min(len(to_wake), most)):
+        for _ in range(min(len(to_wake), most or self._wake_per_turn)):
             future, outcome = to_wake.popleft()
             if future.cancelled():
                 continue
@@ -249,6 +254,7 @@ class GroupCommitter(GroupCalls[Commit, None]):
             error it raises is every commit's.
         max_batch: commits per batch at most.
         in_flight: batches under way at once at most (a run's commits never in two).
+        wake_per_turn: runs of written batches that go on in one turn of the loop at most.
     """
 
     def __init__(
@@ -257,8 +263,9 @@ class GroupCommitter(GroupCalls[Commit, None]):
         write_many: WriteMany,
         max_batch: int = MAX_BATCH,
         in_flight: int = 1,
+        wake_per_turn: int = WAKE_PER_TURN,
     ):
-        super().__init__(write_one, write_many, _run_of, max_batch, in_flight)
+        super().__init__(write_one, write_many, _run_of, max_batch, in_flight, wake_per_turn)
         self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
 
     async def commit(self, commit: Commit) -> None:
