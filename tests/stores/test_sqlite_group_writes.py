@@ -16,7 +16,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import store as sqlite_store
 from nestegg.constants import COMPLETED, SQLITE_INLINE_BATCH_COMMITS
-from nestegg.errors import RunExistsError
+from nestegg.errors import RunExistsError, StorageError
 from nestegg.testing.builders import (
     create,
     make_checkpoint,
@@ -358,4 +358,29 @@ async def test_runs_created_and_read_at_once_where_sqlite_allows_few_parameters(
     runs = [make_run(f"few-{i:03d}") for i in range(300)]
     assert await asyncio.gather(*(store.create_run(r) for r in runs)) == [None] * 300
     assert await asyncio.gather(*(store.get_run(r.run_id) for r in runs)) == runs
+    await store.close()
+
+
+async def test_a_batch_that_finds_the_write_lock_held_fails_after_one_wait_not_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: list[tuple[int, int, list[str]]]
+) -> None:
+    """A lock held elsewhere beyond the busy timeout fails the batch: its commits are not
+    written again one by one, which would wait as long again."""
+    monkeypatch.setattr(sqlite_store, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    runs = [await create(store, run_id=f"held-{i:02d}") for i in range(RUNS)]
+    blocker = sqlite3.connect(tmp_path / "n.db", isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        outcomes = await asyncio.gather(
+            *(store.commit(_step(run, 1)) for run in runs), return_exceptions=True
+        )
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert all(isinstance(outcome, StorageError) for outcome in outcomes), outcomes
+    [(_, commits, statements)] = batches  # the first run's commit went alone
+    assert commits == RUNS - 1 and statements == ["BEGIN IMMEDIATE"]
+    for run in runs:
+        assert await store.load_steps(run.run_id) == []
     await store.close()
