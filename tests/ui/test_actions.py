@@ -4,11 +4,13 @@ done with them; nothing changes when refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import html
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -273,38 +275,42 @@ def _refused_and_untouched(ui: Ui, run_id: str, status: int, why: str) -> None:
     assert _untouched(ui, run_id, before)
 
 
-def test_resume_of_a_run_that_continues_with_a_lost_agent_is_refused_and_not_offered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def _broken_runs_ui(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **clutch_options: Any
+) -> Iterator[Ui]:
+    """The inspector, writes allowed, over a store holding run ``broke`` (failed in
+    ``enrich``) and ``late`` (failed in ``report``), with the Clutch that lost ``enrich``
+    (``clutch_options``: its other arguments)."""
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     _broke_in_enrich(store, monkeypatch)
     asyncio.run(_broke_in_report(store))
-    settings = UISettings(store=store, clutch=without_enrich(store), allow_writes=True, token=TOKEN)
+    clutch = without_enrich(store, **clutch_options)
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
     with client_for(settings) as client:
-        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+        yield Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+    asyncio.run(store.close())
+
+
+def test_resume_of_a_run_that_continues_with_a_lost_agent_is_refused_and_not_offered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _broken_runs_ui(tmp_path, monkeypatch) as ui:
         _refused_and_untouched(ui, "broke", 409, LOST_ENRICH)
         # A run that continues with an agent the Clutch still has is offered.
-        assert resume_button(client.get("/runs/late").text) == "resumes"
-    asyncio.run(store.close())
+        assert resume_button(ui.client.get("/runs/late").text) == "resumes"
 
 
 def test_resume_by_a_clutch_whose_definition_does_not_hold_is_refused_and_not_offered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
-    _broke_in_enrich(store, monkeypatch)
-    asyncio.run(_broke_in_report(store))
-    clutch = without_enrich(store, order=["fetch", "enrich", "report"])
-    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
-    with client_for(settings) as client:
-        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
+    with _broken_runs_ui(tmp_path, monkeypatch, order=["fetch", "enrich", "report"]) as ui:
         why = (
             "order= names agent 'enrich', which is not registered on Clutch 'cli-test' "
             "(known: ['fetch', 'report'])"
         )
         for run_id in ("broke", "late"):  # whatever agent it continues with
             _refused_and_untouched(ui, run_id, 400, why)
-    asyncio.run(store.close())
 
 
 def test_resume_of_a_fork_without_a_valid_checkpoint_is_refused_and_not_offered(

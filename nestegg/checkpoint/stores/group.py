@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from nestegg.checkpoint.records import Commit
+from nestegg.checkpoint.records import Commit, RunRecord
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -201,7 +201,6 @@ class GroupCalls(Generic[T, R]):
         self._flying -= keys
         self._settled(batch)
         self._next()
-        self._this_loop()
         self._to_wake.extend(zip([f for _, f in batch], outcomes, strict=True))
         if stopped is not None:  # the loop is being stopped: every caller is told now
             self._wake(len(self._to_wake))
@@ -241,8 +240,10 @@ class GroupCalls(Generic[T, R]):
                 await asyncio.sleep(_DRAIN_POLL)
 
 
-def _run_of(commit: Commit) -> str:
-    return commit.run_id
+def run_id_of(item: Commit | RunRecord) -> str:
+    """The run a commit or a run record is of: the key of a store's grouped commits and run
+    creations (a run's calls are never in two batches under way at once)."""
+    return item.run_id
 
 
 class GroupCommitter(GroupCalls[Commit, None]):
@@ -265,7 +266,7 @@ class GroupCommitter(GroupCalls[Commit, None]):
         in_flight: int = 1,
         wake_per_turn: int = WAKE_PER_TURN,
     ):
-        super().__init__(write_one, write_many, _run_of, max_batch, in_flight, wake_per_turn)
+        super().__init__(write_one, write_many, run_id_of, max_batch, in_flight, wake_per_turn)
         self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
 
     async def commit(self, commit: Commit) -> None:
@@ -319,4 +320,5 @@ __all__ = [
     "Outcome",
     "commit_latencies",
     "outcome_of",
+    "run_id_of",
 ]

@@ -30,14 +30,6 @@ from nestegg.checkpoint.stores.postgres.schema import commit_params, run_from_ro
 from nestegg.errors import StorageError, StorageUnavailableError
 
 
-def same(run_id: str) -> str:
-    return run_id
-
-
-def run_id_of(run: RunRecord) -> str:
-    return run.run_id
-
-
 def claimed_id(params: list[Any]) -> str:
     """The run id of a claim's parameters."""
     return str(params[-3])

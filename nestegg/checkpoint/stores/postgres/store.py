@@ -41,8 +41,8 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.common import run_exists, run_not_found
-from nestegg.checkpoint.stores.group import MAX_BATCH, GroupCalls, GroupCommitter
-from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id, run_id_of, same
+from nestegg.checkpoint.stores.group import MAX_BATCH, GroupCalls, GroupCommitter, run_id_of
+from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id
 from nestegg.checkpoint.stores.postgres.connection import (
     Connection,
     Cursor,
@@ -161,7 +161,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too, not one by one through the pool's few connections.
-        self._get_runs = GroupCalls(self._get_one, self._get_many, same)
+        self._get_runs = GroupCalls(self._get_one, self._get_many, str)
         self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
         self._claims = GroupCalls(self._claim_one, self._claim_many, claimed_id)
         self._exit_hook: Callable[[], None] | None = None

@@ -45,7 +45,7 @@ from nestegg.checkpoint.stores.common import (
     run_finished,
     run_not_found,
 )
-from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome
+from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, run_id_of
 from nestegg.checkpoint.stores.redis import layout as redis_layout
 from nestegg.checkpoint.stores.redis.connection import RedisConnection
 from nestegg.checkpoint.stores.redis.errors import nestegg_error
@@ -145,7 +145,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too (one pipeline), not one by one through the pool's connections.
         self._get_runs = GroupCalls(self._get_one, self._get_many, str)
-        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
         self._claims = GroupCalls(self._claim_one, self._claim_many, _claimed_id)
         self._scripts = (
             self._create_run,
@@ -416,10 +416,6 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             if await self._delete(run.run_id, condition):
                 expired.append(run.run_id)
         return expired
-
-
-def _run_id_of(run: RunRecord) -> str:
-    return run.run_id
 
 
 def _claimed_id(claim: tuple[str, list[Any]]) -> str:

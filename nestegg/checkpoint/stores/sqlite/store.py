@@ -40,7 +40,13 @@ from nestegg.checkpoint.stores.common import (
     run_exists,
     run_not_found,
 )
-from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, outcome_of
+from nestegg.checkpoint.stores.group import (
+    GroupCalls,
+    GroupCommitter,
+    Outcome,
+    outcome_of,
+    run_id_of,
+)
 from nestegg.checkpoint.stores.sqlite.blocks import (
     read_history,
 )
@@ -135,8 +141,8 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
         self._group = GroupCommitter(self._commit_one, self._commit_many)
-        self._get_runs = GroupCalls(self._get_one, self._get_many, _same)
-        self._create_runs = GroupCalls(self._create_one, self._create_many, _run_id_of)
+        self._get_runs = GroupCalls(self._get_one, self._get_many, str)
+        self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
         self._connection = SQLiteConnection(
             self._open,
             self._storage_error,
@@ -433,14 +439,6 @@ def _store_failed(error: Exception) -> bool:
     cause = error.__cause__
     locked = isinstance(cause, sqlite3.Error) and is_busy(cause)
     return isinstance(error, StorageUnavailableError) or locked
-
-
-def _same(run_id: str) -> str:
-    return run_id
-
-
-def _run_id_of(run: RunRecord) -> str:
-    return run.run_id
 
 
 def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
