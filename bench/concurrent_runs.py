@@ -7,13 +7,16 @@ before its run goes on), with N = 1, 100, 1,000 and 10,000 and M = total / N, so
 row commits the same number of steps. Per row: aggregate steps/s (all steps over the wall
 time, the creation and claim of the runs included), the process's CPU time (user + system,
 all threads) per step, which a machine shared with other work changes less than the wall
-time, p50 and p99 of one step commit, from its arrival at the store until it is written
-(durable, its outcome known: ``nestegg.checkpoint.stores.group.commit_latencies``), the
-p99 of the wait of the run itself from the commit's start until it goes on (as the
-checkpointer awaits ``store.commit``; it also waits for its turn on the event loop), the
-full collections of Python's cyclic garbage collector during the row (how many, the
-median pause and the longest: the event loop stops meanwhile), and the process's RSS at
-the end. ``uptime``'s load averages are printed with each table.
+time, p50 and p99 of one step commit (a commit that writes a step, which its run waits
+for before it goes on), from its arrival at the store until it is written (durable, its
+outcome known: ``nestegg.checkpoint.stores.group.commit_latencies``), the p99 of any
+commit (also a run's opening commit and a step's start, which a step that runs longer than
+50 ms publishes on its own while it runs), the p99 of the wait of the run itself from
+the commit's start until it goes on (as the checkpointer awaits ``store.commit``; it also
+waits for its turn on the event loop), the full collections of Python's cyclic garbage
+collector during the row (how many, the median pause and the longest: the event loop
+stops meanwhile), and the process's RSS at the end. ``uptime``'s load averages are
+printed with each table.
 
 With N runs and no wait between steps, every run spends nearly all its time waiting on
 its commit: by Little's law the wait of a run is about N / (steps/s), 100 ms for 1,000
@@ -102,6 +105,9 @@ class Row:
     cpu: float
     steps: int
     latencies: list[float]
+    """Of the step commits."""
+    any_latencies: list[float]
+    """Of all commits."""
     waits: list[float]
     rss: int
     full_collections: list[float]
@@ -279,7 +285,8 @@ async def one_row(
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
         with (
-            commit_latencies() as latencies,
+            commit_latencies(steps_only=True) as latencies,
+            commit_latencies() as any_latencies,
             full_collections() as paused,
             COLLECTOR[collector](),
             young_threshold(threshold),
@@ -294,7 +301,16 @@ async def one_row(
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if any(r["turn"] != steps for r in results):
             raise AssertionError("a run did not complete all its steps")
-        return Row(seconds, cpu, runs * steps, list(latencies), waits, rss_bytes(), paused)
+        return Row(
+            seconds,
+            cpu,
+            runs * steps,
+            list(latencies),
+            list(any_latencies),
+            waits,
+            rss_bytes(),
+            paused,
+        )
 
 
 async def idle_runs(store_name: str, runs: int) -> float:
@@ -361,8 +377,9 @@ async def main(args: argparse.Namespace) -> None:
                 "runs x steps",
                 "steps/s",
                 "CPU µs/step",
-                "p50 commit",
-                "p99 commit",
+                "p50 step commit",
+                "p99 step commit",
+                "p99 any commit",
                 "p99 run waits",
                 "full collections",
                 "RSS at end",
@@ -388,7 +405,7 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
-                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 6
+                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 7
                 )
                 progress(table.rows[-1][1])
                 continue
@@ -399,6 +416,7 @@ async def main(args: argparse.Namespace) -> None:
                     fmt_us(median([r.cpu / r.steps for r in rows])),
                     fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
                     fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
+                    fmt_ms(median([percentile(r.any_latencies, 0.99) for r in rows])),
                     fmt_ms(median([percentile(r.waits, 0.99) for r in rows])),
                     collections_text(rows),
                     f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",

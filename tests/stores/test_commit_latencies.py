@@ -30,3 +30,13 @@ async def test_every_commit_is_timed_until_written_while_measured(tmp_path: Path
     await commit(2, 0)  # no longer measured
     assert len(latencies) == 5
     await store.close()
+
+
+async def test_only_the_commits_that_write_a_step_are_timed_when_asked(tmp_path: Path) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store, run_id="r")
+    with commit_latencies(steps_only=True) as steps, commit_latencies() as every:
+        await store.commit(make_commit(run))  # a run's opening: no step
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))
+    assert (len(steps), len(every)) == (1, 2)
+    await store.close()

@@ -279,8 +279,9 @@ class GroupCommitter(GroupCalls[Commit, None]):
             await self.call(commit)
         finally:
             written = self._written.pop(id(commit), None) or time.perf_counter()
-            for latencies in _latency_lists:
-                latencies.append(written - started)
+            for latencies, steps_only in _latency_lists:
+                if commit.steps or not steps_only:
+                    latencies.append(written - started)
 
     def _settled(self, batch: list[tuple[Commit, asyncio.Future[None]]]) -> None:
         if _latency_lists:
@@ -288,20 +289,23 @@ class GroupCommitter(GroupCalls[Commit, None]):
             self._written.update((id(c), now) for c, future in batch if not future.cancelled())
 
 
-_latency_lists: list[list[float]] = []
+_latency_lists: list[tuple[list[float], bool]] = []
 
 
 @contextmanager
-def commit_latencies() -> Iterator[list[float]]:
+def commit_latencies(*, steps_only: bool = False) -> Iterator[list[float]]:
     """Collects, while open, the seconds every group-committed store commit of this process
     takes to be written: from its arrival to its outcome (its batch written), not counting
-    the wait of its run for its turn on the event loop afterwards."""
+    the wait of its run for its turn on the event loop afterwards. ``steps_only``: only the
+    commits that write a step (a step's commit, which its run waits for before it goes on),
+    not a run's opening or a step's start published while it runs."""
     latencies: list[float] = []
-    _latency_lists.append(latencies)
+    entry = (latencies, steps_only)
+    _latency_lists.append(entry)
     try:
         yield latencies
-    finally:
-        _latency_lists.remove(latencies)
+    finally:  # by identity: two measurements' lists may be equal
+        _latency_lists[:] = [other for other in _latency_lists if other is not entry]
 
 
 async def outcome_of(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseException:
