@@ -166,8 +166,8 @@ async def test_metrics_count_steps_calls_runs_and_time_commits(sdk: Sdk, tmp_pat
     assert points["nestegg.journal.calls"] == [({**calls, "nestegg.journal.replayed": False}, 3)]
     completed = {"gen_ai.workflow.name": PIPELINE, "nestegg.run.status": "completed"}
     assert points["nestegg.runs"] == [(completed, 1)]
-    # the opening commit, one per step, the final one
-    assert points["nestegg.checkpoint.commit.duration"] == [({"nestegg.store": "sqlite"}, 5)]
+    # one per step (the first with the run's opening), the final one
+    assert points["nestegg.checkpoint.commit.duration"] == [({"nestegg.store": "sqlite"}, 4)]
     assert "nestegg.runs.recovered" not in points
 
 

@@ -132,6 +132,8 @@ class Checkpointer:
         self._stopped = False
         self._start_commit: asyncio.Task[None] | None = None
         self._starts: LiveStarts | None = None
+        self._opening = False
+        """Whether the pending commit holds a fresh run's opening, not written yet."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -144,13 +146,25 @@ class Checkpointer:
         self.pending.events.append(EventRecord(self.run_id, self.event_seq, at, kind, body))
 
     async def start(
-        self, truncate_after: int | None = None, journal_after: int | None = None
+        self,
+        truncate_after: int | None = None,
+        journal_after: int | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         """Write the opening commit (queued events; on resume, the truncation, which keeps
-        the journal through step ``journal_after``) and start the heartbeat."""
+        the journal through step ``journal_after``) and start the heartbeat.
+
+        A ``fresh`` run's opening (its events only: the run is stored already) is not
+        written on its own with ``durability="sync"``: it goes with the run's first write,
+        the first step's start published while it runs, its first journaled call or its
+        first step's commit, whichever comes first. One write fewer per run started."""
         self.pending.truncate_after = truncate_after
         self.pending.journal_after = journal_after
-        await self._commit_now()
+        if fresh and truncate_after is None and self.durability == "sync":
+            self._opening = True
+        else:
+            await self._commit_now()
         self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
 
     async def _beat(self) -> None:
@@ -188,8 +202,9 @@ class Checkpointer:
     @property
     def _live(self) -> bool:
         """Whether a commit may go out during a step: in sync mode nothing else is pending
-        then, so events written now keep their order in the store."""
-        return self.durability == "sync" and not self.pending.events
+        then but a fresh run's opening, which that commit takes along, so events written
+        now keep their order in the store."""
+        return self.durability == "sync" and (self._opening or not self.pending.events)
 
     def step_started(self, seq: int, agent: str, started: float) -> None:
         """Note that step ``seq`` started. Its ``step_started`` event is committed with the
@@ -220,7 +235,7 @@ class Checkpointer:
         if self._unstarted != seq or self._stopped:
             return
         if self._start_commit is None and self._live:
-            commit = Commit(self.run_id, self.fence)
+            commit = self._side_commit()
             self._take_start(commit)
             self._start_commit = asyncio.get_running_loop().create_task(self._send(commit))
 
@@ -244,7 +259,13 @@ class Checkpointer:
             if self._start_commit is task:
                 self._start_commit = None
 
+    def _side_commit(self) -> Commit:
+        """A commit besides the step's own (a start, a journaled call): the pending one if
+        it holds a fresh run's opening, else a new one."""
+        return self._take_pending() if self._opening else Commit(self.run_id, self.fence)
+
     def _take_pending(self) -> Commit:
+        self._opening = False
         commit, self.pending = self.pending, Commit(self.run_id, self.fence)
         now = self.clock()
         commit.updated_at = now
@@ -359,11 +380,18 @@ class Checkpointer:
         """Commit a journal entry now; in sync mode with the step's start when that is not
         written yet, so that the live views show the step with its first call."""
         record = JournalRecord(self.run_id, step, position, sealed)
-        commit = Commit(self.run_id, self.fence, journal=[record])
         if self._unstarted is not None and self._live:
             await self._settle_start()
+            commit = self._side_commit()
             self._take_start(commit)
-        await self.store.commit(commit)
+        else:
+            commit = self._side_commit()
+        commit.journal.append(record)
+        try:
+            await self.store.commit(commit)
+        except BaseException:  # its events go with the step's end instead
+            self.pending.events[:0] = commit.events
+            raise
         if self._journal_step == step:
             self._journal[position] = record
 

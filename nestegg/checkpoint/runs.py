@@ -236,9 +236,9 @@ class CheckpointedRuns:
         execution driven to its end."""
         for kind, payload in events:
             recorder.event(kind, self.config.clock(), payload)
-        await recorder.start(truncate_after, replay_until)
         kinds = {kind for kind, _ in events}
         fresh = RUN_STARTED in kinds and RUN_RESUMED not in kinds
+        await recorder.start(truncate_after, replay_until, fresh=fresh)
         return await self.clutch.drive(execution, input_data, fresh=fresh)
 
     def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:

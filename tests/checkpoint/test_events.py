@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import pytest
 
+import nestegg
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointInfo, Event
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -270,3 +272,86 @@ def test_on_checkpoint_must_be_async(checkpoint_store: CheckpointStorage) -> Non
 
     with pytest.raises(ConfigurationError, match="on_checkpoint"):
         Clutch("p", checkpoint=config(checkpoint_store), on_checkpoint=not_async)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------- a fresh run's opening, not written alone
+
+
+def commits_written(store: CheckpointStorage) -> list[list[str]]:
+    """The event kinds of every commit written through ``store`` from now on, once written,
+    and ``"journal"`` for a commit that writes a journal entry."""
+    written: list[list[str]] = []
+    commit = store.commit
+
+    async def recording(change: Any) -> None:
+        await commit(change)
+        written.append([e.kind for e in change.events] + ["journal"] * bool(change.journal))
+
+    store.commit = recording  # type: ignore[method-assign]
+    return written
+
+
+async def test_a_fresh_runs_opening_goes_with_its_first_steps_commit(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    written = commits_written(checkpoint_store)
+    pipeline = Pipeline(checkpoint_store, ("a", "b"), keep_latest=None)
+    await pipeline.clutch.run(["in"], run_id="opened")
+
+    assert written[0][:3] == ["run_started", "step_started", "step_completed"]
+    assert len(written) == 3  # one commit per step, then the run's end
+    assert_well_ordered(await pipeline.clutch.events("opened"), "opened")
+
+
+async def test_a_long_first_step_shows_the_run_and_the_step_started_in_one_commit(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    written = commits_written(checkpoint_store)
+    pipeline = Pipeline(checkpoint_store, ("a",))
+    gate = pipeline.gate("a")
+    run = asyncio.create_task(pipeline.clutch.run([], run_id="long"))
+    await wait_for(pipeline.entered["a"])
+    for _ in range(100):  # published LIVE_STEP_DELAY (50 ms) after the step started
+        if written:
+            break
+        await asyncio.sleep(0.01)
+    assert written == [["run_started", "step_started"]]
+    assert kinds(await pipeline.clutch.events("long")) == ["run_started", "step_started"]
+    gate.set()
+    await run
+    assert_well_ordered(await pipeline.clutch.events("long"), "long")
+
+
+async def test_a_first_journaled_call_writes_the_runs_opening_with_it(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    written = commits_written(checkpoint_store)
+    clutch = Clutch("journaled", checkpoint=config(checkpoint_store))
+
+    async def look_up(topic: str) -> str:
+        return topic.upper()
+
+    @clutch.agent()
+    async def research(data: str) -> str:
+        return await nestegg.call(look_up, data)
+
+    assert await clutch.run("x", run_id="calls") == "X"
+    assert written[0] == ["run_started", "step_started", "journal"]
+    assert_well_ordered(await clutch.events("calls"), "calls")
+
+
+async def test_a_resumed_run_writes_its_opening_before_its_steps_run_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b"))
+    pipeline.fail.add("b")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="again")
+    pipeline.fail.clear()
+    gate = pipeline.gate("b")
+    written = commits_written(checkpoint_store)
+    resumed = asyncio.create_task(pipeline.clutch.resume_latest("again"))
+    await wait_for(pipeline.entered["b"])
+    assert written[0][0] == "run_resumed"  # the truncation is written before b runs again
+    gate.set()
+    await resumed

@@ -249,6 +249,16 @@ async def run_status(target: StoreTarget, run_id: str) -> str | None:
     return run.status if run is not None else None
 
 
+async def stored_event_kinds(target: StoreTarget, run_id: str) -> list[str]:
+    """The kinds of a run's stored events, in order."""
+    store = target.open()
+    try:
+        await store.setup()
+        return [record.kind for record in await store.read_events(run_id)]
+    finally:
+        await store.close()
+
+
 async def check_run(
     target: StoreTarget,
     run_id: str,

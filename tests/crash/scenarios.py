@@ -12,6 +12,9 @@
   is resumed in another process: every call is made exactly once.
 - :func:`long_run_killed_at_block_edges`: a run of several blocks of steps is SIGKILLed
   around the steps that complete a block (where the SQLite store packs them) and resumed.
+- :func:`killed_in_its_first_step`: a new run SIGKILLed as its first step starts, before
+  anything of the run but its creation is written (its opening goes with its first write),
+  then resumed.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tests.crash.harness import (
     reference_run,
     run_status,
     spawn,
+    stored_event_kinds,
     wait_for,
 )
 
@@ -274,3 +278,35 @@ async def long_run_killed_at_block_edges(
     assert code == 0, f"the last child exited {code}: {result}\n{report}"
     assert result == reference.result, f"result differs from an uninterrupted run\n{report}"
     await check_run(target, run_id, reference, len(log_lines(log, run_id)), kills, report)
+
+
+FIRST_STEP_KILLS = 3
+FIRST_STEP_RUN_STEPS = 10
+FIRST_STEP_SLEEP_MS = ("--min-sleep-ms", "30", "--max-sleep-ms", "40")
+"""Steps shorter than the 50 ms after which a step's start is written while it runs: the
+kill lands before anything of the run but its creation is written."""
+
+
+async def killed_in_its_first_step(
+    target: StoreTarget, tmp_path: Path, report: CrashReport
+) -> None:
+    """SIGKILL new runs as their first step starts (a run's opening is written with its
+    first step's start, journaled call or commit, so only the run itself is stored then):
+    each is resumed in a new process to the uninterrupted result, with one run_started."""
+    reference = await reference_run(RECOVER_STRATEGY, FIRST_STEP_RUN_STEPS)
+    log = tmp_path / "executions.log"
+    for _ in range(FIRST_STEP_KILLS):
+        run_id = f"first-{uuid.uuid4().hex[:8]}"
+        command = child_command(
+            target, RECOVER_STRATEGY, run_id, FIRST_STEP_RUN_STEPS, log, *FIRST_STEP_SLEEP_MS
+        )
+        process = spawn(command)
+        await wait_for(lambda: bool(log_lines(log, run_id)), process)  # noqa: B023
+        assert kill(process), f"the run finished before it was killed\n{report}"
+        assert await run_status(target, run_id) == RUNNING, f"no run stored\n{report}"
+        stored = await stored_event_kinds(target, run_id)
+        code, result = finish(spawn(command), report)
+        assert (code, result) == (0, reference.result), f"{code}: {result}\n{report}"
+        executions = len(log_lines(log, run_id))
+        report.note(f"killed in its first step, its events then {stored}; {executions} executions")
+        await check_run(target, run_id, reference, executions, 1, report)

@@ -17,6 +17,7 @@ from tests.crash.scenarios import (
     failed_step_replays_its_calls,
     journaled_calls_survive_kills,
     killed_and_resumed,
+    killed_in_its_first_step,
     long_run_killed_at_block_edges,
     racing_resumers,
     recovered_in_fresh_process,
@@ -67,3 +68,9 @@ async def test_long_run_killed_where_blocks_of_steps_complete_resumes_to_the_sam
     embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
 ) -> None:
     await long_run_killed_at_block_edges(embedded_store, tmp_path, *crash_rng)
+
+
+async def test_a_run_killed_in_its_first_step_resumes_to_the_uninterrupted_result(
+    embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await killed_in_its_first_step(embedded_store, tmp_path, crash_rng[1])

@@ -17,6 +17,7 @@ from tests.crash.scenarios import (
     failed_step_replays_its_calls,
     journaled_calls_survive_kills,
     killed_and_resumed,
+    killed_in_its_first_step,
     racing_resumers,
     recovered_in_fresh_process,
 )
@@ -60,3 +61,9 @@ async def test_failed_step_resumed_in_another_process_makes_every_call_once(
     server_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
 ) -> None:
     await failed_step_replays_its_calls(server_store, FAILING_STRATEGY, tmp_path, crash_rng[1])
+
+
+async def test_a_run_killed_in_its_first_step_resumes_to_the_uninterrupted_result(
+    server_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await killed_in_its_first_step(server_store, tmp_path, crash_rng[1])
