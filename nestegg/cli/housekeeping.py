@@ -17,6 +17,7 @@ from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import CommandError, StoreOption, app, run_with_store, store_url
+from nestegg.cli.json_input import read_json
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, Output, counted
 from nestegg.cli.runs import check_status
@@ -246,19 +247,6 @@ def export_command(
     Output().note(f"exported run {run_id} to {output}")
 
 
-def _read_document(source: str) -> Any:
-    try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as error:
-        raise CommandError(
-            f"cannot read {source}: {error.strerror or error}", EXIT_USAGE
-        ) from error
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise CommandError(f"{source} is not JSON: {error}", EXIT_USAGE) from error
-
-
 @app.command("import")
 def import_command(
     ctx: typer.Context,
@@ -271,7 +259,7 @@ def import_command(
 
     Exactly as it was: same ids and records; checksums are checked first.
     """
-    document = _read_document(source)
+    document = read_json(source)
 
     async def work(opened: CheckpointStorage) -> RunRecord:
         try:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-import orjson
 import typer
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
 from nestegg.checkpoint.waiting import store_signal, wait_of
 from nestegg.cli.app import (
-    CommandError,
     JsonOption,
     StoreOption,
     app,
@@ -21,21 +19,12 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound
+from nestegg.cli.json_input import parse_json
 from nestegg.cli.operate import load_app
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import Output, to_json
 from nestegg.cli.runs import wait_text
-from nestegg.constants import EXIT_USAGE
 from nestegg.errors import RunWaiting
-
-
-def _value(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        raise CommandError(
-            f"the signal's value is not JSON ({error}): quote a string as '\"text\"'", EXIT_USAGE
-        ) from None
 
 
 def _waiting(error: RunWaiting) -> dict[str, Any]:
@@ -67,7 +56,7 @@ def signal_command(
     signal is only stored, and `nestegg recover --app ...` (or a worker) resumes the run.
     """
     out = Output(as_json)
-    data = _value(value)
+    data = parse_json(value, "the signal's value")
     if app_spec is None:
 
         async def store_only(opened: CheckpointStorage) -> dict[str, Any]:
