@@ -105,6 +105,20 @@ def check_fork_pipeline(run: RunRecord, checkpoint_id: str, pipeline: str) -> No
         )
 
 
+def check_checkpoint_run(checkpoint: CheckpointRecord, run_id: str) -> None:
+    """Refuse to resume run ``run_id`` from a checkpoint of another run: a resume from a
+    checkpoint rewinds the run the checkpoint belongs to; a fork continues it on a new one.
+
+    Raises:
+        ConfigurationError: ``checkpoint`` belongs to another run than ``run_id``.
+    """
+    if checkpoint.run_id != run_id:
+        raise ConfigurationError(
+            f"checkpoint {checkpoint.checkpoint_id!r} belongs to run {checkpoint.run_id!r}, "
+            f"not {run_id!r} (fork from it to continue it on a new run)"
+        )
+
+
 def restored_cursor(pipeline: Pipeline, ctx: ClutchContext, state: CheckpointState) -> Cursor:
     """``pipeline``'s cursor for the run of ``ctx``, moved to where ``state`` continues.
 

@@ -171,6 +171,7 @@ METAVARS = {
     "limit": "N",
     "keep": "N",
     "concurrency": "N",
+    "from_checkpoint": "CHECKPOINT_ID",
 }
 """Names shown in help for values (the others: the parameter's name in capitals)."""
 

@@ -1,4 +1,5 @@
-"""Commands that execute runs with the user's Clutch: resume and recover."""
+"""Commands that execute runs with the user's Clutch: resume (from a chosen checkpoint too)
+and recover."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
 from nestegg.cli.app import (
@@ -24,7 +26,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
-from nestegg.cli.reading import get_run
+from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
@@ -110,11 +112,36 @@ async def _spinner(out: Output, store: CheckpointStorage, run_id: str) -> AsyncI
                 await watcher
 
 
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Resume from this checkpoint of the run (`nestegg checkpoints RUN_ID` lists them) "
+        "instead of its newest: the steps after it are dropped and run again, their "
+        "journaled calls too.",
+        show_default=False,
+    ),
+]
+
+
+async def _resume_from(
+    store: CheckpointStorage, clutch: Clutch, run_id: str, checkpoint_id: str | None
+) -> tuple[Any, int | None]:
+    """Resume ``run_id`` from ``checkpoint_id`` (a checkpoint of that run; None: its newest
+    valid one); the result, and the step the checkpoint covers (None for the newest)."""
+    if checkpoint_id is None:
+        return await clutch.resume_latest(run_id), None
+    checkpoint = await get_checkpoint(store, checkpoint_id)
+    check_checkpoint_run(checkpoint, run_id)
+    return await clutch.resume(checkpoint_id), checkpoint.seq
+
+
 @app.command("resume")
 def resume_command(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to resume.", show_default=False)],
     app_spec: AppOption,
+    from_checkpoint: FromOption = None,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -123,6 +150,10 @@ def resume_command(
     It continues from its newest valid checkpoint; a failed run retries the failed step,
     a completed one just prints its stored result. The run executes in this process,
     with the store of the app's Clutch if it names one, else with the --store one.
+
+    With --from CHECKPOINT_ID it continues from that checkpoint of the run instead (as
+    Clutch.resume does), a completed run too: what came after it is dropped and runs
+    again. A checkpoint of another run is refused (fork from it instead: nestegg fork).
 
     A waiting run whose wait is not over (its signal not stored, its deadline or timer
     not passed) is not run: the command says what it waits for and exits 5.
@@ -136,14 +167,14 @@ def resume_command(
             before = await get_run(opened, run_id)
             try:
                 async with _spinner(out, opened, run_id):
-                    result = await clutch.resume_latest(run_id)
+                    result, from_step = await _resume_from(opened, clutch, run_id, from_checkpoint)
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
                 raise _waits(waiting, ran, options) from waiting
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)
-        return {
+        summary = {
             "run_id": run_id,
             "status": after.status,
             "previous_status": before.status,
@@ -151,14 +182,22 @@ def resume_command(
             "steps": after.step_seq,
             "result": result,
         }
+        if from_checkpoint is not None:
+            summary |= {"from_checkpoint": from_checkpoint, "from_step": from_step}
+        return summary
 
     summary = run_async(work)
     if as_json:
         out.json(summary)
         return
+    resumed = (
+        f"; resumed from checkpoint {from_checkpoint} at step {summary['from_step']}"
+        if from_checkpoint is not None
+        else ""
+    )
     out.line(
         f"run {run_id} {summary['status']}: {counted(summary['steps'], STEPS)} "
-        f"(was {summary['previous_status']} at step {summary['previous_steps']})"
+        f"(was {summary['previous_status']} at step {summary['previous_steps']}{resumed})"
     )
     out.line(f"result: {to_json(summary['result'], indent=False)}")
 

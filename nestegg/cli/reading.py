@@ -46,6 +46,15 @@ async def get_run(store: CheckpointStorage, run_id: str) -> RunRecord:
     return run
 
 
+async def get_checkpoint(store: CheckpointStorage, checkpoint_id: str) -> CheckpointRecord:
+    """The checkpoint, or CheckpointNotFoundError (InvalidIdentifierError for an id no
+    checkpoint can have, on every store alike)."""
+    record = await store.get_checkpoint(check_name(checkpoint_id, "checkpoint id"))
+    if record is None:
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
+    return record
+
+
 def _safe_error(run: RunRecord) -> dict[str, Any] | None:
     try:
         return RunInfo.from_record(run).error

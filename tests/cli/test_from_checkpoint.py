@@ -1,0 +1,257 @@
+"""``nestegg resume RUN --from CHECKPOINT`` and ``nestegg fork CHECKPOINT`` as real processes,
+with an app module written to the test's directory: what they run and print, and the cases
+they refuse (exit code, one line naming what was wrong, the store unchanged)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from nestegg.checkpoint.ownership import current_owner
+from nestegg.checkpoint.stores import open_store
+from nestegg.cli.transfer import export_run
+from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, HOME_ENV, STORE_ENV
+
+TIMEOUT = 60
+LOG_ENV = "REWIND_LOG"
+FAIL_ENV = "REWIND_FAIL"
+APP_MODULE = "rewind_app"
+APP = f"{APP_MODULE}:pipeline"
+APP_SOURCE = """
+import os
+from pathlib import Path
+
+from nestegg import Clutch, Strategy
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+
+
+def _step(agent, data):
+    with Path(os.environ["REWIND_LOG"]).open("a") as log:
+        log.write(agent + "\\n")
+    if os.environ.get("REWIND_FAIL") == agent:
+        raise RuntimeError(agent + " broke")
+    return {**data, "trail": [*data["trail"], agent]}
+
+
+async def draft(data):
+    return _step("draft", data)
+
+
+async def review(data):
+    return _step("review", data)
+
+
+async def publish(data):
+    return _step("publish", data)
+
+
+def build(name="rewind", agents=(draft, review, publish), storage=None):
+    policy = CheckpointPolicy(every_n_steps=1, keep_latest=None)
+    config = CheckpointConfig(storage=storage, policy=policy)
+    clutch = Clutch(name, strategy=Strategy.SEQUENTIAL, checkpoint=config)
+    for agent in agents:
+        clutch.agent()(agent)
+    return clutch
+
+
+pipeline = build()
+other = build("other")
+without_review = build(agents=(draft, publish))
+"""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A store with two runs of the app's pipeline: ``done`` completed, ``failed`` failed
+    in ``review`` (step 2); the first checkpoint of each (after ``draft``, before
+    ``review``); the log the agents write their names to."""
+
+    folder: Path
+    url: str
+    log: Path
+    done_first: str
+    failed_first: str
+
+    def ran(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+
+def _load_app(folder: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"{APP_MODULE}_{uuid.uuid4().hex}", folder / f"{APP_MODULE}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _fill(app: ModuleType, url: str) -> tuple[str, str]:
+    store = open_store(url)
+    try:
+        clutch = app.build(storage=store)
+        await clutch.run({"trail": []}, run_id="done")
+        os.environ[FAIL_ENV] = "review"
+        try:
+            with pytest.raises(RuntimeError, match="review broke"):
+                await clutch.run({"trail": []}, run_id="failed")
+        finally:
+            del os.environ[FAIL_ENV]
+        firsts = [(await store.list_checkpoints(r))[0] for r in ("done", "failed")]
+        assert [c.seq for c in firsts] == [1, 1]
+        return firsts[0].checkpoint_id, firsts[1].checkpoint_id
+    finally:
+        await store.close()
+
+
+@pytest.fixture(params=["sqlite", "file"])
+def stored(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Stored:
+    (tmp_path / f"{APP_MODULE}.py").write_text(APP_SOURCE)
+    log = tmp_path / "ran.log"
+    monkeypatch.setenv(LOG_ENV, str(log))
+    url = (
+        f"sqlite:///{tmp_path / 'runs.db'}"
+        if request.param == "sqlite"
+        else f"file://{tmp_path / 'runs'}"
+    )
+    done_first, failed_first = asyncio.run(_fill(_load_app(tmp_path), url))
+    assert log.read_text().splitlines() == ["draft", "review", "publish", "draft", "review"]
+    return Stored(tmp_path, url, log, done_first, failed_first)
+
+
+async def _snapshot(url: str) -> dict[str, Any]:
+    """Every run in the store, exported whole (record, steps, checkpoints, events, journal)."""
+    store = open_store(url)
+    try:
+        return {r.run_id: await export_run(store, r.run_id) for r in await store.list_runs()}
+    finally:
+        await store.close()
+
+
+def snapshot(stored: Stored) -> dict[str, Any]:
+    return asyncio.run(_snapshot(stored.url))
+
+
+def nestegg(stored: Stored, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command, run in the app module's folder with the test's store."""
+    base = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, "PYTHONPATH")}
+    return subprocess.run(
+        [sys.executable, "-m", "nestegg.cli", *args, "--store", stored.url],
+        cwd=stored.folder,
+        env={**base, HOME_ENV: str(stored.folder / "home"), LOG_ENV: str(stored.log), **env},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+async def _claim(url: str, run_id: str) -> None:
+    """Mark ``run_id`` as executed by this (live) test process."""
+    store = open_store(url)
+    try:
+        run = await store.get_run(run_id)
+        assert run is not None
+        now = time.time()
+        await store.claim_run(run_id, run.fence, current_owner(), now + 60, now, reopen=True)
+    finally:
+        await store.close()
+
+
+def _resumed_from(stored: Stored, run_id: str) -> list[Any]:
+    """The checkpoints the run's resumes started from, as its events say."""
+    events = snapshot(stored)[run_id]["events"]
+    bodies = [orjson.loads(e["body"])["body"] for e in events]  # sealed: {"crc", "body"}
+    return [
+        b["checkpoint_id"]
+        for e, b in zip(events, bodies, strict=True)
+        if e["kind"] == "run_resumed"
+    ]
+
+
+def test_resume_from_a_checkpoint_rewinds_the_run_and_runs_the_steps_after_it(
+    stored: Stored,
+) -> None:
+    result = nestegg(stored, "resume", "done", "--from", stored.done_first, "--app", APP)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert result.stdout.splitlines() == [
+        "run done completed: 3 steps (was completed at step 3; resumed from checkpoint "
+        f"{stored.done_first} at step 1)",
+        'result: {"trail":["draft","review","publish"]}',
+    ]
+    assert stored.ran()[5:] == ["review", "publish"]  # the steps after the checkpoint, again
+    assert _resumed_from(stored, "done") == [stored.done_first]
+
+
+def test_resume_from_a_checkpoint_of_a_failed_run_as_json(stored: Stored) -> None:
+    args = ("resume", "failed", "--from", stored.failed_first, "--app", APP, "--json")
+    result = nestegg(stored, *args)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert orjson.loads(result.stdout) == {
+        "run_id": "failed",
+        "status": "completed",
+        "previous_status": "failed",
+        "previous_steps": 1,
+        "steps": 3,
+        "result": {"trail": ["draft", "review", "publish"]},
+        "from_checkpoint": stored.failed_first,
+        "from_step": 1,
+    }
+    assert stored.ran()[5:] == ["review", "publish"]
+
+
+@pytest.mark.parametrize(
+    ("run_id", "checkpoint", "app", "code", "message"),
+    [
+        ("failed", "DONE", APP, EXIT_USAGE,
+         "checkpoint 'DONE' belongs to run 'done', not 'failed' (fork from it to continue it "
+         "on a new run)"),
+        ("done", "nope", APP, EXIT_NOT_FOUND, "no checkpoint 'nope' in the store"),
+        ("done", "../x", APP, EXIT_USAGE,
+         "checkpoint id '../x' contains a path separator, '..' or a control character"),
+        ("nope", "DONE", APP, EXIT_NOT_FOUND, "no run 'nope' in the store"),
+        ("done", "DONE", f"{APP_MODULE}:other", EXIT_USAGE,
+         "run 'done' belongs to pipeline 'rewind', not 'other'"),
+        ("failed", "FAILED", f"{APP_MODULE}:without_review", EXIT_FAILED,
+         "the checkpoint continues with agent 'review' (position 1 of the order), which this "
+         "pipeline no longer has"),
+    ],
+)  # fmt: skip
+def test_resume_from_refuses_and_changes_nothing(
+    stored: Stored, run_id: str, checkpoint: str, app: str, code: int, message: str
+) -> None:
+    names = {"DONE": stored.done_first, "FAILED": stored.failed_first}
+    checkpoint = names.get(checkpoint, checkpoint)
+    for name, value in names.items():
+        message = message.replace(f"'{name}'", repr(value))
+    before, ran = snapshot(stored), stored.ran()
+    result = nestegg(stored, "resume", run_id, "--from", checkpoint, "--app", app)
+    assert (result.returncode, result.stderr, result.stdout) == (code, f"error: {message}\n", "")
+    assert snapshot(stored) == before
+    assert stored.ran() == ran
+
+
+def test_resume_from_refuses_a_run_executing_elsewhere(stored: Stored) -> None:
+    asyncio.run(_claim(stored.url, "failed"))
+    before, ran = snapshot(stored), stored.ran()
+    result = nestegg(stored, "resume", "failed", "--from", stored.failed_first, "--app", APP)
+    assert result.returncode == EXIT_FAILED
+    assert result.stderr == (
+        f"error: run 'failed' is being executed by a live process (pid {os.getpid()}); it "
+        "cannot be resumed now\n"
+    )
+    assert snapshot(stored) == before
+    assert stored.ran() == ran
