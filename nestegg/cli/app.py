@@ -172,6 +172,8 @@ METAVARS = {
     "keep": "N",
     "concurrency": "N",
     "from_checkpoint": "CHECKPOINT_ID",
+    "data": "JSON",
+    "data_file": "PATH",
 }
 """Names shown in help for values (the others: the parameter's name in capitals)."""
 

@@ -15,10 +15,11 @@ from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
 
 APP_HELP = (
-    "The Clutch to resume with, as module:attribute (e.g. myproject.pipelines:enrichment); "
-    "the current directory is importable. If that Clutch's CheckpointConfig names a store, "
-    "that store is used and --store is ignored; otherwise the Clutch uses the store "
-    "--store (or $NESTEGG_STORE, or the embedded default) selects."
+    "The Clutch that resumes or forks the runs, as module:attribute (e.g. "
+    "myproject.pipelines:enrichment); the current directory is importable. If that "
+    "Clutch's CheckpointConfig names a store, that store is used and --store is ignored; "
+    "otherwise the Clutch uses the store --store (or $NESTEGG_STORE, or the embedded "
+    "default) selects."
 )
 
 

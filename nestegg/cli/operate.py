@@ -1,5 +1,5 @@
-"""Commands that execute runs with the user's Clutch: resume (from a chosen checkpoint too)
-and recover."""
+"""Commands that execute runs with the user's Clutch: resume (from a chosen checkpoint too),
+fork and recover."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nestegg.checkpoint.admission import check_checkpoint_run
+from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
 from nestegg.cli.app import (
@@ -26,11 +27,12 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
+from nestegg.cli.json_input import parse_json, read_json
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
-from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_WAITING
+from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING
 from nestegg.errors import NestEggError, RunLockedError, RunWaiting
 from nestegg.urls import without_password
 
@@ -52,15 +54,19 @@ def _failure(run_id: str, error: BaseException) -> BaseException:
     return CommandError(f"run {run_id!r} failed: {error_line(error)}", EXIT_FAILED)
 
 
-def _waits(waiting: RunWaiting, ran: bool, options: str) -> CommandError:
-    """What ``nestegg resume`` says of a run that waits (exit 5): for what and until when,
-    whether anything ran, and the command that ends the wait (``options``: the --app and
+RESUMED_AND_WAITS = "was resumed and waits again, for"
+
+
+def _waits(waiting: RunWaiting, ran: str | None, options: str) -> CommandError:
+    """What ``nestegg resume`` and ``nestegg fork`` say of a run that waits (exit 5): for
+    what and until when, what ran before it waits (``ran``: ``RESUMED_AND_WAITS``, say;
+    None: nothing ran), and the command that ends the wait (``options``: the --app and
     --store to give it)."""
     run_id = waiting.run_id or ""
     what = wait_text({"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)})
     head = (
-        f"run {run_id!r} was resumed and waits again, for {what}"
-        if ran
+        f"run {run_id!r} {ran} {what}"
+        if ran is not None
         else f"run {run_id!r} waits for {what}; nothing was run"
     )
     if waiting.signal is None:
@@ -87,21 +93,21 @@ def _app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutc
 
 
 @contextlib.asynccontextmanager
-async def _spinner(out: Output, store: CheckpointStorage, run_id: str) -> AsyncIterator[None]:
+async def _spinner(
+    out: Output, store: CheckpointStorage, run_id: str, doing: str = "resuming"
+) -> AsyncIterator[None]:
     """A spinner on stderr (terminals only) counting the run's committed steps."""
     if not out.errors.is_terminal:
         yield
         return
-    with out.errors.status(f"resuming run {run_id}") as status:
+    with out.errors.status(f"{doing} run {run_id}") as status:
 
         async def watch() -> None:
             while True:
                 await asyncio.sleep(PROGRESS_POLL_SECONDS)
                 run = await store.get_run(run_id)
                 if run is not None:
-                    status.update(
-                        f"resuming run {run_id}: {counted(run.step_seq, STEPS)} committed"
-                    )
+                    status.update(f"{doing} run {run_id}: {counted(run.step_seq, STEPS)} committed")
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -170,7 +176,7 @@ def resume_command(
                     result, from_step = await _resume_from(opened, clutch, run_id, from_checkpoint)
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
-                raise _waits(waiting, ran, options) from waiting
+                raise _waits(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)
@@ -198,6 +204,107 @@ def resume_command(
     out.line(
         f"run {run_id} {summary['status']}: {counted(summary['steps'], STEPS)} "
         f"(was {summary['previous_status']} at step {summary['previous_steps']}{resumed})"
+    )
+    out.line(f"result: {to_json(summary['result'], indent=False)}")
+
+
+DataOption = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="The data to continue with instead of the checkpoint's, as JSON "
+        "('{\"draft\": \"v2\"}'); null keeps the checkpoint's, as Clutch.fork's data=None.",
+        show_default=False,
+    ),
+]
+DataFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--data-file",
+        help="As --data, from a JSON file (- for stdin).",
+        show_default=False,
+    ),
+]
+
+
+def _fork_data(data: str | None, data_file: str | None) -> Any:
+    """The data --data or --data-file gives (None: neither; the checkpoint's is kept).
+
+    Raises:
+        CommandError: (bad usage) both are given, the text or file is not JSON, or the
+            file cannot be read.
+    """
+    if data is not None and data_file is not None:
+        raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
+    if data is not None:
+        return parse_json(data, "--data")
+    if data_file is not None:
+        return read_json(data_file, "--data-file")
+    return None
+
+
+@app.command("fork")
+def fork_command(
+    ctx: typer.Context,
+    checkpoint_id: Annotated[
+        str,
+        typer.Argument(
+            help="The checkpoint to fork from (`nestegg checkpoints RUN_ID` lists a run's).",
+            show_default=False,
+        ),
+    ],
+    app_spec: AppOption,
+    data: DataOption = None,
+    data_file: DataFileOption = None,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Fork a new run from a checkpoint with the app's Clutch; the original run is unchanged.
+
+    As Clutch.fork does: the new run copies the steps up to the checkpoint and goes on from
+    there, with the checkpoint's data or the data --data or --data-file gives instead. It
+    executes in this process (with the store of the app's Clutch if it names one, else with
+    the --store one); its id and result are printed.
+
+    A fork that cannot start (an unknown checkpoint, a checkpoint of another pipeline's run,
+    one that continues with an agent the Clutch no longer has) stores nothing. A fork that
+    fails in a step stays, failed: nestegg resume NEW_RUN_ID --app ... retries it.
+    """
+    out = Output(as_json)
+    replaced = _fork_data(data, data_file)
+    clutch = load_app(ctx, app_spec, store, out)
+    options = _app_options(ctx, app_spec, store, clutch)
+    new_id = new_run_id()
+
+    async def work() -> dict[str, Any]:
+        async with bound(clutch, store_url(ctx, store)) as opened:
+            checkpoint = await get_checkpoint(opened, checkpoint_id)
+            try:
+                async with _spinner(out, opened, new_id, "forking"):
+                    result = await clutch.fork(checkpoint_id, replaced, run_id=new_id)
+            except RunWaiting as waiting:
+                forked = f"was forked from checkpoint {checkpoint_id!r} and waits for"
+                raise _waits(waiting, forked, options) from waiting
+            except Exception as error:
+                raise _failure(new_id, error) from error
+            after = await get_run(opened, new_id)
+        return {
+            "run_id": new_id,
+            "status": after.status,
+            "parent_run": checkpoint.run_id,
+            "parent_checkpoint": checkpoint_id,
+            "from_step": checkpoint.seq,
+            "steps": after.step_seq,
+            "result": result,
+        }
+
+    summary = run_async(work)
+    if as_json:
+        out.json(summary)
+        return
+    out.line(
+        f"run {new_id} {summary['status']}: {counted(summary['steps'], STEPS)} (forked from "
+        f"run {summary['parent_run']} at checkpoint {checkpoint_id}, step {summary['from_step']})"
     )
     out.line(f"result: {to_json(summary['result'], indent=False)}")
 

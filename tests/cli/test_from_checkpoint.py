@@ -23,6 +23,7 @@ from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.transfer import export_run
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, HOME_ENV, STORE_ENV
+from tests.cli.test_subprocess import nestegg as run_nestegg
 
 TIMEOUT = 60
 LOG_ENV = "REWIND_LOG"
@@ -146,13 +147,16 @@ def snapshot(stored: Stored) -> dict[str, Any]:
     return asyncio.run(_snapshot(stored.url))
 
 
-def nestegg(stored: Stored, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def nestegg(
+    stored: Stored, *args: str, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """The command, run in the app module's folder with the test's store."""
     base = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, "PYTHONPATH")}
     return subprocess.run(
         [sys.executable, "-m", "nestegg.cli", *args, "--store", stored.url],
         cwd=stored.folder,
         env={**base, HOME_ENV: str(stored.folder / "home"), LOG_ENV: str(stored.log), **env},
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -255,3 +259,121 @@ def test_resume_from_refuses_a_run_executing_elsewhere(stored: Stored) -> None:
     )
     assert snapshot(stored) == before
     assert stored.ran() == ran
+
+
+def _forks(stored: Stored) -> dict[str, Any]:
+    """The runs in the store other than the two the fixture made, exported whole."""
+    return {k: v for k, v in snapshot(stored).items() if k not in ("done", "failed")}
+
+
+def test_fork_from_a_checkpoint_runs_a_new_run_and_leaves_the_original(stored: Stored) -> None:
+    before = snapshot(stored)
+    result = nestegg(stored, "fork", stored.done_first, "--app", APP)
+    assert result.returncode == EXIT_OK, result.stderr
+    [new_id] = _forks(stored)
+    assert result.stdout.splitlines() == [
+        f"run {new_id} completed: 3 steps (forked from run done at checkpoint "
+        f"{stored.done_first}, step 1)",
+        'result: {"trail":["draft","review","publish"]}',
+    ]
+    assert stored.ran()[5:] == ["review", "publish"]
+    after = snapshot(stored)
+    assert {k: after[k] for k in before} == before  # the original is unchanged
+    forked = after[new_id]["run"]
+    assert (forked["parent_run"], forked["parent_checkpoint"]) == ("done", stored.done_first)
+
+
+@pytest.mark.parametrize("given", ["--data", "--data-file", "stdin"])
+def test_fork_with_replaced_data_as_json(stored: Stored, given: str) -> None:
+    data = '{"trail": ["edited"]}'
+    (stored.folder / "data.json").write_text(data)
+    where = {"--data": ("--data", data), "--data-file": ("--data-file", "data.json"),
+             "stdin": ("--data-file", "-")}[given]  # fmt: skip
+    result = nestegg(stored, "fork", stored.failed_first, "--app", APP, *where, "--json",
+                     stdin=data if given == "stdin" else None)  # fmt: skip
+    assert result.returncode == EXIT_OK, result.stderr
+    [new_id] = _forks(stored)
+    assert orjson.loads(result.stdout) == {
+        "run_id": new_id,
+        "status": "completed",
+        "parent_run": "failed",
+        "parent_checkpoint": stored.failed_first,
+        "from_step": 1,
+        "steps": 3,
+        "result": {"trail": ["edited", "review", "publish"]},
+    }
+    assert stored.ran()[5:] == ["review", "publish"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--data", "{draft"], EXIT_USAGE,
+         "--data is not JSON (…: line 1 column 2 (char 1)): quote a string as '\"text\"'"),
+        (["--data-file", "bad.json"], EXIT_USAGE,
+         "--data-file bad.json is not JSON: …: line 1 column 2 (char 1)"),
+        (["--data-file", "missing.json"], EXIT_USAGE,
+         "cannot read --data-file missing.json: No such file or directory"),
+        (["--data", "{}", "--data-file", "bad.json"], EXIT_USAGE,
+         "give --data or --data-file, not both"),
+    ],
+)  # fmt: skip
+def test_fork_refuses_bad_data_and_stores_nothing(
+    stored: Stored, args: list[str], code: int, message: str
+) -> None:
+    (stored.folder / "bad.json").write_text("{draft")
+    before, ran = snapshot(stored), stored.ran()
+    result = nestegg(stored, "fork", stored.done_first, "--app", APP, *args)
+    assert (result.returncode, result.stdout) == (code, "")
+    head, _, tail = message.partition("…")  # … stands for the JSON parser's own words
+    assert result.stderr.startswith(f"error: {head}") and result.stderr.endswith(f"{tail}\n")
+    assert len(result.stderr.splitlines()) == 1
+    assert snapshot(stored) == before
+    assert stored.ran() == ran
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "app", "code", "message"),
+    [
+        ("nope", APP, EXIT_NOT_FOUND, "no checkpoint 'nope' in the store"),
+        ("../x", APP, EXIT_USAGE,
+         "checkpoint id '../x' contains a path separator, '..' or a control character"),
+        ("DONE", f"{APP_MODULE}:other", EXIT_USAGE,
+         "checkpoint 'DONE' belongs to pipeline 'rewind', not 'other'"),
+        ("FAILED", f"{APP_MODULE}:without_review", EXIT_FAILED,
+         "the checkpoint continues with agent 'review' (position 1 of the order), which this "
+         "pipeline no longer has"),
+    ],
+)  # fmt: skip
+def test_fork_refuses_a_checkpoint_and_stores_nothing(
+    stored: Stored, checkpoint: str, app: str, code: int, message: str
+) -> None:
+    names = {"DONE": stored.done_first, "FAILED": stored.failed_first}
+    checkpoint = names.get(checkpoint, checkpoint)
+    for name, value in names.items():
+        message = message.replace(f"'{name}'", repr(value))
+    before, ran = snapshot(stored), stored.ran()
+    result = nestegg(stored, "fork", checkpoint, "--app", app, "--data", '{"trail": []}')
+    assert (result.returncode, result.stderr, result.stdout) == (code, f"error: {message}\n", "")
+    assert snapshot(stored) == before
+    assert stored.ran() == ran
+
+
+def test_a_fork_that_fails_in_a_step_stays_failed_and_names_its_run(stored: Stored) -> None:
+    result = nestegg(stored, "fork", stored.done_first, "--app", APP, REWIND_FAIL="publish")
+    assert result.returncode == EXIT_FAILED
+    [(new_id, forked)] = _forks(stored).items()
+    assert result.stderr == f"error: run {new_id!r} failed: RuntimeError: publish broke\n"
+    assert forked["run"]["status"] == "failed"
+
+
+def test_the_help_says_what_fork_and_resume_from_do(tmp_path: Path) -> None:
+    fork = run_nestegg(tmp_path, "fork", "--help")
+    assert fork.returncode == EXIT_OK
+    assert fork.stdout.startswith("Usage: nestegg fork [OPTIONS] CHECKPOINT_ID\n")
+    assert "Fork a new run from a checkpoint with the app's Clutch" in fork.stdout
+    assert "--data JSON" in fork.stdout and "--data-file PATH" in fork.stdout
+    resume = run_nestegg(tmp_path, "resume", "--help")
+    assert resume.returncode == EXIT_OK
+    assert "--from CHECKPOINT_ID" in resume.stdout
+    assert "With --from CHECKPOINT_ID it continues from that checkpoint" in resume.stdout

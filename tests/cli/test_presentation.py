@@ -28,8 +28,8 @@ from tests.cli.pipeline_app import POLICY
 from tests.cli.test_subprocess import ROOT
 from tests.cli.test_subprocess import nestegg as run_nestegg
 
-COMMANDS = ("runs", "show", "checkpoints", "inspect", "diff", "events", "resume", "recover",
-            "prune", "delete", "export", "import")  # fmt: skip
+COMMANDS = ("runs", "show", "checkpoints", "inspect", "diff", "events", "resume", "fork",
+            "recover", "prune", "delete", "export", "import")  # fmt: skip
 WIDE_ID = "データ処理-run"
 LONG_ID = "a-very-long-run-id-" + "x" * 150
 
