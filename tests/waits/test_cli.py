@@ -98,6 +98,31 @@ def test_resume_of_a_run_that_goes_on_and_waits_again_says_so_and_exits_5(
     assert entries(ledger, "review") == 2
 
 
+async def _checkpoints(url: str, run_id: str) -> list[tuple[str, int]]:
+    store = open_store(url)
+    try:
+        return [(c.checkpoint_id, c.seq) for c in await store.list_checkpoints(run_id)]
+    finally:
+        await store.close()
+
+
+def test_a_fork_that_reaches_a_wait_says_so_and_exits_5(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(url, "w3", ledger, payout=True))
+    assert nestegg(tmp_path, "signal", "w3", "approval", APPROVED, "-s", url).returncode == 0
+    assert nestegg(tmp_path, "resume", "w3", "--app", APP, "-s", url).returncode == EXIT_WAITING
+    [reviewed] = [c for c, seq in asyncio.run(_checkpoints(url, "w3")) if seq == 1]
+    forked = nestegg(tmp_path, "fork", reviewed, "--app", APP, "-s", url)
+    assert forked.returncode == EXIT_WAITING and forked.stdout == ""
+    new_id = forked.stderr.split("'")[1]
+    assert new_id != "w3" and asyncio.run(_record(url, new_id)) is not None
+    assert forked.stderr == (
+        f"error: run {new_id!r} was forked from checkpoint {reviewed!r} and waits for signal "
+        f"'payout': send it with: nestegg signal {new_id} payout VALUE --app {APP} --store {url}\n"
+    )
+
+
 def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
     url = f"sqlite:///{tmp_path / 'waits.db'}"
