@@ -208,7 +208,16 @@ class CheckpointSerializationError(CheckpointError, TypeError):
 
 
 class IncompatibleCheckpointError(CheckpointError):
-    """The pipeline changed since the checkpoint; the message names what is missing."""
+    """The pipeline changed since the checkpoint; the message names what is missing.
+
+    Attributes:
+        agent: the agent the checkpoint continues with that the pipeline lacks (None when
+            something else is missing).
+    """
+
+    def __init__(self, message: str, agent: str | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
 
 
 class StorageError(NestEggError):

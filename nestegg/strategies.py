@@ -46,7 +46,9 @@ class Cursor(Protocol):
 
 def _missing(agent: str, what: str) -> IncompatibleCheckpointError:
     return IncompatibleCheckpointError(
-        f"the checkpoint continues with agent {agent!r} ({what}), which this pipeline no longer has"
+        f"the checkpoint continues with agent {agent!r} ({what}), which this pipeline no "
+        "longer has",
+        agent,
     )
 
 

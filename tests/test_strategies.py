@@ -689,8 +689,9 @@ class TestCursors:
 
     def test_order_restore_of_a_lost_agent_is_incompatible(self) -> None:
         cursor = OrderCursor(["a"], {"a": 1}, wrap=False)
-        with pytest.raises(IncompatibleCheckpointError, match="'gone'"):
+        with pytest.raises(IncompatibleCheckpointError, match="'gone'") as lost:
             cursor.restore({"index": 1, "agent": "gone"})
+        assert lost.value.agent == "gone"
 
     def test_order_handover_only_to_agents_in_the_order(self) -> None:
         cursor = OrderCursor(["a", "b"], {"a": 1, "b": 2, "extra": 3}, wrap=False)
@@ -714,8 +715,9 @@ class TestCursors:
 
     def test_graph_restore_of_a_lost_node_is_incompatible(self) -> None:
         cursor = GraphCursor(["a"], {"a": object()})
-        with pytest.raises(IncompatibleCheckpointError, match="'gone'"):
+        with pytest.raises(IncompatibleCheckpointError, match="'gone'") as lost:
             cursor.restore({"node": "gone"})
+        assert lost.value.agent == "gone"
 
     async def test_selector_forced_agent_survives_a_restore(self) -> None:
         async def never() -> str | None:
@@ -731,5 +733,6 @@ class TestCursors:
 
     def test_selector_restore_of_a_lost_agent_is_incompatible(self) -> None:
         cursor = SelectorCursor({"a": 1}, None)
-        with pytest.raises(IncompatibleCheckpointError, match="'gone'"):
+        with pytest.raises(IncompatibleCheckpointError, match="'gone'") as lost:
             cursor.restore({"forced": "gone"})
+        assert lost.value.agent == "gone"

@@ -132,7 +132,8 @@ def restored_cursor(pipeline: Pipeline, ctx: ClutchContext, state: CheckpointSta
     if state.next_agent is not None and state.next_agent not in pipeline.agent_names:
         raise IncompatibleCheckpointError(
             f"the checkpoint continues with agent {state.next_agent!r}, which this "
-            "pipeline no longer has"
+            "pipeline no longer has",
+            state.next_agent,
         )
     return cursor
 

@@ -41,6 +41,7 @@ from nestegg.constants import (
     RUNNING,
 )
 from nestegg.errors import (
+    IncompatibleCheckpointError,
     NestEggError,
     RunLockedError,
     RunNotFoundError,
@@ -350,6 +351,9 @@ class StepRunner:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
         except NestEggError as error:
+            lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
+            if lacked is not None:
+                return await self._send_on_to(claimed, delivery, lacked)
             await self._fail(claimed, error)
             await delivery.ack()
             return None
@@ -519,8 +523,36 @@ class StepRunner:
                 extra={"run_id": recorder.run_id},
             )
 
+    async def _send_on_to(
+        self, claimed: RunRecord, delivery: Delivery, agent: str
+    ) -> Delivery | None:
+        """Release a run whose next step's agent this worker's Clutch lacks (a Clutch of
+        another version checkpointed it) and send the step on to that agent's channel: it
+        waits there for a worker that has the agent, as a step whose agent no running
+        worker hosts does; the run stays running, its state untouched."""
+        channel = channel_name(self.clutch.name, agent)
+        log.warning(
+            "run %r continues with agent %r, which Clutch %r of this worker does not have: "
+            "its step waits in %s for a worker whose Clutch has it",
+            claimed.run_id,
+            agent,
+            self.clutch.name,
+            channel,
+            extra={"run_id": claimed.run_id, "agent": agent},
+        )
+        now = self.book.config.clock()
+        try:
+            release = Commit(claimed.run_id, claimed.fence, lease_until=now, updated_at=now)
+            await self.book.store.commit(release)
+        except StaleOwnerError:  # taken over meanwhile: its new holder has a message
+            await delivery.ack()
+            return None
+        trace = delivery.message.trace
+        message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
+        return await delivery.forward(channel, message)
+
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
-        """Record that the run cannot be continued (its state does not fit the pipeline)."""
+        """Record that the run cannot be continued (no valid checkpoint to continue from)."""
         log.error(
             "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
         )

@@ -174,9 +174,31 @@ def make_split(clock: Callable[[], float] = time.time) -> Clutch:
     return split
 
 
+def make_split_without_third() -> Clutch:
+    """Pipeline ``split`` as a version that has no agent ``third``: runs that a ``split``
+    of three agents checkpointed before ``third`` continue with an agent it lacks."""
+    split = Clutch("split", transport=transport(), checkpoint=config())
+
+    @split.agent()
+    async def first(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "first": os.getpid()}
+
+    @split.agent()
+    async def second(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "second": os.getpid()}
+
+    return split
+
+
 def __getattr__(name: str) -> Clutch:
-    """``apps:chain``, ``apps:slow``, ``apps:split``: built from the environment on use."""
-    makers = {"chain": make_chain, "slow": make_slow, "split": make_split}
+    """``apps:chain``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``: built
+    from the environment on use."""
+    makers = {
+        "chain": make_chain,
+        "slow": make_slow,
+        "split": make_split,
+        "split_without_third": make_split_without_third,
+    }
     if name in makers:
         return makers[name]()
     raise AttributeError(name)

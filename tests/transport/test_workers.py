@@ -14,15 +14,18 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from nestegg.checkpoint.codec import unseal_json, unseal_value
+from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.constants import RUN_COMPLETED, STEP_COMPLETED
 from nestegg.errors import RunFailedError
 from nestegg.transport.base import StepMessage, channel_name
+from nestegg.transport.verdicts import pointer_fence
 from tests.transport.apps import STEPS, make_chain, make_slow, make_split
 from tests.transport.conftest import Deployment, wait_until
 
@@ -263,6 +266,49 @@ async def test_workers_hosting_different_agents_share_a_pipeline(
     error = failed.value
     assert (error.run_id, error.agent, error.error_type) == ("failing", "third", "ValueError")
     assert error.error_message == "bad input no"
+
+
+async def test_a_worker_whose_clutch_lacks_the_next_agent_leaves_the_step_to_one_that_has_it(
+    deployment: Deployment, store: RedisCheckpointStorage
+) -> None:
+    older = deployment.start_worker("split", "--agents", "first,second")
+    split = make_split()
+    assert split.transport is not None
+    try:
+        task = await split.submit({"x": 1}, run_id="lost")
+        before = await _run_when(store, "lost", lambda run: run.step_seq == 2 and _released(run))
+        older.kill()
+        # pointed at again through the pipeline's channel, as a sweep or a drain does
+        message = StepMessage("lost", 3, pointer_fence(before), None)
+        await split.transport.publish(channel_name("split"), message)
+        lacking = deployment.start_worker("split_without_third")
+        await _run_when(store, "lost", lambda run: run.fence > before.fence and _released(run))
+        newer = deployment.start_worker("split", "--agents", "third")
+        result = await task.result(timeout=20)
+    finally:
+        await split.stop()
+    pid = older.process.pid
+    assert result == {"x": 1, "first": pid, "second": pid, "third": newer.process.pid}
+    lacking.terminate()
+    assert lacking.wait(timeout=20) == 0
+    assert "run 'lost' continues with agent 'third'" in lacking.errors()
+
+
+async def _run_when(
+    store: RedisCheckpointStorage, run_id: str, check: Callable[[RunRecord], bool]
+) -> RunRecord:
+    """The run once ``check`` holds for it (or once it is no longer running)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        run = await store.get_run(run_id)
+        if run is not None and (check(run) or run.status != "running"):
+            return run
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for run {run_id!r}")
+
+
+def _released(run: RunRecord) -> bool:
+    return run.lease_until is not None and run.lease_until <= run.updated_at
 
 
 def _effects_sync(deployment: Deployment) -> dict[str, int]:
