@@ -350,6 +350,8 @@ class StepRunner:
     ) -> Delivery | None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
+        except (StorageError, TransportError):
+            raise  # the message is given back (handle): the store may answer next time
         except NestEggError as error:
             lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
             if lacked is not None:

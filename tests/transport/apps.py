@@ -26,6 +26,8 @@ import redis.asyncio as aioredis
 import nestegg
 from nestegg import Clutch, Strategy, get_context
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.transport.redis_streams import RedisStreamsTransport
 
@@ -58,9 +60,12 @@ def transport() -> Any:
     return RabbitMQTransport(url, prefix=prefix())
 
 
-def config(clock: Callable[[], float] = time.time) -> CheckpointConfig:
-    """The Redis store under the prefix, with a short lease, timed by ``clock``."""
-    storage = RedisCheckpointStorage(redis_url(), prefix=prefix())
+def config(
+    clock: Callable[[], float] = time.time, store: CheckpointStorage | None = None
+) -> CheckpointConfig:
+    """``store`` (default: the Redis store under the prefix), with a short lease, timed by
+    ``clock``."""
+    storage = store or RedisCheckpointStorage(redis_url(), prefix=prefix())
     lease = timedelta(seconds=float(setting("LEASE", "2")))
     return CheckpointConfig(storage=storage, lease=lease, clock=clock)
 
@@ -152,10 +157,12 @@ def make_slow() -> Clutch:
     return slow
 
 
-def make_split(clock: Callable[[], float] = time.time) -> Clutch:
+def make_split(
+    clock: Callable[[], float] = time.time, store: CheckpointStorage | None = None
+) -> Clutch:
     """Three agents in order, each noting the pid that ran it; the third may fail; its
-    store's times from ``clock``."""
-    split = Clutch("split", transport=transport(), checkpoint=config(clock))
+    store's times from ``clock``; in ``store`` (default: the Redis store)."""
+    split = Clutch("split", transport=transport(), checkpoint=config(clock, store))
 
     @split.agent()
     async def first(data: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +179,15 @@ def make_split(clock: Callable[[], float] = time.time) -> Clutch:
         return {**data, "third": os.getpid()}
 
     return split
+
+
+def make_split_on_postgres() -> Clutch:
+    """Pipeline ``split`` with its runs in PostgreSQL (``NESTEGG_TEST_PG_STORE``: the URL,
+    ``NESTEGG_TEST_PG_TABLES``: the table prefix) instead of Redis."""
+    storage = PostgresCheckpointStorage(
+        setting("PG_STORE", ""), table_prefix=setting("PG_TABLES", "nestegg_")
+    )
+    return make_split(store=storage)
 
 
 def make_split_without_third() -> Clutch:
@@ -198,6 +214,7 @@ def __getattr__(name: str) -> Clutch:
         "slow": make_slow,
         "split": make_split,
         "split_without_third": make_split_without_third,
+        "split_on_postgres": make_split_on_postgres,
     }
     if name in makers:
         return makers[name]()

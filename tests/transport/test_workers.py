@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -292,6 +293,38 @@ async def test_a_worker_whose_clutch_lacks_the_next_agent_leaves_the_step_to_one
     lacking.terminate()
     assert lacking.wait(timeout=20) == 0
     assert "run 'lost' continues with agent 'third'" in lacking.errors()
+
+
+async def test_a_store_error_while_loading_the_run_gives_the_step_back_not_failing_the_run(
+    deployment: Deployment, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+    from tests.servers import drop_postgres_tables
+
+    tables = f"ne_load_{uuid.uuid4().hex[:8]}_"
+    # the worker's reads give up after 300 ms waiting for a lock
+    monkeypatch.setenv("NESTEGG_TEST_PG_STORE", f"{pg_url}?options=-c%20lock_timeout%3D300")
+    monkeypatch.setenv("NESTEGG_TEST_PG_TABLES", tables)
+    store = PostgresCheckpointStorage(pg_url, table_prefix=tables)
+    split = make_split(store=store)
+    try:
+        deployment.start_worker("split_on_postgres", "--agents", "first,second")
+        task = await split.submit({"x": 1}, run_id="blocked")
+        before = await _run_when(store, "blocked", lambda run: run.step_seq == 2 and _released(run))
+        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+            # the checkpoints cannot be read while this transaction holds the lock
+            await blocker.execute(f"LOCK TABLE {tables}checkpoints IN ACCESS EXCLUSIVE MODE")
+            third = deployment.start_worker("split_on_postgres", "--agents", "third")
+            await _run_when(store, "blocked", lambda run: run.fence > before.fence)  # claimed
+            await asyncio.sleep(1.0)  # its load timed out meanwhile
+            await blocker.rollback()
+        result = await task.result(timeout=20)
+    finally:
+        await split.stop()
+        await drop_postgres_tables(pg_url, tables)
+    assert result["third"] == third.process.pid
 
 
 async def _run_when(
