@@ -27,14 +27,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nestegg.cancellation import CancelWatch, cancel_requested, raise_if_cancel_requested
-from nestegg.checkpoint.checkpointer import Checkpointer
+from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.formats import Snapshot, event_body, failure_body, failure_detail
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
 from nestegg.constants import (
     FAILED,
-    OUTCOME_COMPLETED,
     RUN_FAILED,
     RUN_RESUMED,
     RUN_STARTED,
@@ -51,12 +49,12 @@ from nestegg.errors import (
     TransportError,
 )
 from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
-from nestegg.recording import StepResult
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
+from nestegg.transport.step_recorder import StepRecorder
 from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
 
 if TYPE_CHECKING:
@@ -111,85 +109,6 @@ class Warm(NamedTuple):
             and claimed.step_seq == self.step_seq
             and claimed.event_seq == self.event_seq
         )
-
-
-class StepRecorder(Checkpointer):
-    """The checkpointer of a run's steps on a worker, from the message the worker took:
-    every step is checkpointed and committed at once; its heartbeat renews the lease and
-    then keeps the message fresh; a step's commit renews the lease when this worker goes
-    on with the run (``goes_on()`` says so when asked at the commit), and otherwise
-    releases it when the run simply continues from the step."""
-
-    def __init__(
-        self,
-        *args: Any,
-        delivery: Delivery,
-        goes_on: Callable[[], Awaitable[bool]] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.delivery = delivery
-        self.goes_on = goes_on
-        self.going_on = False
-        """Whether the last step's commit kept the lease for this worker's next step."""
-        self.renewing = True
-        self.renew_lock = asyncio.Lock()
-
-    def begin(self) -> None:
-        """Start the heartbeat without an opening commit."""
-        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
-
-    async def _beat(self) -> None:
-        interval = self.lease_seconds / 3
-        stop = CancelWatch()
-        while not stop.requested():  # stopped, also if a library lost the cancellation
-            await asyncio.sleep(interval)
-            async with self.renew_lock:
-                if not self.renewing:
-                    return
-                try:
-                    lease = self.clock() + self.lease_seconds
-                    await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
-                    await self.delivery.keep_alive()
-                except StaleOwnerError:
-                    log.warning(
-                        "run %r was taken over by another worker",
-                        self.run_id,
-                        extra={"run_id": self.run_id},
-                    )
-                    return
-                except (NestEggError, OSError) as error:
-                    log.warning(
-                        "keeping run %r alive failed: %s",
-                        self.run_id,
-                        error,
-                        extra={"run_id": self.run_id},
-                    )
-
-    async def stop_renewing(self) -> None:
-        """No renewal from now on (waits for one under way)."""
-        async with self.renew_lock:
-            self.renewing = False
-
-    async def record_step(self, step: StepResult) -> None:
-        """Commit the step. When this worker goes on with the run, the commit renews the
-        lease; otherwise a step the run simply continues from releases the lease in the
-        same commit (any worker may take the next step at once)."""
-        self.going_on = self.goes_on is not None and await self.goes_on()
-        if step.outcome == OUTCOME_COMPLETED and not self.going_on:
-            await self.stop_renewing()
-            self.lease_seconds = 0.0
-        await super().record_step(step)
-
-    async def release(self) -> None:
-        """Drop the lease now (checkpoint kept): any worker may take the run."""
-        await self.stop_renewing()
-        now = self.clock()
-        await self.store.commit(Commit(self.run_id, self.fence, lease_until=now, updated_at=now))
-
-    async def close(self) -> None:
-        """Stop the heartbeat."""
-        await self._stop()
 
 
 def next_route(clutch: Clutch, execution: RunExecution) -> str | None:

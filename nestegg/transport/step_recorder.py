@@ -1,0 +1,100 @@
+"""The checkpointer of a run's steps on a worker (:class:`StepRecorder`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nestegg.cancellation import CancelWatch
+from nestegg.checkpoint.checkpointer import Checkpointer
+from nestegg.checkpoint.records import Commit
+from nestegg.constants import OUTCOME_COMPLETED
+from nestegg.errors import NestEggError, StaleOwnerError
+from nestegg.recording import StepResult
+from nestegg.transport.base import Delivery
+
+log = logging.getLogger("nestegg")
+
+
+class StepRecorder(Checkpointer):
+    """The checkpointer of a run's steps on a worker, from the message the worker took:
+    every step is checkpointed and committed at once; its heartbeat renews the lease and
+    then keeps the message fresh; a step's commit renews the lease when this worker goes
+    on with the run (``goes_on()`` says so when asked at the commit), and otherwise
+    releases it when the run simply continues from the step."""
+
+    def __init__(
+        self,
+        *args: Any,
+        delivery: Delivery,
+        goes_on: Callable[[], Awaitable[bool]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.delivery = delivery
+        self.goes_on = goes_on
+        self.going_on = False
+        """Whether the last step's commit kept the lease for this worker's next step."""
+        self.renewing = True
+        self.renew_lock = asyncio.Lock()
+
+    def begin(self) -> None:
+        """Start the heartbeat without an opening commit."""
+        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.lease_seconds / 3
+        stop = CancelWatch()
+        while not stop.requested():  # stopped, also if a library lost the cancellation
+            await asyncio.sleep(interval)
+            async with self.renew_lock:
+                if not self.renewing:
+                    return
+                try:
+                    lease = self.clock() + self.lease_seconds
+                    await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+                    await self.delivery.keep_alive()
+                except StaleOwnerError:
+                    log.warning(
+                        "run %r was taken over by another worker",
+                        self.run_id,
+                        extra={"run_id": self.run_id},
+                    )
+                    return
+                except (NestEggError, OSError) as error:
+                    log.warning(
+                        "keeping run %r alive failed: %s",
+                        self.run_id,
+                        error,
+                        extra={"run_id": self.run_id},
+                    )
+
+    async def stop_renewing(self) -> None:
+        """No renewal from now on (waits for one under way)."""
+        async with self.renew_lock:
+            self.renewing = False
+
+    async def record_step(self, step: StepResult) -> None:
+        """Commit the step. When this worker goes on with the run, the commit renews the
+        lease; otherwise a step the run simply continues from releases the lease in the
+        same commit (any worker may take the next step at once)."""
+        self.going_on = self.goes_on is not None and await self.goes_on()
+        if step.outcome == OUTCOME_COMPLETED and not self.going_on:
+            await self.stop_renewing()
+            self.lease_seconds = 0.0
+        await super().record_step(step)
+
+    async def release(self) -> None:
+        """Drop the lease now (checkpoint kept): any worker may take the run."""
+        await self.stop_renewing()
+        now = self.clock()
+        await self.store.commit(Commit(self.run_id, self.fence, lease_until=now, updated_at=now))
+
+    async def close(self) -> None:
+        """Stop the heartbeat."""
+        await self._stop()
+
+
+__all__ = ["StepRecorder"]
