@@ -8,6 +8,7 @@ listing, recover, cleanup); the definition and the executions are its base,
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,11 @@ class Clutch(PipelineBase):
     async def submit(self, input_data: Any, *, run_id: str | None = None) -> ClutchTask:
         """Start a run in the background and return its handle.
 
+        With a transport, it returns once the run is stored and its first step published
+        (or its id's completed result is found), so that the run is the workers' even if
+        the caller's event loop ends right after (``asyncio.run(clutch.submit(...))``);
+        what fails before that is raised here.
+
         Args:
             input_data: the first agent's input (a pydantic model is dumped to a dict).
             run_id: with checkpointing, the run's id (overrides the configured one).
@@ -74,11 +80,19 @@ class Clutch(PipelineBase):
 
         Raises:
             ConfigurationError: the Clutch's definition is inconsistent.
+            RunExistsError: with a transport, the run id belongs to a run the workers
+                still hold.
+            StorageUnavailableError, TransportError: with a transport, the store or the
+                broker failed before the run's first step was published.
         """
-        return await self._submit(input_data, run_id, StepListeners())
+        return await self._submit(input_data, run_id, StepListeners(), until_published=True)
 
     async def _submit(
-        self, input_data: Any, run_id: str | None, listeners: StepListeners
+        self,
+        input_data: Any,
+        run_id: str | None,
+        listeners: StepListeners,
+        until_published: bool = False,
     ) -> ClutchTask:
         if self._checkpoint_config is None:
             if run_id is not None:
@@ -89,10 +103,14 @@ class Clutch(PipelineBase):
             from nestegg.transport.caller import RemoteProgress, run_remote
 
             transport, progress = self.transport, RemoteProgress(self.name)
+            published = asyncio.Event()
             return await self._launch(
-                lambda lst: run_remote(self, book, transport, input_data, run_id, lst, progress),
+                lambda lst: run_remote(
+                    self, book, transport, input_data, run_id, lst, progress, published.set
+                ),
                 listeners,
                 progress.late,
+                published if until_published else None,
             )
         return await self._launch(lambda lst: book.run(input_data, run_id, lst), listeners)
 
@@ -120,7 +138,8 @@ class Clutch(PipelineBase):
                 ``nestegg.sleep``); it is stored as ``waiting`` and this process is free.
         """
         seconds_or_none(timeout, "timeout")  # before anything runs or is stored
-        task = await self.submit(input_data, run_id=run_id)
+        # Not submit(): the timeout covers storing and publishing the run too.
+        task = await self._submit(input_data, run_id, StepListeners())
         return await task.result(timeout=timeout)
 
     async def stream(

@@ -22,7 +22,7 @@ from nestegg.context import ClutchContext, ClutchState
 from nestegg.errors import ConfigurationError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
 from nestegg.strategies import Cursor, Strategy, make_cursor
-from nestegg.task import ClutchTask, StepListeners
+from nestegg.task import ClutchTask, StepListeners, until_started
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.config import CheckpointConfig
@@ -385,9 +385,12 @@ class PipelineBase:
         work: Callable[[StepListeners], Coroutine[Any, Any, Any]],
         listeners: StepListeners,
         late: Callable[[float], str] | None = None,
+        started: asyncio.Event | None = None,
     ) -> ClutchTask:
         self.validate()
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(work(listeners))
+        if started is not None:
+            await until_started(task, started)
         return ClutchTask(f"task-{id(task):x}", task, listeners, late)
 
 

@@ -51,6 +51,25 @@ class StepListeners:
             queue.put_nowait(event)
 
 
+async def until_started(task: asyncio.Task[Any], started: asyncio.Event) -> None:
+    """Return once ``task`` set ``started`` or finished without an error; cancelled
+    meanwhile, the task is cancelled too.
+
+    Raises:
+        Exception: what the task raised before it set ``started``.
+    """
+    flag = asyncio.ensure_future(started.wait())
+    try:
+        await asyncio.wait({flag, task}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        flag.cancel()
+    if not started.is_set() and task.done():
+        task.result()  # its error, if it raised one
+
+
 def not_finished(limit: float) -> str:
     """Why a wait for a run's result timed out, when nothing more is known."""
     return f"the run did not finish within {limit:g} s (it goes on)"

@@ -182,9 +182,11 @@ async def run_remote(
     run_id: str | None,
     listeners: StepListeners,
     progress: RemoteProgress | None = None,
+    published: Callable[[], None] | None = None,
 ) -> Any:
     """Store a new run, publish its first step and wait for its result (hooks included),
-    keeping ``progress`` up to date.
+    keeping ``progress`` up to date and calling ``published()`` once the first step is
+    published.
 
     A run id that completed gives its stored result and publishes nothing. The transport's
     connection is in use until the run's outcome is known (a RabbitMQ connection that no
@@ -199,6 +201,8 @@ async def run_remote(
 
     async def publish_and_wait(trace: dict[str, str]) -> Any:
         await publish_first(clutch, transport, run, trace)
+        if published is not None:
+            published()
         return await wait_result(book.store, run.run_id, None, listeners, progress.saw)
 
     async def traced() -> Any:

@@ -138,6 +138,23 @@ async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
 
 
 @pytest.mark.server
+async def test_submit_returns_once_the_run_is_stored_else_raises_what_stopped_it(
+    deployment: Deployment, store: Any
+) -> None:
+    caller = make_chain()  # no worker: nothing moves the runs on
+    try:
+        await caller.checkpointed_runs().create_queued({}, "pending")
+        with pytest.raises(RunExistsError, match=r"await clutch\.result"):
+            await caller.submit({}, run_id="pending")  # raised here, not by the task
+        task = await caller.submit({}, run_id="fresh")
+        stored = await store.get_run("fresh")
+        task.cancel()
+    finally:
+        await caller.stop()
+    assert stored is not None and stored.status == "running"
+
+
+@pytest.mark.server
 async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Deployment) -> None:
     caller, worker = make_chain(), make_chain()
     try:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
+from tests.transport.apps import make_split
 from tests.transport.conftest import ROOT, Deployment
 
 pytestmark = pytest.mark.server
@@ -45,6 +47,26 @@ asyncio.run(main())
 print("left")
 """
 
+SUBMIT_AS_LAST_THING = """
+import asyncio
+from tests.transport.apps import make_split
+
+asyncio.run(make_split().submit({"x": 1}, run_id="submitted"))
+print("left")
+"""
+
+SUBMIT_IN_ASYNC_WITH = """
+import asyncio
+from tests.transport.apps import make_split
+
+async def main():
+    async with make_split() as split:
+        await split.submit({"x": 1}, run_id="submitted")
+
+asyncio.run(main())
+print("left")
+"""
+
 
 def run_caller(deployment: Deployment, code: str) -> subprocess.CompletedProcess[str]:
     """``python -c code`` with the deployment's settings, from the project's root."""
@@ -72,3 +94,18 @@ def test_a_caller_that_leaves_its_run_to_the_workers_exits_without_a_word_on_std
 ) -> None:
     caller = run_caller(deployment, code)  # no worker: the run waits in its channel
     assert (caller.returncode, caller.stdout, caller.stderr) == (0, printed, "")
+
+
+@pytest.mark.parametrize("code", [SUBMIT_AS_LAST_THING, SUBMIT_IN_ASYNC_WITH])
+async def test_a_run_submitted_as_the_callers_loop_ends_is_stored_and_run_by_a_worker(
+    deployment: Deployment, store: Any, code: str
+) -> None:
+    caller = run_caller(deployment, code)  # submit() returned, the loop closed at once
+    assert (caller.returncode, caller.stdout, caller.stderr) == (0, "left\n", "")
+    assert await store.get_run("submitted") is not None
+    deployment.start_worker("split")  # its first step waits on the broker
+    split = make_split()
+    try:
+        assert (await split.result("submitted", timeout=20))["x"] == 1
+    finally:
+        await split.stop()
