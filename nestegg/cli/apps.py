@@ -6,11 +6,12 @@ import contextlib
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli.app import CommandError, open_selected
+from nestegg.cli.app import CommandError, error_line, open_selected
 from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
 
@@ -38,7 +39,15 @@ def import_app(spec: str, named: str = "--app") -> Clutch:
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise CommandError(f"cannot import {module_name!r}: {error}", EXIT_USAGE) from error
+        raise CommandError(
+            f"cannot import {module_name!r}: {error}{_raised_at(error)}", EXIT_USAGE
+        ) from error
+    except Exception as error:  # the module's own code failed while it was imported
+        raise CommandError(
+            f"cannot import {module_name!r}: {error_line(error)}{_raised_at(error)} "
+            "(nestegg --debug shows the traceback)",
+            EXIT_USAGE,
+        ) from error
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise CommandError(f"{module_name!r} has no attribute {attribute!r}", EXIT_USAGE)
@@ -51,6 +60,27 @@ def import_app(spec: str, named: str = "--app") -> Clutch:
             EXIT_USAGE,
         )
     return target
+
+
+def _raised_at(error: Exception) -> str:
+    """`` (at FILE, line N)``: where the import of a module failed, in the code imported
+    (the innermost frame outside importlib and this module); empty when there is none (no
+    module of that name; a SyntaxError, which names its place itself)."""
+    machinery = (os.path.dirname(importlib.__file__) + os.sep, __file__)
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith(("<frozen ", *machinery))
+    ]
+    if not frames:
+        return ""
+    return f" (at {_shown(frames[-1].filename)}, line {frames[-1].lineno})"
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when under it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
 
 
 def own_store(clutch: Clutch) -> CheckpointStorage | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,19 @@ def test_bad_app(cli: Cli, filled: Filled, spec: str, message: str) -> None:
     result = cli("resume", filled.bad, "--app", spec, "--store", filled.url)
     assert result.exit_code == EXIT_USAGE
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_an_app_whose_module_fails_while_imported_is_bad_usage_naming_where(
+    cli: Cli, filled: Filled
+) -> None:
+    app = "tests.cli.boom_app:pipeline"
+    result = cli("resume", filled.bad, "--app", app, "--store", filled.url)
+    where = os.path.relpath(Path(__file__).with_name("boom_app.py"))
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr == (
+        f"error: cannot import 'tests.cli.boom_app': RuntimeError: boom (at {where}, line 3) "
+        "(nestegg --debug shows the traceback)\n"
+    )
 
 
 def test_app_without_checkpointing(

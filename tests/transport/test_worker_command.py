@@ -56,6 +56,16 @@ def test_a_module_that_cannot_be_imported_is_bad_usage() -> None:
     assert "cannot import 'tests.transport.no_such_module'" in output
 
 
+def test_a_module_that_fails_while_imported_is_bad_usage_naming_where() -> None:
+    code, output = invoke("tests.cli.boom_app:pipeline")
+    where = os.path.relpath(ROOT / "tests" / "cli" / "boom_app.py")
+    assert code == EXIT_USAGE
+    assert (
+        f"error: cannot import 'tests.cli.boom_app': RuntimeError: boom (at {where}, line 3) "
+        "(nestegg --debug shows the traceback)\n"
+    ) in output
+
+
 @pytest.mark.server
 def test_an_unknown_agent_is_bad_usage(deployment: Deployment) -> None:
     code, output = invoke("tests.transport.apps:chain", "--agents", "ping,pang")
