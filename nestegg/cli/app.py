@@ -86,15 +86,24 @@ class _OwnWarningsOnly(logging.Filter):
         return record.name.split(".")[0] == "nestegg" or record.levelno >= logging.ERROR
 
 
+class _LevelLine(logging.Formatter):
+    """A record as ``error: ...`` (ERROR and above) or ``warning: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        label = "error" if record.levelno >= logging.ERROR else record.levelname.lower()
+        return f"{label}: {super().format(record)}"
+
+
 def configure_logging(argv: Sequence[str]) -> None:
-    """For the command's process: one ``warning: ...`` line per nestegg warning, drivers'
-    chatter hidden (all of it, with details, under --debug)."""
+    """For the command's process: one ``warning: ...`` or ``error: ...`` line per nestegg
+    record of that level, drivers' chatter hidden (all of it, with details, under
+    --debug)."""
     handler = logging.StreamHandler(sys.stderr)
     if "--debug" in argv:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logging.basicConfig(level=logging.DEBUG, handlers=[handler])
         return
-    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    handler.setFormatter(_LevelLine("%(message)s"))
     handler.addFilter(_OwnWarningsOnly())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     warnings.showwarning = _show_warning

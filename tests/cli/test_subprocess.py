@@ -115,3 +115,13 @@ def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == EXIT_UNAVAILABLE
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith("error: PostgreSQL at 127.0.0.1:1/test is unavailable")
+
+
+def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
+    result = nestegg(tmp_path, "recover", "--app", "tests.cli.logging_app:none")
+    assert result.stderr.splitlines() == [
+        "warning: a warning of nestegg",
+        "error: an error of nestegg",
+        "error: a critical record of another library",  # its warnings hidden
+        "error: 'tests.cli.logging_app' has no attribute 'none'",
+    ]

@@ -1,0 +1,9 @@
+"""A module that logs while it is imported (``--app tests.cli.logging_app:none``): how the
+command shows log records of each level."""
+
+import logging
+
+logging.getLogger("nestegg.test").warning("a warning of nestegg")
+logging.getLogger("nestegg.test").error("an error of nestegg")
+logging.getLogger("somelib").warning("a warning of another library")
+logging.getLogger("somelib").critical("a critical record of another library")
