@@ -9,7 +9,7 @@ listing, recover, cleanup); the definition and the executions are its base,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name
@@ -212,6 +212,7 @@ class Clutch(PipelineBase):
         grace: float = 30.0,
         sweep_interval: float | None = None,
         sweep_after: float | None = None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         """Be a worker: run the steps of this pipeline's runs from the transport until
         SIGTERM or SIGINT (or cancelled), then drain.
@@ -228,6 +229,8 @@ class Clutch(PipelineBase):
             sweep_interval: seconds between sweeps for runs whose message was lost
                 (None: the lease).
             sweep_after: how long such a run must be untouched (None: five leases).
+            on_ready: called once, when the worker's channels are set up on the broker
+                and it consumes them (``nestegg worker`` prints its start line then).
 
         Raises:
             ConfigurationError: no transport, an unknown agent, a bad concurrency.
@@ -250,6 +253,7 @@ class Clutch(PipelineBase):
             grace=grace,
             sweep_interval=sweep_interval,
             sweep_after=sweep_after,
+            on_ready=on_ready,
         )
         await serve(worker)
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
 
+from nestegg.checkpoint.stores import home_path
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import CommandError, app, run_async
 from nestegg.cli.apps import import_app
-from nestegg.constants import EXIT_USAGE
+from nestegg.clutch import Clutch
+from nestegg.constants import DEFAULT_DB_NAME, EXIT_USAGE
+from nestegg.telemetry import store_name
+from nestegg.urls import without_password
 
 WORKER_APP_HELP = (
     "The Clutch to serve, as module:attribute (e.g. myproject.pipelines:triage); the "
@@ -42,10 +50,15 @@ def worker_command(
             EXIT_USAGE,
         )
     hosted = None if agents is None else _agent_names(agents)
+    started = serving_line(clutch, hosted, concurrency)
+
+    def ready() -> None:
+        sys.stderr.write(started + "\n")
+        sys.stderr.flush()
 
     async def work() -> None:
         try:
-            await clutch.serve(concurrency=concurrency, agents=hosted, grace=grace)
+            await clutch.serve(concurrency=concurrency, agents=hosted, grace=grace, on_ready=ready)
         finally:
             await clutch.stop()
 
@@ -65,3 +78,37 @@ def _agent_names(agents: str) -> list[str]:
             f"--agents must name agents, separated by commas (a,b), got {agents!r}", EXIT_USAGE
         )
     return names
+
+
+def serving_line(clutch: Clutch, agents: list[str] | None, concurrency: int) -> str:
+    """The line a worker prints on stderr once it consumes: its pipeline, agents, broker
+    (without a password) and store."""
+    names = ", ".join(agents if agents is not None else clutch.agent_names)
+    config = clutch.checkpoint_config
+    store = "the default store" if config is None else _store_shown(config.storage)
+    return (
+        f"nestegg worker: serving pipeline {clutch.name!r} (agents {names}; concurrency "
+        f"{concurrency}) from {_broker_shown(clutch.transport)}, store {store}; SIGTERM or "
+        "Ctrl-C stops it"
+    )
+
+
+def _broker_shown(transport: Any) -> str:
+    """The broker's URL without its password (a transport built on a client: its
+    address), else the transport's class."""
+    where = getattr(transport, "where", None) or getattr(transport, "url", None)
+    return without_password(where) if isinstance(where, str) else type(transport).__name__
+
+
+def _store_shown(store: CheckpointStorage | None) -> str:
+    """The store's kind and where it is: a file's path, a server store's key or table
+    prefix."""
+    if store is None:
+        return f"sqlite {home_path() / DEFAULT_DB_NAME}"
+    kind = store_name(store)
+    if isinstance(store, SQLiteCheckpointStorage):
+        return f"{kind} {store.path}"
+    if isinstance(store, FileCheckpointStorage):
+        return f"{kind} {store.root}"
+    prefix = getattr(store, "prefix", None) or getattr(store, "table_prefix", None)
+    return f"{kind} (prefix {prefix!r})" if prefix else kind

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nestegg.cancellation import cancel, cancel_requested
@@ -94,6 +94,7 @@ class Worker:
         sweep_interval: seconds between sweeps (None: the lease).
         sweep_after: seconds a run must be untouched before a sweep points at it again
             (None: five leases).
+        on_ready: called once, when the channels are set up and the worker consumes.
     """
 
     def __init__(
@@ -106,6 +107,7 @@ class Worker:
         grace: float = 30.0,
         sweep_interval: float | None = None,
         sweep_after: float | None = None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -116,6 +118,7 @@ class Worker:
         self.concurrency = concurrency
         self.hosts = hosted_agents(clutch, agents)
         self.grace = grace
+        self.on_ready = on_ready
         self.stopping = asyncio.Event()
         self.in_flight: set[asyncio.Task[None]] = set()
         self.probed_at = -PROBE_EVERY
@@ -211,6 +214,8 @@ class Worker:
 
     async def _consume_forever(self) -> None:
         await self._set_up_channels()
+        if self.on_ready is not None:
+            self.on_ready()
         slots = asyncio.Semaphore(self.concurrency)
         while True:
             try:

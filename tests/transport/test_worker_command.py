@@ -18,8 +18,10 @@ from typer.testing import CliRunner
 
 from nestegg.cli import app
 from nestegg.constants import EXIT_OK, EXIT_USAGE
+from nestegg.urls import without_password
 from tests.conftest import server_missing
 from tests.servers import delete_redis_keys
+from tests.transport.apps import make_chain
 from tests.transport.conftest import (
     DEFAULT_RABBITMQ_URL,
     RABBITMQ_URL_ENV,
@@ -71,6 +73,25 @@ def test_an_unknown_agent_is_bad_usage(deployment: Deployment) -> None:
     code, output = invoke("tests.transport.apps:chain", "--agents", "ping,pang")
     assert code == EXIT_USAGE
     assert "agents ['pang'] are not agents of Clutch 'chain'" in output
+
+
+@pytest.mark.server
+async def test_a_worker_says_once_on_stderr_that_it_serves_and_what(
+    deployment: Deployment,
+) -> None:
+    worker = deployment.start_worker("chain", "--agents", "pong,ping", "--concurrency", "2")
+    caller = make_chain()
+    try:
+        await caller.run({}, run_id="served", timeout=30)
+    finally:
+        await caller.stop()
+    worker.terminate()
+    assert worker.wait(WORKER_EXIT_TIMEOUT_S) == EXIT_OK
+    broker = without_password(deployment.transport_url)
+    assert worker.errors().splitlines() == [
+        f"nestegg worker: serving pipeline 'chain' (agents pong, ping; concurrency 2) from "
+        f"{broker}, store redis (prefix {deployment.prefix!r}); SIGTERM or Ctrl-C stops it"
+    ]
 
 
 @pytest.mark.parametrize("agents", ["", "ping,,pong", "ping,"])
@@ -206,4 +227,5 @@ def test_a_broker_that_cannot_be_reached_at_start_is_retried_until_stopped(
     assert process.returncode == EXIT_OK
     retries = [line for line in errors.splitlines() if line.startswith("warning: setting up")]
     assert retries, errors
+    assert "serving" not in errors  # never connected: no start line
     assert f"Error 111 connecting to 127.0.0.1:{port}" in retries[0]
