@@ -153,11 +153,24 @@ STEP_BLOCK_STEPS = 256
 STEP_BLOCK_MAX_BYTES = 4 * 1024 * 1024
 """A block whose records are larger than this is not packed: records that big cost
 little per row, and a block is written and read in one piece."""
-SQLITE_WAL_AUTOCHECKPOINT_PAGES = 4000
-"""WAL pages (4 KiB each) after which the WAL is copied back into the database.
+SQLITE_WAL_CHECKPOINT_PAGES = 1000
+"""WAL pages (4 KiB each, estimated from the writes' sizes) after which the store's WAL
+thread copies the WAL back into the database, at most once per
+SQLITE_WAL_CHECKPOINT_INTERVAL.
 
-Each such checkpoint syncs the WAL and the database: the larger this, the fewer syncs
-per step (4000 pages: one per ~650 steps, against one per ~160 at SQLite's default 1000)."""
+Each such checkpoint syncs the WAL and the database, and while the OS writes out what it
+syncs, a write on the same disk may stall: the fewer pages a sync has to write, the
+shorter such a stall. At 1,000 runs whose steps wait ~500 ms, a checkpoint every 1,000
+pages instead of every 4,000 took the p99 step commit from about 21 to 14 ms on a VM's
+ext4 disk (bench/concurrent_runs.py, docs/benchmarks.md)."""
+SQLITE_WAL_CHECKPOINT_INTERVAL = 0.05
+"""Seconds at least between two WAL checkpoints of one store: a single busy run, whose
+writes fill 1,000 pages many times a second, is checkpointed about as often as with
+4,000 pages, so its steps do not pay for more syncs."""
+SQLITE_WAL_AUTOCHECKPOINT_PAGES = 16000
+"""WAL pages after which SQLite's own automatic checkpoint runs in a committing writer: a
+backstop behind the store's WAL thread (for writers that count nothing: other processes,
+short-lived stores)."""
 SQLITE_INLINE_WRITE_BYTES = 64 * 1024
 """Commits up to this size may run on the event loop's thread (see sqlite_connection)."""
 SQLITE_INLINE_BATCH_BYTES = 1024 * 1024
@@ -172,8 +185,8 @@ SQLITE_PAGE_SIZE = 4096
 SQLITE_PAGES_PER_WRITE = 8
 """WAL pages a checkpointed step writes, about (to space WAL checkpoints by writes)."""
 SQLITE_JOURNAL_SIZE_LIMIT = 20 * 1024 * 1024
-"""Bytes the WAL file is cut back to after a checkpoint: above its usual size at
-SQLITE_WAL_AUTOCHECKPOINT_PAGES, so it is not cut and regrown every time."""
+"""Bytes the WAL file is cut back to after a checkpoint: above its usual size between two
+checkpoints, so it is not cut and regrown every time."""
 
 # File store: the layout under its root directory.
 FILE_RUNS_DIR = "runs"

@@ -520,6 +520,7 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 200_000)
+    monkeypatch.setattr(sqlite_connection, "_WAL_CHECKPOINT_INTERVAL", 0.0)
     path = tmp_path / "n.db"
     store = SQLiteCheckpointStorage(path)
     run = await create(store)
@@ -535,6 +536,33 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     assert not [t for t in threading.enumerate() if t.name.startswith("nestegg-sqlite")]
 
 
+async def test_wal_checkpoints_are_spaced_by_pages_written_and_by_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken: list[float] = []
+    inner = sqlite_connection.SQLiteConnection._checkpoint_wal
+
+    def counted(self: sqlite_connection.SQLiteConnection) -> None:
+        taken.append(time.monotonic())
+        inner(self)
+
+    monkeypatch.setattr(sqlite_connection.SQLiteConnection, "_checkpoint_wal", counted)
+    monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 1)  # every write
+    monkeypatch.setattr(sqlite_connection, "_WAL_CHECKPOINT_INTERVAL", 0.5)
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    run = await create(store)
+    for seq in range(1, 6):  # within the interval: one checkpoint
+        await store.commit(make_commit(run, steps=[make_step(run.run_id, seq)]))
+    wal_thread = store._connection._wal_worker()
+    await asyncio.wrap_future(wal_thread.submit(lambda: None))
+    assert len(taken) == 1
+    await asyncio.sleep(0.6)
+    await store.commit(make_commit(run, steps=[make_step(run.run_id, 6)]))
+    await asyncio.wrap_future(wal_thread.submit(lambda: None))
+    assert len(taken) == 2 and taken[1] - taken[0] >= 0.5
+    await store.close()
+
+
 async def test_a_write_on_the_worker_does_not_wait_for_a_wal_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -548,6 +576,7 @@ async def test_a_write_on_the_worker_does_not_wait_for_a_wal_checkpoint(
 
     monkeypatch.setattr(sqlite_connection.SQLiteConnection, "_checkpoint_wal", slow_checkpoint)
     monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 1)
+    monkeypatch.setattr(sqlite_connection, "_WAL_CHECKPOINT_INTERVAL", 0.0)
     store = SQLiteCheckpointStorage(tmp_path / "n.db")
     run = await create(store)
     await store.commit(make_commit(run, steps=[make_step(run.run_id, 1)]))

@@ -16,11 +16,12 @@ waits with the usual busy timeout. The attempt is made only while the database i
 WAL mode (or in memory).
 
 WAL checkpoints are taken off the write path for the same reason: about every
-``SQLITE_WAL_AUTOCHECKPOINT_PAGES`` pages written (estimated from each write's size), a
-second thread runs one on a second connection of its own, so writes go on while it syncs
-the files, on the loop thread and on the worker alike. SQLite's own automatic checkpoint
-stays on as a backstop at four times that (for writers that count nothing: other
-processes, short-lived stores). What may still touch the disk on the loop thread, rarely:
+``SQLITE_WAL_CHECKPOINT_PAGES`` pages written (estimated from each write's size), at most
+once per ``SQLITE_WAL_CHECKPOINT_INTERVAL``, a second thread runs one on a second
+connection of its own, so writes go on while it syncs the files, on the loop thread and
+on the worker alike. SQLite's own automatic checkpoint stays on as a backstop at
+``SQLITE_WAL_AUTOCHECKPOINT_PAGES`` (for writers that count nothing: other processes,
+short-lived stores). What may still touch the disk on the loop thread, rarely:
 that backstop, and the sync of the WAL header when SQLite starts reusing the WAL after a
 checkpoint.
 
@@ -46,7 +47,8 @@ from nestegg.constants import (
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_PAGE_SIZE,
     SQLITE_PAGES_PER_WRITE,
-    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
+    SQLITE_WAL_CHECKPOINT_INTERVAL,
+    SQLITE_WAL_CHECKPOINT_PAGES,
 )
 from nestegg.errors import StorageError
 
@@ -55,7 +57,8 @@ Work = Callable[..., T]
 log = logging.getLogger("nestegg")
 
 _NOT_RUN: Any = object()
-_WAL_BYTES_PER_CHECKPOINT = SQLITE_WAL_AUTOCHECKPOINT_PAGES * SQLITE_PAGE_SIZE
+_WAL_BYTES_PER_CHECKPOINT = SQLITE_WAL_CHECKPOINT_PAGES * SQLITE_PAGE_SIZE
+_WAL_CHECKPOINT_INTERVAL = SQLITE_WAL_CHECKPOINT_INTERVAL
 _WAL_BYTES_PER_WRITE = SQLITE_PAGES_PER_WRITE * SQLITE_PAGE_SIZE
 _SET_NO_WAIT = "PRAGMA busy_timeout = 0"
 _INLINE_JOURNAL_MODES = frozenset({"wal", "memory"})
@@ -152,6 +155,8 @@ class SQLiteConnection:
         self._executor: ThreadPoolExecutor | None = None
         self._wal_executor: ThreadPoolExecutor | None = None
         self._wal_bytes = 0
+        self._next_wal_checkpoint = 0.0
+        """When the next WAL checkpoint may start (``time.monotonic()``)."""
         self._inline_ok = False
         self._waits = True
         _open_connections.add(self)
@@ -315,7 +320,11 @@ class SQLiteConnection:
             return
         self._wal_bytes += _WAL_BYTES_PER_WRITE + 2 * size
         if self._wal_bytes >= _WAL_BYTES_PER_CHECKPOINT:
+            now = time.monotonic()
+            if now < self._next_wal_checkpoint:
+                return
             self._wal_bytes = 0
+            self._next_wal_checkpoint = now + _WAL_CHECKPOINT_INTERVAL
             self._wal_worker().submit(self._checkpoint_wal)
 
     def _checkpoint_wal(self) -> None:

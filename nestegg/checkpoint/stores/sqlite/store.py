@@ -191,7 +191,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
             use_wal(conn, SQLITE_BUSY_TIMEOUT_MS / 1000)
             conn.execute("PRAGMA synchronous = NORMAL")
             # SQLiteConnection takes the WAL checkpoints; SQLite's own stay as a backstop.
-            conn.execute(f"PRAGMA wal_autocheckpoint = {4 * SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
             migrate(conn)
         except BaseException:
