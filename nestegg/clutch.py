@@ -66,10 +66,12 @@ class Clutch(PipelineBase):
     async def submit(self, input_data: Any, *, run_id: str | None = None) -> ClutchTask:
         """Start a run in the background and return its handle.
 
-        With a transport, it returns once the run is stored and its first step published
-        (or its id's completed result is found), so that the run is the workers' even if
-        the caller's event loop ends right after (``asyncio.run(clutch.submit(...))``);
-        what fails before that is raised here.
+        With checkpointing, it returns once the run is stored (with a transport: and its
+        first step published), or its id's completed result is found, so that a run
+        submitted is never lost: if the caller's event loop ends right after
+        (``asyncio.run(clutch.submit(...))``), the workers run it, or, without a transport,
+        it stays in the store as cancelled, for ``resume_latest``. What fails before that
+        is raised here.
 
         Args:
             input_data: the first agent's input (a pydantic model is dumped to a dict).
@@ -80,8 +82,8 @@ class Clutch(PipelineBase):
 
         Raises:
             ConfigurationError: the Clutch's definition is inconsistent.
-            RunExistsError: with a transport, the run id belongs to a run the workers
-                still hold.
+            RunExistsError: with checkpointing, the run id belongs to an unfinished run
+                (resume it instead), or to a completed run of another input.
             StorageUnavailableError, TransportError: with a transport, the store or the
                 broker failed before the run's first step was published.
         """
@@ -112,7 +114,12 @@ class Clutch(PipelineBase):
                 progress.late,
                 published if until_published else None,
             )
-        return await self._launch(lambda lst: book.run(input_data, run_id, lst), listeners)
+        stored = asyncio.Event()
+        return await self._launch(
+            lambda lst: book.run(input_data, run_id, lst, stored.set),
+            listeners,
+            started=stored if until_published else None,
+        )
 
     async def run(
         self, input_data: Any, timeout: float | None = 30.0, *, run_id: str | None = None

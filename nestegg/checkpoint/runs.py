@@ -4,7 +4,7 @@ clean up. It reaches the Clutch only through the ``Pipeline`` Protocol (pipeline
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,8 +136,15 @@ class CheckpointedRuns:
 
     # ------------------------------------------------------------------ starting
 
-    async def run(self, input_data: Any, run_id: str | None, listeners: StepListeners) -> Any:
-        """Start a new run (or return the stored result of a completed one)."""
+    async def run(
+        self,
+        input_data: Any,
+        run_id: str | None,
+        listeners: StepListeners,
+        stored: Callable[[], None] | None = None,
+    ) -> Any:
+        """Start a new run (or return the stored result of a completed one); ``stored`` is
+        called once the new run is stored, before its first step."""
         run_id = self._run_id(run_id) or new_run_id()
         data = to_plain(input_data)
         sealed_input = seal(encode_value(data, "input"))
@@ -151,6 +158,8 @@ class CheckpointedRuns:
         except RunExistsError:
             raced = await store.get_run(run_id)
             return self._existing(raced, sealed_input) if raced else None
+        if stored is not None:
+            stored()
         ctx = self.clutch.new_context(run_id, data)
         cursor = self.clutch.new_cursor(ctx)
         base = Snapshot(0, 0, 0, "input", cursor.position(), NO_METADATA)

@@ -595,3 +595,63 @@ async def test_a_run_ended_by_another_process_after_it_was_read_is_not_reopened(
         assert outcomes == {}
         store.ends = None
         assert await pipeline.clutch.resume_latest("r") == ["r", "a", "b", "c"]  # on purpose
+
+
+# ---------------------------------------------------- submit() returns once the run is stored
+
+SUBMIT_AND_EXIT = """
+import asyncio, sys
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig, open_store
+
+clutch = Clutch("late", checkpoint=CheckpointConfig(storage=open_store(sys.argv[1])))
+
+@clutch.agent()
+async def slow(data: dict) -> dict:
+    await asyncio.sleep(30)
+    return {**data, "slow": True}
+
+async def main() -> None:
+    await clutch.submit({"n": 1}, run_id="left")  # the loop ends right after
+
+asyncio.run(main())
+"""
+
+
+def test_a_run_submitted_as_the_loop_ends_is_stored_and_resumable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    subprocess.run([sys.executable, "-c", SUBMIT_AND_EXIT, url], check=True, timeout=60)
+
+    async def check() -> None:
+        from nestegg.checkpoint import CheckpointConfig, open_store
+
+        store = open_store(url)
+        clutch = Clutch("late", checkpoint=CheckpointConfig(storage=store))
+
+        @clutch.agent()
+        async def slow(data: dict[str, object]) -> dict[str, object]:
+            return {**data, "slow": True}
+
+        run = await store.get_run("left")
+        assert run is not None and run.status == "cancelled"  # the loop's end cancelled it
+        assert await clutch.resume_latest("left") == {"n": 1, "slow": True}
+        await store.close()
+
+    asyncio.run(check())
+
+
+async def test_submit_raises_what_refuses_the_run_before_it_returns(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store, ("a", "b"))
+    pipeline.fail.add("b")
+    with pytest.raises(Flaky):
+        await pipeline.clutch.run([], run_id="taken")
+    with pytest.raises(RunExistsError, match="failed"):
+        await pipeline.clutch.submit([], run_id="taken")
+    pipeline.fail.clear()
+    gate = pipeline.gate("a")
+    task = await pipeline.clutch.submit([], run_id="fresh")
+    assert await checkpoint_store.get_run("fresh") is not None  # stored before it returned
+    gate.set()
+    assert await task.result(timeout=5) == ["a", "b"]
