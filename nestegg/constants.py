@@ -161,8 +161,8 @@ SQLITE_WAL_CHECKPOINT_INTERVAL.
 Each such checkpoint syncs the WAL and the database, and while the OS writes out what it
 syncs, a write on the same disk may stall: the fewer pages a sync has to write, the
 shorter such a stall. At 1,000 runs whose steps wait ~500 ms, a checkpoint every 1,000
-pages instead of every 4,000 took the p99 step commit from about 21 to 14 ms on a VM's
-ext4 disk (bench/concurrent_runs.py, docs/benchmarks.md)."""
+pages instead of every 4,000 took the p99 step commit from 18.8 to 12.3 ms on a VM's ext4
+disk (bench/concurrent_runs.py, docs/benchmarks.md)."""
 SQLITE_WAL_CHECKPOINT_INTERVAL = 0.05
 """Seconds at least between two WAL checkpoints of one store: a single busy run, whose
 writes fill 1,000 pages many times a second, is checkpointed about as often as with
