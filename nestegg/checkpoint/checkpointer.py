@@ -387,13 +387,40 @@ class Checkpointer:
         else:
             commit = self._side_commit()
         commit.journal.append(record)
-        try:
+        if commit.events:
+            await self._commit_events_aside(commit)
+        else:
             await self.store.commit(commit)
-        except BaseException:  # its events go with the step's end instead
-            self.pending.events[:0] = commit.events
-            raise
         if self._journal_step == step:
             self._journal[position] = record
+
+    async def _commit_events_aside(self, commit: Commit) -> None:
+        """Write ``commit``, which carries events, beside the step's own commit: if it
+        fails, its events go with the step's end instead. Cancelled meanwhile, the write
+        goes on, since it may be stored already: the next commit waits for its outcome
+        (as for a start commit in flight), so that its events are written once."""
+        write = asyncio.ensure_future(self.store.commit(commit))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.done():
+                self._start_commit = asyncio.ensure_future(self._events_written(write, commit))
+            elif write.cancelled() or write.exception() is not None:
+                self.pending.events[:0] = commit.events
+            raise
+        except Exception:
+            self.pending.events[:0] = commit.events
+            raise
+
+    async def _events_written(self, write: asyncio.Future[None], commit: Commit) -> None:
+        """Wait for ``write``; if it failed, give its events back to the pending commit."""
+        try:
+            await write
+        except Exception:  # the next commit reports store failures
+            self.pending.events[:0] = commit.events
+        except asyncio.CancelledError:
+            self.pending.events[:0] = commit.events
+            raise
 
     # -------------------------------------------------------------- checkpoints
 

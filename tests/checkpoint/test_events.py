@@ -355,3 +355,36 @@ async def test_a_resumed_run_writes_its_opening_before_its_steps_run_again(
     assert written[0][0] == "run_resumed"  # the truncation is written before b runs again
     gate.set()
     await resumed
+
+
+async def test_a_journaled_call_whose_commit_lands_as_the_run_is_cancelled_writes_each_event_once(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch = Clutch("landed", checkpoint=config(checkpoint_store))
+    commit = checkpoint_store.commit
+    landed = asyncio.Event()
+
+    async def reply_late(change: Any) -> None:  # written, its reply not read yet
+        await commit(change)
+        if change.journal:
+            landed.set()
+            await asyncio.sleep(0.5)
+
+    checkpoint_store.commit = reply_late  # type: ignore[method-assign]
+
+    async def look_up(topic: str) -> str:
+        return topic.upper()
+
+    @clutch.agent()
+    async def research(data: str) -> str:
+        return await nestegg.call(look_up, data)
+
+    task = await clutch.submit("x", run_id="landed")
+    await wait_for(landed)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [r.status for r in await clutch.list_runs()] == ["cancelled"]
+    events = await clutch.events("landed")
+    assert kinds(events)[:2] == ["run_started", "step_started"]
+    assert_well_ordered(events, "landed")
