@@ -334,6 +334,18 @@ class Checkpointer:
             for info in saved:
                 await self.on_checkpoint(info)
 
+    @property
+    def ended(self) -> bool:
+        """Whether the attempt's end (completed, failed, cancelled, waiting) was recorded,
+        or the attempt given up on (:meth:`abandon`): nothing more is written."""
+        return self._stopped
+
+    async def abandon(self) -> None:
+        """Stop the heartbeat of an attempt that ended before recording its end (a hook
+        raised before its first step): the run stays running, resumable once its owner
+        is gone, instead of having its lease renewed as long as the process lives."""
+        await self._stop()
+
     async def _stop(self) -> None:
         self._stopped = True
         with contextlib.suppress(Exception):

@@ -248,7 +248,15 @@ class CheckpointedRuns:
         kinds = {kind for kind, _ in events}
         fresh = RUN_STARTED in kinds and RUN_RESUMED not in kinds
         await recorder.start(truncate_after, replay_until, fresh=fresh)
-        return await self.clutch.drive(execution, input_data, fresh=fresh)
+        try:
+            return await self.clutch.drive(execution, input_data, fresh=fresh)
+        except asyncio.CancelledError:
+            if not recorder.ended:  # cancelled before its steps (in on_request): recorded
+                await asyncio.shield(recorder.cancelled())
+            raise
+        finally:
+            if not recorder.ended:  # a hook raised before its steps: its heartbeat ends
+                await recorder.abandon()
 
     def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:
         """The execution that runs from ``start``, recording through ``recorder``."""

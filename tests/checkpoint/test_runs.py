@@ -655,3 +655,55 @@ async def test_submit_raises_what_refuses_the_run_before_it_returns(
     assert await checkpoint_store.get_run("fresh") is not None  # stored before it returned
     gate.set()
     assert await task.result(timeout=5) == ["a", "b"]
+
+
+def beating() -> list[asyncio.Task[object]]:
+    """The heartbeat tasks still running (each test has its own loop)."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and t.get_coro().__qualname__.endswith("._beat")  # type: ignore[union-attr]
+    ]
+
+
+async def test_a_run_whose_on_request_hook_raises_leaves_no_heartbeat_behind(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def refuse(request: dict[str, object]) -> None:
+        raise Flaky("refused")
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=refuse)
+
+    @clutch.agent()
+    async def a(data: str) -> str:
+        return data
+
+    with pytest.raises(Flaky):
+        await clutch.run("x", run_id="hooked")
+    assert beating() == []  # else its lease is renewed as long as the process lives
+
+
+async def test_a_run_cancelled_in_its_on_request_hook_is_stored_as_cancelled(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    entered = asyncio.Event()
+
+    async def forward(request: dict[str, object]) -> None:
+        entered.set()
+        await asyncio.sleep(10)
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=forward)
+
+    @clutch.agent()
+    async def a(data: str) -> str:
+        return data + "!"
+
+    task = await clutch.submit("x", run_id="hooked")
+    await wait_for(entered)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    run = await checkpoint_store.get_run("hooked")
+    assert run is not None and run.status == "cancelled"
+    assert beating() == []
+    assert await clutch.resume_latest("hooked") == "x!"
