@@ -154,3 +154,13 @@ async def test_runs_created_read_and_claimed_at_once_each_get_their_own_answer(
     assert isinstance(claimed[RUNS + 2], RunFinishedError)
     assert await store.get_run(taken.run_id) == taken
     assert await store.get_run(done.run_id) == done
+
+
+async def test_a_run_read_twice_at_once_gives_each_caller_a_record_of_its_own(
+    store: CheckpointStorage,
+) -> None:
+    run = await create(store, run_id="read-twice")
+    # the first read goes alone, the next ones together (a grouped read with one id twice)
+    read = await asyncio.gather(*(store.get_run(run.run_id) for _ in range(3)))
+    assert read == [run] * 3
+    assert len({id(record) for record in read}) == 3  # changing one changes no other

@@ -40,9 +40,10 @@ also waits its turn on the loop to go on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
@@ -246,6 +247,20 @@ def run_id_of(item: Commit | RunRecord) -> str:
     return item.run_id
 
 
+def runs_read(found: Mapping[str, RunRecord], run_ids: Sequence[str]) -> list[RunRecord | None]:
+    """The run of each of ``run_ids`` among ``found`` (None if not stored), in their order:
+    a grouped read's answers, each caller's record its own, also for an id read twice."""
+    answers: list[RunRecord | None] = []
+    given: set[str] = set()
+    for run_id in run_ids:
+        run = found.get(run_id)
+        if run is not None and run_id in given:
+            run = dataclasses.replace(run)
+        given.add(run_id)
+        answers.append(run)
+    return answers
+
+
 class GroupCommitter(GroupCalls[Commit, None]):
     """Writes one store's commits, alone when nothing is in flight, else in batches.
 
@@ -324,5 +339,6 @@ __all__ = [
     "Outcome",
     "commit_latencies",
     "outcome_of",
+    "runs_read",
     "run_id_of",
 ]

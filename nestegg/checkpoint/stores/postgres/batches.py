@@ -24,7 +24,7 @@ from nestegg.checkpoint.stores.common import (
     run_claimed,
     run_not_found,
 )
-from nestegg.checkpoint.stores.group import Outcome, outcome_of
+from nestegg.checkpoint.stores.group import Outcome, outcome_of, runs_read
 from nestegg.checkpoint.stores.postgres.connection import Cursor
 from nestegg.checkpoint.stores.postgres.schema import commit_params, run_from_row
 from nestegg.errors import StorageError, StorageUnavailableError
@@ -108,8 +108,7 @@ class PostgresBatches:
 
     async def _get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
         rows = await self._fetchall("get_runs", [list(run_ids)])
-        found = {run.run_id: run for run in map(run_from_row, rows)}
-        return [found.get(run_id) for run_id in run_ids]
+        return runs_read({run.run_id: run for run in map(run_from_row, rows)}, run_ids)
 
     async def _claim_one(self, params: list[Any]) -> RunRecord:
         async def claim(cursor: Cursor) -> Any:

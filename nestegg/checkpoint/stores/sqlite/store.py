@@ -46,6 +46,7 @@ from nestegg.checkpoint.stores.group import (
     Outcome,
     outcome_of,
     run_id_of,
+    runs_read,
 )
 from nestegg.checkpoint.stores.sqlite.blocks import (
     read_history,
@@ -430,7 +431,7 @@ def _get_runs(conn: sqlite3.Connection, run_ids: list[str]) -> list[RunRecord | 
         chunk = run_ids[start : start + most]
         query = f"{SELECT_RUN} WHERE run_id IN ({marks(len(chunk))})"
         found.update((run.run_id, run) for run in map(run_from_row, conn.execute(query, chunk)))
-    return [found.get(run_id) for run_id in run_ids]
+    return runs_read(found, run_ids)
 
 
 def _store_failed(error: Exception) -> bool:
