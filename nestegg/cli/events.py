@@ -97,7 +97,7 @@ async def follow(
             return
         start = await reading.in_flight_start(store, run)
         if start is not None:
-            await calls.print_new(start.data["seq"])
+            await calls.print_new(start.data["seq"], attempt=run.fence)
         if not warned and is_interrupted(run, time.time()):
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
@@ -147,15 +147,25 @@ class _FollowedCalls:
         if row["kind"] == RUN_RESUMED and row["seq"] > self.live_after and type(resumed_at) is int:
             self.first = min(self.first, resumed_at + 1)
 
-    async def print_new(self, step: int) -> None:
+    async def print_new(self, step: int, attempt: int | None = None) -> None:
         """Print the calls step ``step`` has journaled not printed yet (none for a step of
         the history), as ``call_journaled`` lines at the time each call returned (the time
         of printing for a call journaled before durations were recorded). The journal is
         read, not the event log (a call writes no event), so they have no event sequence
-        number (``-``)."""
+        number (``-``).
+
+        ``attempt``: the fence of the run as last read, for a step in flight then. Its calls
+        are printed only if the run is still at that fence once they are read: a resume
+        that claimed it meanwhile may have run the step again, and its calls come after
+        the resume's events, which the next poll prints first."""
         if step < self.first:
             return
-        for call, returned in await reading.journaled_calls(self.store, self.run_id, step):
+        calls = await reading.journaled_calls(self.store, self.run_id, step)
+        if attempt is not None:
+            now = await self.store.get_run(self.run_id)
+            if now is None or now.fence != attempt:
+                return
+        for call, returned in calls:
             key = (step, call["position"], returned, call["duration"])
             if key in self.shown:
                 continue
