@@ -40,8 +40,9 @@ log = logging.getLogger("nestegg.ui")
 TOKEN_HEADER = "X-Nestegg-Token"
 FORK_FIELDS = {"data"}
 """What a fork request's JSON body may hold."""
-FORK_START_SECONDS = 5.0
-"""How long a fork request waits for the new run to be stored (or to fail)."""
+START_SECONDS = 5.0
+"""How long a resume waits for the run to be claimed, and a fork for the new run to be
+stored (or for either to fail)."""
 Handler = Callable[[Request], Awaitable[JSONResponse]]
 
 
@@ -91,6 +92,21 @@ def _start(request: Request, work: Awaitable[Any], what: str) -> asyncio.Task[An
     return task
 
 
+async def _until_started(task: asyncio.Task[Any], started: Callable[[], Awaitable[bool]]) -> None:
+    """Wait until ``started()`` says the work is stored, or it ended, or START_SECONDS
+    passed. Raises what the work raised if it ended without being stored (it could not
+    start)."""
+    deadline = time.monotonic() + START_SECONDS
+    while not task.done() and time.monotonic() < deadline:
+        if await started():
+            return
+        await asyncio.sleep(0.02)
+    if await started() or not task.done() or task.cancelled():
+        return
+    if (error := task.exception()) is not None:
+        raise error
+
+
 async def stop_background(app: Starlette) -> None:
     """Cancel the runs this application started and wait for them (at shutdown)."""
     tasks = list(app.state.background)
@@ -103,18 +119,27 @@ async def stop_background(app: Starlette) -> None:
 
 @takes()
 async def resume(request: Request) -> JSONResponse:
-    """Resume a run with the Clutch, in the background: 202 once started, after the
-    checks of :func:`~nestegg.ui.resumes.resume_refusal`, which are all that
+    """Resume a run with the Clutch, in the background, after the checks of
+    :func:`~nestegg.ui.resumes.resume_refusal`, which are all that
     ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
-    for a run with no valid state; the run's own errors show on its page)."""
+    for a run with no valid state); 202 once the run is claimed (so that its page, which
+    follows it from then on, sees it running), the error if it could not start; the
+    run's own errors show on its page."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
-    run = await get_run(store_of(request), request.path_params["run_id"])
+    store = store_of(request)
+    run = await get_run(store, request.path_params["run_id"])
     clutch: Clutch = request.app.state.settings.clutch
-    refused = await resume_refusal(store_of(request), clutch, run, now_of(request))
+    refused = await resume_refusal(store, clutch, run, now_of(request))
     if refused is not None:
         raise refused
-    _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
+    task = _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
+
+    async def claimed() -> bool:
+        current = await store.get_run(run.run_id)
+        return current is None or current.fence > run.fence
+
+    await _until_started(task, claimed)
     return JSONResponse({"run_id": run.run_id, "started": True}, status_code=202)
 
 
@@ -143,16 +168,11 @@ async def fork(request: Request) -> JSONResponse:
         clutch.fork(checkpoint_id, body.get("data"), run_id=run_id),
         f"fork of checkpoint {checkpoint_id!r}",
     )
-    deadline = time.monotonic() + FORK_START_SECONDS
-    stored = False
-    while not stored and not task.done() and time.monotonic() < deadline:
-        stored = await store.get_run(run_id) is not None
-        if not stored:
-            await asyncio.sleep(0.02)
-    stored = stored or await store.get_run(run_id) is not None
-    if not stored and task.done() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]  # it could not start
-    # Stored: it started, and a step that fails shows on its page.
+
+    async def stored() -> bool:
+        return await store.get_run(run_id) is not None
+
+    await _until_started(task, stored)  # stored: it started; a step that fails shows there
     return JSONResponse({"run_id": run_id}, status_code=201)
 
 

@@ -20,9 +20,10 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.ui import UISettings
 from nestegg.ui.resumes import WAIT_NOT_OVER
-from tests.cli.conftest import Filled
+from tests.cli.conftest import Filled, fill
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
@@ -421,3 +422,29 @@ def test_a_store_given_to_the_app_is_left_open(tmp_path: Path) -> None:
         assert client.get("/").status_code == 200
     assert asyncio.run(runs()) == 0  # still usable: the app did not close it
     asyncio.run(store.close())
+
+
+class SlowClaims(MemoryCheckpointStorage):
+    """A memory store whose claims take a while, as a busy database's may."""
+
+    async def claim_run(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.3)
+        return await super().claim_run(*args, **kwargs)
+
+
+def test_a_resume_answers_once_the_run_is_claimed() -> None:
+    # The page follows the run from the answer on: a run still shown failed then would
+    # end its stream at once and never show the resume.
+    store = SlowClaims()
+    filled = asyncio.run(fill("memory://", "", store))
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        before = client.portal.call(store.get_run, filled.bad)  # type: ignore[union-attr]
+        headers = {"X-Nestegg-Token": TOKEN}
+        started = client.post(f"/api/runs/{filled.bad}/resume", headers=headers)
+        assert started.status_code == 202
+        after = client.portal.call(store.get_run, filled.bad)  # type: ignore[union-attr]
+        assert before is not None and after is not None
+        assert after.fence > before.fence
+        assert after.status in ("running", "completed")

@@ -328,13 +328,12 @@ def test_resume_is_offered_only_for_runs_the_app_resumes_now(
         assert resume.count() == 0  # completed: nothing to resume
         page.goto(f"{s.base}/runs/signalled")
         assert resume.is_enabled()
+        page.evaluate("window.notReloaded = true")
         resume.click()
-        page.wait_for_selector("#notice:text-is('done')")
-        deadline = time.monotonic() + 15  # a page that was not running is not live: reload
-        while page.inner_text("#status") != "completed":
-            assert time.monotonic() < deadline, "the signalled run did not complete"
-            time.sleep(0.1)
-            page.reload()
+        page.wait_for_selector("#notice:text-is('resumed')")
+        page.wait_for_selector("#status.completed", timeout=15_000)  # followed, no reload
+        assert page.evaluate("window.notReloaded") is True
+        assert page.locator("#flag").count() == 0  # no longer waiting
         assert resume.count() == 0
 
 
@@ -362,3 +361,21 @@ def test_a_write_from_the_page_without_the_token_asks_for_it_and_shows_the_refus
     assert page.evaluate("localStorage.getItem('nestegg-token')") is None  # asked again next
     page.goto(f"{server.base}/runs/{ok}")
     assert _agents(page) == ["fetch", "enrich", "report"]  # nothing was deleted
+
+
+def test_a_resumed_failed_run_shows_its_new_state_without_reload(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    bad = store[1].bad
+    page.on("dialog", lambda dialog: dialog.accept())  # "Resume this run?"
+    page.goto(f"{server.base}/runs/{bad}?token={server.token}")
+    assert page.inner_text("#status") == "failed"
+    assert _agents(page) == ["fetch"]
+    page.evaluate("window.notReloaded = true")
+    page.click("button.act:text-is('resume')")
+    page.wait_for_selector("#status.completed", timeout=15_000)
+    assert page.evaluate("window.notReloaded") is True
+    assert _agents(page) == ["fetch", "enrich", "report"]
+    assert page.locator("#result").count() == 1
+    assert page.locator("#summary .error").count() == 0  # the old error is gone
+    assert page.locator("button:text-is('resume')").count() == 0

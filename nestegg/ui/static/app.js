@@ -80,12 +80,15 @@
     });
   }
 
+  // The run page follows its run: its stream (which ends once the run is not running) says
+  // when the summary and the timeline changed. follow() opens it again after a resume.
+  var follow = function () { return false; };
+
   function liveRun(page) {
     if (page.getAttribute("data-live") !== "yes" || !window.EventSource) return;
     var runId = page.getAttribute("data-run");
-    var since = page.getAttribute("data-since");
     var base = "/runs/" + encodeURIComponent(runId);
-    var source = new EventSource("/events/runs/" + encodeURIComponent(runId) + "?since=" + since);
+    var source = null;
     var busy = false, again = false;
     function refresh() {
       if (busy) { again = true; return; }
@@ -112,8 +115,18 @@
         })
         .finally(function () { busy = false; if (again) { again = false; refresh(); } });
     }
-    source.addEventListener("change", refresh);
-    source.addEventListener("end", function () { source.close(); refresh(); });
+    follow = function () {
+      if (source) return true;  // still open: it sees what the resume does
+      var since = page.getAttribute("data-since");
+      source = new EventSource("/events/runs/" + encodeURIComponent(runId) + "?since=" + since);
+      source.addEventListener("change", function (event) {
+        page.setAttribute("data-since", JSON.parse(event.data).seq);
+        refresh();
+      });
+      source.addEventListener("end", function () { source.close(); source = null; refresh(); });
+      return true;
+    };
+    follow();
   }
 
   function liveRuns(table) {
@@ -136,7 +149,12 @@
       write(button.getAttribute("data-method"), button.getAttribute("data-url"))
         .then(function () {
           var then = button.getAttribute("data-then");
-          if (then) location.href = then; else notice("done");
+          if (then) location.href = then;
+          else if (button.hasAttribute("data-follow")) {
+            notice("resumed");
+            if (!follow()) location.reload();  // a window of earlier steps: not live
+          }
+          else notice("done");
         })
         .catch(function (error) { notice("refused: " + error.message, true); });
     });
