@@ -40,6 +40,8 @@ log = logging.getLogger("nestegg.ui")
 TOKEN_HEADER = "X-Nestegg-Token"
 FORK_FIELDS = {"data"}
 """What a fork request's JSON body may hold."""
+PRUNE_FIELDS = ("keep", "older_than", "status", "pipeline", "dry_run")
+"""What a prune request's JSON body may hold."""
 START_SECONDS = 5.0
 """How long a resume waits for the run to be claimed, and a fork for the new run to be
 stored (or for either to fail)."""
@@ -190,6 +192,16 @@ async def delete(request: Request) -> JSONResponse:
 
 
 def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
+    if unknown := sorted(set(body) - set(PRUNE_FIELDS)):
+        raise ConfigurationError(
+            f"unknown field {', '.join(map(repr, unknown))} in the prune request: it takes "
+            f"{', '.join(PRUNE_FIELDS)}"
+        )
+    if not isinstance(body.get("dry_run", False), bool):
+        raise ConfigurationError(f"dry_run must be true or false, got {body['dry_run']!r}")
+    for name in ("older_than", "status", "pipeline"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise ConfigurationError(f"{name} must be a string, got {body[name]!r}")
     keep, older, status = body.get("keep"), body.get("older_than"), body.get("status")
     if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
         raise ConfigurationError(f"keep must be a whole number >= 1, got {keep!r}")
@@ -209,7 +221,9 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
 @takes()
 async def prune(request: Request) -> JSONResponse:
     """Delete old runs (``older_than``) and surplus checkpoints (``keep``), as ``nestegg
-    prune`` does; ``dry_run`` only lists them."""
+    prune`` does; ``dry_run`` only lists them. A body with another field, or a field of
+    the wrong type, is refused (400) before anything is deleted: a misspelt ``dry_run``
+    must not prune."""
     if (refusal := _check(request)) is not None:
         return refusal
     body = await _body(request)

@@ -412,6 +412,23 @@ def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:
     assert ui.write("POST", "/api/prune", json={}).status_code == 400  # type: ignore[attr-defined]
 
 
+PRUNE_REFUSALS = [
+    ({"dryrun": True}, "unknown field 'dryrun' in the prune request: it takes keep, "),
+    ({"dry_run": "yes"}, "dry_run must be true or false, got 'yes'"),
+    ({"pipeline": 5}, "pipeline must be a string, got 5"),
+    ({"older_than": 5}, "older_than must be a string, got 5"),
+    ({"status": ["failed"]}, "status must be a string, got ['failed']"),
+]
+
+
+def test_a_prune_with_a_field_it_does_not_take_is_refused_and_deletes_nothing(ui: Ui) -> None:
+    for body, error in PRUNE_REFUSALS:  # a misspelt dry_run must not prune
+        refused: Any = ui.write("POST", "/api/prune", json={"keep": 1, **body})
+        assert refused.status_code == 400, body
+        assert refused.json()["error"].startswith(error)
+        assert len(_checkpoints(ui, ui.filled.ok)) == 3
+
+
 def test_a_store_given_to_the_app_is_left_open(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
 
