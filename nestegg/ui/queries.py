@@ -20,6 +20,7 @@ from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
+from nestegg.checkpoint.waiting import signal_stored, wait_due
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.clutch import Clutch
@@ -115,20 +116,30 @@ async def runs_page(
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
     rows = await asyncio.gather(
         *(
-            flagged(store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None, now))
+            flagged(
+                store, run, reading.run_row(run, checkpoints[-1] if checkpoints else None, now), now
+            )
             for run, checkpoints in zip(runs, listed, strict=True)
         )
     )
     return RunsPage(list(rows), cursor)
 
 
-async def flagged(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> dict[str, Any]:
+async def flagged(
+    store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
+) -> dict[str, Any]:
     """The row with the status people see (``interrupted``), whether it needs a look, and
-    for a waiting run what it waits for (a few of its last events read)."""
+    for a waiting run what it waits for (a few of its last events read) and whether that
+    wait is over: ``received`` (its signal is stored) or ``due`` (its deadline or timer
+    passed), when a resume goes on."""
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
     if run.status == WAITING:
         await reading.add_wait(store, run, row)
+    if (wait := row["waits_for"]) is not None:
+        signal = wait["signal"]
+        wait["received"] = bool(signal) and await signal_stored(store, run.run_id, signal)
+        wait["due"] = wait_due(run, now)
     return row
 
 
@@ -206,7 +217,7 @@ async def run_window(
         step["bar"] = round(100 * (step["duration"] or 0.0) / longest, 1) if longest else 0
         step["incidents"] = incidents.get(step["seq"], [])
     last = checkpoints[-1] if checkpoints else None
-    row = await flagged(store, run, reading.run_row(run, last, now, full_error=True))
+    row = await flagged(store, run, reading.run_row(run, last, now, full_error=True), now)
     latest = high == run.step_seq
     return {
         "pending": await _pending(store, run, events, row["shown_status"]) if latest else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
@@ -10,6 +11,7 @@ from nestegg.testing import FakeClock
 from nestegg.testing.builders import create
 from nestegg.ui import UISettings
 from tests.ui.conftest import client_for
+from tests.ui.pipelines import NAP_SECONDS, start_waiting
 
 
 def test_a_run_is_interrupted_once_its_lease_has_passed_on_the_app_clock() -> None:
@@ -25,3 +27,14 @@ def test_a_run_is_interrupted_once_its_lease_has_passed_on_the_app_clock() -> No
     assert f'href="/runs/{run.run_id}"' not in held
     assert f'href="/runs/{run.run_id}"' in gone
     assert ">interrupted<" in page
+
+
+def test_a_waiting_run_whose_timer_is_due_on_the_app_clock_says_so() -> None:
+    store = MemoryCheckpointStorage()
+    asyncio.run(start_waiting(store, "nap", nap=True))
+    clock = FakeClock(time.time() + NAP_SECONDS + 60)
+    with client_for(UISettings(store=store, clock=clock)) as client:
+        row = client.get("/", params={"status": "waiting"}).text
+        page = client.get("/runs/nap").text
+    assert "its timer is due: resume it" in row and "waits for a timer" not in row
+    assert "its timer is due: resume it" in page and "waits for a timer" not in page

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.records import Commit, JournalRecord
 from tests.ui.conftest import Ui, call_cells
-from tests.ui.pipelines import start_waiting
+from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
 CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
 """A checkpoint of the timeline (taken after a step)."""
@@ -76,6 +76,14 @@ def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
         assert pending and "approve" in pending.group(0)  # the step that waits, not committed
         assert "1 call journaled" in pending.group(0)  # the wait's deadline
         assert f"nestegg signal {signal_run} approval VALUE" in page
+        ui.client.portal.call(  # type: ignore[union-attr]
+            lambda: waiting_pipeline(store).signal(signal_run, SIGNAL, "yes", resume=False)
+        )
+        table = ui.client.get("/", params={"status": "waiting"}).text
+        received = "signal “approval” received: resume it"
+        assert received in _row(table, signal_run) and "no deadline" not in _row(table, signal_run)
+        page = ui.client.get(f"/runs/{signal_run}").text
+        assert received in page and "nestegg signal" not in page  # sent: not asked for again
     finally:
         for run_id in (signal_run, nap_run):
             assert ui.write("DELETE", f"/api/runs/{run_id}").status_code == 200  # type: ignore[attr-defined]
