@@ -67,6 +67,12 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
+def thread_of(config: RunnableConfig) -> str:
+    """The thread id ``config`` names, as text: LangGraph's graphs pass it as ``str()``
+    of what the caller gave (a UUID, a number), and so do its own savers."""
+    return str(config["configurable"]["thread_id"])
+
+
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
     return not wanted or all(metadata.get(k) == v for k, v in wanted.items())
 
@@ -103,7 +109,7 @@ class ThreadCheckpoints:
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         conf = config["configurable"]
-        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         rows = [
@@ -157,7 +163,7 @@ class ThreadCheckpoints:
     ) -> tuple[str, list[ThreadRow], list[ThreadRow]]:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
         conf = config["configurable"]
-        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
         checkpoint_id = conf["checkpoint_id"]
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
@@ -199,7 +205,7 @@ class ThreadCheckpoints:
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
+        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
         await self.flush(thread_id)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
@@ -221,10 +227,11 @@ class ThreadCheckpoints:
         limit: int | None = None,
     ) -> list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
-        await self.flush(conf.get("thread_id"))
         if conf.get("thread_id") is not None:
-            thread_ids = [conf["thread_id"]]
+            thread_ids = [str(conf["thread_id"])]
+            await self.flush(thread_ids[0])
         else:
+            await self.flush()
             thread_ids = [info.thread_id for info in await self.store.list_threads()]
         ns: str | None = conf.get("checkpoint_ns")
         wanted_id = conf.get("checkpoint_id")
@@ -329,12 +336,14 @@ class ThreadCheckpoints:
 
     # -- maintenance ----------------------------------------------------------------------
 
-    async def delete_thread(self, thread_id: str) -> None:
+    async def delete_thread(self, thread_id: Any) -> None:
+        thread_id = str(thread_id)
         self.forget(thread_id)
         self._take_pending(thread_id)
         await self.store.delete_threads([thread_id])
 
-    async def copy_thread(self, source_id: str, target_id: str) -> None:
+    async def copy_thread(self, source_id: Any, target_id: Any) -> None:
+        source_id, target_id = str(source_id), str(target_id)
         await self.flush()
         self.forget(target_id)
         await self.store.copy_thread(source_id, target_id, self.clock())

@@ -138,6 +138,7 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
         raise ConfigurationError(
             f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
         )
+    thread_ids = [str(thread_id) for thread_id in thread_ids]
     await core.flush()
     if strategy == "delete":
         for thread_id in thread_ids:

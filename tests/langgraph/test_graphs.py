@@ -88,3 +88,25 @@ def test_a_growing_list_is_rebuilt_at_every_checkpoint(saver_factory: SaverFacto
     more = build_loop(other, steps + 5).invoke({"items": []}, loop_config(thread_id, steps + 5))
     assert more["items"][:steps] == result["items"] and len(more["items"]) == steps + 5
     other.close()
+
+
+@pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
+async def test_a_thread_id_that_is_not_text_names_the_thread_its_graph_wrote(
+    saver_factory: SaverFactory,
+) -> None:
+    # A graph stores str(thread_id); the saver's own methods, given the same UUID or
+    # number, reach that thread, as LangGraph's savers do.
+    saver = saver_factory()
+    for thread_id in (uuid.uuid4(), 7):
+        app = build_loop(saver, 2)
+        config = loop_config(thread_id, 2)  # type: ignore[arg-type]
+        app.invoke({"items": [], "turn": 0}, config)
+        assert saver.get_tuple(config) is not None
+        assert len(list(saver.list(config))) == 4
+        assert await saver.aget_tuple(config) is not None
+        saver.copy_thread(thread_id, f"{thread_id}-copy")
+        assert len(list(saver.list({"configurable": {"thread_id": f"{thread_id}-copy"}}))) == 4
+        saver.prune([thread_id])
+        assert len(list(saver.list(config))) == 1
+        saver.delete_thread(thread_id)
+        assert saver.get_tuple({"configurable": {"thread_id": str(thread_id)}}) is None
