@@ -67,6 +67,28 @@ async def test_a_key_both_kept_and_replaced_in_one_change_ends_replaced(
     assert (info.thread_id, info.rows) == ("t", 2)
 
 
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_long_thread_id_is_kept_listed_copied_and_deleted(
+    saver_factory: SaverFactory,
+) -> None:
+    """Thread ids of any length (a file store names a log too long for a file name by a
+    hash of its id, and lists it by the id its lines carry)."""
+    store = saver_factory().storage
+    await store.setup()
+    short, long_ascii, long_utf8 = "t" * 125, "x" * 300, "é" * 200
+    change = ThreadChange(put=[ThreadRow(CHECKPOINT, "c", EVERY_BYTE)])
+    for thread_id in (short, long_ascii, long_utf8):
+        await store.apply_thread_change(thread_id, change, 100.0)
+    await store.copy_thread(long_ascii, long_ascii + "!", 101.0)
+    listed = {info.thread_id: info.rows for info in await store.list_threads()}
+    assert listed == {short: 1, long_ascii: 1, long_utf8: 1, long_ascii + "!": 1}
+    assert await store.get_thread_rows(long_utf8, CHECKPOINT, ["c"]) == [
+        ThreadRow(CHECKPOINT, "c", EVERY_BYTE)
+    ]
+    assert await store.delete_threads([long_ascii, long_utf8]) == 2
+    assert {info.thread_id for info in await store.list_threads()} == {short, long_ascii + "!"}
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 async def test_setup_creates_the_thread_tables_before_any_thread_call(
     tmp_path: Path, asynchronous: bool

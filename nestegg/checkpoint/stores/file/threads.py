@@ -4,13 +4,16 @@
 rows to add, rows to replace, its time; bodies in base64), appended and fsynced under an
 exclusive lock, so a change is there whole or (a torn last line, cut off) not at all. A
 read replays the log (only the lines added since the last read of the same file); a log
-that holds mostly replaced or deleted rows is rewritten (atomically) on a write.
+that holds mostly replaced or deleted rows is rewritten (atomically) on a write. A thread id
+whose hex would make too long a file name (over 125 bytes of UTF-8) names its log
+``~{sha256 of the id}.log`` instead, and each of its lines carries the id.
 """
 
 from __future__ import annotations
 
 import base64
 import fcntl
+import hashlib
 import os
 import threading
 from collections.abc import Sequence
@@ -35,6 +38,11 @@ from nestegg.checkpoint.stores.memory_threads import (
 from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
 
 THREADS_DIR = "lg-threads"
+LOG_SUFFIX = ".log"
+HASHED_MARK = "~"
+"""Starts the name of a log named by the hash of its thread id (hex never holds it)."""
+NAME_MAX = 255
+"""The longest file name (bytes) of common file systems (ext4, XFS, APFS, btrfs)."""
 COMPACT_MIN_BYTES = 1 << 20
 """A log is rewritten once it is this large and at least twice its live rows."""
 
@@ -48,11 +56,25 @@ class _State:
     live_bytes: int = 0
 
 
-def _encode(change: ThreadChange, now: float) -> bytes:
+def _log_name(thread_id: str) -> str:
+    """The file name of a thread's log: its id as hex, or, when that is too long, a hash."""
+    name = thread_id.encode().hex() + LOG_SUFFIX
+    if len(name) <= NAME_MAX:
+        return name
+    return HASHED_MARK + hashlib.sha256(thread_id.encode()).hexdigest() + LOG_SUFFIX
+
+
+def _is_hashed(thread_id: str) -> bool:
+    return _log_name(thread_id).startswith(HASHED_MARK)
+
+
+def _encode(change: ThreadChange, now: float, thread_id: str) -> bytes:
     def rows(items: Sequence[ThreadRow]) -> list[list[str]]:
         return [[r.kind, r.key, base64.b64encode(r.body).decode()] for r in items]
 
-    record = {"t": now, "d": [list(d) for d in change.delete]}
+    record: dict[str, Any] = {"t": now, "d": [list(d) for d in change.delete]}
+    if _is_hashed(thread_id):
+        record["id"] = thread_id
     record |= {"n": rows(change.put_new), "p": rows(change.put)}
     return orjson.dumps(record) + b"\n"
 
@@ -86,7 +108,7 @@ class FileThreadRows:
         return self.root / THREADS_DIR
 
     def _thread_path(self, thread_id: str) -> Path:
-        return self._threads_dir() / f"{thread_id.encode().hex()}.log"
+        return self._threads_dir() / _log_name(thread_id)
 
     def _read(self, thread_id: str) -> _State:
         """The thread's rows as its log holds them now (empty if there is none)."""
@@ -118,13 +140,14 @@ class FileThreadRows:
         with open(path, "ab") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             existed = path.stat().st_size > 0
-            append_durably(path, _encode(change, now))
+            append_durably(path, _encode(change, now, thread_id))
             if not existed:
                 sync_directory(path.parent)
             state = self._read(thread_id)
             if state.offset > COMPACT_MIN_BYTES and state.offset > 3 * state.live_bytes:
                 snapshot = [ThreadRow(k, key, body) for (k, key), body in state.rows.items()]
-                write_atomically(path, _encode(ThreadChange(put=snapshot), state.updated_at))
+                snapshot_change = ThreadChange(put=snapshot)
+                write_atomically(path, _encode(snapshot_change, state.updated_at, thread_id))
                 sync_directory(path.parent)
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
@@ -159,13 +182,29 @@ class FileThreadRows:
             return []
         infos = []
         for name in names:
-            if not name.endswith(".log"):
+            if not name.endswith(LOG_SUFFIX):
                 continue
-            thread_id = bytes.fromhex(name[:-4]).decode()
+            thread_id = self._thread_of(name)
+            if thread_id is None:
+                continue
             state = self._read(thread_id)
             if state.rows:
                 infos.append(ThreadInfo(thread_id, state.updated_at, len(state.rows)))
         return sorted(infos, key=lambda info: (-info.updated_at, info.thread_id))
+
+    def _thread_of(self, name: str) -> str | None:
+        """The thread id whose log is named ``name`` (None: a log without a whole line)."""
+        if not name.startswith(HASHED_MARK):
+            return bytes.fromhex(name[: -len(LOG_SUFFIX)]).decode()
+        try:
+            with open(self._threads_dir() / name, "rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return None
+        if not first.endswith(b"\n"):
+            return None
+        thread_id: str = orjson.loads(first)["id"]
+        return thread_id
 
     async def list_threads(self) -> list[ThreadInfo]:
         """See ThreadStore."""
