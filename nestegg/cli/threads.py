@@ -102,6 +102,14 @@ def thread_command(
     if not rows:
         raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
     out = Output(as_json)
+    unread = sorted({r["metadata_type"] for r in rows if r["metadata"] is None})
+    if unread:
+        count = sum(r["metadata"] is None for r in rows)
+        out.note(
+            f"note: the metadata of {count} of {len(rows)} checkpoints is serialized as "
+            f"{', '.join(map(repr, unread))}, which LangGraph's default serializer cannot "
+            "read (the graph's own serde= wrote it): step, source and metadata not shown"
+        )
     if as_json:
         out.json(rows)
         return

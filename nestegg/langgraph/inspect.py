@@ -35,25 +35,37 @@ async def thread_summaries(store: ThreadStore) -> list[dict[str, Any]]:
     return summaries
 
 
+def _metadata(serde: JsonPlusSerializer, body: CheckpointBody) -> dict[str, Any] | None:
+    """The checkpoint's metadata; None when a serializer of the graph's own wrote it (an
+    ``EncryptedSerializer``, say), which LangGraph's default one cannot read."""
+    try:
+        metadata: dict[str, Any] = serde.loads_typed(body.metadata)
+    except NotImplementedError:  # JsonPlusSerializer's word for a type it does not know
+        return None
+    return metadata
+
+
 async def thread_checkpoints(store: ThreadStore, thread_id: str) -> list[dict[str, Any]]:
-    """A thread's checkpoints, newest first, with their metadata."""
+    """A thread's checkpoints, newest first, with their metadata (None where it is in a
+    format only the graph's own serializer reads: ``metadata_type`` names it)."""
     serde = JsonPlusSerializer()
     rows = await store.scan_thread_rows(thread_id, CHECKPOINT, *prefix_range(""))
-    found = []
+    found: list[dict[str, Any]] = []
     for row in rows:
         ns, checkpoint_id = split_key(row.key)
         body = CheckpointBody.unpack(row.body)
-        metadata = serde.loads_typed(body.metadata)
+        metadata = _metadata(serde, body)
         found.append(
             {
                 "checkpoint_id": checkpoint_id,
                 "checkpoint_ns": ns,
                 "parent_id": body.parent_id,
-                "step": metadata.get("step"),
-                "source": metadata.get("source"),
+                "step": None if metadata is None else metadata.get("step"),
+                "source": None if metadata is None else metadata.get("source"),
                 "run_id": body.run_id,
                 "channels": sorted(body.versions),
                 "metadata": metadata,
+                "metadata_type": body.metadata[0],
             }
         )
     found.sort(key=lambda c: c["checkpoint_id"], reverse=True)

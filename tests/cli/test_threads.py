@@ -93,3 +93,32 @@ def test_thread_json_names_nan_and_infinities_in_metadata(tmp_path: Path) -> Non
     assert isinstance(rows, list)
     shown = {key: rows[0]["metadata"][key] for key in odd}  # strict JSON, never null
     assert shown == {"score": "NaN", "high": "Infinity", "low": "-Infinity"}
+
+
+class _Shift:
+    """A toy cipher for LangGraph's EncryptedSerializer: a graph's own serde."""
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "shift", bytes((b + 1) % 256 for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        return bytes((b - 1) % 256 for b in ciphertext)
+
+
+def test_thread_written_with_a_serde_of_its_own_is_listed_without_its_metadata(
+    tmp_path: Path,
+) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with NestEggSaver.from_url(url, serde=EncryptedSerializer(_Shift())) as saver:
+        build_loop(saver, 2).invoke({"items": [], "turn": 0}, loop_config("sealed", 2))
+    rows = _json(tmp_path, "--store", url, "thread", "sealed", "--json")
+    assert isinstance(rows, list) and len(rows) == 4
+    assert all(r["metadata"] is None and r["step"] is None for r in rows)
+    assert {r["metadata_type"] for r in rows} == {"msgpack+shift"}
+    assert rows[0]["parent_id"] == rows[1]["checkpoint_id"]
+    plain = nestegg(tmp_path, "--store", url, "thread", "sealed")
+    assert plain.returncode == 0, plain.stderr
+    assert rows[0]["checkpoint_id"] in plain.stdout
+    assert "serialized as 'msgpack+shift'" in plain.stderr
