@@ -138,6 +138,11 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
         raise ConfigurationError(
             f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
         )
+    if isinstance(thread_ids, str | bytes):
+        raise ConfigurationError(
+            f"prune takes a list of thread ids, not one id ({thread_ids!r}, whose characters "
+            f"would each be a thread): prune([{thread_ids!r}])"
+        )
     thread_ids = [str(thread_id) for thread_id in thread_ids]
     await core.flush()
     if strategy == "delete":
