@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nestegg.errors import StorageUnavailableError
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.loop import LoopThread
 from tests.langgraph.graphs import build_loop, loop_config
@@ -79,3 +80,41 @@ def test_a_call_from_the_running_loop_itself_is_refused_not_deadlocked() -> None
             runner.run(reenter())
     finally:
         runner.stop()
+
+
+def test_calls_under_way_when_the_loop_stops_fail_instead_of_hanging() -> None:
+    loop = LoopThread()
+    loop._start_thread()  # as once an async caller came: other threads' calls go to it
+    entered = threading.Event()
+    outcomes: list[BaseException] = []
+
+    async def slow() -> None:
+        entered.set()
+        await asyncio.sleep(30)
+
+    def call() -> None:
+        try:
+            loop.run(slow())
+        except BaseException as error:  # what the waiting caller gets
+            outcomes.append(error)
+
+    callers = [threading.Thread(target=call) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    assert entered.wait(5)
+    loop.stop()  # a saver closed while other threads' calls are under way
+    for caller in callers:
+        caller.join(5)
+        assert not caller.is_alive(), "a call waits for a loop that no longer runs"
+    assert [type(error) for error in outcomes] == [StorageUnavailableError] * 3
+    with pytest.raises(StorageUnavailableError, match="store was closed"):
+        loop.run(slow())
+
+
+async def test_an_async_call_under_way_when_the_loop_stops_fails_too() -> None:
+    loop = LoopThread()
+    call = asyncio.ensure_future(loop.arun(asyncio.sleep(30)))
+    await asyncio.sleep(0.2)
+    await asyncio.to_thread(loop.stop)
+    with pytest.raises(StorageUnavailableError, match="store was closed"):
+        await asyncio.wait_for(call, 5)
