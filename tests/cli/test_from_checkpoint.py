@@ -237,15 +237,8 @@ def test_resume_from_a_checkpoint_of_a_failed_run_as_json(stored: Stored) -> Non
 def test_resume_from_refuses_and_changes_nothing(
     stored: Stored, run_id: str, checkpoint: str, app: str, code: int, message: str
 ) -> None:
-    names = {"DONE": stored.done_first, "FAILED": stored.failed_first}
-    checkpoint = names.get(checkpoint, checkpoint)
-    for name, value in names.items():
-        message = message.replace(f"'{name}'", repr(value))
-    before, ran = snapshot(stored), stored.ran()
-    result = nestegg(stored, "resume", run_id, "--from", checkpoint, "--app", app)
-    assert (result.returncode, result.stderr, result.stdout) == (code, f"error: {message}\n", "")
-    assert snapshot(stored) == before
-    assert stored.ran() == ran
+    checkpoint, message = _named(stored, checkpoint, message)
+    _refused(stored, ["resume", run_id, "--from", checkpoint, "--app", app], code, message)
 
 
 def test_resume_from_refuses_a_run_executing_elsewhere(stored: Stored) -> None:
@@ -348,15 +341,9 @@ def test_fork_refuses_bad_data_and_stores_nothing(
 def test_fork_refuses_a_checkpoint_and_stores_nothing(
     stored: Stored, checkpoint: str, app: str, code: int, message: str
 ) -> None:
-    names = {"DONE": stored.done_first, "FAILED": stored.failed_first}
-    checkpoint = names.get(checkpoint, checkpoint)
-    for name, value in names.items():
-        message = message.replace(f"'{name}'", repr(value))
-    before, ran = snapshot(stored), stored.ran()
-    result = nestegg(stored, "fork", checkpoint, "--app", app, "--data", '{"trail": []}')
-    assert (result.returncode, result.stderr, result.stdout) == (code, f"error: {message}\n", "")
-    assert snapshot(stored) == before
-    assert stored.ran() == ran
+    checkpoint, message = _named(stored, checkpoint, message)
+    args = ["fork", checkpoint, "--app", app, "--data", '{"trail": []}']
+    _refused(stored, args, code, message)
 
 
 def test_a_fork_that_fails_in_a_step_stays_failed_and_names_its_run(stored: Stored) -> None:
@@ -377,3 +364,21 @@ def test_the_help_says_what_fork_and_resume_from_do(tmp_path: Path) -> None:
     assert resume.returncode == EXIT_OK
     assert "--from CHECKPOINT_ID" in resume.stdout
     assert "With --from CHECKPOINT_ID it continues from that checkpoint" in resume.stdout
+
+
+def _named(stored: Stored, checkpoint: str, message: str) -> tuple[str, str]:
+    """``checkpoint`` and ``message`` with the names DONE and FAILED turned into the ids of
+    the first checkpoints of the completed and the failed run."""
+    names = {"DONE": stored.done_first, "FAILED": stored.failed_first}
+    for name, value in names.items():
+        message = message.replace(f"'{name}'", repr(value))
+    return names.get(checkpoint, checkpoint), message
+
+
+def _refused(stored: Stored, args: list[str], code: int, message: str) -> None:
+    """``nestegg *args`` exits ``code`` with ``message``, stores nothing and runs no agent."""
+    before, ran = snapshot(stored), stored.ran()
+    result = nestegg(stored, *args)
+    assert (result.returncode, result.stderr, result.stdout) == (code, f"error: {message}\n", "")
+    assert snapshot(stored) == before
+    assert stored.ran() == ran

@@ -162,15 +162,7 @@ def make_split(
 ) -> Clutch:
     """Three agents in order, each noting the pid that ran it; the third may fail; its
     store's times from ``clock``; in ``store`` (default: the Redis store)."""
-    split = Clutch("split", transport=transport(), checkpoint=config(clock, store))
-
-    @split.agent()
-    async def first(data: dict[str, Any]) -> dict[str, Any]:
-        return {**data, "first": os.getpid()}
-
-    @split.agent()
-    async def second(data: dict[str, Any]) -> dict[str, Any]:
-        return {**data, "second": os.getpid()}
+    split = _split_of_two(Clutch("split", transport=transport(), checkpoint=config(clock, store)))
 
     @split.agent()
     async def third(data: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +185,11 @@ def make_split_on_postgres() -> Clutch:
 def make_split_without_third() -> Clutch:
     """Pipeline ``split`` as a version that has no agent ``third``: runs that a ``split``
     of three agents checkpointed before ``third`` continue with an agent it lacks."""
-    split = Clutch("split", transport=transport(), checkpoint=config())
+    return _split_of_two(Clutch("split", transport=transport(), checkpoint=config()))
+
+
+def _split_of_two(split: Clutch) -> Clutch:
+    """``split`` with agents ``first`` and ``second``, each noting the pid that ran it."""
 
     @split.agent()
     async def first(data: dict[str, Any]) -> dict[str, Any]:
