@@ -160,15 +160,16 @@ class _FollowedCalls:
         the resume's events, which the next poll prints first."""
         if step < self.first:
             return
-        calls = await reading.journaled_calls(self.store, self.run_id, step)
-        if attempt is not None:
+        new = [
+            (call, returned, key)
+            for call, returned in await reading.journaled_calls(self.store, self.run_id, step)
+            if (key := (step, call["position"], returned, call["duration"])) not in self.shown
+        ]
+        if new and attempt is not None:  # read the run again only for calls to print
             now = await self.store.get_run(self.run_id)
             if now is None or now.fence != attempt:
                 return
-        for call, returned in calls:
-            key = (step, call["position"], returned, call["duration"])
-            if key in self.shown:
-                continue
+        for call, returned, key in new:
             self.shown.add(key)
             row = {
                 "run_id": self.run_id,

@@ -7,14 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.stores import home_path
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
-from nestegg.cli.app import CommandError, app, run_async
+from nestegg.cli.app import CommandError, app, describe_store, run_async
 from nestegg.cli.apps import import_app
 from nestegg.clutch import Clutch
-from nestegg.constants import DEFAULT_DB_NAME, EXIT_USAGE
+from nestegg.constants import EXIT_USAGE
 from nestegg.telemetry import store_name
 from nestegg.urls import without_password
 
@@ -84,8 +83,8 @@ def serving_line(clutch: Clutch, agents: list[str] | None, concurrency: int) -> 
     """The line a worker prints on stderr once it consumes: its pipeline, agents, broker
     (without a password) and store."""
     names = ", ".join(agents if agents is not None else clutch.agent_names)
-    config = clutch.checkpoint_config
-    store = "the default store" if config is None else _store_shown(config.storage)
+    config = clutch.checkpoint_config  # a Clutch with a transport has one
+    store = _store_shown(config.storage if config is not None else None)
     return (
         f"nestegg worker: serving pipeline {clutch.name!r} (agents {names}; concurrency "
         f"{concurrency}) from {_broker_shown(clutch.transport)}, store {store}; SIGTERM or "
@@ -104,7 +103,7 @@ def _store_shown(store: CheckpointStorage | None) -> str:
     """The store's kind and where it is: a file's path, a server store's key or table
     prefix."""
     if store is None:
-        return f"sqlite {home_path() / DEFAULT_DB_NAME}"
+        return describe_store(None)
     kind = store_name(store)
     if isinstance(store, SQLiteCheckpointStorage):
         return f"{kind} {store.path}"

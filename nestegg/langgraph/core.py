@@ -227,8 +227,8 @@ class ThreadCheckpoints:
         limit: int | None = None,
     ) -> list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
-        if conf.get("thread_id") is not None:
-            thread_ids = [str(conf["thread_id"])]
+        if config and conf.get("thread_id") is not None:
+            thread_ids = [thread_of(config)]
             await self.flush(thread_ids[0])
         else:
             await self.flush()
