@@ -6,7 +6,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     NestEggError
     ├── ConfigurationError              a Clutch, policy or store defined wrongly
     │   └── MissingDependencyError      an optional driver is not installed (names the extra)
-    ├── InvalidIdentifierError          a run id, agent name or prefix that is not allowed
+    ├── InvalidIdentifierError          a run, thread or agent id or prefix that is not allowed
     ├── NoActiveContextError            get_context() outside an agent (also a RuntimeError)
     ├── NoActiveRunError                checkpoint() while no run of the Clutch executes
     ├── RunError                        about a run as a whole
@@ -54,7 +54,7 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 
 class InvalidIdentifierError(NestEggError, ValueError):
-    """A run id, agent name or table/key prefix is not allowed."""
+    """A run id, LangGraph thread id, agent name or table/key prefix is not allowed."""
 
 
 class NoActiveContextError(NestEggError, RuntimeError):

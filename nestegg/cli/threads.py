@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.threads import ThreadStore
+from nestegg.checkpoint.stores.threads import ThreadStore, check_thread_id
 from nestegg.cli.app import (
     CommandError,
     JsonOption,
@@ -90,8 +90,7 @@ def thread_command(
     store: StoreOption = None,
 ) -> None:
     """A LangGraph thread's checkpoints, newest first, with their metadata."""
-    if not thread_id:
-        raise CommandError("a thread id must be non-empty", EXIT_USAGE)
+    check_thread_id(thread_id, "the THREAD argument")
     inspect = _langgraph()
 
     async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
@@ -151,6 +150,8 @@ def prune_command(
 ) -> None:
     """Keep only each namespace's latest checkpoint of LangGraph threads (and what it needs),
     or delete the threads with --delete."""
+    for thread_id in thread_ids or []:
+        check_thread_id(thread_id, "a THREAD argument")
     inspect = _langgraph()
     cutoff = time.time() - parse_duration(older_than).total_seconds() if older_than else None
 

@@ -30,7 +30,9 @@ from nestegg.checkpoint.stores.threads import (
     ThreadChange,
     ThreadRow,
     ThreadStore,
+    check_thread_id,
 )
+from nestegg.errors import InvalidIdentifierError
 from nestegg.langgraph.linear import (
     Latest,
     LatestValues,
@@ -67,10 +69,18 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
+THREAD_ID_KEY = "config['configurable']['thread_id']"
+
+
 def thread_of(config: RunnableConfig) -> str:
     """The thread id ``config`` names, as text: LangGraph's graphs pass it as ``str()``
-    of what the caller gave (a UUID, a number), and so do its own savers."""
-    return str(config["configurable"]["thread_id"])
+    of what the caller gave (a UUID, a number), and so do its own savers. Every saver
+    method that takes a config takes its thread id here, so each refuses the same ids
+    (:func:`~nestegg.checkpoint.stores.threads.check_thread_id`) before it writes."""
+    conf = config.get("configurable") or {}
+    if "thread_id" not in conf:
+        raise InvalidIdentifierError(f"{THREAD_ID_KEY} is missing: name the LangGraph thread")
+    return check_thread_id(str(conf["thread_id"]), THREAD_ID_KEY)
 
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
@@ -108,8 +118,9 @@ class ThreadCheckpoints:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        thread_id = thread_of(config)
         conf = config["configurable"]
-        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
+        ns = conf.get("checkpoint_ns", "")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         rows = [
@@ -162,8 +173,9 @@ class ThreadCheckpoints:
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> tuple[str, list[ThreadRow], list[ThreadRow]]:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
+        thread_id = thread_of(config)
         conf = config["configurable"]
-        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
+        ns = conf.get("checkpoint_ns", "")
         checkpoint_id = conf["checkpoint_id"]
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
@@ -204,8 +216,9 @@ class ThreadCheckpoints:
     # -- reads ----------------------------------------------------------------------------
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id = thread_of(config)
         conf = config["configurable"]
-        thread_id, ns = thread_of(config), conf.get("checkpoint_ns", "")
+        ns = conf.get("checkpoint_ns", "")
         await self.flush(thread_id)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
@@ -337,13 +350,14 @@ class ThreadCheckpoints:
     # -- maintenance ----------------------------------------------------------------------
 
     async def delete_thread(self, thread_id: Any) -> None:
-        thread_id = str(thread_id)
+        thread_id = check_thread_id(str(thread_id), "delete_thread's thread_id")
         self.forget(thread_id)
         self._take_pending(thread_id)
         await self.store.delete_threads([thread_id])
 
     async def copy_thread(self, source_id: Any, target_id: Any) -> None:
-        source_id, target_id = str(source_id), str(target_id)
+        source_id = check_thread_id(str(source_id), "copy_thread's source_thread_id")
+        target_id = check_thread_id(str(target_id), "copy_thread's target_thread_id")
         await self.flush()
         self.forget(target_id)
         await self.store.copy_thread(source_id, target_id, self.clock())

@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, ThreadChange, ThreadStore
+from nestegg.checkpoint.stores.threads import (
+    BLOB,
+    CHECKPOINT,
+    ThreadChange,
+    ThreadStore,
+    check_thread_id,
+)
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph.rows import (
     SEP,
@@ -143,7 +149,10 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
             f"prune takes a list of thread ids, not one id ({thread_ids!r}, whose characters "
             f"would each be a thread): prune([{thread_ids!r}])"
         )
-    thread_ids = [str(thread_id) for thread_id in thread_ids]
+    thread_ids = [
+        check_thread_id(str(thread_id), f"prune's thread_ids[{index}]")
+        for index, thread_id in enumerate(thread_ids)
+    ]
     await core.flush()
     if strategy == "delete":
         for thread_id in thread_ids:

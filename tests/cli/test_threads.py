@@ -51,7 +51,15 @@ def test_thread_shows_checkpoints_newest_first_with_metadata(tmp_path: Path, sto
     assert missing.stderr.strip() == "error: no LangGraph thread 'nope'"
     empty = nestegg(tmp_path, "--store", store, "thread", "")
     assert empty.returncode == EXIT_USAGE
-    assert empty.stderr.strip() == "error: a thread id must be non-empty"
+    assert empty.stderr.strip() == (
+        "error: the THREAD argument is empty: a LangGraph thread needs a non-empty thread id"
+    )
+    prune = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "", "--yes")
+    assert prune.returncode == EXIT_USAGE
+    assert prune.stderr.strip() == (
+        "error: a THREAD argument is empty: a LangGraph thread needs a non-empty thread id"
+    )
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 7  # type: ignore[arg-type]
 
 
 def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(

@@ -17,12 +17,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from nestegg.errors import InvalidIdentifierError
+
 CHECKPOINT = "checkpoint"
 BLOB = "blob"
 WRITE = "write"
 ROW_KINDS = (CHECKPOINT, BLOB, WRITE)
 KEY_END = "\U0010ffff"
 """Above every key a thread uses: ``prefix + KEY_END`` ends a scan of ``prefix``."""
+
+
+def check_thread_id(thread_id: str, where: str) -> str:
+    """``thread_id`` if a thread can have it: a non-empty string.
+
+    Args:
+        thread_id: the id as given.
+        where: what gave it (a config key, an argument), named in the error.
+
+    Returns:
+        ``thread_id``.
+
+    Raises:
+        InvalidIdentifierError: an empty id.
+
+    Example:
+        >>> check_thread_id("chat-1", "thread_id")
+        'chat-1'
+    """
+    if not thread_id:
+        raise InvalidIdentifierError(
+            f"{where} is empty: a LangGraph thread needs a non-empty thread id"
+        )
+    return thread_id
 
 
 @dataclass(frozen=True, slots=True)
