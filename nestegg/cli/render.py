@@ -63,6 +63,23 @@ def counted(count: int, noun: tuple[str, str]) -> str:
     return f"{count} {noun[0] if count == 1 else noun[1]}"
 
 
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x20 or 0x7F <= code <= 0x9F:  # C0, DEL and C1: what a terminal acts on
+        return repr(char)[1:-1]  # \n, \t, \x1b, \x85
+    return char
+
+
+def escaped(text: str) -> str:
+    """``text`` with its control characters written as Python escapes (``\\n``,
+    ``\\x1b``), so a stored id or name cannot move the cursor, recolour or clear the
+    terminal, or break a table's lines; every table cell goes through it (``--json``
+    has the text whole)."""
+    if text.isprintable():
+        return text
+    return "".join(_escape(char) for char in text)
+
+
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` terminal cells (wide characters count two), ending
     in an ellipsis when cut."""
@@ -238,6 +255,7 @@ class Output:
     ) -> None:
         """A table: rich on a terminal (fits its width: the ``whole`` columns are never cut,
         the others end in an ellipsis), aligned plain text otherwise."""
+        rows = [[escaped(cell) for cell in row] for row in rows]
         if not self.terminal:
             self._plain_table(columns, rows, title)
             return

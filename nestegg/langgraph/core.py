@@ -51,6 +51,7 @@ from nestegg.langgraph.rows import (
     CheckpointBody,
     WriteBody,
     blob_key,
+    check_namespace,
     checkpoint_key,
     prefix_range,
     split_key,
@@ -70,6 +71,7 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 
 THREAD_ID_KEY = "config['configurable']['thread_id']"
+NAMESPACE_KEY = "config['configurable']['checkpoint_ns']"
 
 
 def thread_of(config: RunnableConfig) -> str:
@@ -81,6 +83,12 @@ def thread_of(config: RunnableConfig) -> str:
     if "thread_id" not in conf:
         raise InvalidIdentifierError(f"{THREAD_ID_KEY} is missing: name the LangGraph thread")
     return check_thread_id(str(conf["thread_id"]), THREAD_ID_KEY)
+
+
+def namespace_of(config: RunnableConfig) -> str:
+    """The checkpoint namespace ``config`` names (``""``, the root, when none), refused by
+    :func:`~nestegg.langgraph.rows.check_namespace` when its rows cannot be stored."""
+    return check_namespace(config["configurable"].get("checkpoint_ns", ""), NAMESPACE_KEY)
 
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
@@ -118,9 +126,7 @@ class ThreadCheckpoints:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id = thread_of(config)
-        conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        thread_id, ns = thread_of(config), namespace_of(config)
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         rows = [
@@ -132,7 +138,7 @@ class ThreadCheckpoints:
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
             metadata=self.serde.dumps_typed(meta),
-            parent_id=conf.get("checkpoint_id"),
+            parent_id=config["configurable"].get("checkpoint_id"),
             run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
             versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
         )
@@ -173,10 +179,8 @@ class ThreadCheckpoints:
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> tuple[str, list[ThreadRow], list[ThreadRow]]:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
-        thread_id = thread_of(config)
-        conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
-        checkpoint_id = conf["checkpoint_id"]
+        thread_id, ns = thread_of(config), namespace_of(config)
+        checkpoint_id = config["configurable"]["checkpoint_id"]
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
@@ -216,9 +220,7 @@ class ThreadCheckpoints:
     # -- reads ----------------------------------------------------------------------------
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id = thread_of(config)
-        conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        thread_id, ns = thread_of(config), namespace_of(config)
         await self.flush(thread_id)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
@@ -240,13 +242,15 @@ class ThreadCheckpoints:
         limit: int | None = None,
     ) -> list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
+        ns: str | None = conf.get("checkpoint_ns")
+        if ns is not None:
+            check_namespace(ns, NAMESPACE_KEY)
         if config and conf.get("thread_id") is not None:
             thread_ids = [thread_of(config)]
             await self.flush(thread_ids[0])
         else:
             await self.flush()
             thread_ids = [info.thread_id for info in await self.store.list_threads()]
-        ns: str | None = conf.get("checkpoint_ns")
         wanted_id = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
         found: list[CheckpointTuple] = []

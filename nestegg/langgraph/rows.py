@@ -17,8 +17,8 @@ from typing import Any
 
 import ormsgpack
 
-from nestegg.checkpoint.stores.threads import KEY_END
-from nestegg.errors import CheckpointCorruptedError
+from nestegg.checkpoint.stores.threads import KEY_END, unstorable_character
+from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError
 
 SEP = "\x1f"
 Typed = tuple[str, bytes]
@@ -27,6 +27,20 @@ FULL = "full"
 DELTA = "delta"
 PACK = "pack"
 EMPTY = "empty"
+
+
+def check_namespace(ns: str, where: str) -> str:
+    """``ns`` if its rows can be stored: no NUL or lone surrogate (no store keeps them)
+    and no ``SEP`` (it would split the row keys); InvalidIdentifierError naming ``where``
+    and the character otherwise."""
+    wrong = unstorable_character(ns)
+    if wrong is None and SEP in ns:
+        wrong = f"U+001F at index {ns.index(SEP)}, the separator of the parts of a row key"
+    if wrong is not None:
+        raise InvalidIdentifierError(
+            f"{where} {ns!r} holds {wrong}: no store can keep that checkpoint namespace"
+        )
+    return ns
 
 
 def checkpoint_key(ns: str, checkpoint_id: str) -> str:

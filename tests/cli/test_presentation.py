@@ -101,6 +101,22 @@ def test_a_table_on_a_terminal_stays_aligned() -> None:
     assert any("…" in line for line in rows)
 
 
+def test_control_characters_in_a_table_cell_are_escaped_on_a_terminal_and_in_a_pipe(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cells = [["a\x1b[2Jb\nc\td\x9b", "ok"]]
+    out = Output()
+    buffer = io.StringIO()
+    out.console = Console(file=buffer, force_terminal=True, width=100, color_system=None)
+    out.terminal = True
+    out.table(("ID", "STATUS"), cells)
+    out.terminal = False
+    out.table(("ID", "STATUS"), cells)
+    for text in (buffer.getvalue(), capsys.readouterr().out):
+        assert "a\\x1b[2Jb\\nc\\td\\x9b" in text
+        assert not any(c in text for c in "\x1b\t\x9b")
+
+
 def _damage_checkpoints(path: Path, keep_oldest: bool) -> None:
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT checkpoint_id, body FROM checkpoints ORDER BY seq").fetchall()

@@ -103,6 +103,35 @@ def test_thread_json_names_nan_and_infinities_in_metadata(tmp_path: Path) -> Non
     assert shown == {"score": "NaN", "high": "Infinity", "low": "-Infinity"}
 
 
+ODD_ID = "chat\x1b[31m\nred\x7f"
+ODD_NS = "sub\x07ns"
+
+
+def _raw_controls(text: str) -> set[str]:
+    """The control characters in command output, but for the line ends."""
+    return {c for c in text if c != "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)}
+
+
+def test_control_characters_of_stored_ids_are_printed_escaped(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    with NestEggSaver.from_url(url) as saver:
+        config = {"configurable": {"thread_id": ODD_ID, "checkpoint_ns": ODD_NS}}
+        saver.put(config, empty_checkpoint(), {}, {})  # type: ignore[arg-type]
+    listed = nestegg(tmp_path, "--store", url, "threads")
+    assert listed.returncode == 0, listed.stderr
+    assert "chat\\x1b[31m\\nred\\x7f" in listed.stdout and "sub\\x07ns" in listed.stdout
+    shown = nestegg(tmp_path, "--store", url, "thread", ODD_ID)
+    assert shown.returncode == 0 and "sub\\x07ns" in shown.stdout
+    pruned = nestegg(tmp_path, "--store", url, "threads", "prune", "--dry-run")
+    assert pruned.returncode == 0 and pruned.stdout == "chat\\x1b[31m\\nred\\x7f\n"
+    for done in (listed, shown, pruned):
+        assert _raw_controls(done.stdout + done.stderr) == set()
+    exact = _json(tmp_path, "--store", url, "threads", "--json")  # --json has the ids whole
+    assert exact[0]["thread_id"] == ODD_ID and exact[0]["namespaces"] == [ODD_NS]  # type: ignore[index]
+
+
 class _Shift:
     """A toy cipher for LangGraph's EncryptedSerializer: a graph's own serde."""
 

@@ -1,6 +1,8 @@
-"""The thread ids NestEggSaver refuses, on every store: each method that names a thread
-refuses the same ids with one InvalidIdentifierError naming where the id came from, before
-anything is written (nothing stored changes)."""
+"""The thread ids and namespaces NestEggSaver refuses, on every store: each method that
+names a thread refuses the same ids (empty, or holding a NUL or a lone surrogate, which no
+store keeps) and namespaces (those characters, and the row keys' separator) with one
+InvalidIdentifierError naming where the id came from and the character, before anything is
+written (nothing stored changes); other control characters are kept, by every store."""
 
 from __future__ import annotations
 
@@ -18,10 +20,22 @@ from tests.langgraph.conftest import SaverFactory, kinds
 from tests.langgraph.graphs import build_loop, loop_config
 
 KEY = "config['configurable']['thread_id']"
+NS_KEY = "config['configurable']['checkpoint_ns']"
+BAD_IDS = {
+    "": "is empty: a LangGraph thread needs a non-empty thread id",
+    "a\0b": "'a\\x00b' holds a NUL character (U+0000) at index 1: no store can keep that thread id",
+    "ab\ud800": "'ab\\ud800' holds a lone surrogate (U+D800) at index 2, which is not text: "
+    "no store can keep that thread id",
+}
+BAD_NAMESPACES = {
+    "n\0s": "'n\\x00s' holds a NUL character (U+0000) at index 1",
+    "n\x1fs": "'n\\x1fs' holds U+001F at index 1, the separator of the parts of a row key",
+    "\udc80": "'\\udc80' holds a lone surrogate (U+DC80) at index 0, which is not text",
+}
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None) -> Any:
-    conf = {"thread_id": thread_id, "checkpoint_ns": ""}
+def _config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    conf = {"thread_id": thread_id, "checkpoint_ns": ns}
     return {"configurable": conf | ({"checkpoint_id": checkpoint_id} if checkpoint_id else {})}
 
 
@@ -75,22 +89,62 @@ def _seeded(saver_factory: SaverFactory, defer_writes: bool) -> NestEggSaver:
     return saver
 
 
+@pytest.mark.parametrize("bad", list(BAD_IDS), ids=["empty", "nul", "surrogate"])
 @pytest.mark.parametrize("defer_writes", [True, False])
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
-def test_an_empty_thread_id_is_refused_by_every_method_and_nothing_changes(
-    saver_factory: SaverFactory, defer_writes: bool
+def test_a_bad_thread_id_is_refused_by_every_method_and_nothing_changes(
+    saver_factory: SaverFactory, defer_writes: bool, bad: str
 ) -> None:
     saver = _seeded(saver_factory, defer_writes)
     before = saver._run(_stored(saver.storage))
     for name, (call, where) in SYNC_CALLS.items():
         with pytest.raises(InvalidIdentifierError) as refused:
-            call(saver, "")
-        assert str(refused.value) == (
-            f"{where} is empty: a LangGraph thread needs a non-empty thread id"
-        ), name
+            call(saver, bad)
+        assert str(refused.value) == f"{where} {BAD_IDS[bad]}", name
         saver._run(saver._core.flush())  # a deferred write would be committed now
         assert saver._run(_stored(saver.storage)) == before, name
     assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["t"] * 5
+
+
+NS_CALLS: dict[str, Call] = {
+    "put": lambda s, ns: s.put(_config("t", ns=ns), empty_checkpoint(), {}, {}),
+    "put_writes": lambda s, ns: s.put_writes(_config("t", "c", ns), [("items", [1])], "task"),
+    "get_tuple": lambda s, ns: s.get_tuple(_config("t", ns=ns)),
+    "list": lambda s, ns: list(s.list(_config("t", ns=ns))),
+    "list every thread": lambda s, ns: list(s.list({"configurable": {"checkpoint_ns": ns}})),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_NAMESPACES), ids=["nul", "separator", "surrogate"])
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_bad_namespace_is_refused_by_every_method_and_nothing_changes(
+    saver_factory: SaverFactory, bad: str
+) -> None:
+    saver = _seeded(saver_factory, True)
+    before = saver._run(_stored(saver.storage))
+    for name, call in NS_CALLS.items():
+        with pytest.raises(InvalidIdentifierError) as refused:
+            call(saver, bad)
+        assert str(refused.value) == (
+            f"{NS_KEY} {BAD_NAMESPACES[bad]}: no store can keep that checkpoint namespace"
+        ), name
+        saver._run(saver._core.flush())
+        assert saver._run(_stored(saver.storage)) == before, name
+    assert len(list(saver.list(None))) == 5  # the store still reads whole
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_other_control_characters_are_kept_by_every_store(saver_factory: SaverFactory) -> None:
+    thread_id, ns = "tab\tline\nesc\x1b[31m\x7f\x85", "sub\x07ns"
+    saver = saver_factory()
+    saver.put(_config(thread_id, ns=ns), empty_checkpoint(), {}, {})
+    found = saver.get_tuple(_config(thread_id, ns=ns))
+    assert found is not None and found.config["configurable"]["checkpoint_ns"] == ns
+    listed = [t.config["configurable"] for t in saver.list(None)]
+    assert [(c["thread_id"], c["checkpoint_ns"]) for c in listed] == [(thread_id, ns)]
+    saver.copy_thread(thread_id, "copy")
+    saver.delete_thread(thread_id)
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["copy"]
 
 
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)

@@ -27,8 +27,22 @@ KEY_END = "\U0010ffff"
 """Above every key a thread uses: ``prefix + KEY_END`` ends a scan of ``prefix``."""
 
 
+def unstorable_character(text: str) -> str | None:
+    """What in ``text`` no store can keep in a thread id or a row key, and where: its first
+    NUL (PostgreSQL's text has none) or lone surrogate (not UTF-8, as every store but the
+    memory one writes keys); None when every store keeps it. Other control characters are
+    kept (the command prints them escaped)."""
+    for index, char in enumerate(text):
+        if char == "\0":
+            return f"a NUL character (U+0000) at index {index}"
+        if "\ud800" <= char <= "\udfff":
+            return f"a lone surrogate (U+{ord(char):04X}) at index {index}, which is not text"
+    return None
+
+
 def check_thread_id(thread_id: str, where: str) -> str:
-    """``thread_id`` if a thread can have it: a non-empty string.
+    """``thread_id`` if every store can keep a thread of that id: a non-empty string with
+    no NUL and no lone surrogate (:func:`unstorable_character`).
 
     Args:
         thread_id: the id as given.
@@ -38,7 +52,7 @@ def check_thread_id(thread_id: str, where: str) -> str:
         ``thread_id``.
 
     Raises:
-        InvalidIdentifierError: an empty id.
+        InvalidIdentifierError: an empty id, or one holding a character no store keeps.
 
     Example:
         >>> check_thread_id("chat-1", "thread_id")
@@ -47,6 +61,11 @@ def check_thread_id(thread_id: str, where: str) -> str:
     if not thread_id:
         raise InvalidIdentifierError(
             f"{where} is empty: a LangGraph thread needs a non-empty thread id"
+        )
+    wrong = unstorable_character(thread_id)
+    if wrong is not None:
+        raise InvalidIdentifierError(
+            f"{where} {thread_id!r} holds {wrong}: no store can keep that thread id"
         )
     return thread_id
 
