@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -243,6 +244,17 @@ def _fork_data(data: str | None, data_file: str | None) -> Any:
     return None
 
 
+ForkRunIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--run-id",
+        help="The new run's id (default: a new one), as Clutch.fork's run_id=; an id a run "
+        "already has is refused and nothing is stored.",
+        show_default=False,
+    ),
+]
+
+
 @app.command("fork")
 def fork_command(
     ctx: typer.Context,
@@ -256,6 +268,7 @@ def fork_command(
     app_spec: AppOption,
     data: DataOption = None,
     data_file: DataFileOption = None,
+    run_id: ForkRunIdOption = None,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -264,17 +277,18 @@ def fork_command(
     As Clutch.fork does: the new run copies the steps up to the checkpoint and goes on from
     there, with the checkpoint's data or the data --data or --data-file gives instead. It
     executes in this process (with the store of the app's Clutch if it names one, else with
-    the --store one); its id and result are printed.
+    the --store one); its id (--run-id, else a new one) and result are printed.
 
     A fork that cannot start (an unknown checkpoint, a checkpoint of another pipeline's run,
-    one that continues with an agent the Clutch no longer has) stores nothing. A fork that
-    fails in a step stays, failed: nestegg resume NEW_RUN_ID --app ... retries it.
+    one that continues with an agent the Clutch no longer has, a --run-id a run has already)
+    stores nothing. A fork that fails in a step stays, failed: nestegg resume NEW_RUN_ID
+    --app ... retries it.
     """
     out = Output(as_json)
     replaced = _fork_data(data, data_file)
+    new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     clutch = load_app(ctx, app_spec, store, out)
     options = _app_options(ctx, app_spec, store, clutch)
-    new_id = new_run_id()
 
     async def work() -> dict[str, Any]:
         async with bound(clutch, store_url(ctx, store)) as opened:

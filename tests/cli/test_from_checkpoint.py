@@ -346,6 +346,38 @@ def test_fork_refuses_a_checkpoint_and_stores_nothing(
     _refused(stored, args, code, message)
 
 
+def test_fork_with_a_run_id_gives_the_new_run_that_id(stored: Stored) -> None:
+    args = ["fork", stored.done_first, "--app", APP, "--run-id", "retry-1", "--json"]
+    result = nestegg(stored, *args)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert orjson.loads(result.stdout)["run_id"] == "retry-1"
+    forked = _forks(stored)
+    assert list(forked) == ["retry-1"]
+    assert (forked["retry-1"]["run"]["parent_run"], forked["retry-1"]["run"]["status"]) == (
+        "done",
+        "completed",
+    )
+    plain = nestegg(stored, "fork", stored.done_first, "--app", APP, "--run-id", "retry-2")
+    assert plain.stdout.startswith("run retry-2 completed: 3 steps (forked from run done")
+
+
+@pytest.mark.parametrize(
+    ("run_id", "code", "message"),
+    [
+        ("done", EXIT_FAILED, "run 'done' exists; choose another run_id"),
+        ("failed", EXIT_FAILED, "run 'failed' exists; choose another run_id"),
+        ("../x", EXIT_USAGE,
+         "run id '../x' contains a path separator, '..' or a control character"),
+        ("", EXIT_USAGE, "run id must be a non-empty string, got ''"),
+    ],
+)  # fmt: skip
+def test_fork_refuses_a_run_id_and_stores_nothing(
+    stored: Stored, run_id: str, code: int, message: str
+) -> None:
+    args = ["fork", stored.done_first, "--app", APP, "--run-id", run_id]
+    _refused(stored, args, code, message)
+
+
 def test_a_fork_that_fails_in_a_step_stays_failed_and_names_its_run(stored: Stored) -> None:
     result = nestegg(stored, "fork", stored.done_first, "--app", APP, REWIND_FAIL="publish")
     assert result.returncode == EXIT_FAILED
@@ -360,6 +392,7 @@ def test_the_help_says_what_fork_and_resume_from_do(tmp_path: Path) -> None:
     assert fork.stdout.startswith("Usage: nestegg fork [OPTIONS] CHECKPOINT_ID\n")
     assert "Fork a new run from a checkpoint with the app's Clutch" in fork.stdout
     assert "--data JSON" in fork.stdout and "--data-file PATH" in fork.stdout
+    assert "--run-id RUN_ID" in fork.stdout
     resume = run_nestegg(tmp_path, "resume", "--help")
     assert resume.returncode == EXIT_OK
     assert "--from CHECKPOINT_ID" in resume.stdout
