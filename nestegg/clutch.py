@@ -43,7 +43,11 @@ class Clutch(PipelineBase):
             ``stream`` only store them and publish their steps. Needs ``checkpoint=`` with
             a store every worker reaches.
         order: explicit agent order (default: registration order).
-        on_request: awaited with ``{"clutch_id", "input"}`` when a run starts.
+        on_request: awaited with ``{"clutch_id", "input"}`` before a run's first step: when
+            it starts, and when a resume starts it from its input again (no step
+            recorded, not waiting), as the hook may not have passed then. If it raises,
+            the caller gets its exception and a checkpointed run is stored failed with it
+            (``"hook": "on_request"`` in the stored error), not left for recover.
         on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
         on_step: awaited with ``(agent_name, input, output)`` after each agent returns.
         checkpoint: a CheckpointConfig to checkpoint every step to a store (None: in memory).

@@ -35,6 +35,7 @@ Selector = Callable[..., Awaitable[str | None]]
 RequestHook = Callable[[dict[str, Any]], Awaitable[None]]
 ResponseHook = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 CheckpointHook = Callable[[Any], Awaitable[None]]
+RefusalHook = Callable[[Exception], Awaitable[None]]
 
 
 class PipelineBase:
@@ -256,24 +257,40 @@ class PipelineBase:
             next_agent=next_agent,
         )
 
-    async def drive(self, execution: RunExecution, input_data: Any, *, fresh: bool) -> Any:
+    async def drive(
+        self,
+        execution: RunExecution,
+        input_data: Any,
+        *,
+        fresh: bool,
+        refused: RefusalHook | None = None,
+    ) -> Any:
         """Run ``execution`` to its end with this Clutch's hooks; its result.
 
-        ``on_request`` is awaited first when the run is ``fresh`` (not a resume), and
+        ``on_request`` is awaited first when ``fresh`` (the run starts from its input), and
         ``on_response`` after it; meanwhile :meth:`checkpoint` reaches the execution.
+        ``refused`` is awaited with the exception of an ``on_request`` that raises.
         """
         if execution.recorder.journals:  # a checkpointed attempt is a span already
-            return await self._drive(execution, input_data, fresh)
+            return await self._drive(execution, input_data, fresh, refused)
         return await telemetry_attempts.traced_plain_run(
-            self, execution, lambda: self._drive(execution, input_data, fresh)
+            self, execution, lambda: self._drive(execution, input_data, fresh, refused)
         )
 
-    async def _drive(self, execution: RunExecution, input_data: Any, fresh: bool) -> Any:
+    async def _drive(
+        self,
+        execution: RunExecution,
+        input_data: Any,
+        fresh: bool,
+        refused: RefusalHook | None,
+    ) -> Any:
         run_id = execution.run_id
         self._executions[run_id] = execution
         work = functools.partial(self._execute, execution)  # no closures held per run
         try:
-            return await self.call_with_hooks(run_id, input_data, work, fresh=fresh)
+            return await self.call_with_hooks(
+                run_id, input_data, work, fresh=fresh, refused=refused
+            )
         finally:
             self._forget(execution)
 
@@ -294,6 +311,7 @@ class PipelineBase:
         work: Callable[[], Awaitable[Any]],
         *,
         fresh: bool = True,
+        refused: RefusalHook | None = None,
     ) -> Any:
         """Await ``work()`` between this Clutch's ``on_request`` and ``on_response`` hooks.
 
@@ -304,7 +322,10 @@ class PipelineBase:
             run_id: the run (the hooks' ``clutch_id``).
             input_data: the run's input, as plain data (the request's ``input``).
             work: produces the run's result.
-            fresh: the run starts now (False: a resume, ``on_request`` is not awaited).
+            fresh: the run starts from its input now (False: a resume from a recorded
+                step, ``on_request`` is not awaited).
+            refused: awaited with the exception of an ``on_request`` that raises, before
+                it is raised (and ``work`` is not awaited): it records the run as failed.
 
         Returns:
             What ``work()`` returned.
@@ -314,7 +335,12 @@ class PipelineBase:
         """
         request = {"clutch_id": run_id, "input": input_data}
         if fresh and self._on_request is not None:
-            await self._on_request(request)
+            try:
+                await self._on_request(request)
+            except Exception as error:
+                if refused is not None:
+                    await refused(error)
+                raise
         result = await work()
         if self._on_response is not None:
             response = {"_clutch_response": True, "clutch_id": run_id, "result": result}

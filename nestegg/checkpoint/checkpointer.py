@@ -341,8 +341,8 @@ class Checkpointer:
         return self._stopped
 
     async def abandon(self) -> None:
-        """Stop the heartbeat of an attempt that ended before recording its end (a hook
-        raised before its first step): the run stays running, resumable once its owner
+        """Stop the heartbeat of an attempt that ended before recording its end (the store
+        failed before its first step): the run stays running, resumable once its owner
         is gone, instead of having its lease renewed as long as the process lives."""
         await self._stop()
 
@@ -543,6 +543,12 @@ class Checkpointer:
         detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)
         self.event(STEP_FAILED, now, detail)
+        await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
+
+    async def request_failed(self, error: Exception) -> None:
+        """Record that the run's ``on_request`` hook raised ``error`` before its steps:
+        status failed, with the hook's error (a resume from its input awaits it again)."""
+        detail = failure_detail(error, None, hook="on_request")
         await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
 
     async def cancelled(self) -> None:

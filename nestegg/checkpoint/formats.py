@@ -456,11 +456,16 @@ def failure_detail(
     seq: int | None = None,
     started: float = 0.0,
     ended: float = 0.0,
+    *,
+    hook: str | None = None,
 ) -> dict[str, Any]:
-    """The facts of a run's failure: the error's type and message and the agent, and for a
-    failed step (``seq`` given) its seq, start and duration (``ended - started``)."""
+    """The facts of a run's failure: the error's type and message and the agent (or the
+    ``hook`` that raised it), and for a failed step (``seq`` given) its seq, start and
+    duration (``ended - started``)."""
     detail: dict[str, Any] = {"type": type(error).__qualname__, "message": str(error)}
     detail["agent"] = agent
+    if hook is not None:
+        detail["hook"] = hook
     if seq is not None:
         detail.update(seq=seq, started=started, duration=ended - started)
     return detail

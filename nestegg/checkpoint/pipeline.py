@@ -53,5 +53,13 @@ class Pipeline(Protocol):
     ) -> RunExecution:
         """The execution of the run of ``ctx``, recording through ``recorder``."""
 
-    async def drive(self, execution: RunExecution, input_data: Any, *, fresh: bool) -> Any:
-        """Run ``execution`` to its end with the pipeline's hooks; its result."""
+    async def drive(
+        self,
+        execution: RunExecution,
+        input_data: Any,
+        *,
+        fresh: bool,
+        refused: Callable[[Exception], Awaitable[None]] | None = None,
+    ) -> Any:
+        """Run ``execution`` to its end with the pipeline's hooks (``on_request`` when
+        ``fresh``; ``refused`` awaited with its exception if it raises); its result."""

@@ -196,10 +196,12 @@ class CheckpointedRuns:
         *,
         truncate_after: int | None = None,
         replay_until: int = 0,
+        request_again: bool = False,
     ) -> Any:
         """Build the execution of the owned ``run`` from ``start`` with its checkpointer and
         drive it; the opening commit writes ``events`` and the truncation, which keeps the
-        journal of the steps up to ``replay_until``."""
+        journal of the steps up to ``replay_until``. A new run awaits ``on_request``, and
+        so does a resume with ``request_again`` (it starts the run from its input)."""
         recorder = Checkpointer(
             self.store,
             self.config.policy,
@@ -215,7 +217,14 @@ class CheckpointedRuns:
         active_runs[run.run_id] = run.fence
         try:
             return await self._attempt(
-                run, execution, events, recorder, input_data, truncate_after, replay_until
+                run,
+                execution,
+                events,
+                recorder,
+                input_data,
+                truncate_after,
+                replay_until,
+                request_again=request_again,
             )
         except RunWaiting as error:
             # Its signal may have come while the step ran, unseen by the signaller: go on.
@@ -240,22 +249,30 @@ class CheckpointedRuns:
         input_data: Any,
         truncate_after: int | None,
         replay_until: int,
+        *,
+        request_again: bool,
     ) -> Any:
         """One attempt at ``run``: its opening commit (``events``, the truncation), then the
-        execution driven to its end."""
+        execution driven to its end. An ``on_request`` that raises fails the run with its
+        error."""
         for kind, payload in events:
             recorder.event(kind, self.config.clock(), payload)
         kinds = {kind for kind, _ in events}
         fresh = RUN_STARTED in kinds and RUN_RESUMED not in kinds
         await recorder.start(truncate_after, replay_until, fresh=fresh)
         try:
-            return await self.clutch.drive(execution, input_data, fresh=fresh)
+            return await self.clutch.drive(
+                execution,
+                input_data,
+                fresh=fresh or request_again,
+                refused=recorder.request_failed,
+            )
         except asyncio.CancelledError:
             if not recorder.ended:  # cancelled before its steps (in on_request): recorded
                 await asyncio.shield(recorder.cancelled())
             raise
         finally:
-            if not recorder.ended:  # a hook raised before its steps: its heartbeat ends
+            if not recorder.ended:  # the store failed before its steps: its heartbeat ends
                 await recorder.abandon()
 
     def new_execution(self, start: PreparedRun, recorder: Recorder) -> RunExecution:
@@ -461,6 +478,9 @@ class CheckpointedRuns:
             run_input(run),
             truncate_after=state.seq,
             replay_until=replay_until,
+            # from its input again: its on_request may never have passed (it raised, or the
+            # process died in it); a run waiting in its first step got past it
+            request_again=state.seq == 0 and run.status != WAITING,
         )
 
     async def get_checkpoint_record(self, checkpoint_id: str) -> CheckpointRecord:

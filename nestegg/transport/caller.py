@@ -8,6 +8,7 @@ process can wait for any run, so a caller that restarted picks its result up aga
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,12 +17,26 @@ from typing import TYPE_CHECKING, Any
 from nestegg.agents import to_plain
 from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
-from nestegg.checkpoint.formats import parse_event, step_data
+from nestegg.checkpoint.formats import (
+    event_body,
+    failure_body,
+    failure_detail,
+    parse_event,
+    step_data,
+)
+from nestegg.checkpoint.records import Commit, EventRecord
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import wait_of
-from nestegg.constants import CANCELLED, COMPLETED, FAILED, STEP_COMPLETED
+from nestegg.constants import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    RUN_FAILED,
+    RUN_STARTED,
+    STEP_COMPLETED,
+)
 from nestegg.durations import seconds_or_none
-from nestegg.errors import RunFailedError, RunNotFoundError, RunWaiting
+from nestegg.errors import NestEggError, RunFailedError, RunNotFoundError, RunWaiting
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
@@ -32,6 +47,8 @@ if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
     from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.clutch import Clutch
+
+log = logging.getLogger("nestegg")
 
 POLL_FIRST = 0.005
 """Seconds between the first polls of a run's outcome; the gap grows with the time waited
@@ -208,5 +225,33 @@ async def run_remote(
     async def traced() -> Any:
         return await traced_remote_run(clutch, book.store, run, publish_and_wait)
 
+    async def refused(error: Exception) -> None:
+        await fail_refused(book, run, error)
+
     async with using(transport):
-        return await clutch.call_with_hooks(run.run_id, to_plain(input_data), traced)
+        return await clutch.call_with_hooks(
+            run.run_id, to_plain(input_data), traced, refused=refused
+        )
+
+
+async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception) -> None:
+    """Store the queued ``run`` as failed with the error its ``on_request`` hook raised
+    (nothing was published: no worker has it), so that no sweeper runs it; its resume
+    awaits the hook again. A worker that claimed it meanwhile keeps it."""
+    now = book.config.clock()
+    detail = failure_detail(error, None, hook="on_request")
+    commit = Commit(run.run_id, run.fence, status=FAILED, error=failure_body(detail, error))
+    for kind in (RUN_STARTED, RUN_FAILED):
+        commit.event_seq = len(commit.events) + 1
+        body = event_body({"steps": 0} if kind == RUN_FAILED else {})
+        commit.events.append(EventRecord(run.run_id, commit.event_seq, now, kind, body))
+    commit.updated_at = now
+    try:
+        await book.store.commit(commit)
+    except NestEggError as failure:  # the caller gets the hook's error all the same
+        log.warning(
+            "could not record that on_request refused run %r: %s",
+            run.run_id,
+            failure,
+            extra={"run_id": run.run_id},
+        )

@@ -17,16 +17,18 @@ import pytest
 
 from nestegg import Clutch, get_context
 from nestegg.checkpoint.codec import encode_value, seal
+from nestegg.checkpoint.formats import parse_failure
 from nestegg.checkpoint.ownership import host_id, process_start_token
 from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
-from nestegg.constants import COMPLETED, FAILED
+from nestegg.constants import COMPLETED, FAILED, RUN_FAILED, RUN_STARTED
 from nestegg.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
     NoActiveRunError,
     RunExistsError,
+    RunFailedError,
     RunLockedError,
     RunNotFoundError,
 )
@@ -683,14 +685,101 @@ async def test_a_run_whose_on_request_hook_raises_leaves_no_heartbeat_behind(
     assert beating() == []  # else its lease is renewed as long as the process lives
 
 
+def hooked(
+    store: CheckpointStorage, refusals: int, broken: set[str] | None = None
+) -> tuple[Clutch, list[str], list[str]]:
+    """A Clutch of agents a, b (those in ``broken`` raise Flaky) whose on_request raises Flaky
+    ``refusals`` times, then passes; the run ids its hook was awaited for, and the
+    agents that ran."""
+    requests: list[str] = []
+    ran: list[str] = []
+
+    async def gate(request: dict[str, object]) -> None:
+        requests.append(str(request["clutch_id"]))
+        if len(requests) <= refusals:
+            raise Flaky("not allowed")
+
+    clutch = Clutch("hooked", checkpoint=config(store), on_request=gate)
+
+    async def step(name: str, data: list[str]) -> list[str]:
+        ran.append(name)
+        if broken and name in broken:
+            raise Flaky(f"{name} broke")
+        return [*data, name]
+
+    @clutch.agent()
+    async def a(data: list[str]) -> list[str]:
+        return await step("a", data)
+
+    @clutch.agent()
+    async def b(data: list[str]) -> list[str]:
+        return await step("b", data)
+
+    return clutch, requests, ran
+
+
+async def test_a_run_whose_on_request_hook_raises_is_stored_failed_and_its_resume_awaits_it(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch, requests, ran = hooked(checkpoint_store, refusals=2)
+    with pytest.raises(Flaky, match="not allowed"):
+        await clutch.run([], run_id="refused")
+    run = await checkpoint_store.get_run("refused")
+    assert run is not None and (run.status, run.step_seq) == (FAILED, 0)
+    assert run.error is not None
+    failure = parse_failure(run.error, "error")
+    assert (failure["type"], failure["message"]) == ("Flaky", "not allowed")
+    assert (failure["agent"], failure["hook"]) == (None, "on_request")
+    events = [e.kind for e in await checkpoint_store.read_events("refused")]
+    assert (events[0], events[-1]) == (RUN_STARTED, RUN_FAILED)  # as when a's step fails
+    with pytest.raises(RunFailedError) as failed:
+        await clutch.result("refused", timeout=1)
+    assert (failed.value.error_type, failed.value.error_message) == ("Flaky", "not allowed")
+    assert await clutch.list_interrupted() == [] and await clutch.recover() == {}
+
+    with pytest.raises(Flaky, match="not allowed"):  # its resume asks the hook again
+        await clutch.resume_latest("refused")
+    run = await checkpoint_store.get_run("refused")
+    assert run is not None and run.status == FAILED
+    assert await clutch.resume_latest("refused") == ["a", "b"]
+    assert requests == ["refused"] * 3 and ran == ["a", "b"]
+
+
+async def test_a_run_that_died_in_its_on_request_hook_awaits_it_when_recovered(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch, requests, ran = hooked(checkpoint_store, refusals=1)
+    with pytest.raises(Flaky):
+        await clutch.run([], run_id="died")
+    gone = Owner(host=FOREIGN_HOST, pid=4242, started="1")
+    await take_over(checkpoint_store, "died", gone, lease=-1.0)  # as if it died in the hook
+    assert await clutch.recover() == {"died": ["a", "b"]}
+    assert requests == ["died", "died"] and ran == ["a", "b"]
+
+
+async def test_a_resume_from_a_recorded_step_does_not_await_on_request(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    broken = {"b"}
+    clutch, requests, ran = hooked(checkpoint_store, refusals=0, broken=broken)
+    with pytest.raises(Flaky, match="b broke"):
+        await clutch.run([], run_id="later")
+    broken.clear()
+    assert await clutch.resume_latest("later") == ["a", "b"]
+    assert requests == ["later"] and ran == ["a", "b", "b"]
+
+
 async def test_a_run_cancelled_in_its_on_request_hook_is_stored_as_cancelled(
     checkpoint_store: CheckpointStorage,
 ) -> None:
     entered = asyncio.Event()
+    requests: list[object] = []
 
     async def forward(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
         entered.set()
-        await asyncio.sleep(10)
+        if len(requests) == 1:
+            await asyncio.sleep(10)
 
     clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=forward)
 
@@ -707,3 +796,4 @@ async def test_a_run_cancelled_in_its_on_request_hook_is_stored_as_cancelled(
     assert run is not None and run.status == "cancelled"
     assert beating() == []
     assert await clutch.resume_latest("hooked") == "x!"
+    assert requests == ["hooked", "hooked"]  # its resume awaited the hook it never passed

@@ -29,7 +29,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import app
 from nestegg.constants import HOME_ENV, STORE_ENV
 from nestegg.testing import StoreSite
-from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, build
+from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV, POLICY, REFUSE_ENV, build
 from tests.registry import store_target
 
 GONE_PID = 99_999_999
@@ -54,7 +54,13 @@ class Cli:
 
     def __init__(self, home: Path) -> None:
         self.runner = CliRunner()
-        self.env = {HOME_ENV: str(home), STORE_ENV: None, FAIL_ENV: None, KILL_ENV: None}
+        self.env = {
+            HOME_ENV: str(home),
+            STORE_ENV: None,
+            FAIL_ENV: None,
+            KILL_ENV: None,
+            REFUSE_ENV: None,
+        }
 
     def __call__(self, *args: str, input: str | None = None, **env: str | None) -> Result:
         return self.runner.invoke(app, list(args), input=input, env={**self.env, **env})

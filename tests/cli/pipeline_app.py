@@ -2,9 +2,10 @@
 
 ``enrich`` fails while the environment variable CLI_TEST_FAIL is ``1``; with
 CLI_TEST_KILL=1 it kills its own process (SIGKILL) instead, leaving the run interrupted.
-``pipeline`` uses whatever store the command selects; ``own_store_pipeline`` names its own
-file store (CLI_TEST_OWN_STORE, a directory); ``without_enrich`` builds it with ``enrich``
-taken out.
+``pipeline`` uses whatever store the command selects; ``gated`` is ``pipeline`` with an
+``on_request`` hook that refuses runs while CLI_TEST_REFUSE is ``1``;
+``own_store_pipeline`` names its own file store (CLI_TEST_OWN_STORE, a directory);
+``without_enrich`` builds it with ``enrich`` taken out.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import nestegg
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.pipeline import RequestHook
 
 FAIL_ENV = "CLI_TEST_FAIL"
 KILL_ENV = "CLI_TEST_KILL"
+REFUSE_ENV = "CLI_TEST_REFUSE"
 OWN_STORE_ENV = "CLI_TEST_OWN_STORE"
 PIPELINE = "cli-test"
 
@@ -31,9 +34,15 @@ async def ask_size(name: str) -> str:
     return "big"
 
 
-def build(name: str, config: CheckpointConfig) -> Clutch:
-    """The three-agent pipeline under ``name``."""
-    clutch = Clutch(name, strategy=Strategy.SEQUENTIAL, checkpoint=config)
+async def refuse_when_asked(request: dict) -> None:
+    """An ``on_request`` hook that refuses runs while CLI_TEST_REFUSE is ``1``."""
+    if os.environ.get(REFUSE_ENV) == "1":
+        raise PermissionError(f"run {request['clutch_id']} is not allowed")
+
+
+def build(name: str, config: CheckpointConfig, on_request: RequestHook | None = None) -> Clutch:
+    """The three-agent pipeline under ``name`` (with the ``on_request`` hook given)."""
+    clutch = Clutch(name, strategy=Strategy.SEQUENTIAL, checkpoint=config, on_request=on_request)
 
     @clutch.agent()
     async def fetch(data: dict) -> dict:
@@ -56,6 +65,7 @@ def build(name: str, config: CheckpointConfig) -> Clutch:
 
 
 pipeline = build(PIPELINE, CheckpointConfig(policy=POLICY))
+gated = build(PIPELINE, CheckpointConfig(policy=POLICY), refuse_when_asked)
 
 
 def without_enrich(store: CheckpointStorage | None, order: list[str] | None = None) -> Clutch:

@@ -14,9 +14,17 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli import pipeline_app
 from tests.cli.conftest import Cli, Filled, fill, json_of
-from tests.cli.pipeline_app import OWN_STORE_ENV, POLICY, build, without_enrich
+from tests.cli.pipeline_app import (
+    OWN_STORE_ENV,
+    POLICY,
+    REFUSE_ENV,
+    build,
+    refuse_when_asked,
+    without_enrich,
+)
 
 APP = "tests.cli.pipeline_app:pipeline"
+GATED = "tests.cli.pipeline_app:gated"
 
 
 def test_resume_a_failed_run(cli: Cli, filled_any: Filled) -> None:
@@ -50,6 +58,40 @@ def test_resume_that_fails_again_exits_1(cli: Cli, filled: Filled) -> None:
     assert result.exit_code == EXIT_FAILED
     assert result.stderr == f"error: run {filled.bad!r} failed: RuntimeError: enrich broke\n"
     assert "Traceback" not in result.output
+
+
+def test_resume_of_a_run_its_on_request_hook_refused_awaits_the_hook_again(
+    cli: Cli, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refused() -> None:
+        store = open_store(local_url)
+        try:
+            clutch = build("cli-test", CheckpointConfig(storage=store), refuse_when_asked)
+            with pytest.raises(PermissionError):
+                await clutch.run({"name": "Acme"}, run_id="refused")
+        finally:
+            await store.close()
+
+    monkeypatch.setenv(REFUSE_ENV, "1")
+    asyncio.run(refused())
+    monkeypatch.delenv(REFUSE_ENV)
+    recover = cli("recover", "--app", GATED, "--store", local_url)
+    assert recover.stdout == "no interrupted runs of pipeline 'cli-test'\n"
+    shown = json_of(cli("show", "refused", "--store", local_url, "--json"))
+    assert (shown["run"]["status"], shown["steps"]) == ("failed", [])
+    assert shown["run"]["error"]["hook"] == "on_request"
+
+    again = cli("resume", "refused", "--app", GATED, "--store", local_url, CLI_TEST_REFUSE="1")
+    assert (again.exit_code, again.stderr) == (
+        EXIT_FAILED,
+        "error: run 'refused' failed: PermissionError: run refused is not allowed\n",
+    )
+    shown = json_of(cli("show", "refused", "--store", local_url, "--json"))
+    assert (shown["run"]["status"], shown["steps"]) == ("failed", [])
+
+    passed = cli("resume", "refused", "--app", GATED, "--store", local_url)
+    assert passed.exit_code == 0, passed.stderr
+    assert passed.stdout.splitlines()[0] == "run refused completed: 3 steps (was failed at step 0)"
 
 
 def test_resume_unknown_run(cli: Cli, filled: Filled) -> None:

@@ -218,6 +218,43 @@ async def test_hooks_run_where_they_belong_and_on_step_once_per_step(
 
 
 @pytest.mark.server
+async def test_a_run_its_callers_on_request_refuses_is_stored_failed_for_no_worker_to_take(
+    deployment: Deployment,
+) -> None:
+    from tests.transport.apps import config, transport
+
+    requests: list[str] = []
+
+    async def on_request(request: dict[str, Any]) -> None:
+        requests.append(request["clutch_id"])
+        if len(requests) == 1:
+            raise PermissionError("not allowed")
+
+    caller = Clutch("refused", transport=transport(), checkpoint=config(), on_request=on_request)
+
+    @caller.agent()
+    async def answer(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "answered": True}
+
+    try:
+        with pytest.raises(PermissionError, match="not allowed"):
+            await caller.run({"q": 1}, run_id="refused", timeout=20)
+        run = await caller.checkpointed_runs().store.get_run("refused")
+        assert run is not None and (run.status, run.step_seq) == ("failed", 0)
+        with pytest.raises(RunFailedError) as failed:
+            await caller.result("refused", timeout=1)
+        assert (failed.value.error_type, failed.value.error_message) == (
+            "PermissionError",
+            "not allowed",
+        )
+        assert await caller.list_interrupted() == []  # no sweeper takes it
+        assert await caller.resume_latest("refused") == {"q": 1, "answered": True}
+    finally:
+        await caller.stop()
+    assert requests == ["refused", "refused"]  # the resume awaited the hook again
+
+
+@pytest.mark.server
 async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agent(
     deployment: Deployment,
 ) -> None:
