@@ -119,22 +119,32 @@ def check_checkpoint_run(checkpoint: CheckpointRecord, run_id: str) -> None:
         )
 
 
-def restored_cursor(pipeline: Pipeline, ctx: ClutchContext, state: CheckpointState) -> Cursor:
+def restored_cursor(
+    pipeline: Pipeline, ctx: ClutchContext, state: CheckpointState, of_run: str | None = None
+) -> Cursor:
     """``pipeline``'s cursor for the run of ``ctx``, moved to where ``state`` continues.
+
+    Args:
+        of_run: the run ``state``'s checkpoint belongs to, named by the error (None: the
+            run of ``ctx``; a fork's is its parent).
 
     Raises:
         IncompatibleCheckpointError: ``state`` continues with an agent ``pipeline`` no
-            longer has.
+            longer has (``run 'x': the checkpoint continues with agent ...``).
     """
+    run_id = of_run if of_run is not None else ctx.state.clutch_id
     cursor = pipeline.new_cursor(ctx)
-    if state.position is not None:
-        cursor.restore(state.position)
-    if state.next_agent is not None and state.next_agent not in pipeline.agent_names:
-        raise IncompatibleCheckpointError(
-            f"the checkpoint continues with agent {state.next_agent!r}, which this "
-            "pipeline no longer has",
-            state.next_agent,
-        )
+    try:
+        if state.position is not None:
+            cursor.restore(state.position)
+        if state.next_agent is not None and state.next_agent not in pipeline.agent_names:
+            raise IncompatibleCheckpointError(
+                f"the checkpoint continues with agent {state.next_agent!r}, which this "
+                "pipeline no longer has",
+                state.next_agent,
+            )
+    except IncompatibleCheckpointError as lost:
+        raise IncompatibleCheckpointError(f"run {run_id!r}: {lost}", lost.agent) from None
     return cursor
 
 

@@ -70,7 +70,7 @@ async def start_fork(
     child = _child_run(book, parent, new_id, checkpoint_id, new_input, now)
     start_id = new_checkpoint_id()
     child_state = _forked_state(state, new_id, start_id, now, replaced)
-    prepared = book.prepare(child, child_state, listeners)
+    prepared = book.prepare(child, child_state, listeners, of_run=parent.run_id)
     input_data = run_input(child)
     if await book.store.get_run(new_id) is not None:
         raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)

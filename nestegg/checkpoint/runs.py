@@ -402,11 +402,15 @@ class CheckpointedRuns:
             )
 
     def prepare(
-        self, run: RunRecord, state: CheckpointState, listeners: StepListeners
+        self,
+        run: RunRecord,
+        state: CheckpointState,
+        listeners: StepListeners,
+        of_run: str | None = None,
     ) -> PreparedRun:
-        """What continues ``run`` from ``state``: its context and cursor restored and the
-        snapshot its checkpointer starts from; checks all that can fail before a write,
-        and writes nothing.
+        """What continues ``run`` from ``state`` (a checkpoint of ``of_run``; None: of
+        ``run``): its context and cursor restored and the snapshot its checkpointer starts
+        from; checks all that can fail before a write, and writes nothing.
 
         Raises:
             ConfigurationError: the run is another pipeline's, or the Clutch is inconsistent.
@@ -420,7 +424,7 @@ class CheckpointedRuns:
         if state.stored_history is not None:
             ctx.state.defer_history(state.stored_history.decode)
         ctx.metadata.update(state.metadata)
-        cursor = restored_cursor(self.clutch, ctx, state)
+        cursor = restored_cursor(self.clutch, ctx, state, of_run)
         base = Snapshot(
             state.seq,
             state.turn,

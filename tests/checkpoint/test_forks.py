@@ -642,8 +642,11 @@ async def test_a_fork_without_the_next_agent_raises_incompatible_and_stores_noth
     checkpoints = await finished(pipeline)
     before = await stored_everything(checkpoint_store)
     shrunk = Pipeline(checkpoint_store, ("a", "b"))
-    message = "the checkpoint continues with agent 'c' (position 2 of the order), which this"
-    with pytest.raises(IncompatibleCheckpointError, match=re.escape(message)):
+    message = (
+        f"run {checkpoints[1].run_id!r}: the checkpoint continues with agent 'c' (position 2 "
+        "of the order), which this pipeline no longer has"
+    )  # the run the checkpoint is of, not the fork that was not stored
+    with pytest.raises(IncompatibleCheckpointError, match=f"^{re.escape(message)}$"):
         await shrunk.clutch.fork(checkpoints[1].checkpoint_id, run_id="fork")
     assert shrunk.calls == []
     assert await shrunk.clutch.list_interrupted() == []

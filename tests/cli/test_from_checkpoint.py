@@ -230,8 +230,8 @@ def test_resume_from_a_checkpoint_of_a_failed_run_as_json(stored: Stored) -> Non
         ("done", "DONE", f"{APP_MODULE}:other", EXIT_USAGE,
          "run 'done' belongs to pipeline 'rewind', not 'other'"),
         ("failed", "FAILED", f"{APP_MODULE}:without_review", EXIT_FAILED,
-         "the checkpoint continues with agent 'review' (position 1 of the order), which this "
-         "pipeline no longer has"),
+         "run 'failed': the checkpoint continues with agent 'review' (position 1 of the "
+         "order), which this pipeline no longer has"),
     ],
 )  # fmt: skip
 def test_resume_from_refuses_and_changes_nothing(
@@ -334,8 +334,8 @@ def test_fork_refuses_bad_data_and_stores_nothing(
         ("DONE", f"{APP_MODULE}:other", EXIT_USAGE,
          "checkpoint 'DONE' belongs to pipeline 'rewind', not 'other'"),
         ("FAILED", f"{APP_MODULE}:without_review", EXIT_FAILED,
-         "the checkpoint continues with agent 'review' (position 1 of the order), which this "
-         "pipeline no longer has"),
+         "run 'failed': the checkpoint continues with agent 'review' (position 1 of the "
+         "order), which this pipeline no longer has"),
     ],
 )  # fmt: skip
 def test_fork_refuses_a_checkpoint_and_stores_nothing(

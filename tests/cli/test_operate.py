@@ -164,8 +164,8 @@ async def _stored(url: str, run_ids: tuple[str, ...]) -> list[Any]:
 @pytest.mark.parametrize(
     ("order", "code", "message"),
     [
-        (None, EXIT_FAILED, "the checkpoint continues with agent 'enrich' (position 1 of the "
-                            "order), which this pipeline no longer has"),
+        (None, EXIT_FAILED, "run {run_id!r}: the checkpoint continues with agent 'enrich' "
+                            "(position 1 of the order), which this pipeline no longer has"),
         (["fetch", "enrich", "report"], EXIT_USAGE, "order= names agent 'enrich', which is "
                                                     "not registered on Clutch 'cli-test' "
                                                     "(known: ['fetch', 'report'])"),
@@ -184,7 +184,8 @@ def test_resume_by_an_app_that_lost_the_next_agent_fails_first_and_stores_nothin
     before = asyncio.run(_stored(filled.url, runs))
     for run_id in runs:
         result = cli("resume", run_id, "--app", "tests.cli.pipeline_app:changed", "-s", filled.url)
-        assert (result.exit_code, result.stderr) == (code, f"error: {message}\n")
+        named = message.format(run_id=run_id)
+        assert (result.exit_code, result.stderr) == (code, f"error: {named}\n")
     assert asyncio.run(_stored(filled.url, runs)) == before
 
 

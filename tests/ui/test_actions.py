@@ -238,8 +238,8 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
 
 
 LOST_ENRICH = (
-    "the checkpoint continues with agent 'enrich' (position 1 of the order), which this "
-    "pipeline no longer has"
+    "run 'broke': the checkpoint continues with agent 'enrich' (position 1 of the order), "
+    "which this pipeline no longer has"
 )
 
 
@@ -382,8 +382,8 @@ def test_fork_from_a_checkpoint_that_continues_with_a_lost_agent_is_refused(
         ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
         after_fetch, after_enrich, final = _checkpoints(ui, "full")
         why = (
-            "the checkpoint continues with agent 'enrich' (position 1 of the order), which "
-            "this pipeline no longer has"
+            "run 'full': the checkpoint continues with agent 'enrich' (position 1 of the "
+            "order), which this pipeline no longer has"
         )
         assert fork_form(client.get(f"/checkpoints/{after_fetch}").text) == why
         refused: Any = ui.write("POST", f"/api/checkpoints/{after_fetch}/fork", json={})
