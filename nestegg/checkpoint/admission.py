@@ -1,7 +1,10 @@
 """What starting, resuming or forking a run meets in the store: an id that exists, a run or
 checkpoint of another pipeline, a checkpoint that continues with an agent the pipeline no
 longer has, a fork that lost its start; the errors say what to do. Each is checked before
-anything is written; the inspector's resume and fork offers call the same checks."""
+anything is written. :func:`resume_start` and :func:`fork_refusal` are the checks before
+a resume or a fork claims or stores a run; the inspector's resume and fork offers call
+them (through :func:`resume_refusal` and :func:`fork_refusal`), so the page refuses
+exactly what the service would."""
 
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ from nestegg.checkpoint.ownership import is_interrupted, owner_alive
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
+from nestegg.checkpoint.waiting import still_waiting
 from nestegg.constants import COMPLETED, RUNNING
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
     IncompatibleCheckpointError,
+    NestEggError,
     RunExistsError,
     RunLockedError,
+    RunWaiting,
 )
 
 if TYPE_CHECKING:
@@ -176,3 +182,103 @@ async def resume_point(
     if state.checkpoint is None and run.parent_run is not None:
         raise fork_without_start(run)
     return state, checkpoints
+
+
+REFUSALS = (
+    ConfigurationError,
+    RunLockedError,
+    RunWaiting,
+    IncompatibleCheckpointError,
+    CheckpointCorruptedError,
+)
+"""The errors of the checks before a claim: what refuses a resume or a fork before it
+starts (the store's own errors, such as StorageUnavailableError, are not refusals)."""
+
+
+def check_not_owned(run: RunRecord, now: float) -> None:
+    """Refuse to take ``run`` from the live process that executes it.
+
+    Raises:
+        RunLockedError: ``run``'s owner is alive (its lease runs at ``now``).
+    """
+    if owner_alive(run, now):
+        raise RunLockedError(
+            f"run {run.run_id!r} is being executed by a live process "
+            f"(pid {run.owner.pid if run.owner else '?'}); it cannot be resumed now",
+            run.run_id,
+        )
+
+
+async def resume_start(
+    store: CheckpointStorage, pipeline: Pipeline, run: RunRecord, now: float
+) -> tuple[CheckpointState, list[CheckpointRecord]]:
+    """The checks before a resume of ``run`` (not completed) by ``pipeline`` claims it,
+    and where it continues: its newest valid state and the checkpoints it keeps. Reads,
+    writes nothing.
+
+    Raises:
+        RunLockedError: a live process executes ``run``.
+        ConfigurationError: ``run`` belongs to another pipeline, or ``pipeline``'s
+            definition does not hold.
+        RunWaiting: ``run`` waits and its wait is not over (its signal not stored, its
+            deadline or timer not passed): its step would only run again to wait again.
+        CheckpointCorruptedError: ``run`` has no valid state to continue from (a fork
+            without a valid checkpoint, a damaged input).
+        IncompatibleCheckpointError: that state continues with an agent ``pipeline`` no
+            longer has.
+    """
+    check_not_owned(run, now)
+    check_pipeline(run, pipeline.name)
+    pipeline.validate()
+    if (waiting := await still_waiting(store, run, now)) is not None:
+        raise waiting
+    state, checkpoints = await resume_point(store, run)
+    restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+    return state, checkpoints
+
+
+async def resume_refusal(
+    store: CheckpointStorage, pipeline: Pipeline, run: RunRecord, now: float
+) -> NestEggError | None:
+    """Why a resume of ``run`` by ``pipeline`` would be refused now (None: it would
+    claim the run): a ConfigurationError for a completed run (nothing to resume; the
+    service returns its result instead), else the error of :func:`resume_start`."""
+    if run.status == COMPLETED:
+        return ConfigurationError(
+            f"run {run.run_id!r} is completed: there is nothing to resume (fork it from a "
+            "checkpoint to run its steps again)"
+        )
+    try:
+        await resume_start(store, pipeline, run, now)
+    except REFUSALS as error:
+        return error
+    return None
+
+
+def check_fork(
+    pipeline: Pipeline, run: RunRecord, checkpoint_id: str, state: CheckpointState
+) -> None:
+    """The checks before a fork by ``pipeline`` from checkpoint ``checkpoint_id`` of
+    ``run`` (loaded as ``state``) stores its new run.
+
+    Raises:
+        ConfigurationError: ``run`` belongs to another pipeline, or ``pipeline``'s
+            definition does not hold.
+        IncompatibleCheckpointError: the checkpoint continues with an agent ``pipeline``
+            no longer has.
+    """
+    check_fork_pipeline(run, checkpoint_id, pipeline.name)
+    pipeline.validate()
+    restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+
+
+def fork_refusal(
+    pipeline: Pipeline, run: RunRecord, checkpoint_id: str, state: CheckpointState
+) -> NestEggError | None:
+    """Why a fork by ``pipeline`` from checkpoint ``checkpoint_id`` of ``run`` (loaded as
+    ``state``) would be refused (None: it would start): the error of :func:`check_fork`."""
+    try:
+        check_fork(pipeline, run, checkpoint_id, state)
+    except REFUSALS as error:
+        return error
+    return None

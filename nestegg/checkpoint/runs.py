@@ -11,10 +11,12 @@ from typing import Any
 from nestegg import telemetry_attempts
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import (
+    check_not_owned,
     check_pipeline,
     existing_run,
     restored_cursor,
     resume_point,
+    resume_start,
 )
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
@@ -45,7 +47,6 @@ from nestegg.checkpoint.views import (
 from nestegg.checkpoint.waiting import (
     resumable_now,
     signal_came,
-    still_waiting,
     store_signal,
     wait_due,
     wait_of,
@@ -352,9 +353,7 @@ class CheckpointedRuns:
         run = await self.get_run_record(chosen)
         if run.status == COMPLETED:
             return run_result(run)
-        self._check_not_owned(run)
-        await self._check_resumable(run)
-        state, checkpoints = await resume_point(self.store, run)
+        state, checkpoints = await resume_start(self.store, self.clutch, run, self.config.clock())
         kept = [c.checkpoint_id for c in checkpoints]
         try:
             return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
@@ -372,7 +371,7 @@ class CheckpointedRuns:
         """
         record = await self.get_checkpoint_record(checkpoint_id)
         run = await self.get_run_record(record.run_id)
-        self._check_not_owned(run)
+        check_not_owned(run, self.config.clock())
         state = await load_state(self.store, run, record)
         kept = [
             c.checkpoint_id
@@ -385,21 +384,6 @@ class CheckpointedRuns:
             later = True
         replay_until = record.seq if later else max(run.step_seq, record.seq) + 1
         return await self._resume(run, state, kept, listeners, replay_until=replay_until)
-
-    async def _check_resumable(self, run: RunRecord) -> None:
-        """Refuse, before anything runs or is stored, a run of another pipeline and a
-        waiting run whose wait is not over: its step would only run again to wait again."""
-        check_pipeline(run, self.clutch.name)
-        if (waiting := await still_waiting(self.store, run, self.config.clock())) is not None:
-            raise waiting
-
-    def _check_not_owned(self, run: RunRecord) -> None:
-        if owner_alive(run, self.config.clock()):
-            raise RunLockedError(
-                f"run {run.run_id!r} is being executed by a live process "
-                f"(pid {run.owner.pid if run.owner else '?'}); it cannot be resumed now",
-                run.run_id,
-            )
 
     def prepare(
         self,

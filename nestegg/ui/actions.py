@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
+from nestegg.checkpoint.admission import fork_refusal, resume_refusal
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.cli.app import CommandError
@@ -30,10 +31,8 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
-from nestegg.ui.forks import fork_refusal
 from nestegg.ui.pages import now_of, store_of, takes
 from nestegg.ui.queries import checkpoint_state
-from nestegg.ui.resumes import resume_refusal
 
 log = logging.getLogger("nestegg.ui")
 
@@ -122,7 +121,7 @@ async def stop_background(app: Starlette) -> None:
 @takes()
 async def resume(request: Request) -> JSONResponse:
     """Resume a run with the Clutch, in the background, after the checks of
-    :func:`~nestegg.ui.resumes.resume_refusal`, which are all that
+    :func:`~nestegg.checkpoint.admission.resume_refusal`, which are all that
     ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
     for a run with no valid state); 202 once the run is claimed (so that its page, which
     follows it from then on, sees it running), the error if it could not start; the
@@ -148,8 +147,9 @@ async def resume(request: Request) -> JSONResponse:
 @takes()
 async def fork(request: Request) -> JSONResponse:
     """Fork from a checkpoint with ``{"data": ...}`` (absent: the checkpoint's data) on a
-    new run, after the checks of :func:`~nestegg.ui.forks.fork_refusal` (a refusal is 400
-    or 409); 201 with its id once it is stored, the error if it could not start."""
+    new run, after the checks of :func:`~nestegg.checkpoint.admission.fork_refusal`, which
+    are all that ``Clutch.fork`` makes before it stores the run (a refusal is 400 or 409);
+    201 with its id once it is stored, the error if it could not start."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(request)
@@ -162,7 +162,7 @@ async def fork(request: Request) -> JSONResponse:
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
     parent, state = await checkpoint_state(store, checkpoint_id)
-    if (refused := fork_refusal(clutch, parent, state)) is not None:
+    if (refused := fork_refusal(clutch, parent, checkpoint_id, state)) is not None:
         raise refused
     run_id = new_run_id()
     task = _start(
