@@ -1,8 +1,10 @@
 """Live updates over server-sent events, read from the store's event log.
 
 The run stream polls the run's events after the last one sent and tells the page what
-changed (``event: change``); it ends with ``event: end`` once the run is no longer running
-and its last events are sent. The runs stream polls the first page of the table and sends
+changed (``event: change``); it ends with ``event: end`` once the run is neither running
+nor waiting and its last events are sent. A waiting run's stream also says when its wait
+is over (its signal stored, its deadline or timer passed), and it follows the run when
+another process resumes it. The runs stream polls the first page of the table and sends
 ``change`` when any of its runs moved on.
 """
 
@@ -15,13 +17,21 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from nestegg.checkpoint.waiting import resumable_now
 from nestegg.cli import reading
-from nestegg.constants import RUNNING
+from nestegg.constants import RUNNING, WAITING
+from nestegg.errors import ConfigurationError
 from nestegg.ui import queries
 from nestegg.ui.pages import int_param, now_of, status_param, store_of, takes
 
 POLL_SECONDS = 0.25
-"""Seconds between reads of a run's event log."""
+"""Seconds between reads of a running run's event log."""
+WAIT_POLL_SECONDS = 1.0
+"""Seconds between reads of a waiting run (its record, events and signals)."""
+FOLLOWED = (RUNNING, WAITING)
+"""The statuses of a run whose stream stays open: it may go on without this page."""
+WAIT_STATES = {"over": True, "on": False}
+"""``?wait=`` of the run stream: whether the page shows the run's wait as over."""
 RUNS_POLL_SECONDS = 1.0
 """Seconds between reads of the runs table's first page."""
 KEEPALIVE_SECONDS = 15.0
@@ -38,16 +48,19 @@ def _stream(events: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers=HEADERS)
 
 
-@takes("since")
+@takes("since", "wait")
 async def run_events(request: Request) -> StreamingResponse:
     """``change`` with the new events' kinds and the run's status and steps, after
-    ``?since=`` (an event sequence number); ``end`` when the run stopped running."""
+    ``?since=`` (an event sequence number), and for a waiting run when its wait is over
+    or no longer over (``wait``: ``over`` or ``on``), against ``?wait=`` (what the page
+    shows) at first; ``end`` when the run stopped running or waiting."""
     store = store_of(request)
     run = await reading.get_run(store, request.path_params["run_id"])
     since = int_param(request, "since") or 0
+    shown = _wait_param(request)
 
     async def events() -> AsyncIterator[bytes]:
-        nonlocal since
+        nonlocal since, shown
         quiet = 0.0
         while True:
             current = await store.get_run(run.run_id)
@@ -55,24 +68,41 @@ async def run_events(request: Request) -> StreamingResponse:
                 yield message("end", {"status": "deleted"})
                 return
             records = await store.read_events(run.run_id, since, EVENTS_PER_READ)
+            data: dict[str, object] = {"seq": since, "kinds": [], "steps": current.step_seq}
             if records:
                 since = records[-1].seq
-                kinds = sorted({r.kind for r in records})
-                data = {"seq": since, "kinds": kinds, "steps": current.step_seq}
+                data.update(seq=since, kinds=sorted({r.kind for r in records}))
+            moved = False  # a waiting run's wait is over, or no longer over
+            if current.status == WAITING:
+                over = await resumable_now(store, current, now_of(request))
+                data["wait"] = "over" if over else "on"
+                moved, shown = shown is not None and over != shown, over
+            if records or moved:
                 yield message("change", {**data, "status": current.status})
                 quiet = 0.0
-            if current.status != RUNNING and since >= current.event_seq:
+            if current.status not in FOLLOWED and since >= current.event_seq:
                 yield message("end", {"status": current.status})
                 return
             if await request.is_disconnected():
                 return
-            await asyncio.sleep(POLL_SECONDS)
-            quiet += POLL_SECONDS
+            pause = WAIT_POLL_SECONDS if current.status == WAITING else POLL_SECONDS
+            await asyncio.sleep(pause)
+            quiet += pause
             if quiet >= KEEPALIVE_SECONDS:
                 yield b": keep-alive\n\n"
                 quiet = 0.0
 
     return _stream(events())
+
+
+def _wait_param(request: Request) -> bool | None:
+    """``?wait=``: True for ``over``, False for ``on``, None when absent."""
+    raw = request.query_params.get("wait")
+    if raw is None or raw == "":
+        return None
+    if raw not in WAIT_STATES:
+        raise ConfigurationError(f"wait must be 'over' or 'on', got {raw!r}")
+    return WAIT_STATES[raw]
 
 
 @takes("status", "pipeline")

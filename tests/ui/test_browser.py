@@ -267,20 +267,26 @@ def test_a_long_value_is_cut_and_shown_whole_on_demand(tmp_path: Path, page: Any
         assert page.locator("#state-tree").inner_text().count(long_text) == 1
 
 
-def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
-    server: Server, store: tuple[str, Filled], page: Any
-) -> None:
+def _left_waiting(url: str, *run_ids: str) -> None:
+    """Runs of the waiting pipeline in the store at ``url``, left waiting for its signal."""
     from nestegg.checkpoint.stores import open_store
     from tests.ui.pipelines import start_waiting
 
     async def wait() -> None:
-        opened = open_store(store[0])
+        opened = open_store(url)
         try:
-            await start_waiting(opened, "approve-me", nap=False)
+            for run_id in run_ids:
+                await start_waiting(opened, run_id, nap=False)
         finally:
             await opened.close()
 
     run_apart(wait())
+
+
+def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
+    server: Server, store: tuple[str, Filled], page: Any
+) -> None:
+    _left_waiting(store[0], "approve-me")
     page.goto(server.base + "/")
     row = page.locator("tr.run", has=page.locator("a[href='/runs/approve-me']"))
     assert "flagged" in str(row.get_attribute("class"))
@@ -293,6 +299,46 @@ def test_a_waiting_run_is_flagged_in_the_table_and_on_its_page(
     assert "waits for signal “approval”, no deadline" in page.inner_text("#flag")
     assert "nestegg signal approve-me approval VALUE" in page.inner_text("#flag")
     assert page.inner_text("tr.pending td.pending-agent") == "approve"  # the step that waits
+
+
+def _nestegg(home: Path, *args: str) -> None:
+    """``nestegg ARGS`` in a process of its own, which must succeed."""
+    command = [sys.executable, "-m", "nestegg.cli", *args]
+    done = subprocess.run(command, cwd=ROOT, env=child_env(home), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_waiting_runs_page_shows_a_signal_sent_from_elsewhere_without_reload(
+    tmp_path: Path, store: tuple[str, Filled], page: Any
+) -> None:
+    from nestegg.ui.resumes import WAIT_NOT_OVER
+    from tests.ui.pipelines import SIGNAL
+
+    _left_waiting(store[0], "stored", "resumed")
+    home, url = tmp_path / "home", store[0]
+    app = "tests.ui.pipelines:waiting_app"
+    resume = page.locator("button:text-is('resume')")
+    with ui_server(home, "--store", url, "--allow-writes", "--app", app) as s:
+        # Only stored (no --app): the run still waits, but its wait is over.
+        page.goto(f"{s.base}/runs/stored?token={s.token}")
+        assert "waits for signal “approval”" in page.inner_text("#flag")
+        assert page.inner_text("#resume-refused") == WAIT_NOT_OVER
+        page.evaluate("window.notReloaded = true")
+        _nestegg(home, "signal", "stored", SIGNAL, '"yes"', "--store", url)
+        received = f"#flag:has-text('signal “{SIGNAL}” received: resume it')"
+        page.wait_for_selector(received, timeout=LIVE_SECONDS * 1000)
+        assert resume.is_enabled()
+        assert page.inner_text("#status") == "waiting"
+        assert page.evaluate("window.notReloaded") is True
+        # Sent with --app: another process resumes the run and completes it.
+        page.goto(f"{s.base}/runs/resumed")
+        page.evaluate("window.notReloaded = true")
+        _nestegg(home, "signal", "resumed", SIGNAL, '"yes"', "--store", url, "--app", app)
+        page.wait_for_selector("#status.completed", timeout=LIVE_SECONDS * 1000)
+        assert page.evaluate("window.notReloaded") is True
+        assert page.locator("#flag").count() == 0
+        assert '"approved":"yes"' in page.inner_text("#result")
+        assert _agents(page) == ["approve"]
 
 
 def test_resume_is_offered_only_for_runs_the_app_resumes_now(

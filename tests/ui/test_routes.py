@@ -155,6 +155,8 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     assert ui.client.get("/events/runs/no-such-run").status_code == 404
     huge = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"since": 2**63})
     assert huge.status_code == 400 and "since must be at most" in huge.json()["error"]
+    wait = ui.client.get(f"/events/runs/{ui.filled.ok}", params={"wait": "done"})
+    assert wait.status_code == 400 and "wait must be 'over' or 'on'" in wait.json()["error"]
     runs = ui.client.get("/events/runs", params={"status": "sleeping"})
     assert runs.status_code == 400 and "unknown status 'sleeping'" in runs.json()["error"]
 

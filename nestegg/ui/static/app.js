@@ -80,8 +80,9 @@
     });
   }
 
-  // The run page follows its run: its stream (which ends once the run is not running) says
-  // when the summary and the timeline changed. follow() opens it again after a resume.
+  // The run page follows its run: its stream (which ends once the run neither runs nor
+  // waits) says when the summary and the timeline changed, and when a waiting run's wait is
+  // over (a signal sent from elsewhere). follow() opens it again after a resume.
   var follow = function () { return false; };
 
   function liveRun(page) {
@@ -118,9 +119,13 @@
     follow = function () {
       if (source) return true;  // still open: it sees what the resume does
       var since = page.getAttribute("data-since");
-      source = new EventSource("/events/runs/" + encodeURIComponent(runId) + "?since=" + since);
+      var wait = page.getAttribute("data-wait");
+      source = new EventSource("/events/runs/" + encodeURIComponent(runId) + "?since=" + since +
+                               "&wait=" + wait);
       source.addEventListener("change", function (event) {
-        page.setAttribute("data-since", JSON.parse(event.data).seq);
+        var data = JSON.parse(event.data);
+        page.setAttribute("data-since", data.seq);
+        if (data.wait) page.setAttribute("data-wait", data.wait);
         refresh();
       });
       source.addEventListener("end", function () { source.close(); source = null; refresh(); });
