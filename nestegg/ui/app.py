@@ -188,7 +188,7 @@ def create_app(settings: UISettings) -> Starlette:
             Route("/", pages.runs_page),
             Route("/runs/{run_id:str}", pages.run_page),
             Route("/runs/{run_id:str}/live", pages.run_live),
-            Route("/runs/{run_id:str}/steps/{seq:int}", pages.step_page),
+            Route("/runs/{run_id:str}/steps/{seq:str}", pages.step_page),
             Route("/checkpoints/{checkpoint_id:str}", pages.state_page),
             Route("/diff", pages.diff_page),
             Route("/events/runs", live.runs_events),

@@ -213,7 +213,9 @@ async def run_live(request: Request) -> JSONResponse:
 
 @takes(TOKEN_PARAMETER)
 async def step_page(request: Request) -> HTMLResponse:
-    """One step's data and journaled calls (loaded when its row is opened)."""
+    """One step's data and journaled calls (loaded when its row is opened); a 404 page
+    naming the run, the step and the run's steps for an address of no step (out of range,
+    negative, not a number)."""
     detail = await queries.step_detail(
         store_of(request), request.path_params["run_id"], request.path_params["seq"]
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -266,18 +267,31 @@ def previous_checkpoint(ids: list[str], checkpoint_id: str) -> str | None:
     return ids[at - 1] if at > 0 else None
 
 
-async def step_detail(store: CheckpointStorage, run_id: str, seq: int) -> dict[str, Any]:
-    """One step: its record's row and data, how often it ran, and its journaled calls, each
-    with its duration and whether the step's last attempt replayed it (recorded by an
-    earlier attempt) or executed it."""
+def step_of(run: RunRecord, address: str) -> int:
+    """The step of ``run`` that ``address`` (the last part of a step's address) names: a
+    number from 1 to the run's last step (one past its committed steps when it did not
+    complete: the step under way, waiting or failed).
+
+    Raises:
+        CheckpointNotFoundError: there is no such step (a number out of that range, a
+            negative number, anything else); the message names the run, the step asked
+            for and the range there is.
+    """
+    last = run.step_seq + (0 if run.status == COMPLETED else 1)
+    seq = int(address) if address.isascii() and address.isdigit() else None
+    if seq is not None and 1 <= seq <= last:
+        return seq
+    asked = address if re.fullmatch(r"-?[0-9]+", address) else repr(address)
+    steps = f"its steps are 1{chr(0x2013)}{last}" if last else "it has none yet"
+    raise CheckpointNotFoundError(f"run {run.run_id!r} has no step {asked}: {steps}")
+
+
+async def step_detail(store: CheckpointStorage, run_id: str, address: str) -> dict[str, Any]:
+    """One step (``address``: its number, see :func:`step_of`): its record's row and data,
+    how often it ran, and its journaled calls, each with its duration and whether the
+    step's last attempt replayed it (recorded by an earlier attempt) or executed it."""
     run = await reading.get_run(store, run_id)
-    last = run.step_seq + (0 if run.status == COMPLETED else 1)  # +1: a step under way or failed
-    if not 1 <= seq <= last:
-        raise CheckpointNotFoundError(
-            f"run {run.run_id!r} has no step {seq}: its steps are 1{chr(0x2013)}{last}"
-            if last
-            else f"run {run.run_id!r} has no step {seq}: it has none yet"
-        )
+    seq = step_of(run, address)
     rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
     step = rows[0] if rows else None

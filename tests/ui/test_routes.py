@@ -163,7 +163,7 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
 
 def _address(route: Route, run_id: str, checkpoint_id: str) -> tuple[str, str]:
     """A method and a path that ``route`` serves, on the given run and checkpoint."""
-    path = route.path.replace("{run_id:str}", run_id).replace("{seq:int}", "1")
+    path = route.path.replace("{run_id:str}", run_id).replace("{seq:str}", "1")
     method = "GET" if "GET" in (route.methods or ()) else next(iter(route.methods or ()))
     return method, path.replace("{checkpoint_id:str}", checkpoint_id)
 
@@ -199,6 +199,14 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
     cases = {
         f"/runs/{ok}/steps/0": (404, f"run '{ok}' has no step 0: its steps are 1\N{EN DASH}3"),
         f"/runs/{ok}/steps/4": (404, f"run '{ok}' has no step 4: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}/steps/-1": (404, f"run '{ok}' has no step -1: its steps are 1\N{EN DASH}3"),
+        f"/runs/{ok}/steps/two": (
+            404, f"run '{ok}' has no step 'two': its steps are 1\N{EN DASH}3"
+        ),
+        f"/runs/{ok}/steps/1.5": (
+            404, f"run '{ok}' has no step '1.5': its steps are 1\N{EN DASH}3"
+        ),
+        "/runs/no-such-run/steps/-1": (404, "no run 'no-such-run' in the store"),
         f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
         "/?before=garbage": (
             400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
