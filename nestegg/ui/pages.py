@@ -249,6 +249,7 @@ async def state_page(request: Request) -> HTMLResponse:
         path=path,
         previous=queries.previous_checkpoint(loaded["checkpoint_ids"], checkpoint_id),
         checkpoint_ids=loaded["checkpoint_ids"],
+        ended=loaded["ended"],
         fork=loaded["fork"],
     )
 

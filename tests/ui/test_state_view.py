@@ -4,12 +4,13 @@ to that part, and a tree that opens two levels deep."""
 from __future__ import annotations
 
 import asyncio
+import html
 import math
 import re
 from typing import Any
 
 from nestegg import Clutch, Strategy
-from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.ui import UISettings
 from nestegg.ui.render import SHORT_CHARS, TREE_ITEMS, shortened, tree
@@ -60,3 +61,38 @@ def test_a_checkpoint_page_cuts_long_values_and_links_the_rest() -> None:
     assert "… 50 more" in page
     assert f'href="/checkpoints/{checkpoint}?path=data.many"' in page
     assert part.count('<div class="leaf">') == TREE_ITEMS and "part <code>data.many</code>" in part
+
+
+def _position(page: str) -> str:
+    """The line under a checkpoint's title: its step, turn and next agent, as text."""
+    match = re.search(r"<p[^>]*>(after step .*?)</p>", page, re.S)
+    assert match, page
+    return html.unescape(re.sub(r"<[^>]+>|\s+·.*", "", match.group(1), flags=re.S)).strip()
+
+
+def test_a_checkpoint_page_says_which_agent_is_next_and_when_none_is() -> None:
+    store = MemoryCheckpointStorage()
+    config = CheckpointConfig(storage=store, policy=CheckpointPolicy(keep_latest=None))
+    clutch = Clutch("next", strategy=Strategy.SEQUENTIAL, checkpoint=config)
+    taken: list[str] = []
+
+    @clutch.agent()
+    async def first(data: list[str]) -> list[str]:
+        return [*data, "first"]
+
+    @clutch.agent()
+    async def second(data: list[str]) -> list[str]:
+        taken.append(await clutch.checkpoint())  # before its step: it continues with second
+        return [*data, "second"]
+
+    asyncio.run(clutch.run([], run_id="next"))
+    with client_for(UISettings(store=store)) as client:
+        run_page = client.get("/runs/next").text
+        after_first, *_, final = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)
+        shown = (*taken, after_first, final)
+        lines = [_position(client.get(f"/checkpoints/{c}").text) for c in shown]
+    assert lines == [
+        "after step 1, turn 1; next agent: second",  # the agent under way when it was taken
+        "after step 1, turn 1",  # the strategy picks the next one when the run goes on
+        "after step 2, turn 2; next agent: none, the run ended after this step",
+    ]
