@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
 from nestegg.agents import check_name
 from nestegg.context import current_context
@@ -86,7 +86,8 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
     Raises:
         SignalTimeoutError: the deadline passed before the signal came (catch it to go on).
         SignalValueError: the value does not fit ``type`` (nothing is journaled).
-        ConfigurationError: not inside an agent of a checkpointed run, or a bad timeout.
+        ConfigurationError: not inside an agent of a checkpointed run, a bad timeout, or
+            a ``type`` pydantic cannot validate a value as (before the run waits).
         InvalidIdentifierError: a bad signal name.
 
     Example:
@@ -94,6 +95,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
     """
     check_name(name, "signal name")
     limit = seconds_or_none(timeout, "timeout")
+    adapter = _adapter(name, type)
     execution, recorder = _waiting_execution("wait_for")
     digest = argument_hash((name,), {})
 
@@ -106,7 +108,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
         found, value = await recorder.read_signal(name)
         if found:
             try:  # checked before it is journaled: a fitting one may replace it
-                _check(name, value, type)
+                _check(name, value, type, adapter)
             except SignalValueError as error:
                 raise _Unfit(error) from None
             recorder.signal_received(name, timed_out=False)
@@ -123,7 +125,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
     if outcome.get("timed_out"):
         raise SignalTimeoutError(name, float(deadline))
     value = outcome.get("value")
-    return value if type is None else _check(name, value, type)
+    return value if type is None else _check(name, value, type, adapter)
 
 
 class _Unfit(BaseException):
@@ -134,12 +136,26 @@ class _Unfit(BaseException):
         self.error = error
 
 
-def _check(name: str, value: Any, type: Any) -> Any:
-    """``value`` validated as ``type`` (None: as it is)."""
+def _adapter(name: str, type: Any) -> TypeAdapter[Any] | None:
+    """The validator of ``type`` (None: no type), built before the step waits."""
     if type is None:
+        return None
+    try:
+        return TypeAdapter(type)
+    except (PydanticUserError, TypeError) as error:
+        first = str(error).partition(".")[0]
+        raise ConfigurationError(
+            f"wait_for({name!r}, type={type!r}) cannot validate a value as that type: {first} "
+            "(give a pydantic model, a dataclass or a type such as list[int])"
+        ) from None
+
+
+def _check(name: str, value: Any, type: Any, adapter: TypeAdapter[Any] | None) -> Any:
+    """``value`` validated by ``adapter`` of ``type`` (None: as it is)."""
+    if adapter is None:
         return value
     try:
-        return TypeAdapter(type).validate_python(value)
+        return adapter.validate_python(value)
     except ValidationError as error:
         raise SignalValueError(
             f"the value of signal {name!r} does not fit {getattr(type, '__name__', type)}: "

@@ -338,3 +338,25 @@ async def test_a_signal_that_lands_while_the_run_suspends_is_not_lost() -> None:
     assert store.reads >= 2
     kinds = [event.kind for event in await clutch.events("late")]
     assert kinds.count("run_waiting") == 1 and kinds[-1] == "run_completed"
+
+
+class _NotValidatable:
+    """A class pydantic cannot validate a value as (no schema, no arbitrary types)."""
+
+
+@pytest.mark.parametrize("bad_type", [_NotValidatable, 42])
+async def test_a_type_no_value_can_fit_fails_the_step_before_the_run_waits(
+    bad_type: Any,
+) -> None:
+    store = MemoryCheckpointStorage()
+    clutch = Clutch("typed", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def review(data: Any) -> Any:
+        return await nestegg.wait_for("approval", type=bad_type)
+
+    with pytest.raises(ConfigurationError, match=r"wait_for\('approval', type=.*\) cannot"):
+        await clutch.run({}, run_id="t1")
+    assert await clutch.list_runs(WAITING) == []  # it does not wait for days to fail
+    assert (await clutch.list_runs())[0].status == "failed"
+    assert await store.read_signals("t1") == []
