@@ -203,6 +203,9 @@ class Clutch(PipelineBase):
             RunFailedError: the run failed (names the agent, the error's type and message)
                 or was cancelled.
             RunNotFoundError: no such run.
+            RunWaiting: the run waits for a signal that is not stored, or for a deadline or
+                timer not passed yet (a run whose wait is over is waited for: a worker's
+                sweep, or ``recover()``, resumes it).
             TimeoutError: not finished within ``timeout``.
             ConfigurationError: the Clutch has no checkpointing.
 
@@ -213,7 +216,9 @@ class Clutch(PipelineBase):
 
         book = self._checkpointing()
         store = await book.ready()
-        return await wait_result(store, check_name(run_id, "run id"), timeout)
+        return await wait_result(
+            store, check_name(run_id, "run id"), timeout, clock=book.config.clock
+        )
 
     async def serve(
         self,

@@ -26,7 +26,7 @@ from nestegg.checkpoint.formats import (
 )
 from nestegg.checkpoint.records import Commit, EventRecord
 from nestegg.checkpoint.views import run_input, run_result
-from nestegg.checkpoint.waiting import wait_of
+from nestegg.checkpoint.waiting import still_waiting
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -36,7 +36,7 @@ from nestegg.constants import (
     STEP_COMPLETED,
 )
 from nestegg.durations import seconds_or_none
-from nestegg.errors import NestEggError, RunFailedError, RunNotFoundError, RunWaiting
+from nestegg.errors import NestEggError, RunFailedError, RunNotFoundError
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
@@ -141,14 +141,19 @@ async def wait_result(
     timeout: float | None,
     listeners: StepListeners | None = None,
     seen: Callable[[RunRecord], None] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Any:
     """The run's result once it is stored, publishing its steps to ``listeners`` and
     handing every look at the run to ``seen``.
 
+    A waiting run whose wait is over by ``clock`` (its signal stored, its deadline or
+    timer passed) is waited for like a running one: a worker's sweep, or ``recover()``,
+    resumes it.
+
     Raises:
         RunNotFoundError: no such run.
         RunFailedError: the run failed or was cancelled.
-        RunWaiting: the run waits for a signal or a timer.
+        RunWaiting: the run waits for a signal or a timer, and its wait is not over.
         TimeoutError: not finished within ``timeout`` seconds.
     """
     started = time.monotonic()
@@ -171,9 +176,9 @@ async def wait_result(
             return run_result(run)
         if run.status in (FAILED, CANCELLED):
             raise failure_of(run)
-        wait = await wait_of(store, run)
-        if wait is not None:
-            raise RunWaiting(run_id, wait.signal, wait.deadline)
+        waiting = await still_waiting(store, run, clock())
+        if waiting is not None:
+            raise waiting
         if deadline is not None and time.monotonic() + pause > deadline:
             raise TimeoutError(f"run {run_id!r} did not finish within {timeout} s")
         await asyncio.sleep(pause)
@@ -220,7 +225,9 @@ async def run_remote(
         await publish_first(clutch, transport, run, trace)
         if published is not None:
             published()
-        return await wait_result(book.store, run.run_id, None, listeners, progress.saw)
+        return await wait_result(
+            book.store, run.run_id, None, listeners, progress.saw, book.config.clock
+        )
 
     async def traced() -> Any:
         return await traced_remote_run(clutch, book.store, run, publish_and_wait)

@@ -66,3 +66,22 @@ async def test_the_sweeper_resumes_a_waiting_run_once_its_signal_is_stored(
         await worker.stop()
     assert result == {"paid": 1, "approval": "ok"}
     assert int(await counter().hget(f"{prefix()}effects", "swept:1")) == 1
+
+
+@pytest.mark.server
+async def test_result_waits_for_a_run_whose_signal_is_stored_until_a_worker_resumes_it(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_approvals(), make_approvals()
+    try:
+        async with serving(worker, sweep_interval=0.2):
+            with pytest.raises(RunWaiting):
+                await caller.run({}, run_id="stored", timeout=30)
+            await caller.signal("stored", "approval", "ok", resume=False)
+            # still stored as waiting until a sweep points a worker at it: not a RunWaiting
+            # that says to send the signal it has
+            result = await caller.result("stored", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result == {"paid": 1, "approval": "ok"}
