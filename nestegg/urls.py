@@ -26,6 +26,23 @@ def without_password(url: str) -> str:
     return _PASSWORD_OPTION.sub(r"\1***", url)
 
 
+UNREADABLE_HOST = (
+    "its host or port cannot be read (an unclosed '[', a port that is not a number from 0 to "
+    "65535, or a password holding '/', '?', '#' or '@' not %-escaped)"
+)
+
+
+def host_problem(url: str) -> str | None:
+    """What is wrong with ``url``'s host or port (None: nothing): an unclosed ``[``, a port
+    that is not a number from 0 to 65535 (what a password holding an unescaped ``/`` looks
+    like). Never quotes the URL: what it would quote may be a piece of the password."""
+    try:
+        urlsplit(url).port  # noqa: B018 (read on access: a port that is not a number raises)
+    except ValueError:
+        return UNREADABLE_HOST
+    return None
+
+
 def redis_database_problem(url: str) -> str | None:
     """What is wrong with a ``redis://`` URL's database part (None: nothing): none, or a
     number, where redis-py would read ``/abc`` as database 0."""
@@ -35,4 +52,4 @@ def redis_database_problem(url: str) -> str | None:
     return None
 
 
-__all__ = ["redis_database_problem", "without_password"]
+__all__ = ["UNREADABLE_HOST", "host_problem", "redis_database_problem", "without_password"]

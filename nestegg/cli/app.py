@@ -340,8 +340,8 @@ def open_selected(url: str | None) -> CheckpointStorage:
 def _bad_url(url: str, error: Exception) -> str:
     if "://" not in url:
         reason = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
-    else:
-        reason = str(error)
+    else:  # the URL is named once, with where it came from
+        reason = str(error).removeprefix(f"store URL {without_password(url)!r}: ")
     return f"bad store URL {without_password(url)!r} from {_origin(url)}: {reason}"
 
 

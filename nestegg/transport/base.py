@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from nestegg.errors import ConfigurationError, MissingDependencyError, TransportError
-from nestegg.urls import without_password
+from nestegg.urls import host_problem, without_password
 
 CHANNEL_PREFIX = "nestegg"
 
@@ -197,16 +197,10 @@ def check_url(url: str, schemes: Sequence[str]) -> None:
             unclosed IPv6 bracket, a port that is not a number from 0 to 65535, another
             scheme.
     """
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (read on access: a port that is not a number raises)
-    except ValueError:  # its text may quote a piece of the password: not shown
-        raise bad_url(
-            url,
-            "its host or port cannot be read (an unclosed '[', a port that is not a number "
-            "from 0 to 65535, or a password holding '/', '?', '#' or '@' not %-escaped)",
-        ) from None
-    if parts.scheme.lower() not in schemes:
+    problem = host_problem(url)
+    if problem is not None:
+        raise bad_url(url, problem)
+    if urlsplit(url).scheme.lower() not in schemes:
         expected = ", ".join(f"{scheme}://" for scheme in schemes)
         raise bad_url(url, f"the scheme must be one of {expected}")
 

@@ -12,6 +12,7 @@ from nestegg.checkpoint.stores import open_store, store_class
 from nestegg.checkpoint.stores.base import BlockHistoryStore, CheckpointStorage, DroppableStore
 from nestegg.checkpoint.stores.registry import BY_SCHEME, STORES, StoreEntry, import_store
 from nestegg.errors import ConfigurationError, MissingDependencyError
+from nestegg.urls import without_password
 
 
 @pytest.mark.parametrize("entry", STORES, ids=[entry.name for entry in STORES])
@@ -72,3 +73,34 @@ def test_only_the_sqlite_store_keeps_block_history(tmp_path: Path) -> None:
     kinds = {kind for kind, store in stores.items() if isinstance(store, BlockHistoryStore)}
     assert kinds == {"sqlite"}
     assert not any(isinstance(store, DroppableStore) for store in stores.values())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://[bad",
+        "rediss://[::1",
+        "redis://cache:port/0",
+        "redis://u:s3cret/x@cache:6379/0",  # a '/' in the password, not %-escaped
+        "postgresql://[bad",
+        "postgresql://db:99999/app",
+        "postgresql://u:s3cret/x@db/app",
+        "file://[bad",
+        "sqlite://[bad/x.db",
+    ],
+)
+def test_a_store_url_whose_host_or_port_cannot_be_read_names_it_without_its_password(
+    url: str,
+) -> None:
+    with pytest.raises(ConfigurationError, match="its host or port cannot be read") as refused:
+        open_store(url)
+    assert str(refused.value).startswith(f"store URL {without_password(url)!r}: ")
+    assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://cache:port/0", "postgresql://u:s3cret/x@db/app"])
+def test_a_store_built_from_a_url_whose_host_cannot_be_read_says_so(url: str) -> None:
+    cls = store_class(url.partition(":")[0])
+    with pytest.raises(ConfigurationError, match="its host or port cannot be read") as refused:
+        cls(url)
+    assert "s3cret" not in str(refused.value)

@@ -26,6 +26,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import CheckpointCorruptedError
+from nestegg.urls import UNREADABLE_HOST, without_password
 from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.test_subprocess import nestegg
 
@@ -214,6 +215,20 @@ def test_a_bad_store_from_the_environment_names_the_value_and_where(tmp_path: Pa
     assert result.stderr.startswith("error: bad store URL 'bogus' from $NESTEGG_STORE: ")
     given = nestegg(tmp_path, "runs", "--store", "nope://x")
     assert given.stderr.startswith("error: bad store URL 'nope://x' from --store: ")
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://app:s3cret/x@db/app", "redis://:s3cret/x@cache:6379/0", "redis://[bad"]
+)
+def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_password(
+    tmp_path: Path, url: str
+) -> None:
+    result = nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        f"error: bad store URL {without_password(url)!r} from --store: {UNREADABLE_HOST}\n"
+    )
+    assert "s3cret" not in result.stderr
 
 
 def test_an_empty_store_option_is_an_error(tmp_path: Path) -> None:

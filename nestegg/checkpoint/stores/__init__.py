@@ -16,7 +16,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.registry import store_class
 from nestegg.constants import DEFAULT_DB_NAME, DEFAULT_HOME, HOME_ENV
-from nestegg.errors import StorageUnavailableError
+from nestegg.errors import ConfigurationError, StorageUnavailableError
+from nestegg.urls import host_problem, without_password
 
 URL_OPTIONS = {
     "postgresql": "table_prefix",
@@ -33,10 +34,18 @@ def open_store(url: str) -> CheckpointStorage:
     ``postgresql://…`` or ``redis://…``; a PostgreSQL URL may end in
     ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
 
+    Raises:
+        ConfigurationError: an unknown scheme, or a URL whose host or port cannot be read
+            (named without its password).
+        MissingDependencyError: the store's driver is not installed (names the extra).
+
     Example:
         >>> store = open_store("sqlite:///runs.db")
         >>> store = open_store("postgresql://app@db/app?table_prefix=enrich_")
     """
+    problem = host_problem(url)
+    if problem is not None:
+        raise ConfigurationError(f"store URL {without_password(url)!r}: {problem}")
     scheme = urlsplit(url).scheme
     cls = store_class(scheme)
     options: dict[str, str] = {}

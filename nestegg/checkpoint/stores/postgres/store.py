@@ -75,6 +75,7 @@ from nestegg.constants import (
     STORE_RETRIES,
 )
 from nestegg.errors import ConfigurationError
+from nestegg.urls import host_problem, without_password
 
 T = TypeVar("T")
 
@@ -131,6 +132,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
                 f"PostgresCheckpointStorage pool sizes need 1 <= min_size <= max_size, got "
                 f"min_size={min_size}, max_size={max_size}"
             )
+        if url is not None and "://" in url and (problem := host_problem(url)) is not None:
+            raise ConfigurationError(f"PostgreSQL store URL {without_password(url)!r}: {problem}")
         self._url = url
         self._pool: Any = pool
         self._owns_pool = pool is None

@@ -26,7 +26,7 @@ from nestegg.checkpoint.stores.redis.errors import driver_errors
 from nestegg.checkpoint.stores.redis.layout import command_bytes
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.errors import ConfigurationError
-from nestegg.urls import redis_database_problem, without_password
+from nestegg.urls import host_problem, redis_database_problem, without_password
 
 T = TypeVar("T")
 Keys = Sequence[str | bytes]
@@ -225,8 +225,9 @@ class RedisConnection:
 
 
 def _check_database(url: str) -> None:
-    """Raises ConfigurationError for a store URL whose database is not a number."""
-    problem = redis_database_problem(url)
+    """Raises ConfigurationError for a store URL whose host or port cannot be read, or
+    whose database is not a number."""
+    problem = host_problem(url) or redis_database_problem(url)
     if problem is not None:
         raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
 
