@@ -51,6 +51,7 @@ from nestegg.langgraph.rows import (
     CheckpointBody,
     WriteBody,
     blob_key,
+    check_key_part,
     check_namespace,
     checkpoint_key,
     prefix_range,
@@ -72,6 +73,8 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 THREAD_ID_KEY = "config['configurable']['thread_id']"
 NAMESPACE_KEY = "config['configurable']['checkpoint_ns']"
+CHECKPOINT_ID_KEY = "config['configurable']['checkpoint_id']"
+BEFORE_ID_KEY = "before['configurable']['checkpoint_id']"
 
 
 def thread_of(config: RunnableConfig) -> str:
@@ -89,6 +92,30 @@ def namespace_of(config: RunnableConfig) -> str:
     """The checkpoint namespace ``config`` names (``""``, the root, when none), refused by
     :func:`~nestegg.langgraph.rows.check_namespace` when its rows cannot be stored."""
     return check_namespace(config["configurable"].get("checkpoint_ns", ""), NAMESPACE_KEY)
+
+
+def checkpoint_id_of(config: RunnableConfig, where: str = CHECKPOINT_ID_KEY) -> str | None:
+    """The checkpoint id ``config`` names (None when none), refused by
+    :func:`~nestegg.langgraph.rows.check_key_part` when no row key can hold it."""
+    checkpoint_id = get_checkpoint_id(config)
+    if checkpoint_id:
+        check_key_part(str(checkpoint_id), where, "checkpoint id")
+    return checkpoint_id
+
+
+def _check_versions(versions: ChannelVersions, where: str) -> None:
+    """Refuse a channel or a version of ``versions`` that no blob key can hold."""
+    for channel, version in versions.items():
+        check_key_part(channel, f"a channel of {where}", "channel name")
+        check_key_part(str(version), f"{where}[{channel!r}]", "channel version")
+
+
+def _check_writes(writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
+    """Refuse a task id, task path or channel of ``put_writes`` that no store can keep."""
+    check_key_part(task_id, "put_writes's task_id", "task id", separated=False)
+    check_key_part(task_path, "put_writes's task_path", "task path", separated=False)
+    for index, (channel, _) in enumerate(writes):
+        check_key_part(channel, f"the channel of put_writes's writes[{index}]", "channel name")
 
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
@@ -127,6 +154,10 @@ class ThreadCheckpoints:
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns = thread_of(config), namespace_of(config)
+        parent_id = checkpoint_id_of(config)
+        check_key_part(checkpoint["id"], "checkpoint['id']", "checkpoint id")
+        _check_versions(new_versions, "new_versions")
+        _check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         rows = [
@@ -138,7 +169,7 @@ class ThreadCheckpoints:
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
             metadata=self.serde.dumps_typed(meta),
-            parent_id=config["configurable"].get("checkpoint_id"),
+            parent_id=parent_id,
             run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
             versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
         )
@@ -181,6 +212,8 @@ class ThreadCheckpoints:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
         thread_id, ns = thread_of(config), namespace_of(config)
         checkpoint_id = config["configurable"]["checkpoint_id"]
+        check_key_part(str(checkpoint_id), CHECKPOINT_ID_KEY, "checkpoint id")
+        _check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
@@ -221,8 +254,8 @@ class ThreadCheckpoints:
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns = thread_of(config), namespace_of(config)
+        checkpoint_id = checkpoint_id_of(config)
         await self.flush(thread_id)
-        checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             keys = [checkpoint_key(ns, checkpoint_id)]
             rows = await self.store.get_thread_rows(thread_id, CHECKPOINT, keys)
@@ -245,14 +278,14 @@ class ThreadCheckpoints:
         ns: str | None = conf.get("checkpoint_ns")
         if ns is not None:
             check_namespace(ns, NAMESPACE_KEY)
+        wanted_id = checkpoint_id_of(config) if config else None
+        before_id = checkpoint_id_of(before, BEFORE_ID_KEY) if before else None
         if config and conf.get("thread_id") is not None:
             thread_ids = [thread_of(config)]
             await self.flush(thread_ids[0])
         else:
             await self.flush()
             thread_ids = [info.thread_id for info in await self.store.list_threads()]
-        wanted_id = conf.get("checkpoint_id")
-        before_id = get_checkpoint_id(before) if before else None
         found: list[CheckpointTuple] = []
         for thread_id in thread_ids:
             rows = await self._checkpoint_rows(thread_id, ns, before_id, limit, bool(filter))

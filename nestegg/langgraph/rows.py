@@ -1,6 +1,7 @@
 """The one owner of how LangGraph checkpoints are laid out in thread rows.
 
-Keys (``SEP`` joins the parts; namespaces, channels and ids never hold it):
+Keys (``SEP`` joins the parts; namespaces, checkpoint ids, channels and versions never
+hold it, as reads split keys at it; a task id may, being followed by the index alone):
 
 - checkpoint: ``ns SEP checkpoint_id`` (uuid6 ids sort by time)
 - blob: ``ns SEP channel SEP version`` (one value of one channel at one version)
@@ -29,18 +30,23 @@ PACK = "pack"
 EMPTY = "empty"
 
 
-def check_namespace(ns: str, where: str) -> str:
-    """``ns`` if its rows can be stored: no NUL or lone surrogate (no store keeps them)
-    and no ``SEP`` (it would split the row keys); InvalidIdentifierError naming ``where``
-    and the character otherwise."""
-    wrong = unstorable_character(ns)
-    if wrong is None and SEP in ns:
-        wrong = f"U+001F at index {ns.index(SEP)}, the separator of the parts of a row key"
+def check_key_part(text: str, where: str, what: str, *, separated: bool = True) -> str:
+    """``text`` if a row key (or body) can hold it: no NUL or lone surrogate (no store
+    keeps them) and, when ``separated`` (a part a read splits the key at), no ``SEP``;
+    InvalidIdentifierError naming ``where``, ``text`` and the character otherwise."""
+    wrong = unstorable_character(text)
+    if wrong is None and separated and SEP in text:
+        wrong = f"U+001F at index {text.index(SEP)}, the separator of the parts of a row key"
     if wrong is not None:
         raise InvalidIdentifierError(
-            f"{where} {ns!r} holds {wrong}: no store can keep that checkpoint namespace"
+            f"{where} {text!r} holds {wrong}: no store can keep that {what}"
         )
-    return ns
+    return text
+
+
+def check_namespace(ns: str, where: str) -> str:
+    """``ns`` if its rows can be stored (:func:`check_key_part`)."""
+    return check_key_part(ns, where, "checkpoint namespace")
 
 
 def checkpoint_key(ns: str, checkpoint_id: str) -> str:

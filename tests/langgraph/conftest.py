@@ -12,8 +12,11 @@ pytest.importorskip("langgraph.checkpoint.base")
 
 import uuid
 
+from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadStore
 from nestegg.langgraph import NestEggSaver
+from nestegg.langgraph.rows import prefix_range
 from nestegg.testing.registry import StoreSite, registered_store
+from tests.langgraph.graphs import build_loop, loop_config
 from tests.registry import EMBEDDED_KINDS, SERVER_KINDS
 
 STORE_KINDS = EMBEDDED_KINDS + SERVER_KINDS
@@ -55,3 +58,28 @@ async def saver_factory(
     if spec.cleanup is not None:
         for site in sites:
             await spec.cleanup(site)
+
+
+def thread_config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    conf = {"thread_id": thread_id, "checkpoint_ns": ns}
+    return {"configurable": conf | ({"checkpoint_id": checkpoint_id} if checkpoint_id else {})}
+
+
+async def stored_rows(store: ThreadStore) -> dict[str, list[Any]]:
+    """Every thread of ``store`` with every row of it."""
+    stored = {}
+    for info in await store.list_threads():
+        rows = [
+            row
+            for kind in ROW_KINDS
+            for row in await store.scan_thread_rows(info.thread_id, kind, *prefix_range(""))
+        ]
+        stored[info.thread_id] = rows
+    return stored
+
+
+def seeded_saver(saver_factory: SaverFactory, defer_writes: bool) -> NestEggSaver:
+    """A saver whose store holds thread ``t``: five checkpoints (prune would drop four)."""
+    saver = saver_factory(defer_writes=defer_writes)
+    build_loop(saver, 3).invoke({"items": [], "turn": 0}, loop_config("t", 3))
+    return saver

@@ -12,12 +12,9 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadStore
 from nestegg.errors import InvalidIdentifierError
 from nestegg.langgraph import NestEggSaver
-from nestegg.langgraph.rows import prefix_range
-from tests.langgraph.conftest import SaverFactory, kinds
-from tests.langgraph.graphs import build_loop, loop_config
+from tests.langgraph.conftest import SaverFactory, kinds, seeded_saver, stored_rows, thread_config
 
 KEY = "config['configurable']['thread_id']"
 NS_KEY = "config['configurable']['checkpoint_ns']"
@@ -34,30 +31,12 @@ BAD_NAMESPACES = {
 }
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
-    conf = {"thread_id": thread_id, "checkpoint_ns": ns}
-    return {"configurable": conf | ({"checkpoint_id": checkpoint_id} if checkpoint_id else {})}
-
-
-async def _stored(store: ThreadStore) -> dict[str, list[Any]]:
-    """Every thread with every row of it."""
-    stored = {}
-    for info in await store.list_threads():
-        rows = [
-            row
-            for kind in ROW_KINDS
-            for row in await store.scan_thread_rows(info.thread_id, kind, *prefix_range(""))
-        ]
-        stored[info.thread_id] = rows
-    return stored
-
-
 Call = Callable[[NestEggSaver, str], object]
 SYNC_CALLS: dict[str, tuple[Call, str]] = {
-    "put": (lambda s, t: s.put(_config(t), empty_checkpoint(), {}, {}), KEY),
-    "put_writes": (lambda s, t: s.put_writes(_config(t, "c"), [("items", [1])], "task"), KEY),
-    "get_tuple": (lambda s, t: s.get_tuple(_config(t)), KEY),
-    "list": (lambda s, t: list(s.list(_config(t))), KEY),
+    "put": (lambda s, t: s.put(thread_config(t), empty_checkpoint(), {}, {}), KEY),
+    "put_writes": (lambda s, t: s.put_writes(thread_config(t, "c"), [("items", [1])], "task"), KEY),
+    "get_tuple": (lambda s, t: s.get_tuple(thread_config(t)), KEY),
+    "list": (lambda s, t: list(s.list(thread_config(t))), KEY),
     "delete_thread": (lambda s, t: s.delete_thread(t), "delete_thread's thread_id"),
     "copy from": (lambda s, t: s.copy_thread(t, "t"), "copy_thread's source_thread_id"),
     "copy into": (lambda s, t: s.copy_thread("t", t), "copy_thread's target_thread_id"),
@@ -67,13 +46,16 @@ AsyncCall = Callable[[NestEggSaver, str], Awaitable[object]]
 
 
 async def _alist(saver: NestEggSaver, thread_id: str) -> list[Any]:
-    return [item async for item in saver.alist(_config(thread_id))]
+    return [item async for item in saver.alist(thread_config(thread_id))]
 
 
 ASYNC_CALLS: dict[str, tuple[AsyncCall, str]] = {
-    "aput": (lambda s, t: s.aput(_config(t), empty_checkpoint(), {}, {}), KEY),
-    "aput_writes": (lambda s, t: s.aput_writes(_config(t, "c"), [("items", [1])], "task"), KEY),
-    "aget_tuple": (lambda s, t: s.aget_tuple(_config(t)), KEY),
+    "aput": (lambda s, t: s.aput(thread_config(t), empty_checkpoint(), {}, {}), KEY),
+    "aput_writes": (
+        lambda s, t: s.aput_writes(thread_config(t, "c"), [("items", [1])], "task"),
+        KEY,
+    ),
+    "aget_tuple": (lambda s, t: s.aget_tuple(thread_config(t)), KEY),
     "alist": (_alist, KEY),
     "adelete_thread": (lambda s, t: s.adelete_thread(t), "delete_thread's thread_id"),
     "acopy from": (lambda s, t: s.acopy_thread(t, "t"), "copy_thread's source_thread_id"),
@@ -82,35 +64,28 @@ ASYNC_CALLS: dict[str, tuple[AsyncCall, str]] = {
 }
 
 
-def _seeded(saver_factory: SaverFactory, defer_writes: bool) -> NestEggSaver:
-    """A saver whose store holds thread ``t``: five checkpoints (prune would drop four)."""
-    saver = saver_factory(defer_writes=defer_writes)
-    build_loop(saver, 3).invoke({"items": [], "turn": 0}, loop_config("t", 3))
-    return saver
-
-
 @pytest.mark.parametrize("bad", list(BAD_IDS), ids=["empty", "nul", "surrogate"])
 @pytest.mark.parametrize("defer_writes", [True, False])
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
 def test_a_bad_thread_id_is_refused_by_every_method_and_nothing_changes(
     saver_factory: SaverFactory, defer_writes: bool, bad: str
 ) -> None:
-    saver = _seeded(saver_factory, defer_writes)
-    before = saver._run(_stored(saver.storage))
+    saver = seeded_saver(saver_factory, defer_writes)
+    before = saver._run(stored_rows(saver.storage))
     for name, (call, where) in SYNC_CALLS.items():
         with pytest.raises(InvalidIdentifierError) as refused:
             call(saver, bad)
         assert str(refused.value) == f"{where} {BAD_IDS[bad]}", name
         saver._run(saver._core.flush())  # a deferred write would be committed now
-        assert saver._run(_stored(saver.storage)) == before, name
+        assert saver._run(stored_rows(saver.storage)) == before, name
     assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["t"] * 5
 
 
 NS_CALLS: dict[str, Call] = {
-    "put": lambda s, ns: s.put(_config("t", ns=ns), empty_checkpoint(), {}, {}),
-    "put_writes": lambda s, ns: s.put_writes(_config("t", "c", ns), [("items", [1])], "task"),
-    "get_tuple": lambda s, ns: s.get_tuple(_config("t", ns=ns)),
-    "list": lambda s, ns: list(s.list(_config("t", ns=ns))),
+    "put": lambda s, ns: s.put(thread_config("t", ns=ns), empty_checkpoint(), {}, {}),
+    "put_writes": lambda s, ns: s.put_writes(thread_config("t", "c", ns), [("items", [1])], "task"),
+    "get_tuple": lambda s, ns: s.get_tuple(thread_config("t", ns=ns)),
+    "list": lambda s, ns: list(s.list(thread_config("t", ns=ns))),
     "list every thread": lambda s, ns: list(s.list({"configurable": {"checkpoint_ns": ns}})),
 }
 
@@ -120,8 +95,8 @@ NS_CALLS: dict[str, Call] = {
 def test_a_bad_namespace_is_refused_by_every_method_and_nothing_changes(
     saver_factory: SaverFactory, bad: str
 ) -> None:
-    saver = _seeded(saver_factory, True)
-    before = saver._run(_stored(saver.storage))
+    saver = seeded_saver(saver_factory, True)
+    before = saver._run(stored_rows(saver.storage))
     for name, call in NS_CALLS.items():
         with pytest.raises(InvalidIdentifierError) as refused:
             call(saver, bad)
@@ -129,7 +104,7 @@ def test_a_bad_namespace_is_refused_by_every_method_and_nothing_changes(
             f"{NS_KEY} {BAD_NAMESPACES[bad]}: no store can keep that checkpoint namespace"
         ), name
         saver._run(saver._core.flush())
-        assert saver._run(_stored(saver.storage)) == before, name
+        assert saver._run(stored_rows(saver.storage)) == before, name
     assert len(list(saver.list(None))) == 5  # the store still reads whole
 
 
@@ -137,8 +112,8 @@ def test_a_bad_namespace_is_refused_by_every_method_and_nothing_changes(
 def test_other_control_characters_are_kept_by_every_store(saver_factory: SaverFactory) -> None:
     thread_id, ns = "tab\tline\nesc\x1b[31m\x7f\x85", "sub\x07ns"
     saver = saver_factory()
-    saver.put(_config(thread_id, ns=ns), empty_checkpoint(), {}, {})
-    found = saver.get_tuple(_config(thread_id, ns=ns))
+    saver.put(thread_config(thread_id, ns=ns), empty_checkpoint(), {}, {})
+    found = saver.get_tuple(thread_config(thread_id, ns=ns))
     assert found is not None and found.config["configurable"]["checkpoint_ns"] == ns
     listed = [t.config["configurable"] for t in saver.list(None)]
     assert [(c["thread_id"], c["checkpoint_ns"]) for c in listed] == [(thread_id, ns)]
@@ -152,15 +127,15 @@ async def test_an_empty_thread_id_is_refused_by_every_async_method_and_nothing_c
     saver_factory: SaverFactory,
 ) -> None:
     saver = saver_factory()
-    await saver.aput(_config("t"), empty_checkpoint(), {}, {})
-    before = await saver._arun(_stored(saver.storage))
+    await saver.aput(thread_config("t"), empty_checkpoint(), {}, {})
+    before = await saver._arun(stored_rows(saver.storage))
     for name, (call, where) in ASYNC_CALLS.items():
         with pytest.raises(InvalidIdentifierError) as refused:
             await call(saver, "")
         assert str(refused.value).startswith(f"{where} is empty"), name
         assert isinstance(refused.value, ValueError), name  # as LangGraph's callers expect
         await saver._arun(saver._core.flush())  # a deferred write would be committed now
-        assert await saver._arun(_stored(saver.storage)) == before, name
+        assert await saver._arun(stored_rows(saver.storage)) == before, name
 
 
 @pytest.mark.parametrize("saver_factory", kinds("memory"), indirect=True)
