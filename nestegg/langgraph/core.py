@@ -31,6 +31,7 @@ from nestegg.checkpoint.stores.threads import (
     ThreadRow,
     ThreadStore,
     check_thread_id,
+    unstorable_character,
 )
 from nestegg.errors import InvalidIdentifierError
 from nestegg.langgraph.linear import (
@@ -387,10 +388,21 @@ class ThreadCheckpoints:
     # -- maintenance ----------------------------------------------------------------------
 
     async def delete_thread(self, thread_id: Any) -> None:
-        thread_id = check_thread_id(str(thread_id), "delete_thread's thread_id")
+        thread_id = str(thread_id)  # any id: a thread an older version wrote goes too
         self.forget(thread_id)
         self._take_pending(thread_id)
-        await self.store.delete_threads([thread_id])
+        stored = await self.stored_ids([thread_id])
+        if stored:
+            await self.store.delete_threads(stored)
+
+    async def stored_ids(self, thread_ids: Sequence[str]) -> list[str]:
+        """Those thread ids, less each holding a character some store cannot take (a NUL, a
+        lone surrogate) that this store does not hold: only an older version wrote such a
+        thread, and asking a store that cannot hold one for it fails."""
+        if all(unstorable_character(thread_id) is None for thread_id in thread_ids):
+            return list(thread_ids)
+        held = {info.thread_id for info in await self.store.list_threads()}
+        return [t for t in thread_ids if t in held or unstorable_character(t) is None]
 
     async def copy_thread(self, source_id: Any, target_id: Any) -> None:
         source_id = check_thread_id(str(source_id), "copy_thread's source_thread_id")

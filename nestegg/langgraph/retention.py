@@ -15,7 +15,6 @@ from nestegg.checkpoint.stores.threads import (
     CHECKPOINT,
     ThreadChange,
     ThreadStore,
-    check_thread_id,
 )
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph.rows import (
@@ -139,7 +138,7 @@ def _mark_chain(blobs: dict[str, BlobBody], key: str, needed: set[str]) -> None:
 
 async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: str) -> None:
     """LangGraph's ``prune``: ``keep_latest`` keeps the newest checkpoint of each namespace
-    (and the values it needs), ``delete`` deletes the threads."""
+    (and the values it needs), ``delete`` deletes the threads, whatever their ids."""
     if strategy not in PRUNE_STRATEGIES:
         raise ConfigurationError(
             f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
@@ -149,10 +148,8 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
             f"prune takes a list of thread ids, not one id ({thread_ids!r}, whose characters "
             f"would each be a thread): prune([{thread_ids!r}])"
         )
-    thread_ids = [
-        check_thread_id(str(thread_id), f"prune's thread_ids[{index}]")
-        for index, thread_id in enumerate(thread_ids)
-    ]
+    # any id: a thread an older version wrote (an empty id, one holding a NUL) goes too
+    thread_ids = await core.stored_ids([str(thread_id) for thread_id in thread_ids])
     await core.flush()
     if strategy == "delete":
         for thread_id in thread_ids:

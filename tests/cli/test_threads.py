@@ -159,3 +159,29 @@ def test_thread_written_with_a_serde_of_its_own_is_listed_without_its_metadata(
     assert plain.returncode == 0, plain.stderr
     assert rows[0]["checkpoint_id"] in plain.stdout
     assert "serialized as 'msgpack+shift'" in plain.stderr
+
+
+def test_prune_of_every_thread_takes_one_an_older_version_stored_under_an_empty_id(
+    tmp_path: Path, store: str
+) -> None:
+    from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadChange
+    from nestegg.langgraph.rows import prefix_range
+
+    async def move(saver: NestEggSaver) -> None:  # as an older version stored it
+        rows = [
+            row
+            for kind in ROW_KINDS
+            for row in await saver.storage.scan_thread_rows("chat-2", kind, *prefix_range(""))
+        ]
+        await saver.storage.apply_thread_change("", ThreadChange(put=rows), 1.0)
+        await saver.storage.delete_threads(["chat-2"])
+
+    with NestEggSaver.from_url(store) as saver:
+        saver._run(move(saver))
+    done = nestegg(tmp_path, "--store", store, "threads", "prune", "--yes")
+    assert done.returncode == 0, done.stderr
+    rows = _json(tmp_path, "--store", store, "threads", "--json")
+    assert {r["thread_id"]: r["checkpoints"] for r in rows} == {"chat-1": 1, "": 1}  # type: ignore[union-attr, index]
+    deleted = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert _json(tmp_path, "--store", store, "threads", "--json") == []

@@ -1,8 +1,9 @@
 """The thread ids and namespaces NestEggSaver refuses, on every store: each method that
-names a thread refuses the same ids (empty, or holding a NUL or a lone surrogate, which no
-store keeps) and namespaces (those characters, and the row keys' separator) with one
-InvalidIdentifierError naming where the id came from and the character, before anything is
-written (nothing stored changes); other control characters are kept, by every store."""
+reads or writes a thread refuses the same ids (empty, or holding a NUL or a lone surrogate,
+which no store keeps) and namespaces (those characters, and the row keys' separator) with
+one InvalidIdentifierError naming where the id came from and the character, before anything
+is written (nothing stored changes); other control characters are kept, by every store.
+Deleting and pruning take any id: a thread an older version stored under such an id goes."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from nestegg.errors import InvalidIdentifierError
+from nestegg.checkpoint.stores.threads import CHECKPOINT, ThreadChange
+from nestegg.errors import InvalidIdentifierError, StorageError
 from nestegg.langgraph import NestEggSaver
 from tests.langgraph.conftest import SaverFactory, kinds, seeded_saver, stored_rows, thread_config
+from tests.langgraph.graphs import build_loop, loop_config
 
 KEY = "config['configurable']['thread_id']"
 NS_KEY = "config['configurable']['checkpoint_ns']"
@@ -37,10 +40,8 @@ SYNC_CALLS: dict[str, tuple[Call, str]] = {
     "put_writes": (lambda s, t: s.put_writes(thread_config(t, "c"), [("items", [1])], "task"), KEY),
     "get_tuple": (lambda s, t: s.get_tuple(thread_config(t)), KEY),
     "list": (lambda s, t: list(s.list(thread_config(t))), KEY),
-    "delete_thread": (lambda s, t: s.delete_thread(t), "delete_thread's thread_id"),
     "copy from": (lambda s, t: s.copy_thread(t, "t"), "copy_thread's source_thread_id"),
     "copy into": (lambda s, t: s.copy_thread("t", t), "copy_thread's target_thread_id"),
-    "prune": (lambda s, t: s.prune(["t", t]), "prune's thread_ids[1]"),
 }
 AsyncCall = Callable[[NestEggSaver, str], Awaitable[object]]
 
@@ -57,10 +58,8 @@ ASYNC_CALLS: dict[str, tuple[AsyncCall, str]] = {
     ),
     "aget_tuple": (lambda s, t: s.aget_tuple(thread_config(t)), KEY),
     "alist": (_alist, KEY),
-    "adelete_thread": (lambda s, t: s.adelete_thread(t), "delete_thread's thread_id"),
     "acopy from": (lambda s, t: s.acopy_thread(t, "t"), "copy_thread's source_thread_id"),
     "acopy into": (lambda s, t: s.acopy_thread("t", t), "copy_thread's target_thread_id"),
-    "aprune": (lambda s, t: s.aprune(["t", t]), "prune's thread_ids[1]"),
 }
 
 
@@ -148,3 +147,61 @@ def test_a_config_without_a_thread_id_is_refused_naming_the_key(
             saver.put(config, empty_checkpoint(), {}, {})  # type: ignore[arg-type]
         assert str(refused.value) == f"{KEY} is missing: name the LangGraph thread"
     assert list(saver.list(None)) == []
+
+
+LEGACY_IDS = {"": "empty", "a\0b": "nul", "ab\ud800": "surrogate"}
+
+
+async def _stored_under(saver: NestEggSaver, thread_id: str) -> bool:
+    """Move thread ``t``'s rows to ``thread_id`` through the store's own thread API, as an
+    older version wrote them; False if the store cannot hold that id."""
+    store = saver.storage
+    rows = [row for rows in (await stored_rows(store)).values() for row in rows]
+    try:
+        await store.apply_thread_change(thread_id, ThreadChange(put=rows), 1.0)
+    except (StorageError, UnicodeEncodeError):  # PostgreSQL: NUL; all but memory: surrogates
+        return False
+    await store.delete_threads(["t"])
+    saver._core.forget("t")  # what the saver remembers of ``t`` is gone with it
+    return True
+
+
+def _threads(saver: NestEggSaver) -> list[str]:
+    return [info.thread_id for info in saver._run(saver.storage.list_threads())]
+
+
+@pytest.mark.parametrize("legacy", list(LEGACY_IDS), ids=list(LEGACY_IDS.values()))
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_stored_thread_of_a_refused_id_is_pruned_and_deleted(
+    saver_factory: SaverFactory, legacy: str
+) -> None:
+    saver = seeded_saver(saver_factory, True)
+    held = saver._run(_stored_under(saver, legacy))
+    build_loop(saver, 1).invoke({"items": [], "turn": 0}, loop_config("t", 1))
+    saver.prune(_threads(saver))  # every thread, as `nestegg threads prune` does
+    assert sorted(_threads(saver)) == sorted(["t", legacy] if held else ["t"])
+    if held:
+        rows = saver._run(stored_rows(saver.storage))[legacy]
+        assert len([row for row in rows if row.kind == CHECKPOINT]) == 1
+    saver.delete_thread(legacy)
+    assert _threads(saver) == ["t"]
+    saver.prune(["t", legacy], strategy="delete")
+    assert _threads(saver) == []
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_stored_thread_of_an_empty_id_is_deleted_and_pruned_by_async_methods(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    for checkpoint_id in ("c1", "c2"):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = checkpoint_id
+        await saver.aput(thread_config("t"), checkpoint, {}, {})
+    assert await saver._arun(_stored_under(saver, ""))
+    await saver.aprune([""])
+    rows = (await saver._arun(stored_rows(saver.storage)))[""]
+    assert [row.key.split("\x1f")[-1] for row in rows if row.kind == CHECKPOINT] == ["c2"]
+    await saver.adelete_thread("")
+    assert await saver._arun(stored_rows(saver.storage)) == {}
+    await saver.aprune([""], strategy="delete")  # absent: nothing to do
