@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -70,6 +71,10 @@ STORE_RETRY_DELAY = 1.0
 """Seconds before a message is given back after the store failed."""
 WARM_RUNS = 256
 """Runs whose state a worker keeps after their step, for their next step."""
+LACKING_KEPT = 4096
+"""Runs' steps whose agent this worker's Clutch lacks that a worker remembers having
+warned about (the oldest forgotten first): a sweep points at such a step again and again,
+the warning is logged once, its repeats at debug level."""
 CONTINUE_FOR = 2.0
 """Seconds a worker goes on with a run it took (step after step, each committed) before,
 when every one of its slots is taken, it hands the run's next step to the broker, so that
@@ -154,6 +159,8 @@ class StepRunner:
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.telemetry = tracing.WorkerTelemetry(clutch.name)
         self.warm: dict[str, Warm] = {}
+        self.lacking: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        """(run id, step_seq, agent) of the steps sent on for an agent the Clutch lacks."""
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
             self.book.config.policy,
@@ -452,7 +459,8 @@ class StepRunner:
         waits there for a worker that has the agent, as a step whose agent no running
         worker hosts does; the run stays running, its state untouched."""
         channel = channel_name(self.clutch.name, agent)
-        log.warning(
+        log.log(
+            self._lacking_level(claimed, agent),
             "run %r continues with agent %r, which Clutch %r of this worker does not have: "
             "its step waits in %s for a worker whose Clutch has it",
             claimed.run_id,
@@ -471,6 +479,19 @@ class StepRunner:
         trace = delivery.message.trace
         message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
         return await delivery.forward(channel, message)
+
+    def _lacking_level(self, claimed: RunRecord, agent: str) -> int:
+        """WARNING the first time this worker sends a run's step on for ``agent``, DEBUG
+        when a sweep brought the same step back (each claim raises the fence: not in the
+        key)."""
+        key = (claimed.run_id, claimed.step_seq, agent)
+        if key in self.lacking:
+            self.lacking.move_to_end(key)
+            return logging.DEBUG
+        self.lacking[key] = None
+        if len(self.lacking) > LACKING_KEPT:
+            self.lacking.popitem(last=False)
+        return logging.WARNING
 
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
         """Record that the run cannot be continued (no valid checkpoint to continue from)."""

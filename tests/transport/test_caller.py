@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +25,9 @@ from nestegg.errors import (
 from nestegg.testing import FakeClock
 from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
-from tests.transport.apps import make_chain, make_slow, make_split
-from tests.transport.conftest import Deployment
-from tests.transport.test_workers import uninterrupted_result
+from tests.transport.apps import make_chain, make_slow, make_split, make_split_without_third
+from tests.transport.conftest import Deployment, wait_until
+from tests.transport.test_workers import _released, _run_when, uninterrupted_result
 
 
 def local_clutch(path: Path) -> Clutch:
@@ -164,6 +165,33 @@ async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Depl
     finally:
         await caller.stop()
         await worker.stop()
+
+
+@pytest.mark.server
+async def test_a_step_whose_agent_the_clutch_lacks_is_warned_about_once_across_sweeps(
+    deployment: Deployment, store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    older, lacking = make_split(), make_split_without_third()
+    lacks = "run 'lost' continues with agent 'third'"
+
+    def told(*levels: int) -> int:
+        return sum(r.levelno in levels and lacks in r.getMessage() for r in caplog.records)
+
+    try:
+        async with serving(older, agents=["first", "second"]):
+            task = await older.submit({"x": 1}, run_id="lost")
+            await _run_when(store, "lost", lambda run: run.step_seq == 2 and _released(run))
+        task.cancel()
+        with caplog.at_level(logging.DEBUG, logger="nestegg"):
+            async with serving(lacking, sweep_interval=0.1, sweep_after=0.2):
+                # each sweep points this worker at the run again, each claim at a new fence
+                await wait_until(lambda: told(logging.WARNING, logging.DEBUG) >= 4, 20, "4 claims")
+    finally:
+        await older.stop()
+        await lacking.stop()
+    assert told(logging.WARNING) == 1
+    run = await store.get_run("lost")
+    assert run is not None and run.status == "running" and run.step_seq == 2
 
 
 @pytest.mark.server
