@@ -205,7 +205,8 @@ class Clutch(PipelineBase):
             RunNotFoundError: no such run.
             RunWaiting: the run waits for a signal that is not stored, or for a deadline or
                 timer not passed yet (a run whose wait is over is waited for: a worker's
-                sweep, or ``recover()``, resumes it).
+                sweep, or ``recover()``, resumes it). Of a timer, it says a worker's sweep
+                resumes the run when this Clutch has a transport, else ``recover()``.
             TimeoutError: not finished within ``timeout``.
             ConfigurationError: the Clutch has no checkpointing.
 
@@ -216,8 +217,10 @@ class Clutch(PipelineBase):
 
         book = self._checkpointing()
         store = await book.ready()
+        run_id = check_name(run_id, "run id")
+        on_workers = self.transport is not None
         return await wait_result(
-            store, check_name(run_id, "run id"), timeout, clock=book.config.clock
+            store, run_id, timeout, clock=book.config.clock, on_workers=on_workers
         )
 
     async def serve(

@@ -133,19 +133,25 @@ class RunWaiting(RunError):
         signal: the signal's name (None for a timer).
         deadline: when the wait ends (UNIX seconds): wait_for's timeout, or when the timer
             is due; None when it waits for its signal without a deadline.
+        on_workers: whether the run is the workers' (a worker's sweep resumes it when its
+            timer is due), not this process's (``recover()`` does).
     """
 
-    def __init__(self, run_id: str, signal: str | None, deadline: float | None) -> None:
+    def __init__(
+        self, run_id: str, signal: str | None, deadline: float | None, *, on_workers: bool = False
+    ) -> None:
         what = f"for signal {signal!r}" if signal is not None else "for its timer"
         until = f" until {_when(deadline)}" if deadline is not None else ""
-        how = (
-            f"send it with signal({run_id!r}, {signal!r}, value)"
-            if signal is not None
-            else "recover() resumes it when due"
-        )
+        if signal is not None:
+            how = f"send it with signal({run_id!r}, {signal!r}, value)"
+        elif on_workers:
+            how = "a worker's sweep resumes it when due"
+        else:
+            how = "recover() resumes it when due"
         super().__init__(f"run {run_id!r} waits {what}{until}: {how}", run_id)
         self.signal = signal
         self.deadline = deadline
+        self.on_workers = on_workers
 
 
 class SignalExistsError(RunError):

@@ -78,18 +78,20 @@ async def resumable_now(store: CheckpointStorage, run: RunRecord, now: float) ->
     return bool(wait and wait.signal and await signal_stored(store, run.run_id, wait.signal))
 
 
-async def still_waiting(store: CheckpointStorage, run: RunRecord, now: float) -> RunWaiting | None:
+async def still_waiting(
+    store: CheckpointStorage, run: RunRecord, now: float, *, on_workers: bool = False
+) -> RunWaiting | None:
     """What a resume of ``run`` would end in at once when the run waits and cannot go on
     now (its deadline not passed, its signal not stored): the RunWaiting its step raises
-    again. None when the run does not wait or can go on, or when what it waits for cannot
-    be read (its ``run_waiting`` event damaged or missing, and no deadline): its step
-    then finds out."""
+    again (``on_workers``: saying that a worker's sweep resumes it). None when the run
+    does not wait or can go on, or when what it waits for cannot be read (its
+    ``run_waiting`` event damaged or missing, and no deadline): its step then finds out."""
     if run.status != WAITING or await resumable_now(store, run, now):
         return None
     wait = await wait_of(store, run) or Wait(None, None)
     if wait.signal is None and wait.deadline is None:  # a timer always has its due time
         return None
-    return RunWaiting(run.run_id, wait.signal, wait.deadline)
+    return RunWaiting(run.run_id, wait.signal, wait.deadline, on_workers=on_workers)
 
 
 async def store_signal(

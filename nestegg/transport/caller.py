@@ -142,13 +142,16 @@ async def wait_result(
     listeners: StepListeners | None = None,
     seen: Callable[[RunRecord], None] | None = None,
     clock: Callable[[], float] = time.time,
+    *,
+    on_workers: bool = True,
 ) -> Any:
     """The run's result once it is stored, publishing its steps to ``listeners`` and
     handing every look at the run to ``seen``.
 
     A waiting run whose wait is over by ``clock`` (its signal stored, its deadline or
     timer passed) is waited for like a running one: a worker's sweep, or ``recover()``,
-    resumes it.
+    resumes it. ``on_workers``: the RunWaiting of a run whose timer is not due says a
+    worker's sweep resumes it (else: ``recover()``).
 
     Raises:
         RunNotFoundError: no such run.
@@ -176,7 +179,7 @@ async def wait_result(
             return run_result(run)
         if run.status in (FAILED, CANCELLED):
             raise failure_of(run)
-        waiting = await still_waiting(store, run, clock())
+        waiting = await still_waiting(store, run, clock(), on_workers=on_workers)
         if waiting is not None:
             raise waiting
         if deadline is not None and time.monotonic() + pause > deadline:

@@ -396,8 +396,9 @@ class StepRunner:
             return None
         except (StorageError, TransportError):
             raise  # the message is given back (handle)
-        except RunWaiting as waiting:  # stored as waiting: signal() or recover() resumes it
-            log.info("run %r waits: %s", claimed.run_id, waiting, extra={"run_id": claimed.run_id})
+        except RunWaiting as waiting:  # stored as waiting: signal() or a sweep resumes it
+            told = RunWaiting(claimed.run_id, waiting.signal, waiting.deadline, on_workers=True)
+            log.info("%s", told, extra={"run_id": claimed.run_id})
             tracing.run_ended(execution, "waiting")
             await delivery.ack()
             return None

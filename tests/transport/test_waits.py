@@ -4,6 +4,7 @@ message, the caller gets RunWaiting, and signal() resumes it in the signalling p
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -25,6 +26,37 @@ def make_approvals() -> Clutch:
         return {**data, "paid": paid, "approval": approval}
 
     return clutch
+
+
+def make_napper() -> Clutch:
+    clutch = Clutch("napper", transport=transport(), checkpoint=config())
+
+    @clutch.agent()
+    async def nap(data: dict[str, Any]) -> dict[str, Any]:
+        await nestegg.sleep(timedelta(hours=6))
+        return data
+
+    return clutch
+
+
+@pytest.mark.server
+async def test_a_run_waiting_on_its_timer_on_workers_is_said_to_be_resumed_by_a_sweep(
+    deployment: Deployment,
+) -> None:
+    caller, worker = make_napper(), make_napper()
+    try:
+        async with serving(worker):
+            with pytest.raises(RunWaiting) as waiting:
+                await caller.run({}, run_id="napping", timeout=30)
+        with pytest.raises(RunWaiting) as asked:
+            await caller.result("napping")
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert waiting.value.deadline is not None
+    due = datetime.fromtimestamp(waiting.value.deadline, UTC).isoformat(timespec="seconds")
+    told = f"run 'napping' waits for its timer until {due}: a worker's sweep resumes it when due"
+    assert str(waiting.value) == str(asked.value) == told
 
 
 @pytest.mark.server

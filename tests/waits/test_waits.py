@@ -3,7 +3,7 @@ handle plays the other process. (tests/waits/test_processes.py uses real process
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,12 @@ async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
         await clutch.run(_input(tmp_path), run_id="r6")
     assert waiting.value.signal is None
     assert waiting.value.deadline == clock.now + 6 * 3600
+    due = datetime.fromtimestamp(clock.now + 6 * 3600, UTC).isoformat(timespec="seconds")
+    told = f"run 'r6' waits for its timer until {due}: recover() resumes it when due"
+    assert str(waiting.value) == told
+    with pytest.raises(RunWaiting) as again:
+        await clutch.result("r6")
+    assert str(again.value) == told
     clock.advance(6 * 3600 - 1)
     assert await clutch.recover() == {}
     later = build_sleeper(await open_store(), clock)
