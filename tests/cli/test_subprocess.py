@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
 
-from nestegg.constants import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, HOME_ENV, STORE_ENV
+from nestegg.constants import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, HOME_ENV, STORE_ENV
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,47 @@ def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "runs", "--store", "postgresql://postgres@127.0.0.1:1/test")
     assert result.returncode == EXIT_UNAVAILABLE
     assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith("error: PostgreSQL at 127.0.0.1:1/test is unavailable")
+    assert result.stderr.startswith(
+        "error: PostgreSQL at postgresql://postgres@127.0.0.1:1/test is unavailable"
+    )
+
+
+PASSWORD = "s3cret-pw"
+
+
+def _with(url: str, user: str, path: str) -> str:
+    """``url`` with ``user`` (and the password PASSWORD) and ``path`` instead of its own."""
+    parts = urlsplit(url)
+    netloc = f"{user}:{PASSWORD}@{parts.hostname}:{parts.port}"
+    return parts._replace(netloc=netloc, path=path).geturl()
+
+
+def _refused(pg_url: str, redis_url: str) -> list[tuple[str, str]]:
+    """Store URLs whose settings the servers refuse, each with the error's start."""
+    pg_user, pg_db = urlsplit(pg_url).username or "postgres", urlsplit(pg_url).path
+    urls = [
+        ("PostgreSQL", _with(pg_url, "nestegg_no_such_role", pg_db), "refused the store's"),
+        ("PostgreSQL", _with(pg_url, pg_user, "/nestegg_no_such_db"), "refused the store's"),
+        ("Redis", _with(redis_url, "nestegg_no_such_user", "/0"), "refused the store's"),
+        ("Redis", _with(redis_url, "default", "/99"), "has no such database"),
+    ]
+    shown = [url.replace(f":{PASSWORD}@", "@") for _, url, _ in urls]
+    return [
+        (url, f"error: {server} at {seen} {what}")
+        for (server, url, what), seen in zip(urls, shown, strict=True)
+    ]
+
+
+@pytest.mark.server
+def test_a_store_refusing_its_settings_is_bad_usage_naming_the_url_without_password(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    pytest.importorskip("psycopg_pool")
+    for url, start in _refused(pg_url, redis_url):
+        result = nestegg(tmp_path, "runs", "--store", url)
+        assert result.returncode == EXIT_USAGE, result.stderr
+        assert result.stderr.startswith(start), result.stderr
+        assert len(result.stderr.splitlines()) == 1 and PASSWORD not in result.stderr
 
 
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:

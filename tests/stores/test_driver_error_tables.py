@@ -1,11 +1,12 @@
 """Each server store maps its driver's errors by one table keyed on the driver's error
-classes (and, for PostgreSQL, on SQLSTATE codes), never on message text."""
+classes (and, for PostgreSQL, on SQLSTATE codes), never on message text; a server that
+refuses the store's settings (a login, a role, a database) is a ConfigurationError."""
 
 from __future__ import annotations
 
 import pytest
 
-from nestegg.errors import StorageError, StorageUnavailableError
+from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 psycopg = pytest.importorskip("psycopg")
 redis = pytest.importorskip("redis")
@@ -76,6 +77,18 @@ def test_the_message_never_decides_a_postgres_error() -> None:
     assert pg_errors.error_class(plain) is StorageUnavailableError
 
 
+def test_a_connection_postgres_refuses_for_good_is_a_configuration_error() -> None:
+    # libpq's text is all a refused connection has (psycopg gives it no SQLSTATE)
+    failed = 'connection to server at "db", port 5432 failed: FATAL:  '
+    for reason in ('role "x" does not exist', 'database "x" does not exist'):
+        error = pg_errors.nestegg_error(psycopg.OperationalError(failed + reason), "pg://u@db/x")
+        assert type(error) is ConfigurationError
+        assert str(error).startswith("PostgreSQL at pg://u@db/x refused the store's settings")
+    for passing in ("sorry, too many clients already", 'too many connections for role "x"'):
+        error = pg_errors.nestegg_error(psycopg.OperationalError(failed + passing), "db")
+        assert type(error) is StorageUnavailableError
+
+
 def test_a_postgres_error_becomes_a_nestegg_error_with_the_driver_as_cause() -> None:
     with pytest.raises(StorageUnavailableError) as caught, pg_errors.driver_errors("db"):
         raise psycopg.errors.lookup("57P01")("terminating connection")
@@ -89,7 +102,6 @@ def test_a_postgres_error_becomes_a_nestegg_error_with_the_driver_as_cause() -> 
         (redis.exceptions.ConnectionError, StorageUnavailableError),
         (redis.exceptions.BusyLoadingError, StorageUnavailableError),
         (redis.exceptions.TimeoutError, StorageUnavailableError),
-        (redis.exceptions.AuthenticationError, StorageUnavailableError),
         (redis.exceptions.ResponseError, StorageError),
         (redis.exceptions.NoScriptError, StorageError),
         (redis.exceptions.DataError, StorageError),
@@ -104,6 +116,21 @@ def test_redis_errors_map_by_their_class(
     assert redis_errors.error_class(exc) is expected
     error = redis_errors.nestegg_error(exc)
     assert type(error) is expected and "said by redis-py" in str(error)
+
+
+@pytest.mark.parametrize(
+    "driver_error",
+    [
+        redis.exceptions.AuthenticationError,
+        redis.exceptions.AuthenticationWrongNumberOfArgsError,
+        redis.exceptions.AuthorizationError,
+        redis.exceptions.NoPermissionError,
+    ],
+)
+def test_redis_refusing_the_settings_is_a_configuration_error(driver_error: type) -> None:
+    error = redis_errors.nestegg_error(driver_error("said by redis-py"), "redis://u@db:6379/0")
+    assert type(error) is ConfigurationError
+    assert str(error).startswith("Redis at redis://u@db:6379/0 refused the store's settings")
 
 
 def test_every_redis_py_error_maps_to_a_nestegg_storage_error() -> None:

@@ -278,21 +278,30 @@ async def test_an_unreachable_server_is_storage_unavailable_quickly() -> None:
 
 
 @pytest.mark.parametrize(
-    ("where", "cause"),
+    ("where", "cause", "expected"),
     [
-        ("127.0.0.1:1/test", "Connection refused"),
-        ("postgres@127.0.0.1:{port}/no_such_database", 'database "no_such_database"'),
-        ("nestegg_no_such_role@127.0.0.1:{port}/test", 'role "nestegg_no_such_role"'),
+        ("127.0.0.1:1/test", "Connection refused", StorageUnavailableError),
+        # settings the server refuses: the URL is what is wrong
+        (
+            "postgres@127.0.0.1:{port}/no_such_database",
+            'database "no_such_database"',
+            ConfigurationError,
+        ),
+        (
+            "nestegg_no_such_role@127.0.0.1:{port}/test",
+            'role "nestegg_no_such_role"',
+            ConfigurationError,
+        ),
     ],
 )
 async def test_a_server_that_cannot_be_used_is_named_with_psycopg_s_own_reason(
-    pg_url: str, where: str, cause: str
+    pg_url: str, where: str, cause: str, expected: type[Exception]
 ) -> None:
     port = psycopg.conninfo.conninfo_to_dict(pg_url).get("port", 5432)
     store = PostgresCheckpointStorage(f"postgresql://{where.format(port=port)}", connect_timeout=2)
     started = time.monotonic()
     try:
-        with pytest.raises(StorageUnavailableError, match=cause) as caught:
+        with pytest.raises(expected, match=cause) as caught:
             await store.get_run("run-1")
     finally:
         await store.close()

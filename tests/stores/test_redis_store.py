@@ -264,7 +264,8 @@ async def test_an_unreachable_server_is_storage_unavailable_quickly() -> None:
     store = RedisCheckpointStorage("redis://127.0.0.1:1/0", connect_timeout=1, retries=0)
     started = time.monotonic()
     try:
-        with pytest.raises(StorageUnavailableError, match="Redis is unavailable"):
+        unavailable = r"Redis at redis://127\.0\.0\.1:1/0 is unavailable"
+        with pytest.raises(StorageUnavailableError, match=unavailable):
             await store.get_run("run-1")
         with pytest.raises(StorageUnavailableError):
             await store.setup()
@@ -411,7 +412,9 @@ async def test_a_database_the_server_does_not_have_is_a_configuration_error(
 ) -> None:
     store = RedisCheckpointStorage(f"{redis_url.rsplit('/', 1)[0]}/99")
     try:
-        with pytest.raises(ConfigurationError, match="the Redis server has no such database"):
+        with pytest.raises(
+            ConfigurationError, match=r"Redis at redis://\S+/99 has no such database"
+        ):
             await store.setup()
     finally:
         await store.close()

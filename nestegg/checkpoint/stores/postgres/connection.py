@@ -25,9 +25,10 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
-from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final
+from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final, nestegg_error
 from nestegg.checkpoint.stores.retry import backoff_delay
 from nestegg.errors import StorageUnavailableError
+from nestegg.urls import without_password
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.stores.postgres.store import PostgresCheckpointStorage
@@ -78,7 +79,10 @@ def until(deadline: float) -> float:
 
 
 def describe(conninfo: str) -> str:
-    """The server of ``conninfo`` as ``host:port/dbname``, for error messages."""
+    """The server of ``conninfo`` for error messages: a URL without its password, a
+    ``key=value`` string as ``host:port/dbname``."""
+    if "://" in conninfo:
+        return without_password(conninfo)
     try:
         parts = conninfo_to_dict(conninfo)
     except psycopg.Error:
@@ -108,9 +112,7 @@ async def probe(url: str, where: str, connect_timeout: float) -> None:
         except psycopg.OperationalError as exc:
             delay = backoff_delay(attempt)
             if is_final(exc) or time.monotonic() + delay >= deadline:
-                raise StorageUnavailableError(
-                    f"PostgreSQL at {where} is unavailable: {exc}"
-                ) from exc
+                raise nestegg_error(exc, where) from exc
         await asyncio.sleep(delay)
         attempt += 1
 

@@ -5,7 +5,9 @@ An error the server reports carries a SQLSTATE, and :data:`BY_SQLSTATE` decides 
 the code's class, its first two characters; anything else the server reports is a
 :class:`~nestegg.errors.StorageError`). An error without one (a lost or refused
 connection, a pool that hands out no connection in time) is decided by its class in
-:data:`BY_CLASS`.
+:data:`BY_CLASS`, except a connection the server refuses for good (:func:`is_final`: an
+unknown role or database, a failed authentication): that is a
+:class:`~nestegg.errors.ConfigurationError`, as the store's URL is what is wrong.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import psycopg
 
-from nestegg.errors import StorageError, StorageUnavailableError
+from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 BY_SQLSTATE: dict[str, type[StorageError]] = {
     "08": StorageUnavailableError,  # connection exception
@@ -33,7 +35,12 @@ BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
 )
 """psycopg error class -> nestegg error, first match, for errors without a SQLSTATE."""
 
-_PASSING_REFUSALS = ("the database system is", "too many clients")
+_PASSING_REFUSALS = (
+    "the database system is",
+    "too many clients",
+    "too many connections",  # for a role or a database (CONNECTION LIMIT)
+    "remaining connection slots are reserved",
+)
 """Refusals by a server that may let the same connection in a moment later (it is starting
 up, shutting down or recovering; it is full); any other answer it gives is final."""
 
@@ -45,8 +52,14 @@ def error_class(exc: psycopg.Error) -> type[StorageError]:
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
-def nestegg_error(exc: psycopg.Error, where: str) -> StorageError:
-    """The nestegg error for ``exc`` on the server ``where``, psycopg's reason in its text."""
+def nestegg_error(exc: psycopg.Error, where: str) -> StorageError | ConfigurationError:
+    """The nestegg error for ``exc`` on the server ``where`` (its URL without the
+    password), psycopg's reason in its text."""
+    if not exc.sqlstate and is_final(exc):
+        return ConfigurationError(
+            f"PostgreSQL at {where} refused the store's settings: {exc} (check the user, "
+            "password and database of the store URL)"
+        )
     cls = error_class(exc)
     if cls is StorageUnavailableError:
         return StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}")

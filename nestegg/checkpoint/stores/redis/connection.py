@@ -46,8 +46,11 @@ class RedisConnection:
     ) -> None:
         self._retries = retries
         self._connect_timeout = connect_timeout
+        self.where: str | None = None
+        """The server in error messages: its URL without the password (None: a client's)."""
         if isinstance(url_or_client, str):
             _check_database(url_or_client)
+            self.where = without_password(url_or_client)
             pool = aioredis.BlockingConnectionPool.from_url(
                 url_or_client,
                 max_connections=max_connections,
@@ -88,7 +91,7 @@ class RedisConnection:
         """``operation`` with redis-py's errors as nestegg's, retried if ``idempotent``."""
 
         async def attempt() -> T:
-            with driver_errors():
+            with driver_errors(self.where):
                 return await operation()
 
         if not idempotent:

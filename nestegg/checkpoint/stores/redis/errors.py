@@ -1,5 +1,6 @@
 """How redis-py's errors become nestegg's: one table keyed on redis-py's exception classes,
-and the one context manager the store wraps its calls in."""
+the refusals of the store's settings, and the one context manager the store wraps its
+calls in."""
 
 from __future__ import annotations
 
@@ -16,36 +17,66 @@ BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
     (redis_errors.TimeoutError, StorageUnavailableError),  # no answer in time
     (redis_errors.RedisError, StorageError),  # an error reply, a bad response, ...
 )
-"""redis-py exception class -> nestegg error, first match."""
+"""redis-py exception class -> nestegg error, first match (after :data:`REFUSALS`)."""
+
+REFUSALS: tuple[type[Exception], ...] = (
+    redis_errors.AuthenticationError,  # a user or password the server refuses
+    redis_errors.AuthenticationWrongNumberOfArgsError,  # a user name for a server without ACLs
+    redis_errors.AuthorizationError,
+    redis_errors.NoPermissionError,  # an ACL that denies the user a command or a key
+)
+"""redis-py exception classes of a server refusing the store's settings: a
+ConfigurationError, as the URL (or the server's ACL) is what is wrong; retrying will not
+mend it."""
 
 
 def error_class(exc: redis_errors.RedisError) -> type[StorageError]:
-    """The nestegg error ``exc`` becomes, by :data:`BY_CLASS`."""
+    """The nestegg error ``exc`` becomes, by :data:`BY_CLASS`, when it is no refusal."""
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
-def nestegg_error(exc: redis_errors.RedisError) -> StorageError | ConfigurationError:
-    """The nestegg error for ``exc``, redis-py's reason in its text (a URL's database the
-    server does not have: ConfigurationError, as the URL is what is wrong)."""
+def refusal(exc: redis_errors.RedisError, where: str | None) -> ConfigurationError | None:
+    """The ConfigurationError of ``exc`` when the server refuses the store's settings (a
+    login, a database it does not have, an ACL), naming the server ``where`` (its URL
+    without the password); None for any other error."""
+    server = f"Redis at {where}" if where else "the Redis server"
     if isinstance(exc, redis_errors.ResponseError) and "DB index is out of range" in str(exc):
         return ConfigurationError(
-            f"the Redis server has no such database ({exc}): check the number at the end of "
-            "the store URL (redis://host:6379/0; the server's `databases` setting, 16 by "
-            "default, is how many it has)"
+            f"{server} has no such database ({exc}): check the number at the end of the store "
+            "URL (redis://host:6379/0; the server's `databases` setting, 16 by default, is "
+            "how many it has)"
         )
+    if isinstance(exc, REFUSALS):
+        return ConfigurationError(
+            f"{server} refused the store's settings: {exc} (check the user and password of "
+            "the store URL, and what the server's ACL allows the user)"
+        )
+    return None
+
+
+def nestegg_error(
+    exc: redis_errors.RedisError, where: str | None = None
+) -> StorageError | ConfigurationError:
+    """The nestegg error for ``exc`` on the server ``where`` (its URL without the
+    password; None: not known here), redis-py's reason in its text."""
+    refused = refusal(exc, where)
+    if refused is not None:
+        return refused
+    server = f"Redis at {where}" if where else "Redis"
     cls = error_class(exc)
     if cls is StorageUnavailableError:
-        return StorageUnavailableError(f"Redis is unavailable: {exc}")
-    return cls(f"Redis failed: {exc}")
+        return StorageUnavailableError(f"{server} is unavailable: {exc}")
+    return cls(f"{server} failed: {exc}")
 
 
 @contextmanager
-def driver_errors() -> Iterator[None]:
-    """The one place where redis-py's exceptions become nestegg's."""
+def driver_errors(where: str | None = None) -> Iterator[None]:
+    """The one place where redis-py's exceptions become nestegg's (``where``: the server's
+    URL without the password)."""
     try:
         yield
     except redis_errors.RedisError as exc:
-        raise nestegg_error(exc) from exc
+        raise nestegg_error(exc, where) from exc
 
 
-__all__ = ["BY_CLASS", "driver_errors", "error_class", "nestegg_error"]
+__all__ = ["BY_CLASS", "REFUSALS", "driver_errors", "error_class", "nestegg_error", "refusal"]
