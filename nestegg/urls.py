@@ -32,15 +32,42 @@ UNREADABLE_HOST = (
 )
 
 
+UNREADABLE_USER = (
+    "its user part cannot be read: an '@' comes after the host, as when a password holds "
+    "'/', '?' or '#' not %-escaped; percent-encode the password "
+    "(urllib.parse.quote(password, safe='')), and an '@' in the path as %40"
+)
+
+
 def host_problem(url: str) -> str | None:
     """What is wrong with ``url``'s host or port (None: nothing): an unclosed ``[``, a port
     that is not a number from 0 to 65535 (what a password holding an unescaped ``/`` looks
-    like). Never quotes the URL: what it would quote may be a piece of the password."""
+    like), or an ``@`` after the host (a password holding an unescaped ``/`` after digits
+    only: ``u:123/x@host`` reads as host ``u``, port 123). Never quotes the URL: what it
+    would quote may be a piece of the password."""
     try:
-        urlsplit(url).port  # noqa: B018 (read on access: a port that is not a number raises)
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (read on access: a port that is not a number raises)
     except ValueError:
         return UNREADABLE_HOST
+    if _at_after_host(url, parts.netloc):
+        return UNREADABLE_USER
     return None
+
+
+def _at_after_host(url: str, netloc: str) -> bool:
+    """Whether an ``@`` follows a host that has no user part: in the path or fragment, or
+    in the query outside an option's value (``?user=me@corp`` is that option's)."""
+    if not netloc or "@" in netloc:
+        return False
+    after = url.partition("://")[2][len(netloc) :]
+    before, at, _ = after.partition("@")
+    if not at:
+        return False
+    _, question, query = before.partition("?")
+    if not question or "#" in query:
+        return True
+    return "=" not in query.rpartition("&")[2]
 
 
 def redis_database_problem(url: str) -> str | None:
@@ -52,4 +79,10 @@ def redis_database_problem(url: str) -> str | None:
     return None
 
 
-__all__ = ["UNREADABLE_HOST", "host_problem", "redis_database_problem", "without_password"]
+__all__ = [
+    "UNREADABLE_HOST",
+    "UNREADABLE_USER",
+    "host_problem",
+    "redis_database_problem",
+    "without_password",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nestegg.urls import redis_database_problem, without_password
+from nestegg.urls import UNREADABLE_USER, host_problem, redis_database_problem, without_password
 
 
 @pytest.mark.parametrize(
@@ -62,3 +62,32 @@ def test_a_store_url_gives_its_prefix_and_keeps_its_other_options_as_written(
     store = open_store(url)
     assert store._url == left  # type: ignore[attr-defined]
     assert store.table_prefix == (prefix or "nestegg_")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://u:123/x@host:6379/0",  # read as host 'u', port 123, database 'x@host:6379/0'
+        "postgresql://app:123/x@db:5432/app",
+        "amqp://guest:5672/x@mq/",
+        "redis://:12?x@host:6379/0",  # '?' not %-escaped: the rest read as the query
+        "redis://:12#x@host:6379/0",
+    ],
+)
+def test_a_password_of_digits_then_slash_is_refused_without_quoting_it(url: str) -> None:
+    assert host_problem(url) == UNREADABLE_USER
+    assert "x@" not in without_password(url) and "12" not in without_password(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://db/app?user=me@corp",  # an option's value holds the '@'
+        "postgresql://db/app?sslmode=require&user=me@corp",
+        "sqlite:///runs@2024.db",  # no host: a path
+        "redis://u:p@ss@host:6379/0",  # the user part ends at the last '@'
+        "redis://host:6379/0",
+    ],
+)
+def test_an_at_that_is_no_password_s_is_fine(url: str) -> None:
+    assert host_problem(url) is None

@@ -12,7 +12,7 @@ from nestegg.checkpoint.stores import open_store, store_class
 from nestegg.checkpoint.stores.base import BlockHistoryStore, CheckpointStorage, DroppableStore
 from nestegg.checkpoint.stores.registry import BY_SCHEME, STORES, StoreEntry, import_store
 from nestegg.errors import ConfigurationError, MissingDependencyError
-from nestegg.urls import without_password
+from nestegg.urls import UNREADABLE_USER, without_password
 
 
 @pytest.mark.parametrize("entry", STORES, ids=[entry.name for entry in STORES])
@@ -96,6 +96,20 @@ def test_a_store_url_whose_host_or_port_cannot_be_read_names_it_without_its_pass
         open_store(url)
     assert str(refused.value).startswith(f"store URL {without_password(url)!r}: ")
     assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://u:123/s3cret@cache:6379/0", "postgresql://u:123/s3cret@db/a"]
+)
+def test_a_password_of_digits_then_slash_is_refused_without_quoting_any_of_it(url: str) -> None:
+    shown = without_password(url)
+    with pytest.raises(ConfigurationError) as opened:
+        open_store(url)
+    assert str(opened.value) == f"store URL {shown!r}: {UNREADABLE_USER}"
+    with pytest.raises(ConfigurationError, match="percent-encode the password") as built:
+        store_class(url.partition(":")[0])(url)
+    for refused in (opened.value, built.value):
+        assert "123" not in str(refused) and "s3cret" not in str(refused)
 
 
 @pytest.mark.parametrize("url", ["redis://cache:port/0", "postgresql://u:s3cret/x@db/app"])

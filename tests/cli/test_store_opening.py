@@ -26,7 +26,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import CheckpointCorruptedError
-from nestegg.urls import UNREADABLE_HOST, without_password
+from nestegg.urls import UNREADABLE_HOST, UNREADABLE_USER, without_password
 from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.test_subprocess import nestegg
 
@@ -229,6 +229,20 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
         f"error: bad store URL {without_password(url)!r} from --store: {UNREADABLE_HOST}\n"
     )
     assert "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://app:123/s3cret@db/app", "redis://:123/s3cret@cache:6379/0"]
+)
+def test_a_store_url_whose_password_holds_digits_then_slash_is_refused_without_quoting_it(
+    tmp_path: Path, url: str
+) -> None:
+    result = nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        f"error: bad store URL {without_password(url)!r} from --store: {UNREADABLE_USER}\n"
+    )
+    assert "s3cret" not in result.stderr and "123" not in result.stderr
 
 
 def test_an_empty_store_option_is_an_error(tmp_path: Path) -> None:

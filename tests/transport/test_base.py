@@ -19,6 +19,7 @@ from nestegg.errors import (
 from nestegg.transport import StepMessage, channel_name, transport_from_url
 from nestegg.transport.redis_streams import RedisStreamsTransport
 from nestegg.transport.verdicts import Verdict, judge
+from nestegg.urls import UNREADABLE_USER
 
 
 def test_a_message_round_trips_as_json() -> None:
@@ -59,6 +60,9 @@ UNREADABLE = (
 )
 
 
+USER = UNREADABLE_USER
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -89,6 +93,9 @@ UNREADABLE = (
         # a password holding '/' or '#' unescaped: left out whole, never quoted by the reason
         ("amqp://user:pa/ss@host/", f"bad transport URL 'amqp://user@host/': {UNREADABLE}"),
         ("redis://:abc#def@host:x/0", f"bad transport URL 'redis://host:x/0': {UNREADABLE}"),
+        # digits, then '/': read as a port, the rest as the path; refused all the same
+        ("redis://u:123/x@host:6379/0", f"bad transport URL 'redis://u@host:6379/0': {USER}"),
+        ("amqp://user:123/x@host/", f"bad transport URL 'amqp://user@host/': {USER}"),
     ],
 )
 def test_a_url_that_cannot_be_parsed_is_a_configuration_error_naming_it(
