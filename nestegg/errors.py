@@ -154,13 +154,53 @@ class RunWaiting(RunError):
         self.on_workers = on_workers
 
 
+REPLACE_OPTION = "replace=True"
+"""How the advice in signal errors names the option that sends another value; the
+command's texts (:meth:`SignalExistsError.advice` and its kin) name ``--replace``."""
+
+
 class SignalExistsError(RunError):
     """A signal of that name was already sent to the run (pass ``replace=True`` to send
-    another value)."""
+    another value).
+
+    Attributes:
+        run_id: the run.
+        signal: the signal's name.
+    """
+
+    def __init__(self, run_id: str, signal: str) -> None:
+        self.run_id, self.signal = run_id, signal
+        super().__init__(self.advice(REPLACE_OPTION), run_id)
+
+    def advice(self, replace: str) -> str:
+        """The message, naming ``replace`` as the way to send another value."""
+        return (
+            f"run {self.run_id!r} has a signal {self.signal!r} already; a signal is "
+            f"sent once per run and name: pass {replace} to send another value (a step that "
+            "received the first one keeps it)"
+        )
 
 
 class SignalRefusedError(RunError):
-    """A signal to a run that completed: no step would ever read it, so it is not stored."""
+    """A signal to a run that completed: no step would ever read it, so it is not stored
+    (``replace=True`` stores it, for a resume from an earlier checkpoint).
+
+    Attributes:
+        run_id: the run.
+        signal: the signal's name.
+    """
+
+    def __init__(self, run_id: str, signal: str) -> None:
+        self.run_id, self.signal = run_id, signal
+        super().__init__(self.advice(REPLACE_OPTION), run_id)
+
+    def advice(self, replace: str) -> str:
+        """The message, naming ``replace`` as the way to store it all the same."""
+        return (
+            f"run {self.run_id!r} completed: no step would read signal "
+            f"{self.signal!r}, it was not stored ({replace} stores it for a resume from an "
+            "earlier checkpoint)"
+        )
 
 
 def _when(at: float) -> str:
@@ -186,7 +226,26 @@ class SignalTimeoutError(NestEggError, TimeoutError):
 
 class SignalValueError(NestEggError, ValueError):
     """The value of a signal does not fit the ``type=`` of the ``wait_for`` receiving it
-    (nothing is journaled: send a fitting one with ``replace=True`` and resume the run)."""
+    (nothing is journaled: send a fitting one with ``replace=True`` and resume the run).
+
+    Attributes:
+        signal: the signal's name.
+        type_name: the type it does not fit.
+        reason: why, as the validator says it.
+    """
+
+    def __init__(self, signal: str, type_name: str, reason: str) -> None:
+        self.signal = signal
+        self.type_name = type_name
+        self.reason = reason
+        super().__init__(self.advice(REPLACE_OPTION))
+
+    def advice(self, replace: str) -> str:
+        """The message, naming ``replace`` as the way to send a fitting value."""
+        return (
+            f"the value of signal {self.signal!r} does not fit {self.type_name}: "
+            f"{self.reason} (send another with {replace}, then resume the run)"
+        )
 
 
 class CheckpointError(NestEggError):

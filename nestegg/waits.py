@@ -157,11 +157,8 @@ def _check(name: str, value: Any, type: Any, adapter: TypeAdapter[Any] | None) -
     try:
         return adapter.validate_python(value)
     except ValidationError as error:
-        raise SignalValueError(
-            f"the value of signal {name!r} does not fit {getattr(type, '__name__', type)}: "
-            f"{error.errors()[0].get('msg')} (send another with replace=True, then resume "
-            "the run)"
-        ) from None
+        reason = str(error.errors()[0].get("msg"))
+        raise SignalValueError(name, str(getattr(type, "__name__", type)), reason) from None
 
 
 async def sleep(duration: timedelta | float) -> None:

@@ -128,18 +128,9 @@ async def store_signal(
             "the signal was not stored"
         )
     if run.status == COMPLETED and not replace:  # replace: for a resume from a checkpoint
-        raise SignalRefusedError(
-            f"run {run_id!r} completed: no step would read signal {name!r}, it was not stored "
-            "(replace=True stores it for a resume from an earlier checkpoint)",
-            run_id,
-        )
+        raise SignalRefusedError(run_id, name)
     if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):
-        raise SignalExistsError(
-            f"run {run_id!r} has a signal {name!r} already; a signal is sent once per run "
-            "and name: pass replace=True to send another value (a step that received the "
-            "first one keeps it)",
-            run_id,
-        )
+        raise SignalExistsError(run_id, name)
 
 
 __all__ = [

@@ -46,6 +46,9 @@ from nestegg.errors import (
     MissingDependencyError,
     NestEggError,
     RunNotFoundError,
+    SignalExistsError,
+    SignalRefusedError,
+    SignalValueError,
     StorageUnavailableError,
 )
 from nestegg.urls import without_password
@@ -69,6 +72,10 @@ JsonOption = Annotated[
         'strings "NaN", "Infinity", "-Infinity").',
     ),
 ]
+
+
+REPLACE_FLAG = "--replace"
+"""The option of ``nestegg signal`` that sends another value (``replace=True`` in Python)."""
 
 
 class CommandError(Exception):
@@ -149,7 +156,9 @@ def exit_code_for(error: BaseException) -> int:
 
 def error_line(error: BaseException) -> str:
     """One line saying what went wrong."""
-    if isinstance(error, CommandError | NestEggError):
+    if isinstance(error, SignalExistsError | SignalRefusedError | SignalValueError):
+        text = error.advice(REPLACE_FLAG)  # the command's option, not the library's
+    elif isinstance(error, CommandError | NestEggError):
         text = str(error)
     else:
         text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -11,6 +11,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
 from nestegg.checkpoint.waiting import store_signal, wait_of
 from nestegg.cli.app import (
+    REPLACE_FLAG,
     JsonOption,
     StoreOption,
     app,
@@ -44,7 +45,7 @@ def signal_command(
         str | None, typer.Option("--app", "-a", help=APP_HELP, show_default=False)
     ] = None,
     replace: Annotated[
-        bool, typer.Option("--replace", help="Replace a signal of that name sent before.")
+        bool, typer.Option(REPLACE_FLAG, help="Replace a signal of that name sent before.")
     ] = False,
     as_json: JsonOption = False,
     store: StoreOption = None,

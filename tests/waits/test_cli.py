@@ -143,7 +143,7 @@ def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     assert stored.exit_code == 0, stored.stderr
     assert "signal 'approval' stored for run w1" in stored.stdout
     again = cli("signal", "w1", "approval", APPROVED, "-s", url)
-    assert again.exit_code == 1 and "replace=True" in again.stderr
+    assert again.exit_code == 1 and "pass --replace to send" in again.stderr
 
     recovered = orjson.loads(cli("recover", "--app", APP, "-s", url, "--json").stdout)
     assert [(r["run_id"], r["outcome"]) for r in recovered["runs"]] == [("w1", "completed")]
@@ -179,7 +179,7 @@ def test_a_signal_that_cannot_be_delivered_is_refused_and_not_stored(tmp_path: P
     assert completed.exit_code == 1
     assert completed.stderr == (
         "error: run 'w1' completed: no step would read signal 'late', it was not stored "
-        "(replace=True stores it for a resume from an earlier checkpoint)\n"
+        "(--replace stores it for a resume from an earlier checkpoint)\n"
     )
     exported = orjson.loads(cli("export", "w1", "-s", url).stdout)
     assert [g["name"] for g in exported["signals"]] == ["approval"]
@@ -188,6 +188,31 @@ def test_a_signal_that_cannot_be_delivered_is_refused_and_not_stored(tmp_path: P
         "signal", "w1", "approval", '{"approved": false, "by": "bo"}', "--replace", "-s", url
     )
     assert replaced.exit_code == 0, replaced.stderr
+
+
+def test_signal_errors_advise_the_commands_replace_option(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    asyncio.run(_start(url, "r1", tmp_path / "ledger"))
+    unfit = nestegg(
+        tmp_path, "signal", "r1", "approval", '{"approved":"maybe"}', "--app", APP, "-s", url
+    )
+    assert unfit.returncode == 1 and unfit.stdout == ""
+    assert unfit.stderr == (
+        "error: the value of signal 'approval' does not fit Approval: Input should be a valid "
+        "boolean, unable to interpret input (send another with --replace, then resume the run)\n"
+    )
+    again = nestegg(tmp_path, "signal", "r1", "approval", APPROVED, "-s", url)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == (
+        "error: run 'r1' has a signal 'approval' already; a signal is sent once per run and "
+        "name: pass --replace to send another value (a step that received the first one "
+        "keeps it)\n"
+    )
+    replaced = nestegg(tmp_path, "signal", "r1", "approval", APPROVED, "--replace", "-s", url)
+    assert replaced.returncode == 0, replaced.stderr
+    resumed = nestegg(tmp_path, "resume", "r1", "--app", APP, "-s", url, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert orjson.loads(resumed.stdout)["result"]["status"] == "approved"
 
 
 def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:
