@@ -45,10 +45,15 @@ def event_row(record: EventRecord, steps: StepFacts) -> dict[str, Any]:
         }
 
 
+TIME_KEYS = frozenset({"started", "deadline"})
+"""The keys of event data holding a time (UNIX seconds): a step's start, a wait's end;
+a line shows them as it shows an event's time, --json as the number stored."""
+
+
 def _detail(key: str, value: Any) -> str:
     if key == "duration" and (value is None or isinstance(value, int | float)):
         return f"{key}={seconds(value)}"
-    if key == "started" and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
+    if key in TIME_KEYS and isinstance(value, int | float) and 0 <= value <= LATEST_TIME:
         return f"{key}={_clock_time(value)}"
     if isinstance(value, float) and math.isfinite(value):
         return f"{key}={value:.6g}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,16 @@ APPROVED = '{"approved": true, "by": "ann"}'
 
 
 async def _start(
-    url: str, run_id: str, ledger: Path, *, sleeper: bool = False, **extra: Any
+    url: str,
+    run_id: str,
+    ledger: Path,
+    *,
+    sleeper: bool = False,
+    timeout: float | None = None,
+    **extra: Any,
 ) -> None:
     store = open_store(url)
-    clutch = build_sleeper(store, time.time) if sleeper else build(store)
+    clutch = build_sleeper(store, time.time) if sleeper else build(store, timeout=timeout)
     try:
         with pytest.raises(RunWaiting):
             await clutch.run({"ledger": str(ledger), "amount": 3, **extra}, run_id=run_id)
@@ -213,6 +220,23 @@ def test_signal_errors_advise_the_commands_replace_option(tmp_path: Path) -> Non
     resumed = nestegg(tmp_path, "resume", "r1", "--app", APP, "-s", url, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert orjson.loads(resumed.stdout)["result"]["status"] == "approved"
+
+
+def test_events_show_a_waits_deadline_as_a_time(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    asyncio.run(_start(url, "d1", tmp_path / "ledger", timeout=2 * 86400.0))
+    rows = [orjson.loads(line) for line in cli("events", "d1", "-s", url, "--json").stdout.split()]
+    [waiting] = [row["data"] for row in rows if row["kind"] == "run_waiting"]
+    deadline = waiting["deadline"]  # --json: the number stored, to the microsecond
+    assert isinstance(deadline, float) and deadline != round(deadline, 0)
+    assert abs(deadline - (time.time() + 2 * 86400)) < 60
+    lines = cli("events", "d1", "-s", url).stdout.splitlines()
+    [line] = [line for line in lines if "run_waiting" in line]
+    # as the line's own time (local, to the millisecond), not 1.79587e+09
+    shown = datetime.fromtimestamp(deadline, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")
+    assert f" deadline={shown[:-3]} " in line, line
+    assert line.endswith(" steps=0")
 
 
 def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:
