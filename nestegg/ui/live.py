@@ -5,7 +5,7 @@ changed (``event: change``); it ends with ``event: end`` once the run is neither
 nor waiting and its last events are sent. A waiting run's stream also says when its wait
 is over (its signal stored, its deadline or timer passed), and it follows the run when
 another process resumes it. The runs stream polls the first page of the table and sends
-``change`` when any of its runs moved on.
+``change`` when any of its runs moved on or a waiting run's wait is over.
 """
 
 from __future__ import annotations
@@ -105,20 +105,28 @@ def _wait_param(request: Request) -> bool | None:
     return WAIT_STATES[raw]
 
 
-@takes("status", "pipeline")
+@takes("status", "pipeline", "waits")
 async def runs_events(request: Request) -> StreamingResponse:
-    """``change`` whenever a run on the table's first page (with its filters) moved on."""
-    store = store_of(request)
-    status = status_param(request)
-    pipeline = request.query_params.get("pipeline") or None
+    """``change`` whenever a run on the table's first page (with its filters) moved on,
+    a waiting run's wait ending too (its signal stored from elsewhere, its deadline or
+    timer passed), and at first when the waits over are not those of ``?waits=`` (what
+    the table shows: :func:`nestegg.ui.queries.waits_token`)."""
+    watch = queries.RunsWatch(
+        store_of(request),
+        status=status_param(request),
+        pipeline=request.query_params.get("pipeline") or None,
+    )
+    shown = request.query_params.get("waits") or None
 
     async def events() -> AsyncIterator[bytes]:
         seen = None
         while True:
-            signature = await queries.runs_signature(
-                store, status=status, pipeline=pipeline, now=now_of(request)
-            )
-            if seen is not None and signature != seen:
+            signature = await watch.signature(now_of(request))
+            if seen is None:  # at first: against the waits the table shows
+                moved = shown not in (None, queries.waits_token(queries.over_in(signature)))
+            else:
+                moved = signature != seen
+            if moved:
                 yield message("change", {"runs": len(signature)})
             seen = signature
             if await request.is_disconnected():

@@ -156,6 +156,7 @@ async def runs_page(request: Request) -> HTMLResponse:
         pipeline=pipeline or "",
         statuses=STATUS_CHOICES,
         paged=bool(cursor),
+        waits=queries.waits_token(r["run_id"] for r in page.rows if queries.wait_over(r)),
     )
 
 

@@ -9,9 +9,10 @@ cheap to show.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
-from nestegg.checkpoint.waiting import signal_stored, wait_due
+from nestegg.checkpoint.waiting import signal_stored, wait_due, wait_of
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.clutch import Clutch
@@ -144,15 +145,63 @@ async def flagged(
     return row
 
 
-async def runs_signature(
-    store: CheckpointStorage, *, status: str | None, pipeline: str | None, now: float
-) -> list[tuple[Any, ...]]:
-    """What changes on the first page of runs when any of them moves on (runs only: no
-    checkpoint is read)."""
-    runs = await store.list_runs(
-        pipeline=pipeline or None, statuses=_statuses(status), limit=RUNS_PAGE
-    )
-    return [(r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now)) for r in runs]
+def wait_over(row: dict[str, Any]) -> bool:
+    """Whether a row of :func:`flagged` shows its run's wait as over (a resume goes on)."""
+    wait = row.get("waits_for")
+    return bool(wait and (wait.get("received") or wait.get("due")))
+
+
+def waits_token(over: Iterable[str]) -> str:
+    """What a runs table shows of its runs' waits, in a few characters: a digest of the
+    runs whose wait it shows as over. The runs stream takes it (``?waits=``) and says
+    ``change`` at its first read when the store says otherwise, as a run page's stream
+    does with ``?wait=``."""
+    return hashlib.blake2b("\0".join(sorted(over)).encode(), digest_size=8).hexdigest()
+
+
+class RunsWatch:
+    """What the runs stream reads of the table's first page (with its filters) at each
+    poll: the runs (no checkpoint), and of each waiting run whether its wait is over. A
+    wait's signal name is read once (from the run's last events), and the signal itself
+    only until it is stored (a stored signal stays)."""
+
+    def __init__(self, store: CheckpointStorage, *, status: str | None, pipeline: str | None):
+        self.store, self.status, self.pipeline = store, status, pipeline
+        self.waits: dict[tuple[str, int], tuple[str | None, bool]] = {}
+
+    async def signature(self, now: float) -> list[tuple[Any, ...]]:
+        """What changes on the page when any of its runs moves on; a row's last item
+        says whether its wait is over (None: the run does not wait)."""
+        runs = await self.store.list_runs(
+            pipeline=self.pipeline or None, statuses=_statuses(self.status), limit=RUNS_PAGE
+        )
+        known, self.waits = self.waits, {}
+        return [
+            (
+                r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now),
+                await self._over(r, now, known) if r.status == WAITING else None,
+            )
+            for r in runs
+        ]  # fmt: skip
+
+    async def _over(
+        self, run: RunRecord, now: float, known: dict[tuple[str, int], tuple[str | None, bool]]
+    ) -> bool:
+        key = (run.run_id, run.event_seq)  # a new wait writes a new event
+        if key in known:
+            signal, received = known[key]
+        else:
+            wait = await wait_of(self.store, run)
+            signal, received = (wait.signal if wait else None), False
+        if signal and not received:
+            received = await signal_stored(self.store, run.run_id, signal)
+        self.waits[key] = (signal, received)
+        return received or wait_due(run, now)
+
+
+def over_in(signature: list[tuple[Any, ...]]) -> list[str]:
+    """The runs of a :meth:`RunsWatch.signature` whose wait is over."""
+    return [entry[0] for entry in signature if entry[-1]]
 
 
 def _decoded(read: Callable[[RunRecord], Any], run: RunRecord) -> Any:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 
@@ -339,6 +340,44 @@ def test_a_waiting_runs_page_shows_a_signal_sent_from_elsewhere_without_reload(
         assert page.locator("#flag").count() == 0
         assert '"approved":"yes"' in page.inner_text("#result")
         assert _agents(page) == ["approve"]
+
+
+def _first_event(url: str, seconds: float) -> str | None:
+    """The kind of the first event a stream sends within ``seconds`` (None: none)."""
+    try:
+        with urlopen(url, timeout=seconds) as stream:
+            for line in stream:
+                if line.startswith(b"event: "):
+                    return str(line[7:].strip().decode())
+    except TimeoutError:
+        return None
+    return None
+
+
+def test_the_runs_table_shows_a_signal_sent_from_elsewhere_without_reload(
+    tmp_path: Path, store: tuple[str, Filled], page: Any
+) -> None:
+    from tests.ui.pipelines import SIGNAL
+
+    _left_waiting(store[0], "stored")
+    home, url = tmp_path / "home", store[0]
+    row = "tr.run:has(a[href='/runs/stored']) .flag"
+    with ui_server(home, "--store", url) as s:
+        page.goto(s.base + "/")
+        assert page.inner_text(row) == "⚑ waits for signal “approval”, no deadline"
+        page.evaluate("window.notReloaded = true")
+        time.sleep(1.5)  # the table's stream has read the store once
+        _nestegg(home, "signal", "stored", SIGNAL, '"yes"', "--store", url)
+        received = f"{row}:has-text('signal “{SIGNAL}” received: resume it')"
+        page.wait_for_selector(received, timeout=LIVE_SECONDS * 1000)
+        assert page.evaluate("window.notReloaded") is True
+        # A table shown before the signal came, whose stream opens after: its first read
+        # says so (?waits=, what the table shows); one that shows it: nothing to say.
+        from nestegg.ui.queries import waits_token
+
+        before, after = waits_token([]), waits_token(["stored"])
+        assert _first_event(f"{s.base}/events/runs?waits={before}", 5) == "change"
+        assert _first_event(f"{s.base}/events/runs?waits={after}", 2.5) is None
 
 
 def test_resume_is_offered_only_for_runs_the_app_resumes_now(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+from typing import Any
+
 import pytest
 
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.checkpoint.waiting import store_signal
 from nestegg.cli import reading
 from nestegg.testing.builders import create
 from nestegg.ui import queries
+from tests.ui.pipelines import SIGNAL, start_waiting
 
 
 async def _family(store: MemoryCheckpointStorage, run_id: str) -> dict[str, object]:
@@ -44,3 +50,40 @@ async def test_ancestors_are_listed_oldest_first_and_a_deleted_one_ends_the_chai
         {"run_id": "a", "checkpoint": "ca", "exists": True},
         {"run_id": "b", "checkpoint": "cb", "exists": True},
     ]
+
+
+class _CountingStore(MemoryCheckpointStorage):
+    """A memory store that counts its reads of events and signals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[str] = Counter()
+
+    async def read_events(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads["events"] += 1
+        return await super().read_events(*args, **kwargs)
+
+    async def read_signals(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads["signals"] += 1
+        return await super().read_signals(*args, **kwargs)
+
+
+async def test_the_runs_watch_reads_a_wait_once_and_its_signal_until_stored() -> None:
+    store = _CountingStore()
+    for run_id in ("a", "b"):
+        await start_waiting(store, run_id, nap=False)
+    store.reads.clear()
+    watch = queries.RunsWatch(store, status=None, pipeline=None)
+    first = await watch.signature(time.time())
+    assert queries.over_in(first) == []
+    assert store.reads == {"events": 2, "signals": 2}  # what each waits for, once
+    await store_signal(store, "a", SIGNAL, "yes", replace=False, clock=time.time)
+    store.reads.clear()
+    second = await watch.signature(time.time())
+    assert second != first and queries.over_in(second) == ["a"]
+    assert store.reads == {"signals": 2}
+    store.reads.clear()
+    assert await watch.signature(time.time()) == second
+    assert store.reads == {"signals": 1}  # a stored signal stays: only b's is looked for
+    assert queries.waits_token(["a"]) == queries.waits_token(queries.over_in(second))
+    assert queries.waits_token([]) != queries.waits_token(["a"])
