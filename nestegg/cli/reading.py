@@ -31,7 +31,13 @@ from nestegg.checkpoint.views import (
     to_datetime,
 )
 from nestegg.checkpoint.waiting import wait_of
-from nestegg.constants import IN_FLIGHT_EVENT_WINDOW, RUNNING, STEP_STARTED, WAITING
+from nestegg.constants import (
+    COMPLETED,
+    IN_FLIGHT_EVENT_WINDOW,
+    RUNNING,
+    STEP_STARTED,
+    WAITING,
+)
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
@@ -100,6 +106,19 @@ async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]
 def shown_status(row: dict[str, Any]) -> str:
     """The status people see: ``interrupted`` for a running run whose owner is gone."""
     return "interrupted" if row["interrupted"] else str(row["status"])
+
+
+RUN_ENDED_AFTER = "none, the run ended after this step"
+"""The next agent shown for the checkpoint of a completed run's last step."""
+
+
+def next_agent_shown(next_agent: str | None, run: RunRecord, seq: int) -> str | None:
+    """The next agent of a checkpoint after step ``seq`` of ``run`` as people see it: the
+    one it records, :data:`RUN_ENDED_AFTER` at a completed run's last step, else None (not
+    known: the strategy picks it when the run goes on), to be left out."""
+    if next_agent:
+        return next_agent
+    return RUN_ENDED_AFTER if run.status == COMPLETED and seq == run.step_seq else None
 
 
 def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:

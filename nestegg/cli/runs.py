@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from nestegg.checkpoint.event_log import step_facts_for
+from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
@@ -226,11 +227,12 @@ def checkpoints_command(
     Inspect one with `nestegg inspect ID`; CHECK says whether its checksum holds.
     """
 
-    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
+    async def work(opened: CheckpointStorage) -> tuple[RunRecord, list[dict[str, Any]]]:
         run = await reading.get_run(opened, run_id)
-        return [reading.checkpoint_row(c) for c in await opened.list_checkpoints(run.run_id)]
+        listed = await opened.list_checkpoints(run.run_id)
+        return run, [reading.checkpoint_row(c) for c in listed]
 
-    rows = run_with_store(ctx, store, work, read_only=True)
+    run, rows = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)
     if as_json:
         out.json(rows)
@@ -245,7 +247,7 @@ def checkpoints_command(
             "-" if r["turn"] is None else str(r["turn"]),
             r["reason"],
             when(r["created_at"]),
-            r["next_agent"] or "-",
+            reading.next_agent_shown(r["next_agent"], run, r["seq"]) or "",
             "ok" if r["valid"] else "DAMAGED",
         ]
         for r in rows

@@ -250,7 +250,7 @@ async def state_page(request: Request) -> HTMLResponse:
         path=path,
         previous=queries.previous_checkpoint(loaded["checkpoint_ids"], checkpoint_id),
         checkpoint_ids=loaded["checkpoint_ids"],
-        ended=loaded["ended"],
+        next_agent=loaded["next"],
         fork=loaded["fork"],
     )
 

@@ -430,7 +430,8 @@ async def state_of(
     store: CheckpointStorage, checkpoint_id: str, forker: Clutch | None = None
 ) -> dict[str, Any]:
     """A checkpoint's restored state as plain data, with the ids of its run's checkpoints
-    and whether the run ended after the checkpoint's step (``ended``: it completed there);
+    and its next agent as people see it (``next``:
+    :func:`~nestegg.cli.reading.next_agent_shown`);
     with ``forker`` (the Clutch that forks runs), its fork form
     (:func:`~nestegg.ui.forks.fork_offer`).
 
@@ -442,7 +443,7 @@ async def state_of(
     return {
         "state": reading.state_json(state),
         "checkpoint_ids": ids,
-        "ended": run.status == COMPLETED and state.seq == run.step_seq,
+        "next": reading.next_agent_shown(state.next_agent, run, state.seq),
         "fork": fork_offer(forker, run, state) if forker else None,
     }
 

@@ -333,3 +333,37 @@ def test_show_marks_the_steps_of_a_block_with_a_damaged_head(cli: Cli, tmp_path:
     shown = text.split("timeline\n", 1)[1].splitlines()[1:]
     assert [line.split()[0] for line in shown] == [str(n) for n in range(236, 266)]
     assert "damaged" in shown[0] and "damaged" not in shown[-1]
+
+
+def test_checkpoints_name_the_next_agent_only_when_known(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'next.db'}"
+    store = open_store(url)
+    config = CheckpointConfig(storage=store, policy=CheckpointPolicy(keep_latest=None))
+    clutch = Clutch("next", strategy=Strategy.SEQUENTIAL, checkpoint=config)
+
+    @clutch.agent()
+    async def first(data: list[str]) -> list[str]:
+        return [*data, "first"]
+
+    @clutch.agent()
+    async def second(data: list[str]) -> list[str]:
+        await clutch.checkpoint()  # before its step: it continues with second
+        return [*data, "second"]
+
+    async def run() -> None:
+        try:
+            await clutch.run([], run_id="next")
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    result = cli("checkpoints", "next", "--store", url)
+    assert result.exit_code == 0, result.stderr
+    header, *lines = result.stdout.splitlines()
+    where = header.index("NEXT")
+    nexts = [line[where : line.index(" ok", where)].strip() for line in lines]
+    # known; not known (the strategy picks it when the run goes on): no "-"; the run ended
+    assert sorted(nexts) == ["", "none, the run ended after this step", "second"]
+    assert nexts[-1] == "none, the run ended after this step"
+    rows = json_of(cli("checkpoints", "next", "--store", url, "--json"))
+    assert [r["next_agent"] for r in rows].count(None) == 2  # --json: what is recorded
