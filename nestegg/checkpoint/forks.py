@@ -39,6 +39,12 @@ if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns, PreparedRun
 
 
+def fork_id_taken(run_id: str, option: str = "run_id") -> RunExistsError:
+    """A fork's new run id is a run's already: choose another ``option`` (the argument
+    that gave it: ``run_id``, the command's ``--run-id``)."""
+    return RunExistsError(f"run {run_id!r} exists; choose another {option}", run_id)
+
+
 async def start_fork(
     book: CheckpointedRuns,
     checkpoint_id: str,
@@ -73,7 +79,7 @@ async def start_fork(
     prepared = book.prepare(child, child_state, listeners, of_run=parent.run_id)
     input_data = run_input(child)
     if await book.store.get_run(new_id) is not None:
-        raise RunExistsError(f"run {new_id!r} exists; choose another run_id", new_id)
+        raise fork_id_taken(new_id)
     body = seal(checkpoint_body(prepared.base, state.next_agent))
     start = CheckpointRecord(start_id, new_id, state.seq, now, REASON_FORK, body)
     payload = {"parent_run": parent.run_id, "parent_checkpoint": checkpoint_id}

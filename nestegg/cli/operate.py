@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
+from nestegg.checkpoint.forks import fork_id_taken
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -34,7 +35,7 @@ from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING
-from nestegg.errors import NestEggError, RunLockedError, RunWaiting
+from nestegg.errors import NestEggError, RunExistsError, RunLockedError, RunWaiting
 from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
@@ -299,6 +300,10 @@ def fork_command(
             except RunWaiting as waiting:
                 forked = f"was forked from checkpoint {checkpoint_id!r} and waits for"
                 raise _waits(waiting, forked, options) from waiting
+            except RunExistsError as taken:
+                if run_id is None or taken.run_id != new_id:
+                    raise
+                raise fork_id_taken(new_id, "--run-id") from None
             except Exception as error:
                 raise _failure(new_id, error) from error
             after = await get_run(opened, new_id)

@@ -364,8 +364,8 @@ def test_fork_with_a_run_id_gives_the_new_run_that_id(stored: Stored) -> None:
 @pytest.mark.parametrize(
     ("run_id", "code", "message"),
     [
-        ("done", EXIT_FAILED, "run 'done' exists; choose another run_id"),
-        ("failed", EXIT_FAILED, "run 'failed' exists; choose another run_id"),
+        ("done", EXIT_FAILED, "run 'done' exists; choose another --run-id"),
+        ("failed", EXIT_FAILED, "run 'failed' exists; choose another --run-id"),
         ("../x", EXIT_USAGE,
          "run id '../x' contains a path separator, '..' or a control character"),
         ("", EXIT_USAGE, "run id must be a non-empty string, got ''"),
