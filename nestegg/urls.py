@@ -6,24 +6,28 @@ import re
 from urllib.parse import unquote, urlsplit
 
 _PASSWORD_OPTION = re.compile(r"(?i)([?&]password=)[^&#]*")
+# libpq's key=value form: a value is a run of non-blanks or '…' with \-escapes (one not
+# closed runs to the end: all of it is hidden).
+_PASSWORD_KEYWORD = re.compile(r"(?i)(?<!\w)(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S*)")
 
 
 def without_password(url: str) -> str:
     """``url`` for messages and logs: the password of its user part left out
-    (``amqp://guest@host/``), and the value of a ``password=`` query option.
+    (``amqp://guest@host/``), and the value of a ``password=`` query option; in a string
+    with no scheme (PostgreSQL's ``host=db password=…``), the value of ``password=``.
 
     The user part ends at the last ``@``: a password holding ``/``, ``?``, ``#`` or ``@``
     that was not %-escaped is left out whole all the same (and with it anything before an
     ``@`` further on, which only hides more).
     """
     scheme, separator, rest = url.partition("://")
-    if separator:
-        userinfo, at, host = rest.rpartition("@")
-        if at:
-            user = userinfo.partition(":")[0]
-            rest = f"{user}@{host}" if user else host
-        url = f"{scheme}://{rest}"
-    return _PASSWORD_OPTION.sub(r"\1***", url)
+    if not separator:
+        return _PASSWORD_KEYWORD.sub(r"\1***", url)
+    userinfo, at, host = rest.rpartition("@")
+    if at:
+        user = userinfo.partition(":")[0]
+        rest = f"{user}@{host}" if user else host
+    return _PASSWORD_OPTION.sub(r"\1***", f"{scheme}://{rest}")
 
 
 UNREADABLE_HOST = (

@@ -19,6 +19,9 @@ from nestegg.urls import UNREADABLE_USER, host_problem, redis_database_problem, 
         ("redis://cache:6379/0?password=s3cret&ssl=1", "redis://cache:6379/0?password=***&ssl=1"),
         ("sqlite:///x.db", "sqlite:///x.db"),
         ("no scheme", "no scheme"),
+        ("host=db dbname=app password=s3cret", "host=db dbname=app password=***"),
+        ("host=db PassWord = 's3cret pa/ss' port=5", "host=db PassWord = *** port=5"),
+        ("host=db password='s3cret unclosed", "host=db password=***"),
     ],
 )
 def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from nestegg.checkpoint.stores import default_store, home_path, open_store
+from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
@@ -348,7 +348,7 @@ def open_selected(url: str | None) -> CheckpointStorage:
 
 def _bad_url(url: str, error: Exception) -> str:
     if "://" not in url:
-        reason = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
+        reason = NO_SCHEME
     else:  # the URL is named once, with where it came from
         reason = str(error).removeprefix(f"store URL {without_password(url)!r}: ")
     return f"bad store URL {without_password(url)!r} from {_origin(url)}: {reason}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import nestegg.checkpoint
-from nestegg.checkpoint.stores import open_store, store_class
+from nestegg.checkpoint.stores import NO_SCHEME, open_store, store_class
 from nestegg.checkpoint.stores.base import BlockHistoryStore, CheckpointStorage, DroppableStore
 from nestegg.checkpoint.stores.registry import BY_SCHEME, STORES, StoreEntry, import_store
 from nestegg.errors import ConfigurationError, MissingDependencyError
@@ -37,6 +37,21 @@ def test_open_store_builds_the_registered_class(tmp_path: Path) -> None:
 def test_an_unknown_scheme_names_the_known_ones() -> None:
     with pytest.raises(ConfigurationError, match="unknown store scheme 'mysql'; known: file, "):
         open_store("mysql://x")
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("host=127.0.0.1 dbname=test password=s3cret", "host=127.0.0.1 dbname=test password=***"),
+        ("host=db password = 's3 cr\\'et' user=app", "host=db password = *** user=app"),
+        ("runs.db", "runs.db"),
+    ],
+)
+def test_a_string_with_no_scheme_is_named_without_its_password(given: str, shown: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        open_store(given)
+    assert str(raised.value) == f"store URL {shown!r}: {NO_SCHEME}"
+    assert "s3" not in str(raised.value)
 
 
 def test_an_unknown_name_of_nestegg_checkpoint_is_an_attribute_error() -> None:

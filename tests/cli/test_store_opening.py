@@ -245,6 +245,20 @@ def test_a_store_url_whose_password_holds_digits_then_slash_is_refused_without_q
     assert "s3cret" not in result.stderr and "123" not in result.stderr
 
 
+def test_a_key_value_connection_string_is_refused_without_its_password(tmp_path: Path) -> None:
+    given = "host=127.0.0.1 dbname=test password=s3cret"
+    for result, origin in (
+        (nestegg(tmp_path, "runs", "--store", given), "--store"),
+        (nestegg(tmp_path, "runs", NESTEGG_STORE=given), "$NESTEGG_STORE"),
+    ):
+        assert result.returncode == EXIT_USAGE
+        assert result.stderr == (
+            "error: bad store URL 'host=127.0.0.1 dbname=test password=***' from "
+            f"{origin}: it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., "
+            "redis://...)\n"
+        )
+
+
 def test_an_empty_store_option_is_an_error(tmp_path: Path) -> None:
     for args in (["runs", "--store", ""], ["--store", " ", "runs"]):
         result = nestegg(tmp_path, *args)

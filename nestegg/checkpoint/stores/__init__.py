@@ -28,6 +28,10 @@ URL_OPTIONS = {
 """The store option a URL may carry in its query, by scheme (``?table_prefix=app_``), so
 that a command reaches a store built with a prefix of its own."""
 
+NO_SCHEME = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
+"""Why a string with no scheme (``runs.db``, PostgreSQL's ``host=db dbname=app``) names no
+store."""
+
 
 def open_store(url: str) -> CheckpointStorage:
     """A store for ``url``: ``memory://``, ``file:///dir``, ``sqlite:///file.db``,
@@ -35,8 +39,8 @@ def open_store(url: str) -> CheckpointStorage:
     ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
 
     Raises:
-        ConfigurationError: an unknown scheme, or a URL whose host or port cannot be read
-            (named without its password).
+        ConfigurationError: no scheme or an unknown one, or a URL whose host or port cannot
+            be read (named without its password).
         MissingDependencyError: the store's driver is not installed (names the extra).
 
     Example:
@@ -47,6 +51,8 @@ def open_store(url: str) -> CheckpointStorage:
     if problem is not None:
         raise ConfigurationError(f"store URL {without_password(url)!r}: {problem}")
     scheme = urlsplit(url).scheme
+    if not scheme:
+        raise ConfigurationError(f"store URL {without_password(url)!r}: {NO_SCHEME}")
     cls = store_class(scheme)
     options: dict[str, str] = {}
     name = URL_OPTIONS.get(scheme)
@@ -103,6 +109,7 @@ def default_store() -> CheckpointStorage:
 
 
 __all__ = [
+    "NO_SCHEME",
     "CheckpointStorage",
     "default_home",
     "default_store",
