@@ -39,7 +39,8 @@ UNREADABLE_HOST = (
 UNREADABLE_USER = (
     "its user part cannot be read: an '@' comes after the host, as when a password holds "
     "'/', '?' or '#' not %-escaped; percent-encode the password "
-    "(urllib.parse.quote(password, safe='')), and an '@' in the path as %40"
+    "(urllib.parse.quote(password, safe='')), and an '@' in the path or in an option "
+    "(?user=me%40corp) as %40"
 )
 
 
@@ -47,7 +48,8 @@ def host_problem(url: str) -> str | None:
     """What is wrong with ``url``'s host or port (None: nothing): an unclosed ``[``, a port
     that is not a number from 0 to 65535 (what a password holding an unescaped ``/`` looks
     like), or an ``@`` after the host (a password holding an unescaped ``/`` after digits
-    only: ``u:123/x@host`` reads as host ``u``, port 123). Never quotes the URL: what it
+    only: ``u:123/x@host`` reads as host ``u``, port 123; or ``?`` then ``=``:
+    ``u:12?a=b@host`` reads as port 12 and an option ``a``). Never quotes the URL: what it
     would quote may be a piece of the password."""
     try:
         parts = urlsplit(url)
@@ -60,18 +62,13 @@ def host_problem(url: str) -> str | None:
 
 
 def _at_after_host(url: str, netloc: str) -> bool:
-    """Whether an ``@`` follows a host that has no user part: in the path or fragment, or
-    in the query outside an option's value (``?user=me@corp`` is that option's)."""
+    """Whether an ``@`` follows a host that has no user part, anywhere: in the path, the
+    query (an option's value too) or the fragment. ``?user=me@corp`` cannot be told from a
+    password holding ``?`` and ``=`` (``u:12?user=me@corp`` reads as host ``u``, port 12,
+    option ``user``), so an ``@`` there is written ``%40``, as the message says."""
     if not netloc or "@" in netloc:
         return False
-    after = url.partition("://")[2][len(netloc) :]
-    before, at, _ = after.partition("@")
-    if not at:
-        return False
-    _, question, query = before.partition("?")
-    if not question or "#" in query:
-        return True
-    return "=" not in query.rpartition("&")[2]
+    return "@" in url.partition("://")[2][len(netloc) :]
 
 
 def redis_database_problem(url: str) -> str | None:

@@ -75,18 +75,23 @@ def test_a_store_url_gives_its_prefix_and_keeps_its_other_options_as_written(
         "amqp://guest:5672/x@mq/",
         "redis://:12?x@host:6379/0",  # '?' not %-escaped: the rest read as the query
         "redis://:12#x@host:6379/0",
+        "redis://u:12?x=y@host:6379/0",  # '?' then '=': read as port 12 and an option 'x'
+        "redis://u:12/3?x=y@host:6379/0",
+        "postgresql://app:12?sslmode=x@db:5432/app",
+        "postgresql://db/app?user=me@corp",  # cannot be told from the ones above: %40
+        "postgresql://db/app?sslmode=require&user=me@corp",
     ],
 )
 def test_a_password_of_digits_then_slash_is_refused_without_quoting_it(url: str) -> None:
     assert host_problem(url) == UNREADABLE_USER
     assert "x@" not in without_password(url) and "12" not in without_password(url)
+    assert "x" not in without_password(url).partition("://")[2]
 
 
 @pytest.mark.parametrize(
     "url",
     [
-        "postgresql://db/app?user=me@corp",  # an option's value holds the '@'
-        "postgresql://db/app?sslmode=require&user=me@corp",
+        "postgresql://db/app?user=me%40corp",  # an option's value holds the '@'
         "sqlite:///runs@2024.db",  # no host: a path
         "redis://u:p@ss@host:6379/0",  # the user part ends at the last '@'
         "redis://host:6379/0",

@@ -114,7 +114,13 @@ def test_a_store_url_whose_host_or_port_cannot_be_read_names_it_without_its_pass
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://u:123/s3cret@cache:6379/0", "postgresql://u:123/s3cret@db/a"]
+    "url",
+    [
+        "redis://u:123/s3cret@cache:6379/0",
+        "postgresql://u:123/s3cret@db/a",
+        "redis://u:123?s3cret=x@cache:6379/0",  # redis-py: "unexpected keyword 's3cret'"
+        "postgresql://u:123?sslmode=s3cret@db/a",
+    ],
 )
 def test_a_password_of_digits_then_slash_is_refused_without_quoting_any_of_it(url: str) -> None:
     shown = without_password(url)

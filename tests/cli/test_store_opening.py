@@ -232,7 +232,12 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
 
 
 @pytest.mark.parametrize(
-    "url", ["postgresql://app:123/s3cret@db/app", "redis://:123/s3cret@cache:6379/0"]
+    "url",
+    [
+        "postgresql://app:123/s3cret@db/app",
+        "redis://:123/s3cret@cache:6379/0",
+        "redis://u:123?s3cret=x@cache:6379/0",
+    ],
 )
 def test_a_store_url_whose_password_holds_digits_then_slash_is_refused_without_quoting_it(
     tmp_path: Path, url: str
