@@ -35,8 +35,10 @@ from nestegg.testing.builders import (
     make_commit,
     make_event,
     make_journal,
+    make_run,
     make_step,
 )
+from nestegg.urls import without_password
 from tests.servers import delete_redis_keys
 
 pytestmark = pytest.mark.server
@@ -512,3 +514,29 @@ def test_without_redis_py_constructing_names_the_extra_to_install() -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == 2
     assert all("pip install 'nestegg[redis]'" in line for line in lines), lines
+
+
+async def test_an_error_reply_in_a_batch_names_the_server_as_every_other_error(
+    open_store: OpenStore, client: Any, redis_url: str
+) -> None:
+    store = open_store()
+    await store.setup()
+    server = f"Redis at {without_password(redis_url)} failed: WRONGTYPE"
+
+    def named(results: list[Any]) -> None:
+        # The first call goes alone, the others wait and go together, in one pipeline.
+        assert all(isinstance(r, StorageError) for r in results), results
+        assert all(str(r).startswith(server) for r in results), results
+
+    await client.set(f"{store.prefix}runs", b"not a sorted set")
+    runs = [make_run() for _ in range(4)]
+    named(await asyncio.gather(*(store.create_run(r) for r in runs), return_exceptions=True))
+    await client.delete(f"{store.prefix}runs")
+    runs = [await create(store) for _ in range(4)]
+    for run in runs:
+        await client.set(f"{store.prefix}run:{run.run_id}", b"not a hash")
+    now = time.time()
+    commits = (store.commit(make_commit(run)) for run in runs)
+    named(await asyncio.gather(*commits, return_exceptions=True))
+    claims = (store.claim_run(r.run_id, r.fence, OWNER, now + 30, now) for r in runs)
+    named(await asyncio.gather(*claims, return_exceptions=True))

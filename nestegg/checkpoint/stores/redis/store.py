@@ -228,9 +228,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
     async def _create_many(self, runs: Sequence[RunRecord]) -> list[bool | BaseException]:
         calls = [self._create_call(run) for run in runs]
         replies = await self._conn.scripts_many(self._create_run, calls, idempotent=False)
-        return [
-            nestegg_error(r) if isinstance(r, redis_errors.RedisError) else bool(r) for r in replies
-        ]
+        return [outcome_of_reply(bool, reply, self._conn.where) for reply in replies]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._get_runs.call(run_id)
@@ -279,7 +277,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         calls = [(self._run_keys(run_id), args) for run_id, args in claims]
         replies = await self._conn.scripts_many(self._claim_run, calls, idempotent=False)
         return [
-            outcome_of_reply(partial(_claimed, run_id), reply)
+            outcome_of_reply(partial(_claimed, run_id), reply, self._conn.where)
             for (run_id, _), reply in zip(claims, replies, strict=True)
         ]
 
@@ -301,7 +299,9 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         calls = [self._commit_call(c) for c in commits]
         replies = await self._conn.scripts_many(self._commit, calls, idempotent=True)
         return [
-            _error_of(reply) if isinstance(reply, BaseException) else commit_outcome(c, reply)
+            _error_of(reply, self._conn.where)
+            if isinstance(reply, BaseException)
+            else commit_outcome(c, reply)
             for c, reply in zip(commits, replies, strict=True)
         ]
 
@@ -433,20 +433,21 @@ def _claimed(run_id: str, reply: Any) -> RunRecord:
     raise run_claimed(run_id)
 
 
-def outcome_of_reply(parse: Callable[[Any], T], reply: Any) -> T | BaseException:
+def outcome_of_reply(parse: Callable[[Any], T], reply: Any, where: str | None) -> T | BaseException:
     """What ``parse`` makes of a script's reply in a pipeline, or the error (its own, or
-    the reply's)."""
+    the reply's, as :func:`_error_of` says it)."""
     if isinstance(reply, BaseException):
-        return _error_of(reply)
+        return _error_of(reply, where)
     try:
         return parse(reply)
     except Exception as error:
         return error
 
 
-def _error_of(error: BaseException) -> BaseException:
-    """A reply's error as nestegg's (a driver's error reply is mapped)."""
-    return nestegg_error(error) if isinstance(error, redis_errors.RedisError) else error
+def _error_of(error: BaseException, where: str | None) -> BaseException:
+    """A reply's error as nestegg's: a driver's error reply mapped as the store's other
+    calls map theirs, naming the server ``where`` (its URL without the password)."""
+    return nestegg_error(error, where) if isinstance(error, redis_errors.RedisError) else error
 
 
 __all__ = ["RedisCheckpointStorage", "validate_key_prefix"]
