@@ -77,9 +77,10 @@ class PrivateRedis:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster made by initdb, run as the postgres user, trust auth."""
+    """A PostgreSQL cluster made by initdb, run as the postgres user, trust auth; with a
+    ``password``, TCP connections need it (scram-sha-256) and the URL does not hold it."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
         versions = sorted(PG_BIN_ROOT.glob("*/bin/initdb")) if PG_BIN_ROOT.exists() else []
         if not versions or os.geteuid() != 0 or shutil.which("runuser") is None:
             pytest.skip("cannot start a private PostgreSQL (needs root, runuser and initdb)")
@@ -93,9 +94,13 @@ class PrivatePostgres:
         os.chown(self.directory, account.pw_uid, account.pw_gid)
         self.data = self.directory / "data"
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self._as_postgres(
-            "initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"
-        )
+        auth = ["-A", "trust"]
+        if password is not None:
+            pwfile = self.directory / "pwfile"
+            pwfile.write_text(password)
+            os.chown(pwfile, account.pw_uid, account.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+        self._as_postgres("initdb", "-D", str(self.data), *auth, "-U", "postgres", "--no-sync")
 
     def _as_postgres(self, tool: str, *args: str) -> None:
         command = ["runuser", "-u", "postgres", "--", str(self.bin / tool), *args]

@@ -79,12 +79,14 @@ def test_the_message_never_decides_a_postgres_error() -> None:
 
 def test_a_connection_postgres_refuses_for_good_is_a_configuration_error() -> None:
     # libpq's text is all a refused connection has (psycopg gives it no SQLSTATE)
-    failed = 'connection to server at "db", port 5432 failed: FATAL:  '
-    for reason in ('role "x" does not exist', 'database "x" does not exist'):
+    failed = 'connection to server at "db", port 5432 failed: '
+    reasons = ('role "x" does not exist', 'database "x" does not exist')
+    for reason in (*(f"FATAL:  {r}" for r in reasons), "fe_sendauth: no password supplied"):
         error = pg_errors.nestegg_error(psycopg.OperationalError(failed + reason), "pg://u@db/x")
         assert type(error) is ConfigurationError
         assert str(error).startswith("PostgreSQL at pg://u@db/x refused the store's settings")
     for passing in ("sorry, too many clients already", 'too many connections for role "x"'):
+        passing = f"FATAL:  {passing}"
         error = pg_errors.nestegg_error(psycopg.OperationalError(failed + passing), "db")
         assert type(error) is StorageUnavailableError
 

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS
-from nestegg.constants import COMPLETED
+from nestegg.constants import COMPLETED, EXIT_USAGE
 from nestegg.errors import (
     ConfigurationError,
     InvalidIdentifierError,
@@ -39,7 +40,9 @@ from nestegg.testing.builders import (
     make_step,
     snapshot,
 )
+from tests.cli.test_subprocess import nestegg
 from tests.servers import drop_postgres_tables
+from tests.stores.private_servers import PrivatePostgres
 
 pytestmark = pytest.mark.server
 
@@ -534,3 +537,26 @@ def test_importing_nestegg_does_not_import_psycopg() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_url_without_the_password_the_server_asks_for_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    server = PrivatePostgres(password="s3cret")  # TCP connections need it: scram-sha-256
+    server.start()
+    try:
+        store = PostgresCheckpointStorage(server.url, connect_timeout=30)
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError) as refused:
+            await store.setup()
+        assert time.monotonic() - started < 10  # not retried until the timeout
+        assert str(refused.value).startswith(
+            f"PostgreSQL at {server.url} refused the store's settings: "
+        )
+        assert "no password supplied" in str(refused.value)
+        await store.close()
+        command = await asyncio.to_thread(nestegg, tmp_path, "runs", "--store", server.url)
+        assert command.returncode == EXIT_USAGE, command.stderr
+        assert "no password supplied (check the user, password" in command.stderr
+    finally:
+        server.remove()

@@ -6,7 +6,8 @@ the code's class, its first two characters; anything else the server reports is 
 :class:`~nestegg.errors.StorageError`). An error without one (a lost or refused
 connection, a pool that hands out no connection in time) is decided by its class in
 :data:`BY_CLASS`, except a connection the server refuses for good (:func:`is_final`: an
-unknown role or database, a failed authentication): that is a
+unknown role or database, a failed authentication, a password the server asks for and the URL
+lacks): that is a
 :class:`~nestegg.errors.ConfigurationError`, as the store's URL is what is wrong.
 """
 
@@ -44,6 +45,10 @@ _PASSING_REFUSALS = (
 """Refusals by a server that may let the same connection in a moment later (it is starting
 up, shutting down or recovering; it is full); any other answer it gives is final."""
 
+_CLIENT_REFUSALS = ("fe_sendauth: no password supplied",)
+"""What libpq says, with no ``FATAL:`` from the server, when it cannot go on with the
+settings it has: the server asks for a password the URL does not hold."""
+
 
 def error_class(exc: psycopg.Error) -> type[StorageError]:
     """The nestegg error ``exc`` becomes, by the tables above."""
@@ -77,12 +82,15 @@ def driver_errors(where: str) -> Iterator[None]:
 
 def is_final(exc: psycopg.Error) -> bool:
     """Whether a failed connection is refused for good: the server answered (``FATAL:``,
-    as for no such database or a failed authentication) with more than a passing refusal.
+    as for no such database or a failed authentication) with more than a passing refusal,
+    or asked for a password the URL does not hold (libpq's ``fe_sendauth``).
 
     This reads libpq's message: psycopg gives a refused connection no SQLSTATE (its
     ``sqlstate`` and ``diag`` are empty; psycopg 3.3), so there is no code to key on.
     """
     text = str(exc)
+    if any(words in text for words in _CLIENT_REFUSALS):
+        return True
     return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
 
 
