@@ -24,7 +24,6 @@ import dataclasses
 import enum
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -55,6 +54,7 @@ from nestegg.task import StepListeners
 from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
+from nestegg.transport.lacking import LackingAgents
 from nestegg.transport.step_recorder import StepRecorder
 from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
 
@@ -71,10 +71,6 @@ STORE_RETRY_DELAY = 1.0
 """Seconds before a message is given back after the store failed."""
 WARM_RUNS = 256
 """Runs whose state a worker keeps after their step, for their next step."""
-LACKING_KEPT = 4096
-"""Runs' steps whose agent this worker's Clutch lacks that a worker remembers having
-warned about (the oldest forgotten first): a sweep points at such a step again and again,
-the warning is logged once, its repeats at debug level."""
 CONTINUE_FOR = 2.0
 """Seconds a worker goes on with a run it took (step after step, each committed) before,
 when every one of its slots is taken, it hands the run's next step to the broker, so that
@@ -159,8 +155,7 @@ class StepRunner:
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.telemetry = tracing.WorkerTelemetry(clutch.name)
         self.warm: dict[str, Warm] = {}
-        self.lacking: OrderedDict[tuple[str, int, str], None] = OrderedDict()
-        """(run id, step_seq, agent) of the steps sent on for an agent the Clutch lacks."""
+        self.lacking = LackingAgents(clutch, self.book)
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
             self.book.config.policy,
@@ -281,7 +276,7 @@ class StepRunner:
         except NestEggError as error:
             lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
             if lacked is not None:
-                return await self._send_on_to(claimed, delivery, lacked)
+                return await self.lacking.send_on(claimed, delivery, lacked)
             await self._fail(claimed, error)
             await delivery.ack()
             return None
@@ -451,48 +446,6 @@ class StepRunner:
                 error,
                 extra={"run_id": recorder.run_id},
             )
-
-    async def _send_on_to(
-        self, claimed: RunRecord, delivery: Delivery, agent: str
-    ) -> Delivery | None:
-        """Release a run whose next step's agent this worker's Clutch lacks (a Clutch of
-        another version checkpointed it) and send the step on to that agent's channel: it
-        waits there for a worker that has the agent, as a step whose agent no running
-        worker hosts does; the run stays running, its state untouched."""
-        channel = channel_name(self.clutch.name, agent)
-        log.log(
-            self._lacking_level(claimed, agent),
-            "run %r continues with agent %r, which Clutch %r of this worker does not have: "
-            "its step waits in %s for a worker whose Clutch has it",
-            claimed.run_id,
-            agent,
-            self.clutch.name,
-            channel,
-            extra={"run_id": claimed.run_id, "agent": agent},
-        )
-        now = self.book.config.clock()
-        try:
-            release = Commit(claimed.run_id, claimed.fence, lease_until=now, updated_at=now)
-            await self.book.store.commit(release)
-        except StaleOwnerError:  # taken over meanwhile: its new holder has a message
-            await delivery.ack()
-            return None
-        trace = delivery.message.trace
-        message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
-        return await delivery.forward(channel, message)
-
-    def _lacking_level(self, claimed: RunRecord, agent: str) -> int:
-        """WARNING the first time this worker sends a run's step on for ``agent``, DEBUG
-        when a sweep brought the same step back (each claim raises the fence: not in the
-        key)."""
-        key = (claimed.run_id, claimed.step_seq, agent)
-        if key in self.lacking:
-            self.lacking.move_to_end(key)
-            return logging.DEBUG
-        self.lacking[key] = None
-        if len(self.lacking) > LACKING_KEPT:
-            self.lacking.popitem(last=False)
-        return logging.WARNING
 
     async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
         """Record that the run cannot be continued (no valid checkpoint to continue from)."""
