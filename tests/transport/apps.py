@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import functools
 import os
 import random
 import signal
@@ -50,14 +51,32 @@ def prefix() -> str:
     return setting("PREFIX", "nestegg-test:")
 
 
+QUEUES_KEY = "queues"
+"""The Redis set (under the prefix) of the channels whose RabbitMQ queues a test declared,
+in its own process or in a worker's: the teardown deletes them all."""
+
+
 def transport() -> Any:
-    """The broker of the tests: Redis Streams under the prefix, or the AMQP URL given."""
+    """The broker of the tests: Redis Streams under the prefix, or the AMQP URL given
+    (a transport that records the queues it declares, see :data:`QUEUES_KEY`)."""
     url = os.environ.get("NESTEGG_TEST_TRANSPORT")
     if url is None or url.startswith("redis"):
         return RedisStreamsTransport(url or redis_url(), prefix=prefix())
+    return _recording_rabbitmq()(url, prefix=prefix())
+
+
+@functools.cache
+def _recording_rabbitmq() -> Any:
     from nestegg.transport.rabbitmq import RabbitMQTransport
 
-    return RabbitMQTransport(url, prefix=prefix())
+    class RecordingRabbitMQ(RabbitMQTransport):
+        """RabbitMQ that records each channel whose queue it declares."""
+
+        async def _declare(self, amqp: Any, channel: str) -> Any:
+            await counter().sadd(f"{self.prefix}{QUEUES_KEY}", channel)
+            return await super()._declare(amqp, channel)
+
+    return RecordingRabbitMQ
 
 
 def config(

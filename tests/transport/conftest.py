@@ -180,9 +180,9 @@ async def deployment(
         yield deployed
     finally:
         deployed.stop_all()
-        await delete_redis_keys(redis_url, prefix)
         if broker == "rabbitmq":
-            await _delete_queues(deployed)
+            await _delete_queues(deployed)  # their names are kept under the prefix
+        await delete_redis_keys(redis_url, prefix)
 
 
 @pytest.fixture
@@ -197,20 +197,21 @@ async def store(deployment: Deployment) -> AsyncIterator[Any]:
 
 
 async def _delete_queues(deployed: Deployment) -> None:
-    from nestegg.transport.rabbitmq import RabbitMQTransport
+    """Delete every queue the test declared, in this process or in a worker's (recorded
+    under the prefix by :func:`tests.transport.apps.transport`)."""
+    import redis.asyncio as aioredis
 
-    transport = RabbitMQTransport(deployed.transport_url, prefix=deployed.prefix)
-    channels = [
-        f"nestegg.{pipeline}{suffix}"
-        for pipeline, agents in (
-            ("chain", ("ping", "pong")),
-            ("slow", ("crawl", "after")),
-            ("split", ("first", "second", "third")),
-        )
-        for suffix in ("", *(f".{agent}" for agent in agents))
-    ]
+    from nestegg.transport.rabbitmq import RabbitMQTransport
+    from tests.transport.apps import QUEUES_KEY
+
+    client = aioredis.Redis.from_url(deployed.redis_url)
     try:
-        await transport.delete_channels(channels)
+        recorded = await client.smembers(f"{deployed.prefix}{QUEUES_KEY}")
+    finally:
+        await client.aclose()
+    transport = RabbitMQTransport(deployed.transport_url, prefix=deployed.prefix)
+    try:
+        await transport.delete_channels(sorted(name.decode() for name in recorded))
     finally:
         await transport.close()
 
