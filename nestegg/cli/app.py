@@ -322,9 +322,10 @@ def explicit_store(ctx: typer.Context, store: str | None) -> bool:
 
 
 def describe_store(url: str | None) -> str:
-    """The store as users know it: its URL, or the embedded default's path."""
+    """The store as users know it: its URL (without its password), or the embedded
+    default's path."""
     if url:
-        return url
+        return without_password(url)
     return f"the default store ({home_path() / DEFAULT_DB_NAME})"
 
 

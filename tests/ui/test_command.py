@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from urllib.error import URLError
 from urllib.request import Request, urlopen
@@ -16,7 +17,9 @@ import pytest
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.ui import is_loopback
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.urls import without_password
 from tests.cli.pipeline_app import OWN_STORE_ENV
+from tests.servers import drop_postgres_tables
 from tests.ui.browser import ROOT, child_env, stop, ui_server
 
 TIMEOUT = 60
@@ -58,6 +61,30 @@ def test_it_serves_the_store_it_is_given_and_stops_on_sigterm(tmp_path: Path) ->
         assert not any("token" in line for line in server.output)  # read-only: no token
         code = stop(server.process)
     assert code in (0, -15)  # uvicorn ends on SIGTERM after shutting down
+
+
+@pytest.mark.server
+def test_a_store_url_is_printed_without_its_password(tmp_path: Path, pg_url: str) -> None:
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    scheme, _, rest = pg_url.partition("://")
+    user, _, host = rest.rpartition("@")
+    url = f"{scheme}://{user or 'postgres'}:s3cret@{host}?table_prefix={prefix}"  # trust auth
+    asyncio.run(empty_store_at(url))
+    try:
+        with ui_server(tmp_path / "home", "--store", url) as server:
+            assert server.output[0].startswith(
+                f"nestegg ui: {server.base}/ (store: {without_password(url)})"
+            )
+            assert "s3cret" not in "".join(server.output)
+            stop(server.process)
+    finally:
+        asyncio.run(drop_postgres_tables(pg_url, prefix))
+
+
+async def empty_store_at(url: str) -> None:
+    store = open_store(url)
+    await store.setup()
+    await store.close()
 
 
 def test_with_allow_writes_it_prints_the_token_and_the_url_that_keeps_it(
