@@ -241,14 +241,16 @@ async def resume_refusal(
     store: CheckpointStorage, pipeline: Pipeline, run: RunRecord, now: float
 ) -> NestEggError | None:
     """Why a resume of ``run`` by ``pipeline`` would be refused now (None: it would
-    claim the run): a ConfigurationError for a completed run (nothing to resume; the
-    service returns its result instead), else the error of :func:`resume_start`."""
-    if run.status == COMPLETED:
-        return ConfigurationError(
-            f"run {run.run_id!r} is completed: there is nothing to resume (fork it from a "
-            "checkpoint to run its steps again)"
-        )
+    claim the run): for a completed run, a ConfigurationError (another pipeline's run, or
+    nothing to resume: the service returns its result instead), else the error of
+    :func:`resume_start`."""
     try:
+        if run.status == COMPLETED:
+            check_pipeline(run, pipeline.name)
+            return ConfigurationError(
+                f"run {run.run_id!r} is completed: there is nothing to resume (fork it from "
+                "a checkpoint to run its steps again)"
+            )
         await resume_start(store, pipeline, run, now)
     except REFUSALS as error:
         return error

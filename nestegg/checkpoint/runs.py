@@ -352,6 +352,7 @@ class CheckpointedRuns:
             )
         run = await self.get_run_record(chosen)
         if run.status == COMPLETED:
+            check_pipeline(run, self.clutch.name)  # another pipeline's result is not ours
             return run_result(run)
         state, checkpoints = await resume_start(self.store, self.clutch, run, self.config.clock())
         kept = [c.checkpoint_id for c in checkpoints]

@@ -144,16 +144,22 @@ async def test_resume_latest_of_a_completed_run_returns_its_result(
     assert await stored_view(checkpoint_store, "complete") == before
 
 
+@pytest.mark.parametrize("completed", [False, True], ids=["failed", "completed"])
 async def test_resume_of_a_run_of_another_pipeline_is_refused(
-    checkpoint_store: CheckpointStorage,
+    checkpoint_store: CheckpointStorage, completed: bool
 ) -> None:
+    """Failed or completed: a Clutch does not hand out another pipeline's result either."""
     pipeline = Pipeline(checkpoint_store)
-    pipeline.fail.add("b")
-    with pytest.raises(Flaky):
+    if completed:
         await pipeline.clutch.run([], run_id="mine")
+    else:
+        pipeline.fail.add("b")
+        with pytest.raises(Flaky):
+            await pipeline.clutch.run([], run_id="mine")
     before = await stored_view(checkpoint_store, "mine")
     stranger = Pipeline(checkpoint_store, name="stranger")
-    with pytest.raises(ConfigurationError, match="pipeline"):
+    message = "run 'mine' belongs to pipeline 'pipeline', not 'stranger'"
+    with pytest.raises(ConfigurationError, match=f"^{message}$"):
         await stranger.clutch.resume_latest("mine")
     assert stranger.calls == []
     assert await stored_view(checkpoint_store, "mine") == before
