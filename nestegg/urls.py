@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 _PASSWORD_OPTION = re.compile(r"(?i)([?&]password=)[^&#]*")
 # libpq's key=value form: a value is a run of non-blanks or '…' with \-escapes (one not
@@ -80,10 +81,35 @@ def redis_database_problem(url: str) -> str | None:
     return None
 
 
+def query_problem(url: str, *takers: type) -> str | None:
+    """What is wrong with ``url``'s query (None: nothing): the options none of ``takers``
+    (classes whose ``__init__``, with their bases', takes the URL's options as keyword
+    arguments: redis-py's pool and connection) takes, as a typo like ``?prefx=app:`` is,
+    which a driver would refuse only at its first connection, with a ``TypeError``."""
+    taken: set[str] = set()
+    for taker in takers:
+        for klass in inspect.getmro(taker):
+            init = klass.__dict__.get("__init__")
+            try:
+                parameters = inspect.signature(init).parameters.values() if init else ()
+            except (TypeError, ValueError):
+                continue
+            taken.update(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
+    unknown = [name for name in parse_qs(urlsplit(url).query) if name not in taken]
+    if not unknown:
+        return None
+    names = ", ".join(repr(name) for name in unknown)
+    return f"unknown query option{'s' if len(unknown) > 1 else ''} {names}"
+
+
+_KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
 __all__ = [
     "UNREADABLE_HOST",
     "UNREADABLE_USER",
     "host_problem",
+    "query_problem",
     "redis_database_problem",
     "without_password",
 ]

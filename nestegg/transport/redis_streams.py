@@ -36,7 +36,7 @@ from redis.exceptions import (
 from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.errors import BrokerRefusedError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
-from nestegg.urls import redis_database_problem, without_password
+from nestegg.urls import query_problem, redis_database_problem, without_password
 
 log = logging.getLogger("nestegg")
 
@@ -339,9 +339,14 @@ def _client(url: str) -> Any:
     if problem is not None:
         raise bad_url(url, problem)
     try:
-        return aioredis.Redis.from_url(url)
+        client = aioredis.Redis.from_url(url)
     except ValueError as error:
         raise bad_url(url, error) from None
+    pool = client.connection_pool
+    problem = query_problem(url, type(pool), pool.connection_class)
+    if problem is not None:
+        raise bad_url(url, f"{problem} (redis-py takes its connection options there)")
+    return client
 
 
 def _address(client: Any) -> str:

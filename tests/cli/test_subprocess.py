@@ -158,6 +158,22 @@ def test_a_store_refusing_its_settings_is_bad_usage_naming_the_url_without_passw
         assert len(result.stderr.splitlines()) == 1 and PASSWORD not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://127.0.0.1:1/0?prefx=app:", "unknown query option 'prefx'"),
+        ("postgresql://x@127.0.0.1:1/x?sslmod=require", 'invalid URI query parameter: "sslmod"'),
+    ],
+)
+def test_a_store_url_option_the_driver_does_not_take_is_bad_usage_naming_it(
+    tmp_path: Path, url: str, reason: str
+) -> None:
+    result = nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stderr.startswith(f"error: bad store URL '{url}' from --store: "), result.stderr
+    assert reason in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "recover", "--app", "tests.cli.logging_app:none")
     assert result.stderr.splitlines() == [

@@ -181,6 +181,15 @@ def test_bad_construction_is_a_configuration_error() -> None:
         PostgresCheckpointStorage("postgresql://x@127.0.0.1/x", min_size=5, max_size=2)
 
 
+def test_a_url_option_libpq_does_not_take_is_refused_naming_it() -> None:
+    # psycopg would raise ProgrammingError at the first connection
+    with pytest.raises(ConfigurationError, match='invalid URI query parameter: "sslmod"'):
+        PostgresCheckpointStorage("postgresql://x@127.0.0.1/x?sslmod=require")
+    with pytest.raises(ConfigurationError, match='invalid connection option "foo"'):
+        PostgresCheckpointStorage("host=127.0.0.1 foo=1")
+    PostgresCheckpointStorage("postgresql://x@127.0.0.1/x?sslmode=require&application_name=a")
+
+
 # --- ownership -------------------------------------------------------------------------
 
 

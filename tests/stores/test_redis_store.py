@@ -409,6 +409,15 @@ def test_a_url_whose_database_is_no_number_is_refused(database: str) -> None:
         RedisCheckpointStorage(f"redis://127.0.0.1:6379/{database}")
 
 
+def test_a_url_option_redis_py_does_not_take_is_refused_naming_it() -> None:
+    # redis-py would raise TypeError at the first command
+    with pytest.raises(ConfigurationError, match=r"unknown query option 'socket_timout' \("):
+        RedisCheckpointStorage("redis://127.0.0.1:6379/0?socket_timout=5")
+    with pytest.raises(ConfigurationError, match="unknown query options 'a', 'b'"):
+        RedisCheckpointStorage("rediss://127.0.0.1:6379/0?ssl_cert_reqs=none&a=1&b=2")
+    RedisCheckpointStorage("redis://127.0.0.1:6379/0?socket_timeout=5&health_check_interval=3")
+
+
 async def test_a_database_the_server_does_not_have_is_a_configuration_error(
     redis_url: str,
 ) -> None:

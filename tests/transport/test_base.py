@@ -82,6 +82,11 @@ USER = UNREADABLE_USER
         ),
         ("amqp://guest:guest@[bad/", f"bad transport URL 'amqp://guest@[bad/': {UNREADABLE}"),
         (
+            "redis://127.0.0.1:6379/0?socket_timout=1",  # redis-py: TypeError when it connects
+            "bad transport URL 'redis://127.0.0.1:6379/0?socket_timout=1': unknown query option "
+            "'socket_timout' (redis-py takes its connection options there)",
+        ),
+        (
             "redis://127.0.0.1:6379/abc",  # redis-py would read database 0
             "bad transport URL 'redis://127.0.0.1:6379/abc': the database is a number from 0 "
             "(redis://host:6379/0), got 'abc'",

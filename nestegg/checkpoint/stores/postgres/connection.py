@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final, nestegg_error
 from nestegg.checkpoint.stores.retry import backoff_delay
-from nestegg.errors import StorageUnavailableError
+from nestegg.errors import ConfigurationError, StorageUnavailableError
 from nestegg.urls import without_password
 
 if TYPE_CHECKING:
@@ -88,6 +88,20 @@ def describe(conninfo: str) -> str:
     except psycopg.Error:
         return "the configured server"
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+def check_conninfo(conninfo: str) -> None:
+    """Raises ConfigurationError for a URL (or ``key=value`` string) that libpq cannot
+    read, as one with an option it does not know (``?sslmod=require``), naming it and
+    libpq's reason; psycopg would raise ``ProgrammingError`` at the first connection."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        raise ConfigurationError(
+            f"PostgreSQL store URL {describe(conninfo)!r}: {error} (libpq takes its "
+            "connection options there, such as ?sslmode=require; the store's table prefix: "
+            "table_prefix=)"
+        ) from None
 
 
 async def probe(url: str, where: str, connect_timeout: float) -> None:

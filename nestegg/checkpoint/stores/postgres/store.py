@@ -46,6 +46,7 @@ from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_
 from nestegg.checkpoint.stores.postgres.connection import (
     Connection,
     Cursor,
+    check_conninfo,
     close_at_exit,
     describe,
     on_cursor,
@@ -134,6 +135,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             )
         if url is not None and "://" in url and (problem := host_problem(url)) is not None:
             raise ConfigurationError(f"PostgreSQL store URL {without_password(url)!r}: {problem}")
+        if url is not None:
+            check_conninfo(url)
         self._url = url
         self._pool: Any = pool
         self._owns_pool = pool is None

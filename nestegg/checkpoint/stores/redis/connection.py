@@ -26,7 +26,7 @@ from nestegg.checkpoint.stores.redis.errors import driver_errors
 from nestegg.checkpoint.stores.redis.layout import command_bytes
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.errors import ConfigurationError
-from nestegg.urls import host_problem, redis_database_problem, without_password
+from nestegg.urls import host_problem, query_problem, redis_database_problem, without_password
 
 T = TypeVar("T")
 Keys = Sequence[str | bytes]
@@ -59,6 +59,7 @@ class RedisConnection:
                 socket_connect_timeout=connect_timeout,
                 socket_timeout=connect_timeout,
             )
+            _check_query(url_or_client, pool)
             self.client: Any = aioredis.Redis.from_pool(pool)
             self._owns_client = True
         elif callable(getattr(url_or_client, "register_script", None)):
@@ -233,6 +234,18 @@ def _check_database(url: str) -> None:
     problem = host_problem(url) or redis_database_problem(url)
     if problem is not None:
         raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
+
+
+def _check_query(url: str, pool: Any) -> None:
+    """Raises ConfigurationError for a store URL whose query holds an option redis-py's
+    pool and connection do not take (redis-py would raise ``TypeError`` at the first
+    command)."""
+    problem = query_problem(url, type(pool), pool.connection_class)
+    if problem is not None:
+        raise ConfigurationError(
+            f"Redis store URL {without_password(url)!r}: {problem} (redis-py takes its "
+            "connection options there, such as ?socket_timeout=5)"
+        )
 
 
 async def _reply_of(call: Awaitable[Any]) -> Any:
