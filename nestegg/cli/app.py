@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -350,8 +351,9 @@ def open_selected(url: str | None) -> CheckpointStorage:
 def _bad_url(url: str, error: Exception) -> str:
     if "://" not in url:
         reason = NO_SCHEME
-    else:  # the URL is named once, with where it came from
-        reason = str(error).removeprefix(f"store URL {without_password(url)!r}: ")
+    else:  # the URL is named once, with where it came from (a store's own words name it too)
+        named = re.escape(f"store URL {without_password(url)!r}: ")
+        reason = re.sub(rf"^(?:Redis |PostgreSQL )?{named}", "", str(error))
     return f"bad store URL {without_password(url)!r} from {_origin(url)}: {reason}"
 
 

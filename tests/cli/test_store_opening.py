@@ -232,6 +232,23 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
 
 
 @pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://:s3cret@cache:6379/abc", "the database is a number from 0"),
+        ("redis://cache:6379/0?socket_timout=5", "unknown query option 'socket_timout'"),
+        ("postgresql://app:s3cret@db/app?sslmod=require", "invalid URI query parameter"),
+    ],
+)
+def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, reason: str) -> None:
+    result = nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr.startswith(
+        f"error: bad store URL {without_password(url)!r} from --store: {reason}"
+    ), result.stderr
+    assert result.stderr.count("store URL") == 1 and "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "postgresql://app:123/s3cret@db/app",
