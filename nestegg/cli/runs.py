@@ -23,6 +23,7 @@ from nestegg.constants import (
     CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    INTERRUPTED,
     LARGEST_NUMBER,
     RUNNING,
     STATUSES,
@@ -84,7 +85,11 @@ def _run_cells(row: dict[str, Any]) -> list[str]:
 def runs_command(
     ctx: typer.Context,
     status: Annotated[
-        str | None, typer.Option(help=f"Only runs with this status ({', '.join(STATUSES)}).")
+        str | None,
+        typer.Option(
+            help=f"Only runs with this status ({', '.join(STATUSES)}; {INTERRUPTED}: as "
+            "--interrupted)."
+        ),
     ] = None,
     pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
     interrupted: Annotated[
@@ -102,6 +107,14 @@ def runs_command(
     with the signal or timer it waits for, and its deadline), steps, last checkpoint, last
     update, owner.
     """
+    if status == INTERRUPTED:  # the status the table shows: take it as it is shown
+        status, interrupted = None, True
+    elif interrupted and status not in (None, RUNNING):
+        raise CommandError(
+            f"--interrupted lists running runs whose owner is gone, none with status {status!r}: "
+            "give one of --interrupted and --status",
+            EXIT_USAGE,
+        )
     statuses = check_status(status)
     if interrupted:
         statuses = [RUNNING]

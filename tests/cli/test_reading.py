@@ -54,6 +54,8 @@ def test_runs_filters(cli: Cli, filled: Filled) -> None:
     assert ids("--status", "completed") == [filled.ok]
     assert ids("--status", "failed") == [filled.bad]
     assert ids("--interrupted") == [filled.gone]
+    assert ids("--status", "interrupted") == [filled.gone]  # as the table shows it
+    assert ids("--status", "running", "--interrupted") == [filled.gone]
     assert ids("--pipeline", "other") == []
     assert len(ids("--limit", "2")) == 2
     assert ids() == [filled.gone, filled.bad, filled.ok]  # newest first

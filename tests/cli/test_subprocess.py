@@ -174,6 +174,15 @@ def test_a_store_url_option_the_driver_does_not_take_is_bad_usage_naming_it(
     assert reason in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
 
 
+def test_runs_with_interrupted_and_another_status_is_bad_usage(tmp_path: Path) -> None:
+    result = nestegg(tmp_path, "runs", "--status", "completed", "--interrupted")
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        "error: --interrupted lists running runs whose owner is gone, none with status "
+        "'completed': give one of --interrupted and --status\n"
+    )
+
+
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "recover", "--app", "tests.cli.logging_app:none")
     assert result.stderr.splitlines() == [
