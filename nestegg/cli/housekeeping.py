@@ -21,7 +21,7 @@ from nestegg.cli.json_input import read_json
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, Output, counted
 from nestegg.cli.runs import check_status
-from nestegg.cli.transfer import ExportFormatError, export_run, import_run
+from nestegg.cli.transfer import ExportFormatError, export_run, import_run, read_export
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED, LARGEST_NUMBER
 from nestegg.errors import RunLockedError
 
@@ -260,12 +260,13 @@ def import_command(
     Exactly as it was: same ids and records; checksums are checked first.
     """
     document = read_json(source)
+    try:  # checked before the store is opened: a file refused leaves no store behind
+        read = read_export(document)
+    except ExportFormatError as error:
+        raise CommandError(f"{source}: {error}", EXIT_USAGE) from error
 
     async def work(opened: CheckpointStorage) -> RunRecord:
-        try:
-            return await import_run(opened, document)
-        except ExportFormatError as error:
-            raise CommandError(f"{source}: {error}", EXIT_USAGE) from error
+        return await import_run(opened, document, read)
 
     run = run_with_store(ctx, store, work)
     parts = {k: len(document[k]) for k in ("steps", "checkpoints", "events", "journal")}

@@ -326,14 +326,14 @@ def verify(run: RunRecord, commit: Commit) -> None:
         unseal(checkpoint.body, f"checkpoint {checkpoint.checkpoint_id!r} of run {rid!r}")
 
 
-async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
-    """Re-create an exported run in ``store``, exactly as it was exported.
+def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
+    """The run, its records and its signals of an export, every one checked as
+    :func:`import_run` needs them, before any store is opened.
 
     Raises:
         ExportFormatError: the document is not an export, or holds what no run can.
-        InvalidIdentifierError: an id that ``run()`` would refuse (nothing is written).
-        CheckpointCorruptedError: a record in it fails its checksum (nothing is written).
-        RunExistsError: the store already has a run with that id.
+        InvalidIdentifierError: an id that ``run()`` would refuse.
+        CheckpointCorruptedError: a record in it fails its checksum.
     """
     run, commit = read_document(document)
     signals = read_signals(document, run.run_id)
@@ -341,6 +341,24 @@ async def import_run(store: CheckpointStorage, document: Any) -> RunRecord:
     for signal in signals:
         check_name(signal.name, "signal name")
         unseal(signal.body, f"signal {signal.name!r} of run {run.run_id!r}")
+    return run, commit, signals
+
+
+async def import_run(
+    store: CheckpointStorage,
+    document: Any,
+    read: tuple[RunRecord, Commit, list[SignalRecord]] | None = None,
+) -> RunRecord:
+    """Re-create an exported run in ``store``, exactly as it was exported (``read``: what
+    :func:`read_export` gave for ``document``, so as not to check it again).
+
+    Raises:
+        ExportFormatError: the document is not an export, or holds what no run can.
+        InvalidIdentifierError: an id that ``run()`` would refuse (nothing is written).
+        CheckpointCorruptedError: a record in it fails its checksum (nothing is written).
+        RunExistsError: the store already has a run with that id.
+    """
+    run, commit, signals = read if read is not None else read_export(document)
     if await store.get_run(run.run_id) is not None:
         raise RunExistsError(
             f"run {run.run_id!r} already exists in the target store; delete it first",

@@ -211,7 +211,7 @@ def test_import_refuses_bad_documents(cli: Cli, filled: Filled, tmp_path: Path) 
     damaged = cli("import", str(path), "-s", target)
     assert damaged.exit_code == EXIT_FAILED
     assert f"step 2 of run {filled.ok!r} failed its checksum" in damaged.stderr
-    assert json_of(cli("runs", "-s", target, "--json")) == []
+    assert not (tmp_path / "target.db").exists()  # refused before the store was opened
 
 
 async def test_transfer_between_memory_stores() -> None:

@@ -198,12 +198,15 @@ def test_an_invalid_id_exits_2_on_every_store(tmp_path: Path, kind: str) -> None
         assert "is not valid Unicode text (a lone surrogate" in result.stderr
 
 
-def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(tmp_path: Path) -> None:
+def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(
+    tmp_path: Path, filled_doc: Path
+) -> None:
     home = Path("/proc/no-such-home")
+    document = filled_doc.read_text()  # an export: a document refused opens no store
     through_url = nestegg(
-        tmp_path, "import", "-", "-s", f"sqlite:///{home / 'nestegg.db'}", stdin="{}"
+        tmp_path, "import", "-", "-s", f"sqlite:///{home / 'nestegg.db'}", stdin=document
     )
-    by_default = nestegg(tmp_path, "import", "-", stdin="{}", NESTEGG_HOME=str(home))
+    by_default = nestegg(tmp_path, "import", "-", stdin=document, NESTEGG_HOME=str(home))
     assert through_url.returncode == by_default.returncode == EXIT_UNAVAILABLE
     assert by_default.stderr == through_url.stderr
     assert by_default.stderr.startswith(f"error: cannot open the SQLite database {home}")

@@ -183,6 +183,17 @@ def test_runs_with_interrupted_and_another_status_is_bad_usage(tmp_path: Path) -
     )
 
 
+def test_an_import_refused_creates_no_store(tmp_path: Path) -> None:
+    for document, code in ('{"format": "other"}', EXIT_USAGE), ("{not json", EXIT_USAGE):
+        result = nestegg(tmp_path, "import", "-", stdin=document)
+        assert result.returncode == code and len(result.stderr.splitlines()) == 1, result.stderr
+        target = nestegg(
+            tmp_path, "import", "-", "--store", f"file://{tmp_path / 'dir'}", stdin=document
+        )
+        assert target.returncode == code, target.stderr
+    assert not (tmp_path / "home").exists() and not (tmp_path / "dir").exists()
+
+
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "recover", "--app", "tests.cli.logging_app:none")
     assert result.stderr.splitlines() == [
