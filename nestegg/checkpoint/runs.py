@@ -476,8 +476,11 @@ class CheckpointedRuns:
         """The stored checkpoint ``checkpoint_id``.
 
         Raises:
+            InvalidIdentifierError: an id no checkpoint can have (before the store is
+                touched).
             CheckpointNotFoundError: no such checkpoint.
         """
+        checkpoint_id = check_name(checkpoint_id, "checkpoint id")
         store = await self.ready()
         record = await store.get_checkpoint(checkpoint_id)
         if record is None:

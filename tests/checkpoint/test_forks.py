@@ -514,13 +514,13 @@ async def test_a_fork_of_an_unknown_checkpoint_raises_not_found_and_stores_nothi
     assert pipeline.calls == []
 
 
-async def test_a_fork_of_a_malformed_checkpoint_id_raises_not_found(
+async def test_a_fork_of_a_malformed_checkpoint_id_is_an_invalid_identifier(
     checkpoint_store: CheckpointStorage,
 ) -> None:
     pipeline = Pipeline(checkpoint_store, NAMES)
     await finished(pipeline)
     before = await stored_everything(checkpoint_store)
-    with pytest.raises(CheckpointNotFoundError, match=re.escape("no checkpoint '../orig'")):
+    with pytest.raises(InvalidIdentifierError, match=re.escape("checkpoint id '../orig'")):
         await pipeline.clutch.fork("../orig", run_id="fork")
     assert await stored_everything(checkpoint_store) == before
 

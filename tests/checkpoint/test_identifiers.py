@@ -12,7 +12,7 @@ import pytest
 from nestegg import Clutch
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import MAX_NAME_LENGTH
-from nestegg.errors import CheckpointNotFoundError, InvalidIdentifierError
+from nestegg.errors import InvalidIdentifierError
 
 from .conftest import Pipeline, config
 
@@ -119,17 +119,24 @@ async def test_a_bad_configured_run_id_is_refused_before_the_store_is_touched(
     assert tree(store_root) == files
 
 
-@pytest.mark.parametrize("bad", ["../escape", "a/b", "..", "x" * (MAX_NAME_LENGTH + 1)])
-async def test_a_bad_checkpoint_id_is_refused_or_not_found(
+@pytest.mark.parametrize("bad", BAD_IDS, ids=lambda v: repr(v[:20]))
+async def test_a_bad_checkpoint_id_is_refused_before_the_store_is_touched(
     bad: str, checkpoint_store: CheckpointStorage, store_root: Path
 ) -> None:
-    pipeline = Pipeline(checkpoint_store)
+    pipeline, spy = spied_pipeline(checkpoint_store)
     files = tree(store_root)
-    with pytest.raises((InvalidIdentifierError, CheckpointNotFoundError)):
-        await pipeline.clutch.resume(bad)
-    with pytest.raises((InvalidIdentifierError, CheckpointNotFoundError)):
-        await pipeline.clutch.get_checkpoint(bad)
+    clutch = pipeline.clutch
+    for operation in (
+        lambda: clutch.resume(bad),
+        lambda: clutch.get_checkpoint(bad),
+        lambda: clutch.fork(bad),
+        lambda: clutch.fork(bad, data=[], run_id="new"),
+    ):
+        with pytest.raises(InvalidIdentifierError, match="checkpoint id"):
+            await operation()
+    assert spy.used() == [], spy.calls
     assert tree(store_root) == files
+    assert await checkpoint_store.list_runs() == []
 
 
 @pytest.mark.parametrize("good", GOOD_IDS, ids=lambda v: repr(v[:20]))
