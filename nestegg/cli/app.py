@@ -384,11 +384,28 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
     if isinstance(store, SQLiteCheckpointStorage):
         if isinstance(store.path, Path) and not store.path.is_file():
-            raise CommandError(f"no store at {where}: no such file", EXIT_NOT_FOUND)
+            raise CommandError(
+                f"no store at {where}: no such file{_relative(store.path)}", EXIT_NOT_FOUND
+            )
     elif not (store.root / FILE_RUNS_DIR).is_dir():
         raise CommandError(f"no store at {where}: no nestegg file store there", EXIT_NOT_FOUND)
     opened: CheckpointStorage = store if read_only else open_selected(url)
     return opened
+
+
+def _relative(path: Path) -> str:
+    """For a SQLite URL naming a relative path (``sqlite:///tmp/runs.db`` is ``tmp/runs.db``
+    here, as in SQLAlchemy), where it was looked for, and, for one in a directory (which
+    may have been meant from the root), how to name an absolute path."""
+    if path.is_absolute():
+        return ""
+    where = f" {str(path)!r} in the current directory"
+    if len(path.parts) < 2:
+        return where
+    return (
+        f"{where} (sqlite:/// names a relative path; an absolute one takes four slashes: "
+        f"sqlite:////{path.as_posix()})"
+    )
 
 
 async def _server_store_exists(store: CheckpointStorage) -> bool:

@@ -408,3 +408,22 @@ async def _drop(url: str) -> None:
         await store.drop()  # type: ignore[attr-defined]
     finally:
         await store.close()
+
+
+def test_a_missing_relative_sqlite_file_is_named_with_the_absolute_spelling(
+    tmp_path: Path,
+) -> None:
+    in_dir = nestegg(tmp_path, "runs", "--store", "sqlite:///no-such-dir/runs.db")
+    assert in_dir.returncode == EXIT_NOT_FOUND
+    assert in_dir.stderr == (
+        "error: no store at sqlite:///no-such-dir/runs.db: no such file 'no-such-dir/runs.db' "
+        "in the current directory (sqlite:/// names a relative path; an absolute one takes "
+        "four slashes: sqlite:////no-such-dir/runs.db)\n"
+    )
+    here = nestegg(tmp_path, "runs", "--store", "sqlite:///no-such.db")
+    assert here.stderr == (
+        "error: no store at sqlite:///no-such.db: no such file 'no-such.db' in the current "
+        "directory\n"
+    )
+    absolute = nestegg(tmp_path, "runs", "--store", f"sqlite:///{tmp_path / 'none.db'}")
+    assert absolute.stderr.endswith(": no such file\n")
