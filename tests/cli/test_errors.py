@@ -63,16 +63,18 @@ def test_not_found_exits_3(cli: Cli, filled: Filled) -> None:
     "url",
     [UNREACHABLE_SQLITE, "file:///proc/no-such-dir/store", "redis://127.0.0.1:1/0"],
 )
-def test_unreachable_store_exits_4(cli: Cli, url: str) -> None:
+def test_unreachable_store_exits_4(cli: Cli, filled: Filled, url: str) -> None:
     # import is a command that writes (creates the store): the store cannot be made there
-    result = cli("import", "-", "--store", url, input="{}")
+    document = cli("export", filled.ok, "--store", filled.url).stdout
+    result = cli("import", "-", "--store", url, input=document)
     assert result.exit_code == EXIT_UNAVAILABLE, result.output
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
     assert "Traceback" not in result.stderr
 
 
-def test_debug_shows_the_traceback(cli: Cli) -> None:
-    result = cli("--debug", "import", "-", "--store", UNREACHABLE_SQLITE, input="{}")
+def test_debug_shows_the_traceback(cli: Cli, filled: Filled) -> None:
+    document = cli("export", filled.ok, "--store", filled.url).stdout
+    result = cli("--debug", "import", "-", "--store", UNREACHABLE_SQLITE, input=document)
     assert result.exit_code == EXIT_UNAVAILABLE
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: cannot open")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.records import Owner, RunRecord
 from nestegg.testing.builders import make_checkpoint, make_commit, make_run, make_step
 from tests.crash.child import open_test_store
 
@@ -29,20 +29,27 @@ async def main(args: argparse.Namespace) -> None:
     log = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     owner = Owner("crash-host", os.getpid(), "group")
 
-    async def one(index: int) -> None:
+    async def claimed(index: int) -> RunRecord:
         run = make_run(f"group-{index:03d}")
         await store.create_run(run)
-        claimed = await store.claim_run(run.run_id, run.fence, owner, time.time() + 60, 0.0)
+        return await store.claim_run(run.run_id, run.fence, owner, time.time() + 60, 0.0)
+
+    async def one(run: RunRecord) -> None:
         seq = 0
         while True:
             seq += 1
             step = make_step(run.run_id, seq)
             checkpoint = make_checkpoint(run.run_id, seq)
-            commit = make_commit(claimed, steps=[step], checkpoints=[checkpoint], step_seq=seq)
+            commit = make_commit(run, steps=[step], checkpoints=[checkpoint], step_seq=seq)
             await store.commit(commit)
             os.write(log, f"{run.run_id} {seq}\n".encode())
+            # a step's work gives the other runs their turn, as a step awaiting a model
+            # does: a commit the store wrote at once on this thread does not
+            await asyncio.sleep(0)
 
-    await asyncio.gather(*(one(i) for i in range(args.runs)))
+    # every run claimed first, so that all of them commit from the start
+    runs = await asyncio.gather(*(claimed(i) for i in range(args.runs)))
+    await asyncio.gather(*(one(run) for run in runs))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ async def _every_acknowledged_step_is_stored(
 ) -> None:
     rng, report = crash_rng
     acked = await _kill_mid_group_commit(target, tmp_path, rng, report)
-    assert len(acked) > 1
+    assert len(acked) >= RUNS // 2, f"too few runs committed at once; {report}"
     store = target.open()
     try:
         await store.setup()
