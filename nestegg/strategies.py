@@ -1,7 +1,12 @@
 """The four strategies as small cursor objects that say which agent runs next.
 
 A cursor's position is a small dict (``position()``) that a checkpoint stores and
-``restore()`` reads back, checking that the agents it names still exist.
+``restore()`` reads back, checking that the agents it names still exist. It says where the
+run goes on: SEQUENTIAL and ROUND_ROBIN ``{"index": i, "agent": a}`` (``a``, the agent at
+``i`` of the order, runs next; None: the order is done), GRAPH ``{"node": n}`` (``n`` runs
+next; None: the graph ended), SELECTOR ``{"forced": f}`` (``f``, the target of a hand-over,
+runs next; None: the selector picks the next agent). ``upcoming()`` and
+:func:`upcoming_at` read that.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ class Strategy(Enum):
 Choose = Callable[[], Awaitable[str | None]]
 
 
+class Undecided(Enum):
+    """A next agent that no cursor state names: the selector picks it when the run goes on."""
+
+    SELECTOR = "selector"
+
+
+Upcoming = str | Undecided | None
+"""The agent that runs next; None: the run stops; ``Undecided.SELECTOR``: not known yet."""
+
+
 class Cursor(Protocol):
     """Where a run goes next."""
 
@@ -36,6 +51,10 @@ class Cursor(Protocol):
 
     def handover(self, target: str) -> bool:
         """Jump to ``target``; False (unknown target) stops the run."""
+
+    def upcoming(self) -> Upcoming:
+        """The agent that runs next as the cursor's state says it, without asking the
+        selector (None: the run stops; ``Undecided.SELECTOR``: the selector picks it)."""
 
     def position(self) -> dict[str, Any]:
         """The cursor's state, to store in a checkpoint."""
@@ -76,11 +95,19 @@ class OrderCursor:
         self.index = self.order.index(target)
         return True
 
-    def position(self) -> dict[str, Any]:
-        upcoming = None
+    def upcoming(self) -> str | None:
         if self.order and (self.wrap or self.index < len(self.order)):
-            upcoming = self.order[self.index % len(self.order)]
-        return {"index": self.index, "agent": upcoming}
+            return self.order[self.index % len(self.order)]
+        return None
+
+    @staticmethod
+    def upcoming_at(position: Mapping[str, Any]) -> str | None:
+        """The agent a stored position of this cursor runs next (None: the order is done)."""
+        agent = position.get("agent")
+        return agent if isinstance(agent, str) else None
+
+    def position(self) -> dict[str, Any]:
+        return {"index": self.index, "agent": self.upcoming()}
 
     def restore(self, position: Mapping[str, Any]) -> None:
         index = int(position.get("index", 0))
@@ -116,6 +143,15 @@ class GraphCursor:
             return False
         self.node = target
         return True
+
+    def upcoming(self) -> str | None:
+        return self.node
+
+    @staticmethod
+    def upcoming_at(position: Mapping[str, Any]) -> str | None:
+        """The node a stored position of this cursor runs next (None: the graph ended)."""
+        node = position.get("node")
+        return node if isinstance(node, str) else None
 
     def position(self) -> dict[str, Any]:
         return {"node": self.node}
@@ -154,6 +190,18 @@ class SelectorCursor:
         self.forced = target
         return True
 
+    def upcoming(self) -> str | Undecided | None:
+        if self.forced is None and self.choose is None:
+            return None  # no selector: the run stops
+        return self.upcoming_at(self.position())
+
+    @staticmethod
+    def upcoming_at(position: Mapping[str, Any]) -> str | Undecided:
+        """The hand-over target a stored position of this cursor runs next, else
+        ``Undecided.SELECTOR``."""
+        forced = position.get("forced")
+        return forced if isinstance(forced, str) else Undecided.SELECTOR
+
     def position(self) -> dict[str, Any]:
         return {"forced": self.forced}
 
@@ -162,6 +210,22 @@ class SelectorCursor:
         if forced is not None and forced not in self.agents:
             raise _missing(forced, "the agent a hand-over chose")
         self.forced = forced
+
+
+_BY_KEY: dict[str, Callable[[Mapping[str, Any]], Upcoming]] = {
+    "index": OrderCursor.upcoming_at,
+    "node": GraphCursor.upcoming_at,
+    "forced": SelectorCursor.upcoming_at,
+}
+
+
+def upcoming_at(position: Mapping[str, Any] | None) -> Upcoming:
+    """What a stored position (any cursor's ``position()``) says runs next, as that
+    cursor's ``upcoming()`` does; None for no position or one of no strategy."""
+    for key, read in _BY_KEY.items():
+        if position and key in position:
+            return read(position)
+    return None
 
 
 def make_cursor(

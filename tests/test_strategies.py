@@ -13,7 +13,15 @@ from pydantic import BaseModel
 
 from nestegg import Clutch, Handover, Strategy, Terminate, get_context, handover
 from nestegg.errors import ConfigurationError, IncompatibleCheckpointError
-from nestegg.strategies import GraphCursor, OrderCursor, SelectorCursor, make_cursor
+from nestegg.strategies import (
+    Cursor,
+    GraphCursor,
+    OrderCursor,
+    SelectorCursor,
+    Undecided,
+    make_cursor,
+    upcoming_at,
+)
 
 
 class Route(BaseModel):
@@ -736,3 +744,34 @@ class TestCursors:
         with pytest.raises(IncompatibleCheckpointError, match="'gone'") as lost:
             cursor.restore({"forced": "gone"})
         assert lost.value.agent == "gone"
+
+    async def test_upcoming_is_the_agent_next_agent_gives_and_a_stored_position_says_it(
+        self,
+    ) -> None:
+        async def choose() -> str | None:
+            return "a"
+
+        leaf = type("Node", (), {"edges": []})()
+        agents = {"a": type("Node", (), {"edges": ["b"]})(), "b": leaf}
+        cursors: list[tuple[Cursor, list[str | None]]] = [
+            (OrderCursor(["a", "b"], agents, wrap=False), ["a", "b", None]),
+            (OrderCursor(["a", "b"], agents, wrap=True), ["a", "b", "a"]),
+            (GraphCursor(["a", "b"], agents), ["a", "b", None]),
+        ]
+        for cursor, expected in cursors:
+            seen = []
+            for _ in range(3):
+                upcoming = cursor.upcoming()
+                assert upcoming == upcoming_at(cursor.position())
+                assert await cursor.next_agent() == upcoming
+                seen.append(upcoming)
+                if upcoming is None:
+                    break
+                cursor.completed(upcoming)
+            assert seen == expected
+        selector = SelectorCursor(agents, choose)
+        assert selector.upcoming() is upcoming_at({"forced": None}) is Undecided.SELECTOR
+        selector.handover("b")
+        assert selector.upcoming() == upcoming_at(selector.position()) == "b"
+        assert SelectorCursor(agents, None).upcoming() is None  # no selector: it stops
+        assert upcoming_at(None) is None and upcoming_at({}) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
+from nestegg.strategies import Undecided, upcoming_at
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
 
@@ -111,14 +113,25 @@ def shown_status(row: dict[str, Any]) -> str:
 RUN_ENDED_AFTER = "none, the run ended after this step"
 """The next agent shown for the checkpoint of a completed run's last step."""
 
+CHOSEN_BY_SELECTOR = "chosen by the selector"
+"""The next agent shown when the selector picks it as the run goes on."""
 
-def next_agent_shown(next_agent: str | None, run: RunRecord, seq: int) -> str | None:
-    """The next agent of a checkpoint after step ``seq`` of ``run`` as people see it: the
-    one it records, :data:`RUN_ENDED_AFTER` at a completed run's last step, else None (not
-    known: the strategy picks it when the run goes on), to be left out."""
+
+def next_agent_shown(
+    next_agent: str | None, position: Mapping[str, Any] | None, run: RunRecord, seq: int
+) -> str | None:
+    """The agent that runs next from the checkpoint after step ``seq`` of ``run`` (its
+    recorded ``next_agent`` and the strategy's ``position``) as people see it: the one it
+    records (a checkpoint taken inside an agent), :data:`RUN_ENDED_AFTER` at a completed
+    run's last step, else the one the strategy's position says
+    (:func:`nestegg.strategies.upcoming_at`), :data:`CHOSEN_BY_SELECTOR` when the
+    selector picks it, None when nothing says it, to be left out."""
     if next_agent:
         return next_agent
-    return RUN_ENDED_AFTER if run.status == COMPLETED and seq == run.step_seq else None
+    if run.status == COMPLETED and seq == run.step_seq:
+        return RUN_ENDED_AFTER
+    upcoming = upcoming_at(position)
+    return CHOSEN_BY_SELECTOR if upcoming is Undecided.SELECTOR else upcoming
 
 
 def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
@@ -132,12 +145,14 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
         "created_at": info.created_at,
         "turn": None,
         "next_agent": None,
+        "position": None,
         "valid": True,
     }
     try:
         body = parse_checkpoint(record.body, f"checkpoint {record.checkpoint_id!r}")
         row["turn"] = body.get("turn")
         row["next_agent"] = body.get("next")
+        row["position"] = body.get("position")
     except (CheckpointCorruptedError, AttributeError):
         row["valid"] = False
     return row

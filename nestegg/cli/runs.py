@@ -260,7 +260,7 @@ def checkpoints_command(
             "-" if r["turn"] is None else str(r["turn"]),
             r["reason"],
             when(r["created_at"]),
-            reading.next_agent_shown(r["next_agent"], run, r["seq"]) or "",
+            reading.next_agent_shown(r["next_agent"], r["position"], run, r["seq"]) or "",
             "ok" if r["valid"] else "DAMAGED",
         ]
         for r in rows

@@ -112,17 +112,13 @@ class Warm(NamedTuple):
         )
 
 
-def next_route(clutch: Clutch, execution: RunExecution) -> str | None:
+def next_route(execution: RunExecution) -> str | None:
     """The agent whose channel the run's next step goes to; None: the pipeline's channel
     (a SELECTOR picks the agent in the worker that takes the step)."""
     if execution.pending_agent is not None:
         return execution.pending_agent
-    position = execution.cursor.position()
-    if clutch.strategy is Strategy.SELECTOR:
-        forced = position.get("forced")
-        return str(forced) if forced else None
-    agent = position.get("agent", position.get("node"))
-    return str(agent) if agent else None
+    upcoming = execution.cursor.upcoming()
+    return upcoming if isinstance(upcoming, str) else None
 
 
 def first_route(clutch: Clutch) -> str | None:
@@ -348,7 +344,7 @@ class StepRunner:
         held = time.monotonic() - taken
         if self.stopping.is_set() or held >= CONTINUE_AT_MOST:
             return False
-        route = next_route(self.clutch, execution)
+        route = next_route(execution)
         if route is not None and route not in self.hosts:
             return False
         return held < CONTINUE_FOR or not await self.crowded()
@@ -408,7 +404,7 @@ class StepRunner:
             tracing.run_ended(execution, "failed")
             await delivery.ack()
             return None
-        route = outcome if outcome != STEP_DONE else next_route(self.clutch, execution)
+        route = outcome if outcome != STEP_DONE else next_route(execution)
         if outcome == STEP_DONE and route is None and self.clutch.strategy is not Strategy.SELECTOR:
             await recorder.finish(execution.ctx.data, execution.data_seq)  # nothing comes next
             outcome = RUN_DONE

@@ -443,7 +443,7 @@ async def state_of(
     return {
         "state": reading.state_json(state),
         "checkpoint_ids": ids,
-        "next": reading.next_agent_shown(state.next_agent, run, state.seq),
+        "next": reading.next_agent_shown(state.next_agent, state.position, run, state.seq),
         "fork": fork_offer(forker, run, state) if forker else None,
     }
 

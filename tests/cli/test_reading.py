@@ -9,11 +9,12 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from nestegg import Clutch, Strategy
+from nestegg import Clutch, Handover, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
@@ -337,11 +338,79 @@ def test_show_marks_the_steps_of_a_block_with_a_damaged_head(cli: Cli, tmp_path:
     assert "damaged" in shown[0] and "damaged" not in shown[-1]
 
 
-def test_checkpoints_name_the_next_agent_only_when_known(cli: Cli, tmp_path: Path) -> None:
+def _next_cells(cli: Cli, url: str, run_id: str) -> list[str]:
+    """The NEXT cells of ``nestegg checkpoints RUN``, oldest checkpoint first."""
+    result = cli("checkpoints", run_id, "--store", url)
+    assert result.exit_code == 0, result.stderr
+    header, *lines = result.stdout.splitlines()
+    where = header.index("NEXT")
+    return [line[where : line.index(" ok", where)].strip() for line in lines]
+
+
+ENDED = "none, the run ended after this step"
+
+
+def _appender(name: str, hands_over: bool) -> Any:
+    async def agent(data: list[str]) -> list[str]:
+        if hands_over and name == "a":
+            raise Handover("b", [*data, name])
+        return [*data, name]
+
+    agent.__name__ = name
+    return agent
+
+
+def test_checkpoints_name_the_agent_a_resume_runs_next(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'next.db'}"
+    store = open_store(url)
+    config = CheckpointConfig(storage=store, policy=CheckpointPolicy(keep_latest=None))
+
+    def clutch_of(strategy: Strategy, max_turns: int = 100) -> Clutch:
+        return Clutch(strategy.value, strategy=strategy, checkpoint=config, max_turns=max_turns)
+
+    sequential = clutch_of(Strategy.SEQUENTIAL)
+    rotation = clutch_of(Strategy.ROUND_ROBIN, max_turns=4)
+    graph = clutch_of(Strategy.GRAPH)
+    selector = clutch_of(Strategy.SELECTOR)
+    for clutch in (sequential, rotation, graph, selector):
+        edges = {"a": ["c"], "b": [], "c": ["b"]} if clutch is graph else {}
+        for name in ("a", "b", "c"):
+            clutch.agent(edges=edges.get(name))(_appender(name, clutch is selector))
+    picks = iter(["a", "c", None])  # a hands over to b, then the selector picks c, then stops
+
+    @selector.selector
+    async def pick(data: list[str]) -> str | None:
+        return next(picks)
+
+    async def run() -> None:
+        try:
+            for clutch in (sequential, rotation, graph, selector):
+                await clutch.run([], run_id=clutch.name)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    assert _next_cells(cli, url, "sequential") == ["b", "c", ENDED]  # the position's agent
+    assert _next_cells(cli, url, "round_robin") == ["b", "c", "a", ENDED]  # wraps around
+    assert _next_cells(cli, url, "graph") == ["c", "b", ENDED]  # the edges, not the order
+    assert _next_cells(cli, url, "selector") == ["b", "chosen by the selector", ENDED]
+    rows = json_of(cli("checkpoints", "sequential", "--store", url, "--json"))
+    assert [r["next_agent"] for r in rows] == [None, None, None]  # --json: what is recorded
+    assert [r["position"] for r in rows] == [
+        {"index": 1, "agent": "b"},
+        {"index": 2, "agent": "c"},
+        {"index": 3, "agent": None},
+    ]
+
+
+def test_checkpoints_name_the_agent_under_way_and_the_one_a_failed_run_resumes_with(
+    cli: Cli, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'next.db'}"
     store = open_store(url)
     config = CheckpointConfig(storage=store, policy=CheckpointPolicy(keep_latest=None))
     clutch = Clutch("next", strategy=Strategy.SEQUENTIAL, checkpoint=config)
+    broken = [True]
 
     @clutch.agent()
     async def first(data: list[str]) -> list[str]:
@@ -350,22 +419,22 @@ def test_checkpoints_name_the_next_agent_only_when_known(cli: Cli, tmp_path: Pat
     @clutch.agent()
     async def second(data: list[str]) -> list[str]:
         await clutch.checkpoint()  # before its step: it continues with second
+        if broken[0]:
+            raise RuntimeError("second broke")
         return [*data, "second"]
 
-    async def run() -> None:
-        try:
+    async def fail() -> None:
+        with pytest.raises(RuntimeError):
             await clutch.run([], run_id="next")
+
+    async def resume() -> None:
+        try:
+            assert await clutch.resume_latest("next") == ["first", "second"]
         finally:
             await store.close()
 
-    asyncio.run(run())
-    result = cli("checkpoints", "next", "--store", url)
-    assert result.exit_code == 0, result.stderr
-    header, *lines = result.stdout.splitlines()
-    where = header.index("NEXT")
-    nexts = [line[where : line.index(" ok", where)].strip() for line in lines]
-    # known; not known (the strategy picks it when the run goes on): no "-"; the run ended
-    assert sorted(nexts) == ["", "none, the run ended after this step", "second"]
-    assert nexts[-1] == "none, the run ended after this step"
-    rows = json_of(cli("checkpoints", "next", "--store", url, "--json"))
-    assert [r["next_agent"] for r in rows].count(None) == 2  # --json: what is recorded
+    asyncio.run(fail())
+    assert _next_cells(cli, url, "next") == ["second", "second"]  # after step 1; inside second
+    broken[0] = False
+    asyncio.run(resume())
+    assert _next_cells(cli, url, "next")[-1] == ENDED

@@ -9,6 +9,8 @@ import math
 import re
 from typing import Any
 
+import pytest
+
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
@@ -93,6 +95,33 @@ def test_a_checkpoint_page_says_which_agent_is_next_and_when_none_is() -> None:
         lines = [_position(client.get(f"/checkpoints/{c}").text) for c in shown]
     assert lines == [
         "after step 1, turn 1; next agent: second",  # the agent under way when it was taken
-        "after step 1, turn 1",  # the strategy picks the next one when the run goes on
+        "after step 1, turn 1; next agent: second",  # the position's: a resume runs it
         "after step 2, turn 2; next agent: none, the run ended after this step",
     ]
+
+
+def test_a_selector_checkpoint_page_says_the_selector_chooses() -> None:
+    store = MemoryCheckpointStorage()
+    config = CheckpointConfig(storage=store)
+    clutch = Clutch("choose", strategy=Strategy.SELECTOR, checkpoint=config)
+    picks = iter(["fine", "broken"])
+
+    @clutch.agent()
+    async def fine(data: int) -> int:
+        return data + 1
+
+    @clutch.agent()
+    async def broken(data: int) -> int:
+        raise RuntimeError("broken")
+
+    @clutch.selector
+    async def pick(data: int) -> str | None:
+        return next(picks)
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(clutch.run(0, run_id="choose"))
+    with client_for(UISettings(store=store)) as client:
+        run_page = client.get("/runs/choose").text
+        (after_fine,) = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)
+        line = _position(client.get(f"/checkpoints/{after_fine}").text)
+    assert line == "after step 1, turn 1; next agent: chosen by the selector"
