@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from nestegg import telemetry_attempts
-from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
 from nestegg.context import ClutchContext, ClutchState
 from nestegg.errors import ConfigurationError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
@@ -56,6 +56,8 @@ class PipelineBase:
         checkpoint: CheckpointConfig | None = None,
         on_checkpoint: CheckpointHook | None = None,
     ) -> None:
+        if checkpoint is not None or transport is not None:  # stored, and in channel names
+            check_name(name, "pipeline name")
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 f"strategy must be a nestegg.Strategy (one of "

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import MAX_NAME_LENGTH
 from nestegg.errors import InvalidIdentifierError
@@ -166,3 +167,49 @@ def test_a_bad_agent_name_is_refused_at_registration(
     with pytest.raises(InvalidIdentifierError):
         clutch.agent()(agent)
     assert clutch.agent_names == ()
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("", "pipeline name must be a non-empty string, got ''"),
+        ("../x", "pipeline name '../x' contains a path separator, '..' or a control character"),
+        ("a\nb", "pipeline name 'a\\nb' contains a path separator, '..' or a control character"),
+    ],
+)
+async def test_a_bad_pipeline_name_is_refused_with_checkpointing_or_a_transport(
+    bad: str,
+    why: str,
+    checkpoint_store: CheckpointStorage,
+    store_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("NESTEGG_HOME", str(home))
+    spy = Spy(checkpoint_store)
+    files = tree(store_root)
+    for options in (
+        {"checkpoint": config(spy)},  # type: ignore[arg-type]
+        {"checkpoint": CheckpointConfig()},  # the default store, not created
+        {"checkpoint": config(checkpoint_store), "transport": "redis://localhost:1"},
+        {"transport": "redis://localhost:1"},
+    ):
+        with pytest.raises(InvalidIdentifierError) as refused:
+            Clutch(bad, **options)
+        assert str(refused.value) == why
+    assert spy.used() == []
+    assert tree(store_root) == files and not home.exists()
+    assert await checkpoint_store.list_runs() == []
+
+
+async def test_any_pipeline_name_runs_without_checkpointing_as_in_eggai_clutch() -> None:
+    for name in ("", "../x", "a\nb"):
+        clutch = Clutch(name)
+
+        @clutch.agent()
+        async def double(data: int) -> int:
+            return data * 2
+
+        assert clutch.name == name
+        assert await clutch.run(2) == 4
