@@ -251,6 +251,19 @@ def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, rea
     assert result.stderr.count("store URL") == 1 and "s3cret" not in result.stderr
 
 
+def test_a_postgres_option_value_libpq_does_not_take_is_bad_usage(
+    tmp_path: Path, pg_url: str
+) -> None:
+    url = f"{pg_url}?sslmode=bogus"
+    result = nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stderr == (
+        f"error: PostgreSQL store URL {without_password(url)!r}: libpq does not take the value "
+        "of the connection option 'sslmode': connection is bad: invalid sslmode value: "
+        '"bogus"\n'
+    )
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -91,6 +91,35 @@ def test_a_connection_postgres_refuses_for_good_is_a_configuration_error() -> No
         assert type(error) is StorageUnavailableError
 
 
+@pytest.mark.parametrize(
+    ("libpq", "option"),
+    [
+        ('invalid sslmode value: "bogus"', "sslmode"),
+        ('invalid target_session_attrs value: "x"', "target_session_attrs"),
+        ('invalid "ssl_min_protocol_version" value: "x"', "ssl_min_protocol_version"),
+        ('invalid value "x" for maximum SSL protocol version', "ssl_max_protocol_version"),
+        ('invalid port number: "x"', "port"),
+        (
+            'connection to server at "db", port 5432 failed: invalid integer value "x" for '
+            'connection option "keepalives"',
+            "keepalives",
+        ),
+        ('require_auth method "password" is specified more than once', "require_auth"),
+    ],
+)
+def test_an_option_value_libpq_does_not_take_is_a_configuration_error_naming_it(
+    libpq: str, option: str
+) -> None:
+    exc = psycopg.OperationalError(f"connection is bad: {libpq}")
+    assert pg_errors.is_final(exc)  # no retrying until the timeout: it will not pass
+    error = pg_errors.nestegg_error(exc, "postgresql://u@db/x?o=v")
+    assert type(error) is ConfigurationError
+    assert str(error) == (
+        "PostgreSQL store URL 'postgresql://u@db/x?o=v': libpq does not take the value of the "
+        f"connection option {option!r}: connection is bad: {libpq}"
+    )
+
+
 def test_a_postgres_error_becomes_a_nestegg_error_with_the_driver_as_cause() -> None:
     with pytest.raises(StorageUnavailableError) as caught, pg_errors.driver_errors("db"):
         raise psycopg.errors.lookup("57P01")("terminating connection")

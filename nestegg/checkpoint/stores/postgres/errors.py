@@ -7,12 +7,14 @@ the code's class, its first two characters; anything else the server reports is 
 connection, a pool that hands out no connection in time) is decided by its class in
 :data:`BY_CLASS`, except a connection the server refuses for good (:func:`is_final`: an
 unknown role or database, a failed authentication, a password the server asks for and the URL
-lacks): that is a
+lacks), or that libpq refuses to try with an option's value it does not take
+(:func:`bad_option`: ``?sslmode=bogus``): that is a
 :class:`~nestegg.errors.ConfigurationError`, as the store's URL is what is wrong.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -50,6 +52,36 @@ _CLIENT_REFUSALS = ("fe_sendauth: no password supplied",)
 settings it has: the server asks for a password the URL does not hold."""
 
 
+_BAD_VALUES = (
+    re.compile(r'invalid integer value "[^"]*" for connection option "(?P<option>\w+)"'),
+    re.compile(r'invalid "?(?P<option>\w+)"? value: "'),
+    re.compile(r'invalid (?P<option>port) number: "'),
+    re.compile(r'invalid value "[^"]*" for (?P<option>minimum|maximum) SSL protocol version'),
+    re.compile(r'(?P<option>require_auth) method "'),
+    re.compile(r'weak (?P<option>sslmode) "'),
+)
+"""What libpq says, before it connects, of a connection option's value it does not take
+(a value its ``conninfo_to_dict`` lets through): each names the option."""
+
+_SSL_PROTOCOL_BOUNDS = {
+    "minimum": "ssl_min_protocol_version",
+    "maximum": "ssl_max_protocol_version",
+}
+
+
+def bad_option(exc: psycopg.Error) -> str | None:
+    """The connection option whose value libpq refused in ``exc`` (``sslmode`` for
+    ``invalid sslmode value: "bogus"``), else None. libpq's text is all there is: psycopg
+    gives the error no SQLSTATE, as for a refused connection."""
+    if exc.sqlstate:
+        return None
+    for pattern in _BAD_VALUES:
+        if found := pattern.search(str(exc)):
+            option = found["option"]
+            return _SSL_PROTOCOL_BOUNDS.get(option, option)
+    return None
+
+
 def error_class(exc: psycopg.Error) -> type[StorageError]:
     """The nestegg error ``exc`` becomes, by the tables above."""
     if exc.sqlstate:
@@ -60,6 +92,11 @@ def error_class(exc: psycopg.Error) -> type[StorageError]:
 def nestegg_error(exc: psycopg.Error, where: str) -> StorageError | ConfigurationError:
     """The nestegg error for ``exc`` on the server ``where`` (its URL without the
     password), psycopg's reason in its text."""
+    if option := bad_option(exc):
+        return ConfigurationError(
+            f"PostgreSQL store URL {where!r}: libpq does not take the value of the connection "
+            f"option {option!r}: {exc}"
+        )
     if not exc.sqlstate and is_final(exc):
         return ConfigurationError(
             f"PostgreSQL at {where} refused the store's settings: {exc} (check the user, "
@@ -83,15 +120,24 @@ def driver_errors(where: str) -> Iterator[None]:
 def is_final(exc: psycopg.Error) -> bool:
     """Whether a failed connection is refused for good: the server answered (``FATAL:``,
     as for no such database or a failed authentication) with more than a passing refusal,
-    or asked for a password the URL does not hold (libpq's ``fe_sendauth``).
+    or asked for a password the URL does not hold (libpq's ``fe_sendauth``), or libpq
+    refused an option's value (:func:`bad_option`).
 
     This reads libpq's message: psycopg gives a refused connection no SQLSTATE (its
     ``sqlstate`` and ``diag`` are empty; psycopg 3.3), so there is no code to key on.
     """
     text = str(exc)
-    if any(words in text for words in _CLIENT_REFUSALS):
+    if bad_option(exc) or any(words in text for words in _CLIENT_REFUSALS):
         return True
     return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
 
 
-__all__ = ["BY_CLASS", "BY_SQLSTATE", "driver_errors", "error_class", "is_final", "nestegg_error"]
+__all__ = [
+    "BY_CLASS",
+    "BY_SQLSTATE",
+    "bad_option",
+    "driver_errors",
+    "error_class",
+    "is_final",
+    "nestegg_error",
+]
