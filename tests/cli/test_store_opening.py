@@ -240,6 +240,11 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
         ("redis://:s3cret@cache:6379/abc", "the database is a number from 0"),
         ("redis://cache:6379/0?socket_timout=5", "unknown query option 'socket_timout'"),
         ("postgresql://app:s3cret@db/app?sslmod=require", "invalid URI query parameter"),
+        (
+            "rediss://:s3cret@cache:6379/0?ssl_cert_reqs=bogus",
+            "redis-py does not take the value of the query option 'ssl_cert_reqs': Invalid SSL "
+            "Certificate Requirements Flag: bogus\n",
+        ),
     ],
 )
 def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, reason: str) -> None:

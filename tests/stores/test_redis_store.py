@@ -418,6 +418,41 @@ def test_a_url_option_redis_py_does_not_take_is_refused_naming_it() -> None:
     RedisCheckpointStorage("redis://127.0.0.1:6379/0?socket_timeout=5&health_check_interval=3")
 
 
+@pytest.mark.parametrize(
+    ("query", "option", "reason"),
+    [
+        (
+            "ssl_cert_reqs=bogus",
+            "ssl_cert_reqs",
+            "Invalid SSL Certificate Requirements Flag: bogus",
+        ),
+        ("protocol=5", "protocol", "protocol must be either 2 or 3"),
+        (
+            "socket_timeout=abc",
+            "socket_timeout",
+            "Invalid value for 'socket_timeout' in connection URL.",
+        ),
+        (
+            "ssl_cert_reqs=none&protocol=x",
+            "protocol",
+            "Invalid value for 'protocol' in connection URL.",
+        ),
+    ],
+)
+def test_a_url_option_value_redis_py_does_not_take_is_refused_naming_it(
+    query: str, option: str, reason: str
+) -> None:
+    # redis-py would refuse the first two only at the first command (exit 1 or 4, not 2)
+    url = f"rediss://u:s3cret@127.0.0.1:6379/0?{query}"
+    with pytest.raises(ConfigurationError) as refused:
+        RedisCheckpointStorage(url)
+    assert str(refused.value) == (
+        f"Redis store URL 'rediss://u@127.0.0.1:6379/0?{query}': redis-py does not take the "
+        f"value of the query option {option!r}: {reason}"
+    )
+    RedisCheckpointStorage("rediss://127.0.0.1:6379/0?ssl_cert_reqs=optional&protocol=3")
+
+
 async def test_a_database_the_server_does_not_have_is_a_configuration_error(
     redis_url: str,
 ) -> None:

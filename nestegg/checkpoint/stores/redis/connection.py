@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.asyncio as aioredis
@@ -51,7 +52,7 @@ class RedisConnection:
         if isinstance(url_or_client, str):
             _check_database(url_or_client)
             self.where = without_password(url_or_client)
-            pool = aioredis.BlockingConnectionPool.from_url(
+            pool = _pool_of(
                 url_or_client,
                 max_connections=max_connections,
                 timeout=connect_timeout,
@@ -59,7 +60,6 @@ class RedisConnection:
                 socket_connect_timeout=connect_timeout,
                 socket_timeout=connect_timeout,
             )
-            _check_query(url_or_client, pool)
             self.client: Any = aioredis.Redis.from_pool(pool)
             self._owns_client = True
         elif callable(getattr(url_or_client, "register_script", None)):
@@ -234,6 +234,45 @@ def _check_database(url: str) -> None:
     problem = host_problem(url) or redis_database_problem(url)
     if problem is not None:
         raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
+
+
+def _pool_of(url: str, **options: Any) -> Any:
+    """The pool of ``url`` (with the store's ``options``), its query checked: an option
+    redis-py does not take, or a value it does not (``?ssl_cert_reqs=bogus``,
+    ``?protocol=5``), is a ConfigurationError naming it, where redis-py would refuse the value
+    only at the first command (or raise a bare ``ValueError`` here). Builds one connection
+    to check the values with; it connects nowhere."""
+    try:
+        pool = aioredis.BlockingConnectionPool.from_url(url, **options)
+    except ValueError as error:  # a value its URL parser cannot convert
+        raise _bad_value(url, error) from None
+    _check_query(url, pool)
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, redis_errors.RedisError) as error:
+        raise _bad_value(url, error) from None
+    return pool
+
+
+def _bad_value(url: str, error: Exception) -> ConfigurationError:
+    """The ConfigurationError of ``url`` whose query holds a value redis-py refused with
+    ``error``, naming the first option redis-py refuses alone (none: redis-py's words)."""
+    parts = urlsplit(url)
+    culprit = ""
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        alone = urlunsplit(parts._replace(query=urlencode({name: value})))
+        try:
+            pool = aioredis.ConnectionPool.from_url(alone)
+            pool.connection_class(**pool.connection_kwargs)
+        except TypeError:  # an unknown option: not this one's value
+            continue
+        except (ValueError, redis_errors.RedisError):
+            culprit = f" of the query option {name!r}"
+            break
+    return ConfigurationError(
+        f"Redis store URL {without_password(url)!r}: redis-py does not take the value{culprit}: "
+        f"{error}"
+    )
 
 
 def _check_query(url: str, pool: Any) -> None:
