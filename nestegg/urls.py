@@ -85,7 +85,9 @@ def query_problem(url: str, *takers: type) -> str | None:
     """What is wrong with ``url``'s query (None: nothing): the options none of ``takers``
     (classes whose ``__init__``, with their bases', takes the URL's options as keyword
     arguments: redis-py's pool and connection) takes, as a typo like ``?prefx=app:`` is,
-    which a driver would refuse only at its first connection, with a ``TypeError``."""
+    which a driver would refuse only at its first connection, with a ``TypeError``. With no
+    takers (a store whose URL takes no options: SQLite, file, memory), every option, which
+    the store would ignore. An option without a value (``?read_only``) counts too."""
     taken: set[str] = set()
     for taker in takers:
         for klass in inspect.getmro(taker):
@@ -95,7 +97,8 @@ def query_problem(url: str, *takers: type) -> str | None:
             except (TypeError, ValueError):
                 continue
             taken.update(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
-    unknown = [name for name in parse_qs(urlsplit(url).query) if name not in taken]
+    query = parse_qs(urlsplit(url).query, keep_blank_values=True)
+    unknown = [name for name in query if name not in taken]
     if not unknown:
         return None
     names = ", ".join(repr(name) for name in unknown)
@@ -105,11 +108,28 @@ def query_problem(url: str, *takers: type) -> str | None:
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
+def slashes_problem(url: str, relative: str, absolute: str) -> str | None:
+    """What is wrong with a path URL (``sqlite:``, ``file:``) whose scheme is not followed
+    by ``//`` (None: nothing): ``sqlite:x.db`` reads as the path ``.db``, ``sqlite:/x.db``
+    as ``x.db``. The message shows the two forms the path may have been meant as:
+    ``relative`` and ``absolute`` are them with ``{}`` for the path without its leading
+    ``/`` (``sqlite:///{}``, ``sqlite:////{}``)."""
+    scheme, colon, rest = url.partition(":")
+    if not colon or rest.startswith("//"):
+        return None
+    path = unquote(urlsplit(url).path).lstrip("/") or "path"
+    return (
+        f"{scheme}: is followed by '//' and the path: {relative.format(path)} for {path!r} "
+        f"in the current directory, {absolute.format(path)} for '/{path}'"
+    )
+
+
 __all__ = [
     "UNREADABLE_HOST",
     "UNREADABLE_USER",
     "host_problem",
     "query_problem",
     "redis_database_problem",
+    "slashes_problem",
     "without_password",
 ]

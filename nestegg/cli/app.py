@@ -26,6 +26,7 @@ from typer.core import TyperArgument, TyperGroup
 from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.registry import BY_SCHEME
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.constants import (
     DEFAULT_DB_NAME,
@@ -349,11 +350,11 @@ def open_selected(url: str | None) -> CheckpointStorage:
 
 
 def _bad_url(url: str, error: Exception) -> str:
-    if "://" not in url:
+    if "://" not in url and url.partition(":")[0] not in BY_SCHEME:  # sqlite:x.db has one
         reason = NO_SCHEME
     else:  # the URL is named once, with where it came from (a store's own words name it too)
         named = re.escape(f"store URL {without_password(url)!r}: ")
-        reason = re.sub(rf"^(?:Redis |PostgreSQL )?{named}", "", str(error))
+        reason = re.sub(rf"^(?:Redis |PostgreSQL |SQLite |file |memory )?{named}", "", str(error))
     return f"bad store URL {without_password(url)!r} from {_origin(url)}: {reason}"
 
 

@@ -139,3 +139,53 @@ def test_a_store_built_from_a_url_whose_host_cannot_be_read_says_so(url: str) ->
     with pytest.raises(ConfigurationError, match="its host or port cannot be read") as refused:
         cls(url)
     assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite:///x.db?prefix=app:", "SQLite store URL 'sqlite:///x.db?prefix=app:'"),
+        ("sqlite://?read_only", "SQLite store URL 'sqlite://?read_only'"),
+        ("file:///tmp/store?prefix=app:", "file store URL 'file:///tmp/store?prefix=app:'"),
+        ("memory://?prefix=app:", "memory store URL 'memory://?prefix=app:'"),
+    ],
+)
+def test_a_query_option_of_an_embedded_or_memory_store_url_is_refused(
+    url: str, message: str
+) -> None:
+    # these stores take no option in their URL: one given would be ignored
+    option = url.partition("?")[2].partition("=")[0]
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert str(refused.value) == f"{message}: unknown query option {option!r}"
+
+
+@pytest.mark.parametrize(
+    ("url", "forms"),
+    [
+        ("sqlite:x.db", "sqlite:///x.db for 'x.db' in the current directory, sqlite:////x.db"),
+        (
+            "sqlite:/a/x.db",
+            "sqlite:///a/x.db for 'a/x.db' in the current directory, sqlite:////a/x.db",
+        ),
+        ("file:store", "file://./store for 'store' in the current directory, file:///store"),
+    ],
+)
+def test_a_path_url_without_two_slashes_is_refused_showing_the_forms(url: str, forms: str) -> None:
+    # sqlite:x.db read as the path '.db', sqlite:/a/x.db as the relative 'a/x.db'
+    scheme, _, path = url.partition(":")
+    kind = "SQLite" if scheme == "sqlite" else "file"
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert str(refused.value) == (
+        f"{kind} store URL {url!r}: {scheme}: is followed by '//' and the path: {forms} for "
+        f"'/{path.lstrip('/')}'"
+    )
+
+
+def test_the_forms_of_embedded_and_memory_store_urls_still_open(tmp_path: Path) -> None:
+    assert open_store(f"sqlite:///{tmp_path}/x.db").path == tmp_path / "x.db"
+    assert open_store("sqlite://").path == ":memory:"
+    assert open_store(f"file://{tmp_path}/s").root == tmp_path / "s"
+    assert open_store("file://./rel/dir").root == Path("rel/dir")
+    open_store("memory://")

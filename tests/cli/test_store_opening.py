@@ -28,7 +28,7 @@ from nestegg.constants import (
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.urls import UNREADABLE_HOST, UNREADABLE_USER, without_password
 from tests.cli.conftest import Cli, Filled, fill, json_of
-from tests.cli.test_subprocess import nestegg
+from tests.cli.test_subprocess import ROOT, nestegg
 
 READING = (
     ["runs"],
@@ -254,6 +254,29 @@ def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, rea
         f"error: bad store URL {without_password(url)!r} from --store: {reason}"
     ), result.stderr
     assert result.stderr.count("store URL") == 1 and "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("sqlite:///x.db?prefix=app:", "unknown query option 'prefix'"),
+        ("file:///no/store?foo=1", "unknown query option 'foo'"),
+        ("memory://?x=1", "unknown query option 'x'"),
+        (
+            "sqlite:x.db",
+            "sqlite: is followed by '//' and the path: sqlite:///x.db for 'x.db' in the current "
+            "directory, sqlite:////x.db for '/x.db'",
+        ),
+    ],
+)
+def test_an_embedded_store_url_the_store_would_misread_is_bad_usage(
+    tmp_path: Path, url: str, reason: str
+) -> None:
+    for args in (["runs"], ["delete", "r1", "--yes"]):
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_USAGE, (args, result.stderr)
+        assert result.stderr == f"error: bad store URL {url!r} from --store: {reason}\n"
+    assert not (ROOT / "x.db").exists() and not (ROOT / ".db").exists()
 
 
 def test_a_postgres_option_value_libpq_does_not_take_is_bad_usage(

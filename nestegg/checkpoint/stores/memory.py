@@ -29,6 +29,7 @@ from nestegg.constants import RUNNING
 from nestegg.errors import (
     ConfigurationError,
 )
+from nestegg.urls import query_problem, without_password
 
 
 class _RunData:
@@ -59,10 +60,14 @@ class MemoryCheckpointStorage(MemoryThreadRows):
         """A new, empty store for ``memory://``.
 
         Raises:
-            ConfigurationError: the URL's scheme is not ``memory``.
+            ConfigurationError: the URL's scheme is not ``memory``, or it has a query (the
+                store takes no options).
         """
         if urlsplit(url).scheme != "memory":
             raise ConfigurationError(f"not a memory store URL: {url!r} (expected memory://)")
+        problem = query_problem(url)
+        if problem is not None:
+            raise ConfigurationError(f"memory store URL {without_password(url)!r}: {problem}")
         return cls()
 
     async def setup(self) -> None:

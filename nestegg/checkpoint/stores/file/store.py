@@ -103,6 +103,7 @@ from nestegg.errors import (
     StorageError,
     StorageUnavailableError,
 )
+from nestegg.urls import query_problem, slashes_problem, without_password
 
 T = TypeVar("T")
 
@@ -156,13 +157,17 @@ class FileCheckpointStorage(FileThreadRows):
         """A store for ``file:///absolute/dir`` (or ``file://./relative/dir``).
 
         Raises:
-            ConfigurationError: not a ``file`` URL, or no directory in it.
+            ConfigurationError: not a ``file`` URL, or no directory in it, no ``//`` after
+                ``file:`` (``file:dir``), or a query (the store takes no options there).
         """
         parts = urlsplit(url)
         netloc = "" if parts.netloc == "localhost" else parts.netloc
         path = unquote(netloc + parts.path)
         if parts.scheme != "file" or not path:
             raise ConfigurationError(f"not a file store URL: {url!r} (expected file:///dir)")
+        problem = slashes_problem(url, "file://./{}", "file:///{}") or query_problem(url)
+        if problem is not None:
+            raise ConfigurationError(f"file store URL {without_password(url)!r}: {problem}")
         return cls(path)
 
     def __repr__(self) -> str:

@@ -94,6 +94,7 @@ from nestegg.errors import (
     StorageError,
     StorageUnavailableError,
 )
+from nestegg.urls import query_problem, slashes_problem, without_password
 
 MEMORY_PATH = ":memory:"
 RUN_KEYS_KEPT = 10_000
@@ -161,13 +162,17 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         (in memory).
 
         Raises:
-            ConfigurationError: the URL's scheme is not ``sqlite``.
+            ConfigurationError: the URL's scheme is not ``sqlite``, no ``//`` follows it
+                (``sqlite:x.db``), or it has a query (the store takes no options there).
         """
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc not in ("", "localhost"):
             raise ConfigurationError(
                 f"not a SQLite store URL: {url!r} (expected sqlite:///path/to/file.db)"
             )
+        problem = slashes_problem(url, "sqlite:///{}", "sqlite:////{}") or query_problem(url)
+        if problem is not None:
+            raise ConfigurationError(f"SQLite store URL {without_password(url)!r}: {problem}")
         path = unquote(parts.path)[1:]
         return cls(path or MEMORY_PATH, read_only=read_only)
 
