@@ -53,13 +53,27 @@ def import_app(spec: str, named: str = "--app") -> Clutch:
             raise CommandError(f"{module_name!r} has no attribute {attribute!r}", EXIT_USAGE)
         target = getattr(target, part)
     if not isinstance(target, Clutch):
-        raise CommandError(f"{spec} is a {type(target).__name__}, not a nestegg Clutch", EXIT_USAGE)
+        raise CommandError(f"{spec} is {_kind(target)}, not a nestegg Clutch", EXIT_USAGE)
     if target.checkpoint_config is None:
         raise CommandError(
             f"the Clutch at {spec} has no checkpointing (checkpoint=CheckpointConfig(...))",
             EXIT_USAGE,
         )
     return target
+
+
+def _kind(target: Any) -> str:
+    """What ``target`` is, for a message: ``of type int``, ``of type mylib.Pipeline`` (a
+    type outside the builtins with its module), ``the class nestegg.clutch.Clutch``."""
+    if isinstance(target, type):
+        return f"the class {_type_name(target)} (not an instance of it)"
+    return f"of type {_type_name(type(target))}"
+
+
+def _type_name(cls: type) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _raised_at(error: Exception) -> str:

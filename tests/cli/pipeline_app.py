@@ -101,3 +101,4 @@ def __getattr__(name: str) -> Clutch:
 
 
 not_a_clutch = 42
+here = Path("pipelines")  # no Clutch either, of a type outside the builtins

@@ -106,13 +106,20 @@ def test_resume_unknown_run(cli: Cli, filled: Filled) -> None:
         ("tests.cli.pipeline_app", "--app must look like module:attribute"),
         ("tests.cli.no_such_module:pipeline", "cannot import 'tests.cli.no_such_module'"),
         ("tests.cli.pipeline_app:missing", "has no attribute 'missing'"),
-        ("tests.cli.pipeline_app:not_a_clutch", "is a int, not a nestegg Clutch"),
+        ("tests.cli.pipeline_app:not_a_clutch", "is of type int, not a nestegg Clutch"),
+        ("tests.cli.pipeline_app:here", "is of type pathlib.PosixPath, not a nestegg Clutch"),
+        (
+            "tests.cli.pipeline_app:Clutch",
+            "is the class nestegg.clutch.Clutch (not an instance of it), not a nestegg Clutch",
+        ),
     ],
 )
 def test_bad_app(cli: Cli, filled: Filled, spec: str, message: str) -> None:
     result = cli("resume", filled.bad, "--app", spec, "--store", filled.url)
     assert result.exit_code == EXIT_USAGE
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    if "Clutch" in message:
+        assert result.stderr == f"error: {spec} {message}\n"
 
 
 def test_an_app_whose_module_fails_while_imported_is_bad_usage_naming_where(
