@@ -84,7 +84,8 @@ def check_params(request: Request, names: tuple[str, ...]) -> None:
     given = request.query_params
     if unknown := [name for name in given if name not in names]:
         raise ConfigurationError(
-            f"unknown parameter {', '.join(map(repr, unknown))}; this address takes "
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}; this address takes "
             f"{', '.join(names) or 'none'}"
         )
     for name in names:

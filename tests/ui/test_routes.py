@@ -221,6 +221,9 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
             400, "before must be at most 9223372036854775807, got '99999999999999999999'"
         ),
         f"/runs/{ok}/steps/1?seq=2": (400, "unknown parameter 'seq'; this address takes token"),
+        "/diff?a=1&b=2&a=3": (
+            400, "unknown parameters 'a', 'b'; this address takes old, new, token"
+        ),
         "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
         "/no/such/page": (404, "no page at /no/such/page"),
     }  # fmt: skip
