@@ -35,6 +35,7 @@ from nestegg.checkpoint.pipeline import Pipeline
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -69,7 +70,6 @@ from nestegg.errors import (
     RunExistsError,
     RunFinishedError,
     RunLockedError,
-    RunNotFoundError,
     RunWaiting,
 )
 from nestegg.execution import Recorder, RunExecution
@@ -132,7 +132,7 @@ class CheckpointedRuns:
         store = await self.ready()
         run = await store.get_run(run_id)
         if run is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+            raise run_not_found(run_id)
         return run
 
     # ------------------------------------------------------------------ starting

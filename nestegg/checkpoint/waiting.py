@@ -16,11 +16,11 @@ from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.constants import COMPLETED, NO_DEADLINE, RUN_WAITING, WAITING
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
-    RunNotFoundError,
     RunWaiting,
     SignalExistsError,
     SignalRefusedError,
@@ -121,7 +121,7 @@ async def store_signal(
     body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
     run = await store.get_run(check_name(run_id, "run id"))
     if run is None:
-        raise RunNotFoundError(f"no run {run_id!r}", run_id)
+        raise run_not_found(run_id)
     if pipeline is not None and run.pipeline != pipeline:
         raise ConfigurationError(
             f"run {run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}: "

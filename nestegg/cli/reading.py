@@ -22,6 +22,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.step_blocks import unpack_block
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
+from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -39,7 +40,7 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError, RunNotFoundError
+from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
 from nestegg.strategies import Undecided, upcoming_at
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
@@ -50,7 +51,7 @@ async def get_run(store: CheckpointStorage, run_id: str) -> RunRecord:
     every store alike)."""
     run = await store.get_run(check_name(run_id, "run id"))
     if run is None:
-        raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+        raise run_not_found(run_id)
     return run
 
 

@@ -25,6 +25,7 @@ from nestegg.checkpoint.formats import (
     step_data,
 )
 from nestegg.checkpoint.records import Commit, EventRecord
+from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import still_waiting
 from nestegg.constants import (
@@ -36,7 +37,7 @@ from nestegg.constants import (
     STEP_COMPLETED,
 )
 from nestegg.durations import seconds_or_none
-from nestegg.errors import NestEggError, RunFailedError, RunNotFoundError
+from nestegg.errors import NestEggError, RunFailedError
 from nestegg.task import StepEvent, StepListeners
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
@@ -169,7 +170,7 @@ async def wait_result(
         stop.raise_if_requested()  # cancelled, also if a library lost the cancellation
         run = await store.get_run(run_id)
         if run is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the store", run_id)
+            raise run_not_found(run_id)
         if seen is not None:
             seen(run)
         if listeners is not None and listeners.queues:

@@ -167,6 +167,20 @@ def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     assert missing.exit_code == 3
 
 
+def test_a_signal_to_no_run_says_so_as_every_command_does(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    asyncio.run(_start(url, "w1", tmp_path / "ledger"))
+    for args in (
+        ["signal", "nope", "approval", "1"],
+        ["signal", "nope", "approval", "1", "--app", APP],
+        ["show", "nope"],
+        ["resume", "nope", "--app", APP],
+    ):
+        result = cli(*args, "-s", url)
+        assert (result.exit_code, result.stderr) == (3, "error: no run 'nope' in the store\n"), args
+
+
 def test_a_signal_that_cannot_be_delivered_is_refused_and_not_stored(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
     url = f"sqlite:///{tmp_path / 'waits.db'}"

@@ -97,8 +97,9 @@ def commit_outcome(commit: Commit, stored: int | None) -> StaleOwnerError | RunN
 
 
 def run_not_found(run_id: str) -> RunNotFoundError:
-    """A writer named a run the store does not have."""
-    return RunNotFoundError(f"no run {run_id!r}", run_id)
+    """A writer or a reader named a run the store does not have: the one text of it, which
+    commands and the web inspector show as it is."""
+    return RunNotFoundError(f"no run {run_id!r} in the store", run_id)
 
 
 def run_exists(run_id: str) -> RunExistsError:
