@@ -272,6 +272,18 @@ def test_pages_run_only_their_own_script_and_cannot_be_framed(ui: Ui) -> None:
     assert headers["x-frame-options"] == "DENY"
 
 
-@pytest.mark.parametrize("path", ["/static/app.js", "/static/app.css"])
+@pytest.mark.parametrize("path", ["/static/app.js", "/static/app.css", "/static/favicon.svg"])
 def test_static_files_are_served_from_the_package(ui: Ui, path: str) -> None:
     assert ui.client.get(path).status_code == 200
+
+
+def test_every_page_names_its_icon_among_the_static_files(ui: Ui) -> None:
+    # else a browser asks for /favicon.ico, a 404 in its console on every page
+    ok = ui.filled.ok
+    icon = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
+    cp = CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ok}").text)[0]
+    for path in ("/", f"/runs/{ok}", f"/checkpoints/{cp}", f"/diff?old={cp}&new={cp}", "/no/such"):
+        assert icon in ui.client.get(path).text, path
+    served = ui.client.get("/static/favicon.svg")
+    assert served.headers["content-type"] == "image/svg+xml"
+    assert served.text.startswith("<svg ")
