@@ -26,9 +26,16 @@ CHANNEL_PREFIX = "nestegg"
 
 
 def channel_name(pipeline: str, agent: str | None = None) -> str:
-    """The channel of ``agent``'s steps, or the pipeline's own channel (``agent=None``)."""
-    base = f"{CHANNEL_PREFIX}.{pipeline}"
-    return base if agent is None else f"{base}.{agent}"
+    """The channel of ``agent``'s steps, or the pipeline's own channel (``agent=None``):
+    ``nestegg.<pipeline>.<agent>``, each name with its ``%`` and ``.`` written ``%25`` and
+    ``%2E``, so that no two pipelines' channels are one (pipeline ``a.b``'s own channel
+    and pipeline ``a``'s agent ``b``; ``a``'s agent ``b.c`` and ``a.b``'s agent ``c``)."""
+    base = f"{CHANNEL_PREFIX}.{_channel_part(pipeline)}"
+    return base if agent is None else f"{base}.{_channel_part(agent)}"
+
+
+def _channel_part(name: str) -> str:
+    return name.replace("%", "%25").replace(".", "%2E")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,15 @@ def test_channels_carry_the_prefix_and_the_pipeline() -> None:
     assert channel_name("triage") == "nestegg.triage"
 
 
+def test_no_two_pipelines_share_a_channel_whatever_dots_their_names_hold() -> None:
+    assert channel_name("a.b") == "nestegg.a%2Eb" != channel_name("a", "b")
+    assert channel_name("a", "b.c") == "nestegg.a.b%2Ec" != channel_name("a.b", "c")
+    assert channel_name("a%2Eb") == "nestegg.a%252Eb" != channel_name("a.b")
+    names = ["a", "b", "a.b", "b.c", "a%2Eb", "%", "."]
+    channels = {(p, a): channel_name(p, a) for p in names for a in [None, *names]}
+    assert len(set(channels.values())) == len(channels)
+
+
 def test_urls_pick_the_transport() -> None:
     assert isinstance(transport_from_url("redis://127.0.0.1:6379/0"), RedisStreamsTransport)
     assert isinstance(transport_from_url("rediss://example:6380/0"), RedisStreamsTransport)
