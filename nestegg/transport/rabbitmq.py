@@ -36,9 +36,12 @@ from aio_pika.exceptions import (
 )
 from aiormq.exceptions import ChannelAccessRefused
 
-from nestegg.errors import BrokerRefusedError, TransportError
+from nestegg.errors import BrokerRefusedError, ConfigurationError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, check_url
 from nestegg.urls import without_password
+
+MAX_QUEUE_NAME_BYTES = 255
+"""The longest queue name RabbitMQ takes (AMQP 0-9-1's short string), in UTF-8 bytes."""
 
 log = logging.getLogger("nestegg")
 
@@ -159,8 +162,20 @@ class RabbitMQTransport:
                 await self.close()
 
     def queue(self, channel: str) -> str:
-        """The queue name of a channel."""
-        return self.prefix + channel
+        """The queue name of a channel.
+
+        Raises:
+            ConfigurationError: the name is longer than RabbitMQ takes (255 bytes).
+        """
+        name = self.prefix + channel
+        size = len(name.encode())
+        if size > MAX_QUEUE_NAME_BYTES:
+            raise ConfigurationError(
+                f"RabbitMQ queue name {name[:60]!r}... is {size} bytes; RabbitMQ takes at "
+                f"most {MAX_QUEUE_NAME_BYTES}: give the pipeline or its agent a shorter "
+                "name, or the transport a shorter prefix"
+            )
+        return name
 
     async def _connect(self) -> AbstractRobustConnection:
         async with self._lock:

@@ -15,6 +15,7 @@ import pytest
 
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
+from nestegg.errors import ConfigurationError
 from nestegg.transport.base import StepMessage, channel_name
 from tests.transport.conftest import (
     wait_until,
@@ -102,3 +103,25 @@ async def test_waiting_counts_the_messages_ready_now(transport: Any) -> None:
         assert not await transport.waiting(["c"], hold=5.0)
     finally:
         await deliveries.aclose()
+
+
+async def test_a_queue_name_longer_than_rabbitmq_takes_is_a_configuration_error(
+    transport: Any,
+) -> None:
+    channel = channel_name("p" * 200, "a" * 40)
+    size = len(transport.prefix) + len(channel)
+    message = (
+        f"RabbitMQ queue name {(transport.prefix + channel)[:60]!r}... is {size} bytes; "
+        "RabbitMQ takes at most 255: give the pipeline or its agent a shorter name, or the "
+        "transport a shorter prefix"
+    )
+    with pytest.raises(ConfigurationError) as publishing:
+        await transport.publish(channel, StepMessage("r", 1, 1))
+    assert str(publishing.value) == message
+    with pytest.raises(ConfigurationError) as setting_up:
+        await transport.set_up([channel])
+    assert str(setting_up.value) == message
+    # the longest name it takes still works
+    longest = channel_name("p" * (255 - len(transport.prefix) - len("nestegg.")))
+    await transport.publish(longest, StepMessage("r", 1, 1))
+    await transport.delete_channels([longest])
