@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from urllib.parse import parse_qs, unquote, urlsplit
+from collections.abc import Callable
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 _PASSWORD_OPTION = re.compile(r"(?i)([?&]password=)[^&#]*")
 # libpq's key=value form: a value is a run of non-blanks or '…' with \-escapes (one not
@@ -106,6 +107,32 @@ def query_problem(url: str, *takers: type) -> str | None:
 
 
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def value_problem(
+    url: str, build: Callable[[str], object], refused: tuple[type[Exception], ...], driver: str
+) -> str | None:
+    """What is wrong with the values of ``url``'s query options (None: nothing), as
+    ``build(url)`` (the ``driver``'s parser, which connects nowhere) refuses them with one
+    of ``refused``: the first option whose value it refuses alone, and the driver's words.
+    ``build`` raising TypeError is an option it does not take at all, which is
+    :func:`query_problem`'s to tell, not a value."""
+    try:
+        build(url)
+    except TypeError:
+        return None
+    except refused as error:
+        parts = urlsplit(url)
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            alone = urlunsplit(parts._replace(query=urlencode({name: value})))
+            try:
+                build(alone)
+            except TypeError:
+                continue
+            except refused:
+                return f"{driver} does not take the value of the query option {name!r}: {error}"
+        return f"{driver} does not take the value: {error}"
+    return None
 
 
 def slashes_problem(url: str, relative: str, absolute: str) -> str | None:

@@ -36,7 +36,7 @@ from redis.exceptions import (
 from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.errors import BrokerRefusedError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
-from nestegg.urls import query_problem, redis_database_problem, without_password
+from nestegg.urls import query_problem, redis_database_problem, value_problem, without_password
 
 log = logging.getLogger("nestegg")
 
@@ -346,7 +346,16 @@ def _client(url: str) -> Any:
     problem = query_problem(url, type(pool), pool.connection_class)
     if problem is not None:
         raise bad_url(url, f"{problem} (redis-py takes its connection options there)")
+    problem = value_problem(url, _connection_of, (ValueError, RedisError), "redis-py")
+    if problem is not None:
+        raise bad_url(url, problem)
     return client
+
+
+def _connection_of(url: str) -> Any:
+    """A connection of ``url`` as redis-py builds it (connecting nowhere)."""
+    pool = aioredis.Redis.from_url(url).connection_pool
+    return pool.connection_class(**pool.connection_kwargs)
 
 
 def _address(client: Any) -> str:

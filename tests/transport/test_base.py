@@ -96,6 +96,17 @@ USER = UNREADABLE_USER
             "'socket_timout' (redis-py takes its connection options there)",
         ),
         (
+            "rediss://127.0.0.1:6379/0?ssl_cert_reqs=bogus",  # redis-py: at the first command
+            "bad transport URL 'rediss://127.0.0.1:6379/0?ssl_cert_reqs=bogus': redis-py does "
+            "not take the value of the query option 'ssl_cert_reqs': Invalid SSL Certificate "
+            "Requirements Flag: bogus",
+        ),
+        (
+            "redis://127.0.0.1:6379/0?protocol=5",
+            "bad transport URL 'redis://127.0.0.1:6379/0?protocol=5': redis-py does not take the "
+            "value of the query option 'protocol': protocol must be either 2 or 3",
+        ),
+        (
             "redis://127.0.0.1:6379/abc",  # redis-py would read database 0
             "bad transport URL 'redis://127.0.0.1:6379/abc': the database is a number from 0 "
             "(redis://host:6379/0), got 'abc'",

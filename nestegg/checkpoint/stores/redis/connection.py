@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.asyncio as aioredis
@@ -27,7 +26,13 @@ from nestegg.checkpoint.stores.redis.errors import driver_errors
 from nestegg.checkpoint.stores.redis.layout import command_bytes
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.errors import ConfigurationError
-from nestegg.urls import host_problem, query_problem, redis_database_problem, without_password
+from nestegg.urls import (
+    host_problem,
+    query_problem,
+    redis_database_problem,
+    value_problem,
+    without_password,
+)
 
 T = TypeVar("T")
 Keys = Sequence[str | bytes]
@@ -242,37 +247,27 @@ def _pool_of(url: str, **options: Any) -> Any:
     ``?protocol=5``), is a ConfigurationError naming it, where redis-py would refuse the value
     only at the first command (or raise a bare ``ValueError`` here). Builds one connection
     to check the values with; it connects nowhere."""
-    try:
-        pool = aioredis.BlockingConnectionPool.from_url(url, **options)
-    except ValueError as error:  # a value its URL parser cannot convert
-        raise _bad_value(url, error) from None
-    _check_query(url, pool)
-    try:
+
+    def build(checked: str) -> Any:
+        pool = aioredis.BlockingConnectionPool.from_url(checked, **options)
         pool.connection_class(**pool.connection_kwargs)
-    except (ValueError, redis_errors.RedisError) as error:
-        raise _bad_value(url, error) from None
-    return pool
+        return pool
+
+    try:
+        parsed = aioredis.BlockingConnectionPool.from_url(url, **options)
+    except ValueError:  # a value its URL parser cannot convert: told below
+        parsed = None
+    if parsed is not None:
+        _check_query(url, parsed)
+    problem = value_problem(url, build, REDIS_VALUE_REFUSALS, "redis-py")
+    if problem is not None:
+        raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
+    return aioredis.BlockingConnectionPool.from_url(url, **options)
 
 
-def _bad_value(url: str, error: Exception) -> ConfigurationError:
-    """The ConfigurationError of ``url`` whose query holds a value redis-py refused with
-    ``error``, naming the first option redis-py refuses alone (none: redis-py's words)."""
-    parts = urlsplit(url)
-    culprit = ""
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        alone = urlunsplit(parts._replace(query=urlencode({name: value})))
-        try:
-            pool = aioredis.ConnectionPool.from_url(alone)
-            pool.connection_class(**pool.connection_kwargs)
-        except TypeError:  # an unknown option: not this one's value
-            continue
-        except (ValueError, redis_errors.RedisError):
-            culprit = f" of the query option {name!r}"
-            break
-    return ConfigurationError(
-        f"Redis store URL {without_password(url)!r}: redis-py does not take the value{culprit}: "
-        f"{error}"
-    )
+REDIS_VALUE_REFUSALS = (ValueError, redis_errors.RedisError)
+"""What redis-py raises for a URL option's value it does not take (building a pool or a
+connection, which connects nowhere)."""
 
 
 def _check_query(url: str, pool: Any) -> None:
