@@ -21,13 +21,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.threads import ThreadStore
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, StorageUnavailableError
 from nestegg.langgraph.core import ThreadCheckpoints
 from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
 from nestegg.langgraph.loop import LoopThread, loop_of
 from nestegg.langgraph.retention import Retention, prune
 
 T = TypeVar("T")
+CLOSED = "this saver was closed (close(), the end of its with block): open a new one"
 
 
 class NestEggSaver(BaseCheckpointSaver[str]):
@@ -93,6 +94,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         self._close_storage = close_storage
         self._loop: LoopThread | None = None
         self._ready = False
+        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> NestEggSaver:
@@ -101,6 +103,10 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         return cls(open_store(url), close_storage=True, **options)
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageUnavailableError(CLOSED)
 
     def _loop_thread(self) -> LoopThread:
         if self._loop is None or not self._loop.running:
@@ -118,9 +124,15 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         return await coro
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            self._check_open()
         return self._loop_thread().run(self._ready_then(coro))
 
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            self._check_open()
         return await self._loop_thread().arun(self._ready_then(coro))
 
     def setup(self) -> None:
@@ -133,7 +145,9 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         await self._arun(_done())
 
     def close(self) -> None:
-        """Close the store (and stop the thread that served it) if the saver opened it."""
+        """Close the store (and stop the thread that served it) if the saver opened it;
+        calls made afterwards raise StorageUnavailableError (the store is not reopened)."""
+        self._closed = True
         if self._loop is None:
             return
         self._loop.run(self._core.flush())
@@ -145,6 +159,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """:meth:`close` from async code."""
+        self._closed = True
         if self._loop is not None:
             await self._loop.arun(self._core.flush())
         if self._loop is not None and self._close_storage:
@@ -245,6 +260,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's pending writes (a write already stored under its index is kept;
         error, interrupt, scheduled and resume writes are replaced)."""
+        self._check_open()
         if not self._core.defer(config, writes, task_id, task_path):
             self._run(self._core.put_writes(config, writes, task_id, task_path))
 
@@ -256,6 +272,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async :meth:`put_writes`."""
+        self._check_open()
         if not self._core.defer(config, writes, task_id, task_path):
             await self._arun(self._core.put_writes(config, writes, task_id, task_path))
 

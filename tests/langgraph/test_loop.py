@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.errors import StorageUnavailableError
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.loop import LoopThread
+from tests.langgraph.conftest import SaverFactory, kinds
 from tests.langgraph.graphs import build_loop, loop_config
 
 LOOP_THREAD = "nestegg-langgraph"
@@ -118,3 +121,40 @@ async def test_an_async_call_under_way_when_the_loop_stops_fails_too() -> None:
     await asyncio.to_thread(loop.stop)
     with pytest.raises(StorageUnavailableError, match="store was closed"):
         await asyncio.wait_for(call, 5)
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_closed_saver_refuses_calls_instead_of_reopening_its_store(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()  # opened the store: closes it with itself
+    await asyncio.to_thread(_invoke, saver, "t", 2)
+    config = {"configurable": {"thread_id": "t"}}
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    await asyncio.to_thread(saver.close)
+    calls: list[Callable[[], object]] = [
+        lambda: saver.get_tuple(config),
+        lambda: list(saver.list(None)),
+        lambda: saver.put_writes(latest.config, [("items", ["x"])], "task"),
+        lambda: saver.delete_thread("t"),
+        lambda: _invoke(saver, "after", 2),
+    ]
+    for call in calls:
+        with pytest.raises(StorageUnavailableError, match="saver was closed"):
+            await asyncio.to_thread(call)
+    with pytest.raises(StorageUnavailableError, match="saver was closed"):
+        await saver.aget_tuple(config)
+    with pytest.raises(StorageUnavailableError, match="saver was closed"):
+        await build_loop(saver, 2).ainvoke({"items": [], "turn": 0}, loop_config("after", 2))
+
+
+def test_a_closed_saver_over_a_store_of_yours_refuses_calls_too() -> None:
+    store = MemoryCheckpointStorage()
+    with NestEggSaver(store) as saver:
+        _invoke(saver, "t", 2)
+    with pytest.raises(StorageUnavailableError, match="saver was closed"):
+        _invoke(saver, "after", 2)
+    with NestEggSaver(store) as fresh:  # the store itself stays open, and holds only "t"
+        assert [t.config["configurable"]["thread_id"] for t in fresh.list(None, limit=1)] == ["t"]
+        assert _checkpoints(fresh, "after") == 0
