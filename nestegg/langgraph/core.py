@@ -33,7 +33,7 @@ from nestegg.checkpoint.stores.threads import (
     check_thread_id,
     unstorable_character,
 )
-from nestegg.errors import InvalidIdentifierError
+from nestegg.errors import CheckpointSerializationError, InvalidIdentifierError
 from nestegg.langgraph.linear import (
     Latest,
     LatestValues,
@@ -169,7 +169,7 @@ class ThreadCheckpoints:
         meta = get_checkpoint_metadata(config, metadata)
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
-            metadata=self.serde.dumps_typed(meta),
+            metadata=_dumps(self.serde, meta, "the checkpoint's metadata"),
             parent_id=parent_id,
             run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
             versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
@@ -189,9 +189,12 @@ class ThreadCheckpoints:
         if channel not in values:
             return [ThreadRow(BLOB, blob_key(ns, channel, version), empty_blob().pack())]
         latest = self.latest.get(thread_id, ns, channel)
-        bodies, new_latest = encode_value(
-            self.serde, latest, str(version), values[channel], self.pack_every
-        )
+        try:
+            bodies, new_latest = encode_value(
+                self.serde, latest, str(version), values[channel], self.pack_every
+            )
+        except (TypeError, ValueError) as exc:
+            raise _unserializable(self.serde, values[channel], f"channel {channel!r}", exc) from exc
         self.latest.set(thread_id, ns, channel, new_latest)
         return [ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()) for v, body in bodies]
 
@@ -219,7 +222,8 @@ class ThreadCheckpoints:
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
-            body = WriteBody(task_id, i, channel, self.serde.dumps_typed(value), path)
+            value_body = _dumps(self.serde, value, f"channel {channel!r}")
+            body = WriteBody(task_id, i, channel, value_body, path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
             (replace if i < 0 else keep).append(row)
         return thread_id, keep, replace
@@ -440,6 +444,42 @@ class ThreadCheckpoints:
     def forget(self, thread_id: str) -> None:
         self.latest.forget(thread_id)
         self.retention.forget(thread_id)
+
+
+def _dumps(serde: SerializerProtocol, value: Any, where: str) -> tuple[str, bytes]:
+    """``value`` serialized by the graph's serializer, or the error naming ``where``."""
+    try:
+        return serde.dumps_typed(value)
+    except (TypeError, ValueError) as exc:
+        raise _unserializable(serde, value, where, exc) from exc
+
+
+def _unserializable(
+    serde: SerializerProtocol, value: Any, where: str, exc: BaseException
+) -> CheckpointSerializationError:
+    """The error for a value the serializer refused: the path of the first part of it the
+    serializer refuses (``channel 'results'[2]['doc']``) and that part's type."""
+    path = where
+    for _ in range(8):  # into lists, tuples and dicts, a few levels deep
+        if isinstance(value, list | tuple):
+            parts: list[tuple[str, Any]] = [(f"[{i}]", item) for i, item in enumerate(value)]
+        elif isinstance(value, dict):
+            parts = [(f"[{key!r}]", item) for key, item in value.items()]
+        else:
+            break
+        refused = next((part for part in parts if not _serializes(serde, part[1])), None)
+        if refused is None:
+            break
+        path, value = path + refused[0], refused[1]
+    return CheckpointSerializationError(path, type(value).__qualname__, str(exc))
+
+
+def _serializes(serde: SerializerProtocol, value: Any) -> bool:
+    try:
+        serde.dumps_typed(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _checkpoint_rows(ns: str, checkpoint_ids: Sequence[str]) -> list[tuple[str, str, str]]:

@@ -3,11 +3,16 @@ Command(resume=...), history, update_state and forks, subgraphs, invoke and ainv
 
 from __future__ import annotations
 
+import operator
+import re
 import uuid
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
+from nestegg.errors import CheckpointSerializationError
 from tests.langgraph.conftest import SaverFactory, kinds
 from tests.langgraph.graphs import build_chat, build_loop, loop_config
 
@@ -110,3 +115,41 @@ async def test_a_thread_id_that_is_not_text_names_the_thread_its_graph_wrote(
         assert len(list(saver.list(config))) == 1
         saver.delete_thread(thread_id)
         assert saver.get_tuple({"configurable": {"thread_id": str(thread_id)}}) is None
+
+
+class _Unstorable:
+    """A value LangGraph's serializer cannot take."""
+
+
+class _ListState(TypedDict):
+    items: Annotated[list[Any], operator.add]
+
+
+@pytest.mark.parametrize("saver_factory", GRAPH_KINDS, indirect=True)
+def test_a_value_the_serializer_cannot_take_is_named_and_not_stored(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    graph = StateGraph(_ListState)
+    graph.add_node("fetch", lambda state: {"items": ["ok", {"doc": _Unstorable()}]})
+    graph.add_edge(START, "fetch")
+    graph.add_edge("fetch", END)
+    app = graph.compile(checkpointer=saver)
+
+    # a node's write: the channel and the path in its value, the type (a TypeError, as
+    # LangGraph's own savers raise)
+    config = {"configurable": {"thread_id": "node"}}
+    message = "channel 'items'[1]['doc']: type _Unstorable is not serializable"
+    with pytest.raises(CheckpointSerializationError, match=re.escape(message)) as raised:
+        app.invoke({"items": []}, config, durability="sync")
+    assert isinstance(raised.value, TypeError)
+    state = app.get_state(config)  # the checkpoint before the node, nothing of its write
+    assert state.values == {"items": []} and state.next == ("fetch",)
+    assert state.tasks[0].result is None
+
+    # the graph's input, in a checkpoint's channel value
+    config = {"configurable": {"thread_id": "input"}}
+    message = "channel '__start__'['items'][0]: type _Unstorable is not serializable"
+    with pytest.raises(CheckpointSerializationError, match=re.escape(message)):
+        app.invoke({"items": [_Unstorable()]}, config, durability="sync")
+    assert saver.get_tuple(config) is None
