@@ -35,9 +35,9 @@ class Clutch(PipelineBase):
 
     Args:
         name: the pipeline's name (also recorded with every checkpointed run and part of
-            the broker's channel names): with ``checkpoint=`` or ``transport=``, an id as a
-            run id is (non-empty, at most 200 characters, no ``/``, ``\\``, ``..``, NUL or
-            line break); without them, any name, as eggai-clutch takes it.
+            the broker's channel names): with ``checkpoint=`` or ``transport=``, a string
+            with no NUL and no lone surrogate, which no store keeps; without them, any
+            name, as eggai-clutch takes it.
         strategy: SEQUENTIAL, ROUND_ROBIN, GRAPH or SELECTOR.
         max_turns: stop after this many turns (steps that produced data).
         transport: a broker URL (``redis://``, ``rediss://``, ``amqp://``, ``amqps://``) or a
@@ -57,8 +57,8 @@ class Clutch(PipelineBase):
         on_checkpoint: awaited with a CheckpointInfo after each checkpoint is stored.
 
     Raises:
-        InvalidIdentifierError: with ``checkpoint=`` or ``transport=``, ``name`` is not an
-            id (naming it and why).
+        InvalidIdentifierError: with ``checkpoint=`` or ``transport=``, ``name`` is no
+            string or holds a NUL or a lone surrogate (naming it and why).
         ConfigurationError: ``strategy`` is not a Strategy, or a hook is not async; a
             transport without checkpointing or with the memory store; a transport URL of an
             unknown scheme or that cannot be parsed (a bad host, port or database).

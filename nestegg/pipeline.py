@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from nestegg import telemetry_attempts
-from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
+from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
+from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.context import ClutchContext, ClutchState
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
 from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, StepListeners, until_started
@@ -36,6 +37,23 @@ RequestHook = Callable[[dict[str, Any]], Awaitable[None]]
 ResponseHook = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 CheckpointHook = Callable[[Any], Awaitable[None]]
 RefusalHook = Callable[[Exception], Awaitable[None]]
+
+
+def check_pipeline_name(name: object) -> None:
+    """Refuse a pipeline name no store can keep with its runs: not a string, or holding a
+    NUL or a lone surrogate. Any other name is kept (``/``, ``..`` and line breaks name no
+    file; broker channels escape what they must), so no pipeline with stored runs is shut
+    out of them.
+
+    Raises:
+        InvalidIdentifierError: naming the name and what is wrong.
+    """
+    if not isinstance(name, str):
+        raise InvalidIdentifierError(f"pipeline name must be a string, got {name!r}")
+    if (problem := unstorable_character(name)) is not None:
+        raise InvalidIdentifierError(
+            f"pipeline name {name!r} holds {problem}: no store can keep it with the runs"
+        )
 
 
 class PipelineBase:
@@ -56,8 +74,8 @@ class PipelineBase:
         checkpoint: CheckpointConfig | None = None,
         on_checkpoint: CheckpointHook | None = None,
     ) -> None:
-        if checkpoint is not None or transport is not None:  # stored, and in channel names
-            check_name(name, "pipeline name")
+        if checkpoint is not None or transport is not None:  # stored with every run
+            check_pipeline_name(name)
         if not isinstance(strategy, Strategy):
             raise ConfigurationError(
                 f"strategy must be a nestegg.Strategy (one of "
