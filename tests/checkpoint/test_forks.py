@@ -525,6 +525,18 @@ async def test_a_fork_of_a_malformed_checkpoint_id_is_an_invalid_identifier(
     assert await stored_everything(checkpoint_store) == before
 
 
+async def test_a_fork_to_a_malformed_run_id_is_refused_before_the_store_is_read(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    """Even from a checkpoint that does not exist: the id is checked first."""
+    pipeline = Pipeline(checkpoint_store, NAMES)
+    await finished(pipeline)
+    before = await stored_everything(checkpoint_store)
+    with pytest.raises(InvalidIdentifierError, match=re.escape("run id '../x'")):
+        await pipeline.clutch.fork("01nosuchcheckpoint", run_id="../x")
+    assert await stored_everything(checkpoint_store) == before
+
+
 @pytest.mark.parametrize("taken", ["orig", "other", "failed"])
 async def test_a_fork_to_a_taken_run_id_raises_run_exists_and_stores_nothing(
     taken: str, checkpoint_store: CheckpointStorage
@@ -614,6 +626,20 @@ async def test_a_fork_of_a_damaged_checkpoint_raises_corrupted_and_stores_nothin
         await pipeline.clutch.fork(checkpoint_id, run_id="fork")
     assert await stored_everything(checkpoint_store) == before
     assert pipeline.calls == []
+
+
+async def test_a_fork_of_another_pipelines_damaged_checkpoint_names_the_pipeline(
+    checkpoint_store: CheckpointStorage, tamper: Tamper
+) -> None:
+    """The pipeline is checked before the checkpoint's state is read."""
+    pipeline = Pipeline(checkpoint_store, NAMES, keep_latest=None)
+    checkpoints = await finished(pipeline)
+    checkpoint_id = checkpoints[1].checkpoint_id
+    await tamper.damage_checkpoint(checkpoint_id, lambda raw: raw.replace(b'"seq":2,', b'"x":1,'))
+    other = Pipeline(checkpoint_store, NAMES, name="other")
+    message = f"checkpoint {checkpoint_id!r} belongs to pipeline 'pipeline', not 'other'"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        await other.clutch.fork(checkpoint_id, run_id="fork")
 
 
 async def test_a_fork_needs_checkpointing_and_a_consistent_pipeline(
