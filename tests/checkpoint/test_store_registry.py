@@ -40,6 +40,23 @@ def test_an_unknown_scheme_names_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (None, "a store URL is a string, got None"),
+        (5, "a store URL is a string, got 5"),
+        (Path("x.db"), "a store URL is a string, got PosixPath('x.db') (a path: "
+         "open_store(f'sqlite:///{path}'))"),
+    ],
+)  # fmt: skip
+def test_a_store_url_that_is_no_string_is_a_configuration_error(
+    given: object, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        open_store(given)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
     ("given", "shown"),
     [
         ("host=127.0.0.1 dbname=test password=s3cret", "host=127.0.0.1 dbname=test password=***"),

@@ -9,7 +9,7 @@ said once, in :mod:`nestegg.checkpoint.stores.registry`.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -39,14 +39,17 @@ def open_store(url: str) -> CheckpointStorage:
     ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
 
     Raises:
-        ConfigurationError: no scheme or an unknown one, or a URL whose host or port cannot
-            be read (named without its password).
+        ConfigurationError: no string, no scheme or an unknown one, or a URL whose host or
+            port cannot be read (named without its password).
         MissingDependencyError: the store's driver is not installed (names the extra).
 
     Example:
         >>> store = open_store("sqlite:///runs.db")
         >>> store = open_store("postgresql://app@db/app?table_prefix=enrich_")
     """
+    if not isinstance(url, str):
+        hint = " (a path: open_store(f'sqlite:///{path}'))" if isinstance(url, PurePath) else ""
+        raise ConfigurationError(f"a store URL is a string, got {url!r}{hint}")
     problem = host_problem(url)
     if problem is not None:
         raise ConfigurationError(f"store URL {without_password(url)!r}: {problem}")
