@@ -93,14 +93,21 @@ def thread_command(
     check_thread_id(thread_id, "the THREAD argument")
     inspect = _langgraph()
 
-    async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await inspect.thread_checkpoints(_threads(opened), thread_id)
-        return rows
+    async def work(opened: CheckpointStorage) -> tuple[list[dict[str, Any]], bool]:
+        threads = _threads(opened)
+        rows: list[dict[str, Any]] = await inspect.thread_checkpoints(threads, thread_id)
+        listed = bool(rows) or any(t.thread_id == thread_id for t in await threads.list_threads())
+        return rows, listed
 
-    rows = run_with_store(ctx, store, work, read_only=True)
-    if not rows:
+    rows, listed = run_with_store(ctx, store, work, read_only=True)
+    if not listed:
         raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
     out = Output(as_json)
+    if not rows:  # its writes only, as a run that failed before its first checkpoint leaves
+        out.note(
+            f"thread {thread_id!r} has no checkpoint, only writes waiting for one (a run of "
+            "it failed before its first checkpoint)"
+        )
     unread = sorted({r["metadata_type"] for r in rows if r["metadata"] is None})
     if unread:
         count = sum(r["metadata"] is None for r in rows)

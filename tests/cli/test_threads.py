@@ -185,3 +185,21 @@ def test_prune_of_every_thread_takes_one_an_older_version_stored_under_an_empty_
     deleted = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
     assert deleted.returncode == 0, deleted.stderr
     assert _json(tmp_path, "--store", store, "threads", "--json") == []
+
+
+def test_a_thread_with_writes_but_no_checkpoint_is_shown_as_listed(
+    tmp_path: Path, store: str
+) -> None:
+    """As a run that failed before its first checkpoint leaves it: listed by threads, so
+    thread shows it too (no checkpoint) instead of saying there is no such thread."""
+    with NestEggSaver.from_url(store, defer_writes=False) as saver:
+        config = {"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": "c1"}}
+        saver.put_writes(config, [("items", 1)], "task-1")  # type: ignore[arg-type]
+    listed = _json(tmp_path, "--store", store, "threads", "--json")
+    assert {r["thread_id"]: r["checkpoints"] for r in listed}["w"] == 0  # type: ignore[union-attr]
+    assert _json(tmp_path, "--store", store, "thread", "w", "--json") == []
+    shown = nestegg(tmp_path, "--store", store, "thread", "w")
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "thread 'w' has no checkpoint, only writes waiting for one" in shown.stderr + shown.stdout
+    )
