@@ -27,7 +27,8 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── CheckpointSerializationError  a value that cannot be stored (names its path and type)
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
     ├── StorageError                    a store failed
-    │   └── StorageUnavailableError     the store cannot be reached
+    │   ├── StorageUnavailableError     the store cannot be reached
+    │   └── StoreRefusedError           its server refused its settings (a ConfigurationError too)
     ├── TransportError                  a broker failed, or sent what is not a step message
     │   └── BrokerRefusedError          the broker refused the settings: login, vhost, database
     └── JournalError                    about journaled calls
@@ -291,6 +292,16 @@ class StorageError(NestEggError):
 
 class StorageUnavailableError(StorageError, ConnectionError):
     """The store cannot be reached."""
+
+
+class StoreRefusedError(StorageError, ConfigurationError):
+    """The store's server refused the store's settings: a login (user, password), a
+    database it does not have, an ACL that denies the user. Retrying with the same
+    settings will not mend it, so it is a :class:`ConfigurationError` (the command exits
+    2); and a store failed, so it is a :class:`StorageError` too: a worker gives the step
+    back, as for any store failure, rather than failing the run (the settings may be
+    mended on the server, as in a password rotation, while the worker runs). The message
+    names the server (its URL without the password)."""
 
 
 class TransportError(NestEggError):

@@ -73,7 +73,21 @@ def test_drawn_parents_are_the_real_parents() -> None:
         tree_bases = [
             base for base in classes[name].__bases__ if base.__module__ == errors.__name__
         ]
-        assert tree_bases == [classes[parent]], name
+        assert tree_bases[0] is classes[parent], name
+        for other in tree_bases[1:]:  # a second parent is named on the class's line
+            assert f"a {other.__name__} too" in drawn_line(name), name
+
+
+def drawn_line(name: str) -> str:
+    """The line of the docstring's tree that draws class ``name``."""
+    return next(line for line in (errors.__doc__ or "").splitlines() if f"── {name} " in line)
+
+
+def test_a_store_refusal_is_a_storage_error_and_a_configuration_error() -> None:
+    refused = errors.StoreRefusedError("Redis at redis://u@db:6379/0 refused the settings")
+    assert isinstance(refused, errors.StorageError)
+    assert isinstance(refused, errors.ConfigurationError)
+    assert not isinstance(refused, errors.StorageUnavailableError)
 
 
 def test_every_class_has_a_docstring() -> None:

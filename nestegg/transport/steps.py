@@ -39,6 +39,8 @@ from nestegg.constants import (
     RUNNING,
 )
 from nestegg.errors import (
+    CheckpointCorruptedError,
+    CheckpointError,
     IncompatibleCheckpointError,
     NestEggError,
     RunLockedError,
@@ -267,9 +269,9 @@ class StepRunner:
     ) -> Delivery | None:
         try:
             execution, recorder = await self._prepare(claimed, delivery)
-        except (StorageError, TransportError):
-            raise  # the message is given back (handle): the store may answer next time
-        except NestEggError as error:
+        except (CheckpointCorruptedError, IncompatibleCheckpointError) as error:
+            # nothing this pipeline can continue from; any other error goes up: a store's
+            # or a broker's gives the message back (handle), the store may answer next time
             lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
             if lacked is not None:
                 return await self.lacking.send_on(claimed, delivery, lacked)
@@ -443,8 +445,12 @@ class StepRunner:
                 extra={"run_id": recorder.run_id},
             )
 
-    async def _fail(self, claimed: RunRecord, error: NestEggError) -> None:
-        """Record that the run cannot be continued (no valid checkpoint to continue from)."""
+    async def _fail(self, claimed: RunRecord, error: CheckpointError) -> None:
+        """Record that the run cannot be continued: no valid checkpoint to continue from
+        (CheckpointCorruptedError), or one the pipeline cannot continue from
+        (IncompatibleCheckpointError without an agent). Any other error while the run is
+        loaded leaves it as it is: a store's or a broker's gives the message back
+        (:meth:`handle`), another is logged by the worker."""
         log.error(
             "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
         )

@@ -1,12 +1,18 @@
 """Each server store maps its driver's errors by one table keyed on the driver's error
 classes (and, for PostgreSQL, on SQLSTATE codes), never on message text; a server that
-refuses the store's settings (a login, a role, a database) is a ConfigurationError."""
+refuses the store's settings (a login, a role, a database) is a StoreRefusedError: a
+ConfigurationError and a StorageError."""
 
 from __future__ import annotations
 
 import pytest
 
-from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
+from nestegg.errors import (
+    ConfigurationError,
+    StorageError,
+    StorageUnavailableError,
+    StoreRefusedError,
+)
 
 psycopg = pytest.importorskip("psycopg")
 redis = pytest.importorskip("redis")
@@ -83,7 +89,7 @@ def test_a_connection_postgres_refuses_for_good_is_a_configuration_error() -> No
     reasons = ('role "x" does not exist', 'database "x" does not exist')
     for reason in (*(f"FATAL:  {r}" for r in reasons), "fe_sendauth: no password supplied"):
         error = pg_errors.nestegg_error(psycopg.OperationalError(failed + reason), "pg://u@db/x")
-        assert type(error) is ConfigurationError
+        assert type(error) is StoreRefusedError  # a ConfigurationError and a StorageError
         assert str(error).startswith("PostgreSQL at pg://u@db/x refused the store's settings")
     for passing in ("sorry, too many clients already", 'too many connections for role "x"'):
         passing = f"FATAL:  {passing}"
@@ -160,7 +166,7 @@ def test_redis_errors_map_by_their_class(
 )
 def test_redis_refusing_the_settings_is_a_configuration_error(driver_error: type) -> None:
     error = redis_errors.nestegg_error(driver_error("said by redis-py"), "redis://u@db:6379/0")
-    assert type(error) is ConfigurationError
+    assert type(error) is StoreRefusedError  # a ConfigurationError and a StorageError
     assert str(error).startswith("Redis at redis://u@db:6379/0 refused the store's settings")
 
 

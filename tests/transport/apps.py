@@ -201,6 +201,12 @@ def make_split_on_postgres() -> Clutch:
     return make_split(store=storage)
 
 
+def make_split_as_user() -> Clutch:
+    """Pipeline ``split`` with its runs in the Redis store under the prefix, reached as the
+    user and password of ``NESTEGG_TEST_USER_STORE`` (a Redis URL)."""
+    return make_split(store=RedisCheckpointStorage(setting("USER_STORE", ""), prefix=prefix()))
+
+
 def make_split_without_third() -> Clutch:
     """Pipeline ``split`` as a version that has no agent ``third``: runs that a ``split``
     of three agents checkpointed before ``third`` continue with an agent it lacks."""
@@ -222,14 +228,15 @@ def _split_of_two(split: Clutch) -> Clutch:
 
 
 def __getattr__(name: str) -> Clutch:
-    """``apps:chain``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``: built
-    from the environment on use."""
+    """``apps:chain``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``,
+    ``apps:split_on_postgres``, ``apps:split_as_user``: built from the environment on use."""
     makers = {
         "chain": make_chain,
         "slow": make_slow,
         "split": make_split,
         "split_without_third": make_split_without_third,
         "split_on_postgres": make_split_on_postgres,
+        "split_as_user": make_split_as_user,
     }
     if name in makers:
         return makers[name]()

@@ -327,6 +327,57 @@ async def test_a_store_error_while_loading_the_run_gives_the_step_back_not_faili
     assert result["third"] == third.process.pid
 
 
+async def test_a_store_refusing_its_settings_gives_the_step_back_not_failing_the_run(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A password rotation while a worker runs: its store (a Redis ACL user) is refused
+    # (StoreRefusedError) until the user's password is the one it has again.
+    from urllib.parse import urlsplit
+
+    import redis
+
+    user, password = f"nestegg-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = redis.Redis.from_url(deployment.redis_url)
+    admin.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all"],
+    )
+    parts = urlsplit(deployment.redis_url)
+    netloc = f"{user}:{password}@{parts.hostname}:{parts.port or 6379}"
+    monkeypatch.setenv("NESTEGG_TEST_USER_STORE", parts._replace(netloc=netloc).geturl())
+    split = make_split(store=store)
+    try:
+        deployment.start_worker("split", "--agents", "first,second")
+        third = deployment.start_worker("split_as_user", "--agents", "third")
+        before = await split.run({"x": 0}, run_id="before")  # its store is set up
+        assert before["third"] == third.process.pid
+        admin.acl_setuser(
+            user, enabled=True, reset_passwords=True, passwords=[f"+{uuid.uuid4().hex}"]
+        )
+        admin.client_kill_filter(user=user)  # it logs in again: refused
+        task = await split.submit({"x": 1}, run_id="refused")
+        await _run_when(store, "refused", lambda run: run.step_seq == 2 and _released(run))
+        await asyncio.sleep(2.5)  # the third step's message was taken, and given back
+        run = await store.get_run("refused")
+        assert run is not None and run.status == "running" and run.step_seq == 2
+        admin.acl_setuser(user, enabled=True, reset_passwords=True, passwords=[f"+{password}"])
+        result = await task.result(timeout=20)
+    finally:
+        await split.stop()
+        admin.acl_deluser(user)
+        admin.close()
+    assert result["third"] == third.process.pid
+    third.terminate()
+    assert third.wait(timeout=20) == 0
+    errors = third.errors()
+    assert "refused the store's settings" in errors and "giving it back" in errors
+    assert "Traceback" not in errors, errors
+
+
 async def _run_when(
     store: RedisCheckpointStorage, run_id: str, check: Callable[[RunRecord], bool]
 ) -> RunRecord:

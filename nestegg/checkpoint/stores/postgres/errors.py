@@ -7,9 +7,10 @@ the code's class, its first two characters; anything else the server reports is 
 connection, a pool that hands out no connection in time) is decided by its class in
 :data:`BY_CLASS`, except a connection the server refuses for good (:func:`is_final`: an
 unknown role or database, a failed authentication, a password the server asks for and the URL
-lacks), or that libpq refuses to try with an option's value it does not take
-(:func:`bad_option`: ``?sslmode=bogus``): that is a
-:class:`~nestegg.errors.ConfigurationError`, as the store's URL is what is wrong.
+lacks): that is a :class:`~nestegg.errors.StoreRefusedError` (a ConfigurationError, as the
+store's URL is what is wrong, and a StorageError); and a connection libpq refuses to try with
+an option's value it does not take (:func:`bad_option`: ``?sslmode=bogus``): a
+:class:`~nestegg.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from contextlib import contextmanager
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import psycopg
 
-from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
+from nestegg.errors import (
+    ConfigurationError,
+    StorageError,
+    StorageUnavailableError,
+    StoreRefusedError,
+)
 
 BY_SQLSTATE: dict[str, type[StorageError]] = {
     "08": StorageUnavailableError,  # connection exception
@@ -98,7 +104,7 @@ def nestegg_error(exc: psycopg.Error, where: str) -> StorageError | Configuratio
             f"option {option!r}: {exc}"
         )
     if not exc.sqlstate and is_final(exc):
-        return ConfigurationError(
+        return StoreRefusedError(
             f"PostgreSQL at {where} refused the store's settings: {exc} (check the user, "
             "password and database of the store URL)"
         )

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.exceptions as redis_errors
 
-from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
+from nestegg.errors import StorageError, StorageUnavailableError, StoreRefusedError
 
 BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
     (redis_errors.ConnectionError, StorageUnavailableError),  # refused, lost, still loading
@@ -26,8 +26,8 @@ REFUSALS: tuple[type[Exception], ...] = (
     redis_errors.NoPermissionError,  # an ACL that denies the user a command or a key
 )
 """redis-py exception classes of a server refusing the store's settings: a
-ConfigurationError, as the URL (or the server's ACL) is what is wrong; retrying will not
-mend it."""
+StoreRefusedError (a ConfigurationError, as the URL or the server's ACL is what is wrong,
+and a StorageError), which retrying will not mend."""
 
 
 def error_class(exc: redis_errors.RedisError) -> type[StorageError]:
@@ -35,28 +35,26 @@ def error_class(exc: redis_errors.RedisError) -> type[StorageError]:
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
-def refusal(exc: redis_errors.RedisError, where: str | None) -> ConfigurationError | None:
-    """The ConfigurationError of ``exc`` when the server refuses the store's settings (a
+def refusal(exc: redis_errors.RedisError, where: str | None) -> StoreRefusedError | None:
+    """The StoreRefusedError of ``exc`` when the server refuses the store's settings (a
     login, a database it does not have, an ACL), naming the server ``where`` (its URL
     without the password); None for any other error."""
     server = f"Redis at {where}" if where else "the Redis server"
     if isinstance(exc, redis_errors.ResponseError) and "DB index is out of range" in str(exc):
-        return ConfigurationError(
+        return StoreRefusedError(
             f"{server} has no such database ({exc}): check the number at the end of the store "
             "URL (redis://host:6379/0; the server's `databases` setting, 16 by default, is "
             "how many it has)"
         )
     if isinstance(exc, REFUSALS):
-        return ConfigurationError(
+        return StoreRefusedError(
             f"{server} refused the store's settings: {exc} (check the user and password of "
             "the store URL, and what the server's ACL allows the user)"
         )
     return None
 
 
-def nestegg_error(
-    exc: redis_errors.RedisError, where: str | None = None
-) -> StorageError | ConfigurationError:
+def nestegg_error(exc: redis_errors.RedisError, where: str | None = None) -> StorageError:
     """The nestegg error for ``exc`` on the server ``where`` (its URL without the
     password; None: not known here), redis-py's reason in its text."""
     refused = refusal(exc, where)
