@@ -83,18 +83,66 @@ def test_the_message_never_decides_a_postgres_error() -> None:
     assert pg_errors.error_class(plain) is StorageUnavailableError
 
 
-def test_a_connection_postgres_refuses_for_good_is_a_configuration_error() -> None:
+FAILED = 'connection failed: connection to server at "db", port 5432 failed: '
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        'FATAL:  role "x" does not exist',
+        'FATAL:  database "x" does not exist',
+        'FATAL:  password authentication failed for user "x"',
+        'FATAL:  no pg_hba.conf entry for host "10.0.0.7", user "x", database "x", no encryption',
+        'FATAL:  role "x" is not permitted to log in',
+        "fe_sendauth: no password supplied",
+        "FATAL:  no such database: x",  # PgBouncer
+    ],
+)
+def test_a_connection_postgres_refuses_for_good_is_a_store_refusal(reason: str) -> None:
     # libpq's text is all a refused connection has (psycopg gives it no SQLSTATE)
-    failed = 'connection to server at "db", port 5432 failed: '
-    reasons = ('role "x" does not exist', 'database "x" does not exist')
-    for reason in (*(f"FATAL:  {r}" for r in reasons), "fe_sendauth: no password supplied"):
-        error = pg_errors.nestegg_error(psycopg.OperationalError(failed + reason), "pg://u@db/x")
-        assert type(error) is StoreRefusedError  # a ConfigurationError and a StorageError
-        assert str(error).startswith("PostgreSQL at pg://u@db/x refused the store's settings")
-    for passing in ("sorry, too many clients already", 'too many connections for role "x"'):
-        passing = f"FATAL:  {passing}"
-        error = pg_errors.nestegg_error(psycopg.OperationalError(failed + passing), "db")
-        assert type(error) is StorageUnavailableError
+    exc = psycopg.OperationalError(FAILED + reason)
+    assert pg_errors.is_final(exc)
+    error = pg_errors.nestegg_error(exc, "pg://u@db/x", connecting=True)
+    assert type(error) is StoreRefusedError  # a ConfigurationError and a StorageError
+    assert str(error).startswith("PostgreSQL at pg://u@db/x refused the store's settings")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "FATAL:  sorry, too many clients already",
+        'FATAL:  too many connections for role "x"',
+        "FATAL:  the database system is starting up",
+        "FATAL:  remaining connection slots are reserved for roles with the SUPERUSER attribute",
+        # PgBouncer, while its server cannot be reached or it is full
+        "FATAL:  pgbouncer cannot connect to server",
+        "FATAL:  no more connections allowed (max_client_conn)",
+        "FATAL:  server login has been failing, try again later (server_login_retry)",
+        "FATAL:  terminating connection due to administrator command",
+    ],
+)
+def test_a_connection_refused_for_a_while_is_unavailable(reason: str) -> None:
+    exc = psycopg.OperationalError(FAILED + reason)
+    assert not pg_errors.is_final(exc)  # retried until the connect timeout
+    error = pg_errors.nestegg_error(exc, "db", connecting=True)
+    assert type(error) is StorageUnavailableError
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "consuming input failed: FATAL:  terminating connection due to administrator "
+        "command\nserver closed the connection unexpectedly",
+        'consuming input failed: FATAL:  role "x" does not exist',  # dropped while in use
+        "consuming input failed: server closed the connection unexpectedly",
+    ],
+)
+def test_an_error_without_a_sqlstate_inside_a_session_goes_by_its_class(text: str) -> None:
+    # a session the server ended is lost, not refused: the words are not read there
+    error = pg_errors.nestegg_error(psycopg.OperationalError(text), "db")
+    assert type(error) is StorageUnavailableError
+    with pytest.raises(StorageUnavailableError), pg_errors.driver_errors("db"):
+        raise psycopg.OperationalError(text)
 
 
 @pytest.mark.parametrize(

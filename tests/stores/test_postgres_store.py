@@ -569,3 +569,33 @@ async def test_a_url_without_the_password_the_server_asks_for_is_refused_at_once
         assert "no password supplied (check the user, password" in command.stderr
     finally:
         server.remove()
+
+
+async def test_a_session_the_server_ends_is_unavailable_and_the_store_recovers(
+    pg_url: str,
+) -> None:
+    # pg_terminate_backend: 'consuming input failed: FATAL: terminating connection due to
+    # administrator command', no SQLSTATE; a lost session, not a refusal of the settings
+    name = f"nestegg_terminated_{uuid.uuid4().hex[:8]}"
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}application_name={name}"
+    store = PostgresCheckpointStorage(url, table_prefix=prefix, retries=0, min_size=1, max_size=1)
+    try:
+        await store.create_run(make_run("r1"))
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            cursor = await admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+            assert (await cursor.fetchone()) == (1,)
+        await asyncio.sleep(0.5)  # the server has closed it: libpq finds it so on the query
+        with pytest.raises(StorageUnavailableError) as lost:
+            await store.get_run("r1")
+        assert not isinstance(lost.value, ConfigurationError)
+        assert "terminating connection due to administrator command" in str(lost.value)
+        run = await store.get_run("r1")  # a new connection: the store goes on
+        assert run is not None and run.run_id == "r1"
+    finally:
+        await store.close()
+        await drop_postgres_tables(pg_url, prefix)

@@ -126,7 +126,7 @@ async def probe(url: str, where: str, connect_timeout: float) -> None:
         except psycopg.OperationalError as exc:
             delay = backoff_delay(attempt)
             if is_final(exc) or time.monotonic() + delay >= deadline:
-                raise nestegg_error(exc, where) from exc
+                raise nestegg_error(exc, where, connecting=True) from exc
         await asyncio.sleep(delay)
         attempt += 1
 

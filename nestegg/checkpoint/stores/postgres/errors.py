@@ -5,11 +5,12 @@ An error the server reports carries a SQLSTATE, and :data:`BY_SQLSTATE` decides 
 the code's class, its first two characters; anything else the server reports is a
 :class:`~nestegg.errors.StorageError`). An error without one (a lost or refused
 connection, a pool that hands out no connection in time) is decided by its class in
-:data:`BY_CLASS`, except a connection the server refuses for good (:func:`is_final`: an
-unknown role or database, a failed authentication, a password the server asks for and the URL
-lacks): that is a :class:`~nestegg.errors.StoreRefusedError` (a ConfigurationError, as the
-store's URL is what is wrong, and a StorageError); and a connection libpq refuses to try with
-an option's value it does not take (:func:`bad_option`: ``?sslmode=bogus``): a
+:data:`BY_CLASS`, except a first connection the server refuses for good (:func:`is_final`,
+an allow-list of texts: an unknown role or database, a failed authentication, a password
+the server asks for and the URL lacks): that is a
+:class:`~nestegg.errors.StoreRefusedError` (a ConfigurationError, as the store's URL is
+what is wrong, and a StorageError); and a connection libpq refuses to try with an option's
+value it does not take (:func:`bad_option`: ``?sslmode=bogus``): a
 :class:`~nestegg.errors.ConfigurationError`.
 """
 
@@ -44,18 +45,18 @@ BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
 )
 """psycopg error class -> nestegg error, first match, for errors without a SQLSTATE."""
 
-_PASSING_REFUSALS = (
-    "the database system is",
-    "too many clients",
-    "too many connections",  # for a role or a database (CONNECTION LIMIT)
-    "remaining connection slots are reserved",
+FINAL_REFUSALS = (
+    "authentication failed for user",  # password, peer, ident, SCRAM, certificate
+    "does not exist",  # role "x", database "x"
+    "no such database",  # PgBouncer's words for a database it does not know
+    "no pg_hba.conf entry",
+    "is not permitted to log in",
+    "fe_sendauth: no password supplied",  # libpq: the server asks for one the URL lacks
 )
-"""Refusals by a server that may let the same connection in a moment later (it is starting
-up, shutting down or recovering; it is full); any other answer it gives is final."""
-
-_CLIENT_REFUSALS = ("fe_sendauth: no password supplied",)
-"""What libpq says, with no ``FATAL:`` from the server, when it cannot go on with the
-settings it has: the server asks for a password the URL does not hold."""
+"""What a server (or PgBouncer, or libpq itself) says when it refuses a connection for
+good, by the store's settings: the same settings will be refused again. Any other refusal
+(a server starting up, shutting down or full; PgBouncer that cannot reach its server or
+takes no more clients; a connection cut by an administrator) may pass, and is retried."""
 
 
 _BAD_VALUES = (
@@ -95,15 +96,20 @@ def error_class(exc: psycopg.Error) -> type[StorageError]:
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
-def nestegg_error(exc: psycopg.Error, where: str) -> StorageError | ConfigurationError:
+def nestegg_error(
+    exc: psycopg.Error, where: str, *, connecting: bool = False
+) -> StorageError | ConfigurationError:
     """The nestegg error for ``exc`` on the server ``where`` (its URL without the
-    password), psycopg's reason in its text."""
+    password), psycopg's reason in its text; ``connecting``: ``exc`` refused the store's
+    first connection (:func:`~nestegg.checkpoint.stores.postgres.connection.probe`), where
+    a refusal for good (:func:`is_final`) is a StoreRefusedError. An error inside a session
+    goes by the tables alone, whatever its text says."""
     if option := bad_option(exc):
         return ConfigurationError(
             f"PostgreSQL store URL {where!r}: libpq does not take the value of the connection "
             f"option {option!r}: {exc}"
         )
-    if not exc.sqlstate and is_final(exc):
+    if connecting and is_final(exc):
         return StoreRefusedError(
             f"PostgreSQL at {where} refused the store's settings: {exc} (check the user, "
             "password and database of the store URL)"
@@ -124,23 +130,25 @@ def driver_errors(where: str) -> Iterator[None]:
 
 
 def is_final(exc: psycopg.Error) -> bool:
-    """Whether a failed connection is refused for good: the server answered (``FATAL:``,
-    as for no such database or a failed authentication) with more than a passing refusal,
-    or asked for a password the URL does not hold (libpq's ``fe_sendauth``), or libpq
-    refused an option's value (:func:`bad_option`).
+    """Whether a failed connection is refused for good: libpq refused an option's value
+    (:func:`bad_option`), or the refusal says one of :data:`FINAL_REFUSALS` (no such role
+    or database, a failed authentication, no pg_hba.conf entry, a role that may not log
+    in, a password the server asks for and the URL lacks). Read only of a connection being
+    made: the same words inside a session say something else.
 
     This reads libpq's message: psycopg gives a refused connection no SQLSTATE (its
     ``sqlstate`` and ``diag`` are empty; psycopg 3.3), so there is no code to key on.
     """
+    if exc.sqlstate:
+        return False
     text = str(exc)
-    if bad_option(exc) or any(words in text for words in _CLIENT_REFUSALS):
-        return True
-    return "FATAL:" in text and not any(words in text for words in _PASSING_REFUSALS)
+    return bad_option(exc) is not None or any(words in text for words in FINAL_REFUSALS)
 
 
 __all__ = [
     "BY_CLASS",
     "BY_SQLSTATE",
+    "FINAL_REFUSALS",
     "bad_option",
     "driver_errors",
     "error_class",
