@@ -52,15 +52,40 @@ def host_problem(url: str) -> str | None:
     like), or an ``@`` after the host (a password holding an unescaped ``/`` after digits
     only: ``u:123/x@host`` reads as host ``u``, port 123; or ``?`` then ``=``:
     ``u:12?a=b@host`` reads as port 12 and an option ``a``). Never quotes the URL: what it
-    would quote may be a piece of the password."""
+    would quote may be a piece of the password.
+
+    A PostgreSQL URL may name several hosts (libpq's failover,
+    ``postgresql://h1:5432,h2:5432/db``): each is checked, a bad one named by its place and
+    itself (after the ``@`` rule, so no piece of a password is quoted); libpq's
+    ``conninfo_to_dict`` decides the rest."""
     try:
         parts = urlsplit(url)
+    except ValueError:
+        return UNREADABLE_HOST
+    hosts = parts.netloc.rpartition("@")[2].split(",")
+    if len(hosts) > 1 and parts.scheme in _MULTI_HOST_SCHEMES:
+        if _at_after_host(url, parts.netloc):
+            return UNREADABLE_USER
+        for place, host in enumerate(hosts, 1):
+            try:
+                urlsplit(f"//{host}").port  # noqa: B018 (a port that is not a number raises)
+            except ValueError:
+                return (
+                    f"host {place} of {len(hosts)}, {host!r}, cannot be read (an unclosed "
+                    "'[', or a port that is not a number from 0 to 65535)"
+                )
+        return None
+    try:
         parts.port  # noqa: B018 (read on access: a port that is not a number raises)
     except ValueError:
         return UNREADABLE_HOST
     if _at_after_host(url, parts.netloc):
         return UNREADABLE_USER
     return None
+
+
+_MULTI_HOST_SCHEMES = ("postgresql", "postgres")
+"""Schemes whose URLs may list several hosts, comma-separated (libpq's)."""
 
 
 def _at_after_host(url: str, netloc: str) -> bool:

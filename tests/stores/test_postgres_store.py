@@ -599,3 +599,46 @@ async def test_a_session_the_server_ends_is_unavailable_and_the_store_recovers(
     finally:
         await store.close()
         await drop_postgres_tables(pg_url, prefix)
+
+
+def _two_hosts(pg_url: str, second: str | None = None) -> str:
+    """``pg_url`` naming its server twice (libpq's failover list), the second as
+    ``second`` if given."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(pg_url)
+    user, at, host = parts.netloc.rpartition("@")
+    server = host if ":" in host else f"{host}:5432"
+    return parts._replace(netloc=f"{user}{at}{server},{second or server}").geturl()
+
+
+async def test_a_url_with_several_hosts_opens_and_works(pg_url: str) -> None:
+    from nestegg.checkpoint.stores import open_store
+
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    url = _two_hosts(pg_url)
+    failover = f"{url}{'&' if '?' in url else '?'}target_session_attrs=read-write"
+    stores = [
+        open_store(f"{failover}&table_prefix={prefix}"),
+        PostgresCheckpointStorage(failover, table_prefix=prefix),
+    ]
+    try:
+        for store in stores:
+            await store.setup()
+        await stores[0].create_run(make_run("r1"))
+        run = await stores[1].get_run("r1")
+        assert run is not None and run.run_id == "r1"
+    finally:
+        for store in stores:
+            await store.close()
+        await drop_postgres_tables(pg_url, prefix)
+
+
+def test_a_url_with_a_bad_port_in_its_second_host_is_refused_naming_it(pg_url: str) -> None:
+    from nestegg.checkpoint.stores import open_store
+
+    url = _two_hosts(pg_url, "127.0.0.1:99999")
+    for build in (open_store, PostgresCheckpointStorage):
+        with pytest.raises(ConfigurationError) as refused:
+            build(url)
+        assert "host 2 of 2, '127.0.0.1:99999', cannot be read" in str(refused.value)
