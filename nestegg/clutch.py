@@ -209,9 +209,12 @@ class Clutch(PipelineBase):
                 or was cancelled.
             RunNotFoundError: no such run.
             RunWaiting: the run waits for a signal that is not stored, or for a deadline or
-                timer not passed yet (a run whose wait is over is waited for: a worker's
-                sweep, or ``recover()``, resumes it). Of a timer, it says a worker's sweep
-                resumes the run when this Clutch has a transport, else ``recover()``.
+                timer not passed yet. Of a timer, it says a worker's sweep resumes the run
+                when this Clutch has a transport, else ``recover()``. A run whose wait is
+                over is waited for when this Clutch has a transport (a worker's sweep
+                resumes it); without one, nothing would resume it while this waits, so it
+                raises at once (``over`` set), saying that ``recover()`` or
+                ``resume_latest(run_id)`` continues the run.
             TimeoutError: not finished within ``timeout``.
             ConfigurationError: the Clutch has no checkpointing.
 

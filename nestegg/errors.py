@@ -136,23 +136,39 @@ class RunWaiting(RunError):
             is due; None when it waits for its signal without a deadline.
         on_workers: whether the run is the workers' (a worker's sweep resumes it when its
             timer is due), not this process's (``recover()`` does).
+        over: whether its wait is over (its signal stored, its deadline or timer passed)
+            and the run waits only for a process to continue it.
     """
 
     def __init__(
-        self, run_id: str, signal: str | None, deadline: float | None, *, on_workers: bool = False
+        self,
+        run_id: str,
+        signal: str | None,
+        deadline: float | None,
+        *,
+        on_workers: bool = False,
+        over: bool = False,
     ) -> None:
         what = f"for signal {signal!r}" if signal is not None else "for its timer"
         until = f" until {_when(deadline)}" if deadline is not None else ""
-        if signal is not None:
+        if over:
+            message = (
+                f"run {run_id!r} waited {what}{until} and its wait is over: nothing in this "
+                f"process continues it; recover() or resume_latest({run_id!r}) does"
+            )
+        elif signal is not None:
             how = f"send it with signal({run_id!r}, {signal!r}, value)"
         elif on_workers:
             how = "a worker's sweep resumes it when due"
         else:
             how = "recover() resumes it when due"
-        super().__init__(f"run {run_id!r} waits {what}{until}: {how}", run_id)
+        if not over:
+            message = f"run {run_id!r} waits {what}{until}: {how}"
+        super().__init__(message, run_id)
         self.signal = signal
         self.deadline = deadline
         self.on_workers = on_workers
+        self.over = over
 
 
 REPLACE_OPTION = "replace=True"

@@ -94,6 +94,13 @@ async def still_waiting(
     return RunWaiting(run.run_id, wait.signal, wait.deadline, on_workers=on_workers)
 
 
+async def wait_over(store: CheckpointStorage, run: RunRecord) -> RunWaiting:
+    """The RunWaiting of a waiting ``run`` whose wait is over, for a process that has no
+    sweep to continue it: it says ``recover()`` or ``resume_latest`` does."""
+    wait = await wait_of(store, run) or Wait(None, None)
+    return RunWaiting(run.run_id, wait.signal, wait.deadline, over=True)
+
+
 async def store_signal(
     store: CheckpointStorage,
     run_id: str,

@@ -27,7 +27,7 @@ from nestegg.checkpoint.formats import (
 from nestegg.checkpoint.records import Commit, EventRecord
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import run_input, run_result
-from nestegg.checkpoint.waiting import still_waiting
+from nestegg.checkpoint.waiting import still_waiting, wait_over
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -35,6 +35,7 @@ from nestegg.constants import (
     RUN_FAILED,
     RUN_STARTED,
     STEP_COMPLETED,
+    WAITING,
 )
 from nestegg.durations import seconds_or_none
 from nestegg.errors import NestEggError, RunFailedError
@@ -150,14 +151,17 @@ async def wait_result(
     handing every look at the run to ``seen``.
 
     A waiting run whose wait is over by ``clock`` (its signal stored, its deadline or
-    timer passed) is waited for like a running one: a worker's sweep, or ``recover()``,
-    resumes it. ``on_workers``: the RunWaiting of a run whose timer is not due says a
-    worker's sweep resumes it (else: ``recover()``).
+    timer passed) is waited for like a running one when ``on_workers`` (a worker's sweep
+    resumes it); else it raises at once a RunWaiting saying so (``over``: nothing in this
+    process continues it, ``recover()`` or ``resume_latest`` does). ``on_workers``: the
+    RunWaiting of a run whose timer is not due says a worker's sweep resumes it (else:
+    ``recover()``).
 
     Raises:
         RunNotFoundError: no such run.
         RunFailedError: the run failed or was cancelled.
-        RunWaiting: the run waits for a signal or a timer, and its wait is not over.
+        RunWaiting: the run waits for a signal or a timer, and its wait is not over (or,
+            not ``on_workers``, is over).
         TimeoutError: not finished within ``timeout`` seconds.
     """
     started = time.monotonic()
@@ -183,6 +187,8 @@ async def wait_result(
         waiting = await still_waiting(store, run, clock(), on_workers=on_workers)
         if waiting is not None:
             raise waiting
+        if run.status == WAITING and not on_workers:  # over, and no sweep here goes on
+            raise await wait_over(store, run)
         if deadline is not None and time.monotonic() + pause > deadline:
             raise TimeoutError(f"run {run_id!r} did not finish within {timeout} s")
         await asyncio.sleep(pause)

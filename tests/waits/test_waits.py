@@ -366,3 +366,36 @@ async def test_a_type_no_value_can_fit_fails_the_step_before_the_run_waits(
     assert await clutch.list_runs(WAITING) == []  # it does not wait for days to fail
     assert (await clutch.list_runs())[0].status == "failed"
     assert await store.read_signals("t1") == []
+
+
+async def test_result_without_a_transport_of_a_run_whose_wait_is_over_raises_at_once() -> None:
+    # nothing in a Clutch without a transport resumes the run while result() waits
+    import asyncio
+    import time
+
+    clutch = Clutch("napper", checkpoint=CheckpointConfig(storage=MemoryCheckpointStorage()))
+
+    @clutch.agent()
+    async def nap(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("timer"):
+            await nestegg.sleep(0.1)
+        else:
+            data = {**data, "approval": await nestegg.wait_for("approval")}
+        return {**data, "done": True}
+
+    for run_id, data in (("timer", {"timer": True}), ("signal", {})):
+        with pytest.raises(RunWaiting):
+            await clutch.run(data, run_id=run_id)
+    await asyncio.sleep(0.2)  # the timer is due
+    await clutch.signal("signal", "approval", "ok", resume=False)
+    for run_id, what in (("timer", "for its timer"), ("signal", "for signal 'approval'")):
+        started = time.monotonic()
+        with pytest.raises(RunWaiting) as over:
+            await clutch.result(run_id, timeout=10)
+        assert time.monotonic() - started < 2
+        assert over.value.over and over.value.run_id == run_id
+        message = str(over.value)
+        assert message.startswith(f"run {run_id!r} waited {what}")
+        assert "its wait is over" in message
+        assert f"recover() or resume_latest({run_id!r}) does" in message
+        assert (await clutch.resume_latest(run_id))["done"]
