@@ -47,10 +47,13 @@ class Clutch(PipelineBase):
             a store every worker reaches.
         order: explicit agent order (default: registration order).
         on_request: awaited with ``{"clutch_id", "input"}`` before a run's first step: when
-            it starts, and when a resume starts it from its input again (no step
-            recorded, not waiting), as the hook may not have passed then. If it raises,
-            the caller gets its exception and a checkpointed run is stored failed with it
-            (``"hook": "on_request"`` in the stored error), not left for recover.
+            it starts, and again by ``resume_latest`` (and ``recover``) only when the
+            store says it never passed: the run starts from its input and failed with the
+            hook's error, or is running or cancelled with no step in its event log (not
+            even a step's start). ``resume(checkpoint_id)`` and ``fork`` never await it.
+            If it raises, the caller gets its exception and a checkpointed run is stored
+            failed with it (``"hook": "on_request"`` in the stored error), not left for
+            recover.
         on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
         on_step: awaited with ``(agent_name, input, output)`` after each agent returns.
         checkpoint: a CheckpointConfig to checkpoint every step to a store (None: in memory).

@@ -11,13 +11,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.codec import unseal_value
+from nestegg.checkpoint.formats import parse_failure
 from nestegg.checkpoint.loader import load_latest
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
 from nestegg.checkpoint.waiting import still_waiting
-from nestegg.constants import COMPLETED, RUNNING
+from nestegg.constants import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    RUN_WAITING,
+    RUNNING,
+    SIGNAL_RECEIVED,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_STARTED,
+)
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
@@ -235,6 +246,33 @@ async def resume_start(
     state, checkpoints = await resume_point(store, run)
     restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
     return state, checkpoints
+
+
+STEP_EVENTS = frozenset({STEP_STARTED, STEP_COMPLETED, STEP_FAILED, RUN_WAITING, SIGNAL_RECEIVED})
+"""The events only a step writes: one in a run's log says that a step began, so its
+``on_request`` hook had passed."""
+
+
+async def request_pending(store: CheckpointStorage, run: RunRecord, state: CheckpointState) -> bool:
+    """Whether :meth:`resume_latest` of ``run`` from ``state`` awaits the pipeline's
+    ``on_request`` hook again, decided from what is stored: the run starts from its input
+    (``state`` is before its first step; a fork never) and either failed with the hook's
+    error (``"hook": "on_request"``) or, running or cancelled, has no step recorded, not
+    even the start of one in its event log (its process died, or it was cancelled, before
+    a step began: in the hook, or before the hook was awaited). The event log is read only
+    in that last case.
+    """
+    if state.seq != 0 or run.parent_run is not None or run.step_seq != 0:
+        return False
+    if run.status == FAILED and run.error is not None:
+        try:
+            return parse_failure(run.error, "error").get("hook") == "on_request"
+        except CheckpointCorruptedError:  # unreadable: what its events say decides
+            pass
+    elif run.status not in (RUNNING, CANCELLED):
+        return False
+    events = await store.read_events(run.run_id)
+    return not any(event.kind in STEP_EVENTS for event in events)
 
 
 async def resume_refusal(

@@ -552,7 +552,9 @@ class Checkpointer:
         await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
 
     async def cancelled(self) -> None:
-        """Record the cancellation and a checkpoint of the last good state."""
+        """Record the cancellation (after the start of the step under way, if not written
+        yet) and a checkpoint of the last good state."""
+        self._take_start(self.pending)
         await self._stop_with(CANCELLED, RUN_CANCELLED, None)
 
     async def _stop_with(self, status: str, kind: str, error: bytes | None) -> None:

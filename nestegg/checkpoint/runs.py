@@ -14,6 +14,7 @@ from nestegg.checkpoint.admission import (
     check_not_owned,
     check_pipeline,
     existing_run,
+    request_pending,
     restored_cursor,
     resume_point,
     resume_start,
@@ -342,7 +343,9 @@ class CheckpointedRuns:
         signal stored, its deadline or timer passed); before that it raises RunWaiting and
         nothing runs. A fork has no input to fall back to: without a valid
         checkpoint (its writing stopped between the run and its first commit, or every
-        checkpoint is damaged) it raises CheckpointCorruptedError.
+        checkpoint is damaged) it raises CheckpointCorruptedError. ``on_request`` is awaited
+        again when the run starts from its input and the store says the hook never passed
+        (see :func:`~nestegg.checkpoint.admission.request_pending`).
         """
         chosen = self._run_id(run_id)
         if chosen is None:
@@ -356,8 +359,17 @@ class CheckpointedRuns:
             return run_result(run)
         state, checkpoints = await resume_start(self.store, self.clutch, run, self.config.clock())
         kept = [c.checkpoint_id for c in checkpoints]
+        # from its input again, and its on_request never passed as far as the store knows
+        request_again = await request_pending(self.store, run, state)
         try:
-            return await self._resume(run, state, kept, listeners, replay_until=run.step_seq + 1)
+            return await self._resume(
+                run,
+                state,
+                kept,
+                listeners,
+                replay_until=run.step_seq + 1,
+                request_again=request_again,
+            )
         except RunFinishedError as refused:  # another process ended it since it was read
             if refused.status != COMPLETED:
                 raise
@@ -431,9 +443,11 @@ class CheckpointedRuns:
         listeners: StepListeners,
         *,
         replay_until: int,
+        request_again: bool = False,
     ) -> Any:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
-        those up to ``replay_until`` keep their journal entries and replay them."""
+        those up to ``replay_until`` keep their journal entries and replay them. With
+        ``request_again``, ``on_request`` is awaited before its first step."""
         start = self.prepare(run, state, listeners)
         now = self.config.clock()
         # A finished run is reopened on purpose; one read unfinished and finished since by
@@ -467,9 +481,7 @@ class CheckpointedRuns:
             run_input(run),
             truncate_after=state.seq,
             replay_until=replay_until,
-            # from its input again: its on_request may never have passed (it raised, or the
-            # process died in it); a run waiting in its first step got past it
-            request_again=state.seq == 0 and run.status != WAITING,
+            request_again=request_again,
         )
 
     async def get_checkpoint_record(self, checkpoint_id: str) -> CheckpointRecord:

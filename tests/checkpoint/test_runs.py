@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import nestegg
 from nestegg import Clutch, get_context
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.formats import parse_failure
@@ -22,8 +23,16 @@ from nestegg.checkpoint.ownership import host_id, process_start_token
 from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
-from nestegg.constants import COMPLETED, FAILED, RUN_FAILED, RUN_STARTED
+from nestegg.constants import (
+    COMPLETED,
+    FAILED,
+    RUN_CANCELLED,
+    RUN_FAILED,
+    RUN_STARTED,
+    STEP_STARTED,
+)
 from nestegg.errors import (
+    CheckpointFallbackWarning,
     CheckpointNotFoundError,
     ConfigurationError,
     NoActiveRunError,
@@ -31,9 +40,10 @@ from nestegg.errors import (
     RunFailedError,
     RunLockedError,
     RunNotFoundError,
+    RunWaiting,
 )
 
-from .conftest import Flaky, Pipeline, config, stored_view, wait_for
+from .conftest import Flaky, Pipeline, Tamper, config, stored_view, wait_for
 
 FOREIGN_HOST = "elsewhere#00000000"
 
@@ -757,6 +767,32 @@ async def test_a_run_that_died_in_its_on_request_hook_awaits_it_when_recovered(
     assert requests == ["died", "died"] and ran == ["a", "b"]
 
 
+async def test_a_run_killed_in_its_on_request_hook_before_any_event_awaits_it_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    requests: list[object] = []
+
+    async def gate(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
+        if len(requests) == 1:  # its process dies here: another owner, gone, holds it
+            gone = Owner(host=FOREIGN_HOST, pid=4242, started="1")
+            await take_over(checkpoint_store, "killed", gone, lease=-1.0)
+            raise Flaky("killed")
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=gate)
+
+    @clutch.agent()
+    async def a(data: str) -> str:
+        return data + "!"
+
+    with pytest.raises(Flaky):
+        await clutch.run("x", run_id="killed")
+    run = await checkpoint_store.get_run("killed")
+    assert run is not None and (run.status, run.event_seq, run.error) == ("running", 0, None)
+    assert await clutch.recover() == {"killed": "x!"}
+    assert requests == ["killed", "killed"]
+
+
 async def test_a_resume_from_a_recorded_step_does_not_await_on_request(
     checkpoint_store: CheckpointStorage,
 ) -> None:
@@ -767,6 +803,112 @@ async def test_a_resume_from_a_recorded_step_does_not_await_on_request(
     broken.clear()
     assert await clutch.resume_latest("later") == ["a", "b"]
     assert requests == ["later"] and ran == ["a", "b", "b"]
+
+
+async def test_a_resume_after_the_first_agent_raised_does_not_await_on_request_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    broken = {"a"}
+    clutch, requests, ran = hooked(checkpoint_store, refusals=0, broken=broken)
+    with pytest.raises(Flaky, match="a broke"):
+        await clutch.run([], run_id="flaky")
+    broken.clear()
+    assert await clutch.resume_latest("flaky") == ["a", "b"]
+    assert requests == ["flaky"] and ran == ["a", "a", "b"]
+
+
+async def test_a_resume_from_the_input_after_steps_ran_does_not_await_on_request(
+    checkpoint_store: CheckpointStorage, tamper: Tamper
+) -> None:
+    broken = {"b"}
+    clutch, requests, ran = hooked(checkpoint_store, refusals=0, broken=broken)
+    with pytest.raises(Flaky, match="b broke"):
+        await clutch.run([], run_id="damaged")
+    for checkpoint in await clutch.list_checkpoints("damaged"):
+        await tamper.damage_checkpoint(checkpoint.checkpoint_id, lambda raw: raw[:-3])
+    broken.clear()
+    with pytest.warns(CheckpointFallbackWarning):  # from its input, though a step ran
+        assert await clutch.resume_latest("damaged") == ["a", "b"]
+    assert requests == ["damaged"] and ran == ["a", "b", "a", "b"]
+
+
+async def test_a_resume_from_a_checkpoint_inside_the_first_step_does_not_await_on_request(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    requests: list[object] = []
+    inside: list[str] = []
+
+    async def gate(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=gate)
+
+    @clutch.agent()
+    async def a(data: list[str]) -> list[str]:
+        inside.append(await clutch.checkpoint())
+        return [*data, "a"]
+
+    assert await clutch.run([], run_id="done") == ["a"]
+    assert (await clutch.get_checkpoint(inside[0])).seq == 0
+    assert await clutch.resume(inside[0]) == ["a"]
+    assert await clutch.fork(inside[-1], run_id="forked") == ["a"]
+    assert requests == ["done"]
+
+
+async def test_a_run_waiting_in_its_first_step_awaits_on_request_once(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    requests: list[object] = []
+
+    async def gate(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=gate)
+
+    @clutch.agent()
+    async def a(data: str) -> str:
+        return data + str(await nestegg.wait_for("go"))
+
+    with pytest.raises(RunWaiting):
+        await clutch.run("x", run_id="signalled")
+    assert await clutch.signal("signalled", "go", "!") == "x!"
+
+    with pytest.raises(RunWaiting):  # resumed once it waited, its process died
+        await clutch.run("y", run_id="died")
+    await clutch.signal("died", "go", "?", resume=False)
+    gone = Owner(host=FOREIGN_HOST, pid=4242, started="1")
+    await take_over(checkpoint_store, "died", gone, lease=-1.0)
+    assert await clutch.recover() == {"died": "y?"}
+    assert requests == ["signalled", "died"]
+
+
+async def test_a_run_cancelled_in_its_first_step_does_not_await_on_request_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    entered = asyncio.Event()
+    requests: list[object] = []
+
+    async def gate(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
+
+    clutch = Clutch("hooked", checkpoint=config(checkpoint_store), on_request=gate)
+
+    @clutch.agent()
+    async def a(data: str) -> str:
+        if not entered.is_set():
+            entered.set()
+            await asyncio.sleep(10)
+        return data + "!"
+
+    task = await clutch.submit("x", run_id="stopped")
+    await wait_for(entered)
+    task.cancel()  # before its step's start is written on its own
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    kinds = [e.kind for e in await checkpoint_store.read_events("stopped")]
+    assert (kinds[:2], kinds[-1]) == ([RUN_STARTED, STEP_STARTED], RUN_CANCELLED)
+    assert await clutch.resume_latest("stopped") == "x!"
+    assert requests == ["stopped"]
 
 
 async def test_a_run_cancelled_in_its_on_request_hook_is_stored_as_cancelled(
