@@ -291,8 +291,10 @@ class CheckpointedRuns:
 
     # ------------------------------------------------- distributed mode (workers)
 
-    async def create_queued(self, input_data: Any, run_id: str | None) -> RunRecord:
-        """Store a new run that workers execute: status running, no owner, no lease.
+    async def queued_record(self, input_data: Any, run_id: str | None) -> RunRecord:
+        """The record of a new run that workers execute (status running, no owner, no
+        lease), not stored yet: the caller stores it (:meth:`store_queued`) once the run's
+        ``on_request`` hook passed, so that no worker or sweep takes it before.
 
         A completed run of that id and this input is returned as stored (its result
         stands).
@@ -306,17 +308,40 @@ class CheckpointedRuns:
         store = await self.ready()
         self.clutch.validate()
         sealed_input = seal(encode_value(to_plain(input_data), "input"))
-        record = self._new_record(run_id, sealed_input, owned=False)
-        try:
-            await store.create_run(record)
-        except RunExistsError:
-            existing = await store.get_run(run_id)
-            if existing is None:
-                raise
+        existing = await store.get_run(run_id)
+        if existing is not None:
             # raises unless completed with this input
             self._existing(existing, sealed_input, on_workers=True)
             return existing
+        return self._new_record(run_id, sealed_input, owned=False)
+
+    async def store_queued(self, record: RunRecord) -> RunRecord:
+        """Store ``record`` (:meth:`queued_record`); a run of its id stored since is
+        returned as stored if it completed with the same input.
+
+        Raises:
+            RunExistsError, RunLockedError: as :meth:`queued_record`, for a run of its id
+                stored since.
+        """
+        store = await self.ready()
+        try:
+            await store.create_run(record)
+        except RunExistsError:
+            existing = await store.get_run(record.run_id)
+            if existing is None:
+                raise
+            # raises unless completed with this input
+            self._existing(existing, record.input, on_workers=True)
+            return existing
         return record
+
+    async def create_queued(self, input_data: Any, run_id: str | None) -> RunRecord:
+        """Store a new run that workers execute: status running, no owner, no lease
+        (:meth:`queued_record`, then :meth:`store_queued`)."""
+        record = await self.queued_record(input_data, run_id)
+        if record.status == COMPLETED:
+            return record
+        return await self.store_queued(record)
 
     async def load_for_step(
         self, run: RunRecord, listeners: StepListeners

@@ -8,6 +8,7 @@ process can wait for any run, so a caller that restarted picks its result up aga
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -123,7 +124,10 @@ class RemoteProgress:
     def late(self, limit: float) -> str:
         """Why the run's result did not come within ``limit`` seconds."""
         if self.created is None:
-            return f"the run was not stored within {limit:g} s (the store did not answer)"
+            return (
+                f"the run was not stored within {limit:g} s (its on_request hook, or the "
+                "store, did not answer)"
+            )
         seen = self.seen or self.created
         if seen.fence == self.created.fence:  # no claim since it was stored
             return (
@@ -224,22 +228,27 @@ async def run_remote(
     connection is in use until the run's outcome is known (a RabbitMQ connection that no
     other run, worker or ``async with clutch`` uses is then closed).
     """
-    run = await book.create_queued(input_data, run_id)
+    run = await book.queued_record(input_data, run_id)
     if run.status == COMPLETED:
         return run_result(run)
     if progress is None:
         progress = RemoteProgress(clutch.name)
-    progress.created = run
+    watched = progress
 
     async def publish_and_wait(trace: dict[str, str]) -> Any:
         await publish_first(clutch, transport, run, trace)
         if published is not None:
             published()
         return await wait_result(
-            book.store, run.run_id, None, listeners, progress.saw, book.config.clock
+            book.store, run.run_id, None, listeners, watched.saw, book.config.clock
         )
 
     async def traced() -> Any:
+        # stored once on_request passed: before that, no worker's sweep may take it
+        stored = await book.store_queued(run)
+        if stored.status == COMPLETED:  # completed with this input since it was read
+            return run_result(stored)
+        watched.created = stored
         return await traced_remote_run(clutch, book.store, run, publish_and_wait)
 
     async def refused(error: Exception) -> None:
@@ -252,18 +261,20 @@ async def run_remote(
 
 
 async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception) -> None:
-    """Store the queued ``run`` as failed with the error its ``on_request`` hook raised
-    (nothing was published: no worker has it), so that no sweeper runs it; its resume
-    awaits the hook again. A worker that claimed it meanwhile keeps it."""
+    """Store the new ``run`` (not stored yet: the hook is awaited first) as failed with the
+    error its ``on_request`` hook raised, so that no worker or sweep ever takes it; its
+    resume awaits the hook again. A run of that id stored meanwhile is left alone."""
     now = book.config.clock()
     detail = failure_detail(error, None, hook="on_request")
-    commit = Commit(run.run_id, run.fence, status=FAILED, error=failure_body(detail, error))
-    for kind in (RUN_STARTED, RUN_FAILED):
-        commit.event_seq = len(commit.events) + 1
+    failed = dataclasses.replace(
+        run, status=FAILED, error=failure_body(detail, error), updated_at=now
+    )
+    commit = Commit(run.run_id, run.fence, event_seq=2, updated_at=now)
+    for seq, kind in enumerate((RUN_STARTED, RUN_FAILED), 1):
         body = event_body({"steps": 0} if kind == RUN_FAILED else {})
-        commit.events.append(EventRecord(run.run_id, commit.event_seq, now, kind, body))
-    commit.updated_at = now
+        commit.events.append(EventRecord(run.run_id, seq, now, kind, body))
     try:
+        await book.store.create_run(failed)
         await book.store.commit(commit)
     except NestEggError as failure:  # the caller gets the hook's error all the same
         log.warning(

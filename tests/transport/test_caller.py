@@ -283,6 +283,46 @@ async def test_a_run_its_callers_on_request_refuses_is_stored_failed_for_no_work
 
 
 @pytest.mark.server
+async def test_a_run_whose_slow_on_request_refuses_it_is_never_swept_to_a_worker(
+    deployment: Deployment,
+) -> None:
+    from tests.transport.apps import config, transport
+
+    answered: list[Any] = []
+
+    async def on_request(request: dict[str, Any]) -> None:
+        await asyncio.sleep(1.0)  # longer than the sweep waits for an untouched run
+        raise PermissionError("not allowed")
+
+    def build() -> Clutch:
+        clutch = Clutch(
+            "slow-gate", transport=transport(), checkpoint=config(), on_request=on_request
+        )
+
+        @clutch.agent()
+        async def answer(data: dict[str, Any]) -> dict[str, Any]:
+            answered.append(data)
+            return {**data, "answered": True}
+
+        return clutch
+
+    caller, worker = build(), build()
+    try:
+        async with serving(worker, sweep_interval=0.1, sweep_after=0.2):
+            with pytest.raises(PermissionError, match="not allowed"):
+                await caller.run({"q": 1}, run_id="gated", timeout=20)
+            await asyncio.sleep(0.5)  # sweeps that would find it
+        run = await caller.checkpointed_runs().store.get_run("gated")
+        assert run is not None and (run.status, run.step_seq) == ("failed", 0)
+        with pytest.raises(RunFailedError, match="PermissionError: not allowed"):
+            await caller.result("gated", timeout=1)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert answered == []
+
+
+@pytest.mark.server
 async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agent(
     deployment: Deployment,
 ) -> None:
