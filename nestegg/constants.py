@@ -58,6 +58,10 @@ class CheckpointReason(StoredValue):
     FORK = "fork"
 
 
+TRACE_KEY = "trace"
+"""The key of a run's opening event's payload that holds the attempt's trace context."""
+
+
 class EventKind(StoredValue):
     """The kind of an event, stored as its value."""
 

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from nestegg import otel
-from nestegg.constants import RUN_RESUMED, RUN_STARTED
+from nestegg.constants import RUN_RESUMED, RUN_STARTED, TRACE_KEY
 from nestegg.otel import (
     AGENT_NAME,
     CHECKPOINT_ID,
@@ -84,8 +84,6 @@ __all__ = [
 log = logging.getLogger("nestegg")
 log.addHandler(logging.NullHandler())
 
-TRACE_KEY = "trace"
-"""The key of the opening event's payload that holds the attempt's trace context."""
 CAPTURE_ENV = "NESTEGG_CAPTURE_CONTENT"
 GENAI_CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 STABILITY_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nestegg import otel
-from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED
+from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, TRACE_KEY
 from nestegg.otel import (
     AGENT_NAME,
     CHECKPOINT_ID,
@@ -32,7 +32,6 @@ from nestegg.otel import (
     Instruments,
 )
 from nestegg.telemetry import (
-    TRACE_KEY,
     RunTelemetry,
     ended_by,
     latest_conventions,

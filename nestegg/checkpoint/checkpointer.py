@@ -25,6 +25,7 @@ from nestegg.checkpoint.formats import (
     checkpoint_body,
     checkpoint_pruned_body,
     checkpoint_saved_body,
+    ended_payload,
     event_body,
     failure_body,
     failure_detail,
@@ -32,6 +33,7 @@ from nestegg.checkpoint.formats import (
     journal_result_body,
     parse_journal,
     parse_signal,
+    refusal_body,
     step_body,
     step_completed_body,
     step_started_body,
@@ -525,7 +527,7 @@ class Checkpointer:
         if self.last_good.seq != self.checkpointed_seq or not self.kept:
             self._add_checkpoint(REASON_FINAL, self.last_good, None)
         checkpoint_id = self.kept[-1]
-        self.event(RUN_COMPLETED, self.clock(), {"steps": self.last_good.seq})
+        self.event(RUN_COMPLETED, self.clock(), ended_payload(self.last_good.seq))
         self.pending.status = COMPLETED
         self.pending.result = final_result
         try:
@@ -548,8 +550,7 @@ class Checkpointer:
     async def request_failed(self, error: Exception) -> None:
         """Record that the run's ``on_request`` hook raised ``error`` before its steps:
         status failed, with the hook's error (a resume from its input awaits it again)."""
-        detail = failure_detail(error, None, hook="on_request")
-        await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
+        await self._stop_with(FAILED, RUN_FAILED, refusal_body(error))
 
     async def cancelled(self) -> None:
         """Record the cancellation (after the start of the step under way, if not written
@@ -560,7 +561,7 @@ class Checkpointer:
     async def _stop_with(self, status: str, kind: str, error: bytes | None) -> None:
         if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
             self._add_checkpoint(REASON_FINAL, self.last_good, None)
-        self.event(kind, self.clock(), {"steps": self.last_good.seq})
+        self.event(kind, self.clock(), ended_payload(self.last_good.seq))
         self.pending.status = status
         self.pending.error = error
         try:

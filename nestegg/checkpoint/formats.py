@@ -46,6 +46,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from nestegg.checkpoint.codec import SEALED_BODY_AT, seal, unseal, unseal_json, unseal_value
+from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
+from nestegg.constants import FAILED, RUN_FAILED, RUN_STARTED, TRACE_KEY
 from nestegg.errors import CheckpointCorruptedError
 
 STEP_BODY_HEAD = b'{"agent":'
@@ -384,6 +386,39 @@ def event_body(payload: dict[str, Any]) -> bytes:
     return seal(orjson.dumps(payload))
 
 
+def opening_payload(trace: dict[str, str] | None = None) -> dict[str, Any]:
+    """The payload of a run's ``run_started`` event: the trace context (W3C headers) of
+    the attempt that started it, when it traces (telemetry reads it from there)."""
+    return {TRACE_KEY: dict(trace)} if trace else {}
+
+
+def ended_payload(steps: int) -> dict[str, Any]:
+    """The payload of the event that ends a run (``run_completed``, ``run_failed``,
+    ``run_cancelled``, ``run_waiting`` has more): the steps it had committed."""
+    return {"steps": steps}
+
+
+def failure_commit(
+    run: RunRecord,
+    at: float,
+    error: bytes,
+    opening: dict[str, Any] | None = None,
+) -> Commit:
+    """The commit that stores ``run`` (a RunRecord as read) failed with the sealed
+    ``error`` (:func:`failure_body`): status failed and, after its stored events, its
+    ``run_started`` event with ``opening`` (:func:`opening_payload`; None: its log has it
+    already), then ``run_failed``. What a worker that cannot continue a run writes, and a
+    caller whose ``on_request`` refused its run; the checkpointer writes the same events
+    through its own commits."""
+    commit = Commit(run.run_id, run.fence, status=FAILED, error=error, updated_at=at)
+    kinds = [(RUN_STARTED, opening)] if opening is not None else []
+    kinds.append((RUN_FAILED, ended_payload(run.step_seq)))
+    for seq, (kind, payload) in enumerate(kinds, run.event_seq + 1):
+        commit.events.append(EventRecord(run.run_id, seq, at, kind, event_body(payload)))
+        commit.event_seq = seq
+    return commit
+
+
 def step_started_body(seq: int, agent: str) -> bytes:
     """The sealed body of a ``step_started`` event (the step has no record yet)."""
     return seal(b'{"seq":%d,"agent":%s}' % (seq, orjson.dumps(agent)))
@@ -469,6 +504,11 @@ def failure_detail(
     if seq is not None:
         detail.update(seq=seq, started=started, duration=ended - started)
     return detail
+
+
+def refusal_body(error: BaseException) -> bytes:
+    """The sealed error of a run its ``on_request`` hook refused with ``error``."""
+    return failure_body(failure_detail(error, None, hook="on_request"), error)
 
 
 def failure_body(detail: dict[str, Any], error: BaseException | None = None) -> bytes:

@@ -23,7 +23,7 @@ from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
 from nestegg.checkpoint.event_log import read_events
-from nestegg.checkpoint.formats import NO_METADATA, Snapshot
+from nestegg.checkpoint.formats import NO_METADATA, Snapshot, opening_payload
 from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import (
     active_runs,
@@ -166,7 +166,7 @@ class CheckpointedRuns:
         cursor = self.clutch.new_cursor(ctx)
         base = Snapshot(0, 0, 0, "input", cursor.position(), NO_METADATA)
         start = PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
-        return await self.execute(record, start, [], [(RUN_STARTED, {})], data)
+        return await self.execute(record, start, [], [(RUN_STARTED, opening_payload())], data)
 
     def _new_record(self, run_id: str, sealed_input: bytes, *, owned: bool) -> RunRecord:
         """A new running run of ``sealed_input``: owned by this process, or by no one
@@ -497,7 +497,7 @@ class CheckpointedRuns:
             event["previous"] = INTERRUPTED
             event["previous_owner"] = events[0][1]["owner"]
         if run.event_seq == 0:  # killed before its start was committed: its log starts here
-            events.insert(0, (RUN_STARTED, {}))
+            events.insert(0, (RUN_STARTED, opening_payload()))
         return await self.execute(
             claimed,
             start,

@@ -15,17 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nestegg import otel
 from nestegg.agents import to_plain
 from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
 from nestegg.checkpoint.formats import (
-    event_body,
-    failure_body,
-    failure_detail,
+    failure_commit,
+    opening_payload,
     parse_event,
+    refusal_body,
     step_data,
 )
-from nestegg.checkpoint.records import Commit, EventRecord
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import still_waiting, wait_over
@@ -33,8 +33,6 @@ from nestegg.constants import (
     CANCELLED,
     COMPLETED,
     FAILED,
-    RUN_FAILED,
-    RUN_STARTED,
     STEP_COMPLETED,
     WAITING,
 )
@@ -263,16 +261,12 @@ async def run_remote(
 async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception) -> None:
     """Store the new ``run`` (not stored yet: the hook is awaited first) as failed with the
     error its ``on_request`` hook raised, so that no worker or sweep ever takes it; its
-    resume awaits the hook again. A run of that id stored meanwhile is left alone."""
+    resume awaits the hook again. Its ``run_started`` event holds the caller's trace
+    context, as a worker's does. A run of that id stored meanwhile is left alone."""
     now = book.config.clock()
-    detail = failure_detail(error, None, hook="on_request")
-    failed = dataclasses.replace(
-        run, status=FAILED, error=failure_body(detail, error), updated_at=now
-    )
-    commit = Commit(run.run_id, run.fence, event_seq=2, updated_at=now)
-    for seq, kind in enumerate((RUN_STARTED, RUN_FAILED), 1):
-        body = event_body({"steps": 0} if kind == RUN_FAILED else {})
-        commit.events.append(EventRecord(run.run_id, seq, now, kind, body))
+    body = refusal_body(error)
+    failed = dataclasses.replace(run, status=FAILED, error=body, updated_at=now)
+    commit = failure_commit(run, now, body, opening_payload(otel.inject_context()))
     try:
         await book.store.create_run(failed)
         await book.store.commit(commit)

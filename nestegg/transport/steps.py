@@ -28,12 +28,16 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
-from nestegg.checkpoint.formats import Snapshot, event_body, failure_body, failure_detail
+from nestegg.checkpoint.formats import (
+    Snapshot,
+    failure_body,
+    failure_commit,
+    failure_detail,
+    opening_payload,
+)
 from nestegg.checkpoint.ownership import current_owner
-from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
+from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import (
-    FAILED,
-    RUN_FAILED,
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
@@ -53,7 +57,6 @@ from nestegg.errors import (
 from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
-from nestegg.telemetry import TRACE_KEY
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import LackingAgents
@@ -275,7 +278,7 @@ class StepRunner:
             lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
             if lacked is not None:
                 return await self.lacking.send_on(claimed, delivery, lacked)
-            await self._fail(claimed, error)
+            await self._fail(claimed, error, delivery.message.trace)
             await delivery.ack()
             return None
         taken = time.monotonic()
@@ -313,7 +316,7 @@ class StepRunner:
         recorder.replay_until = claimed.step_seq + 1
         if claimed.event_seq == 0:  # the caller's trace kept for the sweeper's messages
             trace = delivery.message.trace
-            recorder.event(RUN_STARTED, recorder.clock(), {TRACE_KEY: trace} if trace else {})
+            recorder.event(RUN_STARTED, recorder.clock(), opening_payload(trace))
         if resumed is not None:
             recorder.event(RUN_RESUMED, recorder.clock(), resumed)
             await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
@@ -445,22 +448,20 @@ class StepRunner:
                 extra={"run_id": recorder.run_id},
             )
 
-    async def _fail(self, claimed: RunRecord, error: CheckpointError) -> None:
+    async def _fail(
+        self, claimed: RunRecord, error: CheckpointError, trace: dict[str, str]
+    ) -> None:
         """Record that the run cannot be continued: no valid checkpoint to continue from
         (CheckpointCorruptedError), or one the pipeline cannot continue from
-        (IncompatibleCheckpointError without an agent). Any other error while the run is
-        loaded leaves it as it is: a store's or a broker's gives the message back
-        (:meth:`handle`), another is logged by the worker."""
+        (IncompatibleCheckpointError without an agent); a run whose log is empty gets its
+        ``run_started`` event, with the caller's ``trace``, first. Any other error while
+        the run is loaded leaves it as it is: a store's or a broker's gives the message
+        back (:meth:`handle`), another is logged by the worker."""
         log.error(
             "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
         )
         failure = failure_body(failure_detail(error, None))
-        commit = Commit(claimed.run_id, claimed.fence, status=FAILED, error=failure)
-        event_seq = claimed.event_seq + 1
-        body = event_body({"steps": claimed.step_seq})
-        now = self.book.config.clock()
-        commit.events.append(EventRecord(claimed.run_id, event_seq, now, RUN_FAILED, body))
-        commit.event_seq = event_seq
-        commit.updated_at = now
+        opening = opening_payload(trace) if claimed.event_seq == 0 else None
+        commit = failure_commit(claimed, self.book.config.clock(), failure, opening)
         with contextlib.suppress(NestEggError):
             await self.book.store.commit(commit)

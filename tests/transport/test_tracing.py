@@ -372,3 +372,55 @@ async def test_a_worker_captures_content_only_when_asked(
     assert "nestegg.step.input" not in firsts["quiet"].attributes
     assert firsts["captured"].attributes["nestegg.step.input"] == '{"x":1}'
     assert json.loads(firsts["captured"].attributes["nestegg.step.output"])["x"] == 1
+
+
+async def test_a_run_refused_by_its_callers_on_request_keeps_the_callers_trace(
+    deployment: Deployment, sdk: Sdk
+) -> None:
+    from nestegg.checkpoint.formats import parse_failure
+    from tests.transport.apps import config, transport
+
+    async def on_request(request: dict[str, Any]) -> None:
+        raise PermissionError("not allowed")
+
+    async def answer(data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    remote = Clutch("gate", transport=transport(), checkpoint=config(), on_request=on_request)
+    local = Clutch("gate-local", checkpoint=config(), on_request=on_request)
+    remote.agent()(answer)
+    local.agent()(answer)
+    try:
+        with trace.get_tracer("test").start_as_current_span("request") as request:
+            with pytest.raises(PermissionError):
+                await remote.run({"q": 1}, run_id="remote", timeout=20)
+        with pytest.raises(PermissionError):
+            await local.run({"q": 1}, run_id="local")
+        store = await remote._book().ready()
+        logs = {r: await store.read_events(r) for r in ("remote", "local")}
+        runs = {r: await store.get_run(r) for r in ("remote", "local")}
+    finally:
+        await remote.stop()
+        await local.stop()
+    context = request.get_span_context()
+    started = Event.from_record(logs["remote"][0]).data
+    ids = f"00-{context.trace_id:032x}-{context.span_id:016x}-"
+    assert set(started["trace"]) == {"traceparent"}
+    assert started["trace"]["traceparent"].startswith(ids)  # the caller's span
+    shapes = {
+        r: [(e.kind, sorted(Event.from_record(e).data)) for e in events]
+        for r, events in logs.items()
+    }
+    shapes["local"] = [s for s in shapes["local"] if s[0] != "checkpoint_saved"]
+    assert (
+        shapes["remote"]
+        == shapes["local"]
+        == [("run_started", ["trace"]), ("run_failed", ["steps"])]
+    )
+    errors = {}
+    for r, run in runs.items():
+        assert run is not None and run.status == "failed"
+        assert run.error is not None
+        errors[r] = {k: v for k, v in parse_failure(run.error, r).items() if k != "traceback"}
+    assert errors["remote"] == errors["local"]
+    assert errors["local"]["hook"] == "on_request"
