@@ -102,7 +102,7 @@ async def follow(
             return
         start = await reading.in_flight_start(store, run)
         if start is not None:
-            await calls.print_new(start.data["seq"], attempt=run.fence)
+            await calls.print_new(start.data["seq"], attempt=(run.fence, since))
         if not warned and is_interrupted(run, time.time()):
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
@@ -152,17 +152,19 @@ class _FollowedCalls:
         if row["kind"] == RUN_RESUMED and row["seq"] > self.live_after and type(resumed_at) is int:
             self.first = min(self.first, resumed_at + 1)
 
-    async def print_new(self, step: int, attempt: int | None = None) -> None:
+    async def print_new(self, step: int, attempt: tuple[int, int] | None = None) -> None:
         """Print the calls step ``step`` has journaled not printed yet (none for a step of
         the history), as ``call_journaled`` lines at the time each call returned (the time
         of printing for a call journaled before durations were recorded). The journal is
         read, not the event log (a call writes no event), so they have no event sequence
         number (``-``).
 
-        ``attempt``: the fence of the run as last read, for a step in flight then. Its calls
-        are printed only if the run is still at that fence once they are read: a resume
-        that claimed it meanwhile may have run the step again, and its calls come after
-        the resume's events, which the next poll prints first."""
+        ``attempt``: for a step in flight, the fence of the run as last read and the last
+        event printed. Its calls are printed only if, once they are read, the run is still
+        at that fence and has no event that is not printed yet: a resume that claimed it
+        meanwhile (a new fence, the old attempt's step still the one after ``step_seq``
+        until its opening commit lands) may have run the steps again, and their calls
+        come after the resume's events, which the next poll prints first."""
         if step < self.first:
             return
         new = [
@@ -171,8 +173,9 @@ class _FollowedCalls:
             if (key := (step, call["position"], returned, call["duration"])) not in self.shown
         ]
         if new and attempt is not None:  # read the run again only for calls to print
+            fence, printed_through = attempt
             now = await self.store.get_run(self.run_id)
-            if now is None or now.fence != attempt:
+            if now is None or now.fence != fence or now.event_seq > printed_through:
                 return
         for call, returned, key in new:
             self.shown.add(key)
