@@ -50,7 +50,9 @@ class Clutch(PipelineBase):
             it starts, and again by ``resume_latest`` (and ``recover``) only when the
             store says it never passed: the run starts from its input and failed with the
             hook's error, or is running or cancelled with no step in its event log (not
-            even a step's start). ``resume(checkpoint_id)`` and ``fork`` never await it.
+            even a step's start), claimed by a process (a caller on workers stores its run
+            unclaimed, once the hook passed). ``resume(checkpoint_id)`` and ``fork`` never
+            await it.
             If it raises, the caller gets its exception and a checkpointed run is stored
             failed with it (``"hook": "on_request"`` in the stored error), not left for
             recover.

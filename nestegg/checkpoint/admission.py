@@ -260,9 +260,12 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
     error (``"hook": "on_request"``) or, running or cancelled, has no step recorded, not
     even the start of one in its event log (its process died, or it was cancelled, before
     a step began: in the hook, or before the hook was awaited). The event log is read only
-    in that last case.
+    in that last case. A running run no process ever claimed passed it: a caller on
+    workers stores its run only once the hook passed (a local run is stored claimed).
     """
     if state.seq != 0 or run.parent_run is not None or run.step_seq != 0:
+        return False
+    if run.status == RUNNING and run.owner is None:
         return False
     if run.status == FAILED and run.error is not None:
         try:

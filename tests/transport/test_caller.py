@@ -283,6 +283,38 @@ async def test_a_run_its_callers_on_request_refuses_is_stored_failed_for_no_work
 
 
 @pytest.mark.server
+async def test_a_queued_run_resumed_by_a_clutch_without_workers_awaits_on_request_once(
+    deployment: Deployment,
+) -> None:
+    """The caller stored it once its hook passed: a local resume does not ask again."""
+    from tests.transport.apps import config, transport
+
+    requests: list[str] = []
+
+    async def on_request(request: dict[str, Any]) -> None:
+        requests.append(request["clutch_id"])
+
+    def build(**options: Any) -> Clutch:
+        clutch = Clutch("asked-once", checkpoint=config(), on_request=on_request, **options)
+
+        @clutch.agent()
+        async def answer(data: dict[str, Any]) -> dict[str, Any]:
+            return {**data, "answered": True}
+
+        return clutch
+
+    caller, local = build(transport=transport()), build()
+    try:
+        task = await caller.submit({"q": 1}, run_id="queued")  # no worker takes it
+        task.cancel()
+        assert await local.resume_latest("queued") == {"q": 1, "answered": True}
+    finally:
+        await caller.stop()
+        await local.stop()
+    assert requests == ["queued"]
+
+
+@pytest.mark.server
 async def test_a_run_whose_slow_on_request_refuses_it_is_never_swept_to_a_worker(
     deployment: Deployment,
 ) -> None:
