@@ -96,6 +96,13 @@ FAILED = 'connection failed: connection to server at "db", port 5432 failed: '
         'FATAL:  role "x" is not permitted to log in',
         "fe_sendauth: no password supplied",
         "FATAL:  no such database: x",  # PgBouncer
+        'FATAL:  permission denied for database "x"',  # CONNECT not granted
+        'FATAL:  pg_hba.conf rejects connection for host "10.0.0.7", user "x", database "x"',
+        # PgBouncer's own refusals
+        "FATAL:  password authentication failed",
+        "FATAL:  SASL authentication failed",
+        "FATAL:  no such user",
+        "FATAL:  login rejected",
     ],
 )
 def test_a_connection_postgres_refuses_for_good_is_a_store_refusal(reason: str) -> None:
@@ -118,6 +125,8 @@ def test_a_connection_postgres_refuses_for_good_is_a_store_refusal(reason: str) 
         "FATAL:  pgbouncer cannot connect to server",
         "FATAL:  no more connections allowed (max_client_conn)",
         "FATAL:  server login has been failing, try again later (server_login_retry)",
+        "FATAL:  server login has been failing, cached error: password authentication failed "
+        'for user "app" (server_login_retry)',  # PgBouncer 1.24: its own login, not ours
         "FATAL:  terminating connection due to administrator command",
     ],
 )

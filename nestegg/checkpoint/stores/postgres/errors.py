@@ -46,10 +46,14 @@ BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
 """psycopg error class -> nestegg error, first match, for errors without a SQLSTATE."""
 
 FINAL_REFUSALS = (
-    "authentication failed for user",  # password, peer, ident, SCRAM, certificate
+    "authentication failed",  # password, SASL, peer, ident, SCRAM, certificate
     "does not exist",  # role "x", database "x"
     "no such database",  # PgBouncer's words for a database it does not know
+    "no such user",  # PgBouncer's
+    "login rejected",  # PgBouncer's
+    "permission denied for database",  # CONNECT not granted
     "no pg_hba.conf entry",
+    "pg_hba.conf rejects connection",  # a reject line
     "is not permitted to log in",
     "fe_sendauth: no password supplied",  # libpq: the server asks for one the URL lacks
 )
@@ -57,6 +61,11 @@ FINAL_REFUSALS = (
 good, by the store's settings: the same settings will be refused again. Any other refusal
 (a server starting up, shutting down or full; PgBouncer that cannot reach its server or
 takes no more clients; a connection cut by an administrator) may pass, and is retried."""
+
+PASSING_REFUSALS = ("server login has been failing",)
+"""Refusals that may pass although they quote a final one: PgBouncer's cached error of
+its own login to the server (``..., cached error: password authentication failed ...``),
+which ends when the server lets PgBouncer in again."""
 
 
 _BAD_VALUES = (
@@ -142,13 +151,18 @@ def is_final(exc: psycopg.Error) -> bool:
     if exc.sqlstate:
         return False
     text = str(exc)
-    return bad_option(exc) is not None or any(words in text for words in FINAL_REFUSALS)
+    if bad_option(exc) is not None:
+        return True
+    if any(words in text for words in PASSING_REFUSALS):
+        return False
+    return any(words in text for words in FINAL_REFUSALS)
 
 
 __all__ = [
     "BY_CLASS",
     "BY_SQLSTATE",
     "FINAL_REFUSALS",
+    "PASSING_REFUSALS",
     "bad_option",
     "driver_errors",
     "error_class",
