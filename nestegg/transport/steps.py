@@ -201,7 +201,16 @@ class StepRunner:
             if claimed is not None:
                 return await self._take(store, claimed.run, delivery, claimed.taken_over)
             await delivery.ack()
-        except (StorageError, TransportError) as error:
+        except (StaleOwnerError, RunLockedError) as moved_on:  # another process has the run
+            log.info(
+                "step %d of run %r: %s; dropping the message",
+                message.seq,
+                message.run_id,
+                moved_on,
+                extra={"run_id": message.run_id, "step": message.seq},
+            )
+            await delivery.ack()
+        except NestEggError as error:  # a store's, a broker's, or another: the next try may do
             log.warning(
                 "step %d of run %r: %s; giving it back",
                 message.seq,

@@ -21,6 +21,7 @@ from nestegg.errors import (
     RunExistsError,
     RunFailedError,
     RunNotFoundError,
+    StaleOwnerError,
 )
 from nestegg.testing import FakeClock
 from nestegg.transport.base import channel_name
@@ -478,3 +479,46 @@ async def test_a_run_that_a_worker_took_times_out_saying_it_goes_on(
         "run 'slow-one' did not finish within 1.5 s (0 steps committed by the workers so far; "
         "it goes on)"
     )
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (ConfigurationError("the cursor cannot be restored"), "giving it back"),
+        (StaleOwnerError("run 'hit' was taken over by another owner"), "dropping the message"),
+    ],
+)
+async def test_a_worker_that_cannot_take_a_step_now_gives_it_back_or_drops_it_and_goes_on(
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    said: str,
+) -> None:
+    """An error of no store or broker while a worker takes a step: the message is given
+    back (or dropped, when another process has the run, for a sweep to point at it again),
+    never left unanswered with a traceback; the run completes."""
+    from nestegg.transport.steps import StepRunner
+
+    prepare = StepRunner._prepare
+    raised: list[Exception] = []
+
+    async def once(self: StepRunner, *args: Any) -> Any:
+        if not raised:
+            raised.append(error)
+            raise error
+        return await prepare(self, *args)
+
+    monkeypatch.setattr(StepRunner, "_prepare", once)
+    caller, worker = make_chain(), make_chain()
+    try:
+        with caplog.at_level(logging.INFO, logger="nestegg"):
+            async with serving(worker, sweep_interval=0.1, sweep_after=0.3):
+                result = await caller.run({"n": 0}, run_id="hit", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert result is not None and raised == [error]
+    assert any(said in record.getMessage() for record in caplog.records)
+    assert not any(record.exc_info for record in caplog.records)
