@@ -105,8 +105,8 @@ def thread_command(
     out = Output(as_json)
     if not rows:  # its writes only, as a run that failed before its first checkpoint leaves
         out.note(
-            f"thread {thread_id!r} has no checkpoint, only writes waiting for one (a run of "
-            "it failed before its first checkpoint)"
+            f"thread {thread_id!r} has no checkpoint, only writes waiting for one (as a run "
+            "of it that failed before its first checkpoint leaves it)"
         )
     unread = sorted({r["metadata_type"] for r in rows if r["metadata"] is None})
     if unread:
