@@ -153,8 +153,9 @@ class RunWaiting(RunError):
         until = f" until {_when(deadline)}" if deadline is not None else ""
         if over:
             message = (
-                f"run {run_id!r} waited {what}{until} and its wait is over: nothing in this "
-                f"process continues it; recover() or resume_latest({run_id!r}) does"
+                f"run {run_id!r} waited {what}{until} and its wait is over: recover() or "
+                f"resume_latest({run_id!r}) continues it (unless a signal() with its resume, "
+                "or a recover() elsewhere, is doing so now)"
             )
         elif signal is not None:
             how = f"send it with signal({run_id!r}, {signal!r}, value)"

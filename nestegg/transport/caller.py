@@ -154,8 +154,9 @@ async def wait_result(
 
     A waiting run whose wait is over by ``clock`` (its signal stored, its deadline or
     timer passed) is waited for like a running one when ``on_workers`` (a worker's sweep
-    resumes it); else it raises at once a RunWaiting saying so (``over``: nothing in this
-    process continues it, ``recover()`` or ``resume_latest`` does). ``on_workers``: the
+    resumes it); else it raises at once a RunWaiting saying so (``over``: ``recover()`` or
+    ``resume_latest`` continues it, unless a ``signal()`` or a ``recover()`` elsewhere is
+    doing so now). ``on_workers``: the
     RunWaiting of a run whose timer is not due says a worker's sweep resumes it (else:
     ``recover()``).
 

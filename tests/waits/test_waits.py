@@ -397,5 +397,5 @@ async def test_result_without_a_transport_of_a_run_whose_wait_is_over_raises_at_
         message = str(over.value)
         assert message.startswith(f"run {run_id!r} waited {what}")
         assert "its wait is over" in message
-        assert f"recover() or resume_latest({run_id!r}) does" in message
+        assert f"recover() or resume_latest({run_id!r}) continues it" in message
         assert (await clutch.resume_latest(run_id))["done"]
