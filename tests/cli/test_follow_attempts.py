@@ -11,7 +11,8 @@ from nestegg.checkpoint.records import JournalRecord
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.events import _FollowedCalls
 from nestegg.cli.render import Output
-from nestegg.testing.builders import OWNER, T0, create, make_commit
+from nestegg.constants import RUN_RESUMED
+from nestegg.testing.builders import OWNER, T0, create, make_commit, make_event
 
 
 async def test_the_calls_of_a_step_in_flight_wait_while_a_resume_has_claimed_the_run(
@@ -23,9 +24,16 @@ async def test_the_calls_of_a_step_in_flight_wait_while_a_resume_has_claimed_the
     await store.commit(make_commit(run, journal=[JournalRecord("r", 1, 0, body)]))
     calls = _FollowedCalls(store, Output(as_json=True), run)
     claimed = await store.claim_run("r", run.fence, OWNER, T0 + 60, T0 + 1)  # a resume
+    printed = run.event_seq  # the follower has printed every event
 
-    await calls.print_new(1, attempt=run.fence)  # read at the old fence: the next poll's
+    await calls.print_new(1, attempt=(run.fence, printed))  # read at the old fence: the
+    assert capsys.readouterr().out == ""  # next poll's
+    # the resume's opening writes events the follower has not printed yet (its run read
+    # before them: the new fence, the old step_seq): the calls wait for them
+    opening = make_event("r", printed + 1, kind=RUN_RESUMED)
+    await store.commit(make_commit(claimed, events=[opening], event_seq=opening.seq))
+    await calls.print_new(1, attempt=(claimed.fence, printed))
     assert capsys.readouterr().out == ""
-    await calls.print_new(1, attempt=claimed.fence)
+    await calls.print_new(1, attempt=(claimed.fence, opening.seq))
     assert '"kind":"call_journaled"' in capsys.readouterr().out
     await store.close()
