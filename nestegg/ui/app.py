@@ -38,6 +38,7 @@ from nestegg.errors import (
     RunNotFoundError,
     RunWaiting,
     StorageUnavailableError,
+    StoreRefusedError,
 )
 from nestegg.ui import actions, live, pages
 from nestegg.ui.render import STATIC, environment
@@ -49,6 +50,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[NestEggError], int], ...] = (
     (RunNotFoundError, 404),
     (CheckpointNotFoundError, 404),
     (InvalidIdentifierError, 400),
+    (StoreRefusedError, 503),  # the store's server refused the inspector's settings
     (ConfigurationError, 400),
     (RunExistsError, 409),
     (RunLockedError, 409),

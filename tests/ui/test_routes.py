@@ -287,3 +287,20 @@ def test_every_page_names_its_icon_among_the_static_files(ui: Ui) -> None:
     served = ui.client.get("/static/favicon.svg")
     assert served.headers["content-type"] == "image/svg+xml"
     assert served.text.startswith("<svg ")
+
+
+@pytest.mark.server
+def test_a_store_that_refuses_the_inspectors_settings_is_a_503_saying_so(redis_url: str) -> None:
+    """The store's server is at fault, not the request: 503, as for a store unavailable."""
+    from urllib.parse import urlsplit
+
+    from nestegg.checkpoint import open_store
+    from nestegg.ui import UISettings
+    from tests.ui.conftest import client_for
+
+    server = urlsplit(redis_url)
+    store = open_store(f"redis://nobody:wrong@{server.netloc}{server.path}")
+    with client_for(UISettings(store=store)) as client:
+        page = client.get("/")
+    assert page.status_code == 503
+    assert "refused the store&#39;s settings" in page.text and "wrong" not in page.text
