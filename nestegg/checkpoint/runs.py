@@ -304,11 +304,13 @@ class CheckpointedRuns:
                 with a different input.
             RunLockedError: a live process executes a run of that id.
         """
-        run_id = self._run_id(run_id) or new_run_id()
+        chosen = self._run_id(run_id)
+        run_id = chosen or new_run_id()
         store = await self.ready()
         self.clutch.validate()
         sealed_input = seal(encode_value(to_plain(input_data), "input"))
-        existing = await store.get_run(run_id)
+        # an id just made names no stored run: only a chosen one is looked up
+        existing = await store.get_run(run_id) if chosen is not None else None
         if existing is not None:
             # raises unless completed with this input
             self._existing(existing, sealed_input, on_workers=True)
