@@ -156,9 +156,8 @@ async def wait_result(
     timer passed) is waited for like a running one when ``on_workers`` (a worker's sweep
     resumes it); else it raises at once a RunWaiting saying so (``over``: ``recover()`` or
     ``resume_latest`` continues it, unless a ``signal()`` or a ``recover()`` elsewhere is
-    doing so now). ``on_workers``: the
-    RunWaiting of a run whose timer is not due says a worker's sweep resumes it (else:
-    ``recover()``).
+    doing so now). ``on_workers``: the RunWaiting of a run whose timer is not due says a
+    worker's sweep resumes it (else: ``recover()``).
 
     Raises:
         RunNotFoundError: no such run.
