@@ -1,10 +1,10 @@
 """What starting, resuming or forking a run meets in the store: an id that exists, a run or
 checkpoint of another pipeline, a checkpoint that continues with an agent the pipeline no
 longer has, a fork that lost its start; the errors say what to do. Each is checked before
-anything is written. :func:`resume_start` and :func:`fork_refusal` are the checks before
-a resume or a fork claims or stores a run; the inspector's resume and fork offers call
-them (through :func:`resume_refusal` and :func:`fork_refusal`), so the page refuses
-exactly what the service would."""
+anything is written. :func:`resume_start` and :func:`fork_start` are the checks before
+a resume or a fork claims or stores a run; the inspector's resume and fork endpoints call
+them (its pages through :func:`resume_refusal` and :func:`fork_refusal`), so the page
+refuses exactly what the service would."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.formats import parse_failure
-from nestegg.checkpoint.loader import load_latest
+from nestegg.checkpoint.loader import load_latest, load_state_and_steps
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
 from nestegg.checkpoint.waiting import still_waiting
@@ -311,8 +311,34 @@ def check_fork(
             no longer has.
     """
     check_fork_pipeline(run, checkpoint_id, pipeline.name)
+    _check_fork_state(pipeline, run, state)
+
+
+def _check_fork_state(pipeline: Pipeline, run: RunRecord, state: CheckpointState) -> None:
+    """The checks of :func:`check_fork` after the pipeline's: its definition, its agents."""
     pipeline.validate()
     restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+
+
+async def fork_start(
+    store: CheckpointStorage, pipeline: Pipeline, run: RunRecord, checkpoint: CheckpointRecord
+) -> tuple[CheckpointState, list[StepRecord]]:
+    """The checks of :func:`check_fork` before a fork by ``pipeline`` from ``checkpoint``
+    of ``run`` stores its new run, and where it starts: the state the checkpoint restores
+    and the step records up to it. The pipeline is checked before anything of the
+    checkpoint is read: another pipeline's state is refused unread. Reads, writes nothing.
+
+    Raises:
+        ConfigurationError: ``run`` belongs to another pipeline, or ``pipeline``'s
+            definition does not hold.
+        CheckpointCorruptedError: the checkpoint or a step record it needs is damaged.
+        IncompatibleCheckpointError: the checkpoint continues with an agent ``pipeline``
+            no longer has.
+    """
+    check_fork_pipeline(run, checkpoint.checkpoint_id, pipeline.name)
+    state, steps = await load_state_and_steps(store, run, checkpoint)
+    _check_fork_state(pipeline, run, state)
+    return state, steps
 
 
 def fork_refusal(

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
-from nestegg.checkpoint.admission import fork_refusal, resume_refusal
+from nestegg.checkpoint.admission import fork_start, resume_refusal
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.cli.app import CommandError
@@ -32,7 +32,7 @@ from nestegg.clutch import Clutch
 from nestegg.constants import FINISHED, STATUSES
 from nestegg.errors import ConfigurationError, RunLockedError
 from nestegg.ui.pages import now_of, store_of, takes
-from nestegg.ui.queries import checkpoint_state
+from nestegg.ui.queries import checkpoint_run
 
 log = logging.getLogger("nestegg.ui")
 
@@ -147,9 +147,10 @@ async def resume(request: Request) -> JSONResponse:
 @takes()
 async def fork(request: Request) -> JSONResponse:
     """Fork from a checkpoint with ``{"data": ...}`` (absent: the checkpoint's data) on a
-    new run, after the checks of :func:`~nestegg.checkpoint.admission.fork_refusal`, which
-    are all that ``Clutch.fork`` makes before it stores the run (a refusal is 400 or 409);
-    201 with its id once it is stored, the error if it could not start."""
+    new run, after the checks of :func:`~nestegg.checkpoint.admission.fork_start`, which
+    are all that ``Clutch.fork`` makes before it stores the run (a refusal is 400 or 409;
+    another pipeline's checkpoint is refused before its state is read); 201 with its id
+    once it is stored, the error if it could not start."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(request)
@@ -161,9 +162,8 @@ async def fork(request: Request) -> JSONResponse:
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
-    parent, state = await checkpoint_state(store, checkpoint_id)
-    if (refused := fork_refusal(clutch, parent, checkpoint_id, state)) is not None:
-        raise refused
+    parent, record = await checkpoint_run(store, checkpoint_id)
+    await fork_start(store, clutch, parent, record)  # the pipeline before the state is read
     run_id = new_run_id()
     task = _start(
         request,

@@ -1,8 +1,9 @@
 """Forking from the page: the one rule of which checkpoints the application's Clutch forks
-from is :func:`~nestegg.checkpoint.admission.fork_refusal`, the checks ``Clutch.fork``
+from is :func:`~nestegg.checkpoint.admission.check_fork`, the checks ``Clutch.fork``
 makes before it stores a run. The fork endpoint refuses the others before anything
-starts (400, 409); the state page shows its fork button disabled, with the reason, and
-no editor."""
+starts (400, 409) through :func:`~nestegg.checkpoint.admission.fork_start`, which checks
+the pipeline before it reads the checkpoint's state; the state page shows its fork button
+disabled, with the reason, and no editor (:func:`fork_offer`)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Any
 from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import is_interrupted
-from nestegg.checkpoint.records import EventRecord, RunRecord
+from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
 from nestegg.checkpoint.waiting import signal_stored, wait_due, wait_of
@@ -409,6 +409,21 @@ async def _forks_of(store: CheckpointStorage, run: dict[str, Any]) -> tuple[list
     return children, False
 
 
+async def checkpoint_run(
+    store: CheckpointStorage, checkpoint_id: str
+) -> tuple[RunRecord, CheckpointRecord]:
+    """A checkpoint's run and its record (its state not read).
+
+    Raises:
+        CheckpointNotFoundError: no such checkpoint.
+        RunNotFoundError: its run is gone.
+    """
+    record = await store.get_checkpoint(checkpoint_id)
+    if record is None:
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
+    return await reading.get_run(store, record.run_id), record
+
+
 async def checkpoint_state(
     store: CheckpointStorage, checkpoint_id: str
 ) -> tuple[RunRecord, CheckpointState]:
@@ -419,10 +434,7 @@ async def checkpoint_state(
         RunNotFoundError: its run is gone.
         CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
     """
-    record = await store.get_checkpoint(checkpoint_id)
-    if record is None:
-        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
-    run = await reading.get_run(store, record.run_id)
+    run, record = await checkpoint_run(store, checkpoint_id)
     return run, await load_state(store, run, record)
 
 

@@ -21,6 +21,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.testing.builders import make_checkpoint, make_commit
 from nestegg.ui import UISettings
 from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import Filled, fill
@@ -369,6 +370,44 @@ def test_fork_from_a_checkpoint_of_another_pipeline_is_refused_and_not_offered(
         assert _run_ids(ui) == runs  # no run was stored
     finally:
         ui.write("DELETE", f"/api/runs/{failed}")
+
+
+class CountsStepReads(MemoryCheckpointStorage):
+    """A memory store that counts its reads of step records, which loading a checkpoint's
+    state makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step_reads = 0
+
+    async def load_steps(self, *args: Any, **kwargs: Any) -> Any:
+        self.step_reads += 1
+        return await super().load_steps(*args, **kwargs)
+
+
+def test_fork_from_a_checkpoint_of_another_pipeline_is_refused_before_its_state_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = CountsStepReads()
+    monkeypatch.setenv(FAIL_ENV, "1")
+    asyncio.run(_fail_elsewhere(store, "failed"))
+    run = asyncio.run(store.get_run("failed"))
+    assert run is not None
+    damaged = make_checkpoint("failed", run.step_seq)._replace(body=b"no state")
+    asyncio.run(store.commit(make_commit(run, checkpoints=[damaged])))
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        ui = Ui(client, Filled("", "", "", ""), "memory")
+        checkpoints = _checkpoints(ui, "failed")
+        assert damaged.checkpoint_id in checkpoints and len(checkpoints) > 1
+        store.step_reads = 0
+        for checkpoint in checkpoints:  # the damaged one refused as another pipeline's too
+            why = f"checkpoint '{checkpoint}' belongs to pipeline 'elsewhere', not 'cli-test'"
+            refused: Any = ui.write("POST", f"/api/checkpoints/{checkpoint}/fork", json={})
+            assert (refused.status_code, refused.json()) == (400, {"error": why})
+        assert store.step_reads == 0
+        assert _run_ids(ui) == ["failed"]
 
 
 def test_fork_from_a_checkpoint_that_continues_with_a_lost_agent_is_refused(
