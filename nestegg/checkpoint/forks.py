@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.admission import check_fork, check_fork_pipeline
+from nestegg.checkpoint.admission import fork_start
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
 from nestegg.checkpoint.formats import checkpoint_body, event_body, parse_step, step_with_data
-from nestegg.checkpoint.loader import load_state_and_steps
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -65,9 +64,7 @@ async def start_fork(
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     record = await book.get_checkpoint_record(checkpoint_id)
     parent = await book.get_run_record(record.run_id)
-    check_fork_pipeline(parent, checkpoint_id, book.clutch.name)  # before its state is read
-    state, copied = await load_state_and_steps(book.store, parent, record)
-    check_fork(book.clutch, parent, checkpoint_id, state)
+    state, copied = await fork_start(book.store, book.clutch, parent, record)
     replaced = encode_value(to_plain(data), "data") if data is not None else None
     if replaced is None and state.data_inline:  # a fork stored before its data was copied
         replaced = encode_value(state.data, "data")
