@@ -51,6 +51,9 @@ INCIDENT_KINDS = (STEP_FAILED, RUN_RESUMED, RUN_FORKED)
 OPENINGS = (RUN_STARTED, RUN_RESUMED)
 """The events that begin a run attempt."""
 ANCESTORS_SHOWN = 20
+WHOLE_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)")
+"""A whole number as a step's address writes it: decimal digits with no leading zero,
+no plus sign, no underscore, no space."""
 FORK_SCAN = 5000
 """Newer runs of a run's pipeline read at most to find the runs forked from it."""
 FORK_SCAN_PAGE = 500
@@ -321,16 +324,19 @@ def step_of(run: RunRecord, address: str) -> int:
     number from 1 to the run's last step (one past its committed steps when it did not
     complete: the step under way, waiting or failed).
 
+    Only a number written as the page writes it is one: ``01``, ``+1``, `` 1`` or ``1_0``
+    (which ``int()`` takes) name no step.
+
     Raises:
         CheckpointNotFoundError: there is no such step (a number out of that range, a
             negative number, anything else); the message names the run, the step asked
             for and the range there is.
     """
     last = run.step_seq + (0 if run.status == COMPLETED else 1)
-    seq = int(address) if address.isascii() and address.isdigit() else None
-    if seq is not None and 1 <= seq <= last:
+    number = WHOLE_NUMBER.fullmatch(address) is not None
+    if number and len(address) <= len(str(last)) and 1 <= (seq := int(address)) <= last:
         return seq
-    asked = address if re.fullmatch(r"-?[0-9]+", address) else repr(address)
+    asked = address if number else repr(address)
     steps = f"its steps are 1{chr(0x2013)}{last}" if last else "it has none yet"
     raise CheckpointNotFoundError(f"run {run.run_id!r} has no step {asked}: {steps}")
 

@@ -206,6 +206,15 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         f"/runs/{ok}/steps/1.5": (
             404, f"run '{ok}' has no step '1.5': its steps are 1\N{EN DASH}3"
         ),
+        **{  # int() takes them all; only the number as the page writes it names a step
+            f"/runs/{ok}/steps/{address}": (
+                404, f"run '{ok}' has no step {shown!r}: its steps are 1\N{EN DASH}3"
+            )
+            for address, shown in (("01", "01"), ("+1", "+1"), ("%201", " 1"), ("1_0", "1_0"))
+        },
+        f"/runs/{ok}/steps/{'1' * 5000}": (  # more digits than int() reads: no step either
+            404, f"run '{ok}' has no step {'1' * 5000}: its steps are 1\N{EN DASH}3"
+        ),
         "/runs/no-such-run/steps/-1": (404, "no run 'no-such-run' in the store"),
         f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
         "/?before=garbage": (
