@@ -38,6 +38,7 @@ from nestegg.checkpoint.formats import (
     step_completed_body,
     step_started_body,
 )
+from nestegg.checkpoint.heartbeat import keep_leased
 from nestegg.checkpoint.live_starts import LiveStarts, live_starts
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -71,7 +72,6 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import StaleOwnerError
 from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
@@ -80,6 +80,10 @@ CheckpointHook = Callable[[CheckpointInfo], Awaitable[None]]
 
 class Checkpointer:
     """Records one run in a store by a policy (the Recorder of checkpointed runs)."""
+
+    RENEWAL_FAILURES: tuple[type[Exception], ...] = (Exception,)
+    """What a failed renewal of the lease raises that the heartbeat logs and outlives (the
+    next step's commit reports store failures)."""
 
     def __init__(
         self,
@@ -173,31 +177,17 @@ class Checkpointer:
         """Renew the lease a third of it after it was last set: by a step's commit, which
         sets it too (a run whose steps commit more often sends no renewal), or by the last
         renewal."""
-        interval = self.lease_seconds / 3
-        stop = CancelWatch()
-        while not stop.requested():  # stopped, also if a library lost the cancellation
-            wait = self._leased_at + interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            self._leased_at = time.monotonic()
-            renewal = Commit(self.run_id, self.fence, lease_until=self.clock() + self.lease_seconds)
-            try:
-                await self.store.commit(renewal)
-            except StaleOwnerError:
-                log.warning(
-                    "run %r was taken over by another owner",
-                    self.run_id,
-                    extra={"run_id": self.run_id},
-                )
-                return
-            except Exception as error:  # the next step's commit reports store failures
-                log.warning(
-                    "heartbeat of run %r failed: %s",
-                    self.run_id,
-                    error,
-                    extra={"run_id": self.run_id},
-                )
+        await keep_leased(self.run_id, self._renewal_due_in, self._renew, self.RENEWAL_FAILURES)
+
+    def _renewal_due_in(self) -> float:
+        return self._leased_at + self.lease_seconds / 3 - time.monotonic()
+
+    async def _renew(self) -> bool:
+        """Renew the lease once; True: renew it again when due."""
+        self._leased_at = time.monotonic()
+        lease = self.clock() + self.lease_seconds
+        await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+        return True
 
     # ------------------------------------------------------- the step in flight
 

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.records import Commit
 from nestegg.constants import OUTCOME_COMPLETED
-from nestegg.errors import NestEggError, StaleOwnerError
+from nestegg.errors import NestEggError
 from nestegg.recording import StepResult
 from nestegg.transport.base import Delivery
-
-log = logging.getLogger("nestegg")
 
 
 class StepRecorder(Checkpointer):
@@ -24,6 +21,8 @@ class StepRecorder(Checkpointer):
     then keeps the message fresh; a step's commit renews the lease when this worker goes
     on with the run (``goes_on()`` says so when asked at the commit), and otherwise
     releases it when the run simply continues from the step."""
+
+    RENEWAL_FAILURES = (NestEggError, OSError)
 
     def __init__(
         self,
@@ -39,37 +38,28 @@ class StepRecorder(Checkpointer):
         """Whether the last step's commit kept the lease for this worker's next step."""
         self.renewing = True
         self.renew_lock = asyncio.Lock()
+        self._renewed_at = time.monotonic()
+        """When the heartbeat last renewed the lease (monotonic; first: now)."""
 
     def begin(self) -> None:
         """Start the heartbeat without an opening commit."""
         self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
 
-    async def _beat(self) -> None:
-        interval = self.lease_seconds / 3
-        stop = CancelWatch()
-        while not stop.requested():  # stopped, also if a library lost the cancellation
-            await asyncio.sleep(interval)
-            async with self.renew_lock:
-                if not self.renewing:
-                    return
-                try:
-                    lease = self.clock() + self.lease_seconds
-                    await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
-                    await self.delivery.keep_alive()
-                except StaleOwnerError:
-                    log.warning(
-                        "run %r was taken over by another worker",
-                        self.run_id,
-                        extra={"run_id": self.run_id},
-                    )
-                    return
-                except (NestEggError, OSError) as error:
-                    log.warning(
-                        "keeping run %r alive failed: %s",
-                        self.run_id,
-                        error,
-                        extra={"run_id": self.run_id},
-                    )
+    def _renewal_due_in(self) -> float:
+        """A renewal every third of the lease from the last one (the first: from the
+        recorder's making), whatever the steps commit: each keeps the message fresh too."""
+        return self._renewed_at + self.lease_seconds / 3 - time.monotonic()
+
+    async def _renew(self) -> bool:
+        """Renew the lease and keep the message fresh once; False once renewing stopped."""
+        self._renewed_at = time.monotonic()
+        async with self.renew_lock:
+            if not self.renewing:
+                return False
+            lease = self.clock() + self.lease_seconds
+            await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+            await self.delivery.keep_alive()
+            return True
 
     async def stop_renewing(self) -> None:
         """No renewal from now on (waits for one under way)."""
