@@ -17,8 +17,9 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── StaleOwnerError             this process lost ownership (fencing token moved on)
     │   ├── RunFailedError              a run awaited by result() failed (names agent and error)
     │   ├── RunWaiting                  the run waits for a signal or a timer (not a failure)
-    │   ├── SignalExistsError           a signal of that name was sent to the run already
-    │   └── SignalRefusedError          a signal to a run that completed: nothing would read it
+    │   └── SignalError                 a signal to the run was not stored
+    │       ├── SignalExistsError       a signal of that name was sent to the run already
+    │       └── SignalRefusedError      a signal to a run that completed: nothing would read it
     ├── SignalTimeoutError              wait_for's deadline passed before its signal came
     ├── SignalValueError                a signal's value does not fit wait_for's type=
     ├── CheckpointError                 about one checkpoint
@@ -177,9 +178,9 @@ REPLACE_OPTION = "replace=True"
 command's texts (:meth:`SignalExistsError.advice` and its kin) name ``--replace``."""
 
 
-class SignalExistsError(RunError):
-    """A signal of that name was already sent to the run (pass ``replace=True`` to send
-    another value).
+class SignalError(RunError):
+    """A signal to a run that was not stored; its message (:meth:`advice`) names
+    ``replace=True`` as the option that stores it.
 
     Attributes:
         run_id: the run.
@@ -191,6 +192,15 @@ class SignalExistsError(RunError):
         super().__init__(self.advice(REPLACE_OPTION), run_id)
 
     def advice(self, replace: str) -> str:
+        """The message, naming ``replace`` as the option that stores the signal."""
+        raise NotImplementedError
+
+
+class SignalExistsError(SignalError):
+    """A signal of that name was already sent to the run (pass ``replace=True`` to send
+    another value)."""
+
+    def advice(self, replace: str) -> str:
         """The message, naming ``replace`` as the way to send another value."""
         return (
             f"run {self.run_id!r} has a signal {self.signal!r} already; a signal is "
@@ -199,18 +209,9 @@ class SignalExistsError(RunError):
         )
 
 
-class SignalRefusedError(RunError):
+class SignalRefusedError(SignalError):
     """A signal to a run that completed: no step would ever read it, so it is not stored
-    (``replace=True`` stores it, for a resume from an earlier checkpoint).
-
-    Attributes:
-        run_id: the run.
-        signal: the signal's name.
-    """
-
-    def __init__(self, run_id: str, signal: str) -> None:
-        self.run_id, self.signal = run_id, signal
-        super().__init__(self.advice(REPLACE_OPTION), run_id)
+    (``replace=True`` stores it, for a resume from an earlier checkpoint)."""
 
     def advice(self, replace: str) -> str:
         """The message, naming ``replace`` as the way to store it all the same."""

@@ -48,8 +48,7 @@ from nestegg.errors import (
     MissingDependencyError,
     NestEggError,
     RunNotFoundError,
-    SignalExistsError,
-    SignalRefusedError,
+    SignalError,
     SignalValueError,
     StorageUnavailableError,
 )
@@ -158,7 +157,7 @@ def exit_code_for(error: BaseException) -> int:
 
 def error_line(error: BaseException) -> str:
     """One line saying what went wrong."""
-    if isinstance(error, SignalExistsError | SignalRefusedError | SignalValueError):
+    if isinstance(error, SignalError | SignalValueError):
         text = error.advice(REPLACE_FLAG)  # the command's option, not the library's
     elif isinstance(error, CommandError | NestEggError):
         text = str(error)
