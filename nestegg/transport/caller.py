@@ -262,7 +262,11 @@ async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception)
     """Store the new ``run`` (not stored yet: the hook is awaited first) as failed with the
     error its ``on_request`` hook raised, so that no worker or sweep ever takes it; its
     resume awaits the hook again. Its ``run_started`` event holds the caller's trace
-    context, as a worker's does. A run of that id stored meanwhile is left alone."""
+    context, as a worker's does. A run of that id stored meanwhile is left alone.
+
+    Two writes, as a local run's (the store has none that creates a run with its first
+    commit): the run, created failed already, then its events; a caller stopped between
+    them leaves the run failed with the hook's error, without events."""
     now = book.config.clock()
     body = refusal_body(error)
     failed = dataclasses.replace(run, status=FAILED, error=body, updated_at=now)

@@ -284,6 +284,61 @@ async def test_a_run_its_callers_on_request_refuses_is_stored_failed_for_no_work
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("deployment", ["redis"], indirect=True)
+async def test_a_caller_stopped_between_the_writes_of_its_refused_run_leaves_it_to_no_sweep(
+    deployment: Deployment,
+) -> None:
+    """A refused run is stored in two writes (the store has none that creates a run with
+    its first commit): the run, created failed with the hook's error, then its events.
+    Stopped between them (its commit never answers), the run is failed all the same: no
+    sweep or recover() takes it, and its resume awaits on_request again."""
+    from tests.transport.apps import config, transport
+
+    requests: list[str] = []
+
+    async def on_request(request: dict[str, Any]) -> None:
+        requests.append(request["clutch_id"])
+        if len(requests) == 1:
+            raise PermissionError("not allowed")
+
+    def build() -> Clutch:
+        clutch = Clutch("torn", transport=transport(), checkpoint=config(), on_request=on_request)
+
+        @clutch.agent()
+        async def answer(data: dict[str, Any]) -> dict[str, Any]:
+            return {**data, "answered": True}
+
+        return clutch
+
+    caller, worker = build(), build()
+    store = caller.checkpointed_runs().store
+    reached = asyncio.Event()
+
+    async def never(commit: Any) -> None:
+        reached.set()
+        await asyncio.Event().wait()
+
+    store.commit = never  # type: ignore[method-assign]
+    try:
+        task = asyncio.ensure_future(caller.run({"q": 1}, run_id="torn", timeout=20))
+        await asyncio.wait_for(reached.wait(), 10)
+        task.cancel()  # the caller's process dies before its second write
+        with contextlib.suppress(asyncio.CancelledError, PermissionError):
+            await task
+        run = await worker.checkpointed_runs().store.get_run("torn")
+        assert run is not None and (run.status, run.step_seq, run.event_seq) == ("failed", 0, 0)
+        assert await Worker(worker, worker.transport, sweep_after=0.0).sweep() == []
+        assert await worker.recover() == {}
+        assert await worker.list_interrupted() == []
+        assert requests == ["torn"]
+        assert await worker.resume_latest("torn") == {"q": 1, "answered": True}
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert requests == ["torn", "torn"]  # the resume awaited the hook again
+
+
+@pytest.mark.server
 async def test_a_queued_run_resumed_by_a_clutch_without_workers_awaits_on_request_once(
     deployment: Deployment,
 ) -> None:
