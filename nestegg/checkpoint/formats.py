@@ -407,9 +407,8 @@ def failure_commit(
     """The commit that stores ``run`` (a RunRecord as read) failed with the sealed
     ``error`` (:func:`failure_body`): status failed and, after its stored events, its
     ``run_started`` event with ``opening`` (:func:`opening_payload`; None: its log has it
-    already), then ``run_failed``. What a worker that cannot continue a run writes, and a
-    caller whose ``on_request`` refused its run; the checkpointer writes the same events
-    through its own commits."""
+    already), then ``run_failed``. What a worker that cannot continue a run writes; the
+    checkpointer writes the same events through its own commits."""
     commit = Commit(run.run_id, run.fence, status=FAILED, error=error, updated_at=at)
     kinds = [(RUN_STARTED, opening)] if opening is not None else []
     kinds.append((RUN_FAILED, ended_payload(run.step_seq)))

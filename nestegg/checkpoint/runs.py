@@ -162,11 +162,28 @@ class CheckpointedRuns:
             return self._existing(raced, sealed_input) if raced else None
         if stored is not None:
             stored()
+        start = self.fresh_start(run_id, data, listeners)
+        return await self.execute(record, start, [], [(RUN_STARTED, opening_payload())], data)
+
+    def fresh_start(self, run_id: str, data: Any, listeners: StepListeners) -> PreparedRun:
+        """Where a new run ``run_id`` of input ``data`` starts: before its first step."""
         ctx = self.clutch.new_context(run_id, data)
         cursor = self.clutch.new_cursor(ctx)
         base = Snapshot(0, 0, 0, "input", cursor.position(), NO_METADATA)
-        start = PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
-        return await self.execute(record, start, [], [(RUN_STARTED, opening_payload())], data)
+        return PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
+
+    def new_checkpointer(self, run: RunRecord, base: Snapshot, kept: list[str]) -> Checkpointer:
+        """The checkpointer of the owned ``run`` from ``base``, ``kept`` its checkpoints."""
+        return Checkpointer(
+            self.store,
+            self.config.policy,
+            run,
+            lease_seconds=self.lease,
+            base=base,
+            kept=kept,
+            on_checkpoint=self.clutch.on_checkpoint,
+            clock=self.config.clock,
+        )
 
     def _new_record(self, run_id: str, sealed_input: bytes, *, owned: bool) -> RunRecord:
         """A new running run of ``sealed_input``: owned by this process, or by no one
@@ -204,16 +221,7 @@ class CheckpointedRuns:
         drive it; the opening commit writes ``events`` and the truncation, which keeps the
         journal of the steps up to ``replay_until``. A new run awaits ``on_request``, and
         so does a resume with ``request_again`` (it starts the run from its input)."""
-        recorder = Checkpointer(
-            self.store,
-            self.config.policy,
-            run,
-            lease_seconds=self.lease,
-            base=start.base,
-            kept=kept,
-            on_checkpoint=self.clutch.on_checkpoint,
-            clock=self.config.clock,
-        )
+        recorder = self.new_checkpointer(run, start.base, kept)
         recorder.replay_until = replay_until
         execution = self.new_execution(start, recorder)
         active_runs[run.run_id] = run.fence

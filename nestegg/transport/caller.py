@@ -20,7 +20,6 @@ from nestegg.agents import to_plain
 from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
 from nestegg.checkpoint.formats import (
-    failure_commit,
     opening_payload,
     parse_event,
     refusal_body,
@@ -33,15 +32,16 @@ from nestegg.constants import (
     CANCELLED,
     COMPLETED,
     FAILED,
+    RUN_STARTED,
     STEP_COMPLETED,
     WAITING,
 )
 from nestegg.durations import seconds_or_none
 from nestegg.errors import NestEggError, RunFailedError
 from nestegg.task import StepEvent, StepListeners
+from nestegg.transport import tracing
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
-from nestegg.transport.tracing import traced_remote_run
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.records import RunRecord
@@ -232,48 +232,51 @@ async def run_remote(
     if progress is None:
         progress = RemoteProgress(clutch.name)
     watched = progress
+    plain = to_plain(input_data)
 
-    async def publish_and_wait(trace: dict[str, str]) -> Any:
-        await publish_first(clutch, transport, run, trace)
+    async def publish_and_wait() -> Any:
+        await publish_first(clutch, transport, run, otel.inject_context())
         if published is not None:
             published()
         return await wait_result(
             book.store, run.run_id, None, listeners, watched.saw, book.config.clock
         )
 
-    async def traced() -> Any:
+    async def work() -> Any:
         # stored once on_request passed: before that, no worker's sweep may take it
         stored = await book.store_queued(run)
         if stored.status == COMPLETED:  # completed with this input since it was read
             return run_result(stored)
         watched.created = stored
-        return await traced_remote_run(clutch, book.store, run, publish_and_wait)
+        return await publish_and_wait()
 
     async def refused(error: Exception) -> None:
-        await fail_refused(book, run, error)
+        await fail_refused(book, run, plain, error)
+
+    async def hooked() -> Any:
+        return await clutch.call_with_hooks(run.run_id, plain, work, refused=refused)
 
     async with using(transport):
-        return await clutch.call_with_hooks(
-            run.run_id, to_plain(input_data), traced, refused=refused
-        )
+        return await tracing.traced_remote_run(clutch, book.store, run, hooked)
 
 
-async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception) -> None:
-    """Store the new ``run`` (not stored yet: the hook is awaited first) as failed with the
-    error its ``on_request`` hook raised, so that no worker or sweep ever takes it; its
-    resume awaits the hook again. Its ``run_started`` event holds the caller's trace
-    context, as a worker's does. A run of that id stored meanwhile is left alone.
+async def fail_refused(book: CheckpointedRuns, run: RunRecord, data: Any, error: Exception) -> None:
+    """Store the new ``run`` of input ``data`` (plain; not stored yet: the hook is awaited first)
+    as failed with the error its ``on_request`` hook raised, so that no worker or sweep
+    ever takes it; its resume awaits the hook again. Its events, checkpoint and telemetry
+    are a local refused run's: ``run_started`` (with the caller's trace context, as a
+    worker's), a checkpoint of its input, ``run_failed``, written by its checkpointer
+    (timed, ``on_checkpoint`` called), and the run counted failed in ``nestegg.runs``
+    (no worker ever sees it). A run of that id stored meanwhile is left alone.
 
     Two writes, as a local run's (the store has none that creates a run with its first
     commit): the run, created failed already, then its events; a caller stopped between
     them leaves the run failed with the hook's error, without events."""
     now = book.config.clock()
-    body = refusal_body(error)
-    failed = dataclasses.replace(run, status=FAILED, error=body, updated_at=now)
-    commit = failure_commit(run, now, body, opening_payload(otel.inject_context()))
+    failed = dataclasses.replace(run, status=FAILED, error=refusal_body(error), updated_at=now)
+    tracing.count_refused(run)
     try:
         await book.store.create_run(failed)
-        await book.store.commit(commit)
     except NestEggError as failure:  # the caller gets the hook's error all the same
         log.warning(
             "could not record that on_request refused run %r: %s",
@@ -281,3 +284,8 @@ async def fail_refused(book: CheckpointedRuns, run: RunRecord, error: Exception)
             failure,
             extra={"run_id": run.run_id},
         )
+        return
+    start = book.fresh_start(run.run_id, data, StepListeners())
+    recorder = book.new_checkpointer(failed, start.base, [])
+    recorder.event(RUN_STARTED, now, opening_payload(otel.inject_context()))
+    await recorder.request_failed(error)  # logs a store's failure

@@ -1,6 +1,6 @@
 """Traces and metrics across a caller and its workers: one run, one trace.
 
-The caller's ``invoke_workflow {pipeline}`` span (around publishing the stored run's
+The caller's ``invoke_workflow {pipeline}`` span (around the run's hooks, publishing its
 first step and waiting for its outcome) is the root of the run's trace; its context
 travels in every step message (``StepMessage.trace``, W3C ``traceparent`` through the
 OpenTelemetry propagation API), and a worker makes each step's ``invoke_agent {agent}``
@@ -12,7 +12,7 @@ A worker records the step metrics (steps, step duration, commit duration, journa
 and counts a run in ``nestegg.runs`` when one of its steps ends it, and in
 ``nestegg.runs.recovered`` when it took the run over from a worker that died during a
 step; the caller's span says how the run ended but counts nothing (a run may end with no
-caller waiting).
+caller waiting), but a run its ``on_request`` refused, which no worker sees.
 
 Without a tracer provider, a meter provider or DEBUG logging on the ``nestegg`` logger,
 nothing is built: no span, no context in messages (see :mod:`nestegg.telemetry`).
@@ -41,19 +41,20 @@ log = logging.getLogger("nestegg")
 
 
 async def traced_remote_run(
-    clutch: Clutch, store: Any, run: RunRecord, body: Callable[[Headers], Awaitable[T]]
+    clutch: Clutch, store: Any, run: RunRecord, body: Callable[[], Awaitable[T]]
 ) -> T:
-    """Run ``body`` (publish the run's first step with the headers it is given, wait for
-    the outcome) as the caller's ``invoke_workflow`` span, when a tracer is configured."""
+    """Run ``body`` (the run's hooks around publishing its first step, with the current
+    trace context, and waiting for the outcome) as the caller's ``invoke_workflow`` span,
+    when a tracer is configured: from ``on_request`` on, as a local run's attempt."""
     tracer = otel.tracer()
     if tracer is None:
-        return await body({})
+        return await body()
     where = telemetry_attempts.Attempt(clutch.name, clutch.strategy, store, run.fence)
     name = f"invoke_workflow {clutch.name}"
     with otel.span(tracer, name, where.attributes(run.run_id)) as span:
         assert span is not None
         try:
-            result = await body(otel.inject_context())
+            result = await body()
         except RunFailedError as error:  # the run failed in a worker: its error's type
             cancelled = error.error_type == "CancelledError"
             if not cancelled:
@@ -69,6 +70,14 @@ async def traced_remote_run(
             raise
         span.set_attribute(RUN_STATUS, "completed")
     return result
+
+
+def count_refused(run: RunRecord) -> None:
+    """Count ``run``, refused by its caller's ``on_request``, as failed in ``nestegg.runs``:
+    no worker ever sees it."""
+    instruments = otel.meter_instruments()
+    if instruments is not None:
+        telemetry.RunTelemetry(None, instruments, run.run_id, run.pipeline).ended("failed")
 
 
 class WorkerTelemetry:

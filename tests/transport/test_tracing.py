@@ -374,9 +374,12 @@ async def test_a_worker_captures_content_only_when_asked(
     assert json.loads(firsts["captured"].attributes["nestegg.step.output"])["x"] == 1
 
 
-async def test_a_run_refused_by_its_callers_on_request_keeps_the_callers_trace(
+async def test_a_run_refused_by_its_callers_on_request_is_traced_and_stored_as_a_local_one(
     deployment: Deployment, sdk: Sdk
 ) -> None:
+    """The caller's span covers on_request as a local attempt's does (same attributes, error
+    status), the run is counted failed, and its events and checkpoint are a local refused
+    run's, its ``run_started`` holding the caller's span."""
     from nestegg.checkpoint.formats import parse_failure
     from tests.transport.apps import config, transport
 
@@ -386,8 +389,14 @@ async def test_a_run_refused_by_its_callers_on_request_keeps_the_callers_trace(
     async def answer(data: dict[str, Any]) -> dict[str, Any]:
         return data
 
-    remote = Clutch("gate", transport=transport(), checkpoint=config(), on_request=on_request)
-    local = Clutch("gate-local", checkpoint=config(), on_request=on_request)
+    saved: list[str] = []
+
+    async def on_checkpoint(info: Any) -> None:
+        saved.append(info.run_id)
+
+    hooks: dict[str, Any] = {"on_request": on_request, "on_checkpoint": on_checkpoint}
+    remote = Clutch("gate", transport=transport(), checkpoint=config(), **hooks)
+    local = Clutch("gate-local", checkpoint=config(), **hooks)
     remote.agent()(answer)
     local.agent()(answer)
     try:
@@ -399,24 +408,55 @@ async def test_a_run_refused_by_its_callers_on_request_keeps_the_callers_trace(
         store = await remote._book().ready()
         logs = {r: await store.read_events(r) for r in ("remote", "local")}
         runs = {r: await store.get_run(r) for r in ("remote", "local")}
+        kept = {r: await store.list_checkpoints(r) for r in ("remote", "local")}
     finally:
         await remote.stop()
         await local.stop()
+    spans = {s.attributes["nestegg.run.id"]: s for s in sdk.finished() if s.name != "request"}
+    assert (spans["remote"].name, spans["local"].name) == (
+        "invoke_workflow gate",
+        "invoke_workflow gate-local",
+    )
+    shapes = {}
+    for r, span in spans.items():
+        named = ("nestegg.run.id", "gen_ai.conversation.id", "gen_ai.workflow.name")
+        attributes = {k: v for k, v in span.attributes.items() if k not in named}
+        events = [(e.name, e.attributes["exception.type"]) for e in span.events]
+        shapes[r] = (attributes, span.status.status_code, span.status.description, events)
+    assert shapes["remote"] == shapes["local"]
+    assert shapes["local"][0]["nestegg.run.status"] == "failed"
+    assert shapes["local"][2:] == (
+        "PermissionError: not allowed",
+        [("exception", "PermissionError")],
+    )
     context = request.get_span_context()
+    assert spans["remote"].parent is not None and spans["remote"].parent.span_id == context.span_id
     started = Event.from_record(logs["remote"][0]).data
-    ids = f"00-{context.trace_id:032x}-{context.span_id:016x}-"
+    workflow = spans["remote"].get_span_context()
+    ids = f"00-{context.trace_id:032x}-{workflow.span_id:016x}-"
     assert set(started["trace"]) == {"traceparent"}
-    assert started["trace"]["traceparent"].startswith(ids)  # the caller's span
-    shapes = {
+    assert started["trace"]["traceparent"].startswith(ids)  # the caller's workflow span
+    kinds = {
         r: [(e.kind, sorted(Event.from_record(e).data)) for e in events]
         for r, events in logs.items()
     }
-    shapes["local"] = [s for s in shapes["local"] if s[0] != "checkpoint_saved"]
     assert (
-        shapes["remote"]
-        == shapes["local"]
-        == [("run_started", ["trace"]), ("run_failed", ["steps"])]
+        kinds["remote"]
+        == kinds["local"]
+        == [
+            ("run_started", ["trace"]),
+            ("checkpoint_saved", ["checkpoint_id", "reason", "seq"]),
+            ("run_failed", ["steps"]),
+        ]
     )
+    assert [(c.seq, c.reason) for c in kept["remote"]] == [(c.seq, c.reason) for c in kept["local"]]
+    assert saved == ["remote", "local"]
+    counted = sdk.metrics()
+    assert sorted(counted["nestegg.runs"], key=str) == [
+        ({"gen_ai.workflow.name": "gate", "nestegg.run.status": "failed"}, 1),
+        ({"gen_ai.workflow.name": "gate-local", "nestegg.run.status": "failed"}, 1),
+    ]
+    assert counted["nestegg.checkpoint.commit.duration"] == [({"nestegg.store": "redis"}, 2)]
     errors = {}
     for r, run in runs.items():
         assert run is not None and run.status == "failed"
