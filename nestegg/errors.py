@@ -80,8 +80,9 @@ class RunNotFoundError(RunError, LookupError):
 
 
 class RunExistsError(RunError):
-    """A run with that id exists: unfinished (resume it instead), or completed with another
-    input (use a new run id, or delete that run)."""
+    """A run with that id exists: unfinished (resume it instead), completed with another
+    input (use a new run id, or delete that run), or of another pipeline (use a new run
+    id)."""
 
 
 class RunLockedError(RunError):

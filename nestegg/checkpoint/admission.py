@@ -46,12 +46,20 @@ if TYPE_CHECKING:
 
 
 def existing_run(
-    run: RunRecord, sealed_input: bytes, now: float, *, on_workers: bool = False
+    run: RunRecord, sealed_input: bytes, pipeline: str, now: float, *, on_workers: bool = False
 ) -> Any:
-    """What starting a run under an id that exists does: the result of a completed run
-    of the same input; otherwise a RunExistsError (or RunLockedError) saying what to do.
-    ``on_workers``: the Clutch runs its runs on workers, whose running runs with no owner
-    are queued for them or for their sweeps, not interrupted."""
+    """What starting a run of ``pipeline`` under an id that exists does: the result of a
+    completed run of that pipeline and the same input; otherwise a RunExistsError (or
+    RunLockedError) saying what to do. ``on_workers``: the Clutch runs its runs on
+    workers, whose running runs with no owner are queued for them or for their sweeps,
+    not interrupted."""
+    if run.pipeline != pipeline:  # never another pipeline's result, whatever its status
+        raise RunExistsError(
+            f"run {run.run_id!r} exists and belongs to pipeline {run.pipeline!r}, not "
+            f"{pipeline!r}: a run id names one run of one pipeline; pass a new id for this "
+            "run (run(input, run_id=...))",
+            run.run_id,
+        )
     if run.status == COMPLETED:
         if not same_input(run, sealed_input):
             raise RunExistsError(

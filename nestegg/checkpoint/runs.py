@@ -203,7 +203,8 @@ class CheckpointedRuns:
 
     def _existing(self, run: RunRecord, sealed_input: bytes, *, on_workers: bool = False) -> Any:
         """What run() does with an id that exists (see admission.existing_run)."""
-        return existing_run(run, sealed_input, self.config.clock(), on_workers=on_workers)
+        now = self.config.clock()
+        return existing_run(run, sealed_input, self.clutch.name, now, on_workers=on_workers)
 
     async def execute(
         self,
@@ -308,8 +309,8 @@ class CheckpointedRuns:
         stands).
 
         Raises:
-            RunExistsError: the id belongs to an unfinished run, or to a run completed
-                with a different input.
+            RunExistsError: the id belongs to an unfinished run, to a run completed
+                with a different input, or to another pipeline's run.
             RunLockedError: a live process executes a run of that id.
         """
         chosen = self._run_id(run_id)

@@ -112,6 +112,38 @@ async def test_run_of_a_completed_run_with_another_input_raises_run_exists(
     assert await stored_view(checkpoint_store, "fixed") == before
 
 
+async def test_run_under_an_id_of_another_pipelines_run_is_refused_whatever_its_status(
+    checkpoint_store: CheckpointStorage,
+    reopen_store: Callable[[], Awaitable[CheckpointStorage]],
+) -> None:
+    alpha = Pipeline(checkpoint_store, name="alpha")
+    assert await alpha.clutch.run([], run_id="shared") == ["a", "b", "c"]
+    failing = Pipeline(checkpoint_store, name="alpha")
+    failing.fail.add("b")
+    with pytest.raises(Flaky):
+        await failing.clutch.run([], run_id="broken")
+    before = [await stored_view(checkpoint_store, run_id) for run_id in ("shared", "broken")]
+
+    for store in (checkpoint_store, await reopen_store()):
+        beta = Pipeline(store, name="beta")
+        for run_id in ("shared", "broken"):  # completed with the same input, failed
+            message = (
+                f"run {run_id!r} exists and belongs to pipeline 'alpha', not 'beta': a run "
+                "id names one run of one pipeline; pass a new id for this run "
+                "(run(input, run_id=...))"
+            )
+            with pytest.raises(RunExistsError, match=re.escape(message)) as raised:
+                await beta.clutch.run([], run_id=run_id)
+            assert raised.value.run_id == run_id
+            with pytest.raises(RunExistsError, match=re.escape(message)):
+                await (await beta.clutch.submit([], run_id=run_id)).result(5)
+            with pytest.raises(RunExistsError, match=re.escape(message)):
+                _ = [event async for event in beta.clutch.stream([], run_id=run_id)]
+        assert beta.calls == []
+    after = [await stored_view(checkpoint_store, run_id) for run_id in ("shared", "broken")]
+    assert after == before
+
+
 async def test_same_input_is_recognised_in_any_key_order_and_as_a_model(
     checkpoint_store: CheckpointStorage,
 ) -> None:

@@ -26,6 +26,7 @@ from nestegg.errors import (
 from nestegg.testing import FakeClock
 from nestegg.transport.base import channel_name
 from nestegg.transport.worker import Worker
+from tests.transport import apps
 from tests.transport.apps import make_chain, make_slow, make_split, make_split_without_third
 from tests.transport.conftest import Deployment, wait_until
 from tests.transport.test_workers import _released, _run_when, uninterrupted_result
@@ -133,6 +134,18 @@ async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
         queued = r"run 'pending' exists and is the workers' .*await clutch.result\('pending'\)"
         with pytest.raises(RunExistsError, match=queued):  # not "interrupted": queued
             await caller.run({}, run_id="pending", timeout=5)
+        other = Clutch("other", transport=apps.transport(), checkpoint=apps.config())
+
+        @other.agent()
+        async def ping(data: dict[str, Any]) -> dict[str, Any]:
+            return data
+
+        try:
+            for run_id in ("once", "pending"):  # never the chain's result, nor its queue
+                with pytest.raises(RunExistsError, match="belongs to pipeline 'chain', not"):
+                    await other.run({}, run_id=run_id, timeout=5)
+        finally:
+            await other.stop()
     finally:
         await caller.stop()
         await worker.stop()
