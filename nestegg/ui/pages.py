@@ -99,10 +99,14 @@ def int_param(request: Request, name: str, least: int = 0) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        number = int(raw)
-    except ValueError:
+    # as the pages write numbers: not 01, +1, " 1" or 1_0, which int() takes; and not
+    # read past the largest's digits (int() refuses over 4,300)
+    if not queries.WHOLE_NUMBER.fullmatch(raw):
         number = least - 1
+    elif len(raw.lstrip("-")) > len(str(LARGEST_NUMBER)):
+        number = -LARGEST_NUMBER if raw.startswith("-") else LARGEST_NUMBER + 1
+    else:
+        number = int(raw)
     if number < least:
         raise ConfigurationError(f"{name} must be a whole number >= {least}, got {raw!r}")
     if number > LARGEST_NUMBER:

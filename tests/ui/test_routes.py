@@ -217,6 +217,12 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         ),
         "/runs/no-such-run/steps/-1": (404, "no run 'no-such-run' in the store"),
         f"/runs/{ok}?before=-5": (400, "before must be a whole number >= 1, got '-5'"),
+        **{  # int() takes them all; only a number as the pages write it is one
+            f"/runs/{ok}?before={given}": (
+                400, f"before must be a whole number >= 1, got {shown!r}"
+            )
+            for given, shown in (("01", "01"), ("%2B1", "+1"), ("%201", " 1"), ("1_0", "1_0"))
+        },
         "/?before=garbage": (
             400, "before must be the cursor of a next-page link (CREATED:RUN_ID), got 'garbage'"
         ),
@@ -228,6 +234,9 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         "/?fragment=table": (400, "unknown fragment 'table'; one of rows"),
         f"/runs/{ok}?before=99999999999999999999": (
             400, "before must be at most 9223372036854775807, got '99999999999999999999'"
+        ),
+        f"/runs/{ok}?before={'9' * 5000}": (  # more digits than int() reads
+            400, f"before must be at most 9223372036854775807, got '{'9' * 5000}'"
         ),
         f"/runs/{ok}/steps/1?seq=2": (400, "unknown parameter 'seq'; this address takes token"),
         "/diff?a=1&b=2&a=3": (
