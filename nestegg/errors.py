@@ -34,6 +34,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   └── BrokerRefusedError          the broker refused the settings: login, vhost, database
     └── JournalError                    about journaled calls
         ├── NonDeterminismError         a re-executed step made different calls
+        │   └── ModuleNameMismatchError the same function, its module imported by another name
         └── JournaledCallError          a journaled call that failed for good, replayed
 
 Stores wrap their driver's exceptions into this tree in one place each. One warning,
@@ -340,6 +341,18 @@ class JournalError(NestEggError):
 class NonDeterminismError(JournalError):
     """A re-executed step made a different call than the journal recorded, or the journal
     holds a result that does not fit the called function's return annotation."""
+
+
+class ModuleNameMismatchError(NonDeterminismError):
+    """A re-executed step called the function the journal recorded, but named by another
+    module path: the pipeline's module is imported as ``imported_module`` while the run
+    journaled it as ``journaled_module`` (another current directory or PYTHONPATH, or
+    another ``--app``). The pipeline did not change: a resume is not the run's failure."""
+
+    def __init__(self, message: str, journaled_module: str, imported_module: str) -> None:
+        super().__init__(message)
+        self.journaled_module = journaled_module
+        self.imported_module = imported_module
 
 
 class JournaledCallError(JournalError):

@@ -21,12 +21,8 @@ from nestegg.constants import (
     YIELD_EVERY_STEPS,
 )
 from nestegg.context import ClutchContext, set_context
-from nestegg.errors import (
-    ConfigurationError,
-    JournaledCallError,
-    NonDeterminismError,
-    RunWaiting,
-)
+from nestegg.errors import ConfigurationError, RunWaiting
+from nestegg.journal_checks import replay_entry
 from nestegg.recording import StepResult, Timed
 from nestegg.signals import Handover, Terminate, WaitSuspended
 from nestegg.strategies import Cursor
@@ -96,38 +92,6 @@ class Recorder(Protocol):
     async def suspend(self, signal: str | None, deadline: float | None) -> None:
         """Record that the run waits (for ``signal``, or a timer) until ``deadline``; the
         step under way keeps its journal and runs again when the run is resumed."""
-
-
-def replay_entry(
-    recorded: Mapping[str, Any], function: str, digest: str, step: int, position: int
-) -> Any:
-    """The outcome a journal entry recorded, after checking it is the same call."""
-    if recorded.get("function") != function or recorded.get("args") != digest:
-        raise NonDeterminismError(
-            f"step {step}, call {position}: the journal recorded "
-            f"{recorded.get('function')}(args {recorded.get('args')}) but the step now calls "
-            f"{function}(args {digest}); {_likely_cause(recorded.get('function') != function)}"
-        )
-    error = recorded.get("error")
-    if error is not None:
-        raise JournaledCallError(function, str(error.get("type")), str(error.get("message")))
-    return recorded.get("result")
-
-
-def _likely_cause(other_function: bool) -> str:
-    """What usually makes a re-executed step call something else, and what to do."""
-    if other_function:
-        cause = (
-            "was the function renamed or moved, or the agent changed to call another one? "
-            "Give a function a fixed name with durable(name=...); "
-        )
-    else:
-        cause = (
-            "an argument differs from the recorded call's: does it change between runs "
-            "(a timestamp, a random id, data read anew)? Pass such values in the run's "
-            "input or compute them inside the journaled call; "
-        )
-    return cause + "replay='rerun' calls again, paying for the call again"
 
 
 class NullRecorder:

@@ -90,3 +90,19 @@ def started_module(name: str) -> ModuleType | None:
         if module is not None and name not in STARTED and stable_module_name(started) == name:
             return module
     return None
+
+
+def loaded_module_of(qualified: str) -> str | None:
+    """The module that the qualified name ``qualified`` (``module.qualname``) starts with:
+    its longest dotted prefix naming a module loaded in this process, None if none does.
+
+    Example:
+        >>> loaded_module_of("nestegg.module_names.loaded_module_of")
+        'nestegg.module_names'
+    """
+    parts = qualified.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        if name in sys.modules or started_module(name) is not None:
+            return name
+    return None

@@ -38,6 +38,7 @@ from nestegg.errors import (
     CheckpointSerializationError,
     ConfigurationError,
     JournaledCallError,
+    ModuleNameMismatchError,
     NonDeterminismError,
 )
 from nestegg.journal import argument_hash, function_name
@@ -794,6 +795,42 @@ async def test_another_function_at_a_position_raises_non_determinism(
     [info] = await clutch.list_runs()
     assert info.status == "failed" and info.error is not None
     assert info.error["type"] == "NonDeterminismError"
+
+
+async def test_the_function_named_by_another_module_path_leaves_the_run_resumable(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # The pipeline's module journaled as scratch.pipe, imported as pipe, then as before.
+    llm = FakeLLM()
+    fail = [True]
+    names = ["scratch.pipe.complete", "pipe.complete", "scratch.pipe.complete"]
+    clutch = Clutch("renamed", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        reply: str = await nestegg.durable(llm.complete, name=names.pop(0))("q")
+        if fail[0]:
+            raise Flaky("asker failed")
+        return [*data, reply]
+
+    digest = argument_hash(("q",), {})
+    message = (
+        f"step 1, call 0: the journal recorded scratch.pipe.complete(args {digest}) but the "
+        f"step now calls pipe.complete(args {digest}); the same function, its module "
+        "imported as 'pipe' but journaled as 'scratch.pipe' (the run was started from "
+        "another directory or with another PYTHONPATH): import it as the journal names it "
+        "(--app scratch.pipe:ATTR), or resume from the directory and PYTHONPATH the run was "
+        "started with"
+    )
+    with pytest.raises(ModuleNameMismatchError, match=re.escape(message)) as raised:
+        await fail_then_resume(clutch, fail)
+    assert (raised.value.journaled_module, raised.value.imported_module) == (
+        "scratch.pipe",
+        "pipe",
+    )
+    assert [run.run_id for run in await clutch.list_interrupted()] == ["job"]
+    assert await clutch.resume_latest("job") == ["answer to q"]
+    assert llm.prompts == ["q"]
 
 
 async def test_other_arguments_at_a_position_raise_non_determinism(

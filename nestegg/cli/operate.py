@@ -35,7 +35,13 @@ from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING
-from nestegg.errors import NestEggError, RunExistsError, RunLockedError, RunWaiting
+from nestegg.errors import (
+    ModuleNameMismatchError,
+    NestEggError,
+    RunExistsError,
+    RunLockedError,
+    RunWaiting,
+)
 from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
@@ -54,6 +60,18 @@ def _failure(run_id: str, error: BaseException) -> BaseException:
     if isinstance(error, NestEggError):
         return error
     return CommandError(f"run {run_id!r} failed: {error_line(error)}", EXIT_FAILED)
+
+
+def _journaled_app(spec: str, error: ModuleNameMismatchError) -> str:
+    """The --app ``spec`` with its module named as the run's journal names the function's
+    module: with the package prefix the journal has, or without the one it has not."""
+    module, colon, attribute = spec.partition(":")
+    journaled, imported = error.journaled_module, error.imported_module
+    if journaled.endswith("." + imported):
+        module = journaled[: -len(imported)] + module
+    elif module.startswith(prefix := imported[: -len(journaled)]):
+        module = module[len(prefix) :]
+    return f"{module}{colon}{attribute}"
 
 
 RESUMED_AND_WAITS = "was resumed and waits again, for"
@@ -179,6 +197,13 @@ def resume_command(
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
                 raise _waits(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
+            except ModuleNameMismatchError as error:
+                again = _app_options(ctx, _journaled_app(app_spec, error), store, clutch)
+                raise CommandError(
+                    f"{error_line(error)}; run {run_id!r} is not failed: "
+                    f"nestegg resume {shlex.quote(run_id)} {again}",
+                    EXIT_USAGE,
+                ) from error
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)

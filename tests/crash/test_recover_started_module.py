@@ -167,3 +167,44 @@ def test_the_readme_recover_command_resumes_a_crashed_demo_run(tmp_path: Path) -
 
     assert row["status"] == "completed" and row["steps"] == 4
     assert len(_lines(calls)) - before == 3  # classify's last two, report's one
+
+
+def test_a_run_resumed_with_its_module_named_otherwise_is_not_failed(tmp_path: Path) -> None:
+    # A parent directory on PYTHONPATH names the script's module scratch.pipe in the
+    # journal; --app pipe:clutch imports it as pipe: the same functions, named otherwise.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "__init__.py").write_text("")
+    (scratch / "pipe.py").write_text(FLOW)
+    log = tmp_path / "paid.log"
+    env = _env(tmp_path, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    env[LOG_ENV] = str(log)
+    child = subprocess.Popen(
+        [sys.executable, "pipe.py", "k1"],
+        cwd=scratch,
+        env={**env, HANG_ENV: "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _kill_when(child, log, "hang")
+    paid = ["expensive 1", "lookup 1", "expensive e-1", "hang"]
+    assert _lines(log) == paid
+
+    misnamed = _nestegg(scratch, env, "resume", "k1", "--app", "pipe:clutch")
+
+    assert misnamed.returncode == 2, misnamed.stdout + misnamed.stderr
+    said = misnamed.stderr
+    assert "recorded scratch.pipe.expensive(" in said and "now calls pipe.expensive(" in said
+    assert "imported as 'pipe' but journaled as 'scratch.pipe'" in said
+    assert said.rstrip().endswith(
+        "run 'k1' is not failed: nestegg resume k1 --app scratch.pipe:clutch"
+    ), said
+    listed = _nestegg(scratch, env, "runs", "--interrupted", "--json")
+    assert [row["run_id"] for row in orjson.loads(listed.stdout)] == ["k1"], listed.stderr
+    assert _lines(log) == paid
+
+    resumed = _nestegg(scratch, env, "resume", "k1", "--app", "scratch.pipe:clutch")
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.startswith("run k1 completed: 2 steps"), resumed.stdout
+    assert _lines(log) == paid  # the journaled call replayed: nothing paid again

@@ -1,0 +1,88 @@
+"""Whether the call a re-executed step makes is the one its journal recorded.
+
+A journal entry is replayed only for the same function called with the same arguments.
+When the names differ by a module prefix only (``scratch.pipe.llm`` recorded,
+``pipe.llm`` called), it is the same function: the pipeline's module is imported by
+another name than when the run journaled it, and the error says how to import it as
+the journal names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nestegg.errors import JournaledCallError, ModuleNameMismatchError, NonDeterminismError
+from nestegg.module_names import loaded_module_of
+
+
+def replay_entry(
+    recorded: Mapping[str, Any], function: str, digest: str, step: int, position: int
+) -> Any:
+    """The outcome a journal entry recorded, after checking it is the same call.
+
+    Raises:
+        ModuleNameMismatchError: the same function, its module named otherwise.
+        NonDeterminismError: another call, or other arguments.
+        JournaledCallError: the recorded call failed for good.
+    """
+    journaled = str(recorded.get("function"))
+    if journaled != function or recorded.get("args") != digest:
+        said = (
+            f"step {step}, call {position}: the journal recorded "
+            f"{journaled}(args {recorded.get('args')}) but the step now calls "
+            f"{function}(args {digest}); "
+        )
+        modules = _module_names(journaled, function)
+        if modules is not None:
+            raise ModuleNameMismatchError(said + _import_advice(*modules), *modules)
+        raise NonDeterminismError(said + _likely_cause(journaled != function))
+    error = recorded.get("error")
+    if error is not None:
+        raise JournaledCallError(function, str(error.get("type")), str(error.get("message")))
+    return recorded.get("result")
+
+
+def _module_names(journaled: str, function: str) -> tuple[str, str] | None:
+    """The module names (journaled, imported now) of one function named ``journaled`` in
+    the journal and ``function`` now, when the two differ by a module prefix only."""
+    if journaled.endswith("." + function):
+        prefix, shorter_now = journaled[: -len(function)], True
+    elif function.endswith("." + journaled):
+        prefix, shorter_now = function[: -len(journaled)], False
+    else:
+        return None
+    module = loaded_module_of(function)
+    if module is None:
+        module = function.rpartition(".")[0]  # a plain function's: module.name
+    if shorter_now:
+        return prefix + module, module
+    if not module.startswith(prefix):
+        return None
+    return module[len(prefix) :], module
+
+
+def _import_advice(journaled_module: str, imported_module: str) -> str:
+    """What to do when the pipeline's module is imported by another name than journaled."""
+    return (
+        f"the same function, its module imported as {imported_module!r} but journaled as "
+        f"{journaled_module!r} (the run was started from another directory or with another "
+        f"PYTHONPATH): import it as the journal names it (--app {journaled_module}:ATTR), "
+        f"or resume from the directory and PYTHONPATH the run was started with"
+    )
+
+
+def _likely_cause(other_function: bool) -> str:
+    """What usually makes a re-executed step call something else, and what to do."""
+    if other_function:
+        cause = (
+            "was the function renamed or moved, or the agent changed to call another one? "
+            "Give a function a fixed name with durable(name=...); "
+        )
+    else:
+        cause = (
+            "an argument differs from the recorded call's: does it change between runs "
+            "(a timestamp, a random id, data read anew)? Pass such values in the run's "
+            "input or compute them inside the journaled call; "
+        )
+    return cause + "replay='rerun' calls again, paying for the call again"
