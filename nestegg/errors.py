@@ -24,6 +24,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     ├── SignalValueError                a signal's value does not fit wait_for's type=
     ├── CheckpointError                 about one checkpoint
     │   ├── CheckpointNotFoundError     no checkpoint with that id
+    │   ├── CheckpointExistsError       the id is taken in the store (an import): names its run
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
     │   ├── CheckpointSerializationError  a value that cannot be stored (names its path and type)
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
@@ -275,6 +276,21 @@ class CheckpointError(NestEggError):
 
 class CheckpointNotFoundError(CheckpointError, LookupError):
     """No checkpoint with that id exists."""
+
+
+class CheckpointExistsError(CheckpointError):
+    """A checkpoint id is taken in the store already (checkpoint ids are unique in a store,
+    not in a run): an import carrying it would take the checkpoint from its run.
+
+    Attributes:
+        checkpoint_id: the id that is taken.
+        run_id: the run of the store that has it.
+    """
+
+    def __init__(self, message: str, checkpoint_id: str, run_id: str) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+        self.run_id = run_id
 
 
 class CheckpointCorruptedError(CheckpointError):

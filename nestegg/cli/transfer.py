@@ -42,7 +42,7 @@ from nestegg.checkpoint.records import (
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.reading import get_run
 from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION, LATEST_TIME, STATUSES
-from nestegg.errors import RunExistsError
+from nestegg.errors import CheckpointExistsError, RunExistsError
 
 Blob = str | dict[str, str]
 
@@ -295,6 +295,8 @@ def _check_fields(run: RunRecord, commit: Commit) -> None:
             raise ExportFormatError(f"{name}: sequence number {wrong[0]} is outside 1..{top}")
     if len({s.seq for s in commit.steps}) != len(commit.steps):
         raise ExportFormatError("steps: a sequence number appears twice")
+    if len({c.checkpoint_id for c in commit.checkpoints}) != len(commit.checkpoints):
+        raise ExportFormatError("checkpoints: a checkpoint id appears twice")
     wrong_steps = [j.step for j in commit.journal if j.step < 1 or j.position < 0]
     if wrong_steps:
         raise ExportFormatError(f"journal: step {wrong_steps[0]} or its position is out of range")
@@ -344,6 +346,25 @@ def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
     return run, commit, signals
 
 
+async def _check_free(store: CheckpointStorage, run: RunRecord, commit: Commit) -> None:
+    """Refuse ids the store has already: its run id, and its checkpoint ids, which are unique
+    in a store (every store would give such a checkpoint to the imported run, or lose it)."""
+    if await store.get_run(run.run_id) is not None:
+        raise RunExistsError(
+            f"run {run.run_id!r} already exists in the target store; delete it first",
+            run.run_id,
+        )
+    for checkpoint in commit.checkpoints:
+        held = await store.get_checkpoint(checkpoint.checkpoint_id)
+        if held is not None:
+            raise CheckpointExistsError(
+                f"checkpoint {checkpoint.checkpoint_id!r} of run {held.run_id!r} already "
+                f"exists in the target store; delete run {held.run_id!r} first",
+                checkpoint.checkpoint_id,
+                held.run_id,
+            )
+
+
 async def import_run(
     store: CheckpointStorage,
     document: Any,
@@ -356,14 +377,12 @@ async def import_run(
         ExportFormatError: the document is not an export, or holds what no run can.
         InvalidIdentifierError: an id that ``run()`` would refuse (nothing is written).
         CheckpointCorruptedError: a record in it fails its checksum (nothing is written).
-        RunExistsError: the store already has a run with that id.
+        RunExistsError: the store already has a run with that id (nothing is written).
+        CheckpointExistsError: the store already has one of its checkpoint ids, of another
+            run (nothing is written).
     """
     run, commit, signals = read if read is not None else read_export(document)
-    if await store.get_run(run.run_id) is not None:
-        raise RunExistsError(
-            f"run {run.run_id!r} already exists in the target store; delete it first",
-            run.run_id,
-        )
+    await _check_free(store, run, commit)
     await store.create_run(run)
     try:
         await store.commit(commit)

@@ -14,11 +14,21 @@ from typing import Any
 import orjson
 import pytest
 
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
-from nestegg.cli.transfer import export_run
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.transfer import export_run, import_run
 from nestegg.constants import EXIT_USAGE, MAX_NAME_LENGTH
-from nestegg.errors import InvalidIdentifierError
+from nestegg.errors import CheckpointExistsError, InvalidIdentifierError
+from nestegg.testing import fixtures as store_fixtures
 from tests.cli.conftest import Cli, fill, json_of
+from tests.cli.pipeline_app import POLICY, build
+
+# Every registered store (tests/registry.py), memory included, for the tests of import_run.
+pytest_generate_tests = store_fixtures.parametrize_stores
+store = store_fixtures.store
+store_factory = store_fixtures.store_factory
+store_name = store_fixtures.store_name
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -31,6 +41,11 @@ def _set(*keys: Any, value: Any) -> Edit:
         target[keys[-1]] = value
 
     return edit
+
+
+def _checkpoint_id_twice(document: dict[str, Any]) -> None:
+    checkpoints = document["checkpoints"]
+    checkpoints[1]["checkpoint_id"] = checkpoints[0]["checkpoint_id"]
 
 
 BAD_EDITS: dict[str, tuple[Edit, str]] = {
@@ -51,6 +66,7 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "event time": (_set("events", 0, "at", value=-1), "events[].at must be UNIX seconds"),
     "seq as text": (_set("steps", 0, "seq", value="1"), "steps[].seq must be a whole number"),
     "fence as bool": (_set("run", "fence", value=True), "run.fence must be a whole number"),
+    "checkpoint id twice": (_checkpoint_id_twice, "checkpoints: a checkpoint id appears twice"),
 }
 
 
@@ -106,3 +122,23 @@ def any_url(any_url: str) -> str:
 
     asyncio.run(create())
     return any_url
+
+
+async def test_an_import_refuses_a_checkpoint_id_another_run_of_the_store_has(
+    store: CheckpointStorage,
+) -> None:
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    await clutch.run({"name": "Acme"}, run_id="ok")
+    document = await export_run(store, "ok")
+    copied = copy.deepcopy(document)
+    copied["run"]["run_id"] = "copy"  # the checkpoint ids kept: they are ok's
+    taken = document["checkpoints"][0]["checkpoint_id"]
+    with pytest.raises(CheckpointExistsError) as refused:
+        await import_run(store, copied)
+    assert str(refused.value) == (
+        f"checkpoint {taken!r} of run 'ok' already exists in the target store; "
+        "delete run 'ok' first"
+    )
+    assert (refused.value.checkpoint_id, refused.value.run_id) == (taken, "ok")
+    assert await export_run(store, "ok") == document  # ok keeps every checkpoint
+    assert await store.get_run("copy") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -13,7 +14,15 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from nestegg.constants import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, HOME_ENV, STORE_ENV
+from nestegg.constants import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    HOME_ENV,
+    STORE_ENV,
+)
+from tests.cli.conftest import fill
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,6 +201,23 @@ def test_an_import_refused_creates_no_store(tmp_path: Path) -> None:
         )
         assert target.returncode == code, target.stderr
     assert not (tmp_path / "home").exists() and not (tmp_path / "dir").exists()
+
+
+def test_an_import_of_checkpoint_ids_the_store_has_changes_nothing(tmp_path: Path) -> None:
+    store = asyncio.run(fill(f"sqlite:///{tmp_path / 'copy.db'}")).url
+    exported = nestegg(tmp_path, "export", "ok", "-s", store)
+    document = orjson.loads(exported.stdout)
+    document["run"]["run_id"] = "tampered"
+    refused = nestegg(tmp_path, "import", "-", "-s", store, stdin=orjson.dumps(document).decode())
+    taken = document["checkpoints"][0]["checkpoint_id"]
+    assert refused.returncode == EXIT_FAILED
+    assert refused.stderr == (
+        f"error: checkpoint {taken!r} of run 'ok' already exists in the target store; "
+        "delete run 'ok' first\n"
+    )
+    assert nestegg(tmp_path, "export", "ok", "-s", store).stdout == exported.stdout
+    listed = orjson.loads(nestegg(tmp_path, "runs", "--json", "-s", store).stdout)
+    assert sorted(row["run_id"] for row in listed) == ["bad", "gone", "ok"]
 
 
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
