@@ -90,6 +90,8 @@ WAITING = RunStatus.WAITING
 STATUSES = tuple(RunStatus)
 INTERRUPTED = "interrupted"
 """Not a stored status: a running run whose owner is gone, as listings and events name it."""
+LISTED_STATUSES = (*STATUSES, INTERRUPTED)
+"""The statuses a listing of runs filters by (``nestegg runs --status``, the inspector)."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)

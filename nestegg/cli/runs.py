@@ -25,6 +25,7 @@ from nestegg.constants import (
     EXIT_USAGE,
     INTERRUPTED,
     LARGEST_NUMBER,
+    LISTED_STATUSES,
     RUNNING,
     STATUSES,
 )
@@ -40,12 +41,12 @@ FullOption = Annotated[
 RUN_COLUMNS = ("RUN", "PIPELINE", "STATUS", "STEPS", "LAST CHECKPOINT", "UPDATED", "OWNER")
 
 
-def check_status(status: str | None) -> list[str] | None:
-    """The statuses to filter by; bad usage for an unknown one."""
+def check_status(status: str | None, accepted: tuple[str, ...] = STATUSES) -> list[str] | None:
+    """The statuses to filter by; bad usage, naming every ``accepted`` one, for another."""
     if status is None:
         return None
-    if status not in STATUSES:
-        raise CommandError(f"unknown status {status!r}; one of {', '.join(STATUSES)}", EXIT_USAGE)
+    if status not in accepted:
+        raise CommandError(f"unknown status {status!r}; one of {', '.join(accepted)}", EXIT_USAGE)
     return [status]
 
 
@@ -115,7 +116,7 @@ def runs_command(
             "give one of --interrupted and --status",
             EXIT_USAGE,
         )
-    statuses = check_status(status)
+    statuses = check_status(status, LISTED_STATUSES)  # interrupted was taken above
     if interrupted:
         statuses = [RUNNING]
 

@@ -12,11 +12,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.clutch import Clutch
-from nestegg.constants import INTERRUPTED, LARGEST_NUMBER, STATUSES
+from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError
 from nestegg.ui import queries
 
-STATUS_CHOICES = (*STATUSES, INTERRUPTED)
 TOKEN_PARAMETER = "token"
 """Taken by every HTML page: the page's script keeps the write token and drops it from the
 address."""
@@ -121,8 +120,8 @@ def status_param(request: Request) -> str | None:
         ConfigurationError: another value.
     """
     status = request.query_params.get("status") or None
-    if status is not None and status not in STATUS_CHOICES:
-        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(STATUS_CHOICES)}")
+    if status is not None and status not in LISTED_STATUSES:
+        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(LISTED_STATUSES)}")
     return status
 
 
@@ -159,7 +158,7 @@ async def runs_page(request: Request) -> HTMLResponse:
         page=page,
         status=status,
         pipeline=pipeline or "",
-        statuses=STATUS_CHOICES,
+        statuses=LISTED_STATUSES,
         paged=bool(cursor),
         waits=queries.waits_token(r["run_id"] for r in page.rows if queries.wait_over(r)),
     )

@@ -51,6 +51,20 @@ def test_usage_error_names_the_help(cli: Cli) -> None:
     assert result.stderr == "error: No such option: --bogus (see 'nestegg runs --help')\n"
 
 
+def test_an_unknown_status_names_every_status_each_command_takes(cli: Cli) -> None:
+    listed = cli("runs", "--status", "bogus")
+    assert listed.stderr == (
+        "error: unknown status 'bogus'; one of running, completed, failed, cancelled, waiting, "
+        "interrupted\n"
+    )
+    pruned = cli("prune", "--keep", "1", "--status", "interrupted")  # not a status prune takes
+    assert pruned.stderr == (
+        "error: unknown status 'interrupted'; one of running, completed, failed, cancelled, "
+        "waiting\n"
+    )
+    assert (listed.exit_code, pruned.exit_code) == (EXIT_USAGE, EXIT_USAGE)
+
+
 def test_not_found_exits_3(cli: Cli, filled: Filled) -> None:
     for args in (["show", "x"], ["inspect", "x"], ["diff", "x", "y"], ["delete", "x", "--yes"],
                  ["export", "x"], ["checkpoints", "x"], ["events", "x", "--follow"]):  # fmt: skip
