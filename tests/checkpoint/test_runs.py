@@ -168,6 +168,34 @@ async def test_same_input_is_recognised_in_any_key_order_and_as_a_model(
         await clutch.run({"customer": "alice", "amount": 1.5, "x": None}, run_id="k")
 
 
+async def test_a_model_as_the_result_is_its_dict_one_in_it_is_the_model_until_stored(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    from pydantic import BaseModel
+
+    class Quote(BaseModel):
+        amount: float
+
+    whole = Clutch("whole", checkpoint=config(checkpoint_store))
+    inside = Clutch("inside", checkpoint=config(checkpoint_store))
+
+    @whole.agent()
+    async def quote(data: dict[str, object]) -> Quote:
+        return Quote(amount=1.5)
+
+    @inside.agent()
+    async def wrap(data: dict[str, object]) -> dict[str, Quote]:
+        return {"quote": Quote(amount=1.5)}
+
+    assert await whole.run({}, run_id="w") == {"amount": 1.5}  # dumped, as between agents
+    assert await whole.run({}, run_id="w") == {"amount": 1.5}
+    assert await whole.resume_latest("w") == {"amount": 1.5}
+    first = await inside.run({}, run_id="i")
+    assert first == {"quote": Quote(amount=1.5)} and isinstance(first["quote"], Quote)
+    assert await inside.run({}, run_id="i") == {"quote": {"amount": 1.5}}  # as stored
+    assert await inside.resume_latest("i") == {"quote": {"amount": 1.5}}
+
+
 async def test_run_of_a_failed_run_raises_run_exists_naming_resume_latest(
     checkpoint_store: CheckpointStorage,
 ) -> None:
