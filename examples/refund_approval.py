@@ -4,7 +4,9 @@ Run it with ``python examples/refund_approval.py [STORE_URL]`` (default: a SQLit
 a temp dir). Three processes play the day of a refund:
 
 1. ``start``: a process assesses the refund (a paid, journaled model call), then waits for
-   the signal ``approval``; the run is stored as ``waiting`` and the process exits.
+   the signal ``approval``; the run is stored as ``waiting`` and the process exits. Each
+   time the script runs, the refund is a new run (``refund-1042-`` and a random suffix), so
+   it runs again on the same store; the stages are given its id.
 2. ``approve``: another process, later, sends the approval; the run resumes there: the
    assessment is replayed from the journal (not paid again), the refund is paid out.
 3. Before that, ``nestegg runs --status waiting`` lists the run with the signal it waits
@@ -21,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,6 @@ from nestegg import Clutch, RunWaiting, SignalTimeoutError
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
 
-RUN_ID = "refund-1042"
 PAID_LOG = Path(
     os.environ.get("REFUND_PAID_LOG", Path(tempfile.gettempdir()) / "refund-approval-paid.log")
 )
@@ -84,34 +86,37 @@ def pipeline(store_url: str) -> Clutch:
     return clutch
 
 
-async def start(store_url: str) -> None:
+async def start(store_url: str, run_id: str) -> None:
     """Stage 1: assess the refund and wait for the approval (this process then exits)."""
     clutch = pipeline(store_url)
     try:
-        await clutch.run({"order": "A-1042", "amount": 129.0}, run_id=RUN_ID)
+        await clutch.run({"order": "A-1042", "amount": 129.0}, run_id=run_id)
     except RunWaiting as waiting:
         print(f"start: run {waiting.run_id} waits for {waiting.signal!r}; process exits")
 
 
-async def approve(store_url: str) -> None:
+async def approve(store_url: str, run_id: str) -> None:
     """Stage 2: another process sends the approval and gets the result."""
     clutch = pipeline(store_url)
-    result = await clutch.signal(RUN_ID, "approval", {"approved": True, "by": "ann"})
-    print(f"approve: run {RUN_ID} resumed: {result['status']} by {result['by']}")
+    result = await clutch.signal(run_id, "approval", {"approved": True, "by": "ann"})
+    print(f"approve: run {run_id} resumed: {result['status']} by {result['by']}")
     print(f"approve: {result['receipt']}")
 
 
 def main() -> None:
     """Play the stages in separate processes on one store."""
-    if len(sys.argv) > 2 and sys.argv[1] in ("start", "approve"):
+    if len(sys.argv) > 3 and sys.argv[1] in ("start", "approve"):
         stage = start if sys.argv[1] == "start" else approve
-        asyncio.run(stage(sys.argv[2]))
+        asyncio.run(stage(sys.argv[2], sys.argv[3]))
         return
     default = f"sqlite:///{Path(tempfile.mkdtemp()) / 'refunds.db'}"
     store_url = sys.argv[1] if len(sys.argv) > 1 else default
+    run_id = f"refund-1042-{uuid.uuid4().hex[:8]}"  # a new run each time the script runs
     PAID_LOG.unlink(missing_ok=True)
     for stage in ("start", "approve"):
-        subprocess.run([sys.executable, __file__, stage, store_url], check=True)
+        ended = subprocess.run([sys.executable, __file__, stage, store_url, run_id], check=False)
+        if ended.returncode:  # the stage printed its error: no second traceback here
+            sys.exit(ended.returncode)
     paid = PAID_LOG.read_text().count("assess")
     print(f"assessments paid for: {paid}")
 
