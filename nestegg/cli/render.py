@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import datetime as dt
 import math
+import re
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -63,21 +64,21 @@ def counted(count: int, noun: tuple[str, str]) -> str:
     return f"{count} {noun[0] if count == 1 else noun[1]}"
 
 
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code < 0x20 or 0x7F <= code <= 0x9F:  # C0, DEL and C1: what a terminal acts on
-        return repr(char)[1:-1]  # \n, \t, \x1b, \x85
-    return char
+_FORMAT_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""The invisible format characters that reorder or hide the text around them on a
+terminal (the bidi marks, embeddings, overrides and isolates), as a regex class's ranges."""
+_UNSAFE_IN_TEXT = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT_CHARS}]")
+"""What a terminal acts on: C0, DEL, C1 and the format characters."""
 
 
 def escaped(text: str) -> str:
-    """``text`` with its control characters written as Python escapes (``\\n``,
-    ``\\x1b``), so a stored id or name cannot move the cursor, recolour or clear the
-    terminal, or break a table's lines; every table cell goes through it (``--json``
-    has the text whole)."""
+    """``text`` with its control and bidi characters written as Python escapes (``\\n``,
+    ``\\x1b``, ``\\u202e``), so a stored id or name cannot move the cursor, recolour or
+    clear the terminal, reorder what it shows, or break a table's lines; every line,
+    note and table cell goes through it (``--json`` has the text whole)."""
     if text.isprintable():
         return text
-    return "".join(_escape(char) for char in text)
+    return _UNSAFE_IN_TEXT.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def clip(text: str, width: int) -> str:
@@ -233,7 +234,8 @@ class Output:
             sys.stdout.flush()
 
     def line(self, text: str = "") -> None:
-        """Write one line of text (no markup)."""
+        """Write one line of text (no markup), escaped."""
+        text = escaped(text)
         if self.terminal:
             self.console.print(text, markup=False, soft_wrap=True)
         else:
@@ -241,8 +243,8 @@ class Output:
             sys.stdout.flush()
 
     def note(self, text: str) -> None:
-        """A remark on stderr (progress, warnings), kept out of stdout."""
-        self.errors.print(text, markup=False, soft_wrap=True)
+        """A remark on stderr (progress, warnings), kept out of stdout; escaped."""
+        self.errors.print(escaped(text), markup=False, soft_wrap=True)
 
     def table(
         self,
@@ -294,6 +296,7 @@ class Output:
         width = max((len(name) for name, _ in items), default=0)
         room = max(MIN_COLUMN_WIDTH, self.console.width - width - 2)
         for name, value in items:
+            value = escaped(value)
             if self.terminal:  # a terminal gets one line per item
                 value = clip(value, room)
             self.line(f"{name + ':':<{width + 1}} {value}")

@@ -19,7 +19,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
-from nestegg.cli.render import Output, escaped, when
+from nestegg.cli.render import Output, when
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.errors import MissingDependencyError
 
@@ -181,7 +181,7 @@ def prune_command(
         return
     if dry_run:
         for thread_id in targets:
-            out.line(escaped(thread_id))
+            out.line(thread_id)
         out.note(f"would {action}: {len(targets)} thread(s) (dry run, nothing changed)")
         return
     confirm_or_stop(f"{action} {len(targets)} LangGraph thread(s)?", yes)
@@ -190,5 +190,5 @@ def prune_command(
     with NestEggSaver(open_selected(store_url(ctx, store)), close_storage=True) as saver:
         saver.prune(targets, strategy=strategy)
     for thread_id in targets:
-        out.line(escaped(thread_id))
+        out.line(thread_id)
     out.note(f"{'deleted' if delete else 'pruned'} {len(targets)} LangGraph thread(s)")

@@ -22,7 +22,7 @@ import nestegg
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
-from nestegg.cli.render import MAX_CELL_WIDTH, Output
+from nestegg.cli.render import MAX_CELL_WIDTH, Output, escaped
 from nestegg.constants import EXIT_OK, HOME_ENV, STORE_ENV
 from tests.cli.pipeline_app import POLICY
 from tests.cli.test_subprocess import ROOT
@@ -115,6 +115,50 @@ def test_control_characters_in_a_table_cell_are_escaped_on_a_terminal_and_in_a_p
     for text in (buffer.getvalue(), capsys.readouterr().out):
         assert "a\\x1b[2Jb\\nc\\td\\x9b" in text
         assert not any(c in text for c in "\x1b\t\x9b")
+
+
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+UNSAFE = f"\x07\x1b\x7f\x9b{BIDI}"
+"""What a stored name may hold that a terminal acts on: control and bidi characters."""
+
+
+def test_bidi_characters_in_a_table_cell_are_escaped() -> None:
+    out = Output()
+    buffer = io.StringIO()
+    out.console = Console(file=buffer, force_terminal=True, width=100, color_system=None)
+    out.terminal = True
+    out.table(("ID", "STATUS"), [["a\u202eb\u2066c", "ok"]])
+    assert "a\\u202eb\\u2066c" in buffer.getvalue() and "\u202e" not in buffer.getvalue()
+    assert escaped(BIDI) == "".join(f"\\u{ord(c):04x}" for c in BIDI)
+
+
+async def _store_odd_run(url: str, run_id: str, name: str) -> None:
+    store = open_store(url)
+    clutch = Clutch(name, checkpoint=CheckpointConfig(storage=store, policy=POLICY))
+
+    for agent_name in (name, f"{name}2"):  # two steps: two checkpoints, one to prune
+
+        async def agent(data: Any) -> Any:
+            return data
+
+        agent.__name__ = agent_name
+        clutch.agent()(agent)
+    await clutch.run({"k": name}, run_id=run_id)
+    await store.close()
+
+
+def test_control_and_bidi_characters_of_stored_names_are_escaped_in_text(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    run_id, name = f"run{UNSAFE}id", f"odd\u202e{UNSAFE}name"
+    asyncio.run(_store_odd_run(url, run_id, name))
+    pruned = ("prune", "--keep", "1", "--dry-run")
+    for command in (("runs",), ("show", run_id), ("events", run_id), pruned):
+        result = run_nestegg(tmp_path, *command, "--store", url, PYTHONPATH=str(ROOT))
+        assert result.returncode == EXIT_OK, (command, result.stderr)
+        assert "\\u202e" in result.stdout, (command, result.stdout)
+        assert not any(c in result.stdout + result.stderr for c in UNSAFE), (command, result)
 
 
 def _damage_checkpoints(path: Path, keep_oldest: bool) -> None:
