@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import typer
 
 from nestegg.checkpoint.ownership import owner_alive
@@ -19,7 +18,16 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import CommandError, StoreOption, app, run_with_store, store_url
 from nestegg.cli.json_input import read_json
 from nestegg.cli.reading import get_run
-from nestegg.cli.render import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, Output, counted
+from nestegg.cli.render import (
+    CHECKPOINTS,
+    EVENTS,
+    JOURNAL_ENTRIES,
+    RUNS,
+    STEPS,
+    Output,
+    counted,
+    dump_json,
+)
 from nestegg.cli.runs import check_status
 from nestegg.cli.transfer import ExportFormatError, export_run, import_run, read_export
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED, LARGEST_NUMBER
@@ -235,7 +243,7 @@ def export_command(
         return await export_run(opened, run_id)
 
     exported = run_with_store(ctx, store, work, read_only=True)
-    document = orjson.dumps(exported, option=orjson.OPT_INDENT_2)
+    document = dump_json(exported).encode()
     if output is None:
         sys.stdout.buffer.write(document + b"\n")
         sys.stdout.flush()

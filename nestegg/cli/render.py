@@ -26,6 +26,7 @@ import orjson
 from rich import box
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
@@ -69,6 +70,8 @@ _FORMAT_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 terminal (the bidi marks, embeddings, overrides and isolates), as a regex class's ranges."""
 _UNSAFE_IN_TEXT = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT_CHARS}]")
 """What a terminal acts on: C0, DEL, C1 and the format characters."""
+_UNSAFE_IN_JSON = re.compile(f"[\x7f-\x9f{_FORMAT_CHARS}]")
+"""What a terminal acts on that JSON text may hold raw (orjson escapes C0)."""
 
 
 def escaped(text: str) -> str:
@@ -173,12 +176,21 @@ def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITE
     return value
 
 
+def dump_json(value: Any, *, indent: bool = True) -> str:
+    """``value`` (plain JSON types) as JSON text safe on a terminal: DEL, the C1 controls
+    and the bidi controls, which orjson writes raw, as ``\\u`` escapes (``\\u009b``,
+    ``\\u202e``), which parse back to the same string; the one writer of the command's JSON."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    text = orjson.dumps(value, option=option).decode()
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
 def to_json(value: Any, *, indent: bool = True, strict: bool = False) -> str:
     """``value`` as JSON text for people, NaN and the infinities bare as Python's json
     module writes them (``{"x": NaN}``); ``strict``: a JSON document any parser reads, as
-    ``--json`` writes it, with them as strings (``{"x": "NaN"}``)."""
-    option = orjson.OPT_INDENT_2 if indent else 0
-    return orjson.dumps(plain(value) if strict else readable(value), option=option).decode()
+    ``--json`` writes it, with them as strings (``{"x": "NaN"}``). Both as
+    :func:`dump_json` writes them."""
+    return dump_json(plain(value) if strict else readable(value), indent=indent)
 
 
 def when(value: dt.datetime | None) -> str:
@@ -228,7 +240,8 @@ class Output:
         terminal)."""
         text = to_json(value, indent=indent, strict=self.as_json)
         if self.terminal and not self.as_json and indent:
-            self.console.print_json(text)
+            # highlighted as print_json does, without its parsing again, which unescapes
+            self.console.print(JSONHighlighter()(text), soft_wrap=True)
         else:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()

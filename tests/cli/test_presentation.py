@@ -161,6 +161,50 @@ def test_control_and_bidi_characters_of_stored_names_are_escaped_in_text(
         assert not any(c in result.stdout + result.stderr for c in UNSAFE), (command, result)
 
 
+C1 = "\x7f\x80\x85\x9b\x9f"
+
+
+def _holds(value: Any, text: str) -> bool:
+    """Whether ``text`` is a string somewhere in ``value`` (parsed JSON)."""
+    if isinstance(value, dict):
+        return any(_holds(v, text) for v in [*value, *value.values()])
+    if isinstance(value, list):
+        return any(_holds(v, text) for v in value)
+    return value == text
+
+
+def test_json_output_escapes_del_c1_and_bidi_characters_and_parses_back(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    run_id, name = f"run{C1}{BIDI}id", f"odd{C1}{BIDI}name"
+    asyncio.run(_store_odd_run(url, run_id, name))
+    commands = (
+        ("runs", "--json"),
+        ("show", run_id, "--json"),
+        ("events", run_id, "--json"),
+        ("inspect", run_id, "--json"),
+        ("inspect", run_id),  # JSON for people, in a pipe
+        ("export", run_id),
+    )
+    for command in commands:
+        result = run_nestegg(tmp_path, *command, "--store", url, PYTHONPATH=str(ROOT))
+        assert result.returncode == EXIT_OK, (command, result.stderr)
+        assert not any(c in result.stdout for c in C1 + BIDI), (command, result.stdout)
+        assert "\\u009b" in result.stdout and "\\u202e" in result.stdout, command
+        lines = result.stdout.splitlines() if command[0] == "events" else [result.stdout]
+        parsed = [json.loads(line) for line in lines]
+        assert _holds(parsed, name) and (command[0] == "inspect" or _holds(parsed, run_id))
+
+
+def test_json_for_people_on_a_terminal_stays_escaped() -> None:
+    out = Output()
+    buffer = io.StringIO()
+    out.console = Console(file=buffer, force_terminal=True, width=100, color_system=None)
+    out.terminal = True
+    out.json({"k": f"a{C1}{BIDI}b"})
+    text = buffer.getvalue()
+    assert not any(c in text for c in C1 + BIDI) and json.loads(text) == {"k": f"a{C1}{BIDI}b"}
+
+
 def _damage_checkpoints(path: Path, keep_oldest: bool) -> None:
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT checkpoint_id, body FROM checkpoints ORDER BY seq").fetchall()
