@@ -52,6 +52,7 @@ from nestegg.langgraph.rows import (
     CheckpointBody,
     WriteBody,
     blob_key,
+    check_checkpoint_id,
     check_key_part,
     check_namespace,
     checkpoint_key,
@@ -96,12 +97,13 @@ def namespace_of(config: RunnableConfig) -> str:
 
 
 def checkpoint_id_of(config: RunnableConfig, where: str = CHECKPOINT_ID_KEY) -> str | None:
-    """The checkpoint id ``config`` names (None when none), refused by
+    """The checkpoint id ``config`` names (None when none: an empty id names none, as
+    LangGraph's own savers read it), refused by
     :func:`~nestegg.langgraph.rows.check_key_part` when no row key can hold it."""
     checkpoint_id = get_checkpoint_id(config)
     if checkpoint_id:
         check_key_part(str(checkpoint_id), where, "checkpoint id")
-    return checkpoint_id
+    return checkpoint_id or None
 
 
 def _check_versions(versions: ChannelVersions, where: str) -> None:
@@ -156,7 +158,7 @@ class ThreadCheckpoints:
     ) -> RunnableConfig:
         thread_id, ns = thread_of(config), namespace_of(config)
         parent_id = checkpoint_id_of(config)
-        check_key_part(checkpoint["id"], "checkpoint['id']", "checkpoint id")
+        check_checkpoint_id(checkpoint["id"], "checkpoint['id']")
         _check_versions(new_versions, "new_versions")
         _check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
         c: dict[str, Any] = dict(checkpoint)
@@ -216,7 +218,7 @@ class ThreadCheckpoints:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
         thread_id, ns = thread_of(config), namespace_of(config)
         checkpoint_id = config["configurable"]["checkpoint_id"]
-        check_key_part(str(checkpoint_id), CHECKPOINT_ID_KEY, "checkpoint id")
+        check_checkpoint_id(str(checkpoint_id), CHECKPOINT_ID_KEY)
         _check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []

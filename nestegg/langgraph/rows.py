@@ -44,6 +44,17 @@ def check_key_part(text: str, where: str, what: str, *, separated: bool = True) 
     return text
 
 
+def check_checkpoint_id(checkpoint_id: str, where: str) -> str:
+    """``checkpoint_id`` if a checkpoint (or its writes) can be stored under it: not empty
+    (LangGraph's savers read an empty id as none, the thread's newest, so no read could
+    name it) and :func:`check_key_part`."""
+    if not checkpoint_id:
+        raise InvalidIdentifierError(
+            f"{where} is empty: a checkpoint needs a non-empty id (an empty one names none)"
+        )
+    return check_key_part(checkpoint_id, where, "checkpoint id")
+
+
 def check_namespace(ns: str, where: str) -> str:
     """``ns`` if its rows can be stored (:func:`check_key_part`)."""
     return check_key_part(ns, where, "checkpoint namespace")

@@ -199,3 +199,72 @@ def test_a_task_id_or_path_holding_the_separator_is_kept_and_read_back(
     assert sorted(found.pending_writes) == [("a", "items", 2), ("a\x1f0", "items", 1)]
     other = saver.get_tuple(thread_config("t", "c\x1e"))
     assert other is not None and other.pending_writes == []
+
+
+EMPTY_CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ""}}
+EMPTY_WRITES: dict[str, tuple[str, tuple[Any, ...], str]] = {
+    "put's checkpoint": ("put", (thread_config("t"), _checkpoint(""), {}, {}), "checkpoint['id']"),
+    "put_writes's config": ("put_writes", (EMPTY_CONFIG, [("items", [1])], "task"), CID),
+}
+
+
+def _empty_refused(where: str) -> str:
+    return f"{where} is empty: a checkpoint needs a non-empty id (an empty one names none)"
+
+
+@pytest.mark.parametrize("defer_writes", [True, False])
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_writing_under_an_empty_checkpoint_id_is_refused_and_nothing_changes(
+    saver_factory: SaverFactory, defer_writes: bool
+) -> None:
+    saver = saver_factory(defer_writes=defer_writes)
+    saver.put(thread_config("t"), _checkpoint("c"), {}, {})
+    before = saver._run(stored_rows(saver.storage))
+    for name, (method, args, where) in EMPTY_WRITES.items():
+        with pytest.raises(InvalidIdentifierError) as refused:
+            _sync(saver, method, args)
+        assert str(refused.value) == _empty_refused(where), name
+        saver._run(saver._core.flush())
+        assert saver._run(stored_rows(saver.storage)) == before, name
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_writing_under_an_empty_checkpoint_id_is_refused_by_the_async_methods(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    await saver.aput(thread_config("t"), _checkpoint("c"), {}, {})
+    before = await saver._arun(stored_rows(saver.storage))
+    for name, (method, args, where) in EMPTY_WRITES.items():
+        with pytest.raises(InvalidIdentifierError) as refused:
+            await _async(saver, method, args)
+        assert str(refused.value) == _empty_refused(where), name
+        await saver._arun(saver._core.flush())
+        assert await saver._arun(stored_rows(saver.storage)) == before, name
+
+
+def _reads_of_an_empty_id(saver: Any) -> list[Any]:
+    """What a saver reads for configs whose checkpoint_id is empty, after three puts (the
+    first with an empty parent id)."""
+    parent = EMPTY_CONFIG
+    for checkpoint_id in ("c1", "c2", "c3"):
+        parent = saver.put(parent, _checkpoint(checkpoint_id), {}, {})
+    first = saver.get_tuple(thread_config("t", "c1"))
+    latest = saver.get_tuple(EMPTY_CONFIG)
+    return [
+        first.parent_config,
+        latest.checkpoint["id"],
+        [t.checkpoint["id"] for t in saver.list(EMPTY_CONFIG)],
+        [t.checkpoint["id"] for t in saver.list(thread_config("t"), before=EMPTY_CONFIG)],
+    ]
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_an_empty_checkpoint_id_in_a_config_means_none_as_in_langgraphs_saver(
+    saver_factory: SaverFactory,
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    expected = [None, "c3", ["c3", "c2", "c1"], ["c3", "c2", "c1"]]
+    assert _reads_of_an_empty_id(InMemorySaver()) == expected
+    assert _reads_of_an_empty_id(saver_factory()) == expected
