@@ -17,7 +17,6 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
 )
@@ -33,7 +32,20 @@ from nestegg.checkpoint.stores.threads import (
     check_thread_id,
     unstorable_character,
 )
-from nestegg.errors import CheckpointSerializationError, InvalidIdentifierError
+from nestegg.errors import CheckpointSerializationError
+from nestegg.langgraph.ids import (
+    BEFORE_ID_KEY,
+    CHECKPOINT_ID_KEY,
+    NAMESPACE_KEY,
+    THREAD_ID_KEY,
+    check_versions,
+    check_writes,
+    checkpoint_id_of,
+    named_thread,
+    namespace_of,
+    thread_of,
+    thread_to_read,
+)
 from nestegg.langgraph.linear import (
     Latest,
     LatestValues,
@@ -53,7 +65,6 @@ from nestegg.langgraph.rows import (
     WriteBody,
     blob_key,
     check_checkpoint_id,
-    check_key_part,
     check_namespace,
     checkpoint_key,
     prefix_range,
@@ -71,54 +82,6 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
-
-
-THREAD_ID_KEY = "config['configurable']['thread_id']"
-NAMESPACE_KEY = "config['configurable']['checkpoint_ns']"
-CHECKPOINT_ID_KEY = "config['configurable']['checkpoint_id']"
-BEFORE_ID_KEY = "before['configurable']['checkpoint_id']"
-
-
-def thread_of(config: RunnableConfig) -> str:
-    """The thread id ``config`` names, as text: LangGraph's graphs pass it as ``str()``
-    of what the caller gave (a UUID, a number), and so do its own savers. Every saver
-    method that takes a config takes its thread id here, so each refuses the same ids
-    (:func:`~nestegg.checkpoint.stores.threads.check_thread_id`) before it writes."""
-    conf = config.get("configurable") or {}
-    if "thread_id" not in conf:
-        raise InvalidIdentifierError(f"{THREAD_ID_KEY} is missing: name the LangGraph thread")
-    return check_thread_id(str(conf["thread_id"]), THREAD_ID_KEY)
-
-
-def namespace_of(config: RunnableConfig) -> str:
-    """The checkpoint namespace ``config`` names (``""``, the root, when none), refused by
-    :func:`~nestegg.langgraph.rows.check_namespace` when its rows cannot be stored."""
-    return check_namespace(config["configurable"].get("checkpoint_ns", ""), NAMESPACE_KEY)
-
-
-def checkpoint_id_of(config: RunnableConfig, where: str = CHECKPOINT_ID_KEY) -> str | None:
-    """The checkpoint id ``config`` names (None when none: an empty id names none, as
-    LangGraph's own savers read it), refused by
-    :func:`~nestegg.langgraph.rows.check_key_part` when no row key can hold it."""
-    checkpoint_id = get_checkpoint_id(config)
-    if checkpoint_id:
-        check_key_part(str(checkpoint_id), where, "checkpoint id")
-    return checkpoint_id or None
-
-
-def _check_versions(versions: ChannelVersions, where: str) -> None:
-    """Refuse a channel or a version of ``versions`` that no blob key can hold."""
-    for channel, version in versions.items():
-        check_key_part(channel, f"a channel of {where}", "channel name")
-        check_key_part(str(version), f"{where}[{channel!r}]", "channel version")
-
-
-def _check_writes(writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
-    """Refuse a task id, task path or channel of ``put_writes`` that no store can keep."""
-    check_key_part(task_id, "put_writes's task_id", "task id", separated=False)
-    check_key_part(task_path, "put_writes's task_path", "task path", separated=False)
-    for index, (channel, _) in enumerate(writes):
-        check_key_part(channel, f"the channel of put_writes's writes[{index}]", "channel name")
 
 
 def _matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
@@ -159,8 +122,8 @@ class ThreadCheckpoints:
         thread_id, ns = thread_of(config), namespace_of(config)
         parent_id = checkpoint_id_of(config)
         check_checkpoint_id(checkpoint["id"], "checkpoint['id']")
-        _check_versions(new_versions, "new_versions")
-        _check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
+        check_versions(new_versions, "new_versions")
+        check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         rows = [
@@ -219,7 +182,7 @@ class ThreadCheckpoints:
         thread_id, ns = thread_of(config), namespace_of(config)
         checkpoint_id = config["configurable"]["checkpoint_id"]
         check_checkpoint_id(str(checkpoint_id), CHECKPOINT_ID_KEY)
-        _check_writes(writes, task_id, path)
+        check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
@@ -260,8 +223,8 @@ class ThreadCheckpoints:
     # -- reads ----------------------------------------------------------------------------
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, ns = thread_of(config), namespace_of(config)
-        checkpoint_id = checkpoint_id_of(config)
+        thread_id = await thread_to_read(self.store, named_thread(config), THREAD_ID_KEY)
+        ns, checkpoint_id = namespace_of(config), checkpoint_id_of(config)
         await self.flush(thread_id)
         if checkpoint_id:
             keys = [checkpoint_key(ns, checkpoint_id)]
@@ -288,7 +251,7 @@ class ThreadCheckpoints:
         wanted_id = checkpoint_id_of(config) if config else None
         before_id = checkpoint_id_of(before, BEFORE_ID_KEY) if before else None
         if config and conf.get("thread_id") is not None:
-            thread_ids = [thread_of(config)]
+            thread_ids = [await thread_to_read(self.store, named_thread(config), THREAD_ID_KEY)]
             await self.flush(thread_ids[0])
         else:
             await self.flush()
@@ -411,7 +374,9 @@ class ThreadCheckpoints:
         return [t for t in thread_ids if t in held or unstorable_character(t) is None]
 
     async def copy_thread(self, source_id: Any, target_id: Any) -> None:
-        source_id = check_thread_id(str(source_id), "copy_thread's source_thread_id")
+        source_id = await thread_to_read(
+            self.store, str(source_id), "copy_thread's source_thread_id"
+        )
         target_id = check_thread_id(str(target_id), "copy_thread's target_thread_id")
         await self.flush()
         self.forget(target_id)

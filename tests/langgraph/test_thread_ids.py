@@ -3,7 +3,9 @@ reads or writes a thread refuses the same ids (empty, or holding a NUL or a lone
 which no store keeps) and namespaces (those characters, and the row keys' separator) with
 one InvalidIdentifierError naming where the id came from and the character, before anything
 is written (nothing stored changes); other control characters are kept, by every store.
-Deleting and pruning take any id: a thread an older version stored under such an id goes."""
+Deleting and pruning take any id: a thread an older version stored under such an id goes;
+reading and copying from it take its id too, while the store holds it, so its checkpoints
+can be moved out; writing to it is refused."""
 
 from __future__ import annotations
 
@@ -150,6 +152,8 @@ def test_a_config_without_a_thread_id_is_refused_naming_the_key(
 
 
 LEGACY_IDS = {"": "empty", "a\0b": "nul", "ab\ud800": "surrogate"}
+LEGACY = pytest.mark.parametrize("legacy", list(LEGACY_IDS), ids=list(LEGACY_IDS.values()))
+"""Each refused id a thread an older version wrote may have."""
 
 
 async def _stored_under(saver: NestEggSaver, thread_id: str) -> bool:
@@ -170,7 +174,7 @@ def _threads(saver: NestEggSaver) -> list[str]:
     return [info.thread_id for info in saver._run(saver.storage.list_threads())]
 
 
-@pytest.mark.parametrize("legacy", list(LEGACY_IDS), ids=list(LEGACY_IDS.values()))
+@LEGACY
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
 def test_a_stored_thread_of_a_refused_id_is_pruned_and_deleted(
     saver_factory: SaverFactory, legacy: str
@@ -205,3 +209,53 @@ async def test_a_stored_thread_of_an_empty_id_is_deleted_and_pruned_by_async_met
     await saver.adelete_thread("")
     assert await saver._arun(stored_rows(saver.storage)) == {}
     await saver.aprune([""], strategy="delete")  # absent: nothing to do
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+@LEGACY
+def test_a_stored_thread_of_a_refused_id_is_read_and_copied_out_but_not_written(
+    legacy: str, saver_factory: SaverFactory
+) -> None:
+    """So its checkpoints can be moved to a thread of an id taken, then it deleted."""
+    saver = seeded_saver(saver_factory, True)
+    newest = saver.get_tuple(thread_config("t"))
+    assert newest is not None
+    if not saver._run(_stored_under(saver, legacy)):
+        pytest.skip("this store cannot hold that id")
+    found = saver.get_tuple(thread_config(legacy))
+    assert found is not None and found.checkpoint == newest.checkpoint
+    assert found.config["configurable"]["thread_id"] == legacy
+    assert len(list(saver.list(thread_config(legacy)))) == 5
+    saver.copy_thread(legacy, "moved")
+    copied = saver.get_tuple(thread_config("moved"))
+    assert copied is not None and copied.checkpoint == newest.checkpoint
+    before = saver._run(stored_rows(saver.storage))
+    for name in ("put", "put_writes", "copy into"):
+        call, where = SYNC_CALLS[name]
+        with pytest.raises(InvalidIdentifierError) as refused:
+            call(saver, legacy)
+        assert str(refused.value).startswith(where), name
+    saver._run(saver._core.flush())
+    assert saver._run(stored_rows(saver.storage)) == before
+    saver.delete_thread(legacy)
+    assert _threads(saver) == ["moved"]
+    with pytest.raises(InvalidIdentifierError):  # no such thread now: refused as before
+        saver.get_tuple(thread_config(legacy))
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_stored_thread_of_an_empty_id_is_read_and_copied_out_by_async_methods(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = "c1"
+    await saver.aput(thread_config("t"), checkpoint, {}, {})
+    assert await saver._arun(_stored_under(saver, ""))
+    found = await saver.aget_tuple(thread_config(""))
+    assert found is not None and found.checkpoint["id"] == "c1"
+    assert [t.checkpoint["id"] for t in await _alist(saver, "")] == ["c1"]
+    await saver.acopy_thread("", "moved")
+    assert [t.checkpoint["id"] for t in await _alist(saver, "moved")] == ["c1"]
+    with pytest.raises(InvalidIdentifierError):
+        await saver.aput(thread_config(""), checkpoint, {}, {})
