@@ -382,9 +382,19 @@ class Checkpointer:
         )
 
     async def _journal_commit(self, step: int, position: int, sealed: bytes) -> None:
-        """Commit a journal entry now; in sync mode with the step's start when that is not
-        written yet, so that the live views show the step with its first call."""
+        """Commit a journal entry now, or in exit mode with the run's end, as its step (a
+        kill loses both: the resumed run makes the call again)."""
         record = JournalRecord(self.run_id, step, position, sealed)
+        if self.durability == "exit":
+            self.pending.journal.append(record)
+        else:
+            await self._write_journal(record)
+        if self._journal_step == step:
+            self._journal[position] = record
+
+    async def _write_journal(self, record: JournalRecord) -> None:
+        """Commit ``record`` now; in sync mode with the step's start when that is not
+        written yet, so that the live views show the step with its first call."""
         if self._unstarted is not None and self._live:
             await self._settle_start()
             commit = self._side_commit()
@@ -396,8 +406,6 @@ class Checkpointer:
             await self._commit_events_aside(commit)
         else:
             await self.store.commit(commit)
-        if self._journal_step == step:
-            self._journal[position] = record
 
     async def _commit_events_aside(self, commit: Commit) -> None:
         """Write ``commit``, which carries events, beside the step's own commit: if it

@@ -32,8 +32,9 @@ class CheckpointPolicy:
         min_interval: never two policy checkpoints closer than this (final and manual
             ones are exempt).
         durability: "sync" commits each step before the next starts; "async" writes in
-            the background and flushes before ``run`` returns; "exit" writes only when the
-            run ends, fails or is cancelled.
+            the background and flushes before ``run`` returns; "exit" writes the run when
+            it starts, and its steps and journaled calls only when it ends, fails, waits
+            or is cancelled.
 
     Raises:
         ConfigurationError: a value out of range, naming the field.

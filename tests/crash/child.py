@@ -8,7 +8,8 @@ the process was killed. Each agent execution first appends one line
 descriptor: the line is in the file before the agent does anything else), then makes
 ``--calls`` journaled calls to a fake LLM that logs each call it really makes to
 ``--calls-log`` (``run_id/agent/turn/position/pid``), then sleeps a small random time so
-a SIGKILL can land mid-step.
+a SIGKILL can land mid-step. ``--durability`` chooses the policy's durability (``sync``
+by default).
 
 Modes (``--mode``):
 
@@ -38,6 +39,7 @@ from urllib.parse import urlsplit
 
 from nestegg import Clutch, Strategy, call, get_context, handover
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, open_store
+from nestegg.checkpoint.config import DURABILITIES, Durability
 from nestegg.checkpoint.stores import store_class
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import RunExistsError, RunLockedError
@@ -242,9 +244,12 @@ def open_test_store(url: str, prefix: str | None = None) -> CheckpointStorage:
     return store
 
 
-def sync_config(store: CheckpointStorage, run_id: str | None = None) -> CheckpointConfig:
-    """Checkpoint after every step, committed before the next one starts."""
-    policy = CheckpointPolicy(every_n_steps=1, durability="sync")
+def checkpoint_config(
+    store: CheckpointStorage, run_id: str | None = None, durability: Durability = "sync"
+) -> CheckpointConfig:
+    """Checkpoint after every step, committed by ``durability`` (by default before the next
+    step starts)."""
+    policy = CheckpointPolicy(every_n_steps=1, durability=durability)
     return CheckpointConfig(storage=store, policy=policy, run_id=run_id)
 
 
@@ -315,7 +320,8 @@ async def main(args: argparse.Namespace) -> int:
         fail_flag=Path(args.fail_flag) if args.fail_flag else None,
     )
     store = open_test_store(args.store, args.prefix)
-    clutch = build_pipeline(args.strategy, args.steps, work, sync_config(store, args.run_id))
+    config = checkpoint_config(store, args.run_id, args.durability)
+    clutch = build_pipeline(args.strategy, args.steps, work, config)
     try:
         outcome, code = await _MODES[args.mode](clutch, args)
     finally:
@@ -336,6 +342,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--log", required=True, help="execution log file")
     parser.add_argument("--mode", default="run", choices=sorted(_MODES))
+    parser.add_argument("--durability", default="sync", choices=DURABILITIES)
     parser.add_argument("--runs", type=int, default=1, help="runs of start-many")
     parser.add_argument("--barrier", default=None, help="directory of the resume barrier")
     parser.add_argument("--min-sleep-ms", type=float, default=1.0)

@@ -32,8 +32,8 @@ from tests.crash.child import (
     PIPELINE_NAME,
     Workload,
     build_pipeline,
+    checkpoint_config,
     initial_input,
-    sync_config,
 )
 from tests.registry import StoreTarget
 
@@ -208,7 +208,7 @@ class Reference:
 
     def pipeline(self, store: CheckpointStorage) -> Clutch:
         """The same pipeline on ``store``, counting nothing."""
-        return build_pipeline(self.strategy, self.length, Workload(), sync_config(store))
+        return build_pipeline(self.strategy, self.length, Workload(), checkpoint_config(store))
 
 
 _references: dict[tuple[str, int, int, int], Reference] = {}
@@ -220,7 +220,7 @@ async def reference_run(strategy: str, steps: int, seed: int = 0, calls: int = 0
     if key not in _references:
         store = MemoryCheckpointStorage()
         work = Workload(calls=calls)
-        clutch = build_pipeline(strategy, steps, work, sync_config(store))
+        clutch = build_pipeline(strategy, steps, work, checkpoint_config(store))
         result = await clutch.run(initial_input(seed), timeout=None, run_id="reference")
         (info,) = await clutch.list_runs()
         _references[key] = Reference(strategy, steps, result, info.steps, seed)

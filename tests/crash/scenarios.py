@@ -15,6 +15,8 @@
 - :func:`killed_in_its_first_step`: a new run SIGKILLed as its first step starts, before
   anything of the run but its creation is written (its opening goes with its first write),
   then resumed.
+- :func:`exit_durability_starts_over`: a run of durability "exit" SIGKILLed in its fourth
+  step is resumed from its input and pays again for every call made before the kill.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import random
 import signal
 import subprocess
 import uuid
+from collections import Counter
 from pathlib import Path
 
-from nestegg.constants import FAILED, RUNNING, STEP_BLOCK_STEPS
+from nestegg.constants import FAILED, RUN_STARTED, RUNNING, STEP_BLOCK_STEPS
 from tests.crash.child import EXIT_LOCKED, EXIT_RUN_FAILED
 from tests.crash.harness import (
     CrashReport,
@@ -310,3 +313,40 @@ async def killed_in_its_first_step(
         executions = len(log_lines(log, run_id))
         report.note(f"killed in its first step, its events then {stored}; {executions} executions")
         await check_run(target, run_id, reference, executions, 1, report)
+
+
+EXIT_STEPS = 6
+EXIT_KILL_STEP = 4
+EXIT_CALLS = 2
+EXIT_SLEEP_MS = ("--min-sleep-ms", "300", "--max-sleep-ms", "300")
+"""Each step sleeps after its calls: the kill lands in step EXIT_KILL_STEP, after them."""
+
+
+async def exit_durability_starts_over(
+    target: StoreTarget, tmp_path: Path, report: CrashReport
+) -> None:
+    """SIGKILL a run of durability "exit" in its fourth step, once that step's calls
+    returned: only the run and its run_started event were stored (no step, no journaled
+    call), so a new process starts it over from its input and makes every call made before
+    the kill again, the others once."""
+    reference = await reference_run("sequential", EXIT_STEPS, calls=EXIT_CALLS)
+    run_id = f"exit-{uuid.uuid4().hex[:8]}"
+    log, calls_log = tmp_path / "executions.log", tmp_path / "calls.log"
+    journaled = ("--calls", str(EXIT_CALLS), "--calls-log", str(calls_log))
+    options = (*journaled, "--durability", "exit", *EXIT_SLEEP_MS)
+    command = child_command(target, "sequential", run_id, EXIT_STEPS, log, *options)
+    process = spawn(command)
+    paid = EXIT_KILL_STEP * EXIT_CALLS
+    await wait_for(lambda: len(log_lines(calls_log, run_id)) >= paid, process)
+    assert kill(process), f"the run finished before it was killed\n{report}"
+    before = calls_made(calls_log, run_id)
+    assert sum(before.values()) == paid, f"calls before the kill {before}\n{report}"
+    assert await run_status(target, run_id) == RUNNING, f"no run stored\n{report}"
+    assert await stored_event_kinds(target, run_id) == [RUN_STARTED], f"{report}"
+    code, result = finish(spawn(command), report)
+    assert (code, result) == (0, reference.result), f"{code}: {result}\n{report}"
+    once = Counter(expected_calls(run_id, reference, EXIT_CALLS))
+    assert calls_made(calls_log, run_id) == once + before, f"calls {calls_made(calls_log, run_id)}"
+    executions = len(log_lines(log, run_id))
+    assert executions == reference.steps + EXIT_KILL_STEP, f"{executions} executions\n{report}"
+    await check_run(target, run_id, reference, executions, EXIT_KILL_STEP, report)

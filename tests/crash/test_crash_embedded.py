@@ -14,6 +14,7 @@ from tests.crash.child import STRATEGIES
 from tests.crash.harness import CrashReport, StoreTarget
 from tests.crash.scenarios import (
     FAILING_STRATEGY,
+    exit_durability_starts_over,
     failed_step_replays_its_calls,
     journaled_calls_survive_kills,
     killed_and_resumed,
@@ -74,3 +75,9 @@ async def test_a_run_killed_in_its_first_step_resumes_to_the_uninterrupted_resul
     embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
 ) -> None:
     await killed_in_its_first_step(embedded_store, tmp_path, crash_rng[1])
+
+
+async def test_a_run_of_durability_exit_killed_mid_run_starts_over_and_pays_again(
+    embedded_store: StoreTarget, tmp_path: Path, crash_rng: tuple[random.Random, CrashReport]
+) -> None:
+    await exit_durability_starts_over(embedded_store, tmp_path, crash_rng[1])
