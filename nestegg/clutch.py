@@ -18,7 +18,7 @@ from nestegg.context import current_context
 from nestegg.durations import seconds_or_none
 from nestegg.errors import ConfigurationError, NoActiveRunError
 from nestegg.pipeline import PipelineBase
-from nestegg.task import ClutchTask, StepEvent, StepListeners
+from nestegg.task import ClutchTask, StepEvent, StepListeners, local_late
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.views import (
@@ -128,11 +128,12 @@ class Clutch(PipelineBase):
                 progress.late,
                 published if until_published else None,
             )
-        stored = asyncio.Event()
+        stored, chosen = asyncio.Event(), book.new_id(run_id)
         return await self._launch(
-            lambda lst: book.run(input_data, run_id, lst, stored.set),
+            lambda lst: book.run(input_data, chosen, lst, stored.set),
             listeners,
-            started=stored if until_published else None,
+            local_late(chosen, stored),
+            stored if until_published else None,
         )
 
     async def run(
@@ -149,7 +150,9 @@ class Clutch(PipelineBase):
             run_id: with checkpointing, the run's id (overrides the configured one).
 
         Raises:
-            TimeoutError: the run did not finish within ``timeout``.
+            TimeoutError: the run did not finish within ``timeout``; its message says that
+                it goes on, and with checkpointing how to get its outcome
+                (``clutch.result(run_id)``).
             ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
                 years.
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or

@@ -71,8 +71,36 @@ async def until_started(task: asyncio.Task[Any], started: asyncio.Event) -> None
 
 
 def not_finished(limit: float) -> str:
-    """Why a wait for a run's result timed out, when nothing more is known."""
-    return f"the run did not finish within {limit:g} s (it goes on)"
+    """Why a wait for the result of a run without a store timed out."""
+    return (
+        f"the run did not finish within {limit:g} s; it goes on while this event loop runs "
+        "(no store keeps its outcome: only the task of submit() gives it, awaited again)"
+    )
+
+
+def outcome_hint(run_id: str) -> str:
+    """How to get the outcome of the stored run ``run_id`` after a wait timed out."""
+    return f"await clutch.result({run_id!r}) for its outcome"
+
+
+def local_late(run_id: str, stored: asyncio.Event) -> Callable[[float], str]:
+    """Why a wait for the result of ``run_id``, checkpointed and executed in this process,
+    timed out after ``limit`` seconds (``stored``: set once the run is stored)."""
+
+    def late(limit: float) -> str:
+        if not stored.is_set():
+            return (
+                f"run {run_id!r} was not stored within {limit:g} s (the store did not "
+                "answer); it goes on while this event loop runs: once it is stored, "
+                f"{outcome_hint(run_id)}"
+            )
+        return (
+            f"run {run_id!r} did not finish within {limit:g} s; it goes on while this event "
+            f"loop runs: {outcome_hint(run_id)} (if the loop ends first, the run is stored "
+            f"as cancelled, and resume_latest({run_id!r}) continues it)"
+        )
+
+    return late
 
 
 class ClutchTask:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context, handover
-from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint import CheckpointConfig, open_store
+from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.errors import ConfigurationError
 
@@ -17,9 +20,13 @@ WAIT_S = 5.0
 """Upper bound for waiting on something that happens right away (never reached when green)."""
 
 
-def gated_clutch(release: asyncio.Event, started: asyncio.Event | None = None) -> Clutch:
+def gated_clutch(
+    release: asyncio.Event,
+    started: asyncio.Event | None = None,
+    checkpoint: CheckpointConfig | None = None,
+) -> Clutch:
     """A one-agent Clutch whose agent waits for ``release`` before returning."""
-    clutch = Clutch("gated")
+    clutch = Clutch("gated", checkpoint=checkpoint)
 
     @clutch.agent()
     async def gated(data: str) -> str:
@@ -29,6 +36,18 @@ def gated_clutch(release: asyncio.Event, started: asyncio.Event | None = None) -
         return data + "_done"
 
     return clutch
+
+
+class SlowToStore(MemoryCheckpointStorage):
+    """A memory store that stores a new run only once ``release`` is set."""
+
+    def __init__(self, release: asyncio.Event) -> None:
+        super().__init__()
+        self.release = release
+
+    async def create_run(self, run: RunRecord) -> None:
+        await self.release.wait()
+        await super().create_run(run)
 
 
 def echo_clutch() -> Clutch:
@@ -178,8 +197,65 @@ class TestTimeout:
         task = await gated_clutch(release).submit("in")
         with pytest.raises(TimeoutError) as info:
             await task.result(timeout=timedelta(milliseconds=20))
-        assert str(info.value) == "the run did not finish within 0.02 s (it goes on)"
-        task.cancel()
+        assert str(info.value) == (
+            "the run did not finish within 0.02 s; it goes on while this event loop runs "
+            "(no store keeps its outcome: only the task of submit() gives it, awaited again)"
+        )
+        release.set()
+        assert await task.result(timeout=WAIT_S) == "in_done"
+
+    @pytest.mark.parametrize(
+        ("store", "said"),
+        [
+            (
+                lambda release: MemoryCheckpointStorage(),
+                "run 'r1' did not finish within 0.02 s; it goes on while this event loop runs: "
+                "await clutch.result('r1') for its outcome (if the loop ends first, the run is "
+                "stored as cancelled, and resume_latest('r1') continues it)",
+            ),
+            (
+                SlowToStore,
+                "run 'r1' was not stored within 0.02 s (the store did not answer); it goes on "
+                "while this event loop runs: once it is stored, await clutch.result('r1') for "
+                "its outcome",
+            ),
+        ],
+        ids=["stored", "not-stored"],
+    )
+    async def test_a_checkpointed_run_timed_out_goes_on_and_says_how_to_get_its_outcome(
+        self, store: Callable[[asyncio.Event], MemoryCheckpointStorage], said: str
+    ) -> None:
+        release = asyncio.Event()
+        clutch = gated_clutch(release, checkpoint=CheckpointConfig(store(release)))
+        with pytest.raises(TimeoutError) as info:
+            await clutch.run("in", timeout=0.02, run_id="r1")
+        assert str(info.value) == said
+        release.set()
+        async with asyncio.timeout(WAIT_S):
+            while not await clutch.list_runs():  # stored once the store answers
+                await asyncio.sleep(0.001)
+        assert await clutch.result("r1", timeout=WAIT_S) == "in_done"
+
+    def test_a_checkpointed_run_timed_out_is_stored_cancelled_when_its_loop_ends(
+        self, tmp_path: Path
+    ) -> None:
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        release = asyncio.Event()
+
+        async def time_out() -> None:
+            clutch = gated_clutch(release, checkpoint=CheckpointConfig(open_store(url)))
+            await clutch.list_runs()  # the store is set up: the run is stored at once
+            with pytest.raises(TimeoutError, match=r"^run 'r1' did not finish within 0\.5 s"):
+                await clutch.run("in", timeout=0.5, run_id="r1")
+
+        async def resume() -> tuple[list[str], str]:
+            release.set()
+            async with gated_clutch(release, checkpoint=CheckpointConfig(open_store(url))) as c:
+                statuses = [run.status for run in await c.list_runs()]
+                return statuses, await c.resume_latest("r1")
+
+        asyncio.run(time_out())  # returns at the TimeoutError: the loop ends, the run is cancelled
+        assert asyncio.run(resume()) == (["cancelled"], "in_done")
 
     async def test_a_timeout_error_of_the_run_itself_is_raised_as_it_is(self) -> None:
         clutch = Clutch("p")

@@ -124,6 +124,11 @@ class CheckpointedRuns:
         chosen = run_id if run_id is not None else self.config.run_id
         return check_name(chosen, "run id") if chosen is not None else None
 
+    def new_id(self, run_id: str | None) -> str:
+        """The id a new run takes: ``run_id``, else the configured one, else a fresh one
+        (raises InvalidIdentifierError for an id no run can have)."""
+        return self._run_id(run_id) or new_run_id()
+
     async def get_run_record(self, run_id: str) -> RunRecord:
         """The stored run ``run_id``.
 
@@ -147,7 +152,7 @@ class CheckpointedRuns:
     ) -> Any:
         """Start a new run (or return the stored result of a completed one); ``stored`` is
         called once the new run is stored, before its first step."""
-        run_id = self._run_id(run_id) or new_run_id()
+        run_id = self.new_id(run_id)
         data = to_plain(input_data)
         sealed_input = seal(encode_value(data, "input"))
         store = await self.ready()

@@ -38,7 +38,7 @@ from nestegg.constants import (
 )
 from nestegg.durations import seconds_or_none
 from nestegg.errors import NestEggError, RunFailedError
-from nestegg.task import StepEvent, StepListeners
+from nestegg.task import StepEvent, StepListeners, outcome_hint
 from nestegg.transport import tracing
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
@@ -131,11 +131,12 @@ class RemoteProgress:
             return (
                 f"no worker took the first step of run {seen.run_id!r} within {limit:g} s: "
                 f"is a worker of pipeline {self.pipeline!r} running (nestegg worker "
-                "module:attr)? The run is stored, and a worker that starts takes it"
+                "module:attr)? The run is stored, and a worker that starts takes it: "
+                f"{outcome_hint(seen.run_id)}"
             )
         return (
             f"run {seen.run_id!r} did not finish within {limit:g} s ({seen.step_seq} steps "
-            "committed by the workers so far; it goes on)"
+            f"committed by the workers so far); it goes on: {outcome_hint(seen.run_id)}"
         )
 
 

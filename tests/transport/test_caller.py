@@ -525,7 +525,7 @@ async def test_a_run_that_no_worker_takes_times_out_saying_so(deployment: Deploy
     assert str(late.value) == (
         "no worker took the first step of run 'unserved' within 0.5 s: is a worker of "
         "pipeline 'chain' running (nestegg worker module:attr)? The run is stored, and a "
-        "worker that starts takes it"
+        "worker that starts takes it: await clutch.result('unserved') for its outcome"
     )
 
 
@@ -544,8 +544,8 @@ async def test_a_run_that_a_worker_took_times_out_saying_it_goes_on(
         await caller.stop()
         await worker.stop()
     assert str(late.value) == (
-        "run 'slow-one' did not finish within 1.5 s (0 steps committed by the workers so far; "
-        "it goes on)"
+        "run 'slow-one' did not finish within 1.5 s (0 steps committed by the workers so "
+        "far); it goes on: await clutch.result('slow-one') for its outcome"
     )
 
 
