@@ -34,6 +34,7 @@ from nestegg.checkpoint.views import (
 )
 from nestegg.checkpoint.waiting import wait_of
 from nestegg.constants import (
+    CANCELLED,
     COMPLETED,
     IN_FLIGHT_EVENT_WINDOW,
     RUNNING,
@@ -261,9 +262,13 @@ async def run_details(
         "checkpoints": [checkpoint_row(c) for c in checkpoints],
         "failed_step": failed,
         "step_in_flight": (
-            await step_in_flight(store, run) if run.status in (RUNNING, WAITING) else None
+            await step_in_flight(store, run) if run.status in UNFINISHED_STEP else None
         ),
     }
+
+
+UNFINISHED_STEP = (RUNNING, WAITING, CANCELLED)
+"""The statuses of a run that can stop in a step: its start is stored, not its end."""
 
 
 def _at(seconds: Any) -> datetime | None:
@@ -271,9 +276,9 @@ def _at(seconds: Any) -> datetime | None:
 
 
 async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
-    """The step a running run has started and not committed yet (its agent, start and the
-    calls it has journaled so far), from its ``step_started`` event; None when there is
-    none (between steps, or a start not written yet)."""
+    """The step a running, waiting or cancelled run has started and not committed (its
+    agent, start and the calls it has journaled so far), from its ``step_started`` event;
+    None when there is none (between steps, or a start not written yet)."""
     start = await in_flight_start(store, run)
     if start is None:
         return None

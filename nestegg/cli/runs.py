@@ -163,8 +163,9 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
 
 
 def _in_flight_row(step: dict[str, Any], status: str) -> list[str]:
-    """The timeline row of the step under way (``interrupted`` when its owner is gone)."""
-    outcome = status if status in ("interrupted", "waiting") else "running"
+    """The timeline row of the step under way (``interrupted`` when its owner is gone), or
+    of the step the run was cancelled in."""
+    outcome = status if status in ("interrupted", "waiting", "cancelled") else "running"
     calls = step["calls"]
     if calls:
         outcome += f", {len(calls)} call{'' if len(calls) == 1 else 's'} journaled"

@@ -358,6 +358,36 @@ async def test_a_crash_and_its_takeover_are_on_the_timeline(
     assert kinds[-1] == "run_completed"
 
 
+async def test_a_run_stopped_by_ctrl_c_in_a_step_shows_that_step_cancelled(
+    tmp_path: Path, any_url: str, run_id: str
+) -> None:
+    gate = tmp_path / "gate"
+    gate.touch()  # step 2 goes on at once: the child stalls in step 3, after its call
+    store = open_store(any_url)
+    await store.setup()
+    child = _gated_child(any_url, run_id, gate, "run")
+    try:
+        while not await _has_called(store, run_id, 3):
+            await asyncio.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        assert await asyncio.to_thread(child.wait, TIMEOUT) != 0
+    finally:
+        if child.poll() is None:
+            await _kill(child)
+        await store.close()
+    details = await shown(tmp_path, any_url, run_id)
+    assert details["run"]["status"] == "cancelled" and details["run"]["steps"] == 2
+    cancelled = details["step_in_flight"]
+    assert (cancelled["seq"], cancelled["agent"], len(cancelled["calls"])) == (3, "conclude", 1)
+    assert cancelled["started"] is not None
+    text = await nestegg_cli(tmp_path, "show", run_id, "--store", any_url)
+    row = timeline_row(text, 3)
+    assert row.split()[:2] == ["3", "conclude"] and row.split()[2] != "-"  # its start
+    assert row.endswith("cancelled, 1 call journaled")
+    kinds = [e["kind"] for e in await events(tmp_path, any_url, run_id)]
+    assert kinds[-2:] == ["step_started", "run_cancelled"]  # what show reads
+
+
 async def test_a_failed_step_shows_its_start_and_duration(
     tmp_path: Path, any_url: str, run_id: str
 ) -> None:
