@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 from itertools import groupby
 from operator import attrgetter
+from typing import Any, NamedTuple
 
 from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.codec import all_intact, decode_value, rebuild, unseal
@@ -134,9 +135,22 @@ async def load_state_and_steps(
     return state, step_records(pieces)
 
 
-async def _load(
-    store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
-) -> tuple[CheckpointState, Sequence[StepPiece]]:
+class _Header(NamedTuple):
+    """What a checkpoint's body says, checked: where it is (for errors), the steps it
+    covers, its turn, metadata and body, and its inline data (:data:`_NO_DATA`: none)."""
+
+    where: str
+    seq: int
+    turn: int
+    metadata: Any
+    body: dict[str, Any]
+    data: Any
+
+
+_NO_DATA = object()
+
+
+def _header(run: RunRecord, checkpoint: CheckpointRecord) -> _Header:
     where = f"checkpoint {checkpoint.checkpoint_id!r} of run {run.run_id!r}"
     body = parse_checkpoint(checkpoint.body, where)
     try:
@@ -144,18 +158,39 @@ async def _load(
         metadata = rebuild(body.get("metadata") or {}, where)
     except (KeyError, TypeError, ValueError):
         raise CheckpointCorruptedError(f"{where} lacks its fields") from None
-    pieces = await load_history(store, run.run_id, upto=seq)
-    stored = sum(_steps_in(piece) for piece in pieces)
-    if stored != seq or (pieces and _last_seq(pieces[-1]) != seq):
+    data = rebuild(body["data"], where) if "data" in body else _NO_DATA
+    return _Header(where, seq, turn, metadata, body, data)
+
+
+def _covered(header: _Header, steps: int, last: int) -> None:
+    """Raise unless ``steps`` step records, the last with seq ``last`` (0: none), are
+    the ``header.seq`` steps its checkpoint covers."""
+    if steps != header.seq or (steps and last != header.seq):
         raise CheckpointCorruptedError(
-            f"{where} covers {seq} steps but {stored} step records are stored"
+            f"{header.where} covers {header.seq} steps but {steps} step records are stored"
         )
+
+
+def _turns(header: _Header, entries: int) -> None:
+    """Raise unless ``entries`` steps that hold data make the checkpoint's turn."""
+    if entries != header.turn:
+        raise CheckpointCorruptedError(
+            f"{header.where} says turn {header.turn} but the steps give {entries}"
+        )
+
+
+async def _load(
+    store: CheckpointStorage, run: RunRecord, checkpoint: CheckpointRecord
+) -> tuple[CheckpointState, Sequence[StepPiece]]:
+    header = _header(run, checkpoint)
+    seq, body = header.seq, header.body
+    pieces = await load_history(store, run.run_id, upto=seq)
+    _covered(
+        header, sum(_steps_in(piece) for piece in pieces), _last_seq(pieces[-1]) if pieces else 0
+    )
     run_id = run.run_id
     entries = _history_entries(pieces, run_id)
-    if len(entries) != turn:
-        raise CheckpointCorruptedError(
-            f"{where} says turn {turn} but the steps give {len(entries)}"
-        )
+    _turns(header, len(entries))
     first = {"source": "input", "data": run_input(run)}
     if entries:
         data_seq, source, raw, start, stop = entries.pop()
@@ -163,21 +198,21 @@ async def _load(
         history: StoredHistory | None = StoredHistory(run_id, first, entries)
     else:
         data_seq, source, data, history = 0, "input", first["data"], None
-    if "data" in body:
-        data = rebuild(body["data"], where)
+    if header.data is not _NO_DATA:
+        data = header.data
     state = CheckpointState(
         run_id=run_id,
         checkpoint=CheckpointInfo.from_record(checkpoint),
         seq=seq,
-        turn=turn,
+        turn=header.turn,
         data=data,
         source=source,
         data_seq=data_seq,
         stored_history=history,
-        metadata=metadata if isinstance(metadata, dict) else {},
+        metadata=header.metadata if isinstance(header.metadata, dict) else {},
         position=body.get("position"),
         next_agent=body.get("next"),
-        data_inline="data" in body,
+        data_inline=header.data is not _NO_DATA,
     )
     return state, pieces
 
@@ -228,3 +263,86 @@ def _warn_fallback(skipped: list[CheckpointCorruptedError], older: str | None) -
     message = f"skipping {count}: {damaged}; {where}"
     # a warning only (logging it too would print it twice where no logging is set up)
     warnings.warn(message, CheckpointFallbackWarning, stacklevel=3)
+
+
+async def unusable_checkpoints(
+    store: CheckpointStorage, run: RunRecord, checkpoints: Sequence[CheckpointRecord]
+) -> dict[str, CheckpointCorruptedError]:
+    """The checkpoints of ``run`` that :func:`load_state` refuses, by id, each with why:
+    a damaged body, or a step record it rests on damaged or missing.
+
+    The run's steps are read once for them all, and checked once, not once per
+    checkpoint (but for the records of a block that a checkpoint splits). The data of a
+    checkpoint's last step is checked by its checksum, not decoded (a resume decodes it).
+
+    Args:
+        store: the store holding the run.
+        run: the run.
+        checkpoints: its checkpoints (``store.list_checkpoints(run.run_id)``).
+
+    Returns:
+        The damaged ones; an empty dict when a resume can use each.
+
+    Example:
+        ``damaged = await unusable_checkpoints(store, run, await store.list_checkpoints(id))``
+    """
+    unusable: dict[str, CheckpointCorruptedError] = {}
+    headers: list[tuple[str, _Header]] = []
+    for checkpoint in checkpoints:
+        try:
+            headers.append((checkpoint.checkpoint_id, _header(run, checkpoint)))
+        except CheckpointCorruptedError as error:
+            unusable[checkpoint.checkpoint_id] = error
+    if not headers:
+        return unusable
+    headers.sort(key=lambda pair: pair[1].seq)
+    upto = headers[-1][1].seq
+    steps = _SharedHistory(await load_history(store, run.run_id, upto=upto), run.run_id)
+    for checkpoint_id, header in headers:
+        try:
+            steps.check(header)
+        except CheckpointCorruptedError as error:
+            unusable[checkpoint_id] = error
+    return unusable
+
+
+class _SharedHistory:
+    """A run's step pieces read once, checked as :func:`load_state` checks those up to
+    each checkpoint's seq, for checkpoints taken in order of their seq: a prefix is
+    checked once, as checkpoints at higher seqs reach further."""
+
+    def __init__(self, pieces: Sequence[StepPiece], run_id: str) -> None:
+        self.pieces, self.run_id = pieces, run_id
+        self.taken = 0  # the pieces wholly up to the last seq asked for
+        self.steps = self.last = self.entries = 0  # in the pieces taken
+        self.damage: CheckpointCorruptedError | None = None
+
+    def check(self, header: _Header) -> None:
+        """Raise what :func:`load_state` raises for the history of ``header``'s checkpoint."""
+        seq, end = header.seq, self.taken
+        while end < len(self.pieces) and _last_seq(self.pieces[end]) <= seq:
+            end += 1
+        fresh = self.pieces[self.taken : end]
+        if fresh:
+            self.taken = end
+            self.steps += sum(_steps_in(piece) for piece in fresh)
+            self.last = _last_seq(fresh[-1])
+            if self.damage is None:
+                try:
+                    self.entries += len(_history_entries(fresh, self.run_id))
+                except CheckpointCorruptedError as error:
+                    self.damage = error
+        rest = self._split_block(seq)  # a resume gets its records up to seq alone
+        _covered(header, self.steps + len(rest), rest[-1].seq if rest else self.last)
+        if self.damage is not None:
+            raise self.damage
+        _turns(header, self.entries + len(_history_entries(rest, self.run_id)))
+
+    def _split_block(self, seq: int) -> list[StepRecord]:
+        """The records up to ``seq`` of the next piece when it is a block going past it."""
+        if self.taken == len(self.pieces):
+            return []
+        piece = self.pieces[self.taken]
+        if not isinstance(piece, StepBlock) or piece.first_seq > seq:
+            return []
+        return [record for record in unpack_block(piece) if record.seq <= seq]

@@ -10,7 +10,7 @@ import orjson
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.formats import parse_checkpoint, parse_journal, parse_step
-from nestegg.checkpoint.loader import load_latest, load_state
+from nestegg.checkpoint.loader import load_latest, load_state, unusable_checkpoints
 from nestegg.checkpoint.ownership import is_interrupted
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -158,6 +158,17 @@ def checkpoint_row(record: CheckpointRecord) -> dict[str, Any]:
     except (CheckpointCorruptedError, AttributeError):
         row["valid"] = False
     return row
+
+
+async def checkpoint_rows(store: CheckpointStorage, run: RunRecord) -> list[dict[str, Any]]:
+    """The run's checkpoints as plain data, oldest first, each ``valid`` when a resume from
+    it would use it: its body and the step records it rests on intact (read once for all)."""
+    checkpoints = await store.list_checkpoints(run.run_id)
+    unusable = await unusable_checkpoints(store, run, checkpoints)
+    rows = [checkpoint_row(checkpoint) for checkpoint in checkpoints]
+    for row in rows:
+        row["valid"] = row["checkpoint_id"] not in unusable
+    return rows
 
 
 async def list_run_rows(

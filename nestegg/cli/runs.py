@@ -239,13 +239,13 @@ def checkpoints_command(
 ) -> None:
     """A run's checkpoints, oldest first.
 
-    Inspect one with `nestegg inspect ID`; CHECK says whether its checksum holds.
+    Inspect one with `nestegg inspect ID`; CHECK says whether a resume from it would use
+    it (DAMAGED: its record or a step record it rests on fails its checksum, or is missing).
     """
 
     async def work(opened: CheckpointStorage) -> tuple[RunRecord, list[dict[str, Any]]]:
         run = await reading.get_run(opened, run_id)
-        listed = await opened.list_checkpoints(run.run_id)
-        return run, [reading.checkpoint_row(c) for c in listed]
+        return run, await reading.checkpoint_rows(opened, run)
 
     run, rows = run_with_store(ctx, store, work, read_only=True)
     out = Output(as_json)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from nestegg.checkpoint.codec import seal
+from nestegg.checkpoint.loader import load_state, unusable_checkpoints
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -34,6 +35,24 @@ async def failed_at_d(store: CheckpointStorage, run_id: str) -> Pipeline:
     pipeline.fail.clear()
     pipeline.calls.clear()
     return pipeline
+
+
+async def refused_one_by_one(store: CheckpointStorage, run_id: str) -> dict[str, str]:
+    """The run's checkpoints :func:`load_state` refuses, each loaded alone, with why;
+    asserting that :func:`unusable_checkpoints`, which reads the steps once for them all,
+    names the same ones for the same reasons."""
+    run = await store.get_run(run_id)
+    assert run is not None
+    checkpoints = await store.list_checkpoints(run_id)
+    refused = {}
+    for checkpoint in checkpoints:
+        try:
+            await load_state(store, run, checkpoint)
+        except CheckpointCorruptedError as error:
+            refused[checkpoint.checkpoint_id] = str(error)
+    listed = await unusable_checkpoints(store, run, checkpoints)
+    assert {key: str(error) for key, error in listed.items()} == refused
+    return refused
 
 
 async def resume_counting_warnings(pipeline: Pipeline, run_id: str) -> tuple[object, int]:
@@ -188,6 +207,9 @@ async def test_a_damaged_step_record_makes_the_checkpoints_needing_it_unusable(
     [*_, step_two, _] = await checkpoint_store.load_steps("bad-step")
     assert step_two.seq == 2
     await tamper.step_body("bad-step", 2, damage(step_two.body))
+    refused = await refused_one_by_one(checkpoint_store, "bad-step")
+    checkpoints = await checkpoint_store.list_checkpoints("bad-step")
+    assert set(refused) == {c.checkpoint_id for c in checkpoints if c.seq >= 2}
 
     result, fallbacks = await resume_counting_warnings(pipeline, "bad-step")
     # Checkpoints 3 and 2 need step 2; checkpoint 1 does not.

@@ -18,6 +18,7 @@ from nestegg.errors import CheckpointFallbackWarning
 from tests.stores.test_sqlite_blocks import rewrite_block
 
 from .conftest import Flaky, config
+from .test_integrity import refused_one_by_one
 
 Reopen = Callable[[], Awaitable[CheckpointStorage]]
 STEPS = 2 * STEP_BLOCK_STEPS + 30
@@ -139,3 +140,26 @@ async def test_a_damaged_later_block_does_not_stop_a_resume_from_before_it(
         len(whole.histories[turn]) for turn in again.histories
     ]
     await reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "block", "first_refused"),
+    [("body", 0, 150), ("head", 0, 1), ("body", 1, STEP_BLOCK_STEPS + 20)],
+)
+async def test_the_checkpoints_a_damaged_block_makes_unusable_are_listed_as_loaded(
+    tmp_path: Path, column: str, block: int, first_refused: int
+) -> None:
+    store = SQLiteCheckpointStorage(tmp_path / "n.db")
+    await Loop(store, keep_latest=None).clutch.run({"steps": []}, run_id="every")
+    sizes = [len(record.body) for record in await store.load_steps("every")]
+    await store.close()
+    before = sizes[block * STEP_BLOCK_STEPS : first_refused - 1]  # the records before it
+    at = sum(before) + 40 if column == "body" else 40  # a body: in step first_refused
+    rewrite_block(tmp_path / "n.db", column, at, block=block)
+    reopened = SQLiteCheckpointStorage(tmp_path / "n.db")
+    try:
+        refused = await refused_one_by_one(reopened, "every")  # inside, across and past it
+        checkpoints = await reopened.list_checkpoints("every")
+        assert set(refused) == {c.checkpoint_id for c in checkpoints if c.seq >= first_refused}
+    finally:
+        await reopened.close()

@@ -18,6 +18,8 @@ from nestegg import Clutch, Handover, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
+from nestegg.errors import CheckpointFallbackWarning
+from tests.checkpoint.conftest import Tamper
 from tests.cli.conftest import Cli, Filled, json_of
 from tests.cli.pipeline_app import POLICY, build
 from tests.stores.test_sqlite_blocks import rewrite_block
@@ -175,6 +177,41 @@ def test_checkpoints(cli: Cli, filled: Filled) -> None:
     table = cli("checkpoints", filled.ok, "--store", filled.url).stdout.splitlines()
     assert table[0].split() == ["CHECKPOINT", "STEP", "TURN", "REASON", "CREATED", "NEXT", "CHECK"]
     assert table[1].split()[0] == rows[0]["checkpoint_id"]
+
+
+def test_checkpoints_marks_damaged_those_resting_on_an_altered_step_record(
+    cli: Cli, filled: Filled, tmp_path: Path
+) -> None:
+    before = cli("checkpoints", filled.ok, "--store", filled.url).stdout.splitlines()
+
+    async def alter_step_2() -> None:
+        store = open_store(filled.url)
+        try:
+            [record] = [s for s in await store.load_steps(filled.ok) if s.seq == 2]
+            altered = record.body.replace(b'"items":[1,2,3]', b'"items":[1,2,4]')
+            assert altered != record.body
+            kind = "sqlite" if filled.url.startswith("sqlite") else "file"
+            await Tamper(kind, store, tmp_path).step_body(filled.ok, 2, altered)
+        finally:
+            await store.close()
+
+    asyncio.run(alter_step_2())
+    after = cli("checkpoints", filled.ok, "--store", filled.url)
+    assert after.exit_code == 0, after.stderr
+    header, first, second, third = before
+    assert [line.split()[-1] for line in (first, second, third)] == ["ok", "ok", "ok"]
+    pad = len("DAMAGED") - len("CHECK")  # the column widens
+    expected = [header + " " * pad, first, second[:-2] + "DAMAGED", third[:-2] + "DAMAGED"]
+    assert [line.rstrip() for line in after.stdout.splitlines()] == [
+        line.rstrip() for line in expected
+    ]
+    rows = json_of(cli("checkpoints", filled.ok, "--store", filled.url, "--json"))
+    assert [(r["seq"], r["valid"]) for r in rows] == [(1, True), (2, False), (3, False)]
+    steps = json_of(cli("show", filled.ok, "--store", filled.url, "--json"))["steps"]
+    assert [s["outcome"] for s in steps] == ["completed", "damaged", "completed"]
+    with pytest.warns(CheckpointFallbackWarning, match="skipping 2 damaged checkpoints"):
+        resumed = cli("inspect", filled.ok, "--store", filled.url, "--path", "seq")
+    assert resumed.stdout.strip() == "1"  # a resume falls back to checkpoint 1, as listed
 
 
 def test_inspect_whole_state_and_a_path(cli: Cli, filled_any: Filled) -> None:
