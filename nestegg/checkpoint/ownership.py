@@ -14,8 +14,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from nestegg.checkpoint.formats import opening_payload
 from nestegg.checkpoint.records import Owner, RunRecord
-from nestegg.constants import RUNNING
+from nestegg.constants import INTERRUPTED, RUN_INTERRUPTED, RUN_RESUMED, RUN_STARTED, RUNNING
 
 # Runs this process is executing right now: run_id -> fence.
 active_runs: dict[str, int] = {}
@@ -95,3 +96,28 @@ def interruption(run: RunRecord) -> dict[str, Any]:
     owner = run.owner
     who = {"host": owner.host, "pid": owner.pid, "started": owner.started} if owner else None
     return {"owner": who, "steps": run.step_seq}
+
+
+def resumption(
+    run: RunRecord,
+    checkpoint_id: str | None,
+    seq: int,
+    *,
+    interrupted: bool,
+    trace: dict[str, str] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events that open a resume of ``run`` (as read before it was claimed) from
+    checkpoint ``checkpoint_id`` at step ``seq``: ``run_resumed``, after a
+    ``run_interrupted`` naming the owner that died when the run was ``interrupted`` (a
+    takeover), after a ``run_started`` (with ``trace``) when the run's log is empty (its
+    owner died before writing it)."""
+    resumed: dict[str, Any] = {"checkpoint_id": checkpoint_id, "seq": seq, "previous": run.status}
+    events: list[tuple[str, dict[str, Any]]] = [(RUN_RESUMED, resumed)]
+    if interrupted:
+        lost = interruption(run)
+        events.insert(0, (RUN_INTERRUPTED, lost))
+        resumed["previous"] = INTERRUPTED
+        resumed["previous_owner"] = lost["owner"]
+    if run.event_seq == 0:
+        events.insert(0, (RUN_STARTED, opening_payload(trace)))
+    return events

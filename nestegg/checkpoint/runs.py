@@ -28,9 +28,9 @@ from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import (
     active_runs,
     current_owner,
-    interruption,
     is_interrupted,
     owner_alive,
+    resumption,
 )
 from nestegg.checkpoint.pipeline import Pipeline
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
@@ -56,8 +56,6 @@ from nestegg.checkpoint.waiting import (
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
-    INTERRUPTED,
-    RUN_INTERRUPTED,
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
@@ -502,18 +500,8 @@ class CheckpointedRuns:
             reopen=run.status in FINISHED,
         )
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-        event: dict[str, Any] = {
-            "checkpoint_id": checkpoint_id,
-            "seq": state.seq,
-            "previous": run.status,
-        }
-        events = [(RUN_RESUMED, event)]
-        if run.status == RUNNING:  # its owner died mid-run: this process takes it over
-            events.insert(0, (RUN_INTERRUPTED, interruption(run)))
-            event["previous"] = INTERRUPTED
-            event["previous_owner"] = events[0][1]["owner"]
-        if run.event_seq == 0:  # killed before its start was committed: its log starts here
-            events.insert(0, (RUN_STARTED, opening_payload()))
+        # still running: its owner died mid-run, this process takes it over
+        events = resumption(run, checkpoint_id, state.seq, interrupted=run.status == RUNNING)
         return await self.execute(
             claimed,
             start,

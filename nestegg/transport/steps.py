@@ -25,7 +25,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.formats import (
@@ -35,10 +35,9 @@ from nestegg.checkpoint.formats import (
     failure_detail,
     opening_payload,
 )
-from nestegg.checkpoint.ownership import current_owner
+from nestegg.checkpoint.ownership import current_owner, resumption
 from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import (
-    RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
 )
@@ -199,7 +198,7 @@ class StepRunner:
                 await give_back(delivery)
                 raise
             if claimed is not None:
-                return await self._take(store, claimed.run, delivery, claimed.taken_over)
+                return await self._take(store, claimed.run, delivery, claimed.taken_from)
             await delivery.ack()
         except (StaleOwnerError, RunLockedError) as moved_on:  # another process has the run
             log.info(
@@ -237,9 +236,9 @@ class StepRunner:
         run = await self._judged(store, delivery)
         if run is None:
             return None
-        taken_over = run.fence > message.fence and interrupted(run)
+        taken_from = run if run.fence > message.fence and interrupted(run) else None
         try:
-            return Claim(await self._claim_at(store, run.run_id, run.fence), taken_over)
+            return Claim(await self._claim_at(store, run.run_id, run.fence), taken_from)
         except (RunLockedError, RunNotFoundError):
             return None  # another worker took it first, or it was deleted
 
@@ -277,10 +276,14 @@ class StepRunner:
             await delivery.keep_alive()
 
     async def _take(
-        self, store: CheckpointStorage, claimed: RunRecord, delivery: Delivery, taken_over: bool
+        self,
+        store: CheckpointStorage,
+        claimed: RunRecord,
+        delivery: Delivery,
+        taken_from: RunRecord | None,
     ) -> Delivery | None:
         try:
-            execution, recorder = await self._prepare(claimed, delivery)
+            execution, recorder = await self._prepare(claimed, delivery, taken_from)
         except (CheckpointCorruptedError, IncompatibleCheckpointError) as error:
             # nothing this pipeline can continue from; any other error goes up: a store's
             # or a broker's gives the message back (handle), the store may answer next time
@@ -293,6 +296,7 @@ class StepRunner:
         taken = time.monotonic()
         recorder.goes_on = lambda: self._goes_on(execution, taken)
         task = asyncio.current_task()
+        taken_over = taken_from is not None
         try:
             while True:
                 raise_if_cancel_requested(task)  # stopped, also if a library lost the cancel
@@ -307,28 +311,36 @@ class StepRunner:
             await recorder.close()
 
     async def _prepare(
-        self, claimed: RunRecord, delivery: Delivery
+        self, claimed: RunRecord, delivery: Delivery, taken_from: RunRecord | None
     ) -> tuple[RunExecution, StepRecorder]:
         warm = self.warm.pop(claimed.run_id, None)
-        resumed: dict[str, Any] | None = None
         if warm is not None and warm.continues(claimed):
             recorder = self._recorder(claimed, delivery, warm.base, list(warm.kept))
             execution = warm.execution
             execution.recorder = recorder  # the run's next step, on the live execution
+            seq, checkpoint_id = warm.step_seq, warm.kept[-1] if warm.kept else None
         else:
             start, kept, state = await self.book.load_for_step(claimed, StepListeners())
-            if state.seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one
-                checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-                resumed = {"checkpoint_id": checkpoint_id, "seq": state.seq, "previous": RUNNING}
             recorder = self._recorder(claimed, delivery, start.base, kept)
             execution = self.book.new_execution(start, recorder)
+            seq = state.seq  # below the run's after a damaged checkpoint: a valid one's
+            checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         recorder.replay_until = claimed.step_seq + 1
-        if claimed.event_seq == 0:  # the caller's trace kept for the sweeper's messages
-            trace = delivery.message.trace
+        trace = delivery.message.trace  # the caller's, kept for the sweeper's messages
+        if seq < claimed.step_seq or taken_from is not None:
+            interrupted = taken_from is not None  # its worker died: say whose run this took
+            events = resumption(
+                taken_from or claimed, checkpoint_id, seq, interrupted=interrupted, trace=trace
+            )
+            for kind, payload in events:
+                recorder.event(kind, recorder.clock(), payload)
+            if seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one
+                await recorder.start(seq, claimed.step_seq + 1)
+            else:
+                await recorder.start()
+        elif claimed.event_seq == 0:  # written with the first step's start, call or commit
             recorder.event(RUN_STARTED, recorder.clock(), opening_payload(trace))
-        if resumed is not None:
-            recorder.event(RUN_RESUMED, recorder.clock(), resumed)
-            await recorder.start(int(resumed["seq"]), claimed.step_seq + 1)
+            await recorder.start(fresh=True)
         else:
             recorder.begin()
         return execution, recorder

@@ -74,9 +74,9 @@ def pointer_fence(run: RunRecord) -> int:
 
 
 class Claim(NamedTuple):
-    """A run claimed for a delivery, and whether it is a takeover: the run was claimed
-    after the message was sent and that claim's step was interrupted (see
-    :func:`interrupted`)."""
+    """A run claimed for a delivery and, when it is a takeover, the run as read before the
+    claim (its dead owner, the steps it had committed): the run was claimed after the
+    message was sent and that claim's step was interrupted (see :func:`interrupted`)."""
 
     run: RunRecord
-    taken_over: bool
+    taken_from: RunRecord | None

@@ -153,6 +153,47 @@ async def test_a_worker_killed_while_it_goes_on_with_a_run_is_taken_over_after_t
     await check_run(store, "victim", await effect_counts(deployment))
 
 
+async def test_a_takeover_from_a_worker_killed_in_a_step_is_in_the_event_log(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.slow = 30.0  # the first worker is killed in its first step, after its call
+    deployment.apply(monkeypatch)
+    first = deployment.start_worker("slow")
+    slow = make_slow()
+    try:
+        task = await slow.submit({}, run_id="taken")
+        await wait_until(lambda: _effects_sync(deployment).get("taken:1") == 1, 20, "the call")
+        await _journaled(store, "taken")
+        first.kill()
+        deployment.slow = 0.0
+        second = deployment.start_worker("slow")
+        result = await task.result(timeout=40)
+    finally:
+        await slow.stop()
+    assert result["crawled"] == second.process.pid
+    events = [(e.kind, unseal_json(e.body, "event")) for e in await store.read_events("taken")]
+    kinds = [kind for kind, _ in events]
+    # the first worker's opening and start went with its journaled call, as on one process
+    assert kinds[:2] == ["run_started", "step_started"]
+    # the takeover says whose run it took, as a resume of an interrupted run does
+    assert kinds[2:5] == ["run_interrupted", "run_resumed", "step_started"]
+    (_, interrupted), (_, resumed) = events[2:4]
+    assert interrupted["owner"]["pid"] == first.process.pid and interrupted["steps"] == 0
+    assert resumed["previous"] == "interrupted" and resumed["seq"] == 0
+    assert resumed["previous_owner"] == interrupted["owner"]
+    assert kinds[5:] == ["step_completed", "checkpoint_saved", "step_started", "step_completed",
+                         "checkpoint_saved", "run_completed"]  # fmt: skip
+    assert _effects_sync(deployment) == {"taken:1": 1}  # replayed, not made again
+
+
+async def _journaled(store: RedisCheckpointStorage, run_id: str) -> None:
+    """Wait until step 1 of the run has journaled its call (its commit is stored)."""
+    deadline = time.monotonic() + 20
+    while not await store.read_journal(run_id, 1):
+        assert time.monotonic() < deadline, "the call was not journaled"
+        await asyncio.sleep(0.02)
+
+
 async def test_sigterm_lets_the_step_finish_within_the_grace_period(
     deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
