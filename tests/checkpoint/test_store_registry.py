@@ -200,6 +200,18 @@ def test_a_path_url_without_two_slashes_is_refused_showing_the_forms(url: str, f
     )
 
 
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://localhost/"])
+def test_a_sqlite_url_with_no_path_is_refused_not_opened_in_memory(url: str) -> None:
+    # sqlite:/// was a store in memory, which keeps nothing; sqlite:// still is one
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert str(refused.value) == (
+        f"SQLite store URL {url!r}: it names no file: sqlite:///path/to/file.db (relative to "
+        "the current directory), sqlite:////path/to/file.db (absolute), or sqlite:// for a "
+        "store in memory"
+    )
+
+
 def test_the_forms_of_embedded_and_memory_store_urls_still_open(tmp_path: Path) -> None:
     assert open_store(f"sqlite:///{tmp_path}/x.db").path == tmp_path / "x.db"
     assert open_store("sqlite://").path == ":memory:"

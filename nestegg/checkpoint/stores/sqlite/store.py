@@ -97,6 +97,10 @@ from nestegg.errors import (
 from nestegg.urls import query_problem, slashes_problem, without_password
 
 MEMORY_PATH = ":memory:"
+_NO_PATH = (
+    "it names no file: sqlite:///path/to/file.db (relative to the current directory), "
+    "sqlite:////path/to/file.db (absolute), or sqlite:// for a store in memory"
+)
 RUN_KEYS_KEPT = 10_000
 """Run keys a store remembers between commits (forgotten all at once beyond this)."""
 
@@ -163,14 +167,19 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
 
         Raises:
             ConfigurationError: the URL's scheme is not ``sqlite``, no ``//`` follows it
-                (``sqlite:x.db``), or it has a query (the store takes no options there).
+                (``sqlite:x.db``), a ``/`` follows it with no path (``sqlite:///``, which
+                would keep nothing), or it has a query (the store takes no options there).
         """
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc not in ("", "localhost"):
             raise ConfigurationError(
                 f"not a SQLite store URL: {url!r} (expected sqlite:///path/to/file.db)"
             )
-        problem = slashes_problem(url, "sqlite:///{}", "sqlite:////{}") or query_problem(url)
+        problem = (
+            slashes_problem(url, "sqlite:///{}", "sqlite:////{}")
+            or query_problem(url)
+            or (_NO_PATH if parts.path == "/" else None)
+        )
         if problem is not None:
             raise ConfigurationError(f"SQLite store URL {without_password(url)!r}: {problem}")
         path = unquote(parts.path)[1:]
