@@ -212,9 +212,32 @@ def test_a_sqlite_url_with_no_path_is_refused_not_opened_in_memory(url: str) -> 
     )
 
 
+@pytest.mark.parametrize(
+    ("url", "host", "path"),
+    [
+        ("file://relative", "relative", "relative"),
+        ("file://runs/x", "runs", "runs/x"),
+        ("file://me:s3cret@runs/x", "me@runs", "me@runs/x"),
+    ],
+)
+def test_a_file_url_with_a_host_is_refused_showing_the_forms(
+    url: str, host: str, path: str
+) -> None:
+    # file://relative was read as the host 'relative', and the store created ./relative
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert str(refused.value) == (
+        f"file store URL {without_password(url)!r}: {host!r} would be read as a host, which "
+        f"a file URL has none of: file:///absolute/dir, or file://./{path} for {path!r} in "
+        "the current directory"
+    )
+
+
 def test_the_forms_of_embedded_and_memory_store_urls_still_open(tmp_path: Path) -> None:
     assert open_store(f"sqlite:///{tmp_path}/x.db").path == tmp_path / "x.db"
     assert open_store("sqlite://").path == ":memory:"
     assert open_store(f"file://{tmp_path}/s").root == tmp_path / "s"
     assert open_store("file://./rel/dir").root == Path("rel/dir")
+    assert open_store("file://../rel").root == Path("../rel")
+    assert open_store("file://localhost/var/x").root == Path("/var/x")
     open_store("memory://")

@@ -127,6 +127,21 @@ def _checkpoint_id(checkpoint_id: str) -> str:
     return file_name_id(checkpoint_id, "checkpoint id")
 
 
+def _host_problem(url: str) -> str | None:
+    """What is wrong with a file URL's host (None: nothing): one other than none,
+    ``localhost``, or ``.`` and ``..`` (a path relative to the current directory)."""
+    shown = without_password(url)
+    host = urlsplit(shown).netloc
+    if host in ("", "localhost", ".", ".."):
+        return None
+    relative = shown.partition("//")[2].partition("?")[0]
+    return (
+        f"{host!r} would be read as a host, which a file URL has none of: "
+        f"file:///absolute/dir, or file://./{relative} for {relative!r} in the current "
+        "directory"
+    )
+
+
 class FileCheckpointStorage(FileThreadRows):
     """Keeps each run in its own directory of readable JSON files.
 
@@ -158,14 +173,19 @@ class FileCheckpointStorage(FileThreadRows):
 
         Raises:
             ConfigurationError: not a ``file`` URL, or no directory in it, no ``//`` after
-                ``file:`` (``file:dir``), or a query (the store takes no options there).
+                ``file:`` (``file:dir``), a host other than ``localhost`` (``file://dir``
+                would read ``dir`` as one), or a query (the store takes no options there).
         """
         parts = urlsplit(url)
         netloc = "" if parts.netloc == "localhost" else parts.netloc
         path = unquote(netloc + parts.path)
         if parts.scheme != "file" or not path:
             raise ConfigurationError(f"not a file store URL: {url!r} (expected file:///dir)")
-        problem = slashes_problem(url, "file://./{}", "file:///{}") or query_problem(url)
+        problem = (
+            slashes_problem(url, "file://./{}", "file:///{}")
+            or query_problem(url)
+            or _host_problem(url)
+        )
         if problem is not None:
             raise ConfigurationError(f"file store URL {without_password(url)!r}: {problem}")
         return cls(path)
