@@ -162,17 +162,43 @@ def prune_command(
     inspect = _langgraph()
     cutoff = time.time() - parse_duration(older_than).total_seconds() if older_than else None
 
-    async def chosen(opened: CheckpointStorage) -> list[str]:
+    async def chosen(opened: CheckpointStorage) -> tuple[list[str], list[str]]:
         summaries = await inspect.thread_summaries(_threads(opened))
-        wanted = set(thread_ids or [])
-        return [
+        wanted = dict.fromkeys(thread_ids or [])
+        stored = {s["thread_id"] for s in summaries}
+        targets = [
             s["thread_id"]
             for s in summaries
             if (not wanted or s["thread_id"] in wanted)
             and (cutoff is None or s["updated_at"].timestamp() < cutoff)
         ]
+        return targets, [t for t in wanted if t not in stored]
 
-    targets = run_with_store(ctx, store, chosen, existing=True)
+    targets, missing = run_with_store(ctx, store, chosen, existing=True)
+    not_found = _not_found(missing)
+    if missing and len(missing) == len(set(thread_ids or [])):
+        raise not_found  # none of the named threads: nothing to prune
+    _prune(ctx, store, targets, delete=delete, dry_run=dry_run, yes=yes)
+    if missing:
+        raise not_found  # after pruning those that are there
+
+
+def _not_found(missing: list[str]) -> CommandError:
+    names = ", ".join(map(repr, missing))
+    return CommandError(
+        f"no LangGraph thread{'s' if len(missing) > 1 else ''} {names}", EXIT_NOT_FOUND
+    )
+
+
+def _prune(
+    ctx: typer.Context,
+    store: str | None,
+    targets: list[str],
+    *,
+    delete: bool,
+    dry_run: bool,
+    yes: bool,
+) -> None:
     out = Output(False)
     strategy = "delete" if delete else "keep_latest"
     action = "delete" if delete else "prune to their latest checkpoints"

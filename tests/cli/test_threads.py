@@ -78,6 +78,26 @@ def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
         assert latest is not None and len(latest.checkpoint["channel_values"]["items"]) == 5
 
 
+def test_prune_of_named_threads_that_are_not_there_exits_3_naming_them(
+    tmp_path: Path, store: str
+) -> None:
+    # it printed "no LangGraph threads to prune" and exited 0, where `thread nope` exits 3
+    for args in (["nope"], ["nope", "--dry-run"], ["nope", "--delete"]):
+        none = nestegg(tmp_path, "--store", store, "threads", "prune", *args, "--yes")
+        assert none.returncode == EXIT_NOT_FOUND
+        assert (none.stdout, none.stderr) == ("", "error: no LangGraph thread 'nope'\n")
+    two = nestegg(tmp_path, "--store", store, "threads", "prune", "a", "b", "a", "--yes")
+    assert two.returncode == EXIT_NOT_FOUND
+    assert two.stderr == "error: no LangGraph threads 'a', 'b'\n"
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 7  # type: ignore[arg-type]
+    # the named threads that are there are pruned, then the others are named
+    some = nestegg(tmp_path, "--store", store, "threads", "prune", "nope", "chat-1", "--yes")
+    assert some.returncode == EXIT_NOT_FOUND and some.stdout == "chat-1\n"
+    assert some.stderr.splitlines()[-1] == "error: no LangGraph thread 'nope'"
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 1  # type: ignore[arg-type]
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-2", "--json")) == 4  # type: ignore[arg-type]
+
+
 def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
     tmp_path: Path, store: str
 ) -> None:
