@@ -58,6 +58,8 @@ STEPS = ("step", "steps")
 CHECKPOINTS = ("checkpoint", "checkpoints")
 EVENTS = ("event", "events")
 JOURNAL_ENTRIES = ("journal entry", "journal entries")
+THREADS = ("thread", "threads")
+LANGGRAPH_THREADS = ("LangGraph thread", "LangGraph threads")
 
 
 def counted(count: int, noun: tuple[str, str]) -> str:

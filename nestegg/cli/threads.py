@@ -19,7 +19,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
-from nestegg.cli.render import Output, when
+from nestegg.cli.render import LANGGRAPH_THREADS, THREADS, Output, counted, when
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.errors import MissingDependencyError
 
@@ -185,9 +185,7 @@ def prune_command(
 
 def _not_found(missing: list[str]) -> CommandError:
     names = ", ".join(map(repr, missing))
-    return CommandError(
-        f"no LangGraph thread{'s' if len(missing) > 1 else ''} {names}", EXIT_NOT_FOUND
-    )
+    return CommandError(f"no {LANGGRAPH_THREADS[len(missing) > 1]} {names}", EXIT_NOT_FOUND)
 
 
 def _prune(
@@ -208,13 +206,13 @@ def _prune(
     if dry_run:
         for thread_id in targets:
             out.line(thread_id)
-        out.note(f"would {action}: {len(targets)} thread(s) (dry run, nothing changed)")
+        out.note(f"would {action}: {counted(len(targets), THREADS)} (dry run, nothing changed)")
         return
-    confirm_or_stop(f"{action} {len(targets)} LangGraph thread(s)?", yes)
+    confirm_or_stop(f"{action} {counted(len(targets), LANGGRAPH_THREADS)}?", yes)
     from nestegg.langgraph import NestEggSaver
 
     with NestEggSaver(open_selected(store_url(ctx, store)), close_storage=True) as saver:
         saver.prune(targets, strategy=strategy)
     for thread_id in targets:
         out.line(thread_id)
-    out.note(f"{'deleted' if delete else 'pruned'} {len(targets)} LangGraph thread(s)")
+    out.note(f"{'deleted' if delete else 'pruned'} {counted(len(targets), LANGGRAPH_THREADS)}")

@@ -67,10 +67,14 @@ def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
 ) -> None:
     dry = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--dry-run")
     assert dry.returncode == 0 and dry.stdout.split() == ["chat-1"]
+    assert dry.stderr == (  # counts agree with their nouns, not "1 thread(s)"
+        "would prune to their latest checkpoints: 1 thread (dry run, nothing changed)\n"
+    )
     assert _json(tmp_path, "--store", store, "thread", "chat-1", "--json").__len__() == 7
 
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
     assert done.returncode == 0, done.stderr
+    assert done.stderr == "pruned 1 LangGraph thread\n"
     assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 1  # type: ignore[arg-type]
     assert len(_json(tmp_path, "--store", store, "thread", "chat-2", "--json")) == 4  # type: ignore[arg-type]
     with NestEggSaver.from_url(store) as saver:
@@ -104,8 +108,10 @@ def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
     refused = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete")
     assert refused.returncode == 1
     assert len(_json(tmp_path, "--store", store, "threads", "--json")) == 2  # type: ignore[arg-type]
+    assert "delete 2 LangGraph threads?" in refused.stdout + refused.stderr
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
     assert done.returncode == 0 and sorted(done.stdout.split()) == ["chat-1", "chat-2"]
+    assert done.stderr == "deleted 2 LangGraph threads\n"
     assert _json(tmp_path, "--store", store, "threads", "--json") == []
     recent = nestegg(tmp_path, "--store", store, "threads", "prune", "--older-than", "1d", "--yes")
     assert recent.returncode == 0 and recent.stdout == ""
