@@ -77,11 +77,11 @@ def _journaled_app(spec: str, error: ModuleNameMismatchError) -> str:
 RESUMED_AND_WAITS = "was resumed and waits again, for"
 
 
-def _waits(waiting: RunWaiting, ran: str | None, options: str) -> CommandError:
-    """What ``nestegg resume`` and ``nestegg fork`` say of a run that waits (exit 5): for
-    what and until when, what ran before it waits (``ran``: ``RESUMED_AND_WAITS``, say;
-    None: nothing ran), and the command that ends the wait (``options``: the --app and
-    --store to give it)."""
+def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandError:
+    """What ``nestegg resume``, ``fork`` and ``signal --app`` say of a run that waits
+    (exit 5): for what and until when, what ran before it waits (``ran``:
+    ``RESUMED_AND_WAITS``, say; None: nothing ran), and the command that ends the wait
+    (``options``: the --app and --store to give it)."""
     run_id = waiting.run_id or ""
     what = wait_text({"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)})
     head = (
@@ -102,7 +102,7 @@ def _waits(waiting: RunWaiting, ran: str | None, options: str) -> CommandError:
     return CommandError(f"{head}: {how}", EXIT_WAITING)
 
 
-def _app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutch) -> str:
+def app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutch) -> str:
     """The options that reach this run again: --app, and --store when it was given and
     the Clutch names no store of its own (its password left out)."""
     options = f"--app {shlex.quote(spec)}"
@@ -186,7 +186,7 @@ def resume_command(
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
-    options = _app_options(ctx, app_spec, store, clutch)
+    options = app_options(ctx, app_spec, store, clutch)
 
     async def work() -> dict[str, Any]:
         async with bound(clutch, store_url(ctx, store)) as opened:
@@ -196,9 +196,9 @@ def resume_command(
                     result, from_step = await _resume_from(opened, clutch, run_id, from_checkpoint)
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
-                raise _waits(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
+                raise waits_error(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
             except ModuleNameMismatchError as error:
-                again = _app_options(ctx, _journaled_app(app_spec, error), store, clutch)
+                again = app_options(ctx, _journaled_app(app_spec, error), store, clutch)
                 raise CommandError(
                     f"{error_line(error)}; run {run_id!r} is not failed: "
                     f"nestegg resume {shlex.quote(run_id)} {again}",
@@ -314,7 +314,7 @@ def fork_command(
     replaced = _fork_data(data, data_file)
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     clutch = load_app(ctx, app_spec, store, out)
-    options = _app_options(ctx, app_spec, store, clutch)
+    options = app_options(ctx, app_spec, store, clutch)
 
     async def work() -> dict[str, Any]:
         async with bound(clutch, store_url(ctx, store)) as opened:
@@ -324,7 +324,7 @@ def fork_command(
                     result = await clutch.fork(checkpoint_id, replaced, run_id=new_id)
             except RunWaiting as waiting:
                 forked = f"was forked from checkpoint {checkpoint_id!r} and waits for"
-                raise _waits(waiting, forked, options) from waiting
+                raise waits_error(waiting, forked, options) from waiting
             except RunExistsError as taken:
                 if run_id is None or taken.run_id != new_id:
                     raise

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import to_datetime
 from nestegg.checkpoint.waiting import store_signal, wait_of
 from nestegg.cli.app import (
     REPLACE_FLAG,
@@ -21,16 +20,10 @@ from nestegg.cli.app import (
 )
 from nestegg.cli.apps import APP_HELP, bound
 from nestegg.cli.json_input import parse_json
-from nestegg.cli.operate import load_app
+from nestegg.cli.operate import RESUMED_AND_WAITS, app_options, load_app, waits_error
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import Output, to_json
-from nestegg.cli.runs import wait_text
 from nestegg.errors import RunWaiting
-
-
-def _waiting(error: RunWaiting) -> dict[str, Any]:
-    wait = {"signal": error.signal, "deadline": to_datetime(error.deadline)}
-    return {"run_id": error.run_id, "status": "waiting", "waits_for": wait}
 
 
 @app.command("signal")
@@ -53,8 +46,9 @@ def signal_command(
     """Send a signal to a run (nestegg.wait_for in an agent receives it).
 
     It is stored once per run and name (--replace sends another value). With --app, a run
-    that waits for it resumes in this process and its result is printed; without, the
-    signal is only stored, and `nestegg recover --app ...` (or a worker) resumes the run.
+    that waits for it resumes in this process and its result is printed (one that waits
+    again exits 5, as resume does); without, the signal is only stored, and
+    `nestegg recover --app ...` (or a worker) resumes the run.
     """
     out = Output(as_json)
     data = parse_json(value, "the signal's value")
@@ -67,6 +61,7 @@ def signal_command(
         summary = run_with_store(ctx, store, store_only, existing=True)
     else:
         clutch = load_app(ctx, app_spec, store, out)
+        options = app_options(ctx, app_spec, store, clutch)
 
         async def resume() -> dict[str, Any]:
             async with bound(clutch, store_url(ctx, store)) as opened:
@@ -74,8 +69,8 @@ def signal_command(
                 wait = await wait_of(opened, run)
                 try:
                     result = await clutch.signal(run_id, name, data, replace=replace)
-                except RunWaiting as waiting:
-                    return {"signal": name, "stored": True, **_waiting(waiting)}
+                except RunWaiting as waiting:  # as resume says it: exit 5
+                    raise waits_error(waiting, RESUMED_AND_WAITS, options) from waiting
             if wait is None or wait.signal != name:
                 return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
             return {"run_id": run_id, "signal": name, "stored": True, "result": result}
@@ -83,10 +78,6 @@ def signal_command(
         summary = run_async(resume)
     if as_json:
         out.json(summary)
-    elif "waits_for" in summary:
-        out.line(
-            f"signal {name!r} stored; run {run_id} waits for {wait_text(summary['waits_for'])}"
-        )
     elif "result" in summary:
         out.line(f"signal {name!r} stored; run {run_id} resumed")
         out.line(f"result: {to_json(summary['result'], indent=False)}")

@@ -105,6 +105,26 @@ def test_resume_of_a_run_that_goes_on_and_waits_again_says_so_and_exits_5(
     assert entries(ledger, "review") == 2
 
 
+def test_a_signal_with_app_whose_run_waits_again_exits_5_as_resume_does(
+    tmp_path: Path,
+) -> None:
+    # it printed "run w4 waits for signal 'payout'" and exited 0
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    for run_id, extra in (("w4", ()), ("w5", ("--json",))):
+        asyncio.run(_start(url, run_id, ledger, payout=True))
+        signal = ("signal", run_id, "approval", APPROVED, "--app", APP, "-s", url, *extra)
+        again = nestegg(tmp_path, *signal)
+        assert (again.returncode, again.stdout) == (EXIT_WAITING, "")
+        assert again.stderr == (
+            f"error: run {run_id!r} was resumed and waits again, for signal 'payout': send it "
+            f"with: nestegg signal {run_id} payout VALUE --app {APP} --store {url}\n"
+        )
+    paid = nestegg(tmp_path, "signal", "w4", "payout", "true", "--app", APP, "-s", url)
+    assert paid.returncode == 0, paid.stderr
+    assert paid.stdout.splitlines()[0] == "signal 'payout' stored; run w4 resumed"
+
+
 async def _checkpoints(url: str, run_id: str) -> list[tuple[str, int]]:
     store = open_store(url)
     try:
