@@ -83,23 +83,43 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
     ``RESUMED_AND_WAITS``, say; None: nothing ran), and the command that ends the wait
     (``options``: the --app and --store to give it)."""
     run_id = waiting.run_id or ""
-    what = wait_text({"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)})
+    wait = waits_for(waiting)
+    what = wait_text(wait)
     head = (
         f"run {run_id!r} {ran} {what}"
         if ran is not None
         else f"run {run_id!r} waits for {what}; nothing was run"
     )
-    if waiting.signal is None:
-        how = (
+    return CommandError(f"{head}: {_wait_ender(run_id, wait, options)}", EXIT_WAITING)
+
+
+def waits_for(waiting: RunWaiting) -> dict[str, Any]:
+    """What a run waits for, as ``runs --status waiting`` gives it: ``signal`` (None for a
+    timer) and ``deadline``."""
+    return {"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)}
+
+
+def _wait_ender(run_id: str, wait: dict[str, Any], options: str) -> str:
+    """The command that ends the wait of ``run_id`` (:func:`waits_for`'s ``wait``)."""
+    if wait["signal"] is None:
+        return (
             f"it goes on once the timer is due: nestegg resume {shlex.quote(run_id)} {options}"
             f" (or nestegg recover {options})"
         )
-    else:
-        how = f"send it with: nestegg signal {shlex.quote(run_id)} {shlex.quote(waiting.signal)}"
-        how += f" VALUE {options}"
-        if waiting.deadline is not None:
-            how += " (or resume it once the deadline has passed)"
-    return CommandError(f"{head}: {how}", EXIT_WAITING)
+    how = f"send it with: nestegg signal {shlex.quote(run_id)} {shlex.quote(wait['signal'])}"
+    how += f" VALUE {options}"
+    if wait["deadline"] is not None:
+        how += " (or resume it once the deadline has passed)"
+    return how
+
+
+def _recover_detail(outcome: dict[str, Any], options: str) -> str:
+    """The DETAIL cell of a run ``nestegg recover`` resumed."""
+    wait = outcome.get("waits_for")
+    if wait is None:
+        return str(outcome.get("error", ""))
+    ender = _wait_ender(outcome["run_id"], wait, options)
+    return f"{RESUMED_AND_WAITS} {wait_text(wait)}: {ender}"
 
 
 def app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutch) -> str:
@@ -367,6 +387,7 @@ async def _resume_each(
                 outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}
             except RunWaiting as waiting:
                 outcome = {"run_id": run_id, "outcome": "waiting", "error": str(waiting)}
+                outcome["waits_for"] = waits_for(waiting)
             except Exception as error:
                 outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
             advance()
@@ -432,8 +453,10 @@ def recover_command(
     elif not outcomes:
         out.line(f"no interrupted runs of pipeline {clutch.name!r}")
     else:
-        rows = [[o["run_id"], o["outcome"], o.get("error", "")] for o in outcomes]
-        out.table(("RUN", "OUTCOME", "DETAIL"), rows, status_column=1, whole=(0, 1))
+        options = app_options(ctx, app_spec, store, clutch)
+        rows = [[o["run_id"], o["outcome"], _recover_detail(o, options)] for o in outcomes]
+        columns = ("RUN", "OUTCOME", "DETAIL")
+        out.table(columns, rows, status_column=1, whole=(0, 1), sentences=(2,))
         out.line(
             f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
             f"{counts['failed']} failed, {counts['skipped']} taken by another process"

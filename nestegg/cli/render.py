@@ -269,12 +269,15 @@ class Output:
         status_column: int | None = None,
         title: str | None = None,
         whole: Sequence[int] = (0,),
+        sentences: Sequence[int] = (),
     ) -> None:
         """A table: rich on a terminal (fits its width: the ``whole`` columns are never cut,
-        the others end in an ellipsis), aligned plain text otherwise."""
+        the others end in an ellipsis), aligned plain text otherwise, where a cell longer
+        than ``MAX_CELL_WIDTH`` ends in an ellipsis too unless it is in one of the
+        ``sentences`` columns (messages, which a pipe gets whole)."""
         rows = [[escaped(cell) for cell in row] for row in rows]
         if not self.terminal:
-            self._plain_table(columns, rows, title)
+            self._plain_table(columns, rows, title, sentences)
             return
         table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", header_style="bold")
         rows = [[clip(cell, MAX_CELL_WIDTH) for cell in row] for row in rows]
@@ -293,9 +296,16 @@ class Output:
         self.console.print(table)
 
     def _plain_table(
-        self, columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        title: str | None,
+        sentences: Sequence[int],
     ) -> None:
-        rows = [[clip(cell, MAX_CELL_WIDTH) for cell in row] for row in rows]
+        rows = [
+            [cell if i in sentences else clip(cell, MAX_CELL_WIDTH) for i, cell in enumerate(row)]
+            for row in rows
+        ]
         widths = [cell_len(c) for c in columns]
         for row in rows:
             widths = [max(w, cell_len(cell)) for w, cell in zip(widths, row, strict=True)]

@@ -63,7 +63,8 @@ def pause(ledger: str, where: str) -> None:
 
 def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None = None) -> Clutch:
     """The pipeline: quote (paid), wait for approval, then settle (after a second wait,
-    for ``payout``, when the input says ``"payout": true``)."""
+    for ``payout``, when the input says ``"payout": true``; ``"payout_within"``: its
+    timeout in seconds)."""
     config = CheckpointConfig(storage=storage, **({"clock": clock} if clock else {}))
     clutch = Clutch("refunds", checkpoint=config)
 
@@ -83,7 +84,7 @@ def build(storage: CheckpointStorage, clock: Any = None, timeout: float | None =
     @clutch.agent()
     async def settle(data: dict[str, Any]) -> dict[str, Any]:
         if data.get("payout"):
-            await nestegg.wait_for("payout")
+            await nestegg.wait_for("payout", timeout=data.get("payout_within"))
         return {**data, "settled": True}
 
     return clutch

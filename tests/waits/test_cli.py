@@ -150,6 +150,42 @@ def test_a_fork_that_reaches_a_wait_says_so_and_exits_5(tmp_path: Path) -> None:
     )
 
 
+def test_recover_says_what_a_run_waits_for_again_as_resume_does_and_whole_in_a_pipe(
+    tmp_path: Path,
+) -> None:
+    # it said "run 'w6' waits for signal 'payout' until 2026-11-26T15:53:41+00:0…": an ISO
+    # time, cut at 60 cells in a pipe too
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+
+    def waiting_again(run_id: str) -> None:
+        asyncio.run(_start(url, run_id, tmp_path / "ledger", payout=True, payout_within=86400.0))
+        stored = nestegg(tmp_path, "signal", run_id, "approval", APPROVED, "-s", url)
+        assert stored.returncode == 0, stored.stderr
+
+    def waits() -> dict[str, Any]:
+        listed = nestegg(tmp_path, "runs", "--status", "waiting", "--json", "-s", url)
+        return {r["run_id"]: r["waits_for"] for r in orjson.loads(listed.stdout)}
+
+    waiting_again("w6")
+    report = nestegg(tmp_path, "recover", "--app", APP, "-s", url, "--json")
+    assert report.returncode == 0, report.stderr
+    [run] = orjson.loads(report.stdout)["runs"]
+    assert (run["outcome"], run["waits_for"]) == ("waiting", waits()["w6"])  # as runs has it
+
+    waiting_again("w7")
+    recovered = nestegg(tmp_path, "recover", "--app", APP, "-s", url)
+    assert recovered.returncode == 0, recovered.stderr
+    deadline = datetime.fromisoformat(waits()["w7"]["deadline"])
+    until = deadline.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    assert recovered.stdout.splitlines()[1].split(maxsplit=2) == [
+        "w7",
+        "waiting",
+        f"was resumed and waits again, for signal 'payout' until {until}: send it with: "
+        f"nestegg signal w7 payout VALUE --app {APP} --store {url} (or resume it once the "
+        "deadline has passed)",
+    ]
+
+
 def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
     url = f"sqlite:///{tmp_path / 'waits.db'}"
