@@ -80,10 +80,18 @@ def escaped(text: str) -> str:
     """``text`` with its control and bidi characters written as Python escapes (``\\n``,
     ``\\x1b``, ``\\u202e``), so a stored id or name cannot move the cursor, recolour or
     clear the terminal, reorder what it shows, or break a table's lines; every line,
-    note and table cell goes through it (``--json`` has the text whole)."""
+    note and table cell (:func:`table_cell`) goes through it (``--json`` has the text whole)."""
     if text.isprintable():
         return text
     return _UNSAFE_IN_TEXT.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def table_cell(text: str) -> str:
+    """A table cell: ``text`` :func:`escaped`, or written as Python writes a string
+    (``' space '``) when it begins or ends with a space, which a table would not show (so
+    an id ``' space '`` is not taken for ``space``)."""
+    shown = escaped(text)
+    return repr(text) if shown != shown.strip() else shown
 
 
 def clip(text: str, width: int) -> str:
@@ -275,7 +283,7 @@ class Output:
         the others end in an ellipsis), aligned plain text otherwise, where a cell longer
         than ``MAX_CELL_WIDTH`` ends in an ellipsis too unless it is in one of the
         ``sentences`` columns (messages, which a pipe gets whole)."""
-        rows = [[escaped(cell) for cell in row] for row in rows]
+        rows = [[table_cell(text) for text in row] for row in rows]
         if not self.terminal:
             self._plain_table(columns, rows, title, sentences)
             return

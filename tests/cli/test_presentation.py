@@ -117,6 +117,24 @@ def test_control_characters_in_a_table_cell_are_escaped_on_a_terminal_and_in_a_p
         assert not any(c in text for c in "\x1b\t\x9b")
 
 
+def test_an_id_with_spaces_at_its_ends_is_quoted_in_a_table(tmp_path: Path) -> None:
+    # ' space ' was shown as ' space', which a reader takes for 'space'
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {" space ": 1, "space": 2, "in between": 3}))
+    result = run_nestegg(tmp_path, "runs", "--store", url)
+    assert result.returncode == EXIT_OK, result.stderr
+    ids = sorted(line.split("  ")[0].rstrip() for line in result.stdout.splitlines()[1:])
+    assert ids == ["' space '", "in between", "space"]
+    out = Output()
+    buffer = io.StringIO()
+    out.console = Console(file=buffer, force_terminal=True, width=100, color_system=None)
+    out.terminal = True
+    out.table(("ID", "STATUS"), [["\u3000wide", "ok"], ["tab\t ", "ok"], ["plain", "ok"]])
+    shown = buffer.getvalue()
+    assert r"'\u3000wide'" in shown and r"'tab\t '" in shown
+    assert " plain " in shown and "'plain'" not in shown
+
+
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 UNSAFE = f"\x07\x1b\x7f\x9b{BIDI}"
 """What a stored name may hold that a terminal acts on: control and bidi characters."""
