@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -99,7 +100,14 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> NestEggSaver:
         """A saver over the store at ``url`` (``sqlite:///…``, ``postgresql://…``,
-        ``redis://…``, ``file:///…``, ``memory://``), closed with the saver."""
+        ``redis://…``, ``file:///…``, ``memory://``), closed with the saver; ``options``
+        as in the constructor, but for ``storage`` and ``close_storage``.
+
+        Raises:
+            TypeError: an option the constructor does not take (before the store is
+                opened), as Python names it.
+        """
+        _check_options(cls, options)
         return cls(open_store(url), close_storage=True, **options)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -312,3 +320,14 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
 async def _done() -> None:
     """Nothing: what :meth:`NestEggSaver.setup` runs once the store is set up."""
+
+
+def _check_options(cls: type[NestEggSaver], options: dict[str, Any]) -> None:
+    """Refuse, as Python would, an option of ``from_url`` the constructor does not take."""
+    taken = inspect.signature(cls).parameters
+    any_taken = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values())
+    for name in options:
+        if name in ("storage", "close_storage") or not (name in taken or any_taken):
+            raise TypeError(
+                f"{cls.__name__}.from_url() got an unexpected keyword argument {name!r}"
+            )

@@ -174,3 +174,18 @@ def test_from_url_opens_the_store_and_closes_it_with_the_saver(scheme: str, tmp_
         result = _run(saver, "t", 4)
         assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
     assert result["turn"] == 4
+
+
+@pytest.mark.parametrize("option", ["bogus", "close_storage", "storage"])
+def test_from_url_refuses_an_option_the_saver_does_not_take_before_opening_the_store(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the store was opened, then NestEggSaver.__init__() refused the keyword
+    opened: list[str] = []
+    monkeypatch.setattr("nestegg.langgraph.saver.open_store", opened.append)
+    with pytest.raises(TypeError) as refused:
+        NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}", **{option: 1})
+    assert str(refused.value) == (
+        f"NestEggSaver.from_url() got an unexpected keyword argument {option!r}"
+    )
+    assert opened == [] and list(tmp_path.iterdir()) == []
