@@ -130,6 +130,14 @@ LIVE_STEP_DELAY = 0.05
 """Seconds after a step starts (durability "sync") at which its start is committed on its
 own, for the live views, if no journaled call of the step has carried it yet; a step that
 ends sooner commits its start with its end, at no extra cost."""
+DEFERRED_WRITES_DELAY = LIVE_STEP_DELAY
+"""Seconds a LangGraph task's writes (NestEggSaver, ``defer_writes=True``) wait for the
+checkpoint that follows them before they are committed on their own: a task that ended
+while a sibling runs on is durable this soon after, and a step whose tasks all end sooner
+commits them with its checkpoint, at no extra cost (the delay of LIVE_STEP_DELAY)."""
+DEFERRED_WRITES_LINGER = 1.0
+"""Seconds the thread that commits a saver's waiting writes stays without any before it
+ends (the next deferred write starts another)."""
 CALL_JOURNALED = "call_journaled"
 """Not a stored event kind: how `nestegg events --follow` shows a call the step in flight
 has journaled (read from the journal)."""

@@ -6,8 +6,8 @@ Runs on the saver's loop (:mod:`nestegg.langgraph.loop`); talks to the store onl
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,6 +33,7 @@ from nestegg.checkpoint.stores.threads import (
     unstorable_character,
 )
 from nestegg.errors import CheckpointSerializationError
+from nestegg.langgraph.deferred import DeferredWrites
 from nestegg.langgraph.ids import (
     BEFORE_ID_KEY,
     CHECKPOINT_ID_KEY,
@@ -98,6 +99,7 @@ class ThreadCheckpoints:
         retention: Retention,
         pack_every: int,
         clock: Callable[[], float],
+        flush_due: Callable[[], None],
         defer_writes: bool = True,
     ) -> None:
         self.store = store
@@ -107,8 +109,8 @@ class ThreadCheckpoints:
         self.clock = clock
         self.latest = LatestValues()
         self.defer_writes = defer_writes
-        self._pending: dict[str, list[ThreadRow]] = {}
-        self._pending_lock = threading.Lock()  # deferred writes arrive from callers' threads
+        # Added from callers' threads; flush_due runs self.flush_due() on the saver's loop.
+        self.deferred = DeferredWrites(flush_due)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -142,9 +144,10 @@ class ThreadCheckpoints:
         rows.append(ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack()))
         drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
         gone = tuple(writes_prefix(ns, cid) for cid in drop)
-        writes = [r for r in self._take_pending(thread_id) if not r.key.startswith(gone)]
-        change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
-        await self.store.apply_thread_change(thread_id, change, self.clock())
+        async with self._taking(thread_id) as pending:
+            writes = [r for r in pending if not r.key.startswith(gone)]
+            change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
+            await self.store.apply_thread_change(thread_id, change, self.clock())
         await self.retention.after_put(self, thread_id)
         return _config(thread_id, ns, checkpoint["id"])
 
@@ -166,13 +169,13 @@ class ThreadCheckpoints:
     def defer(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> bool:
-        """Keep a task's writes for the next checkpoint's commit when they may wait (from
-        any thread, no store call); False if they are to be committed now."""
+        """Keep a task's writes for the next checkpoint's commit (or the timer's, once they
+        waited DEFERRED_WRITES_DELAY) when they may wait (from any thread, no store call);
+        False if they are to be committed now."""
         if not self.defer_writes or any(channel in WRITES_IDX_MAP for channel, _ in writes):
             return False
         thread_id, keep, _ = self._write_rows(config, writes, task_id, path)
-        with self._pending_lock:
-            self._pending.setdefault(thread_id, []).extend(keep)
+        self.deferred.add(thread_id, keep)
         return True
 
     def _write_rows(
@@ -193,9 +196,18 @@ class ThreadCheckpoints:
             (replace if i < 0 else keep).append(row)
         return thread_id, keep, replace
 
-    def _take_pending(self, thread_id: str) -> list[ThreadRow]:
-        with self._pending_lock:
-            return self._pending.pop(thread_id, [])
+    @asynccontextmanager
+    async def _taking(self, thread_id: str) -> AsyncIterator[list[ThreadRow]]:
+        """The writes kept for ``thread_id``, to commit in the block (they are put back
+        if it fails); one such block at a time per thread, so a thread's commits keep
+        their order."""
+        async with self.deferred.commit_lock(thread_id):
+            rows = self.deferred.take(thread_id)
+            try:
+                yield rows
+            except BaseException:
+                self.deferred.put_back(thread_id, rows)
+                raise
 
     async def put_writes(
         self,
@@ -207,18 +219,26 @@ class ThreadCheckpoints:
         if self.defer(config, writes, task_id, task_path):
             return
         thread_id, keep, replace = self._write_rows(config, writes, task_id, task_path)
-        keep = self._take_pending(thread_id) + keep
-        change = ThreadChange(put=replace, put_new=keep)
-        await self.store.apply_thread_change(thread_id, change, self.clock())
+        async with self._taking(thread_id) as pending:
+            change = ThreadChange(put=replace, put_new=pending + keep)
+            await self.store.apply_thread_change(thread_id, change, self.clock())
 
     async def flush(self, thread_id: str | None = None) -> None:
         """Commit the writes kept for the next checkpoint (of one thread, or of all)."""
-        with self._pending_lock:
-            thread_ids = list(self._pending) if thread_id is None else [thread_id]
+        thread_ids = self.deferred.thread_ids() if thread_id is None else [thread_id]
         for tid in thread_ids:
-            rows = self._take_pending(tid)
+            await self._flush_thread(tid)
+
+    async def flush_due(self) -> None:
+        """Commit the writes that waited DEFERRED_WRITES_DELAY for their checkpoint."""
+        for thread_id in self.deferred.due():
+            await self._flush_thread(thread_id)
+
+    async def _flush_thread(self, thread_id: str) -> None:
+        async with self._taking(thread_id) as rows:
             if rows:
-                await self.store.apply_thread_change(tid, ThreadChange(put_new=rows), self.clock())
+                change = ThreadChange(put_new=rows)
+                await self.store.apply_thread_change(thread_id, change, self.clock())
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -359,10 +379,11 @@ class ThreadCheckpoints:
     async def delete_thread(self, thread_id: Any) -> None:
         thread_id = str(thread_id)  # any id: a thread an older version wrote goes too
         self.forget(thread_id)
-        self._take_pending(thread_id)
-        stored = await self.stored_ids([thread_id])
-        if stored:
-            await self.store.delete_threads(stored)
+        async with self.deferred.commit_lock(thread_id):
+            self.deferred.take(thread_id)
+            stored = await self.stored_ids([thread_id])
+            if stored:
+                await self.store.delete_threads(stored)
 
     async def stored_ids(self, thread_ids: Sequence[str]) -> list[str]:
         """Those thread ids, less each holding a character some store cannot take (a NUL, a

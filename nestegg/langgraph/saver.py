@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import random
 import time
@@ -52,11 +53,12 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         pack_every: versions of a channel between two packs: the most deltas a read
             combines.
         defer_writes: commit a task's writes with the checkpoint that follows them, in one
-            transaction (error, interrupt, scheduled and resume writes, reads of the
-            thread and closing the saver commit them at once). A process killed between a
-            task's end and that checkpoint runs the task again on resume, as LangGraph
-            does for a task whose writes were not stored. False commits every
-            ``put_writes`` on its own.
+            transaction, or on their own once they waited 50 ms for it (a sibling task
+            still running); error, interrupt, scheduled and resume writes, reads of the
+            thread and closing the saver commit them at once. A process killed within
+            those 50 ms of a task's end runs the task again on resume, as LangGraph does
+            for a task whose writes were not stored. False commits every ``put_writes``
+            on its own.
         clock: seconds since the epoch (injected in tests).
         close_storage: close the store when the saver closes (``from_url`` sets it).
 
@@ -90,7 +92,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         self.storage = storage
         retention = Retention(keep_latest, ttl, pack_every, clock)
         self._core = ThreadCheckpoints(
-            storage, self.serde, retention, pack_every, clock, defer_writes
+            storage, self.serde, retention, pack_every, clock, self._flush_due, defer_writes
         )
         self._close_storage = close_storage
         self._loop: LoopThread | None = None
@@ -143,6 +145,10 @@ class NestEggSaver(BaseCheckpointSaver[str]):
             self._check_open()
         return await self._loop_thread().arun(self._ready_then(coro))
 
+    def _flush_due(self) -> None:
+        """Commit the writes that waited for their checkpoint (on the timer's thread)."""
+        self._run(self._core.flush_due())
+
     def setup(self) -> None:
         """Set the store up now (its tables, its connections), as LangGraph's own savers
         do in ``setup()``; else the first call does it. Calling it again does nothing."""
@@ -155,6 +161,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Close the store (and stop the thread that served it) if the saver opened it;
         calls made afterwards raise StorageUnavailableError (the store is not reopened)."""
+        self._core.deferred.close()  # first: a commit of its under way ends before
         self._closed = True
         if self._loop is None:
             return
@@ -167,6 +174,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """:meth:`close` from async code."""
+        await asyncio.to_thread(self._core.deferred.close)  # may wait for its commit
         self._closed = True
         if self._loop is not None:
             await self._loop.arun(self._core.flush())
