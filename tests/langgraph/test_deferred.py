@@ -71,6 +71,21 @@ def test_writes_that_waited_are_committed_on_their_own(tmp_path: Path) -> None:
         assert tup is not None and tup.pending_writes == [("task-1", "items", ["late"])]
 
 
+async def test_writes_that_waited_are_committed_on_their_own_in_async_use(
+    tmp_path: Path,
+) -> None:
+    store = CountingStore(tmp_path / "db")
+    async with NestEggSaver(store) as saver:  # the saver's loop runs on a thread of its own
+        await build_loop(saver, 1).ainvoke({"items": [], "turn": 0}, loop_config("t", 1))
+        tup = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+        assert tup is not None
+        committed = len(store.commits)
+        await saver.aput_writes(tup.config, [("items", ["late"])], "task-1")
+        assert len(store.commits) == committed  # deferred
+        _wait_until(lambda: len(store.commits) > committed)
+        assert store.commits[-1].put_new and not store.commits[-1].put
+
+
 def test_a_failed_commit_of_waiting_writes_keeps_them_for_the_next(tmp_path: Path) -> None:
     store = CountingStore(tmp_path / "db")
     with NestEggSaver(store) as saver:
