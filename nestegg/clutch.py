@@ -483,6 +483,30 @@ class Clutch(PipelineBase):
         )
         return await task.result(timeout=timeout)
 
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run of this pipeline from any process: stored cancelled, with a
+        ``run_cancelled`` event naming this process, it is left alone by sweeps,
+        ``recover()`` and timers until ``resume_latest`` continues it on purpose.
+
+        A running run is claimed from its owner, if alive (a local process, a worker):
+        its next commit fails with StaleOwnerError saying that the run was cancelled, and
+        it stops; the step under way finishes its current call first (a journaled call in
+        flight is paid, its result not recorded). A waiting, queued or interrupted run is
+        cancelled at once.
+
+        Returns:
+            True when cancelled now; False when it was cancelled already.
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunFinishedError: the run completed or failed (nothing changes).
+            ConfigurationError: the run belongs to another pipeline.
+
+        Example:
+            >>> await clutch.cancel("run-0193")
+        """
+        return (await self._checkpointing().cancel(run_id)).done
+
     async def delete_run(self, run_id: str) -> bool:
         """Delete a run and everything stored of it; False if there was none."""
         return await self._checkpointing().delete_run(run_id)

@@ -90,11 +90,16 @@ WAITING = RunStatus.WAITING
 STATUSES = tuple(RunStatus)
 INTERRUPTED = "interrupted"
 """Not a stored status: a running run whose owner is gone, as listings and events name it."""
+QUEUED = "queued"
+"""Not a stored status: a running run no owner ever claimed (the workers'), as a
+``run_cancelled`` event names what it was."""
 LISTED_STATUSES = (*STATUSES, INTERRUPTED)
 """The statuses a listing of runs filters by (``nestegg runs --status``, the inspector)."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)
+CANCEL_CLAIM_TRIES = 5
+"""Claims a cancel from outside tries when other processes claim the run meanwhile."""
 NO_DEADLINE = 253402300799.0
 """The lease_until of a run that waits for its signal without a deadline (9999-12-31)."""
 

@@ -102,8 +102,10 @@ class RunFinishedError(RunLockedError):
         status: the status it was found in.
     """
 
-    def __init__(self, run_id: str, status: str) -> None:
-        super().__init__(f"run {run_id!r} is {status}: a claim does not reopen it", run_id)
+    def __init__(self, run_id: str, status: str, message: str | None = None) -> None:
+        super().__init__(
+            message or f"run {run_id!r} is {status}: a claim does not reopen it", run_id
+        )
         self.status = status
 
 

@@ -72,7 +72,7 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import ModuleNameMismatchError
+from nestegg.errors import ModuleNameMismatchError, StaleOwnerError
 from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
@@ -543,6 +543,9 @@ class Checkpointer:
         step that called a journaled function by another module name than the journal's
         (:meth:`gives_back`) only gives the run back: it stays running, its lease ended,
         so that a resume that imports the pipeline as the run did goes on at once."""
+        if isinstance(error, StaleOwnerError):  # the run is another's now: nothing to record
+            await self._stop()
+            return
         now = self.clock()
         detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)

@@ -90,12 +90,15 @@ def is_interrupted(run: RunRecord, now: float) -> bool:
     return run.status == RUNNING and not owner_alive(run, now)
 
 
+def owner_payload(owner: Owner | None) -> dict[str, Any] | None:
+    """An owner as events name it: host, pid, process start (None: no owner)."""
+    return {"host": owner.host, "pid": owner.pid, "started": owner.started} if owner else None
+
+
 def interruption(run: RunRecord) -> dict[str, Any]:
     """What a ``run_interrupted`` event says of a run whose owner is gone: that owner (host,
     pid, process start) and the steps it had committed."""
-    owner = run.owner
-    who = {"host": owner.host, "pid": owner.pid, "started": owner.started} if owner else None
-    return {"owner": who, "steps": run.step_seq}
+    return {"owner": owner_payload(run.owner), "steps": run.step_seq}
 
 
 def resumption(

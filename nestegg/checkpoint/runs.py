@@ -19,6 +19,7 @@ from nestegg.checkpoint.admission import (
     resume_point,
     resume_start,
 )
+from nestegg.checkpoint.cancels import Cancellation, cancel_run, ownership_lost
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
@@ -70,6 +71,7 @@ from nestegg.errors import (
     RunFinishedError,
     RunLockedError,
     RunWaiting,
+    StaleOwnerError,
 )
 from nestegg.execution import Recorder, RunExecution
 from nestegg.strategies import Cursor
@@ -245,6 +247,8 @@ class CheckpointedRuns:
             if not await signal_came(self.store, error):
                 raise
             waiting = error
+        except StaleOwnerError as lost:  # taken from this process: cancelled, perhaps
+            raise await ownership_lost(self.store, lost) from None
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
@@ -652,6 +656,17 @@ class CheckpointedRuns:
         run_id = check_name(run_id, "run id")
         store = await self.ready()
         return await read_events(store, run_id, since_seq)
+
+    async def cancel(self, run_id: str) -> Cancellation:
+        """Cancel a run of this pipeline from outside (see :func:`cancel_run`)."""
+        store = await self.ready()
+        return await cancel_run(
+            store,
+            check_name(run_id, "run id"),
+            self.config.clock(),
+            lease_seconds=self.lease,
+            pipeline=self.clutch.name,
+        )
 
     # ------------------------------------------------------------------ cleanup
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
+from nestegg.checkpoint.cancels import ownership_lost
 from nestegg.checkpoint.formats import (
     Snapshot,
     failure_body,
@@ -402,11 +403,12 @@ class StepRunner:
                 lambda: execution.execute_one(self.hosts.__contains__),
                 taken_over,
             )
-        except StaleOwnerError:
+        except StaleOwnerError as lost:  # taken over or cancelled: dropped, not published
             log.info(
-                "run %r was taken over while step %d ran",
+                "step %d of run %r dropped: %s",
+                execution.seq + 1,
                 claimed.run_id,
-                execution.seq,
+                await ownership_lost(self.book.store, lost),
                 extra={"run_id": claimed.run_id},
             )
             await delivery.ack()

@@ -1,0 +1,190 @@
+"""Cancelling a stored run from outside the process that runs it (``clutch.cancel``,
+``nestegg cancel``).
+
+The canceller claims the run as any process taking it does (fence + 1, the store's
+compare-and-set), then stores it cancelled with a ``run_cancelled`` event that names the
+canceller. The claim takes the run from a live owner too: its next commit (a step's end,
+a journaled call's result, a lease renewal) fails with StaleOwnerError, and it stops;
+:func:`ownership_lost` makes that error say the run was cancelled. A cancelled run is
+left alone by sweeps, ``recover()`` and timers; ``resume_latest`` continues it on
+purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nestegg.checkpoint.formats import event_body, opening_payload, parse_event
+from nestegg.checkpoint.ownership import current_owner, is_interrupted, owner_payload
+from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.common import run_not_found
+from nestegg.constants import (
+    CANCEL_CLAIM_TRIES,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INTERRUPTED,
+    QUEUED,
+    RUN_CANCELLED,
+    RUN_STARTED,
+    RUNNING,
+)
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    ConfigurationError,
+    NestEggError,
+    RunFinishedError,
+    RunLockedError,
+    StaleOwnerError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """What :func:`cancel_run` did.
+
+    Attributes:
+        run: the run as stored after it.
+        previous: what the run was before: ``running`` (a live owner executed it),
+            ``interrupted``, ``queued`` (for workers), ``waiting``, or ``cancelled``
+            (nothing was done).
+        previous_owner: the owner it was taken from (host, pid, started), if any.
+    """
+
+    run: RunRecord
+    previous: str
+    previous_owner: dict[str, Any] | None
+
+    @property
+    def done(self) -> bool:
+        """Whether the run was cancelled now (False: it was cancelled already)."""
+        return self.previous != CANCELLED
+
+
+def previous_state(run: RunRecord, now: float) -> str:
+    """What ``run`` (not finished) is before a cancel: running (a live owner), interrupted,
+    queued (running, no owner ever: the workers') or waiting."""
+    if run.status != RUNNING:
+        return str(run.status)
+    if run.owner is None:
+        return QUEUED
+    return INTERRUPTED if is_interrupted(run, now) else RUNNING
+
+
+def _refuse(run: RunRecord, pipeline: str | None) -> None:
+    """Refuse to cancel a completed or failed run, or a run of another pipeline."""
+    if pipeline is not None and run.pipeline != pipeline:
+        raise ConfigurationError(
+            f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}: "
+            "it was not cancelled"
+        )
+    if run.status in (COMPLETED, FAILED):
+        raise RunFinishedError(
+            run.run_id,
+            run.status,
+            f"run {run.run_id!r} is {run.status}: only a running or waiting run can be "
+            "cancelled; nothing was changed",
+        )
+
+
+def _cancel_commit(claimed: RunRecord, previous: str, taken_from: RunRecord, now: float) -> Commit:
+    """The commit that stores the ``claimed`` run cancelled: its ``run_started`` first
+    when its log is empty (a queued run no worker took yet), then ``run_cancelled``."""
+    payload = {
+        "steps": claimed.step_seq,
+        "outside": True,
+        "by": owner_payload(current_owner()),
+        "previous": previous,
+        "previous_owner": owner_payload(taken_from.owner),
+    }
+    kinds = [(RUN_STARTED, opening_payload())] if claimed.event_seq == 0 else []
+    kinds.append((RUN_CANCELLED, payload))
+    commit = Commit(claimed.run_id, claimed.fence, status=CANCELLED, lease_until=now)
+    commit.updated_at = now
+    for seq, (kind, body) in enumerate(kinds, claimed.event_seq + 1):
+        commit.events.append(EventRecord(claimed.run_id, seq, now, kind, event_body(body)))
+        commit.event_seq = seq
+    return commit
+
+
+async def cancel_run(
+    store: CheckpointStorage,
+    run_id: str,
+    now: float,
+    *,
+    lease_seconds: float,
+    pipeline: str | None = None,
+) -> Cancellation:
+    """Cancel run ``run_id`` from outside: claim it (fence + 1), then store it cancelled
+    with a ``run_cancelled`` event naming this process. A run claimed by another process
+    between the read and the claim is read and claimed again.
+
+    Args:
+        now: the time of the claim and the event.
+        lease_seconds: how long the claim holds the run before it is stored cancelled.
+        pipeline: refuse a run of another pipeline (None: any).
+
+    Raises:
+        RunNotFoundError: no such run (nothing changes).
+        RunFinishedError: the run completed or failed (nothing changes).
+        ConfigurationError: the run belongs to another pipeline (nothing changes).
+        RunLockedError: other processes claimed it again and again meanwhile.
+    """
+    for _ in range(CANCEL_CLAIM_TRIES):
+        run = await store.get_run(run_id)
+        if run is None:
+            raise run_not_found(run_id)
+        _refuse(run, pipeline)
+        if run.status == CANCELLED:
+            return Cancellation(run, CANCELLED, None)
+        previous = previous_state(run, now)
+        try:
+            claimed = await store.claim_run(
+                run_id, run.fence, current_owner(), now + lease_seconds, now
+            )
+        except RunLockedError:  # taken (or ended) at the same moment: look again
+            continue
+        await store.commit(_cancel_commit(claimed, previous, run, now))
+        stored = await store.get_run(run_id)
+        return Cancellation(stored or claimed, previous, owner_payload(run.owner))
+    raise RunLockedError(
+        f"run {run_id!r} was claimed by other processes meanwhile; try again", run_id
+    )
+
+
+async def cancelled_by(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
+    """The ``run_cancelled`` event of a run cancelled from outside (its payload), None when
+    ``run`` is not cancelled or its last event says nothing of who cancelled it."""
+    if run.status != CANCELLED or run.event_seq == 0:
+        return None
+    for record in await store.read_events(run.run_id, run.event_seq - 1):
+        if record.kind != RUN_CANCELLED:
+            continue
+        try:
+            payload = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}")
+        except CheckpointCorruptedError:
+            return None
+        return payload if payload.get("outside") else None
+    return None
+
+
+async def ownership_lost(store: CheckpointStorage, lost: StaleOwnerError) -> StaleOwnerError:
+    """The error an owner that lost its run raises: one saying that the run was cancelled
+    from outside (by whom, how to continue it) when the store says so, else ``lost``."""
+    run_id = lost.run_id
+    try:
+        run = await store.get_run(run_id) if run_id is not None else None
+        cancel = await cancelled_by(store, run) if run is not None else None
+    except NestEggError:  # the store's own failure: the error of the lost commit stands
+        return lost
+    if run_id is None or cancel is None:
+        return lost
+    by = cancel.get("by") or {}
+    return StaleOwnerError(
+        f"run {run_id!r} was cancelled from outside (by pid {by.get('pid', '?')} on "
+        f"{by.get('host', '?')}); this process stopped it, the step under way not "
+        f"recorded: resume_latest({run_id!r}) continues it",
+        run_id,
+    )
