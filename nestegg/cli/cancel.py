@@ -1,0 +1,69 @@
+"""``nestegg cancel``: cancel a stored run from outside the process that runs it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from nestegg.agents import check_name
+from nestegg.checkpoint.cancels import Cancellation, cancel_run
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.cli.app import JsonOption, StoreOption, app, run_with_store
+from nestegg.cli.render import STEPS, Output, counted
+from nestegg.constants import DEFAULT_LEASE, QUEUED, RUNNING
+
+
+def _summary(cancel: Cancellation) -> dict[str, Any]:
+    run = cancel.run
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "cancelled": cancel.done,
+        "previous": cancel.previous,
+        "previous_owner": cancel.previous_owner,
+        "steps": run.step_seq,
+    }
+
+
+def _was(summary: dict[str, Any]) -> str:
+    """What the run was, as the line of a cancel says it."""
+    previous, owner = summary["previous"], summary["previous_owner"]
+    if previous == QUEUED:
+        return "queued for workers"
+    was = f"{previous} after {counted(summary['steps'], STEPS)}"
+    if previous == RUNNING and owner is not None:
+        was += f"; its owner, pid {owner['pid']} on {owner['host']}, stops at its next commit"
+    return was
+
+
+@app.command("cancel")
+def cancel_command(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.", show_default=False)],
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+) -> None:
+    """Cancel a running or waiting run, from any process.
+
+    The run is stored cancelled: no sweep, `nestegg recover` or timer takes it up again;
+    `nestegg resume RUN --app ...` continues it on purpose. A live owner (a local process,
+    a worker) stops at its next commit: the step under way finishes its current call (a
+    journaled call in flight is paid) and is not recorded. A completed or failed run is
+    refused (exit 1); a cancelled one is left as it is.
+    """
+    out = Output(as_json)
+
+    async def work(opened: CheckpointStorage) -> dict[str, Any]:
+        lease = DEFAULT_LEASE.total_seconds()
+        chosen = check_name(run_id, "run id")
+        return _summary(await cancel_run(opened, chosen, time.time(), lease_seconds=lease))
+
+    summary = run_with_store(ctx, store, work, existing=True)
+    if as_json:
+        out.json(summary)
+    elif summary["cancelled"]:
+        out.line(f"run {run_id} cancelled (was {_was(summary)})")
+    else:
+        out.line(f"run {run_id} is cancelled already; nothing was changed")
