@@ -170,21 +170,32 @@ async def cancelled_by(store: CheckpointStorage, run: RunRecord) -> dict[str, An
     return None
 
 
+async def cancel_note(store: CheckpointStorage, run_id: str) -> str | None:
+    """``run 'x' was cancelled from outside (by pid P on H)`` when the store says so;
+    None otherwise, or when the store cannot be read."""
+    try:
+        run = await store.get_run(run_id)
+        cancel = await cancelled_by(store, run) if run is not None else None
+    except NestEggError:  # the store's own failure: the caller's error stands
+        return None
+    if cancel is None:
+        return None
+    by = cancel.get("by") or {}
+    return (
+        f"run {run_id!r} was cancelled from outside (by pid {by.get('pid', '?')} on "
+        f"{by.get('host', '?')})"
+    )
+
+
 async def ownership_lost(store: CheckpointStorage, lost: StaleOwnerError) -> StaleOwnerError:
     """The error an owner that lost its run raises: one saying that the run was cancelled
     from outside (by whom, how to continue it) when the store says so, else ``lost``."""
     run_id = lost.run_id
-    try:
-        run = await store.get_run(run_id) if run_id is not None else None
-        cancel = await cancelled_by(store, run) if run is not None else None
-    except NestEggError:  # the store's own failure: the error of the lost commit stands
+    note = await cancel_note(store, run_id) if run_id is not None else None
+    if note is None:
         return lost
-    if run_id is None or cancel is None:
-        return lost
-    by = cancel.get("by") or {}
     return StaleOwnerError(
-        f"run {run_id!r} was cancelled from outside (by pid {by.get('pid', '?')} on "
-        f"{by.get('host', '?')}); this process stopped it, the step under way not "
-        f"recorded: resume_latest({run_id!r}) continues it",
+        f"{note}; this process stopped it, the step under way not recorded: "
+        f"resume_latest({run_id!r}) continues it",
         run_id,
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from nestegg import telemetry
 from nestegg.cancellation import CancelWatch, cancel_and_wait
+from nestegg.checkpoint.cancels import cancel_note
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointPolicy
 from nestegg.checkpoint.formats import (
@@ -178,7 +179,13 @@ class Checkpointer:
         """Renew the lease a third of it after it was last set: by a step's commit, which
         sets it too (a run whose steps commit more often sends no renewal), or by the last
         renewal."""
-        await keep_leased(self.run_id, self._renewal_due_in, self._renew, self.RENEWAL_FAILURES)
+        await keep_leased(
+            self.run_id,
+            self._renewal_due_in,
+            self._renew,
+            self.RENEWAL_FAILURES,
+            lambda: cancel_note(self.store, self.run_id),
+        )
 
     def _renewal_due_in(self) -> float:
         return self._leased_at + self.lease_seconds / 3 - time.monotonic()
