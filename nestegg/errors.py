@@ -365,7 +365,8 @@ class ModuleNameMismatchError(NonDeterminismError):
     """A re-executed step called the function the journal recorded, but named by another
     module path: the pipeline's module is imported as ``imported_module`` while the run
     journaled it as ``journaled_module`` (another current directory or PYTHONPATH, or
-    another ``--app``). The pipeline did not change: a resume is not the run's failure."""
+    another ``--app``). The run fails as for any NonDeterminismError; resumed with the
+    module imported as the journal names it, it replays the journaled calls."""
 
     def __init__(self, message: str, journaled_module: str, imported_module: str) -> None:
         super().__init__(message)

@@ -67,8 +67,9 @@ def _import_advice(journaled_module: str, imported_module: str) -> str:
     return (
         f"the same function, its module imported as {imported_module!r} but journaled as "
         f"{journaled_module!r} (the run was started from another directory or with another "
-        f"PYTHONPATH): import it as the journal names it (--app {journaled_module}:ATTR), "
-        f"or resume from the directory and PYTHONPATH the run was started with"
+        f"PYTHONPATH): resume the run with its module imported as the journal names it "
+        f"(--app {journaled_module}:ATTR), or from the directory and PYTHONPATH it was "
+        f"started with; its journaled calls are then replayed"
     )
 
 

@@ -797,13 +797,11 @@ async def test_another_function_at_a_position_raises_non_determinism(
     assert info.error["type"] == "NonDeterminismError"
 
 
-async def test_the_function_named_by_another_module_path_leaves_the_run_resumable(
-    checkpoint_store: CheckpointStorage,
-) -> None:
-    # The pipeline's module journaled as scratch.pipe, imported as pipe, then as before.
-    llm = FakeLLM()
-    fail = [True]
-    names = ["scratch.pipe.complete", "pipe.complete", "scratch.pipe.complete"]
+def named_asker(
+    checkpoint_store: CheckpointStorage, llm: FakeLLM, fail: list[bool], names: list[str]
+) -> Clutch:
+    """A pipeline whose one agent calls ``llm.complete("q")`` journaled by the next of
+    ``names``, then raises Flaky while ``fail[0]``."""
     clutch = Clutch("renamed", checkpoint=config(checkpoint_store))
 
     @clutch.agent()
@@ -813,24 +811,39 @@ async def test_the_function_named_by_another_module_path_leaves_the_run_resumabl
             raise Flaky("asker failed")
         return [*data, reply]
 
+    return clutch
+
+
+async def test_the_function_named_by_another_module_path_fails_the_run_until_named_so(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # The test module journaled as scratch.tests.test_journal, imported as
+    # tests.test_journal (loaded under that name), then as the journal names it.
+    llm = FakeLLM()
+    fail = [True]
+    names = [f"scratch.{COMPLETE}", COMPLETE, f"scratch.{COMPLETE}"]
+    clutch = named_asker(checkpoint_store, llm, fail, names)
     digest = argument_hash(("q",), {})
     message = (
-        f"step 1, call 0: the journal recorded scratch.pipe.complete(args {digest}) but the "
-        f"step now calls pipe.complete(args {digest}); the same function, its module "
-        "imported as 'pipe' but journaled as 'scratch.pipe' (the run was started from "
-        "another directory or with another PYTHONPATH): import it as the journal names it "
-        "(--app scratch.pipe:ATTR), or resume from the directory and PYTHONPATH the run was "
-        "started with"
+        f"step 1, call 0: the journal recorded scratch.{COMPLETE}(args {digest}) but the "
+        f"step now calls {COMPLETE}(args {digest}); the same function, its module "
+        "imported as 'tests.test_journal' but journaled as 'scratch.tests.test_journal' "
+        "(the run was started from another directory or with another PYTHONPATH): resume "
+        "the run with its module imported as the journal names it "
+        "(--app scratch.tests.test_journal:ATTR), or from the directory and PYTHONPATH it "
+        "was started with; its journaled calls are then replayed"
     )
     with pytest.raises(ModuleNameMismatchError, match=re.escape(message)) as raised:
         await fail_then_resume(clutch, fail)
     assert (raised.value.journaled_module, raised.value.imported_module) == (
-        "scratch.pipe",
-        "pipe",
+        "scratch.tests.test_journal",
+        "tests.test_journal",
     )
-    assert [run.run_id for run in await clutch.list_interrupted()] == ["job"]
+    [info] = await clutch.list_runs()
+    assert info.status == "failed" and info.error is not None
+    assert info.error["type"] == "ModuleNameMismatchError"
     assert await clutch.resume_latest("job") == ["answer to q"]
-    assert llm.prompts == ["q"]
+    assert llm.prompts == ["q"]  # replayed: not paid again
 
 
 async def test_other_arguments_at_a_position_raise_non_determinism(

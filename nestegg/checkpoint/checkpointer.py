@@ -73,7 +73,7 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import ModuleNameMismatchError, StaleOwnerError
+from nestegg.errors import StaleOwnerError
 from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
@@ -546,10 +546,7 @@ class Checkpointer:
         await self._expire()
 
     async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
-        """Record the failure and a checkpoint of the last good state; status failed. A
-        step that called a journaled function by another module name than the journal's
-        (:meth:`gives_back`) only gives the run back: it stays running, its lease ended,
-        so that a resume that imports the pipeline as the run did goes on at once."""
+        """Record the failure and a checkpoint of the last good state; status failed."""
         if isinstance(error, StaleOwnerError):  # the run is another's now: nothing to record
             await self._stop()
             return
@@ -557,17 +554,7 @@ class Checkpointer:
         detail = failure_detail(error, agent, seq, started, now)
         self._take_start(self.pending)
         self.event(STEP_FAILED, now, detail)
-        if self.gives_back(error):
-            self._final_checkpoint()
-            self.lease_seconds = 0.0  # the commit sets the lease to end now
-            await self._last_commit("release")
-            return
         await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))
-
-    def gives_back(self, error: BaseException) -> bool:
-        """Whether a step that raised ``error`` leaves the run resumable, not failed: the
-        pipeline's module was imported by another name than the run's journal holds."""
-        return isinstance(error, ModuleNameMismatchError)
 
     async def request_failed(self, error: Exception) -> None:
         """Record that the run's ``on_request`` hook raised ``error`` before its steps:
@@ -581,25 +568,17 @@ class Checkpointer:
         await self._stop_with(CANCELLED, RUN_CANCELLED, None)
 
     async def _stop_with(self, status: str, kind: str, error: bytes | None) -> None:
-        self._final_checkpoint()
+        if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
+            self._add_checkpoint(REASON_FINAL, self.last_good, None)
         self.event(kind, self.clock(), ended_payload(self.last_good.seq))
         self.pending.status = status
         self.pending.error = error
-        await self._last_commit(f"{status} status")
-
-    def _final_checkpoint(self) -> None:
-        """A checkpoint of the last good state, unless one covers it already."""
-        if self.durability == "exit" or self.last_good.seq != self.checkpointed_seq:
-            self._add_checkpoint(REASON_FINAL, self.last_good, None)
-
-    async def _last_commit(self, what: str) -> None:
-        """Commit what is pending and stop: nothing is written after it."""
         try:
             await self._commit_now()
         except Exception as failure:  # keep the original error; the run stays resumable
             log.warning(
-                "could not record the %s of run %r: %s",
-                what,
+                "could not record the %s status of run %r: %s",
+                status,
                 self.run_id,
                 failure,
                 extra={"run_id": self.run_id},

@@ -220,9 +220,9 @@ def resume_command(
             except ModuleNameMismatchError as error:
                 again = app_options(ctx, _journaled_app(app_spec, error), store, clutch)
                 raise CommandError(
-                    f"{error_line(error)}; run {run_id!r} is not failed: "
+                    f"{error_line(error)}; run {run_id!r} failed: resume it with: "
                     f"nestegg resume {shlex.quote(run_id)} {again}",
-                    EXIT_USAGE,
+                    EXIT_FAILED,
                 ) from error
             except Exception as error:
                 raise _failure(run_id, error) from error

@@ -66,11 +66,6 @@ class StepRecorder(Checkpointer):
         async with self.renew_lock:
             self.renewing = False
 
-    def gives_back(self, error: BaseException) -> bool:
-        """Never: a run a worker gives back is taken again by a worker of the same fleet,
-        which imports the pipeline as this one does; it fails, for a resume to go on."""
-        return False
-
     async def record_step(self, step: StepResult) -> None:
         """Commit the step. When this worker goes on with the run, the commit renews the
         lease; otherwise a step the run simply continues from releases the lease in the

@@ -169,7 +169,9 @@ def test_the_readme_recover_command_resumes_a_crashed_demo_run(tmp_path: Path) -
     assert len(_lines(calls)) - before == 3  # classify's last two, report's one
 
 
-def test_a_run_resumed_with_its_module_named_otherwise_is_not_failed(tmp_path: Path) -> None:
+def test_a_run_resumed_with_its_module_named_otherwise_fails_and_says_how_to_go_on(
+    tmp_path: Path,
+) -> None:
     # A parent directory on PYTHONPATH names the script's module scratch.pipe in the
     # journal; --app pipe:clutch imports it as pipe: the same functions, named otherwise.
     scratch = tmp_path / "scratch"
@@ -192,14 +194,14 @@ def test_a_run_resumed_with_its_module_named_otherwise_is_not_failed(tmp_path: P
 
     misnamed = _nestegg(scratch, env, "resume", "k1", "--app", "pipe:clutch")
 
-    assert misnamed.returncode == 2, misnamed.stdout + misnamed.stderr
+    assert misnamed.returncode == 1, misnamed.stdout + misnamed.stderr
     said = misnamed.stderr
     assert "recorded scratch.pipe.expensive(" in said and "now calls pipe.expensive(" in said
     assert "imported as 'pipe' but journaled as 'scratch.pipe'" in said
     assert said.rstrip().endswith(
-        "run 'k1' is not failed: nestegg resume k1 --app scratch.pipe:clutch"
+        "run 'k1' failed: resume it with: nestegg resume k1 --app scratch.pipe:clutch"
     ), said
-    listed = _nestegg(scratch, env, "runs", "--interrupted", "--json")
+    listed = _nestegg(scratch, env, "runs", "--status", "failed", "--json")
     assert [row["run_id"] for row in orjson.loads(listed.stdout)] == ["k1"], listed.stderr
     assert _lines(log) == paid
 
