@@ -1,10 +1,11 @@
 """Whether the call a re-executed step makes is the one its journal recorded.
 
 A journal entry is replayed only for the same function called with the same arguments.
-When the names differ by a module prefix only (``scratch.pipe.llm`` recorded,
-``pipe.llm`` called), it is the same function: the pipeline's module is imported by
-another name than when the run journaled it, and the error says how to import it as
-the journal names it.
+When the arguments are the same and the names differ only by leading module names, the
+module now named being loaded under that name (``scratch.pipe.llm`` recorded,
+``pipe.llm`` called, ``pipe`` imported), it is the same function: the pipeline's module
+is imported by another name than when the run journaled it, and the error says how to
+import it as the journal names it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def replay_entry(
             f"{journaled}(args {recorded.get('args')}) but the step now calls "
             f"{function}(args {digest}); "
         )
-        modules = _module_names(journaled, function)
+        modules = _module_names(journaled, function) if recorded.get("args") == digest else None
         if modules is not None:
             raise ModuleNameMismatchError(said + _import_advice(*modules), *modules)
         raise NonDeterminismError(said + _likely_cause(journaled != function))
@@ -45,21 +46,20 @@ def replay_entry(
 
 def _module_names(journaled: str, function: str) -> tuple[str, str] | None:
     """The module names (journaled, imported now) of one function named ``journaled`` in
-    the journal and ``function`` now, when the two differ by a module prefix only."""
-    if journaled.endswith("." + function):
-        prefix, shorter_now = journaled[: -len(function)], True
-    elif function.endswith("." + journaled):
-        prefix, shorter_now = function[: -len(journaled)], False
-    else:
-        return None
+    the journal and ``function`` now, when the two differ only by whole leading module
+    names: ``function`` starts with a module loaded under that name, and both names keep
+    a module of their own once the prefix is added or removed. None otherwise (a name
+    given with ``durable(name=...)`` and changed, say)."""
     module = loaded_module_of(function)
     if module is None:
-        module = function.rpartition(".")[0]  # a plain function's: module.name
-    if shorter_now:
-        return prefix + module, module
-    if not module.startswith(prefix):
         return None
-    return module[len(prefix) :], module
+    if journaled.endswith("." + function):
+        return journaled[: -len(function)] + module, module
+    if function.endswith("." + journaled):
+        prefix = function[: -len(journaled)]
+        if module.startswith(prefix) and len(module) > len(prefix):
+            return module[len(prefix) :], module
+    return None
 
 
 def _import_advice(journaled_module: str, imported_module: str) -> str:

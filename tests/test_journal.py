@@ -42,6 +42,7 @@ from nestegg.errors import (
     NonDeterminismError,
 )
 from nestegg.journal import argument_hash, function_name
+from nestegg.journal_checks import replay_entry
 from nestegg.journal_results import holds_structured_type
 from nestegg.testing import fixtures as store_fixtures
 from nestegg.testing.fixtures import StoreFactory
@@ -844,6 +845,46 @@ async def test_the_function_named_by_another_module_path_fails_the_run_until_nam
     assert info.error["type"] == "ModuleNameMismatchError"
     assert await clutch.resume_latest("job") == ["answer to q"]
     assert llm.prompts == ["q"]  # replayed: not paid again
+
+
+async def test_a_durable_name_changed_by_a_prefix_is_another_function(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # durable(name="tools.search") renamed to name="search": no module is named "".
+    llm = FakeLLM()
+    fail = [True]
+    names = ["tools.search", "search"]
+    clutch = named_asker(checkpoint_store, llm, fail, names)
+    digest = argument_hash(("q",), {})
+    message = (
+        f"step 1, call 0: the journal recorded tools.search(args {digest}) but the step now "
+        f"calls search(args {digest}); was the function renamed or moved, or the agent "
+        "changed to call another one?"
+    )
+    with pytest.raises(NonDeterminismError, match=re.escape(message)) as raised:
+        await fail_then_resume(clutch, fail)
+    assert type(raised.value) is NonDeterminismError
+    assert llm.prompts == ["q"]
+
+
+@pytest.mark.parametrize(
+    ("journaled", "now", "args"),
+    [
+        (f"scratch.{COMPLETE}", COMPLETE, "other"),  # other arguments too
+        ("scratch.pipe.complete", "pipe.complete", "same"),  # no module pipe is loaded
+        ("tools.search", "search", "same"),  # no module part now
+        ("search", "tools.search", "same"),  # no module part in the journal
+        (f"x{COMPLETE}", COMPLETE, "same"),  # not on a module boundary
+        ("FakeLLM.complete", COMPLETE, "same"),  # the journal's name without its module
+    ],
+)
+def test_only_the_same_call_by_a_loaded_module_path_is_a_module_mismatch(
+    journaled: str, now: str, args: str
+) -> None:
+    recorded = {"function": journaled, "args": "same", "result": 1}
+    with pytest.raises(NonDeterminismError) as raised:
+        replay_entry(recorded, now, args, 1, 0)
+    assert type(raised.value) is NonDeterminismError
 
 
 async def test_other_arguments_at_a_position_raise_non_determinism(
