@@ -11,7 +11,9 @@ of that loop would fire while a long task runs: the timer is a daemon thread, wh
 back into the saver like any sync caller. It sleeps until the oldest writes are due (all
 wait the same delay, so the oldest is the first in line), not at every step, and ends after
 ``DEFERRED_WRITES_LINGER`` without writes (the next one starts it again), so a saver never
-closed does not keep a thread.
+closed does not keep a thread. After a failed commit (the store is down) it waits longer
+each time (the delay, doubling, at most ``STORE_RETRY_MAX_DELAY``) until one succeeds, and
+logs one warning when its commits begin to fail and one when they succeed again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 
+from nestegg.checkpoint.stores.retry import backoff_delay
 from nestegg.checkpoint.stores.threads import ThreadRow
 from nestegg.constants import DEFERRED_WRITES_DELAY, DEFERRED_WRITES_LINGER
 
@@ -52,6 +55,8 @@ class DeferredWrites:
         self._timer: threading.Thread | None = None
         self._idle = False  # the timer waits for writes, not for a deadline
         self._closed = False
+        self._failures = 0  # the timer's commits that failed in a row
+        self._retry_at = 0.0  # the timer commits not before (set by a failed commit)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def add(self, thread_id: str, rows: Sequence[ThreadRow]) -> None:
@@ -136,20 +141,34 @@ class DeferredWrites:
                     if not self._since:
                         break
                     continue
-                wait = next(iter(self._since.values())) + self._delay - self._clock()
+                due = next(iter(self._since.values())) + self._delay
+                wait = max(due, self._retry_at) - self._clock()
                 if wait > 0:
                     self._cond.wait(wait)
                     continue
                 self._cond.release()
                 try:
                     self._flush_due()
-                except Exception:  # the rows wait on: the next checkpoint commits them
-                    log.warning("deferred LangGraph writes not committed yet", exc_info=True)
-                    failed = True
+                except Exception as error:  # the rows wait on: the next checkpoint commits them
+                    self._failed(error)
                 else:
-                    failed = False
+                    self._committed()
                 finally:
                     self._cond.acquire()
-                if failed:
-                    self._cond.wait(self._delay)
             self._timer = None
+
+    def _failed(self, error: Exception) -> None:
+        """The timer's commit failed: back off, and warn if the one before succeeded."""
+        level = logging.DEBUG if self._failures else logging.WARNING
+        log.log(level, "deferred LangGraph writes not committed yet, retrying: %s", error)
+        self._retry_at = self._clock() + backoff_delay(self._failures, self._delay)
+        self._failures += 1
+
+    def _committed(self) -> None:
+        """The timer's commit succeeded: no backoff, and say so if the one before failed."""
+        if self._failures:
+            log.warning(
+                "deferred LangGraph writes committed again after %d failed attempts",
+                self._failures,
+            )
+        self._failures = 0

@@ -4,6 +4,7 @@ the timer. (A killed process keeping them: test_crash.py.)"""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,33 @@ def test_a_failed_commit_of_waiting_writes_keeps_them_for_the_next(tmp_path: Pat
         _wait_until(lambda: store.failures == 0)  # the timer's commit failed
         _wait_until(lambda: store.commits[-1].put_new != [])  # its retry did not
         tup = saver.get_tuple(config)
+        assert tup is not None and tup.pending_writes == [("task-1", "items", ["late"])]
+
+
+def test_the_timer_backs_off_while_the_store_is_down_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="nestegg")
+    store = CountingStore(tmp_path / "db")
+    with NestEggSaver(store) as saver:
+        build_loop(saver, 1).invoke({"items": [], "turn": 0}, loop_config("t", 1))
+        config = saver.get_tuple({"configurable": {"thread_id": "t"}}).config  # type: ignore[union-attr]
+        caplog.clear()
+        store.failures = down = 10**9
+        saver.put_writes(config, [("items", ["late"])], "task-1")
+        threading.Event().wait(0.5)  # a window of the outage: tries at 50, 100, 200, 400 ms
+        attempts = down - store.failures
+        assert 1 <= attempts <= 5  # about 10 without the backoff
+        store.failures = 0
+        _wait_until(lambda: len(caplog.records) > attempts)  # its next commit is logged
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage() for r in warnings] == [
+            "deferred LangGraph writes not committed yet, retrying: the store is down",
+            f"deferred LangGraph writes committed again after {attempts} failed attempts",
+        ]
+        assert not any(r.exc_info for r in caplog.records)
+        assert len(caplog.records) == attempts + 1  # the failures between at DEBUG
+        tup = NestEggSaver(store).get_tuple(config)
         assert tup is not None and tup.pending_writes == [("task-1", "items", ["late"])]
 
 

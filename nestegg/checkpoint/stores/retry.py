@@ -14,9 +14,10 @@ from nestegg.errors import StorageUnavailableError
 T = TypeVar("T")
 
 
-def backoff_delay(attempt: int) -> float:
-    """Seconds to wait before retry number ``attempt`` (0-based): doubling, capped."""
-    return float(min(STORE_RETRY_BASE_DELAY * 2**attempt, STORE_RETRY_MAX_DELAY))
+def backoff_delay(attempt: int, base: float = STORE_RETRY_BASE_DELAY) -> float:
+    """Seconds to wait before retry number ``attempt`` (0-based): ``base``, doubling,
+    capped at STORE_RETRY_MAX_DELAY."""
+    return float(min(base * 2**attempt, STORE_RETRY_MAX_DELAY))
 
 
 async def retry_unavailable(
