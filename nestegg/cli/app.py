@@ -28,6 +28,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.registry import BY_SCHEME
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.cli.render import escaped, escaped_lines
 from nestegg.constants import (
     DEFAULT_DB_NAME,
     EXIT_FAILED,
@@ -94,7 +95,14 @@ class _OwnWarningsOnly(logging.Filter):
         return record.name.split(".")[0] == "nestegg" or record.levelno >= logging.ERROR
 
 
-class _LevelLine(logging.Formatter):
+class _Escaped(logging.Formatter):
+    """A record with its control and bidi characters escaped (its newlines kept)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escaped_lines(super().format(record))
+
+
+class _LevelLine(_Escaped):
     """A record as ``error: ...`` (ERROR and above) or ``warning: ...``."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -108,7 +116,7 @@ def configure_logging(argv: Sequence[str]) -> None:
     --debug)."""
     handler = logging.StreamHandler(sys.stderr)
     if "--debug" in argv:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_Escaped("%(levelname)s %(name)s: %(message)s"))
         logging.basicConfig(level=logging.DEBUG, handlers=[handler])
         return
     handler.setFormatter(_LevelLine("%(message)s"))
@@ -127,7 +135,7 @@ def _show_warning(
 ) -> None:
     """nestegg's warnings as one ``warning: ...`` line each; other libraries' hidden."""
     if issubclass(category, CheckpointFallbackWarning):
-        sys.stderr.write(f"warning: {' '.join(str(message).split())}\n")
+        sys.stderr.write(f"warning: {escaped(' '.join(str(message).split()))}\n")
 
 
 def _click_exception_type() -> type[Exception]:
@@ -167,16 +175,19 @@ def error_line(error: BaseException) -> str:
 
 
 def _report(error: BaseException, debug: bool) -> int:
+    """Write the ``error:`` line (escaped, as the traceback and the ``warning:`` lines: an
+    agent's error may quote a model's reply holding terminal commands); the exit code."""
     if debug:
-        traceback.print_exception(error, file=sys.stderr)
+        sys.stderr.write(escaped_lines("".join(traceback.format_exception(error))))
     if isinstance(error, _CLICK_EXCEPTION):
         message: str = error.format_message()  # type: ignore[attr-defined]
         context = getattr(error, "ctx", None)
         hint = f" (see '{context.command_path} --help')" if context is not None else ""
-        sys.stderr.write(f"error: {' '.join(message.split())}{hint}\n")
-        return int(getattr(error, "exit_code", EXIT_USAGE))
-    sys.stderr.write(f"error: {error_line(error)}\n")
-    return exit_code_for(error)
+        line, code = " ".join(message.split()) + hint, int(getattr(error, "exit_code", EXIT_USAGE))
+    else:
+        line, code = error_line(error), exit_code_for(error)
+    sys.stderr.write(f"error: {escaped(line)}\n")
+    return code
 
 
 METAVARS = {

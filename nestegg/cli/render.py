@@ -86,6 +86,11 @@ def escaped(text: str) -> str:
     return _UNSAFE_IN_TEXT.sub(lambda match: repr(match.group())[1:-1], text)
 
 
+def escaped_lines(text: str) -> str:
+    """``text`` :func:`escaped` line by line, its newlines kept (a traceback, a log record)."""
+    return "\n".join(escaped(line) for line in text.split("\n"))
+
+
 def table_cell(text: str) -> str:
     """A table cell: ``text`` :func:`escaped`, or written as Python writes a string
     (``' space '``) when it begins or ends with a space, which a table would not show (so

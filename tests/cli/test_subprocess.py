@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
+from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
 from nestegg.constants import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
@@ -22,6 +24,7 @@ from nestegg.constants import (
     HOME_ENV,
     STORE_ENV,
 )
+from tests.cli import escape_app
 from tests.cli.conftest import fill
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV
 
@@ -116,6 +119,36 @@ def test_python_dash_m_nestegg_and_errors_from_a_process(tmp_path: Path) -> None
         f"error: no store at {default} (the default store; a run creates it): no such file\n"
     )
     assert not (tmp_path / "home").exists()  # a command that reads creates nothing
+
+
+def test_error_lines_escape_control_and_bidi_characters(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+
+    async def fail() -> None:
+        store = open_store(url)
+        try:
+            with pytest.raises(RuntimeError):
+                await escape_app.build(CheckpointConfig(storage=store)).run({}, run_id="r1")
+        finally:
+            await store.close()
+
+    asyncio.run(fail())
+    resume = ("resume", "r1", "--app", "tests.cli.escape_app:pipeline", "--store", url)
+    failed, debug, usage = (
+        subprocess.run(
+            [sys.executable, "-m", "nestegg.cli", *args],
+            cwd=ROOT, env=_env(tmp_path), capture_output=True, timeout=TIMEOUT,
+        ).stderr  # the bytes, as a terminal gets them
+        for args in (resume, ("--debug", *resume), ("runs", "--bogus\u202e\x1b[2J"))
+    )  # fmt: skip
+    shown = b"LLM said: \\x1b[2J\\x1b]0;owned\\x07 \\u202egnp.exe"
+    error = b"error: run 'r1' failed: RuntimeError: " + shown + b"\n"
+    assert failed == b"warning: " + shown + b"\n" + error
+    assert usage == b"error: No such option: --bogus\\u202e\\x1b[2J (see 'nestegg runs --help')\n"
+    assert b"WARNING nestegg.test: " + shown in debug and b"Traceback" in debug
+    assert debug.endswith(error)
+    for raw in (b"\x1b", b"\x07", "\u202e".encode()):
+        assert raw not in failed + usage + debug
 
 
 def test_an_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
