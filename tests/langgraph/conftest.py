@@ -82,4 +82,5 @@ def seeded_saver(saver_factory: SaverFactory, defer_writes: bool) -> NestEggSave
     """A saver whose store holds thread ``t``: five checkpoints (prune would drop four)."""
     saver = saver_factory(defer_writes=defer_writes)
     build_loop(saver, 3).invoke({"items": [], "turn": 0}, loop_config("t", 3))
+    saver._run(saver._core.flush())  # settled: no deferred write left for a timer to commit
     return saver
