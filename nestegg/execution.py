@@ -21,7 +21,12 @@ from nestegg.constants import (
     YIELD_EVERY_STEPS,
 )
 from nestegg.context import ClutchContext, set_context
-from nestegg.errors import ConfigurationError, RunWaiting
+from nestegg.errors import (
+    ConfigurationError,
+    RunWaiting,
+    StorageUnavailableError,
+    StoreRefusedError,
+)
 from nestegg.journal_checks import replay_entry
 from nestegg.recording import StepResult, Timed
 from nestegg.signals import Handover, Terminate, WaitSuspended
@@ -364,12 +369,12 @@ class RunExecution:
             output, outcome, target = to_plain(signal.data), OUTCOME_HANDOVER, signal.agent
             produced = signal.data is not None
         except Exception as error:
-            await self.recorder.step_failed(seq, agent.name, error, started)
+            await self._step_failed(seq, agent, error, started)
             raise
         try:
             stored = self.recorder.encode_output(output) if produced else None
         except Exception as error:
-            await self.recorder.step_failed(seq, agent.name, error, started)
+            await self._step_failed(seq, agent, error, started)
             raise
         if outcome == OUTCOME_COMPLETED:
             stop = not self.cursor.completed(agent.name)
@@ -389,11 +394,22 @@ class RunExecution:
                 self._result(seq, agent, outcome, stored, timing, target)
             )
         except Exception as error:
-            await self.recorder.step_failed(seq, agent.name, error, started)
+            await self._step_failed(seq, agent, error, started)
             raise
         if self.listeners.queues:
             self.listeners.publish(StepEvent(agent.name, ctx.data))
         return stop
+
+    async def _step_failed(
+        self, seq: int, agent: AgentNode, error: Exception, started: float
+    ) -> None:
+        """Record that step ``seq`` failed with ``error``, unless the store was unavailable
+        or refused its settings (a commit, a journaled call's, a read): the run then stays
+        as last committed, resumable (a worker gives its step back), instead of failing
+        for a store that may answer the next try; a commit it could not confirm may even
+        have been stored. A store's other errors (a record it refuses) fail the step."""
+        if not isinstance(error, (StorageUnavailableError, StoreRefusedError)):
+            await self.recorder.step_failed(seq, agent.name, error, started)
 
     def _result(
         self,

@@ -13,13 +13,15 @@ import pytest
 from pydantic import BaseModel
 
 from nestegg import Clutch, Handover, Strategy, get_context
-from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.records import Commit, Owner
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
     IncompatibleCheckpointError,
     RunNotFoundError,
+    StorageUnavailableError,
 )
 from nestegg.testing.builders import make_run
 
@@ -546,3 +548,28 @@ async def test_resume_from_an_agent_checkpoint_needs_that_agent(
     with pytest.raises(IncompatibleCheckpointError, match="'b'"):
         await build(False).resume(taken[0])
     assert await stored_view(checkpoint_store, "m") == before
+
+
+class DropsTheFirstStepCommit(MemoryCheckpointStorage):
+    """A store whose first commit of a step fails as a server that dropped the
+    connection; its other calls answer."""
+
+    dropped = False
+
+    async def commit(self, commit: Commit) -> None:
+        if commit.steps and not self.dropped:
+            self.dropped = True
+            raise StorageUnavailableError("the server closed the connection unexpectedly")
+        await super().commit(commit)
+
+
+async def test_a_step_whose_commit_the_store_drops_leaves_the_run_resumable_not_failed() -> None:
+    store = DropsTheFirstStepCommit()
+    pipeline = Pipeline(store, ("a", "b"))
+    with pytest.raises(StorageUnavailableError):
+        await pipeline.clutch.run([], run_id="dropped")
+    run = await store.get_run("dropped")
+    assert run is not None and run.status == "running" and run.step_seq == 0
+    assert "step_failed" not in [e.kind for e in await store.read_events("dropped")]
+    assert await pipeline.clutch.resume_latest("dropped") == ["a", "b"]
+    assert pipeline.calls == ["a", "a", "b"]

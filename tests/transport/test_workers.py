@@ -23,7 +23,7 @@ import pytest
 from nestegg.checkpoint.codec import unseal_json, unseal_value
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
-from nestegg.constants import RUN_COMPLETED, STEP_COMPLETED
+from nestegg.constants import RUN_COMPLETED, STEP_COMPLETED, STEP_FAILED, STORE_RETRIES
 from nestegg.errors import RunFailedError
 from nestegg.transport.base import StepMessage, channel_name
 from nestegg.transport.verdicts import pointer_fence
@@ -366,6 +366,51 @@ async def test_a_store_error_while_loading_the_run_gives_the_step_back_not_faili
         await split.stop()
         await drop_postgres_tables(pg_url, tables)
     assert result["third"] == third.process.pid
+
+
+async def test_a_step_whose_commit_the_store_drops_is_given_back_not_failing_the_run(
+    deployment: Deployment, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server drops the connection of each try of step 1's commit (as it drops one
+    # whose message is too large): the commit fails with StorageUnavailableError after
+    # its retries, while the store answers everything else, a failure record too.
+    import psycopg
+
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+    from tests.servers import drop_postgres_tables
+
+    tables = f"ne_drop_{uuid.uuid4().hex[:8]}_"
+    monkeypatch.setenv("NESTEGG_TEST_PG_STORE", pg_url)
+    monkeypatch.setenv("NESTEGG_TEST_PG_TABLES", tables)
+    store = PostgresCheckpointStorage(pg_url, table_prefix=tables)
+    await store.setup()
+    split = make_split(store=store)
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            await admin.execute(f"CREATE SEQUENCE {tables}drops")
+            await admin.execute(
+                f"CREATE FUNCTION {tables}drop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                f" IF NEW.seq = 1 AND nextval('{tables}drops') <= {STORE_RETRIES + 1} THEN"
+                " PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5);"
+                " END IF; RETURN NEW; END $$"
+            )
+            await admin.execute(
+                f"CREATE TRIGGER {tables}drop BEFORE INSERT ON {tables}steps"
+                f" FOR EACH ROW EXECUTE FUNCTION {tables}drop()"
+            )
+        worker = deployment.start_worker("split_on_postgres")
+        result = await split.run({"x": 1}, run_id="dropped", timeout=60)
+        events = [e.kind for e in await store.read_events("dropped")]
+    finally:
+        await split.stop()
+        await drop_postgres_tables(pg_url, tables)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            await admin.execute(f"DROP SEQUENCE IF EXISTS {tables}drops")
+    assert result["third"] == worker.process.pid
+    assert STEP_FAILED not in events and events.count(STEP_COMPLETED) == 3
+    worker.terminate()
+    assert worker.wait(timeout=20) == 0
+    assert "is unavailable" in worker.errors()
 
 
 async def test_a_store_refusing_its_settings_gives_the_step_back_not_failing_the_run(
