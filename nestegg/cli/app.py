@@ -420,8 +420,8 @@ def _relative(path: Path) -> str:
 
 
 async def _server_store_exists(store: CheckpointStorage) -> bool:
-    """Whether a store whose schema its setup would create (PostgreSQL's tables) has it;
-    True for the others."""
+    """Whether a store that its setup would create (PostgreSQL's tables, Redis's mark) is
+    there; True for the others."""
     exists = getattr(store, "exists", None)
     return True if exists is None else bool(await exists())
 
@@ -436,8 +436,7 @@ async def _with_store(
     try:
         if (read_only or existing) and not await _server_store_exists(store):
             raise CommandError(
-                f"no store at {without_password(str(url))}: no nestegg tables there (a run "
-                "creates them; a store with a prefix of its own: ?table_prefix=app_)",
+                f"no store at {without_password(str(url))}: {getattr(store, 'ABSENT', '')}",
                 EXIT_NOT_FOUND,
             )
         if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create

@@ -417,6 +417,34 @@ def test_a_read_finds_no_postgres_store_where_its_tables_are_not_and_creates_non
     assert asyncio.run(_tables_of(pg_url, prefix)) == []
 
 
+def test_a_read_finds_no_redis_store_under_a_prefix_that_holds_none_and_writes_none(
+    tmp_path: Path, redis_url: str
+) -> None:
+    import redis
+
+    tag = uuid.uuid4().hex[:8]
+    url = f"{redis_url}?prefix=none-{tag}:"
+    for args in (["runs"], ["show", "r1"], ["threads"]):
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_NOT_FOUND, (args, result.stdout, result.stderr)
+        assert result.stderr == (
+            f"error: no store at {url}: no nestegg store under its key prefix (a run writes "
+            "one; a store with a prefix of its own: ?prefix=app:)\n"
+        )
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=f"none-{tag}:*")) == []
+    finally:
+        client.close()
+    stored = f"{redis_url}?prefix=set-{tag}:"
+    asyncio.run(_set_up(stored))  # a store set up, without runs yet: there
+    try:
+        listed = nestegg(tmp_path, "runs", "--store", stored)
+        assert (listed.returncode, listed.stderr.strip()) == (0, "no runs"), listed.stdout
+    finally:
+        asyncio.run(_drop(stored))
+
+
 @pytest.mark.parametrize("server", ["postgres", "redis"])
 def test_a_store_url_reaches_a_store_built_with_a_prefix_of_its_own(
     cli: Cli, pg_url: str, redis_url: str, server: str
@@ -442,13 +470,19 @@ def test_a_store_url_reaches_a_store_built_with_a_prefix_of_its_own(
         asyncio.run(_drop(url))
 
 
-async def _drop(url: str) -> None:
+async def _set_up(url: str, *, drop: bool = False) -> None:
+    """Set the store at ``url`` up, and with ``drop`` drop it."""
     store = open_store(url)
     try:
         await store.setup()
-        await store.drop()  # type: ignore[attr-defined]
+        if drop:
+            await store.drop()  # type: ignore[attr-defined]
     finally:
         await store.close()
+
+
+async def _drop(url: str) -> None:
+    await _set_up(url, drop=True)
 
 
 def test_a_missing_relative_sqlite_file_is_named_with_the_absolute_spelling(

@@ -115,6 +115,7 @@ async def test_every_key_is_under_the_prefix_and_drop_deletes_them(
     keys = await _keys(client, store.prefix)
     kinds = {key[len(store.prefix) :].split(b":")[0] for key in keys}
     assert kinds == {
+        b"store",
         b"run",
         b"runs",
         b"pipeline",

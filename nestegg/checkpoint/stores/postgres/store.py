@@ -174,6 +174,12 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
+    ABSENT = (
+        "no nestegg tables there (a run creates them; a store with a prefix of its own: "
+        "?table_prefix=app_)"
+    )
+    """Why a command that only reads finds no store here (:meth:`exists` is False)."""
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresCheckpointStorage:
         """A store for a ``postgresql://`` URL; ``options`` as in the constructor."""

@@ -17,7 +17,9 @@ A run's signals are in ``<prefix>signals:<id>`` (hash: name -> "<at> <sealed bod
 which the scripts reach through the prefix.
 
 Shared keys: ``<prefix>checkpoint:<checkpoint id>`` (string: its run id),
-``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at).
+``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at),
+and ``<prefix>store`` (string ``nestegg``, written by ``setup()``: a store is there, with
+or without runs; :data:`STORE_MARKS` are the keys that say so).
 Scripts that need shared keys get the prefix as ``ARGV[1]``.
 
 When a store sets a time-to-live for finished runs, the commit script sets Redis expiry
@@ -58,6 +60,12 @@ RUN_KEY_KINDS = (
     "checkpoint_order:",
 )
 """Kinds of the keys of one run, in the order the scripts take them as KEYS."""
+
+STORE_KEY = "store"
+"""The key (after the prefix) that ``setup()`` writes: a nestegg store is under the prefix."""
+STORE_MARKS = (STORE_KEY, "runs", "lg:threads")
+"""Keys (after the prefix) of which one is there under the prefix of a store: its mark,
+or, in a store set up before it had one, its runs' or its LangGraph threads' index."""
 
 _BAD_PREFIX = re.compile(r"[\s*?\[\]\\\x00-\x1f\x7f]")
 _ZADD_PAIRS = 500

@@ -51,6 +51,8 @@ from nestegg.checkpoint.stores.redis.connection import RedisConnection
 from nestegg.checkpoint.stores.redis.errors import nestegg_error
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
+    STORE_KEY,
+    STORE_MARKS,
     checkpoint_from_value,
     commit_args,
     event_from_member,
@@ -158,6 +160,12 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             self._put_signal,
         )
 
+    ABSENT = (
+        "no nestegg store under its key prefix (a run writes one; a store with a prefix of "
+        "its own: ?prefix=app:)"
+    )
+    """Why a command that only reads finds no store here (:meth:`exists` is False)."""
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisCheckpointStorage:
         """A store for a ``redis://`` URL; ``options`` as in the constructor."""
@@ -182,8 +190,21 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         async def load() -> None:
             for script in self._scripts:
                 await self._client.script_load(script.script)
+            marker = self._key(STORE_KEY)
+            if not await self._client.exists(marker):  # no write where it is: a reader's
+                await self._client.set(marker, b"nestegg", nx=True)
 
         await self._call(load, idempotent=True)
+
+    async def exists(self) -> bool:
+        """Whether a store is under this prefix (set up, or with runs or threads), found
+        without writing (what a command that only reads checks before :meth:`setup`).
+
+        Raises:
+            StorageUnavailableError: Redis cannot be reached.
+        """
+        marks = [self._key(name) for name in STORE_MARKS]
+        return bool(await self._call(lambda: self._client.exists(*marks), idempotent=True))
 
     async def close(self) -> None:
         """Close the client this store built from its URL (a given client stays open)."""
