@@ -228,6 +228,16 @@ FILE_UNREADABLE_REASON = "unreadable"
 FILE_LEFTOVER_SECONDS = 3600
 """Age after which a staging or trash directory is taken for the leftover of a crash."""
 
+# What a store takes at once, on every store alike.
+RECORD_MAX_BYTES = 64 * 1024 * 1024
+"""The largest value nestegg stores as one record, encoded (64 MiB): the input, a step's
+data or metadata, the result, a journaled call's result, a signal's value. A larger one
+fails with RecordTooLargeError before it reaches the store, whichever store, so that a
+pipeline that runs on SQLite runs on a server store too: PostgreSQL takes at most 1 GB in
+one message (a commit's records travel in one parameter) and Redis 512 MB in one argument
+(proto-max-bulk-len). The margin is wide because a commit holds several records (a step's
+data, its checkpoint, the journaled calls of its step), not one."""
+
 # Server stores (PostgreSQL and Redis).
 PG_POOL_MIN_SIZE = 1
 PG_POOL_MAX_SIZE = 10

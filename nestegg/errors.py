@@ -27,6 +27,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── CheckpointExistsError       the id is taken in the store (an import): names its run
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
     │   ├── CheckpointSerializationError  a value that cannot be stored (names its path and type)
+    │   │   └── RecordTooLargeError     a value or a commit over the size a store takes at once
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
     ├── StorageError                    a store failed
     │   ├── StorageUnavailableError     the store cannot be reached
@@ -309,6 +310,32 @@ class CheckpointSerializationError(CheckpointError, TypeError):
         super().__init__(message)
         self.path = path
         self.type_name = type_name
+
+
+class RecordTooLargeError(CheckpointSerializationError):
+    """A value or a commit is larger than a store takes at once (``RECORD_MAX_BYTES`` for
+    one value, ``COMMIT_MAX_BYTES`` for a commit, in :mod:`nestegg.constants`); the message
+    names it, its size and the limit. Not a StorageError: the same value is as large on
+    every try, so its step fails instead of waiting for the store.
+
+    Attributes:
+        path: what is too large (``input``, ``data``, ``result of fetch``, the commit of a
+            step of a run).
+        type_name: the type of the value (``Commit`` for a commit).
+        size: its size in bytes, encoded.
+        limit: the most bytes it may have.
+    """
+
+    def __init__(self, path: str, type_name: str, size: int, limit: int) -> None:
+        CheckpointError.__init__(
+            self,
+            f"cannot store {path}: it is {size:,} bytes encoded, over the {limit:,} bytes "
+            "a store takes at once",
+        )
+        self.path = path
+        self.type_name = type_name
+        self.size = size
+        self.limit = limit
 
 
 class IncompatibleCheckpointError(CheckpointError):

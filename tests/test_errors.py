@@ -13,6 +13,7 @@ from nestegg.errors import (
     CheckpointSerializationError,
     JournaledCallError,
     NestEggError,
+    RecordTooLargeError,
     RunError,
 )
 
@@ -131,6 +132,22 @@ def test_serialization_error_names_path_and_type() -> None:
     error = CheckpointSerializationError("data.items[2]", "socket", "not JSON")
     assert error.path == "data.items[2]" and error.type_name == "socket"
     assert "data.items[2]" in str(error) and "socket" in str(error) and "not JSON" in str(error)
+
+
+def test_record_too_large_error_names_what_its_size_and_the_limit() -> None:
+    error = RecordTooLargeError("result of fetch", "str", 70_000_000, 67_108_864)
+    assert isinstance(error, CheckpointSerializationError)
+    assert not isinstance(error, errors.StorageError)
+    assert (error.path, error.type_name, error.size, error.limit) == (
+        "result of fetch",
+        "str",
+        70_000_000,
+        67_108_864,
+    )
+    assert str(error) == (
+        "cannot store result of fetch: it is 70,000,000 bytes encoded, over the 67,108,864 "
+        "bytes a store takes at once"
+    )
 
 
 def test_journaled_call_error_keeps_the_original_error() -> None:

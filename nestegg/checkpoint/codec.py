@@ -27,7 +27,12 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from nestegg.errors import CheckpointCorruptedError, CheckpointSerializationError
+from nestegg.constants import RECORD_MAX_BYTES
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    CheckpointSerializationError,
+    RecordTooLargeError,
+)
 from nestegg.module_names import stable_module_name, started_module
 
 TAG = "$ne"
@@ -178,10 +183,12 @@ def _is_utf8(text: str) -> bool:
 
 
 def encode_value(value: Any, path: str = "data") -> bytes:
-    """A user value as JSON bytes (tagged where needed).
+    """A user value as JSON bytes (tagged where needed); ``path`` names it (``input``,
+    ``data``, ``result of fetch``).
 
     Raises:
         CheckpointSerializationError: a value that cannot be stored, naming its path and type.
+        RecordTooLargeError: its JSON is over RECORD_MAX_BYTES, more than a store takes.
     """
     try:
         tree = to_jsonable(value, path)
@@ -189,11 +196,14 @@ def encode_value(value: Any, path: str = "data") -> bytes:
         detail = "nested too deeply, or it contains itself"
         raise CheckpointSerializationError(path, type(value).__qualname__, detail) from None
     try:
-        return orjson.dumps(tree)
+        encoded = orjson.dumps(tree)
     except orjson.JSONEncodeError as exc:  # a lone surrogate, or nested deeper than orjson goes
         where = _lone_surrogate_path(tree, path)
         type_name = "str" if where else type(value).__qualname__
         raise CheckpointSerializationError(where or path, type_name, str(exc)) from None
+    if len(encoded) > RECORD_MAX_BYTES:
+        raise RecordTooLargeError(path, type(value).__qualname__, len(encoded), RECORD_MAX_BYTES)
+    return encoded
 
 
 def rebuild(value: Any, where: str) -> Any:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
+from nestegg.checkpoint import codec
 from nestegg.checkpoint.codec import (
     TAG,
     all_intact,
@@ -27,7 +28,11 @@ from nestegg.checkpoint.codec import (
     unseal,
     unseal_json,
 )
-from nestegg.errors import CheckpointCorruptedError, CheckpointSerializationError
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    CheckpointSerializationError,
+    RecordTooLargeError,
+)
 
 
 class Color(Enum):
@@ -348,6 +353,23 @@ def test_unsupported_values_name_path_and_type(value: Any, path: str, type_name:
 
 def test_the_root_path_is_the_callers() -> None:
     assert _unsupported({"client": object()}, "result").path == "result.client"
+
+
+def test_a_value_over_the_record_limit_fails_naming_it_one_at_the_limit_is_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(codec, "RECORD_MAX_BYTES", 12)
+    assert encode_value(["x" * 6], "result of fetch") == b'["xxxxxx"]'
+    assert encode_value("x" * 10) == b'"' + b"x" * 10 + b'"'
+    with pytest.raises(RecordTooLargeError) as refused:
+        encode_value(["x" * 9], "result of fetch")
+    error = refused.value
+    assert (error.path, error.type_name, error.size, error.limit) == (
+        "result of fetch",
+        "list",
+        13,
+        12,
+    )
 
 
 class Unstorable(Enum):

@@ -30,6 +30,7 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.constants import RECORD_MAX_BYTES
 from nestegg.transport.redis_streams import RedisStreamsTransport
 
 REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
@@ -179,7 +180,8 @@ def make_slow() -> Clutch:
 def make_split(
     clock: Callable[[], float] = time.time, store: CheckpointStorage | None = None
 ) -> Clutch:
-    """Three agents in order, each noting the pid that ran it; the third may fail; its
+    """Three agents in order, each noting the pid that ran it; the third may fail, or
+    return more than a store takes (``{"large": True}``); its
     store's times from ``clock``; in ``store`` (default: the Redis store)."""
     split = _split_of_two(Clutch("split", transport=transport(), checkpoint=config(clock, store)))
 
@@ -187,6 +189,8 @@ def make_split(
     async def third(data: dict[str, Any]) -> dict[str, Any]:
         if data.get("fail"):
             raise ValueError(f"bad input {data['fail']}")
+        if data.get("large"):  # over the size a store takes in one record
+            return {**data, "third": "x" * RECORD_MAX_BYTES}
         return {**data, "third": os.getpid()}
 
     return split

@@ -23,7 +23,13 @@ import pytest
 from nestegg.checkpoint.codec import unseal_json, unseal_value
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
-from nestegg.constants import RUN_COMPLETED, STEP_COMPLETED, STEP_FAILED, STORE_RETRIES
+from nestegg.constants import (
+    RECORD_MAX_BYTES,
+    RUN_COMPLETED,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STORE_RETRIES,
+)
 from nestegg.errors import RunFailedError
 from nestegg.transport.base import StepMessage, channel_name
 from nestegg.transport.verdicts import pointer_fence
@@ -308,6 +314,26 @@ async def test_workers_hosting_different_agents_share_a_pipeline(
     error = failed.value
     assert (error.run_id, error.agent, error.error_type) == ("failing", "third", "ValueError")
     assert error.error_message == "bad input no"
+
+
+async def test_a_step_output_too_large_for_a_store_fails_the_run_not_given_back(
+    deployment: Deployment,
+) -> None:
+    # About 130 MB in the worker: the output and its JSON, over RECORD_MAX_BYTES.
+    worker = deployment.start_worker("split")
+    split = make_split()
+    try:
+        with pytest.raises(RunFailedError) as failed:
+            await split.run({"large": True}, run_id="too-large", timeout=30)
+    finally:
+        await split.stop()
+    error = failed.value
+    assert (error.agent, error.error_type) == ("third", "RecordTooLargeError")
+    assert error.error_message.startswith("cannot store data: it is 67,108,9")
+    assert f"over the {RECORD_MAX_BYTES:,} bytes" in error.error_message
+    worker.terminate()
+    assert worker.wait(timeout=20) == 0
+    assert "giving it back" not in worker.errors()
 
 
 async def test_a_worker_whose_clutch_lacks_the_next_agent_leaves_the_step_to_one_that_has_it(
