@@ -237,6 +237,11 @@ pipeline that runs on SQLite runs on a server store too: PostgreSQL takes at mos
 one message (a commit's records travel in one parameter) and Redis 512 MB in one argument
 (proto-max-bulk-len). The margin is wide because a commit holds several records (a step's
 data, its checkpoint, the journaled calls of its step), not one."""
+COMMIT_MAX_BYTES = 4 * RECORD_MAX_BYTES
+"""The largest commit a store is given, its records' bodies added up (256 MiB): room for
+a few records at RECORD_MAX_BYTES, well under PostgreSQL's 1 GB message and Redis's 512 MB
+argument. A larger one (many journaled calls of one step, a run with durability "exit")
+fails with RecordTooLargeError naming its run and step before any store writes it."""
 
 # Server stores (PostgreSQL and Redis).
 PG_POOL_MIN_SIZE = 1

@@ -183,7 +183,8 @@ class Commit:
             *self.journal,
             *self.checkpoints,
         ]
-        return sum(len(record.body or b"") for record in records) + len(self.result or b"")
+        bodies = sum(len(record.body or b"") for record in records)
+        return bodies + len(self.result or b"") + len(self.error or b"")
 
 
 _counter = itertools.count()

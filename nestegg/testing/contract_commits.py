@@ -14,9 +14,10 @@ import pytest
 
 from nestegg.checkpoint.codec import encode_value, seal, seal_json
 from nestegg.checkpoint.records import JournalRecord, RunRecord, StepRecord
+from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import COMPLETED, REASON_MANUAL
-from nestegg.errors import RunNotFoundError, StaleOwnerError
+from nestegg.errors import RecordTooLargeError, RunNotFoundError, StaleOwnerError
 from nestegg.testing.builders import (
     OWNER,
     T0,
@@ -135,6 +136,27 @@ async def test_commit_to_missing_run_raises_not_found(store: CheckpointStorage) 
         await store.commit(_everything_commit(ghost, ghost.fence, []))
     assert await snapshot(store, "run-ghost") == (None, [], [], [], [], [[]] * 10)
     assert await store.list_runs() == []
+
+
+async def test_a_commit_past_the_size_limit_is_refused_naming_its_step_and_stores_nothing(
+    store: CheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await create(store)
+    await commit_steps(store, run, range(1, 3), checkpoints=True)
+    before = await snapshot(store, run.run_id)
+    journal = [make_journal(run.run_id, 3, position) for position in range(8)]
+    size = sum(len(entry.body) for entry in journal)
+    monkeypatch.setattr(common, "COMMIT_MAX_BYTES", size - 1)
+    commit = make_commit(run, steps=[make_step(run.run_id, 3)], journal=journal, step_seq=3)
+    with pytest.raises(RecordTooLargeError) as refused:
+        await store.commit(commit)
+    error = refused.value
+    assert error.path == f"the commit of step 3 of run {run.run_id!r}"
+    assert (error.size, error.limit) == (commit.size(), size - 1)
+    assert error.path in str(error) and f"{size - 1:,} bytes" in str(error)
+    assert await snapshot(store, run.run_id) == before
+    await store.commit(make_commit(run, journal=journal[:-1]))  # under the limit: stored
+    assert len(await store.read_journal(run.run_id, 3)) == 7
 
 
 async def test_prune_deletes_the_named_checkpoints_only(store: CheckpointStorage) -> None:

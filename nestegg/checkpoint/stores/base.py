@@ -96,7 +96,9 @@ class CheckpointStorage(Protocol):
         steps past it go first (events stay). A step, journal entry or checkpoint whose
         key exists (step seq, journal position, checkpoint id) is replaced; events are
         never rewritten, and what a duplicate event seq does is not defined. Raises
-        StaleOwnerError if the run's fence is not ``commit.fence``.
+        StaleOwnerError if the run's fence is not ``commit.fence``, and, before writing
+        anything, RecordTooLargeError if its records add up past COMMIT_MAX_BYTES
+        (:func:`~nestegg.checkpoint.stores.common.check_size`).
         """
 
     async def load_steps(

@@ -20,8 +20,9 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.constants import FINISHED
+from nestegg.constants import COMMIT_MAX_BYTES, FINISHED
 from nestegg.errors import (
+    RecordTooLargeError,
     RunExistsError,
     RunFinishedError,
     RunLockedError,
@@ -78,6 +79,24 @@ def change_set(commit: Commit) -> ChangeSet:
         commit.prune,
         fields,
     )
+
+
+def check_size(commit: Commit) -> None:
+    """Refuse ``commit`` if its records add up past COMMIT_MAX_BYTES, before a store writes
+    any of it: RecordTooLargeError naming its run and the steps it carries."""
+    size = commit.size()
+    if size <= COMMIT_MAX_BYTES:
+        return
+    where = f"the commit of {_steps_of(commit)}run {commit.run_id!r}"
+    raise RecordTooLargeError(where, type(commit).__name__, size, COMMIT_MAX_BYTES)
+
+
+def _steps_of(commit: Commit) -> str:
+    """``step 3 of ``, ``steps 1 to 4 of ``: the steps whose records ``commit`` carries."""
+    seqs = sorted({*(step.seq for step in commit.steps), *(j.step for j in commit.journal)})
+    if not seqs:
+        return ""
+    return f"step {seqs[0]} of " if len(seqs) == 1 else f"steps {seqs[0]} to {seqs[-1]} of "
 
 
 def set_run_fields(run: RunRecord, changes: ChangeSet) -> None:
@@ -142,6 +161,7 @@ __all__ = [
     "RUN_FIELDS",
     "ChangeSet",
     "change_set",
+    "check_size",
     "claim_refusal",
     "commit_outcome",
     "run_claimed",

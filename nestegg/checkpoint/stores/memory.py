@@ -18,6 +18,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
+    check_size,
     claim_refusal,
     run_exists,
     run_not_found,
@@ -131,6 +132,7 @@ class MemoryCheckpointStorage(MemoryThreadRows):
         return dataclasses.replace(run)
 
     async def commit(self, commit: Commit) -> None:
+        check_size(commit)
         changes = change_set(commit)
         data = self._data(changes.run_id)
         if data.run.fence != changes.fence:

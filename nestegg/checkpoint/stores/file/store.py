@@ -50,7 +50,13 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import claim_refusal, run_exists, run_not_found, stale_fence
+from nestegg.checkpoint.stores.common import (
+    check_size,
+    claim_refusal,
+    run_exists,
+    run_not_found,
+    stale_fence,
+)
 from nestegg.checkpoint.stores.file.commit import (
     commit_durably,
     redo_pending_commit,
@@ -401,6 +407,7 @@ class FileCheckpointStorage(FileThreadRows):
 
     async def commit(self, commit: Commit) -> None:
         _run_id(commit.run_id)
+        check_size(commit)
         for checkpoint_id in (*(c.checkpoint_id for c in commit.checkpoints), *commit.prune):
             _checkpoint_id(checkpoint_id)
         await self._io(self._commit, commit)

@@ -40,7 +40,7 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import run_exists, run_not_found
+from nestegg.checkpoint.stores.common import check_size, run_exists, run_not_found
 from nestegg.checkpoint.stores.group import MAX_BATCH, GroupCalls, GroupCommitter, run_id_of
 from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id
 from nestegg.checkpoint.stores.postgres.connection import (
@@ -390,6 +390,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         return await self._claims.call([*params, run_id, expected_fence, reopen])
 
     async def commit(self, commit: Commit) -> None:
+        check_size(commit)
         await self._group.commit(commit)
 
     # -- reads --------------------------------------------------------------------------

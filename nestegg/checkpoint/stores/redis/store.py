@@ -39,6 +39,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     change_set,
+    check_size,
     commit_outcome,
     run_claimed,
     run_exists,
@@ -303,6 +304,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         ]
 
     async def commit(self, commit: Commit) -> None:
+        check_size(commit)
         await self._group.commit(commit)
 
     def _commit_call(self, commit: Commit) -> tuple[list[bytes], list[bytes]]:

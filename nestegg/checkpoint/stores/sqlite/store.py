@@ -35,6 +35,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
 from nestegg.checkpoint.stores.common import (
+    check_size,
     claim_refusal,
     run_claimed,
     run_exists,
@@ -306,6 +307,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         return await self._connection.write(_claim_run, params, small=False)
 
     async def commit(self, commit: Commit) -> None:
+        check_size(commit)
         await self._group.commit(commit)
 
     async def _commit_one(self, commit: Commit) -> None:
