@@ -29,6 +29,7 @@ from nestegg.checkpoint.formats import (
     ended_payload,
     event_body,
     failure_body,
+    failure_commit,
     failure_detail,
     journal_error_body,
     journal_result_body,
@@ -73,7 +74,7 @@ from nestegg.constants import (
     STEP_STARTED,
     WAITING,
 )
-from nestegg.errors import StaleOwnerError
+from nestegg.errors import RecordTooLargeError, StaleOwnerError
 from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
@@ -538,6 +539,9 @@ class Checkpointer:
         self.pending.result = final_result
         try:
             await self._commit_now()
+        except RecordTooLargeError as error:
+            await self._fail_alone(failure_body(failure_detail(error, None), error))
+            raise
         finally:
             await self._stop()
         for request in self.requests:
@@ -576,6 +580,8 @@ class Checkpointer:
         try:
             await self._commit_now()
         except Exception as failure:  # keep the original error; the run stays resumable
+            if isinstance(failure, RecordTooLargeError) and status == FAILED and error:
+                await self._fail_alone(error)  # failed all the same, not resumable
             log.warning(
                 "could not record the %s status of run %r: %s",
                 status,
@@ -588,6 +594,17 @@ class Checkpointer:
         for request in self.requests:
             if not request.done():
                 request.cancel()
+
+    async def _fail_alone(self, error: bytes) -> None:
+        """Store the run failed with the sealed ``error`` after its last commit was refused
+        as too large (what ``durability="exit"`` piled up: more than a store takes at
+        once): the run's end alone, after what is stored of it (the refused records are
+        lost, as in a kill), so that it is not left running, to be resumed into the same
+        refusal."""
+        with contextlib.suppress(Exception):  # the caller raises the refusal
+            stored = await self.store.get_run(self.run_id)
+            if stored is not None and stored.fence == self.fence:
+                await self.commit(failure_commit(stored, self.clock(), error))
 
     # ---------------------------------------------------------------- waiting
 
