@@ -11,6 +11,9 @@ connection is kept while it is in use (:meth:`RabbitMQTransport.in_use`: a calle
 worker, a consumer, a Clutch's ``async with``) and closed when the last use ends, so that
 none of its tasks is left pending when the event loop that ran them closes.
 
+Opening a connection may take CONNECT_TIMEOUT seconds: a port that takes the connection and
+never answers the AMQP handshake (another server's) is as unreachable as a refused one.
+
 A refusal that retrying will not mend (a login refused, a vhost that does not exist or
 that the user may not open, an operation the user has no permission for) is a
 BrokerRefusedError naming the broker's URL without its password; any other failure is a
@@ -35,6 +38,7 @@ from aio_pika.exceptions import (
     ProbableAuthenticationError,
 )
 from aiormq.exceptions import ChannelAccessRefused
+from yarl import URL
 
 from nestegg.errors import BrokerRefusedError, ConfigurationError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, check_url
@@ -48,6 +52,10 @@ log = logging.getLogger("nestegg")
 CLOSE_TIMEOUT = 5.0
 """Seconds a consumer's cancellation or the connection's close may take (a broker that does
 not answer does not hold a stopping worker)."""
+CONNECT_TIMEOUT = 5.0
+"""Seconds the opening of a connection (TCP and AMQP handshake, also each reconnection) may
+take: a port that accepts and does not speak AMQP (another server's) fails as a refused
+port does, a TransportError, instead of holding the caller or worker forever."""
 
 
 @contextlib.contextmanager
@@ -180,9 +188,29 @@ class RabbitMQTransport:
     async def _connect(self) -> AbstractRobustConnection:
         async with self._lock:
             if self._connection is None or self._connection.is_closed:
-                with broker_errors(self.url, f"connecting to {self.url.rpartition('@')[2]}"):
-                    self._connection = await aio_pika.connect_robust(self.url)
+                self._connection = await self._open()
             return self._connection
+
+    async def _open(self) -> AbstractRobustConnection:
+        """A new robust connection (what ``aio_pika.connect_robust`` does), closed again if
+        its first attempt fails, times out or is cancelled: its reconnection task would
+        otherwise go on retrying, and hold the event loop's end."""
+        where = self.url.rpartition("@")[2]
+        connection = aio_pika.RobustConnection(URL(self.url))
+        try:
+            with broker_errors(self.url, f"connecting to {where}"):
+                try:
+                    await connection.connect(timeout=CONNECT_TIMEOUT)
+                except TimeoutError:
+                    raise TransportError(
+                        f"RabbitMQ: connecting to {where} failed: no AMQP handshake within "
+                        f"{CONNECT_TIMEOUT:g} s (is it a RabbitMQ port?)"
+                    ) from None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.wait_for(connection.close(), CLOSE_TIMEOUT))
+            raise
+        return connection
 
     async def _publishing_channel(self) -> AbstractChannel:
         if self._publisher is None or self._publisher.is_closed:

@@ -4,8 +4,9 @@ Configured from the environment when built, so that every test has its own keys:
 ``NESTEGG_TEST_REDIS_URL`` (store and Redis broker), ``NESTEGG_TEST_PREFIX`` (key prefix
 of the store, streams, queues and counters), ``NESTEGG_TEST_TRANSPORT`` (an AMQP URL;
 default Redis Streams), ``NESTEGG_TEST_LEASE`` (seconds), ``NESTEGG_TEST_SLOW``
-(seconds the slow step takes) and ``NESTEGG_TEST_PACE`` (seconds each chain step takes at
-least).
+(seconds the slow step takes), ``NESTEGG_TEST_PACE`` (seconds each chain step takes at
+least) and ``NESTEGG_TEST_CONNECT_TIMEOUT`` (seconds a RabbitMQ connection's opening may
+take; default the transport's CONNECT_TIMEOUT).
 """
 
 from __future__ import annotations
@@ -68,7 +69,12 @@ def transport() -> Any:
 
 @functools.cache
 def _recording_rabbitmq() -> Any:
+    from nestegg.transport import rabbitmq
     from nestegg.transport.rabbitmq import RabbitMQTransport
+
+    connect_timeout = os.environ.get("NESTEGG_TEST_CONNECT_TIMEOUT")
+    if connect_timeout is not None:
+        rabbitmq.CONNECT_TIMEOUT = float(connect_timeout)
 
     class RecordingRabbitMQ(RabbitMQTransport):
         """RabbitMQ that records each channel whose queue it declares."""

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -214,6 +214,25 @@ async def _delete_queues(deployed: Deployment) -> None:
         await transport.delete_channels(sorted(name.decode() for name in recorded))
     finally:
         await transport.close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that takes connections and never says a word (another
+    server's port, not a broker's): the kernel completes the handshakes, nothing reads."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        yield server.getsockname()[1]
 
 
 async def wait_until(check: Any, timeout: float, what: str, interval: float = 0.05) -> None:

@@ -5,12 +5,15 @@ pending when ``asyncio.run`` closes its loop)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
 
+from tests.servers import delete_redis_keys
 from tests.transport.apps import make_split
 from tests.transport.conftest import ROOT, Deployment
 
@@ -68,21 +71,39 @@ print("left")
 """
 
 
-def run_caller(deployment: Deployment, code: str) -> subprocess.CompletedProcess[str]:
-    """``python -c code`` with the deployment's settings, from the project's root."""
+UNANSWERED = """
+import asyncio
+from nestegg.errors import TransportError
+from tests.transport.apps import make_split
+
+try:
+    asyncio.run(make_split().run({"x": 1}, timeout=10))
+except TransportError as error:
+    print(error)
+"""
+UNANSWERED_EXIT_S = 20.0
+"""Seconds a caller whose broker does not answer gets to exit (its run's timeout is 10 s,
+its connection's 1 s)."""
+
+
+def run_caller(
+    env: dict[str, str], code: str, timeout: float = CALLER_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with environment ``env`` (a deployment's), from the project's
+    root, within ``timeout`` seconds."""
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env=deployment.env(),
+        env=env,
         capture_output=True,
         text=True,
-        timeout=CALLER_TIMEOUT_S,
+        timeout=timeout,
     )
 
 
 def test_a_caller_that_ran_a_run_exits_without_a_word_on_stderr(deployment: Deployment) -> None:
     deployment.start_worker("split")
-    caller = run_caller(deployment, RUN_ONCE)
+    caller = run_caller(deployment.env(), RUN_ONCE)
     assert (caller.returncode, caller.stdout, caller.stderr) == (0, "1\n", "")
 
 
@@ -92,7 +113,7 @@ def test_a_caller_that_ran_a_run_exits_without_a_word_on_stderr(deployment: Depl
 def test_a_caller_that_leaves_its_run_to_the_workers_exits_without_a_word_on_stderr(
     deployment: Deployment, code: str, printed: str
 ) -> None:
-    caller = run_caller(deployment, code)  # no worker: the run waits in its channel
+    caller = run_caller(deployment.env(), code)  # no worker: the run waits in its channel
     assert (caller.returncode, caller.stdout, caller.stderr) == (0, printed, "")
 
 
@@ -100,7 +121,7 @@ def test_a_caller_that_leaves_its_run_to_the_workers_exits_without_a_word_on_std
 async def test_a_run_submitted_as_the_callers_loop_ends_is_stored_and_run_by_a_worker(
     deployment: Deployment, store: Any, code: str
 ) -> None:
-    caller = run_caller(deployment, code)  # submit() returned, the loop closed at once
+    caller = run_caller(deployment.env(), code)  # submit() returned, the loop closed at once
     assert (caller.returncode, caller.stdout, caller.stderr) == (0, "left\n", "")
     assert await store.get_run("submitted") is not None
     deployment.start_worker("split")  # its first step waits on the broker
@@ -109,3 +130,29 @@ async def test_a_run_submitted_as_the_callers_loop_ends_is_stored_and_run_by_a_w
         assert (await split.result("submitted", timeout=20))["x"] == 1
     finally:
         await split.stop()
+
+
+@pytest.mark.parametrize("listening", [True, False], ids=["silent-port", "closed-port"])
+async def test_a_caller_whose_broker_does_not_answer_gets_a_transport_error_and_exits(
+    redis_url: str, silent_port: int, closed_port: int, listening: bool
+) -> None:
+    pytest.importorskip("aio_pika")
+    port = silent_port if listening else closed_port
+    prefix = f"nestegg-unanswered-{uuid.uuid4().hex[:10]}:"
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        NESTEGG_TEST_REDIS_URL=redis_url,
+        NESTEGG_TEST_PREFIX=prefix,
+        NESTEGG_TEST_TRANSPORT=f"amqp://guest:guest@127.0.0.1:{port}/",
+        NESTEGG_TEST_CONNECT_TIMEOUT="1",
+    )
+    try:
+        caller = run_caller(env, UNANSWERED, UNANSWERED_EXIT_S)
+    finally:
+        await delete_redis_keys(redis_url, prefix)
+    assert caller.returncode == 0, caller.stderr
+    assert caller.stdout.startswith(f"RabbitMQ: connecting to 127.0.0.1:{port}/ failed: ")
+    if listening:
+        assert caller.stdout.endswith("no AMQP handshake within 1 s (is it a RabbitMQ port?)\n")
+        assert caller.stderr == ""  # no reconnection left running

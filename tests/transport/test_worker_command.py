@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ from tests.transport.conftest import (
 WORKER_EXIT_TIMEOUT_S = 30.0
 RETRIES_SEEN_AFTER_S = 3.0
 """Seconds a worker whose broker cannot be reached gets to try (again every second)."""
+STOPPED_WITHIN_S = 3.0
+"""Seconds a worker that is not serving yet gets to exit after SIGTERM."""
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -101,15 +102,21 @@ def test_an_empty_agent_name_is_bad_usage(agents: str) -> None:
     assert f"--agents must name agents, separated by commas (a,b), got {agents!r}" in output
 
 
+def worker_env(settings: dict[str, str]) -> dict[str, str]:
+    """This process's environment with the project importable and ``settings`` as
+    ``NESTEGG_TEST_*`` variables."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.update({f"NESTEGG_TEST_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
 def worker_process(app_spec: str, **settings: str) -> subprocess.CompletedProcess[str]:
     """``nestegg worker app_spec`` in a process of its own, with ``NESTEGG_TEST_*``
     ``settings`` (see tests.transport.apps), until it exits."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.update({f"NESTEGG_TEST_{name.upper()}": value for name, value in settings.items()})
     return subprocess.run(
         [sys.executable, "-m", "nestegg", "worker", app_spec],
         cwd=ROOT,
-        env=env,
+        env=worker_env(settings),
         capture_output=True,
         text=True,
         timeout=WORKER_EXIT_TIMEOUT_S,
@@ -197,35 +204,75 @@ def test_a_broker_that_refuses_the_settings_ends_the_worker_at_start_in_one_line
     assert "secret" not in worker.stderr
 
 
-@pytest.mark.server
-def test_a_broker_that_cannot_be_reached_at_start_is_retried_until_stopped(
-    store_settings: dict[str, str],
-) -> None:
-    with socket.socket() as probe:  # a port nothing listens on: connections are refused
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = dict(
-        os.environ, PYTHONPATH=str(ROOT), NESTEGG_TEST_TRANSPORT=f"redis://127.0.0.1:{port}/0"
-    )
-    env.update({f"NESTEGG_TEST_{k.upper()}": v for k, v in store_settings.items()})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "nestegg", "worker", "tests.transport.apps:chain"],
+def started_worker(app_spec: str, **settings: str) -> subprocess.Popen[str]:
+    """``nestegg worker app_spec`` started in a process of its own with ``NESTEGG_TEST_*``
+    ``settings`` (see tests.transport.apps), its stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "nestegg", "worker", app_spec],
         cwd=ROOT,
-        env=env,
+        env=worker_env(settings),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def stopped_after(process: subprocess.Popen[str], seconds: float) -> str:
+    """SIGTERM ``process`` after ``seconds`` (it must still run then) and its stderr; it
+    must exit within STOPPED_WITHIN_S seconds of the signal."""
     try:
-        time.sleep(RETRIES_SEEN_AFTER_S)
-        assert process.poll() is None  # still retrying
+        time.sleep(seconds)
+        assert process.poll() is None, process.communicate()[1]  # still retrying
         process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
         _, errors = process.communicate(timeout=WORKER_EXIT_TIMEOUT_S)
+        took = time.monotonic() - signalled
     finally:
         process.kill()
         process.wait()
+    assert took < STOPPED_WITHIN_S, (took, errors)
+    return errors
+
+
+@pytest.mark.server
+def test_a_broker_that_cannot_be_reached_at_start_is_retried_until_stopped(
+    store_settings: dict[str, str], closed_port: int
+) -> None:
+    port = closed_port
+    transport = f"redis://127.0.0.1:{port}/0"
+    process = started_worker("tests.transport.apps:chain", transport=transport, **store_settings)
+    errors = stopped_after(process, RETRIES_SEEN_AFTER_S)
     assert process.returncode == EXIT_OK
     retries = [line for line in errors.splitlines() if line.startswith("warning: setting up")]
     assert retries, errors
     assert "serving" not in errors  # never connected: no start line
     assert f"Error 111 connecting to 127.0.0.1:{port}" in retries[0]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("connect_timeout", "retried"),
+    [("1", True), ("60", False)],  # SIGTERM after some attempts, or during the first
+    ids=["retried", "stopped-while-connecting"],
+)
+def test_a_port_that_does_not_speak_amqp_is_retried_as_an_unreachable_broker_until_stopped(
+    store_settings: dict[str, str], silent_port: int, connect_timeout: str, retried: bool
+) -> None:
+    pytest.importorskip("aio_pika")
+    transport = f"amqp://guest:guest@127.0.0.1:{silent_port}/"
+    process = started_worker(
+        "tests.transport.apps:chain",
+        transport=transport,
+        connect_timeout=connect_timeout,
+        **store_settings,
+    )
+    errors = stopped_after(process, RETRIES_SEEN_AFTER_S)
+    assert process.returncode == EXIT_OK
+    failure = (
+        f"RabbitMQ: connecting to 127.0.0.1:{silent_port}/ failed: no AMQP handshake within "
+        f"{connect_timeout} s (is it a RabbitMQ port?)"
+    )
+    lines = errors.splitlines()
+    assert bool(lines) == retried, errors
+    assert all(line.startswith("warning: setting up") for line in lines), errors
+    assert all(line.endswith(failure) for line in lines), errors
