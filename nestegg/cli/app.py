@@ -88,11 +88,21 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+CLIENT_LOGGERS = frozenset({"aio_pika", "aiormq", "pamqp", "psycopg", "psycopg_pool", "redis"})
+"""The broker and store clients whose records the command shows under --debug only: every
+failure of theirs reaches nestegg as an exception, which it reports in a line of its own
+(aiormq logs each refused connection as an error, and aio-pika each reconnection)."""
+
+
 class _OwnWarningsOnly(logging.Filter):
-    """Lets nestegg's warnings through and other libraries' only from ERROR up."""
+    """Lets nestegg's warnings through, other libraries' only from ERROR up, and the broker
+    and store clients' (CLIENT_LOGGERS) none."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.name.split(".")[0] == "nestegg" or record.levelno >= logging.ERROR
+        root = record.name.split(".")[0]
+        if root == "nestegg":
+            return True
+        return root not in CLIENT_LOGGERS and record.levelno >= logging.ERROR
 
 
 class _Escaped(logging.Formatter):

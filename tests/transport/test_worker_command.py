@@ -250,6 +250,21 @@ def test_a_broker_that_cannot_be_reached_at_start_is_retried_until_stopped(
 
 
 @pytest.mark.server
+def test_a_worker_shows_its_own_retry_warnings_and_not_the_broker_clients_lines(
+    store_settings: dict[str, str], closed_port: int
+) -> None:
+    pytest.importorskip("aio_pika")
+    transport = f"amqp://guest:guest@127.0.0.1:{closed_port}/"
+    process = started_worker("tests.transport.apps:chain", transport=transport, **store_settings)
+    errors = stopped_after(process, RETRIES_SEEN_AFTER_S)
+    lines = errors.splitlines()
+    assert lines, errors
+    assert all(line.startswith("warning: setting up") for line in lines), errors
+    assert f"Connect call failed ('127.0.0.1', {closed_port})" in lines[0]
+    assert "error when creating transport" not in errors  # aiormq's own line
+
+
+@pytest.mark.server
 @pytest.mark.parametrize(
     ("connect_timeout", "retried"),
     [("1", True), ("60", False)],  # SIGTERM after some attempts, or during the first
