@@ -109,8 +109,8 @@ class CheckpointedRuns:
         self._ready: asyncio.Future[None] | None = None
 
     async def ready(self) -> CheckpointStorage:
-        """The store, set up once."""
-        if self._ready is None:
+        """The store, set up once (a setup that failed is tried again by the next call)."""
+        if self._ready is None or _failed(self._ready):
             self._ready = asyncio.ensure_future(self.store.setup())
         await asyncio.shield(self._ready)
         return self.store
@@ -696,3 +696,7 @@ class CheckpointedRuns:
                         run.run_id, [c.checkpoint_id for c in surplus]
                     )
         return {"runs_expired": len(expired), "checkpoints_pruned": pruned}
+
+
+def _failed(future: asyncio.Future[None]) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)

@@ -9,9 +9,10 @@ a worker killed during a step: the worker that claims such a run then takes it o
 A stop (SIGTERM) drains: no new messages, the steps under way get ``grace`` seconds, and
 the runs of those still running then are released at once and pointed at again.
 
-A worker sets its channels up before it consumes them: a broker that refuses its settings
-(BrokerRefusedError: a login, vhost or database refused) ends it there, since retrying
-cannot mend that; a broker that cannot be reached is retried every BROKER_RETRY_DELAY
+A worker sets its store and then its channels up before it consumes them: a store or a
+broker that refuses its settings (StoreRefusedError, BrokerRefusedError: a login, vhost or
+database refused) ends it there, since retrying cannot mend that; a store that is
+unavailable, or a broker that cannot be reached, is retried every BROKER_RETRY_DELAY
 seconds, at start as later.
 """
 
@@ -28,7 +29,13 @@ from typing import TYPE_CHECKING
 from nestegg.cancellation import cancel, cancel_requested
 from nestegg.checkpoint.waiting import resumable_now
 from nestegg.constants import RUNNING, WAITING
-from nestegg.errors import BrokerRefusedError, ConfigurationError, NestEggError, TransportError
+from nestegg.errors import (
+    BrokerRefusedError,
+    ConfigurationError,
+    NestEggError,
+    StorageUnavailableError,
+    TransportError,
+)
 from nestegg.transport import tracing
 from nestegg.transport.base import (
     ConsumerSetup,
@@ -48,7 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nestegg")
 
 BROKER_RETRY_DELAY = 1.0
-"""Seconds before consuming again after the broker failed."""
+"""Seconds before consuming again after the broker failed (and before setting the store up
+again after it was unavailable at start)."""
 REFUSED_FOR = 5.0
 """Seconds a worker starting tries again while the broker refuses its settings before it
 gives up: a refusal that passes (a connection limit reached, an authentication backend
@@ -159,8 +167,9 @@ class Worker:
 
         Raises:
             BrokerRefusedError: the broker refused the worker's settings at start.
+            StoreRefusedError: the store refused them (ConfigurationError: a store that
+                cannot be used so).
         """
-        await self.runner.book.ready()
         async with using(self.transport):
             sweeper = asyncio.ensure_future(self._sweep_forever())
             consumer = asyncio.ensure_future(self._consume_forever())
@@ -212,7 +221,21 @@ class Worker:
                 log.warning("setting up %s failed: %s", self.channels, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
 
+    async def _set_up_store(self) -> None:
+        """Set the store up, retrying while it is unavailable (a refusal or a store that
+        cannot be used so raises)."""
+        while True:
+            try:
+                await self.runner.book.ready()
+                return
+            except StorageUnavailableError as error:
+                log.warning(
+                    "setting up the store of pipeline %r failed: %s", self.clutch.name, error
+                )
+                await asyncio.sleep(BROKER_RETRY_DELAY)
+
     async def _consume_forever(self) -> None:
+        await self._set_up_store()
         await self._set_up_channels()
         if self.on_ready is not None:
             self.on_ready()

@@ -32,6 +32,9 @@ from tests.transport.conftest import (
 WORKER_EXIT_TIMEOUT_S = 30.0
 RETRIES_SEEN_AFTER_S = 3.0
 """Seconds a worker whose broker cannot be reached gets to try (again every second)."""
+STORE_RETRIES_SEEN_AFTER_S = 5.0
+"""Seconds a worker whose store is unavailable gets to try (each try of the Redis store
+takes about 2 s of its own retries, then the worker waits a second)."""
 STOPPED_WITHIN_S = 3.0
 """Seconds a worker that is not serving yet gets to exit after SIGTERM."""
 
@@ -291,3 +294,24 @@ def test_a_port_that_does_not_speak_amqp_is_retried_as_an_unreachable_broker_unt
     assert bool(lines) == retried, errors
     assert all(line.startswith("warning: setting up") for line in lines), errors
     assert all(line.endswith(failure) for line in lines), errors
+
+
+@pytest.mark.server
+def test_a_store_that_is_unavailable_at_start_is_waited_for_until_stopped(
+    store_settings: dict[str, str], closed_port: int
+) -> None:
+    store = f"redis://127.0.0.1:{closed_port}/0"  # the broker is the test Redis
+    settings = {**store_settings, "redis_url": store, "transport": store_settings["redis_url"]}
+    process = started_worker("tests.transport.apps:chain", **settings)
+    errors = stopped_after(process, STORE_RETRIES_SEEN_AFTER_S)
+    assert process.returncode == EXIT_OK
+    lines = errors.splitlines()
+    assert all(line.startswith("warning: ") for line in lines), errors
+    assert any(
+        line.startswith(
+            f"warning: setting up the store of pipeline 'chain' failed: Redis at {store} is "
+            f"unavailable: Error 111 connecting to 127.0.0.1:{closed_port}"
+        )
+        for line in lines
+    ), errors
+    assert "serving" not in errors  # never set up: no start line
