@@ -156,6 +156,8 @@ class StepRunner:
         self.owner = current_owner()  # read once: it reads /proc, a claim per step needs it
         self.telemetry = tracing.WorkerTelemetry(clutch.name)
         self.warm: dict[str, Warm] = {}
+        self.under_way: dict[object, tuple[str, int]] = {}
+        """The run and step each handling task runs now (a worker's drain names them)."""
         self.lacking = LackingAgents(clutch, self.book)
         self.lease = self.book.lease
         self.policy = dataclasses.replace(
@@ -301,6 +303,7 @@ class StepRunner:
         try:
             while True:
                 raise_if_cancel_requested(task)  # stopped, also if a library lost the cancel
+                self.under_way[task] = (claimed.run_id, execution.seq + 1)
                 following = await self._run(claimed, execution, recorder, delivery, taken_over)
                 if following is not Next.CONTINUE:
                     return following

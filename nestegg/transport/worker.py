@@ -40,6 +40,7 @@ from nestegg.transport import tracing
 from nestegg.transport.base import (
     ConsumerSetup,
     Delivery,
+    StepMessage,
     Transport,
     WaitingProbe,
     channel_name,
@@ -128,7 +129,8 @@ class Worker:
         self.grace = grace
         self.on_ready = on_ready
         self.stopping = asyncio.Event()
-        self.in_flight: set[asyncio.Task[None]] = set()
+        self.in_flight: dict[asyncio.Task[None], StepMessage] = {}
+        """The handling tasks and the message each took."""
         self.probed_at = -PROBE_EVERY
         self.probed = True
         self.runner = StepRunner(
@@ -186,15 +188,43 @@ class Worker:
                 raise failure
 
     async def _drain(self) -> None:
+        """Give the steps under way ``grace`` seconds, then release the runs of those still
+        running; a warning line for each step (its run and step) and one at the end."""
         if not self.in_flight:
             return
-        log.info("draining %d steps (grace %.1f s)", len(self.in_flight), self.grace)
-        _, late = await asyncio.wait(set(self.in_flight), timeout=self.grace)
+        log.warning("draining %d steps (grace %g s)", len(self.in_flight), self.grace)
+        steps = {task: self._step_of(task) for task in self.in_flight}
+        done, late = await asyncio.wait(set(self.in_flight), timeout=self.grace)
         for task in late:
+            steps[task] = self._step_of(task)  # the step it is in now
             cancel(task)
         for task in late:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for task in done:
+            run_id, step = steps[task]
+            log.warning(
+                "step %d of run %r ended during the drain",
+                step,
+                run_id,
+                extra={"run_id": run_id, "step": step},
+            )
+        for task in late:
+            run_id, step = steps[task]
+            log.warning(
+                "step %d of run %r did not end within the grace period: released for "
+                "another worker",
+                step,
+                run_id,
+                extra={"run_id": run_id, "step": step},
+            )
+        log.warning("drain over: %d steps ended, %d released", len(done), len(late))
+
+    def _step_of(self, task: asyncio.Task[None]) -> tuple[str, int]:
+        """The run and step ``task`` runs (its message's until it claimed the run)."""
+        message = self.in_flight.get(task)
+        taken = (message.run_id, message.seq) if message is not None else ("?", 0)
+        return self.runner.under_way.get(task, taken)
 
     async def _set_up_channels(self) -> None:
         """Set the channels up before consuming them (with a transport that can), retrying
@@ -264,7 +294,7 @@ class Worker:
                     await give_back(delivery)
                     raise asyncio.CancelledError
                 task = asyncio.ensure_future(self._handle(delivery, slots))
-                self.in_flight.add(task)
+                self.in_flight[task] = delivery.message
         finally:
             closing = getattr(deliveries, "aclose", None)
             if closing is not None:
@@ -287,7 +317,8 @@ class Worker:
             slots.release()
             task = asyncio.current_task()
             if task is not None:
-                self.in_flight.discard(task)
+                self.in_flight.pop(task, None)
+                self.runner.under_way.pop(task, None)
 
     async def _sweep_forever(self) -> None:
         while not cancel_requested():  # stopped, also if a library lost the cancellation

@@ -212,6 +212,11 @@ async def test_sigterm_lets_the_step_finish_within_the_grace_period(
         await wait_until(lambda: _effects_sync(deployment).get("drained:1") == 1, 15, "the step")
         worker.terminate()
         assert worker.wait(timeout=10) == 0, worker.errors()
+        assert worker.errors().splitlines()[1:] == [
+            "warning: draining 1 steps (grace 10 s)",
+            "warning: step 1 of run 'drained' ended during the drain",
+            "warning: drain over: 1 steps ended, 0 released",
+        ]
         run = await store.get_run("drained")
         assert run is not None and run.step_seq == 1, "the step under way was committed"
         deployment.start_worker("slow")
@@ -237,6 +242,12 @@ async def test_sigterm_past_the_grace_period_releases_the_run_at_once(
         first.terminate()
         stopped = time.monotonic()
         assert first.wait(timeout=5) == 0, first.errors()
+        assert first.errors().splitlines()[1:] == [
+            "warning: draining 1 steps (grace 0.2 s)",
+            "warning: step 1 of run 'released' did not end within the grace period: released "
+            "for another worker",
+            "warning: drain over: 0 steps ended, 1 released",
+        ]
         result = await slow.result("released", timeout=20)
         took = time.monotonic() - stopped
     finally:
