@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.codec import unseal_value
-from nestegg.checkpoint.formats import parse_failure
+from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
 from nestegg.checkpoint.ownership import is_interrupted, owner_alive
-from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepRecord
+from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
 from nestegg.checkpoint.waiting import still_waiting
@@ -22,6 +22,8 @@ from nestegg.constants import (
     CANCELLED,
     COMPLETED,
     FAILED,
+    QUEUED,
+    RUN_CANCELLED,
     RUN_WAITING,
     RUNNING,
     SIGNAL_RECEIVED,
@@ -269,7 +271,8 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
     even the start of one in its event log (its process died, or it was cancelled, before
     a step began: in the hook, or before the hook was awaited). The event log is read only
     in that last case. A running run no process ever claimed passed it: a caller on
-    workers stores its run only once the hook passed (a local run is stored claimed).
+    workers stores its run only once the hook passed (a local run is stored claimed); so
+    did such a run cancelled from outside while queued (its ``run_cancelled`` says so).
     """
     if state.seq != 0 or run.parent_run is not None or run.step_seq != 0:
         return False
@@ -283,7 +286,21 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
     elif run.status not in (RUNNING, CANCELLED):
         return False
     events = await store.read_events(run.run_id)
-    return not any(event.kind in STEP_EVENTS for event in events)
+    if any(event.kind in STEP_EVENTS for event in events):
+        return False
+    return not any(_cancelled_queued(event) for event in events if event.kind == RUN_CANCELLED)
+
+
+def _cancelled_queued(event: EventRecord) -> bool:
+    """Whether a ``run_cancelled`` event says the run was queued for workers (stored by a
+    caller once its hook passed, no worker had taken it): a damaged one says not."""
+    try:
+        return (
+            parse_event(event.body, f"event {event.seq} of run {event.run_id!r}").get("previous")
+            == QUEUED
+        )
+    except CheckpointCorruptedError:
+        return False
 
 
 async def resume_refusal(

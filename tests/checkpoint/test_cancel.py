@@ -152,6 +152,30 @@ async def test_a_queued_run_gets_its_opening_event_and_is_cancelled(
     assert run is not None and run.status == CANCELLED and run.event_seq == 2
 
 
+async def test_a_queued_run_cancelled_does_not_await_on_request_again_when_resumed(
+    store: CheckpointStorage,
+) -> None:
+    """A caller on workers stores its run once the hook passed; an interrupted run with no
+    step recorded may not have passed it (awaited again)."""
+    requests: list[object] = []
+
+    async def hook(request: dict[str, object]) -> None:
+        requests.append(request["clutch_id"])
+
+    clutch = Clutch("pipeline", checkpoint=config(store), on_request=hook)
+
+    @clutch.agent()
+    async def a(data: list[str]) -> list[str]:
+        return [*data, "a"]
+
+    await store.create_run(_running("queued", owner=None))
+    await store.create_run(_running("lost", FOREIGN))
+    for run_id in ("queued", "lost"):
+        assert await clutch.cancel(run_id) is True
+        assert await clutch.resume_latest(run_id) == ["a"]
+    assert requests == ["lost"]
+
+
 async def test_a_waiting_run_is_cancelled_and_its_timer_resumes_nothing(
     store: CheckpointStorage,
 ) -> None:
