@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS
@@ -26,6 +28,7 @@ from nestegg.errors import (
     InvalidIdentifierError,
     RunLockedError,
     StaleOwnerError,
+    StorageError,
     StorageUnavailableError,
 )
 from nestegg.testing.builders import (
@@ -642,3 +645,31 @@ def test_a_url_with_a_bad_port_in_its_second_host_is_refused_naming_it(pg_url: s
         with pytest.raises(ConfigurationError) as refused:
             build(url)
         assert "host 2 of 2, '127.0.0.1:99999', cannot be read" in str(refused.value)
+
+
+async def test_a_statement_the_server_gives_up_on_fails_its_step_not_given_back(
+    open_store: OpenStore, pg_url: str
+) -> None:
+    """statement_timeout (57014) is the statement's own length, no outage: the same commit
+    would time out again, so the step fails and the run with it, rather than staying
+    running for a resume (or a worker) to try it again and again."""
+    joiner = "&" if "?" in pg_url else "?"
+    timing_out = f"{pg_url}{joiner}options=-c%20statement_timeout%3D5"
+    reader = open_store()
+    await reader.setup()
+    store = PostgresCheckpointStorage(timing_out, table_prefix=reader.table_prefix)
+    clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def big(data: dict[str, str]) -> dict[str, str]:
+        return {"x": "y" * 40_000_000}
+
+    try:
+        with pytest.raises(StorageError) as raised:
+            await clutch.run({}, run_id="slow")
+        assert not isinstance(raised.value, StorageUnavailableError)
+        assert "statement timeout" in str(raised.value)
+        run = await reader.get_run("slow")
+        assert run is not None and run.status == "failed"
+    finally:
+        await store.close()

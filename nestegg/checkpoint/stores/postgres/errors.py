@@ -39,6 +39,14 @@ BY_SQLSTATE: dict[str, type[StorageError]] = {
 }
 """SQLSTATE class -> nestegg error, for errors the server reports (others: StorageError)."""
 
+BY_CODE: dict[str, type[StorageError]] = {
+    "53200": StorageError,  # out of memory: the same statement runs out again
+    "57014": StorageError,  # query canceled (statement_timeout): the same statement again
+}
+"""SQLSTATE codes decided apart from their class: a statement the server gives up on for
+its own size or length is no outage, and trying it again gives the same error (a step
+whose commit it is fails, rather than being given back again and again)."""
+
 BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
     (psycopg.OperationalError, StorageUnavailableError),  # lost, refused, pool timeout
     (psycopg.Error, StorageError),
@@ -101,7 +109,8 @@ def bad_option(exc: psycopg.Error) -> str | None:
 def error_class(exc: psycopg.Error) -> type[StorageError]:
     """The nestegg error ``exc`` becomes, by the tables above."""
     if exc.sqlstate:
-        return BY_SQLSTATE.get(exc.sqlstate[:2], StorageError)
+        found = BY_CODE.get(exc.sqlstate) or BY_SQLSTATE.get(exc.sqlstate[:2])
+        return found or StorageError
     return next(nestegg for driver, nestegg in BY_CLASS if isinstance(exc, driver))
 
 
@@ -160,6 +169,7 @@ def is_final(exc: psycopg.Error) -> bool:
 
 __all__ = [
     "BY_CLASS",
+    "BY_CODE",
     "BY_SQLSTATE",
     "FINAL_REFUSALS",
     "PASSING_REFUSALS",
