@@ -80,6 +80,29 @@ async def test_one_in_flight_sends_what_waited_once_the_call_under_way_ends() ->
     assert [await t for t in (first, *rest)] == ["A:1", "B:1", "A:2", "C:1"]
 
 
+async def test_a_batch_holds_no_more_bytes_than_its_weight_allows_and_keeps_each_runs_order() -> (
+    None
+):
+    """Calls weighed by the number after the colon: at most 10 a batch (one heavier call
+    goes alone); a run's later call never overtakes one of its calls left for later."""
+    calls = Calls()
+    weight = lambda item: int(item.split(":")[1])  # noqa: E731
+    group = GroupCalls(calls.one, calls.many, run_of, weight=weight, max_weight=10)
+    first = asyncio.create_task(group.call("a:1"))
+    await settle()
+    items = ("b:6", "c:5", "b:1", "d:4", "c:1", "e:30", "f:1")
+    rest = [asyncio.create_task(group.call(item)) for item in items]
+    await settle()
+    for item in ("a:1", "b:6", "c:5", "e:30"):  # each batch's first call
+        calls.let_go(item)
+        await settle()
+    assert [await t for t in (first, *rest)] == ["A:1", *(item.upper() for item in items)]
+    # c:5 does not fit beside b:6 (a run's calls may share a batch), nor d:4 after it;
+    # c:1 would, but waits for c:5; e:30 fits beside nothing: it goes alone
+    assert calls.sent == [["a:1"], ["b:6", "b:1", "f:1"], ["c:5", "d:4", "c:1"], ["e:30"]]
+    await group.drain()
+
+
 async def test_drain_waits_for_calls_queued_behind_a_call_made_alone() -> None:
     calls = Calls()
     group = GroupCalls(calls.one, calls.many, run_of)

@@ -20,7 +20,11 @@ each turn stays short, the commits of the runs that went on go out within a turn
 and the runs not yet woken wait their turn, as they would have on the loop anyway.
 
 Within a batch the commits keep the order they arrived in, so two commits of one run
-land in order. A store that writes on several connections lets several batches be under
+land in order. A batch holds no more bytes than one commit may (``COMMIT_MAX_BYTES``): the
+commits of many runs, each under it, never add up to more than a server takes at once (a
+PostgreSQL message over 1 GB drops the connection).
+
+A store that writes on several connections lets several batches be under
 way at once (``in_flight``): the commits that arrive while one is written go out at the
 end of that turn of the loop instead of waiting for it, which keeps batches small and
 commits quick with thousands of runs. A run's commits are never in two batches under
@@ -48,6 +52,7 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from nestegg.checkpoint.records import Commit, RunRecord
+from nestegg.constants import COMMIT_MAX_BYTES
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,6 +85,9 @@ class GroupCalls(Generic[T, R]):
             one batch is written go out without waiting for it.
         wake_per_turn: callers of written batches told their outcomes in one turn of the
             event loop at most.
+        weight: the bytes a call sends, about (None: calls are not weighed).
+        max_weight: the bytes of one batch at most, when calls are weighed: a call that
+            would take its batch past it goes in a later batch (alone if it weighs more).
     """
 
     def __init__(
@@ -90,8 +98,12 @@ class GroupCalls(Generic[T, R]):
         max_batch: int = MAX_BATCH,
         in_flight: int = 1,
         wake_per_turn: int = WAKE_PER_TURN,
+        weight: Callable[[T], int] | None = None,
+        max_weight: int = 0,
     ) -> None:
         self._one = one
+        self._weight = weight
+        self._max_weight = max_weight
         self._wake_per_turn = wake_per_turn
         self._many = many
         self._key = key
@@ -170,20 +182,28 @@ class GroupCalls(Generic[T, R]):
             task.add_done_callback(self._flushing.discard)
 
     def _take(self) -> tuple[list[tuple[T, asyncio.Future[R]]], set[str]]:
-        """The next batch and its keys: the oldest waiting calls, at most ``max_batch``, but
-        none of a key under way (a run's calls are made one after the other, in order)."""
+        """The next batch and its keys: the oldest waiting calls, at most ``max_batch`` and,
+        weighed, ``max_weight`` bytes (but one call at least), none of a key under way or
+        of a key whose earlier call waits (a run's calls are made one after the other, in
+        order)."""
         batch: list[tuple[T, asyncio.Future[R]]] = []
         keys: set[str] = set()
         left: list[tuple[T, asyncio.Future[R]]] = []
+        held: set[str] = set()  # keys of calls left for later: their next calls wait too
+        weight = 0
         for call in self._queue:
             if call[1].cancelled():
                 continue
             key = self._key(call[0])
-            if len(batch) < self._max_batch and key not in self._flying:
-                batch.append(call)
-                keys.add(key)
-            else:
-                left.append(call)
+            if len(batch) < self._max_batch and key not in self._flying and key not in held:
+                more = self._weight(call[0]) if self._weight is not None else 0
+                if not batch or weight + more <= self._max_weight or self._weight is None:
+                    batch.append(call)
+                    keys.add(key)
+                    weight += more
+                    continue
+            held.add(key)
+            left.append(call)
         self._queue = left
         self._flying |= keys
         return batch, keys
@@ -281,7 +301,16 @@ class GroupCommitter(GroupCalls[Commit, None]):
         in_flight: int = 1,
         wake_per_turn: int = WAKE_PER_TURN,
     ):
-        super().__init__(write_one, write_many, run_id_of, max_batch, in_flight, wake_per_turn)
+        super().__init__(
+            write_one,
+            write_many,
+            run_id_of,
+            max_batch,
+            in_flight,
+            wake_per_turn,
+            weight=Commit.size,
+            max_weight=COMMIT_MAX_BYTES,
+        )
         self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
 
     async def commit(self, commit: Commit) -> None:
