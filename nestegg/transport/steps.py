@@ -192,8 +192,10 @@ class StepRunner:
             following = await self._handle_one(following)
 
     async def _handle_one(self, delivery: Delivery) -> Delivery | None:
-        store = await self.book.ready()
         message = delivery.message
+        # what a drain names until the run is claimed: this message's, not the one before
+        self.under_way[asyncio.current_task()] = (message.run_id, message.seq)
+        store = await self.book.ready()
         try:
             try:
                 claimed = await self._claim(store, delivery)
