@@ -355,14 +355,15 @@ def _origin(url: str) -> str:
     return f"${STORE_ENV}" if os.environ.get(STORE_ENV) == url else "--store"
 
 
-def open_selected(url: str | None) -> CheckpointStorage:
-    """The store for ``url``, or the embedded default when None.
+def open_selected(url: str | None, *, read_only: bool = False) -> CheckpointStorage:
+    """The store for ``url`` (for a reader if ``read_only``: see :func:`open_store`), or
+    the embedded default when None.
 
     Raises:
         CommandError: an unknown scheme or a malformed URL (naming where it came from).
     """
     try:
-        return open_store(url) if url else default_store()
+        return open_store(url, read_only=read_only) if url else default_store()
     except (ValueError, TypeError) as error:
         if isinstance(error, MissingDependencyError) or not url:
             raise
@@ -400,8 +401,8 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
         store = _embedded_for_reading(url)
     except (ValueError, TypeError) as error:
         raise CommandError(_bad_url(str(url), error), EXIT_USAGE) from error
-    if store is None:
-        return open_selected(url)
+    if store is None:  # a server store: Redis's setup() then writes no mark
+        return open_selected(url, read_only=read_only)
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
     if isinstance(store, SQLiteCheckpointStorage):
         if isinstance(store.path, Path) and not store.path.is_file():

@@ -445,6 +445,46 @@ def test_a_read_finds_no_redis_store_under_a_prefix_that_holds_none_and_writes_n
         asyncio.run(_drop(stored))
 
 
+def test_a_read_of_a_redis_store_set_up_before_its_mark_writes_none(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # A store written by a version whose setup() wrote no <prefix>store: the commands that
+    # only read leave it so, and a Redis user allowed only to read and run scripts reads it.
+    from urllib.parse import urlsplit
+
+    import redis
+
+    tag = uuid.uuid4().hex[:8]
+    prefix = f"old-{tag}:"
+    url = f"{redis_url}?prefix={prefix}"
+    asyncio.run(_prefixed_run(url, tag))
+    admin = redis.Redis.from_url(redis_url)
+    user, password = f"nestegg-reader-{tag}", uuid.uuid4().hex
+    try:
+        admin.delete(f"{prefix}store")
+        before = sorted(admin.scan_iter(match=f"{prefix}*"))
+        admin.acl_setuser(
+            user,
+            enabled=True,
+            passwords=[f"+{password}"],
+            keys=["*"],
+            commands=["+@read", "+@scripting", "+multi", "+exec"],
+        )
+        parts = urlsplit(redis_url)
+        netloc = f"{user}:{password}@{parts.hostname}:{parts.port or 6379}"
+        as_reader = f"{parts._replace(netloc=netloc).geturl()}?prefix={prefix}"
+        for where in (as_reader, url):
+            for args in (["runs"], ["show", f"ok{tag}"]):
+                result = nestegg(tmp_path, *args, "--store", where)
+                assert result.returncode == EXIT_OK, (args, result.stdout, result.stderr)
+                assert f"ok{tag}" in result.stdout
+            assert sorted(admin.scan_iter(match=f"{prefix}*")) == before
+    finally:
+        admin.acl_deluser(user)
+        admin.close()
+        asyncio.run(_drop(url))
+
+
 @pytest.mark.parametrize("server", ["postgres", "redis"])
 def test_a_store_url_reaches_a_store_built_with_a_prefix_of_its_own(
     cli: Cli, pg_url: str, redis_url: str, server: str

@@ -28,15 +28,19 @@ URL_OPTIONS = {
 """The store option a URL may carry in its query, by scheme (``?table_prefix=app_``), so
 that a command reaches a store built with a prefix of its own."""
 
+READ_ONLY_SCHEMES = frozenset({"sqlite", "redis", "rediss"})
+"""The schemes of the stores that take ``read_only``, which :func:`open_store` passes on."""
+
 NO_SCHEME = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
 """Why a string with no scheme (``runs.db``, PostgreSQL's ``host=db dbname=app``) names no
 store."""
 
 
-def open_store(url: str) -> CheckpointStorage:
+def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     """A store for ``url``: ``memory://``, ``file:///dir``, ``sqlite:///file.db``,
     ``postgresql://…`` or ``redis://…``; a PostgreSQL URL may end in
     ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
+    ``read_only`` opens a SQLite or Redis store for a reader (their ``read_only`` option).
 
     Raises:
         ConfigurationError: no string, no scheme or an unknown one, or a URL whose host or
@@ -57,7 +61,9 @@ def open_store(url: str) -> CheckpointStorage:
     if not scheme:
         raise ConfigurationError(f"store URL {without_password(url)!r}: {NO_SCHEME}")
     cls = store_class(scheme)
-    options: dict[str, str] = {}
+    options: dict[str, str | bool] = (
+        {"read_only": True} if read_only and scheme in READ_ONLY_SCHEMES else {}
+    )
     name = URL_OPTIONS.get(scheme)
     if name is not None:
         url, value = _take_query_option(url, name)

@@ -97,6 +97,9 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         retries: retries (with backoff) of reads and commits after a connection failure,
             none starting later than ``connect_timeout`` after the first try; a commit
             is idempotent under its fence, so repeating it is safe.
+        read_only: open it for a reader (what the ``nestegg`` commands that only read do):
+            :meth:`setup` writes nothing, not even the store's mark, so a Redis user allowed
+            only to read and to run scripts can read a store set up before it had one.
 
     Raises:
         MissingDependencyError: redis-py is not installed.
@@ -118,8 +121,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         max_connections: int = REDIS_MAX_CONNECTIONS,
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
+        read_only: bool = False,
     ) -> None:
         self.prefix = validate_key_prefix(prefix)
+        self.read_only = read_only
         self._ttl = ttl_seconds(expire_finished_after)
         self._conn = RedisConnection(
             url_or_client,
@@ -182,7 +187,8 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         return [kind + run for kind in self._run_key_kinds]
 
     async def setup(self) -> None:
-        """Check that Redis answers and load the scripts (idempotent).
+        """Check that Redis answers, load the scripts and, unless :attr:`read_only`, mark
+        the store as there (idempotent).
 
         Raises:
             StorageUnavailableError: Redis cannot be reached.
@@ -191,8 +197,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         async def load() -> None:
             for script in self._scripts:
                 await self._client.script_load(script.script)
+            if self.read_only:
+                return
             marker = self._key(STORE_KEY)
-            if not await self._client.exists(marker):  # no write where it is: a reader's
+            if not await self._client.exists(marker):  # no write where it is
                 await self._client.set(marker, b"nestegg", nx=True)
 
         await self._call(load, idempotent=True)
