@@ -112,12 +112,18 @@ class _Escaped(logging.Formatter):
         return escaped_lines(super().format(record))
 
 
-class _LevelLine(_Escaped):
-    """A record as ``error: ...`` (ERROR and above) or ``warning: ...``."""
+class _LevelLine(logging.Formatter):
+    """A record as one ``error: ...`` (ERROR and above) or ``warning: ...`` line, escaped
+    (a newline in it as ``\\n``); a record's exception as its type and message after it
+    (its traceback: under --debug)."""
 
     def format(self, record: logging.LogRecord) -> str:
         label = "error" if record.levelno >= logging.ERROR else record.levelname.lower()
-        return f"{label}: {super().format(record)}"
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            text = f"{text}: {type(error).__name__}: {error}"
+        return f"{label}: {escaped(text)}"
 
 
 def configure_logging(argv: Sequence[str]) -> None:

@@ -38,6 +38,8 @@ from nestegg.constants import (
     FAILED,
     RUNNING,
 )
+from nestegg.wording import STEPS as STEPS
+from nestegg.wording import counted as counted
 
 _INT_LIMIT = 2**63
 MIN_COLUMN_WIDTH = 4
@@ -54,17 +56,11 @@ STATUS_STYLES = {
 
 
 RUNS = ("run", "runs")
-STEPS = ("step", "steps")
 CHECKPOINTS = ("checkpoint", "checkpoints")
 EVENTS = ("event", "events")
 JOURNAL_ENTRIES = ("journal entry", "journal entries")
 THREADS = ("thread", "threads")
 LANGGRAPH_THREADS = ("LangGraph thread", "LangGraph threads")
-
-
-def counted(count: int, noun: tuple[str, str]) -> str:
-    """``1 run``, ``2 runs``: the count with the noun's singular or plural."""
-    return f"{count} {noun[0] if count == 1 else noun[1]}"
 
 
 _FORMAT_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"

@@ -42,6 +42,7 @@ from nestegg.task import StepEvent, StepListeners, outcome_hint
 from nestegg.transport import tracing
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.steps import first_route
+from nestegg.wording import STEPS, counted
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.records import RunRecord
@@ -135,8 +136,9 @@ class RemoteProgress:
                 f"{outcome_hint(seen.run_id)}"
             )
         return (
-            f"run {seen.run_id!r} did not finish within {limit:g} s ({seen.step_seq} steps "
-            f"committed by the workers so far); it goes on: {outcome_hint(seen.run_id)}"
+            f"run {seen.run_id!r} did not finish within {limit:g} s "
+            f"({counted(seen.step_seq, STEPS)} committed by the workers so far); it goes on: "
+            f"{outcome_hint(seen.run_id)}"
         )
 
 

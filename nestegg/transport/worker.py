@@ -49,6 +49,7 @@ from nestegg.transport.base import (
 )
 from nestegg.transport.steps import StepRunner
 from nestegg.transport.verdicts import pointer_fence
+from nestegg.wording import STEPS, counted
 
 if TYPE_CHECKING:
     from nestegg.clutch import Clutch
@@ -192,7 +193,7 @@ class Worker:
         running; a warning line for each step (its run and step) and one at the end."""
         if not self.in_flight:
             return
-        log.warning("draining %d steps (grace %g s)", len(self.in_flight), self.grace)
+        log.warning("draining %s (grace %g s)", counted(len(self.in_flight), STEPS), self.grace)
         steps = {task: self._step_of(task) for task in self.in_flight}
         done, late = await asyncio.wait(set(self.in_flight), timeout=self.grace)
         for task in late:
@@ -218,7 +219,7 @@ class Worker:
                 run_id,
                 extra={"run_id": run_id, "step": step},
             )
-        log.warning("drain over: %d steps ended, %d released", len(done), len(late))
+        log.warning("drain over: %s ended, %d released", counted(len(done), STEPS), len(late))
 
     def _step_of(self, task: asyncio.Task[None]) -> tuple[str, int]:
         """The run and step ``task`` runs (its message's until it claimed the run)."""
@@ -248,7 +249,7 @@ class Worker:
                 log.warning("setting up %s was refused, trying again: %s", self.channels, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
             except TransportError as error:
-                log.warning("setting up %s failed: %s", self.channels, error)
+                log.warning("setting up %s failed: %s", ", ".join(self.channels), error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
 
     async def _set_up_store(self) -> None:

@@ -258,6 +258,8 @@ def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [
         "warning: a warning of nestegg",
         "error: an error of nestegg",
+        "warning: a driver's message:\\n\\tover two lines",  # one line each
+        "error: a failure of nestegg: KeyError: 'lost'",  # its traceback under --debug
         "error: a critical record of another library",  # its warnings hidden
         # broker and store clients' records hidden: nestegg reports their failures
         "error: 'tests.cli.logging_app' has no attribute 'none'",

@@ -263,6 +263,7 @@ def test_a_worker_shows_its_own_retry_warnings_and_not_the_broker_clients_lines(
     lines = errors.splitlines()
     assert lines, errors
     assert all(line.startswith("warning: setting up") for line in lines), errors
+    assert lines[0].startswith("warning: setting up nestegg.chain"), errors  # no list
     assert f"Connect call failed ('127.0.0.1', {closed_port})" in lines[0]
     assert "error when creating transport" not in errors  # aiormq's own line
 

@@ -213,9 +213,9 @@ async def test_sigterm_lets_the_step_finish_within_the_grace_period(
         worker.terminate()
         assert worker.wait(timeout=10) == 0, worker.errors()
         assert worker.errors().splitlines()[1:] == [
-            "warning: draining 1 steps (grace 10 s)",
+            "warning: draining 1 step (grace 10 s)",
             "warning: step 1 of run 'drained' ended during the drain",
-            "warning: drain over: 1 steps ended, 0 released",
+            "warning: drain over: 1 step ended, 0 released",
         ]
         run = await store.get_run("drained")
         assert run is not None and run.step_seq == 1, "the step under way was committed"
@@ -243,7 +243,7 @@ async def test_sigterm_past_the_grace_period_releases_the_run_at_once(
         stopped = time.monotonic()
         assert first.wait(timeout=5) == 0, first.errors()
         assert first.errors().splitlines()[1:] == [
-            "warning: draining 1 steps (grace 0.2 s)",
+            "warning: draining 1 step (grace 0.2 s)",
             "warning: step 1 of run 'released' did not end within the grace period: released "
             "for another worker",
             "warning: drain over: 0 steps ended, 1 released",
