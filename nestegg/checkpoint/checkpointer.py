@@ -509,7 +509,15 @@ class Checkpointer:
         if self.requests:
             requests, self.requests = self.requests, []
             checkpoint_id = self._add_checkpoint(REASON_MANUAL, self.last_good, None)
-            await self._commit_now()
+            try:
+                await self._commit_or_fail()
+            except Exception as error:  # the requests get the error the run stops with
+                if isinstance(error, RecordTooLargeError):  # stored failed: it ends here
+                    await self._stop()
+                for request in requests:
+                    if not request.done():
+                        request.set_exception(error)
+                raise
             for request in requests:
                 if not request.done():
                     request.set_result(checkpoint_id)
@@ -538,10 +546,7 @@ class Checkpointer:
         self.pending.status = COMPLETED
         self.pending.result = final_result
         try:
-            await self._commit_now()
-        except RecordTooLargeError as error:
-            await self._fail_alone(failure_body(failure_detail(error, None), error))
-            raise
+            await self._commit_or_fail()
         finally:
             await self._stop()
         for request in self.requests:
@@ -595,6 +600,15 @@ class Checkpointer:
             if not request.done():
                 request.cancel()
 
+    async def _commit_or_fail(self) -> None:
+        """Commit everything pending (with ``durability="exit"``: all the run piled up);
+        refused as too large, store the run failed alone with the refusal, then raise it."""
+        try:
+            await self._commit_now()
+        except RecordTooLargeError as error:
+            await self._fail_alone(failure_body(failure_detail(error, None), error))
+            raise
+
     async def _fail_alone(self, error: bytes) -> None:
         """Store the run failed with the sealed ``error`` after its last commit was refused
         as too large (what ``durability="exit"`` piled up: more than a store takes at
@@ -633,7 +647,7 @@ class Checkpointer:
             await cancel_and_wait(self.heartbeat)
             self.heartbeat = None
         try:
-            await self._commit_now()
+            await self._commit_or_fail()
         finally:
             await self._stop()
         for request in self.requests:

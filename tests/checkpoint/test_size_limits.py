@@ -4,11 +4,12 @@ the run (not by leaving the run to be resumed into the same refusal)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from nestegg import Clutch, durable, get_context
+from nestegg import Clutch, durable, get_context, wait_for
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, codec
 from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -40,10 +41,13 @@ def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common, "COMMIT_MAX_BYTES", COMMIT_LIMIT)
 
 
-def pipeline(store: CheckpointStorage, durability: str = "sync") -> tuple[Clutch, list[str]]:
+def pipeline(
+    store: CheckpointStorage, durability: str = "sync", gate: asyncio.Event | None = None
+) -> tuple[Clutch, list[str]]:
     """Agents ``fetch`` (``CALLS`` journaled calls for ``{"calls": True}``) and ``write``
     (a large output for ``{"large": n}``, large metadata too for ``{"metadata": n}``; it
-    raises for ``{"fail": True}``)."""
+    raises for ``{"fail": True}``, waits for signal ``ok`` for ``{"wait": True}``, and
+    for ``gate`` to be set first)."""
     policy = CheckpointPolicy(durability=durability)  # type: ignore[arg-type]
     clutch = Clutch("sizes", checkpoint=CheckpointConfig(storage=store, policy=policy))
     calls: list[str] = []
@@ -63,6 +67,10 @@ def pipeline(store: CheckpointStorage, durability: str = "sync") -> tuple[Clutch
     @clutch.agent()
     async def write(data: dict[str, Any]) -> dict[str, Any]:
         calls.append("write")
+        if gate is not None:
+            await gate.wait()
+        if data.get("wait"):
+            await wait_for("ok")
         if data.get("fail"):
             raise ValueError("write failed on purpose")
         if "metadata" in data:
@@ -154,6 +162,37 @@ async def test_journaled_calls_adding_up_past_the_limit_fail_the_run_with_durabi
     if isinstance(raised.value, RecordTooLargeError):
         assert raised.value.path == "the commit of steps 1 to 2 of run 'calls'"
         assert raised.value.limit == COMMIT_LIMIT < raised.value.size
+
+
+@pytest.mark.usefixtures("small_limits")
+@pytest.mark.parametrize("pause", ["wait", "checkpoint"])
+async def test_journaled_calls_adding_up_past_the_limit_before_a_wait_or_a_checkpoint_fail_the_run(
+    store_factory: StoreFactory, pause: str
+) -> None:
+    # Durability "exit" commits what the run piled up at a wait too, and at a checkpoint
+    # asked from outside (served at the next step boundary): refused, the run is stored
+    # failed, not left running to be resumed into the same refusal.
+    store = await store_factory()
+    gate = asyncio.Event()
+    clutch, calls = pipeline(store, durability="exit", gate=gate)
+    run = asyncio.ensure_future(clutch.run({"calls": True, "wait": pause == "wait"}, run_id="w"))
+    while "write" not in calls:
+        await asyncio.sleep(0.01)
+    request = asyncio.ensure_future(clutch.checkpoint("w")) if pause == "checkpoint" else None
+    await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(RecordTooLargeError) as raised:
+        await run
+    assert raised.value.path == "the commit of steps 1 to 2 of run 'w'"
+    if request is not None:
+        with pytest.raises(RecordTooLargeError):  # told, not left waiting
+            await asyncio.wait_for(request, 5)
+    error, steps = await stored_failure(clutch, store, "w")
+    assert (error["type"], error["message"]) == ("RecordTooLargeError", str(raised.value))
+    assert steps == 0
+    assert [event.kind for event in await store.read_events("w")][-1] == "run_failed"
+    assert await clutch.recover() == {}  # failed: no sweep takes it again
+    assert calls == [*(f"page{number}" for number in range(CALLS)), "write"]
 
 
 async def test_an_input_over_the_real_limit_is_refused() -> None:
