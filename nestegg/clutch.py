@@ -490,8 +490,10 @@ class Clutch(PipelineBase):
 
         A running run is claimed from its owner, if alive (a local process, a worker):
         its next commit fails with StaleOwnerError saying that the run was cancelled, and
-        it stops; the step under way finishes its current call first (a journaled call in
-        flight is paid, its result not recorded). A waiting, queued or interrupted run is
+        it stops (with ``durability="exit"``, at the next step boundary after its lease
+        renewal, every third of the lease, found the run taken); the step under way
+        finishes its current call first (a journaled call in flight is paid, its result
+        not recorded). A waiting, queued or interrupted run is
         cancelled at once.
 
         Returns:

@@ -4,7 +4,8 @@
 The canceller claims the run as any process taking it does (fence + 1, the store's
 compare-and-set), then stores it cancelled with a ``run_cancelled`` event that names the
 canceller. The claim takes the run from a live owner too: its next commit (a step's end,
-a journaled call's result, a lease renewal) fails with StaleOwnerError, and it stops;
+a journaled call's result, a lease renewal) fails with StaleOwnerError, and it stops (a
+renewal's failure, at its next step boundary);
 :func:`ownership_lost` makes that error say the run was cancelled. A cancelled run is
 left alone by sweeps, ``recover()`` and timers; ``resume_latest`` continues it on
 purpose.

@@ -143,6 +143,9 @@ class Checkpointer:
         self._starts: LiveStarts | None = None
         self._opening = False
         """Whether the pending commit holds a fresh run's opening, not written yet."""
+        self._taken: StaleOwnerError | None = None
+        """What a lease renewal got when another process had taken the run (a cancel from
+        outside): the next step boundary raises it, also when no commit goes out there."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -195,8 +198,18 @@ class Checkpointer:
         """Renew the lease once; True: renew it again when due."""
         self._leased_at = time.monotonic()
         lease = self.clock() + self.lease_seconds
-        await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+        try:
+            await self.store.commit(Commit(self.run_id, self.fence, lease_until=lease))
+        except StaleOwnerError as taken:
+            self._taken = taken
+            raise
         return True
+
+    def _raise_if_taken(self) -> None:
+        """Raise the StaleOwnerError a lease renewal got: the run is another process's now
+        (with ``durability="exit"`` no step's commit would tell, until the run's end)."""
+        if self._taken is not None:
+            raise self._taken
 
     # ------------------------------------------------------- the step in flight
 
@@ -210,7 +223,10 @@ class Checkpointer:
     def step_started(self, seq: int, agent: str, started: float) -> None:
         """Note that step ``seq`` started. Its ``step_started`` event is committed with the
         step's first journaled call, or on its own ``LIVE_STEP_DELAY`` after the start,
-        whichever comes first (sync durability), else with the step's end."""
+        whichever comes first (sync durability), else with the step's end.
+
+        Raises StaleOwnerError, the step not started, when the run was taken meanwhile."""
+        self._raise_if_taken()
         self._unstarted, self._unstarted_agent, self._unstarted_at = seq, agent, started
         if self.durability == "sync":  # one timer for all runs, not one a step
             starts = self._starts
@@ -482,7 +498,9 @@ class Checkpointer:
 
     def record_step(self, step: StepResult) -> Awaitable[None]:
         """Append the step record and events; checkpoint when due; commit by durability
-        (the returned awaitable is the commit: await it at once)."""
+        (the returned awaitable is the commit: await it at once). Raises StaleOwnerError,
+        the step not recorded, when the run was taken meanwhile."""
+        self._raise_if_taken()
         metadata = encode_value(step.metadata, "metadata") if step.metadata else NO_METADATA
         now = self.clock()
         seq, agent, pending = step.seq, step.agent, self.pending

@@ -37,7 +37,11 @@ async def keep_leased(
         except StaleOwnerError:
             note = await cancelled() if cancelled is not None else None
             if note is not None:
-                log.info("%s; its step stops at its next commit", note, extra={"run_id": run_id})
+                log.info(
+                    "%s; it stops at its next commit or step boundary",
+                    note,
+                    extra={"run_id": run_id},
+                )
             else:
                 log.warning(
                     "run %r was taken over by another owner", run_id, extra={"run_id": run_id}

@@ -49,9 +49,10 @@ def cancel_command(
 
     The run is stored cancelled: no sweep, `nestegg recover` or timer takes it up again;
     `nestegg resume RUN --app ...` continues it on purpose. A live owner (a local process,
-    a worker) stops at its next commit: the step under way finishes its current call (a
-    journaled call in flight is paid) and is not recorded. A completed or failed run is
-    refused (exit 1); a cancelled one is left as it is.
+    a worker) stops at its next commit (with durability "exit", at the next step boundary
+    after its lease renewal found the run taken): the step under way finishes its current
+    call (a journaled call in flight is paid) and is not recorded. A completed or failed
+    run is refused (exit 1); a cancelled one is left as it is.
     """
     out = Output(as_json)
 

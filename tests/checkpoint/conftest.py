@@ -24,6 +24,7 @@ from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.sqlite.schema import SEQ_SPAN
+from nestegg.constants import DEFAULT_LEASE
 from nestegg.testing import StoreSite, registered_store
 from tests.registry import FILE_STORE_DIR, SQLITE_FILE
 
@@ -83,11 +84,16 @@ def config(
     store: CheckpointStorage,
     run_id: str | None = None,
     clock: Callable[[], float] = time.time,
+    lease: timedelta = DEFAULT_LEASE,
     **policy: Any,
 ) -> CheckpointConfig:
     """A CheckpointConfig on ``store`` with a policy made of ``policy``, timed by ``clock``."""
     return CheckpointConfig(
-        storage=store, policy=CheckpointPolicy(**policy), run_id=run_id, clock=clock
+        storage=store,
+        policy=CheckpointPolicy(**policy),
+        run_id=run_id,
+        clock=clock,
+        lease=lease,
     )
 
 
@@ -109,6 +115,7 @@ class Pipeline:
         max_turns: int = 100,
         on_checkpoint: Any = None,
         clock: Callable[[], float] = time.time,
+        lease: timedelta = DEFAULT_LEASE,
         **policy: Any,
     ) -> None:
         self.calls: list[str] = []
@@ -119,7 +126,7 @@ class Pipeline:
             name,
             strategy=strategy,
             max_turns=max_turns,
-            checkpoint=config(store, run_id, clock, **policy),
+            checkpoint=config(store, run_id, clock, lease, **policy),
             on_checkpoint=on_checkpoint,
         )
         for agent_name in names:

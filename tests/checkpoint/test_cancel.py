@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -226,6 +227,28 @@ async def test_a_live_owner_loses_the_run_at_its_next_commit_and_says_it_was_can
     assert run is not None and run.status == CANCELLED and run.step_seq == 0
     assert pipe.calls == ["a"]
     assert (await store.read_events("live"))[-1].kind == RUN_CANCELLED
+
+
+async def test_a_live_owner_with_durability_exit_stops_at_its_next_step_boundary(
+    store: CheckpointStorage, store_factory: fixtures.StoreFactory
+) -> None:
+    # It commits nothing until the run ends: its lease renewal (a third of the lease)
+    # finds the run taken, and the step under way is the last that runs.
+    lease = timedelta(seconds=0.3)
+    pipe = Pipeline(store, ("a", "b", "c", "d"), lease=lease, durability="exit")
+    gate = pipe.gate("a")
+    task = asyncio.ensure_future(pipe.clutch.run([], run_id="quiet"))
+    await wait_for(pipe.entered["a"])
+    other = Pipeline(await store_factory(), ("a", "b", "c", "d"))
+    assert await other.clutch.cancel("quiet") is True
+    await asyncio.sleep(lease.total_seconds())  # a renewal or more is due meanwhile
+    gate.set()
+    with pytest.raises(StaleOwnerError, match=r"^run 'quiet' was cancelled from outside"):
+        await task
+    assert pipe.calls == ["a"]
+    run = await store.get_run("quiet")
+    assert run is not None and run.status == CANCELLED and run.step_seq == 0
+    assert (await store.read_events("quiet"))[-1].kind == RUN_CANCELLED
 
 
 async def test_a_claim_made_at_the_same_moment_loses_or_is_taken_again(
