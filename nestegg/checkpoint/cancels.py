@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg.checkpoint.formats import event_body, opening_payload, parse_event
+from nestegg.checkpoint.formats import ending_commit, opening_payload, parse_event
 from nestegg.checkpoint.ownership import current_owner, is_interrupted, owner_payload
-from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
+from nestegg.checkpoint.records import Commit, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.constants import (
@@ -102,12 +102,7 @@ def _cancel_commit(claimed: RunRecord, previous: str, taken_from: RunRecord, now
     }
     kinds = [(RUN_STARTED, opening_payload())] if claimed.event_seq == 0 else []
     kinds.append((RUN_CANCELLED, payload))
-    commit = Commit(claimed.run_id, claimed.fence, status=CANCELLED, lease_until=now)
-    commit.updated_at = now
-    for seq, (kind, body) in enumerate(kinds, claimed.event_seq + 1):
-        commit.events.append(EventRecord(claimed.run_id, seq, now, kind, event_body(body)))
-        commit.event_seq = seq
-    return commit
+    return ending_commit(claimed, now, CANCELLED, kinds, lease_until=now)
 
 
 async def cancel_run(

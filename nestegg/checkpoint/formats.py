@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import traceback
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import add, ge, le, lt, methodcaller, sub
@@ -409,10 +409,19 @@ def failure_commit(
     ``run_started`` event with ``opening`` (:func:`opening_payload`; None: its log has it
     already), then ``run_failed``. What a worker that cannot continue a run writes; the
     checkpointer writes the same events through its own commits."""
-    commit = Commit(run.run_id, run.fence, status=FAILED, error=error, updated_at=at)
     kinds = [(RUN_STARTED, opening)] if opening is not None else []
     kinds.append((RUN_FAILED, ended_payload(run.step_seq)))
-    for seq, (kind, payload) in enumerate(kinds, run.event_seq + 1):
+    return ending_commit(run, at, FAILED, kinds, error=error)
+
+
+def ending_commit(
+    run: RunRecord, at: float, status: str, events: Sequence[tuple[str, Any]], **fields: Any
+) -> Commit:
+    """The commit that stores ``run`` (a RunRecord as read) with ``status`` at ``at`` and,
+    after its stored events, ``events`` (kind and payload each); ``fields``: the commit's
+    others (its error, its lease)."""
+    commit = Commit(run.run_id, run.fence, status=status, updated_at=at, **fields)
+    for seq, (kind, payload) in enumerate(events, run.event_seq + 1):
         commit.events.append(EventRecord(run.run_id, seq, at, kind, event_body(payload)))
         commit.event_seq = seq
     return commit
