@@ -390,16 +390,18 @@ async def test_in_memory_store_works() -> None:
 
 
 async def test_close_stops_the_thread_and_a_later_call_reopens(tmp_path: Path) -> None:
-    def workers() -> int:
-        return sum(t.name.startswith("nestegg-sqlite") for t in threading.enumerate())
+    threads_before = set(threading.enumerate())  # another test's open store keeps its own
 
-    before = workers()
+    def workers() -> int:
+        threads = set(threading.enumerate()) - threads_before
+        return sum(t.name.startswith("nestegg-sqlite") for t in threads)
+
     store = SQLiteCheckpointStorage(tmp_path / "n.db")
     run = await create(store)
-    assert workers() == before + 1
+    assert workers() == 1
     await store.close()
     await store.close()
-    assert workers() == before
+    assert workers() == 0
     assert await store.get_run(run.run_id) == run
     await store.close()
 
@@ -522,6 +524,7 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     monkeypatch.setattr(sqlite_connection, "_WAL_BYTES_PER_CHECKPOINT", 200_000)
     monkeypatch.setattr(sqlite_connection, "_WAL_CHECKPOINT_INTERVAL", 0.0)
     path = tmp_path / "n.db"
+    threads_before = set(threading.enumerate())  # another test's open store keeps its own
     store = SQLiteCheckpointStorage(path)
     run = await create(store)
     size_before = path.stat().st_size
@@ -533,7 +536,8 @@ async def test_the_wal_is_copied_back_into_the_database_beside_the_writes(
     assert path.stat().st_size > size_before + 10 * 20_000  # the store still open
     assert len(await store.load_steps(run.run_id)) == 20
     await store.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("nestegg-sqlite")]
+    threads_left = set(threading.enumerate()) - threads_before
+    assert not [t for t in threads_left if t.name.startswith("nestegg-sqlite")]
 
 
 async def test_wal_checkpoints_are_spaced_by_pages_written_and_by_time(
