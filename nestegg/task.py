@@ -90,8 +90,8 @@ def local_late(run_id: str, stored: asyncio.Event) -> Callable[[float], str]:
     def late(limit: float) -> str:
         if not stored.is_set():
             return (
-                f"run {run_id!r} was not stored within {limit:g} s (the store did not "
-                "answer); it goes on while this event loop runs: once it is stored, "
+                f"run {run_id!r} was not stored within {limit:g} s (its write to the store "
+                "took longer); it goes on while this event loop runs: once it is stored, "
                 f"{outcome_hint(run_id)}"
             )
         return (

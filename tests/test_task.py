@@ -215,9 +215,9 @@ class TestTimeout:
             ),
             (
                 SlowToStore,
-                "run 'r1' was not stored within 0.02 s (the store did not answer); it goes on "
-                "while this event loop runs: once it is stored, await clutch.result('r1') for "
-                "its outcome",
+                "run 'r1' was not stored within 0.02 s (its write to the store took longer); "
+                "it goes on while this event loop runs: once it is stored, "
+                "await clutch.result('r1') for its outcome",
             ),
         ],
         ids=["stored", "not-stored"],

@@ -124,8 +124,8 @@ class RemoteProgress:
         """Why the run's result did not come within ``limit`` seconds."""
         if self.created is None:
             return (
-                f"the run was not stored within {limit:g} s (its on_request hook, or the "
-                "store, did not answer)"
+                f"the run was not stored within {limit:g} s (its on_request hook and its "
+                "write to the store took longer)"
             )
         seen = self.seen or self.created
         if seen.fence == self.created.fence:  # no claim since it was stored
