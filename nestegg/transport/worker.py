@@ -130,6 +130,8 @@ class Worker:
         self.grace = grace
         self.on_ready = on_ready
         self.stopping = asyncio.Event()
+        self.store_ready = asyncio.Event()
+        """Set once the store is set up (the sweeps wait for it)."""
         self.in_flight: dict[asyncio.Task[None], StepMessage] = {}
         """The handling tasks and the message each took."""
         self.probed_at = -PROBE_EVERY
@@ -258,6 +260,7 @@ class Worker:
         while True:
             try:
                 await self.runner.book.ready()
+                self.store_ready.set()
                 return
             except StorageUnavailableError as error:
                 log.warning(
@@ -322,12 +325,25 @@ class Worker:
                 self.runner.under_way.pop(task, None)
 
     async def _sweep_forever(self) -> None:
+        """Sweep every ``sweep_interval`` seconds once the store is set up; an outage of
+        the store is told once, and its end, not at every sweep it fails."""
+        await self.store_ready.wait()
+        outage = False
         while not cancel_requested():  # stopped, also if a library lost the cancellation
             await asyncio.sleep(self.sweep_interval)
             try:
                 await self.sweep()
+            except StorageUnavailableError as error:
+                level = logging.DEBUG if outage else logging.WARNING
+                log.log(level, "sweeps of pipeline %r fail: %s", self.clutch.name, error)
+                outage = True
+                continue
             except (NestEggError, OSError) as error:
                 log.warning("sweep of pipeline %r failed: %s", self.clutch.name, error)
+                continue
+            if outage:
+                log.warning("sweeps of pipeline %r work again", self.clutch.name)
+                outage = False
 
     async def sweep(self) -> list[str]:
         """Point the pipeline's channel again at every run that is running, held by no

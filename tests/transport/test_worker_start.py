@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,35 @@ async def test_a_worker_whose_store_is_unavailable_at_start_serves_once_it_is_ba
         "setting up the store of pipeline 'chain' failed: Redis at redis://store is "
         "unavailable: away"
     ] * 2
+
+
+@pytest.mark.server
+async def test_a_store_outage_during_sweeps_is_told_once_and_its_end(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing = 3  # the sweeps that find the store unavailable
+    list_runs = RedisCheckpointStorage.list_runs
+    swept_after = asyncio.Event()
+    calls = 0
+
+    async def away_a_while(store: RedisCheckpointStorage, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls <= failing:
+            raise StorageUnavailableError("Redis at redis://store is unavailable: away")
+        if calls > failing + 1:  # a sweep after the first that worked
+            swept_after.set()
+        return await list_runs(store, *args, **kwargs)
+
+    monkeypatch.setattr(RedisCheckpointStorage, "list_runs", away_a_while)
+    worker = make_chain()
+    try:
+        with caplog.at_level(logging.WARNING, logger="nestegg"):
+            async with serving(worker, sweep_interval=0.02):
+                await asyncio.wait_for(swept_after.wait(), READY_WITHIN_S)
+    finally:
+        await worker.stop()
+    assert [r.getMessage() for r in caplog.records if "sweep" in r.getMessage()] == [
+        "sweeps of pipeline 'chain' fail: Redis at redis://store is unavailable: away",
+        "sweeps of pipeline 'chain' work again",
+    ]
