@@ -38,6 +38,28 @@ def _was(summary: dict[str, Any]) -> str:
     return was
 
 
+async def cancel_stored(store: CheckpointStorage, run_id: str, now: float) -> dict[str, Any]:
+    """Cancel run ``run_id`` of any pipeline as ``nestegg cancel`` does (the default lease):
+    what its ``--json`` prints. The web inspector's cancel makes it too.
+
+    Raises:
+        InvalidIdentifierError: an id no run can have (nothing changes).
+        RunNotFoundError, RunFinishedError, RunLockedError: as
+            :func:`~nestegg.checkpoint.cancels.cancel_run` raises them.
+    """
+    lease = DEFAULT_LEASE.total_seconds()
+    chosen = check_name(run_id, "run id")
+    return _summary(await cancel_run(store, chosen, now, lease_seconds=lease))
+
+
+def cancel_line(summary: dict[str, Any]) -> str:
+    """The line ``nestegg cancel`` prints for what :func:`cancel_stored` did."""
+    run_id = summary["run_id"]
+    if summary["cancelled"]:
+        return f"run {run_id} cancelled (was {_was(summary)})"
+    return f"run {run_id} is cancelled already; nothing was changed"
+
+
 @app.command("cancel")
 def cancel_command(
     ctx: typer.Context,
@@ -57,14 +79,10 @@ def cancel_command(
     out = Output(as_json)
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
-        lease = DEFAULT_LEASE.total_seconds()
-        chosen = check_name(run_id, "run id")
-        return _summary(await cancel_run(opened, chosen, time.time(), lease_seconds=lease))
+        return await cancel_stored(opened, run_id, time.time())
 
     summary = run_with_store(ctx, store, work, existing=True)
     if as_json:
         out.json(summary)
-    elif summary["cancelled"]:
-        out.line(f"run {run_id} cancelled (was {_was(summary)})")
     else:
-        out.line(f"run {run_id} is cancelled already; nothing was changed")
+        out.line(cancel_line(summary))
