@@ -1,9 +1,10 @@
-"""Writes from the page: resume, fork, delete and prune.
+"""Writes from the page: resume, fork, cancel, delete and prune.
 
 Each needs the application started with ``allow_writes`` and the start-up token in the
 ``X-Nestegg-Token`` header: a page from another origin cannot send that header without a
 CORS preflight this application never answers, and cannot read the token. Resume and fork
-run the user's Clutch (``--app``) in this process, in the background.
+run the user's Clutch (``--app``) in this process, in the background; cancel needs the
+store alone, as ``nestegg cancel`` does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nestegg.checkpoint.admission import fork_start, resume_refusal
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.cli.app import CommandError
+from nestegg.cli.cancel import cancel_line, cancel_stored
 from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
@@ -176,6 +178,19 @@ async def fork(request: Request) -> JSONResponse:
 
     await _until_started(task, stored)  # stored: it started; a step that fails shows there
     return JSONResponse({"run_id": run_id}, status_code=201)
+
+
+@takes()
+async def cancel_run(request: Request) -> JSONResponse:
+    """Cancel a running or waiting run (queued or interrupted too) as ``nestegg cancel``
+    does (:func:`~nestegg.cli.cancel.cancel_stored`): 200 with what its ``--json`` prints
+    and the line it prints (``message``); ``cancelled`` is false for a run cancelled
+    already, which is left as it is. A completed or failed run is refused (409), an
+    unknown one is 404; nothing changes then."""
+    if (refusal := _check(request)) is not None:
+        return refusal
+    summary = await cancel_stored(store_of(request), request.path_params["run_id"], now_of(request))
+    return JSONResponse({**summary, "message": cancel_line(summary)})
 
 
 @takes()

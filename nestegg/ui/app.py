@@ -70,7 +70,7 @@ class UISettings:
             ``--store`` or ``$NESTEGG_STORE`` chose.
         store: an open store to use instead of opening ``store_url`` (not closed here).
         clutch: the user's Clutch (``--app``), needed to resume and fork.
-        allow_writes: whether resume, fork, delete and prune are offered.
+        allow_writes: whether resume, fork, cancel, delete and prune are offered.
         token: the secret a write must carry in ``X-Nestegg-Token``.
         hosts: the Host header values served (``*``: any).
         clock: the time leases are judged by (``time.time``; a test passes a FakeClock).
@@ -196,6 +196,7 @@ def create_app(settings: UISettings) -> Starlette:
             Route("/events/runs", live.runs_events),
             Route("/events/runs/{run_id:str}", live.run_events),
             Route("/api/runs/{run_id:str}/resume", actions.resume, methods=["POST"]),
+            Route("/api/runs/{run_id:str}/cancel", actions.cancel_run, methods=["POST"]),
             Route("/api/runs/{run_id:str}", actions.delete, methods=["DELETE"]),
             Route("/api/checkpoints/{checkpoint_id:str}/fork", actions.fork, methods=["POST"]),
             Route("/api/prune", actions.prune, methods=["POST"]),

@@ -28,6 +28,7 @@ from nestegg.cli.diff import diff_values
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     COMPLETED,
+    FINISHED,
     INTERRUPTED,
     RUN_FORKED,
     RUN_RESUMED,
@@ -251,7 +252,8 @@ async def run_window(
     """A run's page: summary, input, result or error, and the steps ``before - size <= seq
     < before`` (the newest when None) with their checkpoints and incidents; with
     ``resumer`` (the Clutch that resumes runs), its resume button
-    (:func:`~nestegg.ui.resumes.resume_offer`)."""
+    (:func:`~nestegg.ui.resumes.resume_offer`); ``cancel``: whether its cancel button shows
+    (a running or waiting run: one a cancel would not refuse or leave as it is)."""
     run = await reading.get_run(store, run_id)
     high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))
     low = max(0, high - size)
@@ -285,6 +287,7 @@ async def run_window(
         "checkpoint_ids": [c.checkpoint_id for c in checkpoints],
         "last_event": run.event_seq,
         "resume": await resume_offer(store, resumer, run, now) if resumer else None,
+        "cancel": run.status not in FINISHED,
     }
 
 

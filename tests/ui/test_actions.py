@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.ownership import owner_payload
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -92,6 +93,8 @@ def test_writes_are_refused_without_allow_writes() -> None:
     with client_for(settings) as client:
         response = client.delete("/api/runs/x", headers={"X-Nestegg-Token": "t"})
         assert response.status_code == 403 and "--allow-writes" in response.json()["error"]
+        cancel = client.post("/api/runs/x/cancel", headers={"X-Nestegg-Token": "t"})
+        assert cancel.status_code == 403 and "--allow-writes" in cancel.json()["error"]
         page = client.get("/").text
         assert "prune-form" not in page and "writes allowed" not in page
 
@@ -102,6 +105,94 @@ def test_delete_removes_a_finished_run(ui: Ui) -> None:
     assert ui.client.get(f"/runs/{ui.filled.bad}").status_code == 404
     again: Any = ui.write("DELETE", f"/api/runs/{ui.filled.bad}")
     assert again.status_code == 404
+
+
+def cancel_button(page: str) -> bool:
+    """Whether the run page (or its live summary) offers a cancel."""
+    return 'id="cancel"' in page
+
+
+def _stored(ui: Ui, run_id: str) -> tuple[RunRecord | None, list[Any]]:
+    """The run's record and events as stored."""
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    run = ui.client.portal.call(store.get_run, run_id)  # type: ignore[union-attr]
+    events = ui.client.portal.call(store.read_events, run_id)  # type: ignore[union-attr]
+    return run, events
+
+
+def test_cancel_stores_an_interrupted_or_waiting_run_cancelled_once(ui: Ui) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    gone, waiting = ui.filled.gone, f"waiting-{uuid.uuid4().hex[:8]}"
+    ui.client.portal.call(lambda: start_waiting(store, waiting, nap=False))  # type: ignore[union-attr]
+    try:
+        for run_id, previous, was in (
+            (gone, "interrupted", "interrupted after 1 step"),
+            (waiting, "waiting", "waiting after 0 steps"),
+        ):
+            assert cancel_button(ui.client.get(f"/runs/{run_id}").text)
+            assert cancel_button(ui.client.get(f"/runs/{run_id}/live").json()["summary"])
+            (before, _) = _stored(ui, run_id)
+            assert before is not None
+            done: Any = ui.write("POST", f"/api/runs/{run_id}/cancel")
+            assert done.status_code == 200
+            assert done.json() == {
+                "run_id": run_id,
+                "status": "cancelled",
+                "cancelled": True,
+                "previous": previous,
+                "previous_owner": owner_payload(before.owner),
+                "steps": before.step_seq,
+                "message": f"run {run_id} cancelled (was {was})",
+            }  # what nestegg cancel --json prints, and the line it prints
+            after, events = _stored(ui, run_id)
+            assert after is not None and after.status == "cancelled"
+            assert after.fence == before.fence + 1  # claimed, as any process claims a run
+            assert events[-1].kind == "run_cancelled"
+            page = ui.client.get(f"/runs/{run_id}").text
+            assert not cancel_button(page)
+            assert _status(ui, run_id) == "cancelled"
+            again: Any = ui.write("POST", f"/api/runs/{run_id}/cancel")
+            assert again.status_code == 200
+            assert (again.json()["cancelled"], again.json()["message"]) == (
+                False,
+                f"run {run_id} is cancelled already; nothing was changed",
+            )
+            assert _stored(ui, run_id) == (after, events)
+        # Left to a resume, which the app's Clutch offers for its own pipeline's run.
+        assert resume_button(ui.client.get(f"/runs/{gone}").text) == "resumes"
+    finally:
+        ui.write("DELETE", f"/api/runs/{waiting}")
+
+
+def test_cancel_of_a_finished_unknown_or_bad_run_is_refused_and_changes_nothing(ui: Ui) -> None:
+    runs = (ui.filled.ok, ui.filled.bad, ui.filled.gone)
+    before = [_stored(ui, run_id) for run_id in runs]
+    for run_id, status in ((ui.filled.ok, "completed"), (ui.filled.bad, "failed")):
+        assert not cancel_button(ui.client.get(f"/runs/{run_id}").text)
+        refused: Any = ui.write("POST", f"/api/runs/{run_id}/cancel")
+        assert (refused.status_code, refused.json()) == (
+            409,
+            {
+                "error": f"run {run_id!r} is {status}: only a running or waiting run can be "
+                "cancelled; nothing was changed"  # as nestegg cancel says it
+            },
+        )
+    unknown: Any = ui.write("POST", "/api/runs/ghost/cancel")
+    assert (unknown.status_code, unknown.json()) == (404, {"error": "no run 'ghost' in the store"})
+    bad: Any = ui.write("POST", "/api/runs/a..b/cancel")
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith("run id 'a..b' contains a path separator")
+    gone = ui.filled.gone
+    for token in (None, "wrong"):
+        without: Any = ui.write("POST", f"/api/runs/{gone}/cancel", token=token)
+        assert without.status_code == 403
+        assert "X-Nestegg-Token" in without.json()["error"]
+    asked: Any = ui.write("POST", f"/api/runs/{gone}/cancel?force=1")
+    assert asked.status_code == 400
+    assert asked.json()["error"].startswith("unknown parameter 'force'")
+    got: Any = ui.client.get(f"/api/runs/{gone}/cancel")
+    assert got.status_code == 405
+    assert [_stored(ui, run_id) for run_id in runs] == before
 
 
 def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:

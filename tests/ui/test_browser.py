@@ -464,3 +464,49 @@ def test_a_resumed_failed_run_shows_its_new_state_without_reload(
     assert page.locator("#result").count() == 1
     assert page.locator("#summary .error").count() == 0  # the old error is gone
     assert page.locator("button:text-is('resume')").count() == 0
+
+
+def test_cancel_a_running_run_from_its_page(
+    server: Server, store: tuple[str, Filled], page: Any, tmp_path: Path
+) -> None:
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    page.goto(f"{server.base}/runs/{store[1].ok}?token={server.token}")
+    cancel = page.locator("button.act:text-is('cancel')")
+    assert cancel.count() == 0  # completed: nothing to cancel
+    env = child_env(tmp_path / "home", **{GATE_ENV: str(tmp_path)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", LIVE_CHILD, store[0]], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        page.goto(server.base + "/")
+        page.click("a[href='/runs/live']", timeout=20_000)  # once the table shows it
+        pending = "tr.pending td.pending-agent:text-is('second')"  # held at the gate
+        page.wait_for_selector(pending, timeout=20_000)
+        assert page.inner_text("#status") == "running"
+        page.evaluate("window.notReloaded = true")
+        cancel.click()
+        page.wait_for_selector("#status.cancelled", timeout=LIVE_SECONDS * 1000)  # no reload
+        assert asked == ["Cancel this run? It stops at its next commit; resume continues it."]
+        assert re.fullmatch(
+            r"run live cancelled \(was running after 1 step; its owner, pid \d+ on \S+, "
+            r"stops at its next commit\)",
+            page.inner_text("#notice"),
+        )
+        assert page.evaluate("window.notReloaded") is True
+        assert cancel.count() == 0
+        (tmp_path / "go").touch()  # the owner's next commit finds the run taken: it stops
+        output, _ = child.communicate(timeout=30)
+        assert child.returncode != 0
+        assert "StaleOwnerError: run 'live' was cancelled from outside" in output
+        page.goto(f"{server.base}/runs/live")
+        assert page.inner_text("#status") == "cancelled"
+        assert _agents(page) == ["first"]  # the step under way was not recorded
+    finally:
+        stop(child)

@@ -172,7 +172,7 @@ def test_every_address_refuses_a_parameter_it_does_not_take(ui: Ui) -> None:
     ok = ui.filled.ok
     checkpoint = CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ok}").text)[0]
     routes = [r for r in ui.client.app.routes if isinstance(r, Route)]  # type: ignore[attr-defined]
-    assert len(routes) == 12
+    assert len(routes) == 13
     for route in routes:
         method, path = _address(route, ok, checkpoint)
         response: Any = ui.write(method, path, params={"bogus": "1"}, json={"dry_run": False})

@@ -82,7 +82,7 @@
 
   // The run page follows its run: its stream (which ends once the run neither runs nor
   // waits) says when the summary and the timeline changed, and when a waiting run's wait is
-  // over (a signal sent from elsewhere). follow() opens it again after a resume.
+  // over (a signal sent from elsewhere). follow() opens it again after a resume or a cancel.
   var follow = function () { return false; };
 
   function liveRun(page) {
@@ -152,11 +152,11 @@
       var question = button.getAttribute("data-confirm");
       if (question && !window.confirm(question)) return;
       write(button.getAttribute("data-method"), button.getAttribute("data-url"))
-        .then(function () {
+        .then(function (data) {
           var then = button.getAttribute("data-then");
           if (then) location.href = then;
           else if (button.hasAttribute("data-follow")) {
-            notice("resumed");
+            notice(data.message || "resumed");  // a cancel says what it did
             if (!follow()) location.reload();  // a window of earlier steps: not live
           }
           else notice("done");
