@@ -407,7 +407,7 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
         store = _embedded_for_reading(url)
     except (ValueError, TypeError) as error:
         raise CommandError(_bad_url(str(url), error), EXIT_USAGE) from error
-    if store is None:  # a server store: Redis's setup() then writes no mark
+    if store is None:  # a server store: its setup() then creates, migrates and marks nothing
         return open_selected(url, read_only=read_only)
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
     if isinstance(store, SQLiteCheckpointStorage):

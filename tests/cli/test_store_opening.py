@@ -10,7 +10,12 @@ import shutil
 import sqlite3
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -415,6 +420,98 @@ def test_a_read_finds_no_postgres_store_where_its_tables_are_not_and_creates_non
             "a store with a prefix of its own: ?table_prefix=app_)\n"
         )
     assert asyncio.run(_tables_of(pg_url, prefix)) == []
+
+
+def _pg_schema(url: str) -> tuple[list[Any], ...]:
+    """The tables, functions and recorded schema versions of the database at ``url``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1"
+        ).fetchall()
+        versions = "SELECT version FROM nestegg_schema_versions ORDER BY 1"
+        return tables, functions, conn.execute(versions).fetchall() if tables else []
+
+
+@contextmanager
+def _pg_database_and_reader(pg_url: str) -> Iterator[tuple[str, str]]:
+    """A database of its own (its URL) and a role that may log in to it and do nothing
+    else (its URL there), both dropped afterwards."""
+    import psycopg
+
+    tag = uuid.uuid4().hex[:10]
+    database, role = f"nestegg_read_{tag}", f"nestegg_reader_{tag}"
+    parts = urlsplit(pg_url)
+    url = parts._replace(path=f"/{database}").geturl()
+    as_reader = parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}")
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            yield url, as_reader._replace(path=f"/{database}").geturl()
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _read_changing_nothing(
+    tmp_path: Path, url: str, as_reader: str
+) -> list[tuple[str, list[str], subprocess.CompletedProcess[str]]]:
+    """Every command that only reads, as the reader and as a role that may write, asserting
+    that none changed the schema; what each gave."""
+    reading = [*READING, *([["threads"]] if find_spec("langgraph") else [])]
+    before = _pg_schema(url)
+    done = [
+        (where, args, nestegg(tmp_path, *args, "--store", where))
+        for where in (as_reader, url)
+        for args in reading
+    ]
+    assert _pg_schema(url) == before
+    return done
+
+
+def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
+    tmp_path: Path, pg_url: str
+) -> None:
+    import psycopg
+
+    with _pg_database_and_reader(pg_url) as (url, as_reader):
+        empty = nestegg(tmp_path, "runs", "--store", url)
+        assert empty.returncode == EXIT_NOT_FOUND, empty.stderr
+        assert empty.stderr.startswith(f"error: no store at {url}: no nestegg tables there")
+        assert _pg_schema(url) == ([], [], [])
+        asyncio.run(fill(url))
+        with psycopg.connect(url, autocommit=True) as conn:  # SELECT, and nothing else
+            conn.execute(
+                f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {urlsplit(as_reader).username}"
+            )
+            # As the version before the last left it (the last added a function only),
+            # which a reader reads as it is.
+            conn.execute("DROP FUNCTION nestegg_commit_many")
+            conn.execute("DELETE FROM nestegg_schema_versions WHERE version = 6")
+        for where, args, result in _read_changing_nothing(tmp_path, url, as_reader):
+            assert result.returncode == EXIT_OK, (where, args, result.stderr)
+        with psycopg.connect(url, autocommit=True) as conn:  # older than a reader reads
+            conn.execute("DROP TABLE nestegg_signals")
+            conn.execute("DELETE FROM nestegg_schema_versions WHERE version = 5")
+        for where, args, result in _read_changing_nothing(tmp_path, url, as_reader):
+            assert result.returncode == EXIT_FAILED, (where, args, result.stderr)
+            assert result.stderr == (
+                f"error: PostgreSQL at {where}: the store has schema version 4, which a "
+                "reader does not upgrade (it reads version 5 and newer); nothing was "
+                "changed: upgrade it as a role that may alter its tables, with a command "
+                "that writes (nestegg prune --keep 1 --dry-run upgrades it and deletes "
+                "nothing) or a store's setup()\n"
+            )
+        upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
+        assert upgraded.returncode == EXIT_OK, upgraded.stderr
+        assert _pg_schema(url)[2] == [(version,) for version in range(1, 7)]
+        listed = nestegg(tmp_path, "runs", "--json", "--store", url)
+        assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
 
 
 def test_a_read_finds_no_redis_store_under_a_prefix_that_holds_none_and_writes_none(

@@ -28,7 +28,7 @@ URL_OPTIONS = {
 """The store option a URL may carry in its query, by scheme (``?table_prefix=app_``), so
 that a command reaches a store built with a prefix of its own."""
 
-READ_ONLY_SCHEMES = frozenset({"sqlite", "redis", "rediss"})
+READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "redis", "rediss"})
 """The schemes of the stores that take ``read_only``, which :func:`open_store` passes on."""
 
 NO_SCHEME = "it has no scheme (sqlite:///file.db, file:///dir, postgresql://..., redis://...)"
@@ -40,7 +40,8 @@ def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     """A store for ``url``: ``memory://``, ``file:///dir``, ``sqlite:///file.db``,
     ``postgresql://…`` or ``redis://…``; a PostgreSQL URL may end in
     ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
-    ``read_only`` opens a SQLite or Redis store for a reader (their ``read_only`` option).
+    ``read_only`` opens a SQLite, PostgreSQL or Redis store for a reader (their
+    ``read_only`` option).
 
     Raises:
         ConfigurationError: no string, no scheme or an unknown one, or a URL whose host or

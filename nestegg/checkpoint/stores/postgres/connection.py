@@ -140,9 +140,10 @@ async def open_pool(
     min_size: int,
     max_size: int,
     options: dict[str, Any],
+    read_only: bool = False,
 ) -> Any:
-    """An open pool of connections to ``url`` (each made with ``options``), after
-    :func:`probe` found the server."""
+    """An open pool of connections to ``url`` (each made with ``options``, and made
+    read-only if ``read_only``), after :func:`probe` found the server."""
     await probe(url, where, connect_timeout)
     pool = psycopg_pool.AsyncConnectionPool(
         url,
@@ -152,6 +153,7 @@ async def open_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs=options,
+        configure=_read_only_session if read_only else None,
     )
     try:
         with driver_errors(where):
@@ -160,6 +162,11 @@ async def open_pool(
         await pool.close()
         raise
     return pool
+
+
+async def _read_only_session(conn: Connection) -> None:
+    """Make every transaction of ``conn`` read-only: a write fails on the server."""
+    await conn.execute("SET default_transaction_read_only = on")
 
 
 async def on_cursor(pool: Any, operation: Callable[[Cursor], Awaitable[T]], deadline: float) -> T:

@@ -378,3 +378,8 @@ MIGRATIONS: list[list[str]] = [
     [_COMMIT_MANY_FUNCTION],
 ]
 """The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
+
+READABLE_FROM = 5
+"""The oldest schema version a reader (a store opened ``read_only``) reads as it is: the
+first with every table a read uses (version 6 added a function only). A migration that
+changes a table or adds one the reads use raises it to that migration's version."""

@@ -53,7 +53,11 @@ from nestegg.checkpoint.stores.postgres.connection import (
     open_pool,
 )
 from nestegg.checkpoint.stores.postgres.errors import driver_errors
-from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS, migration_names
+from nestegg.checkpoint.stores.postgres.migrations import (
+    MIGRATIONS,
+    READABLE_FROM,
+    migration_names,
+)
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     OBJECT_SUFFIXES,
@@ -75,7 +79,7 @@ from nestegg.constants import (
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, StorageError
 from nestegg.urls import host_problem, without_password
 
 T = TypeVar("T")
@@ -102,6 +106,11 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         retries: retries (with backoff) of reads and commits after a connection failure,
             none starting later than ``connect_timeout`` after the first try; a commit
             is idempotent under its fence, so repeating it is safe.
+        read_only: open it for a reader (what the ``nestegg`` commands that only read do):
+            :meth:`setup` creates and migrates nothing, and the connections of a pool built
+            from ``url`` are read-only (``default_transaction_read_only``), so a role
+            allowed only to SELECT from the store's tables reads it; a schema older than
+            a reader reads (:data:`READABLE_FROM`) is refused, not migrated.
 
     Raises:
         MissingDependencyError: psycopg or psycopg_pool is not installed.
@@ -124,8 +133,10 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         prepare_threshold: int | None = PG_PREPARE_THRESHOLD,
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
+        read_only: bool = False,
     ) -> None:
         self.table_prefix = validate_table_prefix(table_prefix)
+        self.read_only = read_only
         if url is None and pool is None:
             raise ConfigurationError("PostgresCheckpointStorage needs a url or a pool")
         if not 1 <= min_size <= max_size:
@@ -198,6 +209,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             min_size=self._min_size,
             max_size=self._max_size,
             options=self._connection_options,
+            read_only=self.read_only,
         )
         loop = asyncio.get_running_loop()
         self._exit_hook = functools.partial(close_at_exit, weakref.ref(self), loop)
@@ -232,12 +244,30 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
                 await conn.execute(q["record_version"], [index + 1])
         return max(version, len(self._migrations))
 
+    async def _check_readable(self, conn: Connection) -> None:
+        """For a reader: the store's tables are there, of a schema it reads as it is;
+        nothing is created or migrated."""
+        if not await self._versions_found(conn):
+            raise StorageError(f"no store at {self._where}: {self.ABSENT}")
+        found = await conn.execute(self._queries["schema_version"])
+        version = int((await found.fetchone())[0])
+        if version < READABLE_FROM:
+            raise StorageError(
+                f"PostgreSQL at {self._where}: the store has schema version {version}, which "
+                f"a reader does not upgrade (it reads version {READABLE_FROM} and newer); "
+                "nothing was changed: upgrade it as a role that may alter its tables, with a "
+                "command that writes (nestegg prune --keep 1 --dry-run upgrades it and "
+                "deletes nothing) or a store's setup()"
+            )
+
     async def setup(self) -> None:
         """Connect and bring the schema to the newest version (idempotent; safe when
-        several processes do it at once).
+        several processes do it at once); a store opened :attr:`read_only` only checks
+        that its schema is one a reader reads.
 
         Raises:
             StorageUnavailableError: the server cannot be reached.
+            StorageError: read-only, no tables or a schema older than :data:`READABLE_FROM`.
         """
         if self._ready:
             return
@@ -250,7 +280,10 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
                 with driver_errors(self._where):
                     async with self._pool.connection() as conn:
                         self._render(conn)
-                        await self._migrate(conn)
+                        if self.read_only:
+                            await self._check_readable(conn)
+                        else:
+                            await self._migrate(conn)
 
             await retry_unavailable(
                 migrate, self._retries, self._pool.check, deadline=self._connect_timeout
@@ -265,19 +298,23 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             StorageUnavailableError: the server cannot be reached.
         """
         await self._open_pool()
-        versions = self.table_prefix + TABLE_SUFFIXES["versions"]
 
         async def look() -> bool:
             with driver_errors(self._where):
                 async with self._pool.connection() as conn:
-                    name = sql.Identifier(versions).as_string(conn)
-                    found = await conn.execute("SELECT to_regclass(%s)", [name])
-                    row = await found.fetchone()
-                    return row is not None and row[0] is not None
+                    return await self._versions_found(conn)
 
         return await retry_unavailable(
             look, self._retries, self._pool.check, deadline=self._connect_timeout
         )
+
+    async def _versions_found(self, conn: Connection) -> bool:
+        """Whether the version table is there (looked up without reading or creating it)."""
+        versions = self.table_prefix + TABLE_SUFFIXES["versions"]
+        name = sql.Identifier(versions).as_string(conn)
+        found = await conn.execute("SELECT to_regclass(%s)", [name])
+        row = await found.fetchone()
+        return row is not None and row[0] is not None
 
     async def schema_version(self) -> int:
         """The schema version stored in the database (0 before setup).
