@@ -21,7 +21,7 @@ from nestegg.cli.app import (
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
 from nestegg.cli.render import LANGGRAPH_THREADS, THREADS, Output, counted, when
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
-from nestegg.errors import MissingDependencyError
+from nestegg.errors import InvalidIdentifierError, MissingDependencyError
 
 threads_app = typer.Typer(
     help="LangGraph threads kept by NestEggSaver: list them (no subcommand) or prune them.",
@@ -90,16 +90,28 @@ def thread_command(
     store: StoreOption = None,
 ) -> None:
     """A LangGraph thread's checkpoints, newest first, with their metadata."""
-    check_thread_id(thread_id, "the THREAD argument")
+    where = "the THREAD argument"
+    refused: InvalidIdentifierError | None = None
+    try:
+        check_thread_id(thread_id, where)
+    except InvalidIdentifierError as error:
+        refused = error  # unless the store holds such a thread (an older version wrote it)
     inspect = _langgraph()
+    from nestegg.langgraph.ids import thread_to_read
 
     async def work(opened: CheckpointStorage) -> tuple[list[dict[str, Any]], bool]:
         threads = _threads(opened)
+        await thread_to_read(threads, thread_id, where)  # as the saver's reads take it
         rows: list[dict[str, Any]] = await inspect.thread_checkpoints(threads, thread_id)
         listed = bool(rows) or any(t.thread_id == thread_id for t in await threads.list_threads())
         return rows, listed
 
-    rows, listed = run_with_store(ctx, store, work, read_only=True)
+    try:
+        rows, listed = run_with_store(ctx, store, work, read_only=True)
+    except CommandError as error:
+        if refused is None or error.exit_code != EXIT_NOT_FOUND:
+            raise
+        raise refused from None  # no store, so no such thread: the id is refused
     if not listed:
         raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
     out = Output(as_json)

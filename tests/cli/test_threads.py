@@ -187,23 +187,28 @@ def test_thread_written_with_a_serde_of_its_own_is_listed_without_its_metadata(
     assert "serialized as 'msgpack+shift'" in plain.stderr
 
 
-def test_prune_of_every_thread_takes_one_an_older_version_stored_under_an_empty_id(
-    tmp_path: Path, store: str
-) -> None:
+def _move_to_the_empty_id(store: str, thread_id: str) -> None:
+    """Store the thread ``thread_id`` under the id ``""``, as an older version could."""
     from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadChange
     from nestegg.langgraph.rows import prefix_range
 
-    async def move(saver: NestEggSaver) -> None:  # as an older version stored it
+    async def move(saver: NestEggSaver) -> None:
         rows = [
             row
             for kind in ROW_KINDS
-            for row in await saver.storage.scan_thread_rows("chat-2", kind, *prefix_range(""))
+            for row in await saver.storage.scan_thread_rows(thread_id, kind, *prefix_range(""))
         ]
         await saver.storage.apply_thread_change("", ThreadChange(put=rows), 1.0)
-        await saver.storage.delete_threads(["chat-2"])
+        await saver.storage.delete_threads([thread_id])
 
     with NestEggSaver.from_url(store) as saver:
         saver._run(move(saver))
+
+
+def test_prune_of_every_thread_takes_one_an_older_version_stored_under_an_empty_id(
+    tmp_path: Path, store: str
+) -> None:
+    _move_to_the_empty_id(store, "chat-2")
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "--yes")
     assert done.returncode == 0, done.stderr
     rows = _json(tmp_path, "--store", store, "threads", "--json")
@@ -229,3 +234,21 @@ def test_a_thread_with_writes_but_no_checkpoint_is_shown_as_listed(
     assert (
         "thread 'w' has no checkpoint, only writes waiting for one" in shown.stderr + shown.stdout
     )
+
+
+def test_thread_shows_one_an_older_version_stored_under_an_empty_id(
+    tmp_path: Path, store: str
+) -> None:
+    refusal = (
+        "error: the THREAD argument is empty: a LangGraph thread needs a non-empty thread id\n"
+    )
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    for url in (store, missing):  # no such thread stored: refused as before
+        empty = nestegg(tmp_path, "--store", url, "thread", "")
+        assert (empty.returncode, empty.stderr) == (EXIT_USAGE, refusal)
+    shown = _json(tmp_path, "--store", store, "thread", "chat-2", "--json")
+    _move_to_the_empty_id(store, "chat-2")
+    assert _json(tmp_path, "--store", store, "thread", "", "--json") == shown
+    plain = nestegg(tmp_path, "--store", store, "thread", "")
+    assert plain.returncode == 0, plain.stderr
+    assert all(row["checkpoint_id"] in plain.stdout for row in shown)  # type: ignore[union-attr, index]
