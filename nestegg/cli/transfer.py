@@ -19,12 +19,15 @@ Times are UNIX seconds (exact floats). Every stored payload (``input``, ``result
 ``error`` and each ``body``) is the sealed record exactly as stored, as a JSON string of
 its UTF-8 text (itself readable JSON: ``{"crc": ..., "body": ...}``); a record that is not
 UTF-8 (only a damaged one) is written as ``{"base64": "..."}``. Importing checks every
-checksum first and writes nothing if one fails.
+field of every record and every checksum first, and writes nothing if one fails.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from nestegg.agents import check_name
@@ -40,11 +43,22 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.cli.reading import get_run
-from nestegg.constants import EXPORT_FORMAT, EXPORT_VERSION, LATEST_TIME, STATUSES
+from nestegg.constants import (
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    LARGEST_NUMBER,
+    LATEST_TIME,
+    STATUSES,
+    CheckpointReason,
+    EventKind,
+)
 from nestegg.errors import CheckpointExistsError, RunExistsError
 
 Blob = str | dict[str, str]
+Fields = dict[str, Any]
+Reader = Callable[[Any, str], Any]
 
 
 class ExportFormatError(ValueError):
@@ -64,7 +78,10 @@ def unpack(value: Any, where: str) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, dict) and isinstance(value.get("base64"), str):
-        return base64.b64decode(value["base64"])
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except binascii.Error:
+            raise ExportFormatError(f"{where}.base64 is not base64") from None
     raise ExportFormatError(f"{where} is neither a string nor {{'base64': ...}}")
 
 
@@ -137,10 +154,35 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
     }
 
 
-def _whole(value: Any, where: str) -> int:
-    """``value`` if it is an int (not a bool, a string or a float)."""
+def _field(record: Fields, where: str, name: str) -> Any:
+    """The field ``name`` of the record at ``where`` (absent: ExportFormatError)."""
+    if name not in record:
+        raise ExportFormatError(f"{where}.{name} is missing")
+    return record[name]
+
+
+def _object(value: Any, where: str) -> Fields:
+    if not isinstance(value, dict):
+        raise ExportFormatError(f"{where} must be a JSON object, got {value!r}")
+    return value
+
+
+def _records(document: Fields, key: str, optional: bool) -> list[tuple[str, Fields]]:
+    """The records of the list ``key``, each with its place (``steps[0]``)."""
+    if optional and document.get(key) is None:
+        return []
+    value = _field(document, "the export", key)
+    if not isinstance(value, list):
+        raise ExportFormatError(f"{key} must be a JSON list, got {value!r}")
+    return [(f"{key}[{i}]", _object(item, f"{key}[{i}]")) for i, item in enumerate(value)]
+
+
+def _whole(value: Any, where: str, low: int = 0, high: int = LARGEST_NUMBER) -> int:
+    """``value`` if it is an int (not a bool, a string or a float) from ``low`` to ``high``."""
     if type(value) is not int:
         raise ExportFormatError(f"{where} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise ExportFormatError(f"{where} {value} is outside {low}..{high}")
     return value
 
 
@@ -161,49 +203,152 @@ def _optional(value: Any, where: str) -> bytes | None:
     return None if value is None else unpack(value, where)
 
 
-def _run_record(raw: dict[str, Any]) -> RunRecord:
-    run_id = str(raw["run_id"])
-    return RunRecord(
-        run_id=run_id,
-        pipeline=str(raw["pipeline"]),
-        status=str(raw["status"]),
-        input=unpack(raw["input"], "run.input"),
-        created_at=_time(raw["created_at"], "run.created_at"),
-        updated_at=_time(raw["updated_at"], "run.updated_at"),
-        fence=_whole(raw["fence"], "run.fence"),
-        owner=Owner.from_json(raw.get("owner")),
-        lease_until=_optional_time(raw.get("lease_until"), "run.lease_until"),
-        result=_optional(raw.get("result"), "run.result"),
-        error=_optional(raw.get("error"), "run.error"),
-        step_seq=_whole(raw["step_seq"], "run.step_seq"),
-        event_seq=_whole(raw["event_seq"], "run.event_seq"),
-        parent_run=raw.get("parent_run"),
-        parent_checkpoint=raw.get("parent_checkpoint"),
+def _optional_name(value: Any, where: str) -> str | None:
+    return None if value is None else check_name(value, where)
+
+
+def _text(value: Any, where: str) -> str:
+    """``value`` if it is a non-empty string every store keeps (no NUL, no lone surrogate)."""
+    if not isinstance(value, str) or not value:
+        raise ExportFormatError(f"{where} must be a non-empty string, got {value!r}")
+    if (problem := unstorable_character(value)) is not None:
+        raise ExportFormatError(f"{where} {value!r} holds {problem}")
+    return value
+
+
+def _one_of(value: Any, where: str, choices: Iterable[str]) -> str:
+    allowed = tuple(choices)
+    if not isinstance(value, str) or value not in allowed:
+        raise ExportFormatError(f"{where} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _owner(value: Any, where: str) -> Owner | None:
+    if value is None:
+        return None
+    raw = _object(value, where)
+    return Owner(
+        host=_text(_field(raw, where, "host"), f"{where}.host"),
+        pid=_whole(_field(raw, where, "pid"), f"{where}.pid"),
+        started=_text(_field(raw, where, "started"), f"{where}.started"),
     )
 
 
-def read_signals(document: dict[str, Any], run_id: str) -> list[SignalRecord]:
+def _run_record(value: Any) -> RunRecord:
+    raw = _object(value, "run")
+
+    def field(name: str) -> tuple[Any, str]:
+        return _field(raw, "run", name), f"run.{name}"
+
+    return RunRecord(
+        run_id=check_name(*field("run_id")),
+        pipeline=_text(*field("pipeline")),
+        status=_one_of(*field("status"), STATUSES),
+        input=unpack(*field("input")),
+        created_at=_time(*field("created_at")),
+        updated_at=_time(*field("updated_at")),
+        fence=_whole(*field("fence"), low=1),
+        owner=_owner(raw.get("owner"), "run.owner"),
+        lease_until=_optional_time(raw.get("lease_until"), "run.lease_until"),
+        result=_optional(raw.get("result"), "run.result"),
+        error=_optional(raw.get("error"), "run.error"),
+        step_seq=_whole(*field("step_seq")),
+        event_seq=_whole(*field("event_seq")),
+        parent_run=_optional_name(raw.get("parent_run"), "run.parent_run"),
+        parent_checkpoint=_optional_name(raw.get("parent_checkpoint"), "run.parent_checkpoint"),
+    )
+
+
+def _rows(
+    document: Fields, key: str, readers: dict[str, Reader], unique: tuple[str, ...]
+) -> list[list[Any]]:
+    """The fields of each record of the list ``key``, in the order of ``readers`` (each
+    checks and converts its field), refusing a record whose ``unique`` fields an earlier
+    one has (the list ``signals`` may be missing: no records)."""
+    places = _records(document, key, optional=key == "signals")
+    rows = [
+        [read(_field(record, at, name), f"{at}.{name}") for name, read in readers.items()]
+        for at, record in places
+    ]
+    names = list(readers)
+    seen: set[Any] = set()
+    for (at, _), row in zip(places, rows, strict=True):
+        values = tuple(row[names.index(name)] for name in unique)
+        shown = values[0] if len(values) == 1 else values
+        if values in seen:
+            raise ExportFormatError(f"{at}: {' and '.join(unique)} {shown!r} appears twice")
+        seen.add(values)
+    return rows
+
+
+def _records_of(document: Fields, run: RunRecord) -> Commit:
+    """The commit of every step, event, journal entry and checkpoint of the export."""
+    rid = run.run_id
+    steps = _rows(
+        document,
+        "steps",
+        {"seq": partial(_whole, low=1, high=run.step_seq), "agent": check_name, "body": unpack},
+        ("seq",),
+    )
+    events = _rows(
+        document,
+        "events",
+        {
+            "seq": partial(_whole, low=1, high=run.event_seq),
+            "at": _time,
+            "kind": partial(_one_of, choices=EventKind),
+            "body": unpack,
+        },
+        ("seq",),
+    )
+    journal = _rows(
+        document,
+        "journal",
+        {"step": partial(_whole, low=1), "position": _whole, "body": unpack},
+        ("step", "position"),
+    )
+    checkpoints = _rows(
+        document,
+        "checkpoints",
+        {
+            "checkpoint_id": check_name,
+            "seq": partial(_whole, high=run.step_seq),
+            "created_at": _time,
+            "reason": partial(_one_of, choices=CheckpointReason),
+            "body": unpack,
+        },
+        ("checkpoint_id",),
+    )
+    return Commit(
+        run_id=rid,
+        fence=run.fence,
+        steps=[StepRecord(rid, *row) for row in steps],
+        events=[EventRecord(rid, *row) for row in events],
+        journal=[JournalRecord(rid, *row) for row in journal],
+        checkpoints=[CheckpointRecord(c[0], rid, *c[1:]) for c in checkpoints],
+        updated_at=run.updated_at,
+    )
+
+
+def read_signals(document: Fields, run_id: str) -> list[SignalRecord]:
     """The signals of an export (none when it has none).
 
     Raises:
-        ExportFormatError: a signal lacks or garbles a field.
+        ExportFormatError: a signal lacks or garbles a field, or a name appears twice.
+        InvalidIdentifierError: a signal name that ``signal()`` would refuse.
     """
-    try:
-        return [
-            SignalRecord(
-                run_id, str(g["name"]), _time(g["at"], "signals[].at"), unpack(g["body"], "signal")
-            )
-            for g in document.get("signals") or []
-        ]
-    except (KeyError, TypeError, ValueError) as error:
-        raise ExportFormatError(f"the export lacks or garbles a signal: {error!r}") from None
+    readers: dict[str, Reader] = {"name": check_name, "at": _time, "body": unpack}
+    return [SignalRecord(run_id, *row) for row in _rows(document, "signals", readers, ("name",))]
 
 
 def read_document(document: Any) -> tuple[RunRecord, Commit]:
-    """The run row and the commit that restores everything else of it.
+    """The run row and the commit that restores everything else of it, every field of
+    every record checked as ``run()`` and the stores take it.
 
     Raises:
-        ExportFormatError: not an export of this format and version, or a field is missing.
+        ExportFormatError: not an export of this format and version, or a field is missing
+            or holds what no run can (naming the record and the field: ``events[3].kind``).
+        InvalidIdentifierError: an id or name that ``run()`` would refuse.
     """
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
         raise ExportFormatError(f"not a {EXPORT_FORMAT} export (no 'format': {EXPORT_FORMAT!r})")
@@ -212,106 +357,16 @@ def read_document(document: Any) -> tuple[RunRecord, Commit]:
             f"export version {document.get('version')!r} is not supported "
             f"(this nestegg reads version {EXPORT_VERSION})"
         )
-    try:
-        run = _run_record(document["run"])
-        rid = run.run_id
-        commit = Commit(
-            run_id=rid,
-            fence=run.fence,
-            steps=[
-                StepRecord(
-                    rid, _whole(s["seq"], "steps[].seq"), str(s["agent"]), unpack(s["body"], "step")
-                )
-                for s in document["steps"]
-            ],
-            events=[
-                EventRecord(
-                    rid,
-                    _whole(e["seq"], "events[].seq"),
-                    _time(e["at"], "events[].at"),
-                    str(e["kind"]),
-                    unpack(e["body"], "event"),
-                )
-                for e in document["events"]
-            ],
-            journal=[
-                JournalRecord(
-                    rid,
-                    _whole(j["step"], "journal[].step"),
-                    _whole(j["position"], "journal[].position"),
-                    unpack(j["body"], "journal"),
-                )
-                for j in document["journal"]
-            ],
-            checkpoints=[
-                CheckpointRecord(
-                    str(c["checkpoint_id"]),
-                    rid,
-                    _whole(c["seq"], "checkpoints[].seq"),
-                    _time(c["created_at"], "checkpoints[].created_at"),
-                    str(c["reason"]),
-                    unpack(c["body"], "checkpoint"),
-                )
-                for c in document["checkpoints"]
-            ],
-            updated_at=run.updated_at,
-        )
-    except (KeyError, TypeError, ValueError) as error:
-        if isinstance(error, ExportFormatError):
-            raise
-        raise ExportFormatError(f"the export lacks or garbles a field: {error!r}") from None
-    return run, commit
-
-
-def _check_ids(run: RunRecord, commit: Commit) -> None:
-    """The ids and names as ``run()`` and the stores check them."""
-    check_name(run.run_id, "run id")
-    if run.parent_run is not None:
-        check_name(str(run.parent_run), "parent run id")
-    if run.parent_checkpoint is not None:
-        check_name(str(run.parent_checkpoint), "parent checkpoint id")
-    for step in commit.steps:
-        check_name(step.agent, f"agent name of step {step.seq}")
-    for checkpoint in commit.checkpoints:
-        check_name(checkpoint.checkpoint_id, "checkpoint id")
-
-
-def _check_fields(run: RunRecord, commit: Commit) -> None:
-    """Statuses, counters and sequence numbers that a run can hold."""
-    if run.status not in STATUSES:
-        raise ExportFormatError(f"run.status {run.status!r} is not one of {', '.join(STATUSES)}")
-    if not run.pipeline:
-        raise ExportFormatError("run.pipeline is empty")
-    if run.fence < 1 or run.step_seq < 0 or run.event_seq < 0:
-        raise ExportFormatError("run.fence must be at least 1, step_seq and event_seq at least 0")
-    where = {
-        "steps": ([s.seq for s in commit.steps], run.step_seq),
-        "events": ([e.seq for e in commit.events], run.event_seq),
-        "checkpoints": ([c.seq + 1 for c in commit.checkpoints], run.step_seq + 1),
-    }
-    for name, (seqs, top) in where.items():
-        wrong = [seq for seq in seqs if not 1 <= seq <= top]
-        if wrong:
-            raise ExportFormatError(f"{name}: sequence number {wrong[0]} is outside 1..{top}")
-    if len({s.seq for s in commit.steps}) != len(commit.steps):
-        raise ExportFormatError("steps: a sequence number appears twice")
-    if len({c.checkpoint_id for c in commit.checkpoints}) != len(commit.checkpoints):
-        raise ExportFormatError("checkpoints: a checkpoint id appears twice")
-    wrong_steps = [j.step for j in commit.journal if j.step < 1 or j.position < 0]
-    if wrong_steps:
-        raise ExportFormatError(f"journal: step {wrong_steps[0]} or its position is out of range")
+    run = _run_record(_field(document, "the export", "run"))
+    return run, _records_of(document, run)
 
 
 def verify(run: RunRecord, commit: Commit) -> None:
-    """Check every id and field as ``run()`` does, and every record's checksum.
+    """Check every record's checksum (:func:`read_document` checked their fields).
 
     Raises:
-        InvalidIdentifierError: an id or agent name that ``run()`` would refuse.
-        ExportFormatError: a status, counter or sequence number no run can have.
         CheckpointCorruptedError: naming the first damaged record.
     """
-    _check_ids(run, commit)
-    _check_fields(run, commit)
     rid = run.run_id
     unseal(run.input, f"input of run {rid!r}")
     for name in ("result", "error"):
@@ -341,7 +396,6 @@ def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
     signals = read_signals(document, run.run_id)
     verify(run, commit)
     for signal in signals:
-        check_name(signal.name, "signal name")
         unseal(signal.body, f"signal {signal.name!r} of run {run.run_id!r}")
     return run, commit, signals
 

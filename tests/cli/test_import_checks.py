@@ -21,7 +21,7 @@ from nestegg.cli.transfer import export_run, import_run
 from nestegg.constants import EXIT_USAGE, MAX_NAME_LENGTH
 from nestegg.errors import CheckpointExistsError, InvalidIdentifierError
 from nestegg.testing import fixtures as store_fixtures
-from tests.cli.conftest import Cli, fill, json_of
+from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.pipeline_app import POLICY, build
 
 # Every registered store (tests/registry.py), memory included, for the tests of import_run.
@@ -43,9 +43,36 @@ def _set(*keys: Any, value: Any) -> Edit:
     return edit
 
 
-def _checkpoint_id_twice(document: dict[str, Any]) -> None:
-    checkpoints = document["checkpoints"]
-    checkpoints[1]["checkpoint_id"] = checkpoints[0]["checkpoint_id"]
+def _twice(key: str, field: str) -> Edit:
+    def edit(document: dict[str, Any]) -> None:
+        records = document[key]
+        records[1][field] = records[0][field]
+
+    return edit
+
+
+def _journal_entry_twice(document: dict[str, Any]) -> None:
+    document["journal"].append(dict(document["journal"][0]))
+
+
+def _signal(**fields: Any) -> Edit:
+    def edit(document: dict[str, Any]) -> None:
+        signal = {"name": "go", "at": 1.0, "body": document["events"][0]["body"]}
+        document["signals"] = [{**signal, **fields}]
+
+    return edit
+
+
+def _signal_twice(document: dict[str, Any]) -> None:
+    _signal()(document)
+    document["signals"].append({**document["signals"][0], "at": 2.0})
+
+
+def _without(key: str, index: int, field: str) -> Edit:
+    def edit(document: dict[str, Any]) -> None:
+        del document[key][index][field]
+
+    return edit
 
 
 BAD_EDITS: dict[str, tuple[Edit, str]] = {
@@ -53,20 +80,51 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "empty run id": (_set("run", "run_id", value=""), "non-empty"),
     "long run id": (_set("run", "run_id", value="r" * (MAX_NAME_LENGTH + 1)), "at most"),
     "control character": (_set("run", "run_id", value="a\nb"), "control character"),
-    "agent name": (_set("steps", 0, "agent", value="a/b"), "agent name of step 1"),
-    "checkpoint id": (_set("checkpoints", 0, "checkpoint_id", value=".."), "checkpoint id"),
-    "parent run": (_set("run", "parent_run", value="x/y"), "parent run id"),
-    "status": (_set("run", "status", value="done"), "run.status 'done'"),
-    "fence": (_set("run", "fence", value=0), "run.fence"),
-    "step seq": (_set("steps", 0, "seq", value=99), "steps: sequence number 99"),
-    "event seq": (_set("events", 0, "seq", value=0), "events: sequence number 0"),
-    "journal step": (_set("journal", 0, "step", value=0), "journal: step 0"),
+    "run id a number": (_set("run", "run_id", value=5), "run.run_id must be a non-empty"),
+    "agent name": (_set("steps", 0, "agent", value="a/b"), "steps[0].agent 'a/b' contains"),
+    "agent null": (_set("steps", 0, "agent", value=None), "steps[0].agent must be a non-empty"),
+    "agent a number": (_set("steps", 1, "agent", value=7), "steps[1].agent must be a non-empty"),
+    "checkpoint id": (_set("checkpoints", 0, "checkpoint_id", value=".."), "checkpoints[0]"),
+    "parent run": (_set("run", "parent_run", value="x/y"), "run.parent_run 'x/y'"),
+    "parent run a number": (_set("run", "parent_run", value=5), "run.parent_run must be"),
+    "pipeline a number": (_set("run", "pipeline", value=5), "run.pipeline must be a non-empty"),
+    "pipeline NUL": (_set("run", "pipeline", value="a\0b"), "run.pipeline 'a\\x00b' holds a NUL"),
+    "status": (_set("run", "status", value="done"), "run.status 'done' is not one of running"),
+    "status a list": (_set("run", "status", value=["running"]), "run.status ['running']"),
+    "fence": (_set("run", "fence", value=0), "run.fence 0 is outside 1.."),
+    "fence past 64 bits": (_set("run", "fence", value=2**63), f"run.fence {2**63} is outside"),
+    "owner host": (_set("run", "owner", "host", value=1), "run.owner.host must be a non-empty"),
+    "owner pid": (_set("run", "owner", "pid", value="12"), "run.owner.pid must be a whole"),
+    "owner a list": (_set("run", "owner", value=[1]), "run.owner must be a JSON object"),
+    "step seq": (_set("steps", 0, "seq", value=99), "steps[0].seq 99 is outside 1..3"),
+    "step seq twice": (_twice("steps", "seq"), "steps[1]: seq 1 appears twice"),
+    "step not an object": (_set("steps", 2, value=3), "steps[2] must be a JSON object, got 3"),
+    "steps not a list": (_set("steps", value={"a": 1}), "steps must be a JSON list"),
+    "step body missing": (_without("steps", 1, "body"), "steps[1].body is missing"),
+    "event seq": (_set("events", 0, "seq", value=0), "events[0].seq 0 is outside 1.."),
+    "event seq twice": (_twice("events", "seq"), "events[1]: seq 1 appears twice"),
+    "event kind": (_set("events", 2, "kind", value="bogus"), "events[2].kind 'bogus' is not"),
+    "event kind a number": (_set("events", 0, "kind", value=5), "events[0].kind 5 is not one"),
+    "event body": (_set("events", 1, "body", value=5), "events[1].body is neither a string"),
+    "event body base64": (_set("events", 1, "body", value={"base64": "%"}), "events[1].body."),
+    "journal step": (_set("journal", 0, "step", value=0), "journal[0].step 0 is outside 1.."),
+    "journal entry twice": (_journal_entry_twice, "journal[1]: step and position (2, 0)"),
+    "journal position": (_set("journal", 0, "position", value=-1), "journal[0].position -1"),
+    "checkpoint seq": (_set("checkpoints", 1, "seq", value=4), "checkpoints[1].seq 4 is outside"),
+    "checkpoint reason": (_set("checkpoints", 0, "reason", value=""), "checkpoints[0].reason ''"),
     "lease far off": (_set("run", "lease_until", value=1e300), "run.lease_until must be UNIX"),
     "created null": (_set("run", "created_at", value=None), "run.created_at must be UNIX"),
-    "event time": (_set("events", 0, "at", value=-1), "events[].at must be UNIX seconds"),
-    "seq as text": (_set("steps", 0, "seq", value="1"), "steps[].seq must be a whole number"),
+    "event time": (_set("events", 0, "at", value=-1), "events[0].at must be UNIX seconds"),
+    "seq as text": (_set("steps", 0, "seq", value="1"), "steps[0].seq must be a whole number"),
     "fence as bool": (_set("run", "fence", value=True), "run.fence must be a whole number"),
-    "checkpoint id twice": (_checkpoint_id_twice, "checkpoints: a checkpoint id appears twice"),
+    "checkpoint id twice": (
+        _twice("checkpoints", "checkpoint_id"),
+        "checkpoints[1]: checkpoint_id",
+    ),
+    "signal name": (_signal(name=None), "signals[0].name must be a non-empty string"),
+    "signal time": (_signal(at="now"), "signals[0].at must be UNIX seconds"),
+    "signal twice": (_signal_twice, "signals[1]: name 'go' appears twice"),
+    "signals not a list": (_set("signals", value=5), "signals must be a JSON list, got 5"),
 }
 
 
@@ -80,7 +138,7 @@ def test_import_refuses_what_run_would_refuse(
     edit(bad)
     path = tmp_path / "bad.json"
     path.write_bytes(orjson.dumps(bad))
-    ids = {document["run"]["run_id"], bad["run"]["run_id"]}
+    ids = {i for i in (document["run"]["run_id"], bad["run"]["run_id"]) if isinstance(i, str)}
     try:
         result = cli("import", str(path), "--store", any_url)
         assert result.exit_code == EXIT_USAGE, (result.stdout, result.stderr)
@@ -142,3 +200,28 @@ async def test_an_import_refuses_a_checkpoint_id_another_run_of_the_store_has(
     assert (refused.value.checkpoint_id, refused.value.run_id) == (taken, "ok")
     assert await export_run(store, "ok") == document  # ok keeps every checkpoint
     assert await store.get_run("copy") is None
+
+
+def test_a_refused_import_leaves_the_target_store_as_it_was(
+    cli: Cli, filled_any: Filled, tmp_path: Path
+) -> None:
+    url = filled_any.url
+    document = asyncio.run(_source_document(tmp_path))
+    before = asyncio.run(_everything(url))
+    path = tmp_path / "bad.json"
+    for case, (edit, message) in BAD_EDITS.items():
+        bad = copy.deepcopy(document)
+        edit(bad)
+        path.write_bytes(orjson.dumps(bad))
+        result = cli("import", str(path), "--store", url)
+        assert (result.exit_code, message in result.stderr) == (EXIT_USAGE, True), case
+    assert asyncio.run(_everything(url)) == before
+
+
+async def _everything(url: str) -> list[dict[str, Any]]:
+    store = open_store(url)
+    try:
+        runs = await store.list_runs()
+        return [await export_run(store, run.run_id) for run in runs]
+    finally:
+        await store.close()
