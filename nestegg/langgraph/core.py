@@ -33,6 +33,7 @@ from nestegg.checkpoint.stores.threads import (
     unstorable_character,
 )
 from nestegg.errors import CheckpointSerializationError
+from nestegg.langgraph import limits
 from nestegg.langgraph.deferred import DeferredWrites
 from nestegg.langgraph.ids import (
     BEFORE_ID_KEY,
@@ -128,11 +129,14 @@ class ThreadCheckpoints:
         check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        rows = [
-            row
-            for ch, ver in new_versions.items()
-            for row in self._blob_rows(thread_id, ns, ch, ver, values)
-        ]
+        what = f"checkpoint {checkpoint['id']!r} of thread {thread_id!r}"
+        rows: list[ThreadRow] = []
+        latests: dict[str, Latest] = {}  # remembered once stored
+        for ch, ver in new_versions.items():
+            blobs, latest = self._blob_rows(thread_id, ns, ch, ver, values, what)
+            rows.extend(blobs)
+            if latest is not None:
+                latests[ch] = latest
         meta = get_checkpoint_metadata(config, metadata)
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
@@ -141,30 +145,45 @@ class ThreadCheckpoints:
             run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
             versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
         )
-        rows.append(ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack()))
+        row = ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack())
+        rows.append(limits.check_row(row, what, checkpoint))
+        limits.check_commit(rows, f"the commit of {what}")
         drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
         gone = tuple(writes_prefix(ns, cid) for cid in drop)
         async with self._taking(thread_id) as pending:
             writes = [r for r in pending if not r.key.startswith(gone)]
-            change = ThreadChange(put=rows, put_new=writes, delete=_checkpoint_rows(ns, drop))
-            await self.store.apply_thread_change(thread_id, change, self.clock())
+            change = ThreadChange(put=rows, delete=_checkpoint_rows(ns, drop))
+            await self._apply(thread_id, change, writes)
+        for ch, latest in latests.items():
+            self.latest.set(thread_id, ns, ch, latest)
         await self.retention.after_put(self, thread_id)
         return _config(thread_id, ns, checkpoint["id"])
 
     def _blob_rows(
-        self, thread_id: str, ns: str, channel: str, version: Any, values: Mapping[str, Any]
-    ) -> list[ThreadRow]:
+        self,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: Any,
+        values: Mapping[str, Any],
+        what: str,
+    ) -> tuple[list[ThreadRow], Latest | None]:
+        """The rows of a channel's value, and the channel's latest entry once stored."""
         if channel not in values:
-            return [ThreadRow(BLOB, blob_key(ns, channel, version), empty_blob().pack())]
+            return [ThreadRow(BLOB, blob_key(ns, channel, version), empty_blob().pack())], None
         latest = self.latest.get(thread_id, ns, channel)
+        value = values[channel]
         try:
             bodies, new_latest = encode_value(
-                self.serde, latest, str(version), values[channel], self.pack_every
+                self.serde, latest, str(version), value, self.pack_every
             )
         except (TypeError, ValueError) as exc:
-            raise _unserializable(self.serde, values[channel], f"channel {channel!r}", exc) from exc
-        self.latest.set(thread_id, ns, channel, new_latest)
-        return [ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()) for v, body in bodies]
+            raise _unserializable(self.serde, value, f"channel {channel!r}", exc) from exc
+        where = f"channel {channel!r} of {what}"
+        return [
+            limits.check_row(ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()), where, value)
+            for v, body in bodies
+        ], new_latest
 
     def defer(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
@@ -188,12 +207,15 @@ class ThreadCheckpoints:
         check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
+        task = f"task {task_id!r} of thread {thread_id!r}"
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
             value_body = _dumps(self.serde, value, f"channel {channel!r}")
             body = WriteBody(task_id, i, channel, value_body, path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
+            limits.check_row(row, f"the write to channel {channel!r} of {task}", value)
             (replace if i < 0 else keep).append(row)
+        limits.check_commit([*keep, *replace], f"the writes of {task}")
         return thread_id, keep, replace
 
     @asynccontextmanager
@@ -220,8 +242,23 @@ class ThreadCheckpoints:
             return
         thread_id, keep, replace = self._write_rows(config, writes, task_id, task_path)
         async with self._taking(thread_id) as pending:
-            change = ThreadChange(put=replace, put_new=pending + keep)
-            await self.store.apply_thread_change(thread_id, change, self.clock())
+            await self._apply(thread_id, ThreadChange(put=replace, put_new=keep), pending)
+
+    async def _apply(self, thread_id: str, change: ThreadChange, pending: list[ThreadRow]) -> None:
+        """Apply ``change`` with the ``pending`` writes before its own in one commit, or, when
+        that is larger than a store takes, commit them first in commits of their own."""
+        if not limits.fits([*pending, *change.put, *change.put_new]):
+            await self._put_new(thread_id, pending)
+            pending = []
+        change = ThreadChange(change.put, [*pending, *change.put_new], change.delete)
+        await self.store.apply_thread_change(thread_id, change, self.clock())
+
+    async def _put_new(self, thread_id: str, writes: list[ThreadRow]) -> None:
+        """Commit ``writes`` on their own, in commits a store takes."""
+        for batch in limits.batches(writes):
+            await self.store.apply_thread_change(
+                thread_id, ThreadChange(put_new=batch), self.clock()
+            )
 
     async def flush(self, thread_id: str | None = None) -> None:
         """Commit the writes kept for the next checkpoint (of one thread, or of all)."""
@@ -236,9 +273,7 @@ class ThreadCheckpoints:
 
     async def _flush_thread(self, thread_id: str) -> None:
         async with self._taking(thread_id) as rows:
-            if rows:
-                change = ThreadChange(put_new=rows)
-                await self.store.apply_thread_change(thread_id, change, self.clock())
+            await self._put_new(thread_id, rows)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -254,7 +254,13 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint and the channel values of ``new_versions``."""
+        """Store a checkpoint and the channel values of ``new_versions``.
+
+        Raises:
+            RecordTooLargeError: a channel value or the checkpoint is over
+                ``RECORD_MAX_BYTES`` serialized, or they add up past ``COMMIT_MAX_BYTES``
+                (nothing is sent to the store).
+        """
         return self._run(self._core.put(config, checkpoint, metadata, new_versions))
 
     async def aput(
@@ -275,7 +281,12 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes (a write already stored under its index is kept;
-        error, interrupt, scheduled and resume writes are replaced)."""
+        error, interrupt, scheduled and resume writes are replaced).
+
+        Raises:
+            RecordTooLargeError: a write is over ``RECORD_MAX_BYTES`` serialized, or they
+                add up past ``COMMIT_MAX_BYTES`` (none is kept or sent to the store).
+        """
         self._check_open()
         if not self._core.defer(config, writes, task_id, task_path):
             self._run(self._core.put_writes(config, writes, task_id, task_path))
