@@ -155,9 +155,10 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
 
 
 def _field(record: Fields, where: str, name: str) -> Any:
-    """The field ``name`` of the record at ``where`` (absent: ExportFormatError)."""
+    """The field ``name`` of the record at ``where`` ("": the document; absent:
+    ExportFormatError)."""
     if name not in record:
-        raise ExportFormatError(f"{where}.{name} is missing")
+        raise ExportFormatError(f"{where}.{name} is missing" if where else f"{name} is missing")
     return record[name]
 
 
@@ -171,7 +172,7 @@ def _records(document: Fields, key: str, optional: bool) -> list[tuple[str, Fiel
     """The records of the list ``key``, each with its place (``steps[0]``)."""
     if optional and document.get(key) is None:
         return []
-    value = _field(document, "the export", key)
+    value = _field(document, "", key)
     if not isinstance(value, list):
         raise ExportFormatError(f"{key} must be a JSON list, got {value!r}")
     return [(f"{key}[{i}]", _object(item, f"{key}[{i}]")) for i, item in enumerate(value)]
@@ -357,7 +358,7 @@ def read_document(document: Any) -> tuple[RunRecord, Commit]:
             f"export version {document.get('version')!r} is not supported "
             f"(this nestegg reads version {EXPORT_VERSION})"
         )
-    run = _run_record(_field(document, "the export", "run"))
+    run = _run_record(_field(document, "", "run"))
     return run, _records_of(document, run)
 
 
