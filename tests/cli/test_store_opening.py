@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,42 @@ def test_reading_a_writable_sqlite_store_changes_nothing(tmp_path: Path) -> None
         result = nestegg(tmp_path, *args, "--store", url)
         assert result.returncode == EXIT_OK, (args, result.stderr)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def _sqlite_schema(path: Path) -> tuple[int, list[str]]:
+    """The schema version of the SQLite file at ``path`` and what its schema holds."""
+    with closing(sqlite3.connect(path)) as conn:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        names = conn.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+    return version, [name for (name,) in names]
+
+
+def test_reading_an_older_sqlite_schema_is_refused_and_migrates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    asyncio.run(fill(url))
+    with closing(sqlite3.connect(path)) as conn:  # back to version 5, as an older nestegg left it
+        conn.execute("DROP TABLE group_steps")
+        conn.execute("DROP TABLE group_event_batches")
+        conn.execute("PRAGMA user_version = 5")
+    schema = _sqlite_schema(path)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    for args in (*READING, *([["threads"]] if find_spec("langgraph") else [])):
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_FAILED, (args, result.stderr)
+        assert result.stderr == (
+            f"error: the SQLite database {path} has schema version 5, which a reader does "
+            "not upgrade (it reads version 6 and newer); nothing was changed: upgrade it as "
+            "a user who may write it, with a command that writes (nestegg prune --keep 1 "
+            "--dry-run upgrades it and deletes nothing) or a store's setup()\n"
+        ), args
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
+    assert _sqlite_schema(path) == schema
+    upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
+    assert upgraded.returncode == EXIT_OK, upgraded.stderr
+    assert _sqlite_schema(path)[0] == 6
+    listed = nestegg(tmp_path, "runs", "--json", "--store", url)
+    assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])

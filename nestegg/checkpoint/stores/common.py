@@ -28,6 +28,7 @@ from nestegg.errors import (
     RunLockedError,
     RunNotFoundError,
     StaleOwnerError,
+    StorageError,
 )
 
 RUN_FIELDS = ("status", "result", "error", "lease_until", "step_seq", "event_seq")
@@ -157,6 +158,19 @@ def stale_fence(run_id: str, stored: int, carried: int) -> StaleOwnerError:
     )
 
 
+def older_than_read(what: str, version: int, readable_from: int, who: str) -> StorageError:
+    """A store opened for a reader is of schema ``version``, older than the oldest it reads
+    as it is (``readable_from``): refused, not migrated. ``what`` names the store (``the
+    SQLite database PATH``), ``who`` who may upgrade it (``as a role that may alter its
+    tables``)."""
+    return StorageError(
+        f"{what} has schema version {version}, which a reader does not upgrade (it reads "
+        f"version {readable_from} and newer); nothing was changed: upgrade it {who}, with a "
+        "command that writes (nestegg prune --keep 1 --dry-run upgrades it and deletes "
+        "nothing) or a store's setup()"
+    )
+
+
 __all__ = [
     "RUN_FIELDS",
     "ChangeSet",
@@ -164,6 +178,7 @@ __all__ = [
     "check_size",
     "claim_refusal",
     "commit_outcome",
+    "older_than_read",
     "run_claimed",
     "run_exists",
     "run_finished",

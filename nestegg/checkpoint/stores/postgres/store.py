@@ -40,7 +40,12 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.common import check_size, run_exists, run_not_found
+from nestegg.checkpoint.stores.common import (
+    check_size,
+    older_than_read,
+    run_exists,
+    run_not_found,
+)
 from nestegg.checkpoint.stores.group import MAX_BATCH, GroupCalls, GroupCommitter, run_id_of
 from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id
 from nestegg.checkpoint.stores.postgres.connection import (
@@ -252,12 +257,11 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         found = await conn.execute(self._queries["schema_version"])
         version = int((await found.fetchone())[0])
         if version < READABLE_FROM:
-            raise StorageError(
-                f"PostgreSQL at {self._where}: the store has schema version {version}, which "
-                f"a reader does not upgrade (it reads version {READABLE_FROM} and newer); "
-                "nothing was changed: upgrade it as a role that may alter its tables, with a "
-                "command that writes (nestegg prune --keep 1 --dry-run upgrades it and "
-                "deletes nothing) or a store's setup()"
+            raise older_than_read(
+                f"PostgreSQL at {self._where}: the store",
+                version,
+                READABLE_FROM,
+                "as a role that may alter its tables",
             )
 
     async def setup(self) -> None:

@@ -3,10 +3,10 @@
 The file is never created, converted to WAL or given a schema: a 0-byte or foreign file is
 reported as damaged, not turned into an empty store. Where the file and its directory can
 be written, the connection is an ordinary one (``mode=rw``, so the file must exist) made
-``query_only``: closing it tidies the WAL as any connection does, and a file of an older
-schema is upgraded first. Where they cannot (a read-only mount), SQLite opens it
-``mode=ro``, and ``immutable`` too when there is no WAL beside it, since SQLite could not
-create its shared-memory file there.
+``query_only``: closing it tidies the WAL as any connection does. Where they cannot (a
+read-only mount), SQLite opens it ``mode=ro``, and ``immutable`` too when there is no WAL
+beside it, since SQLite could not create its shared-memory file there. A file of a schema
+older than a reader reads as it is (:data:`READABLE_FROM`) is refused, never upgraded.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION, migrate
+from nestegg.checkpoint.stores.common import older_than_read
+from nestegg.checkpoint.stores.sqlite.schema import READABLE_FROM, SCHEMA_VERSION
 from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS
 from nestegg.errors import StorageError, StorageUnavailableError
 
@@ -35,9 +36,10 @@ def _read_only_uri(path: Path) -> str:
     return f"{uri}?mode=ro"
 
 
-def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
-    """The schema version of a database opened read-only; StorageError when the file is
-    not a nestegg store (empty or damaged) or is newer than this nestegg."""
+def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """StorageError unless the database opened read-only is of a schema a reader reads as
+    it is: the file is not a nestegg store (empty or damaged), is older than
+    :data:`READABLE_FROM` or newer than this nestegg."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == 0:
         size = path.stat().st_size
@@ -50,7 +52,10 @@ def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> int:
             f"the database {path} has schema version {version}; this nestegg knows up to "
             f"{SCHEMA_VERSION}: upgrade nestegg"
         )
-    return version
+    if version < READABLE_FROM:
+        raise older_than_read(
+            f"the SQLite database {path}", version, READABLE_FROM, "as a user who may write it"
+        )
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:
@@ -58,7 +63,8 @@ def open_read_only(path: Path) -> sqlite3.Connection:
 
     Raises:
         StorageUnavailableError: no file there.
-        StorageError: the file is empty or not a nestegg store, or of a newer schema.
+        StorageError: the file is empty or not a nestegg store, or of a schema older than
+            :data:`READABLE_FROM` or newer than this nestegg.
         sqlite3.Error: the driver failed (the store wraps it).
     """
     if not path.is_file():
@@ -72,8 +78,7 @@ def open_read_only(path: Path) -> sqlite3.Connection:
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        if _check_read_only_schema(conn, path) < SCHEMA_VERSION:
-            migrate(conn)
+        _check_read_only_schema(conn, path)
         conn.execute("PRAGMA query_only = ON")
     except BaseException:
         conn.close()

@@ -192,6 +192,12 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
+READABLE_FROM = 6
+"""The oldest schema version a reader (a store opened ``read_only``) reads as it is: the
+first with every table a read uses (the reads of steps and events take the group commits'
+tables of version 6 too). A migration that changes a table or adds one the reads use
+raises it to that migration's version."""
+
 OWNER_AT = RUN_FIELDS.index("owner")
 SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
 IDS_PER_QUERY = 500

@@ -131,7 +131,8 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         read_only: open an existing file for reading only (``mode=ro``; ``immutable`` in a
             read-only directory), never creating or converting it: a database on a
             read-only mount can be inspected. Writes then fail with StorageUnavailableError;
-            a file of an older schema is upgraded first where it is writable.
+            a file of a schema older than a reader reads is refused with a StorageError,
+            never upgraded.
 
     Raises:
         StorageUnavailableError: the file cannot be created or opened (on first use).
