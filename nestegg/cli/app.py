@@ -9,13 +9,14 @@ Every error ends the command with one line on stderr (``error: ...``) and an exi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import sys
 import traceback
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -443,12 +444,16 @@ async def _server_store_exists(store: CheckpointStorage) -> bool:
     return True if exists is None else bool(await exists())
 
 
-async def _with_store(
-    url: str | None,
-    work: Callable[[CheckpointStorage], Awaitable[T]],
-    read_only: bool,
-    existing: bool,
-) -> T:
+@contextlib.asynccontextmanager
+async def opened_store(
+    url: str | None, *, read_only: bool = False, existing: bool = False
+) -> AsyncIterator[CheckpointStorage]:
+    """The store ``url`` selects, set up, closed afterwards: as :func:`run_with_store`
+    opens it for ``read_only`` and ``existing``.
+
+    Raises:
+        CommandError: no store there (exit 3), or a bad URL (exit 2).
+    """
     store = _open_existing(url, read_only) if read_only or existing else open_selected(url)
     try:
         if (read_only or existing) and not await _server_store_exists(store):
@@ -458,9 +463,19 @@ async def _with_store(
             )
         if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
             await store.setup()
-        return await work(store)
+        yield store
     finally:
         await store.close()
+
+
+async def _with_store(
+    url: str | None,
+    work: Callable[[CheckpointStorage], Awaitable[T]],
+    read_only: bool,
+    existing: bool,
+) -> T:
+    async with opened_store(url, read_only=read_only, existing=existing) as store:
+        return await work(store)
 
 
 def run_with_store(

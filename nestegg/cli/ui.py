@@ -89,7 +89,7 @@ def ui_command(
     clutch = import_app(app_spec) if app_spec else None
     url = store_url(ctx, store)
     if clutch is None or own_store(clutch) is None:  # the store must be there and answer
-        run_with_store(ctx, store, _reachable, existing=True)
+        run_with_store(ctx, store, _reachable, existing=True, read_only=not allow_writes)
     listening = listen(target)
     port = listening.getsockname()[1]
     token = secrets.token_urlsafe(24)

@@ -70,7 +70,9 @@ class UISettings:
             ``--store`` or ``$NESTEGG_STORE`` chose.
         store: an open store to use instead of opening ``store_url`` (not closed here).
         clutch: the user's Clutch (``--app``), needed to resume and fork.
-        allow_writes: whether resume, fork, cancel, delete and prune are offered.
+        allow_writes: whether resume, fork, cancel, delete and prune are offered; without
+            it ``store_url`` is opened read-only, as the commands that only read open it
+            (nothing created or migrated; a PostgreSQL role allowed only to SELECT reads it).
         token: the secret a write must carry in ``X-Nestegg-Token``.
         hosts: the Host header values served (``*``: any).
         clock: the time leases are judged by (``time.time``; a test passes a FakeClock).
@@ -152,20 +154,18 @@ async def _opened(settings: UISettings) -> AsyncIterator[CheckpointStorage]:
     if settings.store is not None:
         yield settings.store
         return
-    if settings.clutch is not None:
-        from nestegg.cli.apps import bound
+    from nestegg.cli.apps import bound, own_store
 
-        async with bound(settings.clutch, settings.store_url) as store:
+    clutch = settings.clutch
+    if clutch is not None and (settings.allow_writes or own_store(clutch) is not None):
+        async with bound(clutch, settings.store_url) as store:
             yield store
         return
-    from nestegg.cli.app import open_selected
+    from nestegg.cli.app import opened_store
 
-    store = open_selected(settings.store_url)
-    try:
-        await store.setup()
+    # Without writes, as the commands that only read open it: nothing created or migrated.
+    async with opened_store(settings.store_url, read_only=not settings.allow_writes) as store:
         yield store
-    finally:
-        await store.close()
 
 
 def create_app(settings: UISettings) -> Starlette:

@@ -189,7 +189,16 @@ def test_reading_a_writable_sqlite_store_changes_nothing(tmp_path: Path) -> None
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
-def _sqlite_schema(path: Path) -> tuple[int, list[str]]:
+def sqlite_back_to_version_5(path: Path) -> None:
+    """The SQLite store at ``path`` as a nestegg of schema version 5 left it, which a
+    reader does not read as it is (version 6 added tables its reads use)."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("DROP TABLE group_steps")
+        conn.execute("DROP TABLE group_event_batches")
+        conn.execute("PRAGMA user_version = 5")
+
+
+def sqlite_schema(path: Path) -> tuple[int, list[str]]:
     """The schema version of the SQLite file at ``path`` and what its schema holds."""
     with closing(sqlite3.connect(path)) as conn:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -201,11 +210,8 @@ def test_reading_an_older_sqlite_schema_is_refused_and_migrates_nothing(tmp_path
     path = tmp_path / "x.db"
     url = f"sqlite:///{path}"
     asyncio.run(fill(url))
-    with closing(sqlite3.connect(path)) as conn:  # back to version 5, as an older nestegg left it
-        conn.execute("DROP TABLE group_steps")
-        conn.execute("DROP TABLE group_event_batches")
-        conn.execute("PRAGMA user_version = 5")
-    schema = _sqlite_schema(path)
+    sqlite_back_to_version_5(path)
+    schema = sqlite_schema(path)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
     for args in (*READING, *([["threads"]] if find_spec("langgraph") else [])):
         result = nestegg(tmp_path, *args, "--store", url)
@@ -217,10 +223,10 @@ def test_reading_an_older_sqlite_schema_is_refused_and_migrates_nothing(tmp_path
             "--dry-run upgrades it and deletes nothing) or a store's setup()\n"
         ), args
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
-    assert _sqlite_schema(path) == schema
+    assert sqlite_schema(path) == schema
     upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
     assert upgraded.returncode == EXIT_OK, upgraded.stderr
-    assert _sqlite_schema(path)[0] == 6
+    assert sqlite_schema(path)[0] == 6
     listed = nestegg(tmp_path, "runs", "--json", "--store", url)
     assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
 
@@ -458,7 +464,7 @@ def test_a_read_finds_no_postgres_store_where_its_tables_are_not_and_creates_non
     assert asyncio.run(_tables_of(pg_url, prefix)) == []
 
 
-def _pg_schema(url: str) -> tuple[list[Any], ...]:
+def pg_schema(url: str) -> tuple[list[Any], ...]:
     """The tables, functions and recorded schema versions of the database at ``url``."""
     import psycopg
 
@@ -474,7 +480,7 @@ def _pg_schema(url: str) -> tuple[list[Any], ...]:
 
 
 @contextmanager
-def _pg_database_and_reader(pg_url: str) -> Iterator[tuple[str, str]]:
+def pg_database_and_reader(pg_url: str) -> Iterator[tuple[str, str]]:
     """A database of its own (its URL) and a role that may log in to it and do nothing
     else (its URL there), both dropped afterwards."""
     import psycopg
@@ -494,19 +500,33 @@ def _pg_database_and_reader(pg_url: str) -> Iterator[tuple[str, str]]:
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
+def pg_version_5_for_a_reader(url: str, as_reader: str) -> None:
+    """The store at ``url`` as the version before the last left it (the last added a
+    function only), which a reader reads as it is; ``as_reader``'s role may SELECT from
+    its tables and do nothing else."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {urlsplit(as_reader).username}"
+        )
+        conn.execute("DROP FUNCTION nestegg_commit_many")
+        conn.execute("DELETE FROM nestegg_schema_versions WHERE version = 6")
+
+
 def _read_changing_nothing(
     tmp_path: Path, url: str, as_reader: str
 ) -> list[tuple[str, list[str], subprocess.CompletedProcess[str]]]:
     """Every command that only reads, as the reader and as a role that may write, asserting
     that none changed the schema; what each gave."""
     reading = [*READING, *([["threads"]] if find_spec("langgraph") else [])]
-    before = _pg_schema(url)
+    before = pg_schema(url)
     done = [
         (where, args, nestegg(tmp_path, *args, "--store", where))
         for where in (as_reader, url)
         for args in reading
     ]
-    assert _pg_schema(url) == before
+    assert pg_schema(url) == before
     return done
 
 
@@ -515,20 +535,13 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
 ) -> None:
     import psycopg
 
-    with _pg_database_and_reader(pg_url) as (url, as_reader):
+    with pg_database_and_reader(pg_url) as (url, as_reader):
         empty = nestegg(tmp_path, "runs", "--store", url)
         assert empty.returncode == EXIT_NOT_FOUND, empty.stderr
         assert empty.stderr.startswith(f"error: no store at {url}: no nestegg tables there")
-        assert _pg_schema(url) == ([], [], [])
+        assert pg_schema(url) == ([], [], [])
         asyncio.run(fill(url))
-        with psycopg.connect(url, autocommit=True) as conn:  # SELECT, and nothing else
-            conn.execute(
-                f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {urlsplit(as_reader).username}"
-            )
-            # As the version before the last left it (the last added a function only),
-            # which a reader reads as it is.
-            conn.execute("DROP FUNCTION nestegg_commit_many")
-            conn.execute("DELETE FROM nestegg_schema_versions WHERE version = 6")
+        pg_version_5_for_a_reader(url, as_reader)
         for where, args, result in _read_changing_nothing(tmp_path, url, as_reader):
             assert result.returncode == EXIT_OK, (where, args, result.stderr)
         with psycopg.connect(url, autocommit=True) as conn:  # older than a reader reads
@@ -545,7 +558,7 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
             )
         upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
         assert upgraded.returncode == EXIT_OK, upgraded.stderr
-        assert _pg_schema(url)[2] == [(version,) for version in range(1, 7)]
+        assert pg_schema(url)[2] == [(version,) for version in range(1, 7)]
         listed = nestegg(tmp_path, "runs", "--json", "--store", url)
         assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
 

@@ -18,7 +18,15 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.cli.ui import is_loopback
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.urls import without_password
+from tests.cli.conftest import fill
 from tests.cli.pipeline_app import OWN_STORE_ENV
+from tests.cli.test_store_opening import (
+    pg_database_and_reader,
+    pg_schema,
+    pg_version_5_for_a_reader,
+    sqlite_back_to_version_5,
+    sqlite_schema,
+)
 from tests.servers import drop_postgres_tables
 from tests.ui.browser import ROOT, child_env, stop, ui_server
 
@@ -154,6 +162,46 @@ def test_a_store_that_is_not_there_is_refused_and_not_created(tmp_path: Path) ->
     assert done.stdout == "" and not missing.exists()
     bad = _ui(tmp_path, "--store", "sqlit:///x.db")
     assert bad.returncode == EXIT_USAGE and bad.stderr.startswith("error: bad store URL")
+
+
+def test_without_allow_writes_sqlite_is_opened_read_only_and_migrated_only_with_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    asyncio.run(fill(url))
+    sqlite_back_to_version_5(path)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    done = _ui(tmp_path, "--store", url)
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert done.stderr.startswith(
+        f"error: the SQLite database {path} has schema version 5, which a reader does not "
+        "upgrade (it reads version 6 and newer); nothing was changed"
+    )
+    assert done.stdout == ""  # refused before serving
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
+    with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
+        assert "/runs/ok" in _get(server.base + "/")[1]
+    assert sqlite_schema(path)[0] == 6  # opened for writing: migrated, as before
+
+
+@pytest.mark.server
+def test_without_allow_writes_postgres_needs_only_select_and_is_migrated_only_with_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with pg_database_and_reader(pg_url) as (url, as_reader):
+        asyncio.run(fill(url))
+        pg_version_5_for_a_reader(url, as_reader)
+        before = pg_schema(url)
+        for where in (as_reader, url):
+            with ui_server(tmp_path / "home", "--store", where) as server:
+                status, page = _get(server.base + "/")
+                assert status == 200 and "/runs/ok" in page, where
+                assert _get(server.base + "/runs/ok")[0] == 200
+            assert pg_schema(url) == before, where  # nothing created or migrated
+        with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
+            assert "/runs/ok" in _get(server.base + "/")[1]
+        assert pg_schema(url)[2] == [(version,) for version in range(1, 7)]  # as before
 
 
 def test_a_port_in_use_is_refused_before_anything_is_printed(tmp_path: Path) -> None:
