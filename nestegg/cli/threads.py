@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -29,6 +30,8 @@ threads_app = typer.Typer(
     invoke_without_command=True,
 )
 app.add_typer(threads_app, name="threads")
+
+T = TypeVar("T")
 
 
 def _langgraph() -> Any:
@@ -82,6 +85,44 @@ def threads_command(
     out.table(("THREAD", "CHECKPOINTS", "NAMESPACES", "UPDATED", "LATEST CHECKPOINT"), cells)
 
 
+def _refusal(thread_ids: list[str], where: str) -> InvalidIdentifierError | None:
+    """The refusal of the first of ``thread_ids`` :func:`check_thread_id` refuses, None
+    when it refuses none: it stands unless the store holds such a thread (an older version
+    wrote it), which :func:`_stored_if_refused` checks once the store is open."""
+    for thread_id in thread_ids:
+        try:
+            check_thread_id(thread_id, where)
+        except InvalidIdentifierError as error:
+            return error
+    return None
+
+
+async def _stored_if_refused(threads: ThreadStore, thread_ids: list[str], where: str) -> None:
+    """Refuse an id of ``thread_ids`` as :func:`check_thread_id` does unless ``threads``
+    holds that thread, as the saver's reads take it."""
+    from nestegg.langgraph.ids import thread_to_read
+
+    for thread_id in thread_ids:
+        await thread_to_read(threads, thread_id, where)
+
+
+def _with_threads(
+    ctx: typer.Context,
+    store: str | None,
+    work: Callable[[CheckpointStorage], Awaitable[T]],
+    refused: InvalidIdentifierError | None,
+    **opening: bool,
+) -> T:
+    """:func:`run_with_store`, where no store there means no thread of a ``refused`` id:
+    then the id is refused (exit 2), not the store missing (exit 3)."""
+    try:
+        return run_with_store(ctx, store, work, **opening)
+    except CommandError as error:
+        if refused is None or error.exit_code != EXIT_NOT_FOUND:
+            raise
+        raise refused from None
+
+
 @app.command("thread")
 def thread_command(
     ctx: typer.Context,
@@ -91,27 +132,17 @@ def thread_command(
 ) -> None:
     """A LangGraph thread's checkpoints, newest first, with their metadata."""
     where = "the THREAD argument"
-    refused: InvalidIdentifierError | None = None
-    try:
-        check_thread_id(thread_id, where)
-    except InvalidIdentifierError as error:
-        refused = error  # unless the store holds such a thread (an older version wrote it)
+    refused = _refusal([thread_id], where)
     inspect = _langgraph()
-    from nestegg.langgraph.ids import thread_to_read
 
     async def work(opened: CheckpointStorage) -> tuple[list[dict[str, Any]], bool]:
         threads = _threads(opened)
-        await thread_to_read(threads, thread_id, where)  # as the saver's reads take it
+        await _stored_if_refused(threads, [thread_id], where)
         rows: list[dict[str, Any]] = await inspect.thread_checkpoints(threads, thread_id)
         listed = bool(rows) or any(t.thread_id == thread_id for t in await threads.list_threads())
         return rows, listed
 
-    try:
-        rows, listed = run_with_store(ctx, store, work, read_only=True)
-    except CommandError as error:
-        if refused is None or error.exit_code != EXIT_NOT_FOUND:
-            raise
-        raise refused from None  # no store, so no such thread: the id is refused
+    rows, listed = _with_threads(ctx, store, work, refused, read_only=True)
     if not listed:
         raise CommandError(f"no LangGraph thread {thread_id!r}", EXIT_NOT_FOUND)
     out = Output(as_json)
@@ -169,13 +200,15 @@ def prune_command(
 ) -> None:
     """Keep only each namespace's latest checkpoint of LangGraph threads (and what it needs),
     or delete the threads with --delete."""
-    for thread_id in thread_ids or []:
-        check_thread_id(thread_id, "a THREAD argument")
+    where = "a THREAD argument"
+    refused = _refusal(thread_ids or [], where)
     inspect = _langgraph()
     cutoff = time.time() - parse_duration(older_than).total_seconds() if older_than else None
 
     async def chosen(opened: CheckpointStorage) -> tuple[list[str], list[str]]:
-        summaries = await inspect.thread_summaries(_threads(opened))
+        threads = _threads(opened)
+        await _stored_if_refused(threads, thread_ids or [], where)
+        summaries = await inspect.thread_summaries(threads)
         wanted = dict.fromkeys(thread_ids or [])
         stored = {s["thread_id"] for s in summaries}
         targets = [
@@ -186,7 +219,7 @@ def prune_command(
         ]
         return targets, [t for t in wanted if t not in stored]
 
-    targets, missing = run_with_store(ctx, store, chosen, existing=True)
+    targets, missing = _with_threads(ctx, store, chosen, refused, existing=True)
     not_found = _not_found(missing)
     if missing and len(missing) == len(set(thread_ids or [])):
         raise not_found  # none of the named threads: nothing to prune

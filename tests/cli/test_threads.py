@@ -252,3 +252,26 @@ def test_thread_shows_one_an_older_version_stored_under_an_empty_id(
     plain = nestegg(tmp_path, "--store", store, "thread", "")
     assert plain.returncode == 0, plain.stderr
     assert all(row["checkpoint_id"] in plain.stdout for row in shown)  # type: ignore[union-attr, index]
+
+
+def test_threads_prune_takes_one_an_older_version_stored_under_an_empty_id(
+    tmp_path: Path, store: str
+) -> None:
+    refusal = "error: a THREAD argument is empty: a LangGraph thread needs a non-empty thread id\n"
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    for url in (store, missing):  # no such thread stored: refused as before, nothing pruned
+        empty = nestegg(tmp_path, "--store", url, "threads", "prune", "chat-1", "", "--yes")
+        assert (empty.returncode, empty.stderr) == (EXIT_USAGE, refusal)
+    _move_to_the_empty_id(store, "chat-2")
+    counts = {"chat-1": 7, "": 4}
+    rows = _json(tmp_path, "--store", store, "threads", "--json")
+    assert {r["thread_id"]: r["checkpoints"] for r in rows} == counts  # type: ignore[union-attr, index]
+    pruned = nestegg(tmp_path, "--store", store, "threads", "prune", "", "--yes")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "pruned 1 LangGraph thread" in pruned.stderr + pruned.stdout
+    rows = _json(tmp_path, "--store", store, "threads", "--json")
+    assert {r["thread_id"]: r["checkpoints"] for r in rows} == {**counts, "": 1}  # type: ignore[union-attr, index]
+    deleted = nestegg(tmp_path, "--store", store, "threads", "prune", "", "--delete", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    rows = _json(tmp_path, "--store", store, "threads", "--json")
+    assert {r["thread_id"]: r["checkpoints"] for r in rows} == {"chat-1": 7}  # type: ignore[union-attr, index]
