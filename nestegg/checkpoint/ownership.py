@@ -95,10 +95,14 @@ def owner_payload(owner: Owner | None) -> dict[str, Any] | None:
     return {"host": owner.host, "pid": owner.pid, "started": owner.started} if owner else None
 
 
-def interruption(run: RunRecord) -> dict[str, Any]:
+def interruption(run: RunRecord, *, released: bool = False) -> dict[str, Any]:
     """What a ``run_interrupted`` event says of a run whose owner is gone: that owner (host,
-    pid, process start) and the steps it had committed."""
-    return {"owner": owner_payload(run.owner), "steps": run.step_seq}
+    pid, process start) and the steps it had committed; ``released`` when that owner gave
+    the step under way back itself (a worker's drain) instead of dying in it."""
+    payload = {"owner": owner_payload(run.owner), "steps": run.step_seq}
+    if released:
+        payload["released"] = True
+    return payload
 
 
 def resumption(
@@ -107,18 +111,22 @@ def resumption(
     seq: int,
     *,
     interrupted: bool,
+    released: bool = False,
     trace: dict[str, str] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The events that open a resume of ``run`` (as read before it was claimed) from
     checkpoint ``checkpoint_id`` at step ``seq``: ``run_resumed``, after a
     ``run_interrupted`` naming the owner that died when the run was ``interrupted`` (a
     takeover), after a ``run_started`` (with ``trace``) when the run's log is empty (its
-    owner died before writing it)."""
+    owner died before writing it). A run ``released`` by its owner in a step (a worker's
+    drain, which wrote its ``run_interrupted`` then) is resumed as an interrupted one,
+    without a second ``run_interrupted``."""
     resumed: dict[str, Any] = {"checkpoint_id": checkpoint_id, "seq": seq, "previous": run.status}
     events: list[tuple[str, dict[str, Any]]] = [(RUN_RESUMED, resumed)]
-    if interrupted:
+    if interrupted or released:
         lost = interruption(run)
-        events.insert(0, (RUN_INTERRUPTED, lost))
+        if not released:
+            events.insert(0, (RUN_INTERRUPTED, lost))
         resumed["previous"] = INTERRUPTED
         resumed["previous_owner"] = lost["owner"]
     if run.event_seq == 0:

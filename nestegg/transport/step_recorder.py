@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.records import Commit
-from nestegg.constants import OUTCOME_COMPLETED
+from nestegg.constants import OUTCOME_COMPLETED, RUN_INTERRUPTED
 from nestegg.errors import NestEggError
 from nestegg.recording import StepResult
 from nestegg.transport.base import Delivery
@@ -76,11 +77,23 @@ class StepRecorder(Checkpointer):
             self.lease_seconds = 0.0
         await super().record_step(step)
 
-    async def release(self) -> None:
-        """Drop the lease now (checkpoint kept): any worker may take the run."""
+    async def release(self, interrupted: dict[str, Any] | None = None) -> None:
+        """Drop the lease now (checkpoint kept): any worker may take the run. With
+        ``interrupted`` (a drain giving the step under way back), the same commit writes
+        what is pending (the step's start, a new run's opening) and ``run_interrupted``
+        with that payload."""
         await self.stop_renewing()
         now = self.clock()
-        await self.store.commit(Commit(self.run_id, self.fence, lease_until=now, updated_at=now))
+        commit = Commit(self.run_id, self.fence, lease_until=now, updated_at=now)
+        if interrupted is not None:
+            with contextlib.suppress(Exception):  # a start that failed stays pending
+                await self._settle_start()
+            self._take_start(self.pending)
+            self.event(RUN_INTERRUPTED, now, interrupted)
+            self._opening = False
+            commit.events, self.pending = self.pending.events, Commit(self.run_id, self.fence)
+            commit.event_seq = self.event_seq
+        await self.store.commit(commit)
 
     async def close(self) -> None:
         """Stop the heartbeat."""

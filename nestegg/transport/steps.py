@@ -36,7 +36,7 @@ from nestegg.checkpoint.formats import (
     failure_detail,
     opening_payload,
 )
-from nestegg.checkpoint.ownership import current_owner, resumption
+from nestegg.checkpoint.ownership import current_owner, interruption, resumption
 from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import (
     RUN_STARTED,
@@ -61,7 +61,7 @@ from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import LackingAgents
 from nestegg.transport.step_recorder import StepRecorder
-from nestegg.transport.verdicts import Claim, Verdict, interrupted, judge, pointer_fence
+from nestegg.transport.verdicts import Claim, Resumes, Verdict, judge, pointer_fence, resumes
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -203,7 +203,7 @@ class StepRunner:
                 await give_back(delivery)
                 raise
             if claimed is not None:
-                return await self._take(store, claimed.run, delivery, claimed.taken_from)
+                return await self._take(store, claimed, delivery)
             await delivery.ack()
         except (StaleOwnerError, RunLockedError) as moved_on:  # another process has the run
             log.info(
@@ -234,16 +234,15 @@ class StepRunner:
         then claimed at the fence read; the store refuses the claim of a run finished
         meanwhile (RunFinishedError, a RunLockedError). A worker claims a run once per
         turn with it (it goes on with the run's next steps), so the read costs one round
-        trip per turn, not per step. Claimed at a fence above the message's after an
-        interrupted step, the run is taken over.
+        trip per turn, not per step. The run as read says how the claim continues it
+        (see :func:`resumes`): a takeover, after a release, a waiting run.
         """
-        message = delivery.message
         run = await self._judged(store, delivery)
         if run is None:
             return None
-        taken_from = run if run.fence > message.fence and interrupted(run) else None
+        how = resumes(run, delivery.message)
         try:
-            return Claim(await self._claim_at(store, run.run_id, run.fence), taken_from)
+            return Claim(await self._claim_at(store, run.run_id, run.fence), run, how)
         except (RunLockedError, RunNotFoundError):
             return None  # another worker took it first, or it was deleted
 
@@ -281,14 +280,11 @@ class StepRunner:
             await delivery.keep_alive()
 
     async def _take(
-        self,
-        store: CheckpointStorage,
-        claimed: RunRecord,
-        delivery: Delivery,
-        taken_from: RunRecord | None,
+        self, store: CheckpointStorage, claim: Claim, delivery: Delivery
     ) -> Delivery | None:
+        claimed = claim.run
         try:
-            execution, recorder = await self._prepare(claimed, delivery, taken_from)
+            execution, recorder = await self._prepare(claim, delivery)
         except (CheckpointCorruptedError, IncompatibleCheckpointError) as error:
             # nothing this pipeline can continue from; any other error goes up: a store's
             # or a broker's gives the message back (handle), the store may answer next time
@@ -301,7 +297,7 @@ class StepRunner:
         taken = time.monotonic()
         recorder.goes_on = lambda: self._goes_on(execution, taken)
         task = asyncio.current_task()
-        taken_over = taken_from is not None
+        taken_over = claim.resumes is Resumes.TAKEOVER
         try:
             while True:
                 raise_if_cancel_requested(task)  # stopped, also if a library lost the cancel
@@ -316,9 +312,8 @@ class StepRunner:
         finally:
             await recorder.close()
 
-    async def _prepare(
-        self, claimed: RunRecord, delivery: Delivery, taken_from: RunRecord | None
-    ) -> tuple[RunExecution, StepRecorder]:
+    async def _prepare(self, claim: Claim, delivery: Delivery) -> tuple[RunExecution, StepRecorder]:
+        claimed, how = claim.run, claim.resumes
         warm = self.warm.pop(claimed.run_id, None)
         if warm is not None and warm.continues(claimed):
             recorder = self._recorder(claimed, delivery, warm.base, list(warm.kept))
@@ -333,10 +328,14 @@ class StepRunner:
             checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         recorder.replay_until = claimed.step_seq + 1
         trace = delivery.message.trace  # the caller's, kept for the sweeper's messages
-        if seq < claimed.step_seq or taken_from is not None:
-            interrupted = taken_from is not None  # its worker died: say whose run this took
+        if seq < claimed.step_seq or how is not None:  # say what this resumes, and whose
             events = resumption(
-                taken_from or claimed, checkpoint_id, seq, interrupted=interrupted, trace=trace
+                claim.read,
+                checkpoint_id,
+                seq,
+                interrupted=how is Resumes.TAKEOVER,
+                released=how is Resumes.RELEASED,
+                trace=trace,
             )
             for kind, payload in events:
                 recorder.event(kind, recorder.clock(), payload)
@@ -459,14 +458,19 @@ class StepRunner:
     async def _hand_back(
         self, store: CheckpointStorage, recorder: StepRecorder, delivery: Delivery
     ) -> None:
-        """Release a run whose step was interrupted and point any worker at it again."""
+        """Release a run whose step was interrupted (a drain), saying so in its log
+        (``run_interrupted``, ``released``), and point any worker at it again with the fence
+        of the message this claim took, one below the run's: the worker that claims it
+        resumes it as a run given back (see :func:`resumes`)."""
         try:
-            with contextlib.suppress(StaleOwnerError):
-                await recorder.release()
             run = await store.get_run(recorder.run_id)
-            if run is not None and run.status == RUNNING and run.fence == recorder.fence:
+            if run is None or run.status != RUNNING or run.fence != recorder.fence:
+                await delivery.ack()  # cancelled or taken meanwhile: its holder goes on
+                return
+            with contextlib.suppress(StaleOwnerError):
+                await recorder.release(interruption(run, released=True))
                 trace = delivery.message.trace
-                await self.publish(run.run_id, run.step_seq + 1, run.fence, None, trace)
+                await self.publish(run.run_id, run.step_seq + 1, run.fence - 1, None, trace)
             await delivery.ack()
         except (NestEggError, OSError) as error:
             log.warning(

@@ -73,10 +73,37 @@ def pointer_fence(run: RunRecord) -> int:
     return run.fence - 1 if interrupted(run) else run.fence
 
 
+class Resumes(enum.Enum):
+    """How a claim continues a run that did not simply go on from its last commit."""
+
+    WAITING = "waiting"
+    """The run waited (a sweep or its signal points at it once its wait is over)."""
+    TAKEOVER = "takeover"
+    """The claim's step was cut short by its owner's death: its lease ran out."""
+    RELEASED = "released"
+    """Its owner gave the claim's step back (a worker's drain)."""
+
+
+def resumes(run: RunRecord, message: StepMessage) -> Resumes | None:
+    """How a claim for ``message`` that :func:`judge` takes continues ``run`` (as read
+    before the claim); None: the run goes on from its last commit.
+
+    Claimed after the message was sent (its fence is below the run's) without a commit of
+    the message's step since, the run's step under way was interrupted (see
+    :func:`interrupted`): a takeover; or it was released, by a worker's drain, which
+    publishes the step again with the fence of the message it had taken.
+    """
+    if run.status == WAITING:
+        return Resumes.WAITING
+    if run.fence <= message.fence:
+        return None
+    return Resumes.TAKEOVER if interrupted(run) else Resumes.RELEASED
+
+
 class Claim(NamedTuple):
-    """A run claimed for a delivery and, when it is a takeover, the run as read before the
-    claim (its dead owner, the steps it had committed): the run was claimed after the
-    message was sent and that claim's step was interrupted (see :func:`interrupted`)."""
+    """A run claimed for a delivery, the run as read before the claim (its owner, the
+    steps it had committed, its status) and how the claim continues it."""
 
     run: RunRecord
-    taken_from: RunRecord | None
+    read: RunRecord
+    resumes: Resumes | None

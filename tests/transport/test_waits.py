@@ -11,13 +11,16 @@ import pytest
 
 import nestegg
 from nestegg import Clutch, RunWaiting, get_context
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from tests.transport.apps import config, counter, prefix, side_effect, transport
 from tests.transport.conftest import Deployment
 from tests.transport.test_caller import serving
+from tests.transport.test_workers import event_log
 
 
-def make_approvals() -> Clutch:
-    clutch = Clutch("approvals", transport=transport(), checkpoint=config())
+def make_approvals(*, local: bool = False) -> Clutch:
+    """Pipeline ``approvals`` on the workers, or run in this process (``local``)."""
+    clutch = Clutch("approvals", transport=None if local else transport(), checkpoint=config())
 
     @clutch.agent()
     async def review(data: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +101,32 @@ async def test_the_sweeper_resumes_a_waiting_run_once_its_signal_is_stored(
         await worker.stop()
     assert result == {"paid": 1, "approval": "ok"}
     assert int(await counter().hget(f"{prefix()}effects", "swept:1")) == 1
+
+
+@pytest.mark.server
+async def test_a_sweep_resuming_a_waiting_run_writes_run_resumed_as_a_local_resume(
+    deployment: Deployment, store: RedisCheckpointStorage
+) -> None:
+    caller, worker, local = make_approvals(), make_approvals(), make_approvals(local=True)
+    try:
+        async with serving(worker, sweep_interval=0.2):
+            with pytest.raises(RunWaiting):
+                await caller.run({}, run_id="swept", timeout=30)
+            await caller.signal("swept", "approval", "ok", resume=False)
+            await caller.result("swept", timeout=20)
+        with pytest.raises(RunWaiting):
+            await local.run({}, run_id="local")
+        await local.signal("local", "approval", "ok")
+    finally:
+        await caller.stop()
+        await worker.stop()
+    swept, local = [await event_log(store, run_id) for run_id in ("swept", "local")]
+    assert [kind for kind, _ in swept] == [kind for kind, _ in local]
+    kinds = [kind for kind, _ in swept]
+    resumed = kinds.index("run_resumed")
+    assert kinds[resumed - 1 : resumed + 1] == ["run_waiting", "run_resumed"]
+    assert swept[resumed][1]["previous"] == local[resumed][1]["previous"] == "waiting"
+    assert swept[resumed][1]["seq"] == local[resumed][1]["seq"] == 0
 
 
 @pytest.mark.server

@@ -177,7 +177,7 @@ async def test_a_takeover_from_a_worker_killed_in_a_step_is_in_the_event_log(
     finally:
         await slow.stop()
     assert result["crawled"] == second.process.pid
-    events = [(e.kind, unseal_json(e.body, "event")) for e in await store.read_events("taken")]
+    events = await event_log(store, "taken")
     kinds = [kind for kind, _ in events]
     # the first worker's opening and start went with its journaled call, as on one process
     assert kinds[:2] == ["run_started", "step_started"]
@@ -190,6 +190,11 @@ async def test_a_takeover_from_a_worker_killed_in_a_step_is_in_the_event_log(
     assert kinds[5:] == ["step_completed", "checkpoint_saved", "step_started", "step_completed",
                          "checkpoint_saved", "run_completed"]  # fmt: skip
     assert _effects_sync(deployment) == {"taken:1": 1}  # replayed, not made again
+
+
+async def event_log(store: RedisCheckpointStorage, run_id: str) -> list[tuple[str, Any]]:
+    """The run's events: (kind, payload) each."""
+    return [(e.kind, unseal_json(e.body, "event")) for e in await store.read_events(run_id)]
 
 
 async def _journaled(store: RedisCheckpointStorage, run_id: str) -> None:
@@ -255,6 +260,18 @@ async def test_sigterm_past_the_grace_period_releases_the_run_at_once(
     assert result["crawled"] == second.process.pid
     assert took < deployment.lease, f"{took:.1f} s: the run waited for the lease"
     assert (await effect_counts(deployment))["released:1"] == 1  # replayed, not paid again
+    events = await event_log(store, "released")
+    kinds = [kind for kind, _ in events]
+    # the drain says that it gave the step under way back; the worker that took it says
+    # whose step it resumed, as after a takeover
+    assert kinds[:5] == ["run_started", "step_started", "run_interrupted", "run_resumed",
+                         "step_started"]  # fmt: skip
+    (_, released), (_, resumed) = events[2:4]
+    assert released == {"owner": released["owner"], "steps": 0, "released": True}
+    assert released["owner"]["pid"] == first.process.pid
+    assert resumed["previous"] == "interrupted" and resumed["seq"] == 0
+    assert resumed["previous_owner"] == released["owner"]
+    assert kinds.count("run_interrupted") == kinds.count("run_resumed") == 1
 
 
 async def test_duplicate_messages_commit_nothing_twice(
