@@ -91,9 +91,12 @@ STATUSES = tuple(RunStatus)
 INTERRUPTED = "interrupted"
 """Not a stored status: a running run whose owner is gone, as listings and events name it."""
 QUEUED = "queued"
-"""Not a stored status: a running run no owner ever claimed (the workers'), as a
-``run_cancelled`` event names what it was."""
-LISTED_STATUSES = (*STATUSES, INTERRUPTED)
+"""Not a stored status: a running run no owner ever claimed (stored for workers, none took
+it yet), as listings show it and a ``run_cancelled`` event names what it was."""
+SHOWN_RUNNING = (INTERRUPTED, QUEUED)
+"""What a listing shows a running run as besides ``running``: filtering by one reads the
+running runs and keeps those it fits (see ``ownership.run_state``)."""
+LISTED_STATUSES = (*STATUSES, *SHOWN_RUNNING)
 """The statuses a listing of runs filters by (``nestegg runs --status``, the inspector)."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
-from nestegg.checkpoint.ownership import is_interrupted, owner_alive
+from nestegg.checkpoint.ownership import owner_alive, run_state
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
@@ -85,7 +85,7 @@ def existing_run(
             + ("" if same_input(run, sealed_input) else "; it was started with a different input"),
             run.run_id,
         )
-    status = "interrupted" if is_interrupted(run, now) else run.status
+    status = run_state(run, now)
     if same_input(run, sealed_input):
         what = f"continue it with resume_latest({run.run_id!r})"
     else:

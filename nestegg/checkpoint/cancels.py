@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.checkpoint.formats import ending_commit, opening_payload, parse_event
-from nestegg.checkpoint.ownership import current_owner, is_interrupted, owner_payload
+from nestegg.checkpoint.ownership import current_owner, owner_payload, run_state
 from nestegg.checkpoint.records import Commit, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
@@ -26,11 +26,8 @@ from nestegg.constants import (
     CANCELLED,
     COMPLETED,
     FAILED,
-    INTERRUPTED,
-    QUEUED,
     RUN_CANCELLED,
     RUN_STARTED,
-    RUNNING,
 )
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -62,16 +59,6 @@ class Cancellation:
     def done(self) -> bool:
         """Whether the run was cancelled now (False: it was cancelled already)."""
         return self.previous != CANCELLED
-
-
-def previous_state(run: RunRecord, now: float) -> str:
-    """What ``run`` (not finished) is before a cancel: running (a live owner), interrupted,
-    queued (running, no owner ever: the workers') or waiting."""
-    if run.status != RUNNING:
-        return str(run.status)
-    if run.owner is None:
-        return QUEUED
-    return INTERRUPTED if is_interrupted(run, now) else RUNNING
 
 
 def _refuse(run: RunRecord, pipeline: str | None) -> None:
@@ -135,7 +122,7 @@ async def cancel_run(
         _refuse(run, pipeline)
         if run.status == CANCELLED:
             return Cancellation(run, CANCELLED, None)
-        previous = previous_state(run, now)
+        previous = run_state(run, now)
         try:
             claimed = await store.claim_run(
                 run_id, run.fence, current_owner(), now + lease_seconds, now

@@ -16,7 +16,14 @@ from typing import Any
 
 from nestegg.checkpoint.formats import opening_payload
 from nestegg.checkpoint.records import Owner, RunRecord
-from nestegg.constants import INTERRUPTED, RUN_INTERRUPTED, RUN_RESUMED, RUN_STARTED, RUNNING
+from nestegg.constants import (
+    INTERRUPTED,
+    QUEUED,
+    RUN_INTERRUPTED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    RUNNING,
+)
 
 # Runs this process is executing right now: run_id -> fence.
 active_runs: dict[str, int] = {}
@@ -88,6 +95,17 @@ def owner_alive(run: RunRecord, now: float) -> bool:
 def is_interrupted(run: RunRecord, now: float) -> bool:
     """A run that is marked running but whose owner is gone."""
     return run.status == RUNNING and not owner_alive(run, now)
+
+
+def run_state(run: RunRecord, now: float) -> str:
+    """What ``run`` is at ``now`` as listings, ``show`` and a cancel name it: its stored
+    status, or for a running run ``queued`` (no owner ever: stored for workers, none took
+    it yet), ``interrupted`` (its owner is gone) or ``running``."""
+    if run.status != RUNNING:
+        return str(run.status)
+    if run.owner is None:
+        return QUEUED
+    return INTERRUPTED if is_interrupted(run, now) else RUNNING
 
 
 def owner_payload(owner: Owner | None) -> dict[str, Any] | None:

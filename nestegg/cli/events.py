@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.checkpoint.event_log import StepFacts, step_facts_for
-from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import Event, to_datetime
@@ -18,6 +18,7 @@ from nestegg.cli import reading
 from nestegg.cli.render import Output, seconds, to_json
 from nestegg.constants import (
     CALL_JOURNALED,
+    INTERRUPTED,
     LATEST_TIME,
     RUN_CANCELLED,
     RUN_FAILED,
@@ -103,7 +104,7 @@ async def follow(
         start = await reading.in_flight_start(store, run)
         if start is not None:
             await calls.print_new(start.data["seq"], attempt=(run.fence, since))
-        if not warned and is_interrupted(run, time.time()):
+        if not warned and run_state(run, time.time()) == INTERRUPTED:
             out.note(f"run {run_id!r} is interrupted (its owner is gone); waiting for a resume")
             warned = True
         await asyncio.sleep(interval)

@@ -11,7 +11,7 @@ import orjson
 from nestegg.agents import check_name
 from nestegg.checkpoint.formats import parse_checkpoint, parse_journal, parse_step
 from nestegg.checkpoint.loader import load_latest, load_state, unusable_checkpoints
-from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     EventRecord,
@@ -37,6 +37,8 @@ from nestegg.constants import (
     CANCELLED,
     COMPLETED,
     IN_FLIGHT_EVENT_WINDOW,
+    INTERRUPTED,
+    QUEUED,
     RUNNING,
     STEP_STARTED,
     WAITING,
@@ -75,16 +77,18 @@ def _safe_error(run: RunRecord) -> dict[str, Any] | None:
 def run_row(
     run: RunRecord, last: CheckpointRecord | None, now: float, *, full_error: bool = False
 ) -> dict[str, Any]:
-    """A run as plain data: status, whether it is interrupted at ``now``, progress, owner,
-    outcome."""
+    """A run as plain data: status, whether it is interrupted or queued at ``now`` (see
+    :func:`run_state`), progress, owner, outcome."""
     error = _safe_error(run)
+    state = run_state(run, now)
     if error is not None and not full_error:
         error = {k: error[k] for k in ERROR_SUMMARY_KEYS if k in error}
     return {
         "run_id": run.run_id,
         "pipeline": run.pipeline,
         "status": run.status,
-        "interrupted": is_interrupted(run, now),
+        "interrupted": state == INTERRUPTED,
+        "queued": state == QUEUED,
         "steps": run.step_seq,
         "last_checkpoint": checkpoint_row(last) if last is not None else None,
         "created_at": to_datetime(run.created_at),
@@ -108,8 +112,11 @@ async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]
 
 
 def shown_status(row: dict[str, Any]) -> str:
-    """The status people see: ``interrupted`` for a running run whose owner is gone."""
-    return "interrupted" if row["interrupted"] else str(row["status"])
+    """The status people see: ``interrupted`` for a running run whose owner is gone,
+    ``queued`` for one no worker took yet."""
+    if row["interrupted"]:
+        return INTERRUPTED
+    return QUEUED if row["queued"] else str(row["status"])
 
 
 RUN_ENDED_AFTER = "none, the run ended after this step"
@@ -176,15 +183,16 @@ async def list_run_rows(
     *,
     pipeline: str | None,
     statuses: list[str] | None,
-    interrupted: bool,
+    shown: str | None,
     limit: int | None,
     now: float,
 ) -> list[dict[str, Any]]:
-    """Runs newest first, each with its last checkpoint."""
-    fetch_limit = None if interrupted else limit
+    """Runs newest first, each with its last checkpoint; only those shown as ``shown``
+    (``interrupted``, ``queued``: see :func:`run_state`) unless it is None."""
+    fetch_limit = None if shown else limit
     runs = await store.list_runs(pipeline=pipeline, statuses=statuses, limit=fetch_limit)
-    if interrupted:
-        runs = [run for run in runs if is_interrupted(run, now)][:limit]
+    if shown:
+        runs = [run for run in runs if run_state(run, now) == shown][:limit]
     rows = []
     for run in runs:
         checkpoints = await store.list_checkpoints(run.run_id)

@@ -26,7 +26,9 @@ from nestegg.constants import (
     INTERRUPTED,
     LARGEST_NUMBER,
     LISTED_STATUSES,
+    QUEUED,
     RUNNING,
+    SHOWN_RUNNING,
     STATUSES,
 )
 
@@ -89,7 +91,7 @@ def runs_command(
         str | None,
         typer.Option(
             help=f"Only runs with this status ({', '.join(STATUSES)}; {INTERRUPTED}: as "
-            "--interrupted)."
+            f"--interrupted; {QUEUED}: running, stored for workers, none took it yet)."
         ),
     ] = None,
     pipeline: Annotated[str | None, typer.Option(help="Only runs of this pipeline.")] = None,
@@ -104,20 +106,21 @@ def runs_command(
 ) -> None:
     """List runs, newest first.
 
-    Columns: id, pipeline, status (interrupted: running, but its owner is gone; waiting:
-    with the signal or timer it waits for, and its deadline), steps, last checkpoint, last
-    update, owner.
+    Columns: id, pipeline, status (interrupted: running, but its owner is gone; queued:
+    running, stored for workers, none took it yet; waiting: with the signal or timer it
+    waits for, and its deadline), steps, last checkpoint, last update, owner.
     """
-    if status == INTERRUPTED:  # the status the table shows: take it as it is shown
-        status, interrupted = None, True
-    elif interrupted and status not in (None, RUNNING):
+    shown = INTERRUPTED if interrupted else None
+    if status in SHOWN_RUNNING and not interrupted:  # as the table shows it: running ones
+        status, shown = None, status
+    elif interrupted and status not in (None, RUNNING, INTERRUPTED):
         raise CommandError(
             f"--interrupted lists running runs whose owner is gone, none with status {status!r}: "
             "give one of --interrupted and --status",
             EXIT_USAGE,
         )
-    statuses = check_status(status, LISTED_STATUSES)  # interrupted was taken above
-    if interrupted:
+    statuses = check_status(status, LISTED_STATUSES)  # interrupted, queued taken above
+    if shown:
         statuses = [RUNNING]
 
     async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
@@ -125,7 +128,7 @@ def runs_command(
             opened,
             pipeline=pipeline,
             statuses=statuses,
-            interrupted=interrupted,
+            shown=shown,
             limit=limit,
             now=time.time(),  # a command judges leases by the wall clock
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 from nestegg.checkpoint.formats import parse_journal
 from nestegg.checkpoint.loader import load_state
-from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
@@ -34,6 +34,7 @@ from nestegg.constants import (
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
+    SHOWN_RUNNING,
     STEP_FAILED,
     STEP_STARTED,
     WAITING,
@@ -86,8 +87,9 @@ def decode_cursor(text: str | None) -> tuple[float, str] | None:
 
 
 def _statuses(status: str | None) -> list[str] | None:
-    """The stored statuses a filter reads (``interrupted`` runs are running ones)."""
-    return [RUNNING] if status == INTERRUPTED else ([status] if status else None)
+    """The stored statuses a filter reads (``interrupted`` and ``queued`` runs are running
+    ones)."""
+    return [RUNNING] if status in SHOWN_RUNNING else ([status] if status else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,8 @@ async def runs_page(
     now: float,
     size: int = RUNS_PAGE,
 ) -> RunsPage:
-    """A page of runs, newest first; ``status`` may be ``interrupted`` (running, owner gone).
+    """A page of runs, newest first; ``status`` may be ``interrupted`` (running, owner gone)
+    or ``queued`` (running, no worker took it yet).
 
     Reads ``size + 1`` runs from the store and the checkpoints of those shown.
     """
@@ -117,8 +120,8 @@ async def runs_page(
     more = len(runs) > size
     runs = runs[:size]
     cursor = encode_cursor(runs[-1]) if more and runs else None
-    if status == INTERRUPTED:
-        runs = [run for run in runs if is_interrupted(run, now)]
+    if status in SHOWN_RUNNING:
+        runs = [run for run in runs if run_state(run, now) == status]
     listed = await asyncio.gather(*(store.list_checkpoints(run.run_id) for run in runs))
     rows = await asyncio.gather(
         *(
@@ -182,7 +185,7 @@ class RunsWatch:
         known, self.waits = self.waits, {}
         return [
             (
-                r.run_id, r.status, r.step_seq, r.updated_at, is_interrupted(r, now),
+                r.run_id, r.status, r.step_seq, r.updated_at, run_state(r, now),
                 await self._over(r, now, known) if r.status == WAITING else None,
             )
             for r in runs

@@ -55,7 +55,7 @@ def test_an_unknown_status_names_every_status_each_command_takes(cli: Cli) -> No
     listed = cli("runs", "--status", "bogus")
     assert listed.stderr == (
         "error: unknown status 'bogus'; one of running, completed, failed, cancelled, waiting, "
-        "interrupted\n"
+        "interrupted, queued\n"
     )
     pruned = cli("prune", "--keep", "1", "--status", "interrupted")  # not a status prune takes
     assert pruned.stderr == (

@@ -25,9 +25,9 @@ from tests.cli.pipeline_app import POLICY, build
 from tests.stores.test_sqlite_blocks import rewrite_block
 
 RUN_KEYS = {
-    "run_id", "pipeline", "status", "interrupted", "steps", "last_checkpoint", "created_at",
-    "updated_at", "owner", "lease_until", "fence", "parent_run", "parent_checkpoint", "error",
-    "waits_for",
+    "run_id", "pipeline", "status", "interrupted", "queued", "steps", "last_checkpoint",
+    "created_at", "updated_at", "owner", "lease_until", "fence", "parent_run",
+    "parent_checkpoint", "error", "waits_for",
 }  # fmt: skip
 
 
@@ -62,6 +62,44 @@ def test_runs_filters(cli: Cli, filled: Filled) -> None:
     assert ids("--pipeline", "other") == []
     assert len(ids("--limit", "2")) == 2
     assert ids() == [filled.gone, filled.bad, filled.ok]  # newest first
+
+
+async def _queue(url: str, run_id: str) -> None:
+    """Store a run for workers that none took (as a caller on workers stores it)."""
+    store = open_store(url)
+    try:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        await clutch.checkpointed_runs().create_queued({"name": "Queued"}, run_id)
+    finally:
+        await store.close()
+
+
+def test_a_run_queued_for_workers_is_shown_queued_as_cancel_calls_it(
+    cli: Cli, filled: Filled
+) -> None:
+    url = filled.url
+    asyncio.run(_queue(url, "q1"))
+
+    def ids(*args: str) -> list[str]:
+        return [r["run_id"] for r in json_of(cli("runs", "--store", url, "--json", *args))]
+
+    rows = {row["run_id"]: row for row in json_of(cli("runs", "--store", url, "--json"))}
+    assert (rows["q1"]["status"], rows["q1"]["interrupted"], rows["q1"]["queued"]) == (
+        "running",
+        False,
+        True,
+    )
+    assert (rows[filled.gone]["interrupted"], rows[filled.gone]["queued"]) == (True, False)
+    table = {line.split()[0]: line.split() for line in cli("runs", "-s", url).stdout.splitlines()}
+    assert table["q1"][2] == "queued" and table[filled.gone][2] == "interrupted"
+    assert ids("--status", "queued") == ["q1"]
+    assert ids("--interrupted") == ids("--status", "interrupted") == [filled.gone]
+    assert ids("--status", "running") == ["q1", filled.gone]  # as stored
+    shown = cli("show", "q1", "-s", url).stdout.splitlines()
+    assert "status:   queued" in shown
+    assert json_of(cli("show", "q1", "--json", "-s", url))["run"]["queued"] is True
+    cancelled = cli("cancel", "q1", "-s", url)
+    assert cancelled.stdout == "run q1 cancelled (was queued for workers)\n"
 
 
 def test_runs_table_is_plain_text_in_a_pipe(cli: Cli, filled: Filled) -> None:

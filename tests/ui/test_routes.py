@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from starlette.routing import Route
 
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.records import Commit, JournalRecord
+from tests.cli.pipeline_app import POLICY, build
 from tests.ui.conftest import Ui, call_cells
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
@@ -53,6 +55,27 @@ def test_the_runs_table_filters_by_status_and_pipeline(ui: Ui) -> None:
     assert _listed(mine, ok) and "<html" not in mine
     refused = ui.client.get("/", params={"status": "sleeping"})
     assert refused.status_code == 400 and "unknown status" in refused.text
+
+
+def test_a_run_queued_for_workers_is_shown_and_filtered_as_queued(ui: Ui) -> None:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    run_id = f"queued-{uuid.uuid4().hex[:8]}"
+
+    async def queue() -> None:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        await clutch.checkpointed_runs().create_queued({"name": "Queued"}, run_id)
+
+    ui.client.portal.call(queue)  # type: ignore[union-attr]
+    try:
+        row = _row(ui.client.get("/").text, run_id)
+        assert ">queued<" in row and "flagged" not in row
+        queued = ui.client.get("/", params={"status": "queued"}).text
+        assert _listed(queued, run_id) and not _listed(queued, ui.filled.gone)
+        interrupted = ui.client.get("/", params={"status": "interrupted"}).text
+        assert _listed(interrupted, ui.filled.gone) and not _listed(interrupted, run_id)
+        assert 'class="status queued">queued<' in ui.client.get(f"/runs/{run_id}").text
+    finally:
+        assert ui.write("DELETE", f"/api/runs/{run_id}").status_code == 200  # type: ignore[attr-defined]
 
 
 def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
