@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from nestegg.agents import check_name
+from nestegg.checkpoint.cancels import cancelled_by
 from nestegg.checkpoint.formats import parse_checkpoint, parse_journal, parse_step
 from nestegg.checkpoint.loader import load_latest, load_state, unusable_checkpoints
 from nestegg.checkpoint.ownership import run_state
@@ -100,7 +101,19 @@ def run_row(
         "parent_checkpoint": run.parent_checkpoint,
         "error": error,
         "waits_for": None,
+        "cancelled_by": None,
     }
+
+
+async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
+    """Fill in what ``row`` (:func:`run_row`) reads beyond the run record: a waiting run's
+    ``waits_for``; for a run cancelled from outside, ``cancelled_by`` (the canceller: host,
+    pid, process start) and as its ``owner`` the one that last ran it, which the
+    canceller's claim replaced in the store (None: none had it, it was queued)."""
+    await add_wait(store, run, row)
+    cancel = await cancelled_by(store, run)
+    if cancel is not None:
+        row["owner"], row["cancelled_by"] = cancel.get("previous_owner"), cancel.get("by")
 
 
 async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
@@ -197,7 +210,7 @@ async def list_run_rows(
     for run in runs:
         checkpoints = await store.list_checkpoints(run.run_id)
         rows.append(run_row(run, checkpoints[-1] if checkpoints else None, now))
-        await add_wait(store, run, rows[-1])
+        await complete_row(store, run, rows[-1])
     return rows
 
 
@@ -263,7 +276,7 @@ async def run_details(
                 row["checkpoints"] = by_seq.get(row["seq"], [])
                 steps.append(row)
     row = run_row(run, checkpoints[-1] if checkpoints else None, now, full_error=True)
-    await add_wait(store, run, row)
+    await complete_row(store, run, row)
     error = row["error"] or {}
     failed = (
         {k: error.get(k) for k in ERROR_SUMMARY_KEYS}

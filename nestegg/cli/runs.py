@@ -59,6 +59,13 @@ def owner_text(owner: dict[str, Any] | None) -> str:
     return f"{str(owner['host']).split('#', 1)[0]}:{owner['pid']}"
 
 
+def _owner_cell(row: dict[str, Any]) -> str:
+    """The owner that last ran the run, and who cancelled it from outside, if anyone."""
+    by = row["cancelled_by"]
+    shown = owner_text(row["owner"])
+    return f"{shown} (cancelled by {owner_text(by)})" if by else shown
+
+
 def wait_text(wait: dict[str, Any]) -> str:
     """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer."""
     what = f"signal {wait['signal']!r}" if wait["signal"] is not None else "timer"
@@ -152,7 +159,7 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
         ("steps", str(run["steps"])),
         ("created", when(run["created_at"])),
         ("updated", when(run["updated_at"])),
-        ("owner", owner_text(run["owner"])),
+        ("owner", _owner_cell(run)),
     ]
     if run["parent_run"]:
         items.append(("forked from", f"{run['parent_run']} at {run['parent_checkpoint']}"))

@@ -137,14 +137,14 @@ async def runs_page(
 async def flagged(
     store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
 ) -> dict[str, Any]:
-    """The row with the status people see (``interrupted``), whether it needs a look, and
-    for a waiting run what it waits for (a few of its last events read) and whether that
-    wait is over: ``received`` (its signal is stored) or ``due`` (its deadline or timer
-    passed), when a resume goes on."""
+    """The row with the status people see (``interrupted``, ``queued``), whether it needs
+    a look, for a run cancelled from outside who cancelled it (see
+    :func:`reading.complete_row`), and for a waiting run what it waits for (a few of its
+    last events read) and whether that wait is over: ``received`` (its signal is stored)
+    or ``due`` (its deadline or timer passed), when a resume goes on."""
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
-    if run.status == WAITING:
-        await reading.add_wait(store, run, row)
+    await reading.complete_row(store, run, row)
     if (wait := row["waits_for"]) is not None:
         signal = wait["signal"]
         wait["received"] = bool(signal) and await signal_stored(store, run.run_id, signal)

@@ -187,5 +187,12 @@ def test_a_live_owner_in_another_process_is_stopped_by_cancel(tmp_path: Path) ->
     assert (marks / "returned").exists() and not (marks / "last ran").exists()
     shown = orjson.loads(nestegg(tmp_path, "show", "live", "--json", "--store", url).stdout)
     assert (shown["run"]["status"], shown["run"]["steps"]) == ("cancelled", 1)
+    # the owner that ran it, not the short-lived canceller whose claim the store keeps
+    assert shown["run"]["owner"]["pid"] == owner.pid and shown["run"]["cancelled_by"] == by
+    host = host_id().split("#")[0]
+    summary = nestegg(tmp_path, "show", "live", "--store", url).stdout.splitlines()
+    assert f"owner:    {host}:{owner.pid} (cancelled by {host}:{by['pid']})" in summary
+    table = nestegg(tmp_path, "runs", "--store", url).stdout.splitlines()
+    assert table[1].split()[-1] == f"{host}:{owner.pid}"
     assert canceller["kind"] == "run_cancelled" and canceller["data"]["previous"] == "running"
     assert canceller["data"]["previous_owner"]["pid"] == owner.pid

@@ -27,7 +27,7 @@ from tests.stores.test_sqlite_blocks import rewrite_block
 RUN_KEYS = {
     "run_id", "pipeline", "status", "interrupted", "queued", "steps", "last_checkpoint",
     "created_at", "updated_at", "owner", "lease_until", "fence", "parent_run",
-    "parent_checkpoint", "error", "waits_for",
+    "parent_checkpoint", "error", "waits_for", "cancelled_by",
 }  # fmt: skip
 
 
@@ -100,6 +100,8 @@ def test_a_run_queued_for_workers_is_shown_queued_as_cancel_calls_it(
     assert json_of(cli("show", "q1", "--json", "-s", url))["run"]["queued"] is True
     cancelled = cli("cancel", "q1", "-s", url)
     assert cancelled.stdout == "run q1 cancelled (was queued for workers)\n"
+    after = json_of(cli("show", "q1", "--json", "-s", url))["run"]
+    assert after["owner"] is None and after["cancelled_by"]["pid"] == os.getpid()  # none ran it
 
 
 def test_runs_table_is_plain_text_in_a_pipe(cli: Cli, filled: Filled) -> None:

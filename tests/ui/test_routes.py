@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 import uuid
 from typing import Any
@@ -12,6 +13,7 @@ from starlette.routing import Route
 
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import seal
+from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Commit, JournalRecord
 from tests.cli.pipeline_app import POLICY, build
 from tests.ui.conftest import Ui, call_cells
@@ -74,6 +76,11 @@ def test_a_run_queued_for_workers_is_shown_and_filtered_as_queued(ui: Ui) -> Non
         interrupted = ui.client.get("/", params={"status": "interrupted"}).text
         assert _listed(interrupted, ui.filled.gone) and not _listed(interrupted, run_id)
         assert 'class="status queued">queued<' in ui.client.get(f"/runs/{run_id}").text
+        ui.client.portal.call(  # type: ignore[union-attr]
+            lambda: build("cli-test", CheckpointConfig(storage=store)).cancel(run_id)
+        )
+        by = f"{host_id().split('#')[0]}:{os.getpid()}"
+        assert f"<dd>- (cancelled by {by})</dd>" in ui.client.get(f"/runs/{run_id}").text
     finally:
         assert ui.write("DELETE", f"/api/runs/{run_id}").status_code == 200  # type: ignore[attr-defined]
 
