@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, get_type_hints
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from nestegg.constants import MAX_NAME_LENGTH
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
@@ -33,6 +33,23 @@ def to_typed(data: Any, target: type | None) -> Any:
     if isinstance(data, dict):
         return target.model_validate(data)
     return data
+
+
+def misfit(data: Any, target: type | None) -> str | None:
+    """Why :func:`to_typed` cannot rebuild ``data`` as ``target`` (None: it can), as
+    :func:`validation_problems` says it."""
+    try:
+        to_typed(data, target)
+    except ValidationError as error:
+        return validation_problems(error)
+    return None
+
+
+def validation_problems(error: ValidationError) -> str:
+    """pydantic's reasons, short: ``pages: Field required`` (the first three)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors()[:3]
+    )
 
 
 def to_plain(value: Any) -> Any:

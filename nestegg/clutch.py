@@ -330,7 +330,9 @@ class Clutch(PipelineBase):
         Raises:
             CheckpointNotFoundError: no such checkpoint.
             CheckpointCorruptedError: the checkpoint or a step it needs is damaged.
-            IncompatibleCheckpointError: an agent the checkpoint needs is gone.
+            IncompatibleCheckpointError: an agent the checkpoint needs is gone, or
+                (IncompatibleDataError) the data it goes on with no longer fits the model
+                of the agent it goes to; nothing is claimed or stored.
             RunLockedError: a live process executes the run.
         """
         book = self._checkpointing()
@@ -354,7 +356,9 @@ class Clutch(PipelineBase):
                 is not over (send the signal, or resume it once its time has come); or
                 at its next wait, after it went on.
             ConfigurationError: the run belongs to another pipeline.
-            IncompatibleCheckpointError: an agent the checkpoint needs is gone.
+            IncompatibleCheckpointError: an agent the checkpoint needs is gone, or
+                (IncompatibleDataError) the data it goes on with no longer fits the model
+                of the agent it goes to; nothing is claimed or stored.
         """
         book = self._checkpointing()
         task = await self._launch(lambda lst: book.resume_latest(run_id, lst), StepListeners())

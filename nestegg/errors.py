@@ -29,6 +29,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── CheckpointSerializationError  a value that cannot be stored (names its path and type)
     │   │   └── RecordTooLargeError     a value or a commit over the size a store takes at once
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
+    │       └── IncompatibleDataError   its data no longer fits the model of the agent it goes to
     ├── StorageError                    a store failed
     │   ├── StorageUnavailableError     the store cannot be reached
     │   └── StoreRefusedError           its server refused its settings (a ConfigurationError too)
@@ -343,12 +344,41 @@ class IncompatibleCheckpointError(CheckpointError):
 
     Attributes:
         agent: the agent the checkpoint continues with that the pipeline lacks (None when
-            something else is missing).
+            something else is missing; an IncompatibleDataError's agent is there).
     """
 
     def __init__(self, message: str, agent: str | None = None) -> None:
         super().__init__(message)
         self.agent = agent
+
+
+class IncompatibleDataError(IncompatibleCheckpointError):
+    """The data a resume continues with (a step's output, or the run's input) no longer
+    fits the pydantic model of the agent it goes to (or of the selector): the model
+    changed since it was stored. Raised before the run is claimed, so nothing stored
+    changes; the run resumes once the model fits the data again.
+
+    Attributes:
+        run_id: the run.
+        step: the step that stored the data (0: the run's input).
+        agent: the agent whose model it no longer fits (None: the selector's). The agent
+            is there: unlike the base class's, it is not missing.
+        model: the model's name.
+        reason: why, as pydantic says it (``pages: Field required``).
+    """
+
+    def __init__(self, run_id: str, step: int, agent: str | None, model: str, reason: str) -> None:
+        data = f"the stored data of step {step}" if step else "the run's input"
+        whose = f"agent {agent!r}" if agent is not None else "the selector"
+        super().__init__(
+            f"run {run_id!r}: {data} no longer fits the model {model} of {whose} "
+            f"({reason}); nothing was changed: resume it once the model fits the data again",
+            agent,
+        )
+        self.run_id = run_id
+        self.step = step
+        self.model = model
+        self.reason = reason
 
 
 class StorageError(NestEggError):

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from nestegg.agents import validation_problems
 from nestegg.errors import NonDeterminismError
 
 
@@ -136,9 +137,7 @@ def _result_type(fn: Callable[..., Any]) -> _ResultType:
 def _failure(error: Exception, hint: Any) -> str:
     """What went wrong, said after "the journal recorded a result of <function>"."""
     if isinstance(error, ValidationError):
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors()[:3]
-        )
+        problems = validation_problems(error)
         return f"that does not fit its return annotation {_describe(hint)} ({problems})"
     cause = f"{type(error).__name__}: {error}"
     return f"that cannot be rebuilt as its return annotation {_describe(hint)} ({cause})"

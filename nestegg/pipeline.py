@@ -212,6 +212,14 @@ class PipelineBase:
         """The registered agents' names, in registration order."""
         return tuple(self._agents)
 
+    def input_type(self, agent: str | None) -> type | None:
+        """The annotation of ``agent``'s first parameter (None: of the selector's), which
+        the data it gets is rebuilt as; None without one, or for an unknown agent."""
+        if agent is None:
+            return self._selector_input_type
+        node = self._agents.get(agent)
+        return node.input_type if node is not None else None
+
     @property
     def run_order(self) -> list[str]:
         """The agents in the order the strategy runs them (``order=`` or registration)."""

@@ -1,15 +1,17 @@
 """What starting, resuming or forking a run meets in the store: an id that exists, a run or
 checkpoint of another pipeline, a checkpoint that continues with an agent the pipeline no
-longer has, a fork that lost its start; the errors say what to do. Each is checked before
-anything is written. :func:`resume_start` and :func:`fork_start` are the checks before
-a resume or a fork claims or stores a run; the inspector's resume and fork endpoints call
-them (its pages through :func:`resume_refusal` and :func:`fork_refusal`), so the page
-refuses exactly what the service would."""
+longer has or with data that no longer fits the model of the agent it goes to, a fork
+that lost its start; the errors say what to do. Each is checked before anything is
+written. :func:`resume_start` and :func:`fork_start` are the checks before a resume or a
+fork claims or stores a run; the inspector's resume and fork endpoints call them (its
+pages through :func:`resume_refusal` and :func:`fork_refusal`), so the page refuses
+exactly what the service would."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nestegg.agents import misfit
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
@@ -35,11 +37,13 @@ from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
     IncompatibleCheckpointError,
+    IncompatibleDataError,
     NestEggError,
     RunExistsError,
     RunLockedError,
     RunWaiting,
 )
+from nestegg.strategies import Undecided
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.pipeline import Pipeline
@@ -175,6 +179,26 @@ def restored_cursor(
     return cursor
 
 
+def check_data(pipeline: Pipeline, cursor: Cursor, state: CheckpointState) -> None:
+    """Refuse to continue from ``state`` when its data no longer fits the model of the
+    agent it goes to next (``cursor``, restored to ``state``, names it; of the selector
+    when it picks that agent), as that agent's step would be failed for it.
+
+    Raises:
+        IncompatibleDataError: naming the run, the step that stored the data (or the
+            run's input), the agent, the model and pydantic's reason.
+    """
+    upcoming = state.next_agent if state.next_agent is not None else cursor.upcoming()
+    if upcoming is None or state.turn >= pipeline.max_turns:
+        return  # nothing runs: the data is the run's result
+    agent = None if upcoming is Undecided.SELECTOR else upcoming
+    model = pipeline.input_type(agent)
+    reason = misfit(state.data, model)
+    if reason is not None:
+        name = getattr(model, "__name__", repr(model))
+        raise IncompatibleDataError(state.run_id, state.data_seq, agent, name, reason)
+
+
 def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
     """The error of a fork with no valid checkpoint: its starting point is lost."""
     why = (
@@ -246,7 +270,8 @@ async def resume_start(
         CheckpointCorruptedError: ``run`` has no valid state to continue from (a fork
             without a valid checkpoint, a damaged input).
         IncompatibleCheckpointError: that state continues with an agent ``pipeline`` no
-            longer has.
+            longer has, or (IncompatibleDataError) its data no longer fits the model of
+            the agent it goes to.
     """
     check_not_owned(run, now)
     check_pipeline(run, pipeline.name)
@@ -254,7 +279,8 @@ async def resume_start(
     if (waiting := await still_waiting(store, run, now)) is not None:
         raise waiting
     state, checkpoints = await resume_point(store, run)
-    restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+    cursor = restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+    check_data(pipeline, cursor, state)
     return state, checkpoints
 
 

@@ -28,6 +28,13 @@ class Pipeline(Protocol):
         """The registered agents' names."""
 
     @property
+    def max_turns(self) -> int:
+        """The turns after which a run stops."""
+
+    def input_type(self, agent: str | None) -> type | None:
+        """The annotation of ``agent``'s first parameter (None: of the selector's)."""
+
+    @property
     def on_checkpoint(self) -> Callable[[Any], Awaitable[None]] | None:
         """Awaited with a CheckpointInfo after each stored checkpoint."""
 

@@ -11,6 +11,7 @@ from typing import Any
 from nestegg import telemetry_attempts
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import (
+    check_data,
     check_not_owned,
     check_pipeline,
     existing_run,
@@ -370,10 +371,13 @@ class CheckpointedRuns:
 
         Raises:
             CheckpointCorruptedError: a fork without a valid checkpoint.
-            IncompatibleCheckpointError: an agent the state continues with is gone.
+            IncompatibleCheckpointError: an agent the state continues with is gone, or
+                (IncompatibleDataError) its data no longer fits the model of the agent
+                it goes to.
         """
         state, checkpoints = await resume_point(self.store, run)
         start = self.prepare(run, state, listeners)
+        check_data(self.clutch, start.cursor, state)
         return start, [c.checkpoint_id for c in checkpoints], state
 
     # ------------------------------------------------------------------ resuming
@@ -490,8 +494,10 @@ class CheckpointedRuns:
     ) -> Any:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
         those up to ``replay_until`` keep their journal entries and replay them. With
-        ``request_again``, ``on_request`` is awaited before its first step."""
+        ``request_again``, ``on_request`` is awaited before its first step. Its data is
+        checked against the model of the agent it goes to before the claim."""
         start = self.prepare(run, state, listeners)
+        check_data(self.clutch, start.cursor, state)
         now = self.config.clock()
         # A finished run is reopened on purpose; one read unfinished and finished since by
         # another process is not (RunFinishedError).

@@ -46,6 +46,7 @@ from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointError,
     IncompatibleCheckpointError,
+    IncompatibleDataError,
     NestEggError,
     RunLockedError,
     RunNotFoundError,
@@ -288,6 +289,9 @@ class StepRunner:
         except (CheckpointCorruptedError, IncompatibleCheckpointError) as error:
             # nothing this pipeline can continue from; any other error goes up: a store's
             # or a broker's gives the message back (handle), the store may answer next time
+            if isinstance(error, IncompatibleDataError):  # not failed: a model may fit again
+                await self.lacking.set_aside(claimed, delivery, error)
+                return None
             lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
             if lacked is not None:
                 return await self.lacking.send_on(claimed, delivery, lacked)

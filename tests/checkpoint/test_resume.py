@@ -4,6 +4,7 @@ back (data, position in every strategy, turn, history, metadata); a changed pipe
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from nestegg.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
     IncompatibleCheckpointError,
+    IncompatibleDataError,
     RunNotFoundError,
     StorageUnavailableError,
 )
@@ -408,6 +410,103 @@ async def test_resume_types_the_data_again_through_the_agent_annotation(
     assert result == {"shipped": 7, "lines": ["first"]}
     assert [type(r) for r in received] == [Order, Order]
     assert received[0] == received[1] == Order(number=7, lines=["first"])
+
+
+class OrderWithCustomer(BaseModel):
+    """Order, changed since the run stored its data: a required field more."""
+
+    number: int
+    lines: list[str]
+    customer: str
+
+
+def typed_clutch(
+    store: CheckpointStorage, model: type[BaseModel], *, fail: bool, selector: type | None = None
+) -> Clutch:
+    """Agents ``take`` (a dict in, an Order out) and ``ship`` (an Order in, typed as
+    ``model``), in order, or picked by a selector whose input is typed as ``selector``;
+    ``ship`` raises Flaky when ``fail``."""
+    strategy = Strategy.SEQUENTIAL if selector is None else Strategy.SELECTOR
+    clutch = Clutch("typed", strategy=strategy, checkpoint=config(store, keep_latest=None))
+
+    @clutch.agent()
+    async def take(data: dict[str, Any]) -> Order:
+        return Order(number=data["number"], lines=["first"])
+
+    async def ship(order: Any) -> dict[str, Any]:
+        if fail:
+            raise Flaky("ship failed on purpose")
+        return {"shipped": order.number}
+
+    clutch.agent()(typed(ship, model))
+    if selector is not None:
+
+        async def choose(order: Any) -> str | None:
+            return {"input": "take", "take": "ship"}.get(get_context().source)
+
+        clutch.selector(typed(choose, selector))
+    return clutch
+
+
+def typed(fn: Callable[..., Any], model: type[BaseModel]) -> Callable[..., Any]:
+    """``fn`` with its first parameter annotated as ``model``."""
+    fn.__annotations__["order"] = model
+    return fn
+
+
+@pytest.mark.parametrize("selector", [False, True], ids=["agent", "selector"])
+async def test_resume_of_data_that_no_longer_fits_the_model_is_refused_changing_nothing(
+    checkpoint_store: CheckpointStorage, selector: bool
+) -> None:
+    before_change = dict if selector else None
+    clutch = typed_clutch(checkpoint_store, Order, fail=True, selector=before_change)
+    with pytest.raises(Flaky):
+        await clutch.run({"number": 7}, run_id="typed-run")
+    [*_, last] = await clutch.list_checkpoints("typed-run")
+    before = await stored_view(checkpoint_store, "typed-run")
+
+    # ship's model changed; with a selector, the selector's, which picks ship
+    model, picker = (Order, OrderWithCustomer) if selector else (OrderWithCustomer, None)
+    changed = typed_clutch(checkpoint_store, model, fail=False, selector=picker)
+    whose = "the selector" if selector else "agent 'ship'"
+    said = (
+        f"run 'typed-run': the stored data of step 1 no longer fits the model "
+        f"OrderWithCustomer of {whose} (customer: Field required); nothing was changed: "
+        "resume it once the model fits the data again"
+    )
+    with pytest.raises(IncompatibleDataError, match=f"^{re.escape(said)}$") as refused:
+        await changed.resume_latest("typed-run")
+    error = refused.value
+    assert (error.run_id, error.step, error.agent) == ("typed-run", 1, None if selector else "ship")
+    assert (error.model, error.reason) == ("OrderWithCustomer", "customer: Field required")
+    with pytest.raises(IncompatibleDataError, match=f"^{re.escape(said)}$"):
+        await changed.resume(last.checkpoint_id)
+    assert await stored_view(checkpoint_store, "typed-run") == before
+
+    fitting = typed_clutch(checkpoint_store, Order, fail=False, selector=before_change)
+    assert await fitting.resume_latest("typed-run") == {"shipped": 7}
+
+
+async def test_resume_of_an_input_that_no_longer_fits_the_first_agent_names_the_input(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    def build(model: type[BaseModel], fail: bool) -> Clutch:
+        clutch = Clutch("typed-input", checkpoint=config(checkpoint_store))
+
+        async def ship(order: Any) -> dict[str, Any]:
+            if fail:
+                raise Flaky("ship failed on purpose")
+            return {"shipped": order.number}
+
+        clutch.agent()(typed(ship, model))
+        return clutch
+
+    with pytest.raises(Flaky):
+        await build(Order, True).run({"number": 7, "lines": []}, run_id="in")
+    before = await stored_view(checkpoint_store, "in")
+    with pytest.raises(IncompatibleDataError, match=r"^run 'in': the run's input no longer"):
+        await build(OrderWithCustomer, False).resume_latest("in")
+    assert await stored_view(checkpoint_store, "in") == before
 
 
 async def test_get_checkpoint_shows_the_state_a_checkpoint_restores(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
@@ -181,31 +182,92 @@ async def test_the_sweeper_resumes_a_run_whose_message_was_lost(deployment: Depl
         await worker.stop()
 
 
+async def _swept(
+    older: Clutch,
+    newer: Clutch,
+    store: Any,
+    run_id: str,
+    said: str,
+    caplog: pytest.LogCaptureFixture,
+) -> list[int]:
+    """Run ``run_id`` through steps 1 and 2 on ``older`` (hosting their agents only), then
+    serve ``newer`` with quick sweeps until it logged ``said`` 4 times; their levels."""
+
+    def told() -> list[int]:
+        return [r.levelno for r in caplog.records if said in r.getMessage()]
+
+    async with serving(older, agents=["first", "second"]):
+        task = await older.submit({"x": 1}, run_id=run_id)
+        await _run_when(store, run_id, lambda run: run.step_seq == 2 and _released(run))
+    task.cancel()
+    with caplog.at_level(logging.DEBUG, logger="nestegg"):
+        async with serving(newer, sweep_interval=0.1, sweep_after=0.2):
+            # each sweep points this worker at the run again, each claim at a new fence
+            await wait_until(lambda: len(told()) >= 4, 20, "4 claims")
+    return told()
+
+
 @pytest.mark.server
 async def test_a_step_whose_agent_the_clutch_lacks_is_warned_about_once_across_sweeps(
     deployment: Deployment, store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     older, lacking = make_split(), make_split_without_third()
     lacks = "run 'lost' continues with agent 'third'"
-
-    def told(*levels: int) -> int:
-        return sum(r.levelno in levels and lacks in r.getMessage() for r in caplog.records)
-
     try:
-        async with serving(older, agents=["first", "second"]):
-            task = await older.submit({"x": 1}, run_id="lost")
-            await _run_when(store, "lost", lambda run: run.step_seq == 2 and _released(run))
-        task.cancel()
-        with caplog.at_level(logging.DEBUG, logger="nestegg"):
-            async with serving(lacking, sweep_interval=0.1, sweep_after=0.2):
-                # each sweep points this worker at the run again, each claim at a new fence
-                await wait_until(lambda: told(logging.WARNING, logging.DEBUG) >= 4, 20, "4 claims")
+        levels = await _swept(older, lacking, store, "lost", lacks, caplog)
     finally:
         await older.stop()
         await lacking.stop()
-    assert told(logging.WARNING) == 1
+    assert levels.count(logging.WARNING) == 1
     run = await store.get_run("lost")
     assert run is not None and run.status == "running" and run.step_seq == 2
+
+
+class Split(BaseModel):
+    """The data ``third`` gets, as a pydantic model."""
+
+    x: int
+
+
+class SplitWithPages(Split):
+    """Split, changed since the run stored its data: a required field more."""
+
+    pages: int
+
+
+def split_typed(model: type[BaseModel]) -> Clutch:
+    """Pipeline ``split`` whose ``third`` takes its data as ``model``."""
+    split = apps.make_split_without_third()
+
+    async def third(data: Any) -> dict[str, Any]:
+        return {**data.model_dump(), "third": "typed"}
+
+    third.__annotations__["data"] = model
+    split.agent()(third)
+    return split
+
+
+@pytest.mark.server
+async def test_a_step_whose_data_no_longer_fits_its_model_is_left_to_a_worker_whose_fits(
+    deployment: Deployment, store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    older, changed, fitting = make_split(), split_typed(SplitWithPages), split_typed(Split)
+    misfit = (
+        "run 'typed': the stored data of step 2 no longer fits the model SplitWithPages of "
+        "agent 'third' (pages: Field required)"
+    )
+    try:
+        levels = await _swept(older, changed, store, "typed", misfit, caplog)
+        assert levels.count(logging.WARNING) == 1
+        run = await store.get_run("typed")
+        assert run is not None and (run.status, run.step_seq, run.error) == ("running", 2, None)
+        async with serving(fitting, sweep_interval=0.1, sweep_after=0.2):
+            result = await fitting.result("typed", timeout=20)
+    finally:
+        await older.stop()
+        await changed.stop()
+        await fitting.stop()
+    assert result == {"x": 1, "third": "typed"}
 
 
 @pytest.mark.server
