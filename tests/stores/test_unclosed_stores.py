@@ -92,3 +92,72 @@ async def test_a_store_left_open_leaves_no_pending_task_at_exit(
     assert done.returncode == 0, done.stderr
     assert "'first': True, 'second': True" in done.stdout
     assert done.stderr == ""
+
+
+CONNECTING_AT_EXIT = textwrap.dedent(
+    """
+    import asyncio, contextlib, socket, sys, threading
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+
+    host, port, conninfo, prefix = sys.argv[1:]
+    hold = threading.Event()  # set: new connections get no answer, as from a slow server
+
+    def pump(source, target):
+        with contextlib.suppress(OSError):  # a side closed: the other one ends too
+            while data := source.recv(65536):
+                target.sendall(data)
+            target.shutdown(socket.SHUT_WR)
+
+    def serve(listener):
+        held = []
+        while True:
+            client = listener.accept()[0]
+            if hold.is_set():
+                held.append(client)
+                continue
+            server = socket.create_connection((host, int(port)))
+            threading.Thread(target=pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=serve, args=(listener,), daemon=True).start()
+    store = PostgresCheckpointStorage(
+        f"{conninfo} host=127.0.0.1 port={listener.getsockname()[1]}", table_prefix=prefix
+    )
+
+    async def main():
+        await store.setup()
+        hold.set()
+        # Two reads at once: the pool opens a second connection, still connecting at the end.
+        print(await asyncio.gather(store.list_runs(limit=1), store.list_runs(limit=1)))
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.server
+async def test_asyncio_run_ends_while_the_pool_is_connecting(pg_url: str) -> None:
+    """A PostgreSQL pool left open whose worker is connecting when ``asyncio.run`` ends:
+    the process exits (it waited forever for that worker), and the pool's warning about
+    the cancelled attempt (``error connecting in ...``) is not printed."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    parts = conninfo_to_dict(pg_url)
+    host, port = str(parts.pop("host", "localhost")), str(parts.pop("port", 5432))
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    args = [host, port, make_conninfo("", **parts), prefix]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CONNECTING_AT_EXIT, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"the script did not exit within 30 s; stderr: {hung.stderr!r}")
+    finally:
+        await drop_postgres_tables(pg_url, prefix)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[[], []]\n"
+    assert done.stderr == ""

@@ -5,13 +5,15 @@ store's deadline.
 that cannot be reached is named with psycopg's own cause, then opens a
 ``psycopg_pool.AsyncConnectionPool``. :func:`on_cursor` runs an operation on a cursor of
 a pooled connection, cut off (:func:`answer_by`) when the server has not answered by the
-deadline. :func:`close_at_exit` closes the pool of a store nobody closed.
+deadline. :func:`close_with_loop` closes the pool when the store is closed or its event
+loop ends, :func:`close_at_exit` that of a store nobody closed on a loop nobody ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import socket
 import time
@@ -37,6 +39,12 @@ T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
 
+POOL_LOG = logging.getLogger("psycopg.pool")
+"""psycopg_pool's logger. Once nestegg builds a pool it holds a NullHandler, so that in a
+program that configured no logging its warnings (``error connecting in 'nestegg-...'``)
+are not printed by logging's last resort: every failure of the pool reaches nestegg as
+an exception, which names it. A program that configured logging gets them as before."""
+
 
 @contextmanager
 def answer_by(conn: Connection, deadline: float) -> Iterator[None]:
@@ -59,12 +67,30 @@ def answer_by(conn: Connection, deadline: float) -> Iterator[None]:
         handle.cancel()
 
 
+async def close_with_loop(store_ref: weakref.ref[PostgresCheckpointStorage], pool: Any) -> None:
+    """Wait until cancelled, then take ``pool`` from its store and close it: run as a task
+    beside the pool's own, cancelled by the store's ``close()`` and by the end of the loop.
+    ``asyncio.run`` cancels every task left, the pool's with them, and a worker of the
+    pool cancelled while it connects takes that for a failed attempt (psycopg_pool logs
+    ``error connecting in ...``, no reason given) and waits for its next task, where
+    ``asyncio.run`` would wait for it forever; closing the pool hands it the task that
+    ends it. The store opens another pool if it is used again (on another loop)."""
+    try:
+        await asyncio.get_running_loop().create_future()
+    finally:
+        store = store_ref()
+        if store is not None:
+            store._let_go(pool)
+        await pool.close()
+
+
 def close_at_exit(
     store_ref: weakref.ref[PostgresCheckpointStorage], loop: asyncio.AbstractEventLoop
 ) -> None:
     """Close the pool of a store nobody closed while its event loop can still run that:
     else the pool's tasks are destroyed pending when the interpreter exits (with
-    ``asyncio.run`` they are cancelled already; with ``run_until_complete`` they are not)."""
+    ``asyncio.run`` the pool is closed already, by :func:`close_with_loop`; with
+    ``run_until_complete`` it is not)."""
     store = store_ref()
     if store is None or store._pool is None or loop.is_closed() or loop.is_running():
         return
@@ -145,6 +171,8 @@ async def open_pool(
     """An open pool of connections to ``url`` (each made with ``options``, and made
     read-only if ``read_only``), after :func:`probe` found the server."""
     await probe(url, where, connect_timeout)
+    if not any(isinstance(handler, logging.NullHandler) for handler in POOL_LOG.handlers):
+        POOL_LOG.addHandler(logging.NullHandler())
     pool = psycopg_pool.AsyncConnectionPool(
         url,
         open=False,

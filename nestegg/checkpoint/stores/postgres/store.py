@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 from psycopg import sql
 
+from nestegg.cancellation import cancel_and_wait
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -53,6 +54,7 @@ from nestegg.checkpoint.stores.postgres.connection import (
     Cursor,
     check_conninfo,
     close_at_exit,
+    close_with_loop,
     describe,
     on_cursor,
     open_pool,
@@ -187,6 +189,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
         self._claims = GroupCalls(self._claim_one, self._claim_many, claimed_id)
         self._exit_hook: Callable[[], None] | None = None
+        self._closer: asyncio.Task[None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -217,8 +220,23 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             read_only=self.read_only,
         )
         loop = asyncio.get_running_loop()
+        self._closer = loop.create_task(
+            close_with_loop(weakref.ref(self), self._pool), name=f"{self._pool.name}-closer"
+        )
         self._exit_hook = functools.partial(close_at_exit, weakref.ref(self), loop)
         atexit.register(self._exit_hook)
+
+    def _let_go(self, pool: Any) -> None:
+        """Forget ``pool``, which its closer closes, if it is still this store's: the next
+        use opens another."""
+        if self._pool is not pool:
+            return
+        self._pool = None
+        self._closer = None
+        self._ready = False
+        if self._exit_hook is not None:
+            atexit.unregister(self._exit_hook)
+            self._exit_hook = None
 
     def _render(self, conn: Connection) -> None:
         names = {key: sql.Identifier(self.table_prefix + s) for key, s in TABLE_SUFFIXES.items()}
@@ -333,13 +351,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
     async def close(self) -> None:
         """Close the pool this store built from its URL (a given pool stays open)."""
         await self._group.drain()
-        if self._owns_pool and self._pool is not None:
-            pool, self._pool = self._pool, None
-            self._ready = False
-            if self._exit_hook is not None:
-                atexit.unregister(self._exit_hook)
-                self._exit_hook = None
-            await pool.close()
+        if self._closer is not None:  # only a pool built from the URL has one
+            await cancel_and_wait(self._closer)
 
     async def drop(self) -> None:
         """Delete this store's tables and function, with everything stored in them.
