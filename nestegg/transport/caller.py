@@ -37,7 +37,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.durations import seconds_or_none
-from nestegg.errors import NestEggError, RunFailedError
+from nestegg.errors import NestEggError, RunFailedError, TransportError
 from nestegg.task import StepEvent, StepListeners, outcome_hint
 from nestegg.transport import tracing
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
@@ -201,6 +201,16 @@ async def wait_result(
         pause = min(max(POLL_FIRST, waited * POLL_SHARE), POLL_MAX)
 
 
+def unpublished(run_id: str) -> str:
+    """What becomes of the stored run ``run_id`` whose first step could not be published."""
+    return (
+        f"run {run_id!r} is stored, queued for workers: a worker's sweep publishes it once "
+        f"it has been untouched for sweep_after (five leases by default), and "
+        f"await clutch.result({run_id!r}) waits for it; await clutch.cancel({run_id!r}) "
+        "keeps every worker from running it"
+    )
+
+
 async def publish_first(
     clutch: Clutch, transport: Transport, run: RunRecord, trace: dict[str, str] | None = None
 ) -> None:
@@ -238,7 +248,10 @@ async def run_remote(
     plain = to_plain(input_data)
 
     async def publish_and_wait() -> Any:
-        await publish_first(clutch, transport, run, otel.inject_context())
+        try:
+            await publish_first(clutch, transport, run, otel.inject_context())
+        except TransportError as error:  # the run is stored: say what becomes of it
+            raise type(error)(f"{error}; {unpublished(run.run_id)}") from error
         if published is not None:
             published()
         return await wait_result(

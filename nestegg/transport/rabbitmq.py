@@ -48,6 +48,11 @@ MAX_QUEUE_NAME_BYTES = 255
 """The longest queue name RabbitMQ takes (AMQP 0-9-1's short string), in UTF-8 bytes."""
 
 log = logging.getLogger("nestegg")
+for _client in ("aio_pika", "aiormq"):
+    # Their records of a failed connection say what the TransportError raised here says: a
+    # process that set no logging up would print them on stderr (Python's last resort).
+    # One that did still gets them.
+    logging.getLogger(_client).addHandler(logging.NullHandler())
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a consumer's cancellation or the connection's close may take (a broker that does

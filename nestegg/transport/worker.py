@@ -144,6 +144,8 @@ class Worker:
         self.sweep_after = sweep_after if sweep_after is not None else 5 * lease
         self.channels = [channel_name(clutch.name, a) for a in sorted(self.hosts)]
         self.channels.append(channel_name(clutch.name))
+        self.named = ", ".join(self.channels)
+        """The channels as the worker's lines name them."""
 
     async def _crowded(self) -> bool:
         """Whether every slot runs a step while a message waits for one on the broker
@@ -248,10 +250,10 @@ class Worker:
                 refused_since = refused_since or time.monotonic()
                 if time.monotonic() - refused_since >= REFUSED_FOR:
                     raise
-                log.warning("setting up %s was refused, trying again: %s", self.channels, error)
+                log.warning("setting up %s was refused, trying again: %s", self.named, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
             except TransportError as error:
-                log.warning("setting up %s failed: %s", ", ".join(self.channels), error)
+                log.warning("setting up %s failed: %s", self.named, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
 
     async def _set_up_store(self) -> None:
@@ -278,7 +280,7 @@ class Worker:
             try:
                 await self._consume(slots)
             except TransportError as error:
-                log.warning("consuming %s failed: %s", self.channels, error)
+                log.warning("consuming %s failed: %s", self.named, error)
                 await asyncio.sleep(BROKER_RETRY_DELAY)
 
     async def _consume(self, slots: asyncio.Semaphore) -> None:

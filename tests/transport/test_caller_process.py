@@ -6,6 +6,7 @@ pending when ``asyncio.run`` closes its loop)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -153,6 +154,15 @@ async def test_a_caller_whose_broker_does_not_answer_gets_a_transport_error_and_
         await delete_redis_keys(redis_url, prefix)
     assert caller.returncode == 0, caller.stderr
     assert caller.stdout.startswith(f"RabbitMQ: connecting to 127.0.0.1:{port}/ failed: ")
+    # the run is stored: the error says what becomes of it
+    reason, _, fate = caller.stdout.partition("; run ")
+    assert re.fullmatch(
+        r"'[^']+' is stored, queued for workers: a worker's sweep publishes it once it has "
+        r"been untouched for sweep_after \(five leases by default\), and await "
+        r"clutch.result\('[^']+'\) waits for it; await clutch.cancel\('[^']+'\) keeps every "
+        r"worker from running it\n",
+        fate,
+    ), caller.stdout
+    assert caller.stderr == ""  # no reconnection left running, no line of aio-pika's
     if listening:
-        assert caller.stdout.endswith("no AMQP handshake within 1 s (is it a RabbitMQ port?)\n")
-        assert caller.stderr == ""  # no reconnection left running
+        assert reason.endswith("no AMQP handshake within 1 s (is it a RabbitMQ port?)")

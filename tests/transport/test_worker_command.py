@@ -204,6 +204,7 @@ def test_a_broker_that_refuses_the_settings_ends_the_worker_at_start_in_one_line
     assert last.startswith(f"error: {refusal.format(host=host)}")  # one line, no traceback
     # tried again for REFUSED_FOR seconds first (a refusal that passes does not stop it)
     assert tries and all("was refused, trying again" in line for line in tries), tries
+    assert all("setting up nestegg.chain." in line and "[" not in line for line in tries), tries
     assert "secret" not in worker.stderr
 
 
