@@ -29,6 +29,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.registry import BY_SCHEME
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.cli import render
 from nestegg.cli.render import escaped, escaped_lines
 from nestegg.constants import (
     DEFAULT_DB_NAME,
@@ -82,11 +83,15 @@ REPLACE_FLAG = "--replace"
 
 
 class CommandError(Exception):
-    """A command failed: ``message`` goes to stderr as one line, ``exit_code`` to the shell."""
+    """A command failed: ``message`` goes to stderr as one line, ``exit_code`` to the shell;
+    ``details``: what ``--json`` adds beside the message on stdout."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+    def __init__(
+        self, message: str, exit_code: int = EXIT_FAILED, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.details = details or {}
 
 
 CLIENT_LOGGERS = frozenset({"aio_pika", "aiormq", "pamqp", "psycopg", "psycopg_pool", "redis"})
@@ -191,9 +196,11 @@ def error_line(error: BaseException) -> str:
     return " ".join(text.split()) or type(error).__name__
 
 
-def _report(error: BaseException, debug: bool) -> int:
+def _report(error: BaseException, debug: bool, as_json: bool) -> int:
     """Write the ``error:`` line (escaped, as the traceback and the ``warning:`` lines: an
-    agent's error may quote a model's reply holding terminal commands); the exit code."""
+    agent's error may quote a model's reply holding terminal commands), and with
+    ``as_json`` the error as a JSON object on stdout if the command wrote none there; the
+    exit code."""
     if debug:
         sys.stderr.write(escaped_lines("".join(traceback.format_exception(error))))
     if isinstance(error, _CLICK_EXCEPTION):
@@ -204,7 +211,20 @@ def _report(error: BaseException, debug: bool) -> int:
     else:
         line, code = error_line(error), exit_code_for(error)
     sys.stderr.write(f"error: {escaped(line)}\n")
+    if as_json and not render.json_written():
+        render.Output(as_json=True).json(_error_object(error, line, code))
     return code
+
+
+def _error_object(error: BaseException, line: str, code: int) -> dict[str, Any]:
+    """What ``--json`` writes of a command that failed: the ``error`` line, the
+    ``exit_code``, the library error's ``type`` and the command's ``details``."""
+    found: dict[str, Any] = {"error": line, "exit_code": code}
+    if isinstance(error, NestEggError):
+        found["type"] = type(error).__name__
+    if isinstance(error, CommandError):
+        found.update(error.details)
+    return found
 
 
 METAVARS = {
@@ -262,7 +282,8 @@ class NestEggGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
-        debug = "--debug" in argv
+        debug, as_json = "--debug" in argv, "--json" in argv
+        render.forget_json_written()
         try:
             outcome = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = outcome if isinstance(outcome, int) else EXIT_OK
@@ -273,7 +294,7 @@ class NestEggGroup(TyperGroup):
             sys.stderr.write("error: aborted\n")
             code = EXIT_FAILED
         except Exception as error:
-            code = _report(error, debug)
+            code = _report(error, debug, as_json)
         if standalone_mode:
             sys.exit(code)
         return code

@@ -34,7 +34,13 @@ from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
-from nestegg.constants import CLI_RECOVER_CONCURRENCY, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING
+from nestegg.constants import (
+    CLI_RECOVER_CONCURRENCY,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    EXIT_WAITING,
+    WAITING,
+)
 from nestegg.errors import (
     ModuleNameMismatchError,
     NestEggError,
@@ -90,7 +96,8 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
         if ran is not None
         else f"run {run_id!r} waits for {what}; nothing was run"
     )
-    return CommandError(f"{head}: {_wait_ender(run_id, wait, options)}", EXIT_WAITING)
+    details = {"run_id": run_id, "status": WAITING, "waits_for": wait}
+    return CommandError(f"{head}: {_wait_ender(run_id, wait, options)}", EXIT_WAITING, details)
 
 
 def waits_for(waiting: RunWaiting) -> dict[str, Any]:

@@ -237,6 +237,20 @@ def fit_widths(widths: Sequence[int], whole: Sequence[int], available: int) -> l
     return fitted
 
 
+_written: list[bool] = []
+"""Not empty once a command wrote JSON (a failure's JSON object then stays off stdout)."""
+
+
+def json_written() -> bool:
+    """Whether the command wrote JSON on stdout with :meth:`Output.json`."""
+    return bool(_written)
+
+
+def forget_json_written() -> None:
+    """As a command starts: it wrote no JSON yet."""
+    _written.clear()
+
+
 class Output:
     """Where a command writes: JSON, a terminal (rich) or a pipe (plain text)."""
 
@@ -250,6 +264,7 @@ class Output:
         """Write ``value`` as JSON: strict with --json, else for people (highlighted on a
         terminal)."""
         text = to_json(value, indent=indent, strict=self.as_json)
+        _written.append(True)
         if self.terminal and not self.as_json and indent:
             # highlighted as print_json does, without its parsing again, which unescapes
             self.console.print(JSONHighlighter()(text), soft_wrap=True)

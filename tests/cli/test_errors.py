@@ -8,6 +8,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig
@@ -71,6 +72,21 @@ def test_not_found_exits_3(cli: Cli, filled: Filled) -> None:
         result = cli(*args, "--store", filled.url)
         assert result.exit_code == EXIT_NOT_FOUND, (args, result.output)
         assert len(result.stderr.splitlines()) == 1
+
+
+def test_with_json_a_failure_is_also_a_json_object_on_stdout(cli: Cli, filled: Filled) -> None:
+    missing = cli("show", "x", "--json", "--store", filled.url)
+    assert missing.exit_code == EXIT_NOT_FOUND
+    assert missing.stderr == "error: no run 'x' in the store\n"
+    assert orjson.loads(missing.stdout) == {
+        "error": "no run 'x' in the store",
+        "exit_code": EXIT_NOT_FOUND,
+        "type": "RunNotFoundError",
+    }
+    usage = cli("runs", "--status", "bogus", "--json", "--store", filled.url)
+    assert usage.exit_code == EXIT_USAGE
+    assert orjson.loads(usage.stdout)["error"] == usage.stderr.removeprefix("error: ").strip()
+    assert cli("show", "x", "--store", filled.url).stdout == ""  # without --json: nothing
 
 
 @pytest.mark.parametrize(

@@ -68,8 +68,17 @@ def test_resume_of_a_run_whose_wait_is_not_over_runs_nothing_and_exits_5(tmp_pat
     )
     assert signal.stdout == ""
     timer = nestegg(tmp_path, "resume", "s1", "--app", OTHER_APP, *store, "--json")
-    assert timer.returncode == EXIT_WAITING and timer.stdout == ""
+    assert timer.returncode == EXIT_WAITING
     assert timer.stderr.startswith("error: run 's1' waits for timer until 20")
+    told = orjson.loads(timer.stdout)  # --json: the error and what the run waits for
+    deadline = told.pop("waits_for").pop("deadline")
+    assert told == {
+        "error": timer.stderr.removeprefix("error: ").removesuffix("\n"),
+        "exit_code": EXIT_WAITING,
+        "run_id": "s1",
+        "status": "waiting",
+    }
+    assert datetime.fromisoformat(deadline) > datetime.now(UTC)
     assert timer.stderr.endswith(
         f"; nothing was run: it goes on once the timer is due: nestegg resume s1 --app "
         f"{OTHER_APP} --store {url} (or nestegg recover --app {OTHER_APP} --store {url})\n"
@@ -115,7 +124,18 @@ def test_a_signal_with_app_whose_run_waits_again_exits_5_as_resume_does(
         asyncio.run(_start(url, run_id, ledger, payout=True))
         signal = ("signal", run_id, "approval", APPROVED, "--app", APP, "-s", url, *extra)
         again = nestegg(tmp_path, *signal)
-        assert (again.returncode, again.stdout) == (EXIT_WAITING, "")
+        assert again.returncode == EXIT_WAITING
+        waits = {"signal": "payout", "deadline": None}
+        told = {"run_id": run_id, "status": "waiting", "waits_for": waits}
+        error = again.stderr.removeprefix("error: ").removesuffix("\n")
+        if extra:  # --json: the error and what the run waits for, on stdout
+            assert orjson.loads(again.stdout) == {
+                "error": error,
+                "exit_code": EXIT_WAITING,
+                **told,
+            }
+        else:
+            assert again.stdout == ""
         assert again.stderr == (
             f"error: run {run_id!r} was resumed and waits again, for signal 'payout': send it "
             f"with: nestegg signal {run_id} payout VALUE --app {APP} --store {url}\n"
