@@ -1497,6 +1497,29 @@ async def test_a_result_that_cannot_be_stored_fails_the_step_naming_the_function
     assert info.status == "failed"
 
 
+async def huge_count() -> dict[str, int]:
+    """A call whose result has an int of more digits than Python reads back."""
+    return {"count": 10**5000}
+
+
+async def test_a_result_with_an_int_too_large_fails_the_step_naming_where(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch = one_agent(checkpoint_store, lambda: nestegg.call(huge_count))
+    where = "result of tests.test_journal.huge_count.count: type int is not serializable"
+    with pytest.raises(CheckpointSerializationError, match=re.escape(where)) as raised:
+        await clutch.run([], run_id="job")
+    assert (raised.value.path, raised.value.type_name) == (
+        "result of tests.test_journal.huge_count.count",
+        "int",
+    )
+    assert "more than 4,300 digits" in str(raised.value)
+    assert await checkpoint_store.read_journal("job", 1) == []
+    [info] = await clutch.list_runs()
+    assert info.status == "failed" and info.steps == 0
+    assert info.error is not None and info.error["type"] == "CheckpointSerializationError"
+
+
 # ------------------------------------------------------------------ plain calls
 
 

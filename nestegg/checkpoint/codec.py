@@ -13,9 +13,11 @@ whose checksum (CRC-32 of the body bytes) is checked on every read.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import importlib
 import math
+import sys
 import uuid
 import zlib
 from collections.abc import Sequence
@@ -37,6 +39,11 @@ from nestegg.module_names import stable_module_name, started_module
 
 TAG = "$ne"
 _INT_LIMIT = 2**63
+INT_MAX_DIGITS = sys.int_info.default_max_str_digits
+"""The most decimal digits of an int that is stored: what Python converts to and from text
+unless ``sys.set_int_max_str_digits`` allows more, so every reader reads it back."""
+_INT_MAX_BITS = math.ceil(INT_MAX_DIGITS / math.log10(2)) + 1
+"""Any int of more bits has more than INT_MAX_DIGITS digits."""
 _SEAL_HEAD = b'{"crc":"'
 _SEAL_MID = b'","body":'
 _BODY_AT = len(_SEAL_HEAD) + 8 + len(_SEAL_MID)
@@ -70,6 +77,21 @@ def _encode_scalar(value: Any, path: str) -> Any:
     raise CheckpointSerializationError(path, type(value).__qualname__)
 
 
+def _big_int(value: int, path: str) -> dict[str, Any]:
+    """An int past 64 bits, tagged with its decimal digits; one of more than INT_MAX_DIGITS
+    digits (or more than this process writes out) is refused, told by its bits before it
+    is written out (a huge one would take long)."""
+    text = ""
+    if value.bit_length() <= _INT_MAX_BITS:
+        with contextlib.suppress(ValueError):  # more digits than this process writes out
+            text = str(value)
+    if not text or len(text) - (value < 0) > INT_MAX_DIGITS:
+        digits = min(filter(None, (INT_MAX_DIGITS, sys.get_int_max_str_digits())))
+        detail = f"it has more than {digits:,} digits, more than Python reads back"
+        raise CheckpointSerializationError(path, "int", detail)
+    return _tag("int", text)
+
+
 _AS_IS = frozenset({str, bool, type(None)})
 
 
@@ -79,7 +101,7 @@ def to_jsonable(value: Any, path: str = "data") -> Any:
     if kind is str or kind is bool or value is None:
         return value
     if kind is int:
-        return value if -_INT_LIMIT <= value < _INT_LIMIT else _tag("int", str(value))
+        return value if -_INT_LIMIT <= value < _INT_LIMIT else _big_int(value, path)
     if kind is float:
         return value if math.isfinite(value) else _tag("float", repr(value))
     if kind is dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import socket
+import sys
+import time
 import uuid
 from decimal import Decimal
 from enum import Enum, Flag, IntEnum, StrEnum
@@ -370,6 +372,52 @@ def test_a_value_over_the_record_limit_fails_naming_it_one_at_the_limit_is_store
         13,
         12,
     )
+
+
+@pytest.mark.parametrize(
+    "value", [10**4300 - 1, -(10**4300 - 1), 2**14000 + 1], ids=["4300 digits", "-4300", "2**14000"]
+)
+def test_an_int_of_up_to_4300_digits_round_trips(value: int) -> None:
+    assert decode_value(encode_value({"v": [value]})) == {"v": [value]}
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"a": 10**5000}, "data.a"),
+        ([1, -(10**4300)], "data[1]"),
+        ({1: {"n": 10**4300}}, "data[1].n"),
+        ({"m": 1 << 10**7}, "data.m"),
+    ],
+    ids=["10**5000", "-10**4300", "under an int key", "2**(10**7)"],
+)
+def test_an_int_of_more_than_4300_digits_fails_naming_its_path(value: Any, path: str) -> None:
+    error = _unsupported(value)
+    assert (error.path, error.type_name) == (path, "int")
+    assert f"at {path}: type int" in str(error) and "4,300 digits" in str(error)
+
+
+def test_an_int_too_large_is_refused_by_its_size_without_writing_it_out() -> None:
+    huge = 1 << 2 * 10**6
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # no limit: writing this int out takes seconds
+    try:
+        started = time.perf_counter()
+        assert _unsupported({"n": huge}).path == "data.n"
+        assert time.perf_counter() - started < 1
+        assert _unsupported(10**4300).type_name == "int"  # refused all the same
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+def test_an_int_this_process_cannot_write_out_is_refused_naming_its_path() -> None:
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        error = _unsupported({"n": 10**2000})
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert (error.path, error.type_name) == ("data.n", "int")
 
 
 class Unstorable(Enum):

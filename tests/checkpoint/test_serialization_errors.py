@@ -47,6 +47,8 @@ def build(
             return {"items": [0, 1, 2, {"client": object()}]}
         if broken.get("nested"):
             return {"items": [0, {"deep": [{"client": Client()}]}]}
+        if broken.get("int"):
+            return {"items": [0, 1, 2, 10**5000]}
         if broken.get("metadata"):
             get_context().metadata["login"] = {"client": Client()}
         return {**data, "items": [*data["items"], 3]}
@@ -65,6 +67,7 @@ def build(
         ("data", "data.items[3].client", "object"),
         ("nested", "data.items[1].deep[0].client", "Client"),
         ("metadata", "metadata.login.client", "Client"),
+        ("int", "data.items[3]", "int"),
     ],
 )
 async def test_an_unstorable_value_fails_the_step_naming_its_path_and_type(
@@ -123,15 +126,22 @@ async def test_an_unstorable_value_changes_nothing_already_stored(
     assert after["run"]["status"] == "failed"
 
 
+@pytest.mark.parametrize(
+    ("value", "path", "type_name"),
+    [
+        ([1, {"client": Client()}], "input.q[1].client", "Client"),
+        ({"a": 10**5000}, "input.q.a", "int"),
+    ],
+)
 async def test_an_unstorable_input_is_refused_before_anything_is_stored(
-    checkpoint_store: CheckpointStorage,
+    value: Any, path: str, type_name: str, checkpoint_store: CheckpointStorage
 ) -> None:
     calls: list[str] = []
     clutch = build(checkpoint_store, {}, calls)
     with pytest.raises(CheckpointSerializationError) as raised:
-        await clutch.run({"q": [1, {"client": Client()}]}, run_id="bad-input")
-    assert raised.value.path == "input.q[1].client"
-    assert raised.value.type_name == "Client"
+        await clutch.run({"q": value}, run_id="bad-input")
+    assert raised.value.path == path
+    assert raised.value.type_name == type_name
     assert calls == []
     assert await checkpoint_store.get_run("bad-input") is None
     assert await clutch.list_runs() == []
