@@ -2,10 +2,13 @@
 
 Every command writes stored values through this module. JSON output holds plain JSON
 types only: datetimes become ISO 8601 strings, Decimal and big integers strings, bytes
-base64, sets and tuples lists, non-string keys strings, and a float that is NaN or
-infinite the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (JSON has no number for
-them; ``float()`` reads these back). Text for people writes those floats bare, as
-Python's json module does: ``NaN``, ``Infinity``, ``-Infinity``; never ``null``.
+base64, sets and tuples lists, and a float that is NaN or infinite the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"`` (JSON has no number for them; ``float()`` reads these
+back). A dict whose keys are not all strings becomes ``{"$ne": "map", "v": [[key, value],
+...]}``, as the codec stores it: every entry is kept (``{1: "a", "1": "b"}`` has two) and
+an int key stays a number; what this writes, read again, is written the same. Text for people writes
+those floats bare, as Python's json module does: ``NaN``, ``Infinity``, ``-Infinity``;
+never ``null``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
+from nestegg.checkpoint.codec import TAG
 from nestegg.constants import (
     CLI_VALUE_CHARS,
     CLI_VALUE_ITEMS,
@@ -149,8 +153,11 @@ def _plain(value: Any, non_finite: _NonFinite) -> Any:
     if isinstance(value, int) and not isinstance(value, Enum):
         return value if -_INT_LIMIT <= value < _INT_LIMIT else str(value)
     if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _plain(v, non_finite) for k, v in value.items()}
         return {
-            str(k) if not isinstance(k, str) else k: _plain(v, non_finite) for k, v in value.items()
+            TAG: "map",
+            "v": [[_plain(k, non_finite), _plain(v, non_finite)] for k, v in value.items()],
         }
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(v, non_finite) for v in value]

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nestegg.cli.paths import Key, format_path
-from nestegg.cli.render import readable, seconds, to_json, when
+from nestegg.cli.render import seconds, to_json, when
 from nestegg.cli.runs import owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -37,22 +37,38 @@ def shortened(value: Any) -> dict[str, Any]:
     return {"text": text, "short": short, "chars": len(text)}
 
 
-def tree(value: Any, keys: list[Key] | None = None, key: Key | None = None) -> dict[str, Any]:
-    """A value as nested nodes for the collapsible tree (a node knows its path)."""
-    if keys is None:
-        value, keys = readable(value), []
-    node: dict[str, Any] = {"key": key, "path": format_path(keys), "depth": len(keys)}
-    items: list[tuple[Key, Any]]
-    if isinstance(value, dict):
-        node["type"], items = "object", [(str(k), v) for k, v in value.items()]
-    elif isinstance(value, list):
-        node["type"], items = "array", list(enumerate(value))
+def tree(
+    value: Any, keys: list[Key] | None = None, key: Key | None = None, label: str | None = None
+) -> dict[str, Any]:
+    """A value as nested nodes for the collapsible tree (a node knows its path; ``label``
+    is how its key shows, when not as itself). The keys of a dict whose keys are not all
+    strings show as JSON, ``1`` and ``"1"``, every entry kept, as the commands show such
+    a dict (``{"$ne": "map", ...}``)."""
+    keys = keys or []
+    node: dict[str, Any] = {
+        "key": key if label is None else label,
+        "path": format_path(keys),
+        "depth": len(keys),
+    }
+    items: list[tuple[Key, Any, str | None]]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        node["type"], items = "object", [(str(k), v, None) for k, v in value.items()]
+    elif isinstance(value, dict):
+        node["type"], items = "object", [(_path_key(k), v, json_text(k)) for k, v in value.items()]
+    elif isinstance(value, list | tuple | set | frozenset):
+        node["type"], items = "array", [(i, v, None) for i, v in enumerate(value)]
     else:
         return {**node, "type": "scalar", **shortened(value)}
     node["size"] = len(items)
     node["more"] = max(0, len(items) - TREE_ITEMS)
-    node["children"] = [tree(v, [*keys, k], k) for k, v in items[:TREE_ITEMS]]
+    node["children"] = [tree(v, [*keys, k], k, shown) for k, v, shown in items[:TREE_ITEMS]]
     return node
+
+
+def _path_key(key: Any) -> Key:
+    """A key of a dict whose keys are not all strings, in a path: an int as ``[1]``, a
+    string as ``['1']``, another key as its JSON text."""
+    return key if type(key) is int or type(key) is str else json_text(key)
 
 
 def environment() -> Environment:

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -330,14 +331,21 @@ def _is_odd(value: Any) -> bool:
     )
 
 
-def test_nan_and_infinities_are_shown_by_name_never_as_null(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'x.db'}"
-    asyncio.run(_store_runs(url, {"odd": ODD}))
+def _reader(tmp_path: Path, url: str) -> Callable[..., str]:
+    """What the command prints on the store at ``url`` (it must exit 0)."""
 
     def out(*args: str) -> str:
         done = run_nestegg(tmp_path, *args, "--store", url)
         assert done.returncode == EXIT_OK, done.stderr
         return done.stdout
+
+    return out
+
+
+def test_nan_and_infinities_are_shown_by_name_never_as_null(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"odd": ODD}))
+    out = _reader(tmp_path, url)
 
     shown = out("show", "odd")
     assert f"input:    {ODD_TEXT}\n" in shown
@@ -352,6 +360,49 @@ def test_nan_and_infinities_are_shown_by_name_never_as_null(tmp_path: Path) -> N
     added = orjson.loads(out("diff", ids[0], ids[-1], "--json"))["added"]
     assert {"path": "data.before", "value": ODD_STRICT} in added
     assert out("diff", ids[-1], ids[-1]) == "no differences\n"  # NaN is NaN here
+
+
+MIXED = {1: "a", "1": "b", "n": {2: [3]}}
+"""A dict with an int key and the same key as a string: both entries are stored."""
+MIXED_JSON = {"$ne": "map", "v": [[1, "a"], ["1", "b"], ["n", {"$ne": "map", "v": [[2, [3]]]}]]}
+MIXED_TEXT = '{"$ne":"map","v":[[1,"a"],["1","b"],["n",{"$ne":"map","v":[[2,[3]]]}]]}'
+
+
+def test_a_dict_with_int_keys_is_shown_whole_its_int_keys_as_numbers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"mixed": MIXED, "plain": {"1": "b", "x": [1]}}))
+    out = _reader(tmp_path, url)
+
+    shown = out("show", "mixed")
+    assert f"input:    {MIXED_TEXT}\n" in shown
+    assert f'result:   {{"before":{MIXED_TEXT},"after":"changed"}}\n' in shown
+    details = orjson.loads(out("show", "mixed", "--json"))
+    assert details["input"] == MIXED_JSON and details["result"]["before"] == MIXED_JSON
+    assert orjson.loads(out("inspect", "mixed", "--json"))["data"]["before"] == MIXED_JSON
+    assert orjson.loads(out("inspect", "mixed"))["data"]["before"] == MIXED_JSON
+    assert out("inspect", "mixed", "--path", "data.before[1]") == '"a"\n'
+    assert out("inspect", "mixed", "--path", "data.before['1']") == '"b"\n'
+    plain = orjson.loads(out("show", "plain", "--json"))  # string keys: plain JSON as before
+    assert plain["input"] == {"1": "b", "x": [1]}
+    assert 'input:    {"1":"b","x":[1]}\n' in out("show", "plain")
+
+    exported = tmp_path / "mixed.json"
+    out("export", "mixed", "-o", str(exported))
+    imported = _reader(tmp_path, f"sqlite:///{tmp_path / 'copy.db'}")
+    imported("import", str(exported))
+    assert orjson.loads(imported("show", "mixed", "--json"))["input"] == MIXED_JSON
+    assert f"input:    {MIXED_TEXT}\n" in imported("show", "mixed")
+
+
+def test_diff_paths_tell_an_int_key_from_a_string_key() -> None:
+    from nestegg.cli.diff import diff_values
+
+    changes = diff_values({1: "a", "1": "b"}, {1: "x", "1": "y", 2: "z"})
+    assert [(c.kind, c.path) for c in changes] == [
+        ("changed", "[1]"),
+        ("changed", "['1']"),
+        ("added", "[2]"),
+    ]
 
 
 def test_an_event_detail_names_nan_and_infinities() -> None:

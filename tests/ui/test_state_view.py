@@ -45,6 +45,45 @@ def test_nan_and_infinities_show_by_name_in_a_tree() -> None:
     assert shortened({"x": math.nan})["text"] == '{"x":NaN}'
 
 
+MIXED = {1: "a", "1": "b"}
+MIXED_TEXT = '{"$ne":"map","v":[[1,"a"],["1","b"]]}'
+
+
+def test_a_tree_shows_every_key_of_a_dict_with_int_keys_as_json() -> None:
+    root = tree({"d": MIXED, "n": {(1, 2): None, "k": 3}})
+    mixed, other = root["children"]
+    assert [(c["key"], c["path"], c["text"]) for c in mixed["children"]] == [
+        ("1", "d[1]", '"a"'),
+        ('"1"', "d['1']", '"b"'),
+    ]
+    assert mixed["size"] == 2 and [c["key"] for c in other["children"]] == ["[1,2]", '"k"']
+
+
+def test_a_run_and_its_checkpoint_show_both_entries_of_int_and_string_keys() -> None:
+    store = MemoryCheckpointStorage()
+    clutch = Clutch("mixed", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def keep(data: dict[Any, str]) -> dict[Any, str]:
+        return data
+
+    asyncio.run(clutch.run(MIXED, run_id="mixed"))
+    with client_for(UISettings(store=store)) as client:
+        run_page = client.get("/runs/mixed").text
+        checkpoint = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)[-1]
+        page = client.get(f"/checkpoints/{checkpoint}", params={"path": "data"}).text
+        by_int = client.get(f"/checkpoints/{checkpoint}", params={"path": "data[1]"}).text
+        by_str = client.get(f"/checkpoints/{checkpoint}", params={"path": "data['1']"}).text
+    shown = f'<code class="val">{MIXED_TEXT}</code>'
+    assert html.unescape(run_page).count(shown) == 2  # input and result
+    leaves = [html.unescape(m) for m in re.findall(r'<div class="leaf">(.*?)</div>', page)]
+    keys = ['<span class="key">1</span>: <code class="val">"a"</code>',
+            '<span class="key">"1"</span>: <code class="val">"b"</code>']  # fmt: skip
+    assert leaves == keys
+    assert '<code class="val">&#34;a&#34;</code>' in by_int
+    assert '<code class="val">&#34;b&#34;</code>' in by_str
+
+
 def test_a_checkpoint_page_cuts_long_values_and_links_the_rest() -> None:
     store = MemoryCheckpointStorage()
     clutch = Clutch("big", strategy=Strategy.SEQUENTIAL, checkpoint=CheckpointConfig(storage=store))
