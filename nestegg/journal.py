@@ -154,7 +154,26 @@ def _hash_default(value: Any) -> Any:
 
 def _canonical(value: Any) -> bytes:
     """``value`` as the JSON its hash is made of (dict keys sorted, sets in sorted order)."""
-    return orjson.dumps(value, default=_hash_default, option=_HASH_OPTIONS)
+    try:
+        return orjson.dumps(value, default=_hash_default, option=_HASH_OPTIONS)
+    except orjson.JSONEncodeError:  # an int past 64 bits, which orjson does not write
+        return orjson.dumps(_wide_ints(value), default=_hash_default, option=_HASH_OPTIONS)
+
+
+def _wide_ints(value: Any) -> Any:
+    """``value`` with each int past 64 bits as the text ``<int 0x...>`` (hexadecimal, which
+    Python writes at once for an int of any size)."""
+    if type(value) is int and not -(2**63) <= value < 2**64:
+        return f"<int {value:#x}>"
+    if isinstance(value, dict):
+        return {_wide_ints(k): _wide_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_wide_ints(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted(map(_wide_ints, value), key=_canonical)
+    if hasattr(value, "model_dump"):
+        return _wide_ints(value.model_dump())
+    return value
 
 
 def argument_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -1520,6 +1520,22 @@ async def test_a_result_with_an_int_too_large_fails_the_step_naming_where(
     assert info.error is not None and info.error["type"] == "CheckpointSerializationError"
 
 
+async def bits(number: int, sizes: set[int]) -> int:
+    """A call that takes ints of any size."""
+    return max(n.bit_length() for n in {number, *sizes})
+
+
+@pytest.mark.parametrize("big", [2**64, -(2**63) - 1, 10**5000], ids=["2**64", "-2**63-1", "huge"])
+async def test_a_call_taking_an_int_past_64_bits_is_journaled(
+    big: int, checkpoint_store: CheckpointStorage
+) -> None:
+    clutch = one_agent(checkpoint_store, lambda: nestegg.call(bits, big, sizes={big}))
+    assert await clutch.run([], run_id="job") == [big.bit_length()]
+    assert len(await checkpoint_store.read_journal("job", 1)) == 1
+    assert argument_hash((big,), {}) == argument_hash((big,), {})
+    assert argument_hash((big,), {}) != argument_hash((big + 1,), {})
+
+
 # ------------------------------------------------------------------ plain calls
 
 
