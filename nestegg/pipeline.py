@@ -22,6 +22,7 @@ from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.context import ClutchContext, ClutchState
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
+from nestegg.journal import function_name
 from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, StepListeners, until_started
 
@@ -126,21 +127,49 @@ class PipelineBase:
         Args:
             edges: for GRAPH, the agents that may follow (the first one is taken).
 
+        The agent's name is its function's ``__name__``, unique in the Clutch.
+
         Raises:
-            ConfigurationError: the function is not async.
+            ConfigurationError: the function is not async, or its name is another
+                registered function's (naming both), or it is registered already with
+                other edges (registering it again with the same edges does nothing).
             InvalidIdentifierError: its name is not a safe identifier.
         """
         if callable(edges):
             return self.agent()(edges)
 
         def register(fn: F) -> F:
-            name = fn.__name__
-            self._agents[name] = AgentNode(name, fn, edges)
-            if name not in self._agent_order:
-                self._agent_order.append(name)
+            node = AgentNode(fn.__name__, fn, edges)
+            if self._registered(node):
+                return fn
+            self._agents[node.name] = node
+            self._agent_order.append(node.name)
             return fn
 
         return register
+
+    def _registered(self, node: AgentNode) -> bool:
+        """Whether ``node`` is registered already (the same function with the same edges:
+        nothing to do); a ConfigurationError when its name is another function's, which
+        it would silently replace (two functions of one ``__name__`` in two modules), or
+        the function is registered with other edges."""
+        taken = self._agents.get(node.name)
+        if taken is None:
+            return False
+        old, new = function_name(taken.handler), function_name(node.handler)
+        if taken.handler is node.handler:
+            if taken.edges == node.edges:
+                return True
+            raise ConfigurationError(
+                f"function {new} is registered as agent {node.name!r} on Clutch "
+                f"{self.name!r} already, with edges {taken.edges}: register it once, "
+                f"with all its edges (not {node.edges} again)"
+            )
+        raise ConfigurationError(
+            f"agent name {node.name!r} is taken on Clutch {self.name!r} by {old}; {new} "
+            "has the same name and would replace it: an agent is named by its function's "
+            "__name__, so rename one of the two functions"
+        )
 
     def selector(self, fn: Selector | None = None) -> Any:
         """Register the async function that picks the next agent (SELECTOR strategy).

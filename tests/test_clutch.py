@@ -72,24 +72,55 @@ class TestRegistration:
         assert clutch.agent_names == ("b", "a", "c")
         assert clutch.run_order == ["b", "a", "c"]
 
-    async def test_registering_a_name_again_replaces_it_in_place(self) -> None:
-        clutch = Clutch("p")
+    async def test_two_functions_of_one_name_are_refused(self) -> None:
+        # Two modules' functions named alike: the second silently replaced the first, and
+        # a two-agent SEQUENTIAL pipeline ran one step.
+        clutch = Clutch("p", strategy=Strategy.SEQUENTIAL)
 
-        @clutch.agent()
-        async def a(data: Any) -> str:
-            return "old"
+        def named(module: str, value: int) -> Any:
+            async def step(data: Any) -> int:
+                return value
 
-        @clutch.agent()
-        async def b(data: Any) -> Any:
+            step.__module__, step.__qualname__ = module, "step"
+            return step
+
+        clutch.agent()(named("pkg.fetch", 1))
+        with pytest.raises(ConfigurationError) as caught:
+            clutch.agent(named("pkg.store", 2))
+        message = str(caught.value)
+        assert "agent name 'step'" in message
+        assert "pkg.fetch.step" in message and "pkg.store.step" in message
+        assert "rename one of the two functions" in message
+        assert clutch.agent_names == ("step",)
+        assert await clutch.run("in") == 1  # the first one stays, unchanged
+
+    def test_a_name_taken_through_either_form_of_the_decorator_is_refused(self) -> None:
+        clutch = Clutch("p", strategy=Strategy.GRAPH)
+
+        @clutch.agent
+        async def a(data: Any) -> Any:
             return data
 
-        async def replacement(data: Any) -> str:
-            return "new"
+        async def other(data: Any) -> Any:
+            return data
 
-        replacement.__name__ = "a"
-        clutch.agent(replacement)
-        assert clutch.agent_names == ("a", "b")
-        assert await clutch.run("in") == "new"
+        other.__name__ = "a"
+        for register in (clutch.agent, clutch.agent(), clutch.agent(["a"])):
+            with pytest.raises(ConfigurationError, match="agent name 'a' is taken"):
+                register(other)
+        assert clutch.agent_names == ("a",)
+
+    def test_one_function_registered_again_with_other_edges_is_refused(self) -> None:
+        clutch = Clutch("p", strategy=Strategy.GRAPH)
+        clutch.agent(["b"])(echo)
+        clutch.agent(["b"])(echo)  # the same registration again: nothing changes
+        with pytest.raises(ConfigurationError) as caught:
+            clutch.agent(["c"])(echo)
+        assert str(caught.value) == (
+            "function tests.test_clutch.echo is registered as agent 'echo' on Clutch 'p' "
+            "already, with edges ['b']: register it once, with all its edges (not ['c'] again)"
+        )
+        assert clutch.agent_names == ("echo",)
 
     async def test_edges_are_followed(self) -> None:
         clutch = Clutch("p", strategy=Strategy.GRAPH)
