@@ -14,6 +14,8 @@ from nestegg.checkpoint import CheckpointConfig, SQLiteCheckpointStorage
 from nestegg.constants import DEFAULT_DB_NAME, HOME_ENV
 from nestegg.errors import ConfigurationError, StorageUnavailableError
 
+from .conftest import replace_agent
+
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -97,7 +99,7 @@ async def test_the_default_store_resumes_a_failed_run(
         calls.append("second")
         raise RuntimeError("down")
 
-    clutch.agent()(second)  # replaces the pipeline's second
+    replace_agent(clutch, second)
     async with clutch:
         with pytest.raises(RuntimeError, match="down"):
             await clutch.run([])

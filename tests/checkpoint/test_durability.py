@@ -18,7 +18,7 @@ from nestegg.checkpoint import CheckpointInfo
 from nestegg.checkpoint.records import Commit
 from nestegg.checkpoint.stores.base import CheckpointStorage
 
-from .conftest import Flaky, Pipeline, wait_for
+from .conftest import Flaky, Pipeline, replace_agent, wait_for
 
 Reopen = Callable[[], Awaitable[CheckpointStorage]]
 NAMES = ("a", "b", "c", "d", "e")
@@ -63,7 +63,7 @@ def observing(pipeline: Pipeline, reader: CheckpointStorage, seen: list[dict[str
             return result
 
         agent.__name__ = name
-        pipeline.clutch.agent(agent)  # replaces the agent of that name in place
+        replace_agent(pipeline.clutch, agent)
 
 
 # -------------------------------------------------------------------------- sync

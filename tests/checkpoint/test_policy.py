@@ -14,7 +14,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import ConfigurationError
 from nestegg.testing import FakeClock
 
-from .conftest import Flaky, Pipeline, wait_for
+from .conftest import Flaky, Pipeline, replace_agent, wait_for
 
 SEVEN = ("a", "b", "c", "d", "e", "f", "g")
 
@@ -107,7 +107,7 @@ async def test_keep_latest_keeps_exactly_the_newest_checkpoints(
         seen.append([c.seq for c in await pipeline.clutch.list_checkpoints("kept")])
         return [*data, "g"]
 
-    pipeline.clutch.agent()(g)  # replaces the pipeline's g
+    replace_agent(pipeline.clutch, g)
     await pipeline.clutch.run([], run_id="kept")
 
     assert seen == [[5, 6]]
@@ -234,7 +234,7 @@ async def test_min_interval_lets_a_checkpoint_through_once_it_has_passed(
         clock.advance(31)
         return await slow(data)
 
-    pipeline.clutch.agent()(b)  # replaces the pipeline's b
+    replace_agent(pipeline.clutch, b)
     await pipeline.clutch.run([], run_id="interval")
     assert await seqs_and_reasons(pipeline, "interval") == [
         (1, "policy"),
@@ -257,7 +257,7 @@ async def test_min_interval_does_not_throttle_manual_checkpoints(
         get_context().metadata["b"] = True
         return [*data, "b"]
 
-    pipeline.clutch.agent()(b)  # replaces the pipeline's b
+    replace_agent(pipeline.clutch, b)
     task = await pipeline.clutch.submit([], run_id="manual")
     await wait_for(pipeline.entered["c"])
     outside = asyncio.ensure_future(pipeline.clutch.checkpoint())

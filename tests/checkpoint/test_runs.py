@@ -43,7 +43,7 @@ from nestegg.errors import (
     RunWaiting,
 )
 
-from .conftest import Flaky, Pipeline, Tamper, config, stored_view, wait_for
+from .conftest import Flaky, Pipeline, Tamper, config, replace_agent, stored_view, wait_for
 
 FOREIGN_HOST = "elsewhere#00000000"
 
@@ -516,7 +516,7 @@ async def test_checkpoint_inside_an_agent_records_the_state_the_step_started_fro
         taken.append(await pipeline.clutch.checkpoint())
         return [*data, "b"]
 
-    pipeline.clutch.agent()(b)  # replaces the pipeline's b
+    replace_agent(pipeline.clutch, b)
 
     assert await pipeline.clutch.run([], run_id="inside") == ["a", "b", "c"]
     [checkpoint_id] = taken
