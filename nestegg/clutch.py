@@ -400,11 +400,21 @@ class Clutch(PipelineBase):
         return await self._checkpointing().history(run_id)
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
-        """This pipeline's stored runs, newest first (optionally of one status)."""
+        """This pipeline's stored runs, newest first (optionally of one status).
+
+        Raises:
+            ConfigurationError: ``status`` is not a stored status (running, completed,
+                failed, cancelled, waiting), naming them; ``interrupted`` is not stored:
+                :meth:`list_interrupted` lists those runs.
+        """
         return await self._checkpointing().list_runs(status)
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
-        """A run's checkpoints, oldest first."""
+        """A run's checkpoints, oldest first.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
         return await self._checkpointing().list_checkpoints(run_id)
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointState:
@@ -416,7 +426,11 @@ class Clutch(PipelineBase):
         return await self._checkpointing().get_checkpoint(checkpoint_id)
 
     async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
-        """A run's event log after ``since_seq``."""
+        """A run's event log after ``since_seq``.
+
+        Raises:
+            RunNotFoundError: no such run.
+        """
         return await self._checkpointing().events(run_id, since_seq)
 
     async def list_interrupted(self) -> list[RunInfo]:
@@ -473,13 +487,19 @@ class Clutch(PipelineBase):
             RunWaiting: the resumed run waits again (for another signal or a timer).
             SignalExistsError: a signal of that name was sent to the run already.
             SignalRefusedError: the run completed (nothing is stored).
-            ConfigurationError: the run is another pipeline's (nothing is stored).
+            ConfigurationError: the run is another pipeline's, or ``replace`` or
+                ``resume`` is not a bool (nothing is stored).
             RunNotFoundError: no such run.
             CheckpointSerializationError: a value that cannot be stored.
 
         Example:
             >>> result = await clutch.signal(run_id, "approval", {"approved": True})
         """
+        for option, given in (("replace", replace), ("resume", resume)):
+            if not isinstance(given, bool):  # "no" would be true
+                raise ConfigurationError(
+                    f"signal() takes {option}=True or {option}=False, got {option}={given!r}"
+                )
         book = self._checkpointing()
         task = await self._launch(
             lambda lst: book.signal(run_id, name, value, replace=replace, resume=resume),

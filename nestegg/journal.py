@@ -106,6 +106,11 @@ def _check_on(value: object) -> None:
             raise ConfigurationError(f"{expected}, got {value!r}: {item!r} is not one")
 
 
+def _check_callable(fn: object, needs: str) -> None:
+    if not callable(fn):
+        raise ConfigurationError(f"{needs}, got {fn!r} (type {type(fn).__name__}, not callable)")
+
+
 def _check_name(name: object) -> None:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ConfigurationError(f"durable(name=...) must be a non-empty str, got {name!r}")
@@ -327,7 +332,8 @@ async def call(
         The function's result, or on re-execution the recorded one.
 
     Raises:
-        ConfigurationError: ``replay`` or ``retry`` is not one of the allowed values.
+        ConfigurationError: ``fn`` is not callable (naming what was given), or ``replay``
+            or ``retry`` is not one of the allowed values; nothing is called or journaled.
         NonDeterminismError: the journal recorded another call at this position, or a
             result that cannot be rebuilt as ``fn``'s return annotation.
         JournaledCallError: replaying a call that failed for good.
@@ -335,6 +341,7 @@ async def call(
     Example:
         >>> answer = await nestegg.call(llm.complete, prompt)
     """
+    _check_callable(fn, "call() calls a function (sync or async)")
     _check_options(replay, retry)
     return await _call_journaled(fn, args, kwargs, replay, retry)
 
@@ -417,8 +424,7 @@ def durable(
     _check_name(name)
 
     def decorate(target: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
-        if not callable(target):
-            raise ConfigurationError(f"durable() decorates a function, got {target!r}")
+        _check_callable(target, "durable() decorates a function")
 
         @functools.wraps(target)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -1484,6 +1484,15 @@ async def test_durable_and_call_reject_what_they_cannot_use() -> None:
     assert llm.prompts == []
 
 
+async def test_call_refuses_what_is_not_callable_naming_it() -> None:
+    # a raw TypeError: 'int' object is not callable, from deep inside
+    message = "call() calls a function (sync or async), got 5 (type int, not callable)"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        await nestegg.call(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=re.escape("got 'ask' (type str, not callable)")):
+        await nestegg.call("ask", "q")  # type: ignore[arg-type]
+
+
 async def test_a_result_that_cannot_be_stored_fails_the_step_naming_the_function(
     checkpoint_store: CheckpointStorage,
 ) -> None:

@@ -38,7 +38,7 @@ from nestegg.checkpoint.pipeline import Pipeline
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
 from nestegg.checkpoint.stores import default_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.common import run_not_found
+from nestegg.checkpoint.stores.common import check_status, run_not_found
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -58,6 +58,7 @@ from nestegg.checkpoint.waiting import (
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
+    INTERRUPTED,
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
@@ -638,7 +639,14 @@ class CheckpointedRuns:
     # ------------------------------------------------------------------ reading
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
-        """This pipeline's runs, newest first."""
+        """This pipeline's runs, newest first (ConfigurationError for an unknown status)."""
+        if status == INTERRUPTED:
+            raise ConfigurationError(
+                f"{INTERRUPTED!r} is not a stored status: list_interrupted() lists the "
+                "interrupted runs"
+            )
+        if status is not None:
+            check_status(status)
         store = await self.ready()
         runs = await store.list_runs(
             pipeline=self.clutch.name, statuses=[status] if status else None
@@ -646,8 +654,8 @@ class CheckpointedRuns:
         return [RunInfo.from_record(r) for r in runs]
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
-        """A run's checkpoints, oldest first."""
-        run_id = check_name(run_id, "run id")
+        """A run's checkpoints, oldest first (RunNotFoundError for no such run)."""
+        run_id = (await self.get_run_record(check_name(run_id, "run id"))).run_id
         store = await self.ready()
         return [CheckpointInfo.from_record(c) for c in await store.list_checkpoints(run_id)]
 
@@ -658,8 +666,8 @@ class CheckpointedRuns:
         return await load_state(self.store, run, record)
 
     async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
-        """A run's events after ``since_seq``."""
-        run_id = check_name(run_id, "run id")
+        """A run's events after ``since_seq`` (RunNotFoundError for no such run)."""
+        run_id = (await self.get_run_record(check_name(run_id, "run id"))).run_id
         store = await self.ready()
         return await read_events(store, run_id, since_seq)
 

@@ -9,6 +9,7 @@ import typer
 
 from nestegg.checkpoint.event_log import step_facts_for
 from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
@@ -47,8 +48,7 @@ def check_status(status: str | None, accepted: tuple[str, ...] = STATUSES) -> li
     """The statuses to filter by; bad usage, naming every ``accepted`` one, for another."""
     if status is None:
         return None
-    if status not in accepted:
-        raise CommandError(f"unknown status {status!r}; one of {', '.join(accepted)}", EXIT_USAGE)
+    common.check_status(status, accepted)
     return [status]
 
 

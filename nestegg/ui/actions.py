@@ -26,12 +26,13 @@ from nestegg.cancellation import cancel
 from nestegg.checkpoint.admission import fork_start, resume_refusal
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
+from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.app import CommandError
 from nestegg.cli.cancel import cancel_line, cancel_stored
 from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
-from nestegg.constants import FINISHED, STATUSES
+from nestegg.constants import FINISHED
 from nestegg.errors import ConfigurationError, RunLockedError
 from nestegg.ui.pages import now_of, store_of, takes
 from nestegg.ui.queries import checkpoint_run
@@ -222,8 +223,8 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(f"keep must be a whole number >= 1, got {keep!r}")
     if keep is None and not older:
         raise ConfigurationError("prune needs keep and/or older_than")
-    if status is not None and status not in STATUSES:
-        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+    if status is not None:
+        check_status(status)
     try:
         age = parse_duration(str(older)) if older else None
     except CommandError as error:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.clutch import Clutch
 from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
@@ -120,8 +121,8 @@ def status_param(request: Request) -> str | None:
         ConfigurationError: another value.
     """
     status = request.query_params.get("status") or None
-    if status is not None and status not in LISTED_STATUSES:
-        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(LISTED_STATUSES)}")
+    if status is not None:
+        check_status(status, LISTED_STATUSES)
     return status
 
 

@@ -430,6 +430,31 @@ async def test_list_runs_filters_by_status_and_pipeline(
     assert failed.error["agent"] == "b"
 
 
+async def test_list_runs_refuses_an_unknown_status_as_the_command_does(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await pipeline.clutch.run([], run_id="r1")
+    message = "unknown status 'bogus'; one of running, completed, failed, cancelled, waiting"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        await pipeline.clutch.list_runs("bogus")  # it listed no runs
+    with pytest.raises(ConfigurationError, match=r"list_interrupted\(\) lists"):
+        await pipeline.clutch.list_runs("interrupted")
+    assert [r.run_id for r in await pipeline.clutch.list_runs(COMPLETED)] == ["r1"]
+
+
+async def test_events_and_checkpoints_of_an_unknown_run_raise_run_not_found(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await pipeline.clutch.run([], run_id="r1")
+    for read in (pipeline.clutch.events, pipeline.clutch.list_checkpoints):
+        with pytest.raises(RunNotFoundError, match="no run 'nope' in the store"):
+            await read("nope")  # an empty list, as if the run had none
+    assert await pipeline.clutch.events("r1") != []
+    assert await pipeline.clutch.list_checkpoints("r1") != []
+
+
 async def test_a_run_completed_after_a_failure_no_longer_reports_the_error(
     checkpoint_store: CheckpointStorage,
 ) -> None:

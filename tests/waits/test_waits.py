@@ -3,6 +3,7 @@ handle plays the other process. (tests/waits/test_processes.py uses real process
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,21 @@ async def test_a_bad_signal_changes_nothing(tmp_path: Path) -> None:
         await clutch.signal("r8", "approval", object())
     assert await store.read_signals("r8") == []
     assert (await clutch.list_runs(WAITING))[0].run_id == "r8"
+
+
+async def test_replace_and_resume_that_are_not_bools_are_refused(tmp_path: Path) -> None:
+    # replace="yes" was taken as true; resume="no" too
+    store = MemoryCheckpointStorage()
+    clutch = build(store)
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="r9")
+    for option in ({"replace": "yes"}, {"resume": "no"}, {"replace": 1}):
+        [(name, given)] = option.items()
+        message = f"signal() takes {name}=True or {name}=False, got {name}={given!r}"
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            await clutch.signal("r9", "approval", APPROVED, **option)  # type: ignore[arg-type]
+    assert await store.read_signals("r9") == []
+    assert (await clutch.list_runs(WAITING))[0].run_id == "r9"
 
 
 async def test_a_selector_may_wait_for_the_next_agent(tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ from nestegg.checkpoint.records import (
     RunRecord,
     StepRecord,
 )
-from nestegg.constants import COMMIT_MAX_BYTES, FINISHED
+from nestegg.constants import COMMIT_MAX_BYTES, FINISHED, STATUSES
 from nestegg.errors import (
+    ConfigurationError,
     RecordTooLargeError,
     RunExistsError,
     RunFinishedError,
@@ -122,6 +123,17 @@ def run_not_found(run_id: str) -> RunNotFoundError:
     return RunNotFoundError(f"no run {run_id!r} in the store", run_id)
 
 
+def check_status(status: object, accepted: Sequence[str] = STATUSES) -> None:
+    """Refuse a status to list runs by that is not one of ``accepted``, naming them all:
+    the one text of it, for the library, the commands and the web inspector.
+
+    Raises:
+        ConfigurationError: ``unknown status 'bogus'; one of running, completed, ...``.
+    """
+    if status not in accepted:
+        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(accepted)}")
+
+
 def run_exists(run_id: str) -> RunExistsError:
     """``create_run`` with an id that is taken."""
     return RunExistsError(f"run {run_id!r} exists", run_id)
@@ -175,6 +187,7 @@ __all__ = [
     "RUN_FIELDS",
     "ChangeSet",
     "change_set",
+    "check_status",
     "check_size",
     "claim_refusal",
     "commit_outcome",
