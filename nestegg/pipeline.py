@@ -57,6 +57,20 @@ def check_pipeline_name(name: object) -> None:
         )
 
 
+def check_pipeline_filter(pipeline: str | None) -> str | None:
+    """``pipeline``, a name to list runs by (None: every pipeline), if a pipeline can have
+    it (:func:`check_pipeline_name`): the rule of ``nestegg runs --pipeline``, ``nestegg
+    prune --pipeline`` and the web inspector's filter.
+
+    Raises:
+        InvalidIdentifierError: naming the name and what is wrong (a NUL, bytes that are
+            not UTF-8).
+    """
+    if pipeline is not None:
+        check_pipeline_name(pipeline)
+    return pipeline
+
+
 class PipelineBase:
     """A pipeline's definition and the executions of its runs (the base of Clutch, whose
     docstring describes the arguments)."""

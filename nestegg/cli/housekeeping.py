@@ -32,6 +32,7 @@ from nestegg.cli.runs import check_status
 from nestegg.cli.transfer import ExportFormatError, export_run, import_run, read_export
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED, LARGEST_NUMBER
 from nestegg.errors import RunLockedError
+from nestegg.pipeline import check_pipeline_filter
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -100,9 +101,13 @@ async def plan_prune(
     statuses: list[str],
     pipeline: str | None,
 ) -> PrunePlan:
-    """What to delete; runs a live process executes are never part of it."""
+    """What to delete; runs a live process executes are never part of it.
+
+    Raises:
+        InvalidIdentifierError: a ``pipeline`` no pipeline can have (nothing is deleted).
+    """
     now = time.time()
-    runs = await store.list_runs(pipeline=pipeline, statuses=statuses)
+    runs = await store.list_runs(pipeline=check_pipeline_filter(pipeline), statuses=statuses)
     runs = [run for run in runs if not owner_alive(run, now)]
     plan = PrunePlan()
     if older_than is not None:

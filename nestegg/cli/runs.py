@@ -32,6 +32,7 @@ from nestegg.constants import (
     SHOWN_RUNNING,
     STATUSES,
 )
+from nestegg.pipeline import check_pipeline_filter
 
 FullOption = Annotated[
     bool,
@@ -127,6 +128,7 @@ def runs_command(
             EXIT_USAGE,
         )
     statuses = check_status(status, LISTED_STATUSES)  # interrupted, queued taken above
+    check_pipeline_filter(pipeline)
     if shown:
         statuses = [RUNNING]
 

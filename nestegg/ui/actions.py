@@ -14,7 +14,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import orjson
@@ -66,7 +66,10 @@ def _check(request: Request, needs_app: bool = False) -> JSONResponse | None:
     return None
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request, what: str, fields: Collection[str], takes: str) -> dict[str, Any]:
+    """The JSON object the ``what`` request carries (none: ``{}``); ConfigurationError for
+    a body that is not one, or holds a field not in ``fields`` (``takes`` says what it
+    takes), before anything is read or started."""
     raw = await request.body()
     if not raw:
         return {}
@@ -76,6 +79,10 @@ async def _body(request: Request) -> dict[str, Any]:
         raise ConfigurationError(f"the request body is not JSON: {error}") from error
     if not isinstance(body, dict):
         raise ConfigurationError("the request body must be a JSON object")
+    if unknown := sorted(set(body) - set(fields)):
+        raise ConfigurationError(
+            f"unknown field {', '.join(map(repr, unknown))} in the {what} request: it takes {takes}"
+        )
     return body
 
 
@@ -128,9 +135,11 @@ async def resume(request: Request) -> JSONResponse:
     ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
     for a run with no valid state); 202 once the run is claimed (so that its page, which
     follows it from then on, sees it running), the error if it could not start; the
-    run's own errors show on its page."""
+    run's own errors show on its page. It takes no body, or ``{}``: a body that is not
+    JSON or holds a field is refused (400), as the fork's and prune's are."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
+    await _body(request, "resume", (), "no field (send no body, or {})")
     store = store_of(request)
     run = await get_run(store, request.path_params["run_id"])
     clutch: Clutch = request.app.state.settings.clutch
@@ -156,12 +165,9 @@ async def fork(request: Request) -> JSONResponse:
     once it is stored, the error if it could not start."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
-    body = await _body(request)
-    if unknown := sorted(set(body) - FORK_FIELDS):
-        raise ConfigurationError(
-            f"unknown field {', '.join(map(repr, unknown))} in the fork request: it takes "
-            '{"data": ...} (absent: the checkpoint\'s data)'
-        )
+    body = await _body(
+        request, "fork", FORK_FIELDS, '{"data": ...} (absent: the checkpoint\'s data)'
+    )
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
@@ -208,11 +214,6 @@ async def delete(request: Request) -> JSONResponse:
 
 
 def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
-    if unknown := sorted(set(body) - set(PRUNE_FIELDS)):
-        raise ConfigurationError(
-            f"unknown field {', '.join(map(repr, unknown))} in the prune request: it takes "
-            f"{', '.join(PRUNE_FIELDS)}"
-        )
     if not isinstance(body.get("dry_run", False), bool):
         raise ConfigurationError(f"dry_run must be true or false, got {body['dry_run']!r}")
     for name in ("older_than", "status", "pipeline"):
@@ -242,7 +243,7 @@ async def prune(request: Request) -> JSONResponse:
     must not prune."""
     if (refusal := _check(request)) is not None:
         return refusal
-    body = await _body(request)
+    body = await _body(request, "prune", PRUNE_FIELDS, ", ".join(PRUNE_FIELDS))
     store = store_of(request)
     plan = await plan_prune(store, **_prune_options(body))
     if body.get("dry_run"):

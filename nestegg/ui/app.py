@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -119,6 +120,26 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class SentPaths:
+    """Gives the routes a path that is not UTF-8 (``/runs/%ED%A0%80``) with lone
+    surrogates for those bytes, as the command gets such an argument, so that an id in it
+    is refused as the command refuses it (400, ``run id '\\udced...' is not valid Unicode
+    text``); the server's decoding made them U+FFFD, an id no run has (404)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw:
+            sent = unquote_to_bytes(raw.decode("latin-1"))
+            try:
+                sent.decode()
+            except UnicodeDecodeError:
+                scope = {**scope, "path": sent.decode("utf-8", "surrogateescape")}
+        await self.app(scope, receive, send)
+
+
 def status_for(error: BaseException) -> int:
     """The HTTP status a nestegg error answers with."""
     for kind, status in _STATUS_BY_ERROR:
@@ -141,7 +162,9 @@ async def _error(request: Request, error: Exception) -> Response:
 def _answer(
     request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """An error as JSON (for the API, the live endpoints and streams) or as a page."""
+    """An error as JSON (for the API, the live endpoints and streams) or as a page; a lone
+    surrogate in it (a path that is not UTF-8) as its escape."""
+    message = message.encode("utf-8", "backslashreplace").decode()
     if request.url.path.startswith(("/api/", "/events/")) or request.url.path.endswith("/live"):
         return JSONResponse({"error": message}, status_code=status, headers=headers)
     templates = request.app.state.templates
@@ -204,6 +227,7 @@ def create_app(settings: UISettings) -> Starlette:
         ],
         middleware=[
             Middleware(SecurityHeaders),
+            Middleware(SentPaths),
             Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts)),
         ],
         exception_handlers={HTTPException: _error, NestEggError: _error, Exception: _error},

@@ -22,7 +22,7 @@ from nestegg.cli import reading
 from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import ConfigurationError
 from nestegg.ui import queries
-from nestegg.ui.pages import int_param, now_of, status_param, store_of, takes
+from nestegg.ui.pages import int_param, now_of, pipeline_param, status_param, store_of, takes
 
 POLL_SECONDS = 0.25
 """Seconds between reads of a running run's event log."""
@@ -114,7 +114,7 @@ async def runs_events(request: Request) -> StreamingResponse:
     watch = queries.RunsWatch(
         store_of(request),
         status=status_param(request),
-        pipeline=request.query_params.get("pipeline") or None,
+        pipeline=pipeline_param(request),
     )
     shown = request.query_params.get("waits") or None
 

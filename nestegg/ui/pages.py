@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -14,7 +15,8 @@ from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.clutch import Clutch
 from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
-from nestegg.errors import CheckpointNotFoundError, ConfigurationError
+from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError
+from nestegg.pipeline import check_pipeline_filter
 from nestegg.ui import queries
 
 TOKEN_PARAMETER = "token"
@@ -76,11 +78,21 @@ def takes(*names: str) -> Callable[[Endpoint], Endpoint]:
 
 
 def check_params(request: Request, names: tuple[str, ...]) -> None:
-    """Refuse a query parameter that is not one of ``names``, or is given more than once.
+    """Refuse a query parameter that is not one of ``names``, is given more than once, or
+    whose value is not UTF-8 (``%ED%A0%80``, which the server's decoding turns into
+    U+FFFD, a value that is not the one sent).
 
     Raises:
         ConfigurationError: naming the unknown parameters, or the first one given twice.
+        InvalidIdentifierError: naming the parameter and its value, lone surrogates for
+            the bytes that are not UTF-8 (as the command gets such an argument).
     """
+    raw = request.scope.get("query_string", b"").decode("latin-1")
+    for name, value in parse_qsl(raw, keep_blank_values=True, errors="surrogateescape"):
+        if any("\udc80" <= char <= "\udcff" for char in value):  # what surrogateescape made
+            raise InvalidIdentifierError(
+                f"?{name}= {value!r} is not valid Unicode text (bytes that are not UTF-8)"
+            )
     given = request.query_params
     if unknown := [name for name in given if name not in names]:
         raise ConfigurationError(
@@ -91,6 +103,16 @@ def check_params(request: Request, names: tuple[str, ...]) -> None:
     for name in names:
         if (count := len(given.getlist(name))) > 1:
             raise ConfigurationError(f"{name} is given {count} times; give it once")
+
+
+def pipeline_param(request: Request) -> str | None:
+    """The pipeline filter in ``?pipeline=`` (None if absent or empty).
+
+    Raises:
+        InvalidIdentifierError: a name no pipeline can have (a NUL), as ``nestegg runs
+            --pipeline`` refuses it.
+    """
+    return check_pipeline_filter(request.query_params.get("pipeline") or None)
 
 
 def int_param(request: Request, name: str, least: int = 0) -> int | None:
@@ -143,7 +165,7 @@ async def runs_page(request: Request) -> HTMLResponse:
     """The runs table: filters by status and pipeline, a page at a time (``?before=``);
     ``?fragment=rows``: the table's rows alone."""
     status = status_param(request)
-    pipeline = request.query_params.get("pipeline") or None
+    pipeline = pipeline_param(request)
     cursor = request.query_params.get("before")
     name = "runs_rows.html" if fragment_param(request) else "runs.html"
     page = await queries.runs_page(

@@ -429,10 +429,9 @@ async def checkpoint_run(
     Raises:
         CheckpointNotFoundError: no such checkpoint.
         RunNotFoundError: its run is gone.
+        InvalidIdentifierError: an id no checkpoint can have.
     """
-    record = await store.get_checkpoint(checkpoint_id)
-    if record is None:
-        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in the store")
+    record = await reading.get_checkpoint(store, checkpoint_id)
     return await reading.get_run(store, record.run_id), record
 
 

@@ -7,9 +7,10 @@ from typing import Any
 from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 from nestegg.cli.paths import Key, format_path
-from nestegg.cli.render import seconds, to_json, when
+from nestegg.cli.render import escaped_lines, seconds, to_json, when
 from nestegg.cli.runs import owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -23,6 +24,23 @@ TREE_OPEN_DEPTH = 2
 UNKNOWN = "\N{EM DASH}"
 """What a duration that is not known shows (a damaged step, a call journaled before call
 durations were recorded)."""
+
+
+class Exact(str):
+    """Text a form sends back (an input's value, a choice in a list): written as it is,
+    HTML-escaped, not as :func:`shown`."""
+
+    __slots__ = ()
+
+
+def shown(value: Any) -> Any:
+    """What a ``{{ ... }}`` writes, before HTML escaping: a string with its control and
+    bidi characters (U+202E) as the command prints them (``\\u202e``), its newlines
+    kept, so stored text cannot reorder or hide what the page shows; markup the templates
+    made, and :class:`Exact` text, as they are."""
+    if isinstance(value, str) and not isinstance(value, Markup | Exact):
+        return escaped_lines(value)
+    return value
 
 
 def json_text(value: Any) -> str:
@@ -72,12 +90,13 @@ def _path_key(key: Any) -> Key:
 
 
 def environment() -> Environment:
-    """The templates, escaping everything they render."""
+    """The templates, escaping everything they render, for HTML and as :func:`shown`."""
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=shown,
     )
     env.filters.update(
         when=when,
@@ -88,6 +107,7 @@ def environment() -> Environment:
         json=json_text,
         json_pretty=lambda v: to_json(v, indent=True),
         q=lambda v: quote(str(v), safe=""),
+        exact=Exact,
     )
     env.globals.update(TREE_OPEN_DEPTH=TREE_OPEN_DEPTH)
     return env

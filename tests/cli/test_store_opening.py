@@ -243,6 +243,14 @@ def test_an_invalid_id_exits_2_on_every_store(tmp_path: Path, kind: str) -> None
         result = nestegg(tmp_path, *args, "--store", url)
         assert result.returncode == EXIT_USAGE, (args, result.stderr)
         assert "is not valid Unicode text (a lone surrogate" in result.stderr
+    # A pipeline to list or prune by that is not UTF-8 failed in the store (exit 1).
+    for args in (
+        ["runs", "--pipeline", "\udcff"],
+        ["prune", "--keep", "1", "--pipeline", "\udcff"],
+    ):
+        result = nestegg(tmp_path, *args, "--store", url)
+        assert result.returncode == EXIT_USAGE, (args, result.stderr)
+        assert "error: pipeline name '\\udcff' holds a lone surrogate" in result.stderr
 
 
 def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(

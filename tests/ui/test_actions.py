@@ -255,6 +255,24 @@ def test_resume_finishes_an_interrupted_run(ui: Ui) -> None:
     assert re.fullmatch(r"\d+(µs|ms)", took), took
 
 
+def test_a_resume_with_a_body_it_does_not_take_is_refused_and_starts_nothing(ui: Ui) -> None:
+    # {"x": 1} was answered 202 and the run resumed; a body that is not JSON was ignored
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    before = ui.client.portal.call(store.get_run, ui.filled.gone)  # type: ignore[union-attr]
+    for body, error in (
+        (b'{"x": 1}', "unknown field 'x' in the resume request: it takes no field"),
+        (b"resume", "the request body is not JSON: "),
+        (b"[]", "the request body must be a JSON object"),
+    ):
+        refused: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume", content=body)
+        assert refused.status_code == 400, body
+        assert refused.json()["error"].startswith(error)
+        assert _untouched(ui, ui.filled.gone, before)
+    started: Any = ui.write("POST", f"/api/runs/{ui.filled.gone}/resume", json={})
+    assert started.status_code == 202
+    _wait_for(ui, ui.filled.gone, "completed")
+
+
 def _untouched(ui: Ui, run_id: str, before: RunRecord) -> bool:
     """Whether nothing was started for ``run_id``: no run in the background, and its
     record (status, owner, events) as it was."""

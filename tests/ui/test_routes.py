@@ -191,6 +191,43 @@ def test_unknown_things_are_404_and_bad_input_400(ui: Ui) -> None:
     assert runs.status_code == 400 and "unknown status 'sleeping'" in runs.json()["error"]
 
 
+NOT_UTF8 = "%ED%A0%80"
+"""Bytes that are not UTF-8 (an encoded lone surrogate), as an address carries them."""
+
+
+def test_an_id_or_filter_the_command_refuses_is_400_saying_why(ui: Ui) -> None:
+    # A NUL filter was echoed into the page (200); bytes that are not UTF-8 were read as
+    # U+FFFD, a run no store has (404 "no run '\ufffd\ufffd\ufffd'").
+    nul = ui.client.get("/", params={"pipeline": "a\0b"})
+    assert nul.status_code == 400 and "\0" not in nul.text
+    assert _error_text(nul) == (
+        "pipeline name 'a\\x00b' holds a NUL character (U+0000) at index 1: no store can "
+        "keep it with the runs"
+    )
+    stream = ui.client.get("/events/runs", params={"pipeline": "\0"})
+    assert stream.status_code == 400 and "holds a NUL character" in stream.json()["error"]
+    pruned: Any = ui.write("POST", "/api/prune", json={"keep": 1, "pipeline": "\0"})
+    assert pruned.status_code == 400 and "holds a NUL character" in pruned.json()["error"]
+    query = ui.client.get(f"/?pipeline={NOT_UTF8}")
+    assert query.status_code == 400
+    assert _error_text(query).startswith("?pipeline= '\\udced\\udca0\\udc80' is not valid")
+    lone = "'\\udced\\udca0\\udc80' is not valid Unicode text (a lone surrogate at character 0"
+    for path in (f"/runs/{NOT_UTF8}", f"/runs/{NOT_UTF8}/steps/1", f"/checkpoints/{NOT_UTF8}"):
+        page = ui.client.get(path)
+        assert page.status_code == 400, path
+        assert lone in _error_text(page) and "\ufffd" not in page.text
+    for method, path in (
+        ("GET", f"/events/runs/{NOT_UTF8}"),
+        ("POST", f"/api/runs/{NOT_UTF8}/resume"),
+    ):
+        answer: Any = ui.write(method, path)
+        assert answer.status_code == 400 and f"run id {lone}" in answer.json()["error"], path
+    nowhere = ui.client.get(f"/nowhere/{NOT_UTF8}")
+    assert nowhere.status_code == 404
+    assert _error_text(nowhere) == "no page at /nowhere/\\udced\\udca0\\udc80"
+    assert len(CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ui.filled.ok}").text)) == 3
+
+
 def _address(route: Route, run_id: str, checkpoint_id: str) -> tuple[str, str]:
     """A method and a path that ``route`` serves, on the given run and checkpoint."""
     path = route.path.replace("{run_id:str}", run_id).replace("{seq:str}", "1")

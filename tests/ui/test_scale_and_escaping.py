@@ -6,10 +6,15 @@ import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+from nestegg import Clutch
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.testing.builders import create
 from nestegg.ui import UISettings
 from nestegg.ui.queries import RUNS_PAGE, STEP_WINDOW
@@ -106,3 +111,36 @@ def test_markup_in_run_ids_agent_names_and_data_is_shown_as_text(tmp_path: Path)
     assert "&lt;script&gt;alert(1)&lt;x&gt;" in run_page
     assert "&lt;/script&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in pages[2]
     assert HOSTILE_AGENT not in run_page and HOSTILE_DATA not in pages[2]
+
+
+BIDI = "\u202e"
+"""RIGHT-TO-LEFT OVERRIDE: shows the text after it reversed (``evil`` as ``live``)."""
+
+
+def test_control_and_bidi_characters_are_shown_as_their_escapes_as_the_command_does() -> None:
+    # They were written raw into the pages, where the command prints \u202e, \x1b.
+    store = MemoryCheckpointStorage()
+    clutch = Clutch(f"p{BIDI}q\x1b[31m", checkpoint=CheckpointConfig(storage=store))
+
+    async def agent(data: Any) -> Any:
+        raise RuntimeError(f"model said {BIDI}gnp.exe")
+
+    agent.__name__ = f"ask{BIDI}"
+    clutch.agent(agent)
+    run_id = f"r{BIDI}evil"
+    with pytest.raises(RuntimeError):
+        asyncio.run(clutch.run({"note": BIDI}, run_id=run_id))
+    with client_for(UISettings(store=store)) as client:
+        listing = client.get("/")
+        address = f"/runs/{quote(run_id)}"
+        run_page = client.get(address)
+        pages = [listing, run_page, client.get(f"{address}/steps/1")]
+        live = client.get(f"{address}/live").json()
+    for page in pages:
+        assert page.status_code == 200
+        assert BIDI not in page.text and "\x1b" not in page.text
+    assert "r\\u202eevil" in listing.text and "p\\u202eq\\x1b[31m" in listing.text
+    assert f'href="{address}"' in listing.text  # the link is the run's own id
+    assert "model said \\u202egnp.exe" in run_page.text and "ask\\u202e" in run_page.text
+    assert f'data-run="{quote(run_id, safe="")}"' in run_page.text  # what the page follows
+    assert BIDI not in live["summary"] + live["rows"] and "\\u202e" in live["summary"]

@@ -87,8 +87,8 @@
 
   function liveRun(page) {
     if (page.getAttribute("data-live") !== "yes" || !window.EventSource) return;
-    var runId = page.getAttribute("data-run");
-    var base = "/runs/" + encodeURIComponent(runId);
+    var runId = page.getAttribute("data-run");  // quoted for an address already
+    var base = "/runs/" + runId;
     var source = null;
     var busy = false, again = false;
     function refresh() {
@@ -120,7 +120,7 @@
       if (source) return true;  // still open: it sees what the resume does
       var since = page.getAttribute("data-since");
       var wait = page.getAttribute("data-wait");
-      source = new EventSource("/events/runs/" + encodeURIComponent(runId) + "?since=" + since +
+      source = new EventSource("/events/runs/" + runId + "?since=" + since +
                                "&wait=" + wait);
       source.addEventListener("change", function (event) {
         var data = JSON.parse(event.data);
