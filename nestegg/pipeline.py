@@ -201,7 +201,9 @@ class PipelineBase:
             ``fn`` unchanged, or a decorator that registers the function it gets.
 
         Raises:
-            ConfigurationError: the selector is not an async function.
+            ConfigurationError: the selector is not an async function, or the Clutch has
+                another selector already (naming both; registering the same function
+                again does nothing).
 
         Example:
             >>> @clutch.selector
@@ -213,6 +215,12 @@ class PipelineBase:
             if not inspect.iscoroutinefunction(f):
                 raise ConfigurationError(
                     f"selector {getattr(f, '__name__', f)!r} must be an async function"
+                )
+            if self._selector is not None and self._selector is not f:
+                raise ConfigurationError(
+                    f"Clutch {self.name!r} has a selector already, "
+                    f"{function_name(self._selector)}; {function_name(f)} would replace it: "
+                    "a Clutch has one selector, so register only one"
                 )
             self._selector = f
             self._selector_input_type = input_type_of(f)

@@ -153,6 +153,28 @@ class TestRegistration:
             await clutch.run({"query": "q"})
         assert picked == [Request(query="q"), {"query": "q"}]
 
+    async def test_a_second_selector_is_refused(self) -> None:
+        # It silently replaced the first: the pipeline picked its agents with another.
+        clutch = Clutch("p", strategy=Strategy.SELECTOR, max_turns=1)
+
+        async def first(data: Any) -> str:
+            return "echo"
+
+        async def second(data: Any) -> str | None:
+            return None
+
+        clutch.agent(echo)
+        clutch.selector(first)
+        clutch.selector()(first)  # the same function again: nothing changes
+        with pytest.raises(ConfigurationError) as caught:
+            clutch.selector(second)
+        prefix = "tests.test_clutch.TestRegistration.test_a_second_selector_is_refused.<locals>"
+        assert str(caught.value) == (
+            f"Clutch 'p' has a selector already, {prefix}.first; {prefix}.second would "
+            "replace it: a Clutch has one selector, so register only one"
+        )
+        assert await clutch.run("in") == "in"  # the first one picks, unchanged
+
     def test_attributes(self) -> None:
         clutch = Clutch("review", strategy=Strategy.ROUND_ROBIN, max_turns=7)
         assert clutch.name == "review"
