@@ -435,7 +435,8 @@ class Clutch(PipelineBase):
 
     async def list_interrupted(self) -> list[RunInfo]:
         """Runs of this pipeline left running by an owner that is gone, and waiting runs
-        whose deadline or timer has passed (never one that still waits)."""
+        whose deadline or timer has passed (never one that still waits, nor a run queued
+        for workers that none took yet: a worker's sweep publishes it)."""
         return await self._checkpointing().list_interrupted()
 
     async def list_resumable(self) -> list[RunInfo]:
@@ -445,7 +446,11 @@ class Clutch(PipelineBase):
 
     async def recover(self) -> dict[str, Any]:
         """Resume every interrupted run of this pipeline concurrently, and every waiting
-        run whose deadline or timer has passed or whose signal is stored.
+        run whose deadline or timer has passed or whose signal is stored, in this process.
+
+        A run a caller stored for workers that none took yet (shown ``queued``) is not
+        interrupted: it is left to the workers, whose sweeps publish it;
+        ``resume_latest(run_id)`` runs it here on purpose.
 
         Returns:
             run id -> result, or the exception a resumed run raised. Runs another worker

@@ -30,9 +30,9 @@ from nestegg.checkpoint.loader import load_state
 from nestegg.checkpoint.ownership import (
     active_runs,
     current_owner,
-    is_interrupted,
     owner_alive,
     resumption,
+    run_state,
 )
 from nestegg.checkpoint.pipeline import Pipeline
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, new_run_id
@@ -569,11 +569,15 @@ class CheckpointedRuns:
 
     async def list_interrupted(self) -> list[RunInfo]:
         """Running runs of this pipeline whose owner is gone, and waiting runs whose
-        deadline (or timer) has passed."""
+        deadline (or timer) has passed; not the runs queued for workers (no owner ever)."""
         store = await self.ready()
         now = self.config.clock()
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
-        return [RunInfo.from_record(r) for r in runs if is_interrupted(r, now) or wait_due(r, now)]
+        return [
+            RunInfo.from_record(r)
+            for r in runs
+            if run_state(r, now) == INTERRUPTED or wait_due(r, now)
+        ]
 
     async def list_resumable(self) -> list[RunInfo]:
         """What :meth:`recover` resumes: the interrupted runs, and the waiting runs whose
@@ -584,13 +588,14 @@ class CheckpointedRuns:
         return [
             RunInfo.from_record(r)
             for r in runs
-            if is_interrupted(r, now) or await resumable_now(store, r, now)
+            if run_state(r, now) == INTERRUPTED or await resumable_now(store, r, now)
         ]
 
     async def recover(self) -> dict[str, Any]:
         """Resume every interrupted run, every waiting run whose deadline passed and every
         waiting run whose signal is stored, concurrently; run id -> result (or the
-        exception: RunWaiting for a run that waits again)."""
+        exception: RunWaiting for a run that waits again). Runs queued for workers are
+        left to them."""
         interrupted = await self.list_resumable()
 
         async def one(run_id: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.forks import fork_id_taken
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -39,6 +41,8 @@ from nestegg.constants import (
     EXIT_FAILED,
     EXIT_USAGE,
     EXIT_WAITING,
+    QUEUED,
+    RUNNING,
     WAITING,
 )
 from nestegg.errors import (
@@ -434,40 +438,56 @@ def recover_command(
 
     Interrupted: marked running, but the process that ran it is gone. Due: a waiting run
     whose deadline or timer has passed, or whose signal is stored (`nestegg signal`
-    without --app); one that waits again is reported as waiting.
+    without --app); one that waits again is reported as waiting. A run stored for workers
+    that none took yet (queued) is left to them: a worker's sweep publishes it (nestegg
+    resume RUN --app ... runs it here on purpose).
 
     Exits 1 if any of them failed again.
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
 
-    async def work() -> list[dict[str, Any]]:
-        async with bound(clutch, store_url(ctx, store)):
+    async def work() -> tuple[list[dict[str, Any]], list[str]]:
+        async with bound(clutch, store_url(ctx, store)) as opened:
             run_ids = [info.run_id for info in await clutch.list_resumable()]
+            queued = await _queued(opened, clutch.name)
             if not run_ids:
-                return []
-            return await _with_bar(
+                return [], queued
+            outcomes = await _with_bar(
                 out,
                 len(run_ids),
                 lambda advance: _resume_each(clutch, run_ids, concurrency, advance),
             )
+            return outcomes, queued
 
-    outcomes = run_async(work)
+    outcomes, queued = run_async(work)
     kinds = ("completed", "failed", "skipped", "waiting")
     counts = {k: sum(o["outcome"] == k for o in outcomes) for k in kinds}
+    left = [f"{counted(len(queued), RUNS)} queued for workers left to them"] if queued else []
     if as_json:
-        out.json({"pipeline": clutch.name, "runs": outcomes, **counts})
+        summary = {"pipeline": clutch.name, "runs": outcomes, **counts}
+        out.json({**summary, "queued": len(queued), "queued_runs": queued})
     elif not outcomes:
-        out.line(f"no interrupted runs of pipeline {clutch.name!r}")
+        out.line("; ".join([f"no interrupted runs of pipeline {clutch.name!r}", *left]))
     else:
         options = app_options(ctx, app_spec, store, clutch)
         rows = [[o["run_id"], o["outcome"], _recover_detail(o, options)] for o in outcomes]
         columns = ("RUN", "OUTCOME", "DETAIL")
         out.table(columns, rows, status_column=1, whole=(0, 1), sentences=(2,))
+        parts = [f"{counts['failed']} failed", f"{counts['skipped']} taken by another process"]
+        if counts["waiting"]:
+            parts.append(f"{counts['waiting']} waiting again")
         out.line(
             f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
-            f"{counts['failed']} failed, {counts['skipped']} taken by another process"
-            + (f", {counts['waiting']} waiting again" if counts["waiting"] else "")
+            + ", ".join([*parts, *left])
         )
     if counts["failed"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+async def _queued(store: CheckpointStorage, pipeline: str) -> list[str]:
+    """The runs of ``pipeline`` stored for workers that none took yet (shown ``queued``),
+    which ``nestegg recover`` leaves to them, newest first."""
+    runs = await store.list_runs(pipeline=pipeline, statuses=[RUNNING])
+    now = time.time()  # a command judges leases by the wall clock
+    return [run.run_id for run in runs if run_state(run, now) == QUEUED]

@@ -526,6 +526,25 @@ async def test_recover_resumes_every_interrupted_run_of_the_pipeline(
     assert [r.run_id for r in await other.clutch.list_interrupted()] == ["other-run"]
 
 
+async def test_recover_leaves_a_run_queued_for_workers_to_them(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # A run a caller stored for workers that none took yet (shown queued) was listed as
+    # interrupted and run by recover() in its own process, beside the workers' sweeps.
+    pipeline = Pipeline(checkpoint_store)
+    for run_id in ("lost", "queued"):
+        await pipeline.clutch.checkpointed_runs().create_queued([run_id], run_id)
+    worker = Owner(host=FOREIGN_HOST, pid=4242, started="1")  # took it, then died
+    await take_over(checkpoint_store, "lost", worker, lease=-1.0)
+    before = await stored_view(checkpoint_store, "queued")
+
+    assert [r.run_id for r in await pipeline.clutch.list_interrupted()] == ["lost"]
+    assert [r.run_id for r in await pipeline.clutch.list_resumable()] == ["lost"]
+    assert await pipeline.clutch.recover() == {"lost": ["lost", "a", "b", "c"]}
+    assert await stored_view(checkpoint_store, "queued") == before  # left to the workers
+    assert await pipeline.clutch.resume_latest("queued") == ["queued", "a", "b", "c"]
+
+
 # ------------------------------------------------------------ manual checkpoints
 
 

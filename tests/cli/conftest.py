@@ -124,6 +124,16 @@ async def delete_runs(url: str, run_ids: tuple[str, ...]) -> None:
         await store.close()
 
 
+async def queue(url: str, run_id: str) -> None:
+    """Store a run for workers that none took (as a caller on workers stores it)."""
+    store = open_store(url)
+    try:
+        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+        await clutch.checkpointed_runs().create_queued({"name": "Queued"}, run_id)
+    finally:
+        await store.close()
+
+
 def store_url_for(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty, isolated store of ``kind`` as a URL: an embedded store where
     tests/registry.py puts it; a server store in a database of its own (a command cannot

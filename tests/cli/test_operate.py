@@ -13,7 +13,7 @@ from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli import pipeline_app
-from tests.cli.conftest import Cli, Filled, fill, json_of
+from tests.cli.conftest import Cli, Filled, fill, json_of, queue
 from tests.cli.pipeline_app import (
     OWN_STORE_ENV,
     POLICY,
@@ -225,6 +225,36 @@ def test_recover_with_runs_failing_again_exits_1(cli: Cli, filled: Filled) -> No
     assert result.exit_code == EXIT_FAILED
     row = result.stdout.splitlines()[1].split(maxsplit=2)
     assert row == [filled.gone, "failed", "RuntimeError: enrich broke"]
+
+
+def test_recover_leaves_the_runs_queued_for_workers_to_them(cli: Cli, filled: Filled) -> None:
+    # A run stored for workers that none took yet was resumed as an interrupted one, in
+    # the command's process, though runs shows it queued.
+    url = filled.url
+    asyncio.run(queue(url, "q1"))
+    before = asyncio.run(_stored(url, ("q1",)))
+    report = json_of(cli("recover", "--app", APP, "--store", url, "--json"))
+    assert [(r["run_id"], r["outcome"]) for r in report["runs"]] == [(filled.gone, "completed")]
+    assert (report["completed"], report["queued"], report["queued_runs"]) == (1, 1, ["q1"])
+    assert asyncio.run(_stored(url, ("q1",))) == before  # a worker's sweep publishes it
+    again = cli("recover", "--app", APP, "--store", url)
+    assert (again.exit_code, again.stdout) == (
+        0,
+        "no interrupted runs of pipeline 'cli-test'; 1 run queued for workers left to them\n",
+    )
+    resumed = cli("resume", "q1", "--app", APP, "--store", url)  # on purpose: it runs here
+    assert resumed.exit_code == 0, resumed.stderr
+    assert resumed.stdout.startswith("run q1 completed: 3 steps")
+
+
+def test_recover_tells_a_queued_run_in_its_summary(cli: Cli, filled: Filled) -> None:
+    asyncio.run(queue(filled.url, "q1"))
+    result = cli("recover", "--app", APP, "--store", filled.url)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "recovered 1 of 1 run; 0 failed, 0 taken by another process, "
+        "1 run queued for workers left to them"
+    )
 
 
 def test_an_app_with_its_own_store_ignores_store(cli: Cli, filled: Filled, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointFallbackWarning
 from tests.checkpoint.conftest import Tamper
-from tests.cli.conftest import Cli, Filled, json_of
+from tests.cli.conftest import Cli, Filled, json_of, queue
 from tests.cli.pipeline_app import POLICY, build
 from tests.stores.test_sqlite_blocks import rewrite_block
 
@@ -64,21 +64,11 @@ def test_runs_filters(cli: Cli, filled: Filled) -> None:
     assert ids() == [filled.gone, filled.bad, filled.ok]  # newest first
 
 
-async def _queue(url: str, run_id: str) -> None:
-    """Store a run for workers that none took (as a caller on workers stores it)."""
-    store = open_store(url)
-    try:
-        clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
-        await clutch.checkpointed_runs().create_queued({"name": "Queued"}, run_id)
-    finally:
-        await store.close()
-
-
 def test_a_run_queued_for_workers_is_shown_queued_as_cancel_calls_it(
     cli: Cli, filled: Filled
 ) -> None:
     url = filled.url
-    asyncio.run(_queue(url, "q1"))
+    asyncio.run(queue(url, "q1"))
 
     def ids(*args: str) -> list[str]:
         return [r["run_id"] for r in json_of(cli("runs", "--store", url, "--json", *args))]
