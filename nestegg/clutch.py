@@ -453,8 +453,9 @@ class Clutch(PipelineBase):
         ``resume_latest(run_id)`` runs it here on purpose.
 
         Returns:
-            run id -> result, or the exception a resumed run raised. Runs another worker
-            took first are left out.
+            run id -> result, or the exception a resumed run raised (an
+            IncompatibleCheckpointError for a run refused as the pipeline changed, nothing
+            of it stored changed). Runs another worker took first are left out.
         """
         return await self._checkpointing().recover()
 

@@ -46,6 +46,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import (
+    IncompatibleCheckpointError,
     ModuleNameMismatchError,
     NestEggError,
     RunExistsError,
@@ -56,6 +57,10 @@ from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
 PROGRESS_POLL_SECONDS = 0.2
+REFUSED = "refused"
+"""The outcome of a run ``nestegg recover`` did not resume: the pipeline changed (an agent
+it goes on with is gone, or its data no longer fits the agent's model); nothing stored
+changed."""
 
 
 def load_app(ctx: typer.Context, spec: str, store: str | None, out: Output) -> Clutch:
@@ -399,6 +404,8 @@ async def _resume_each(
             except RunWaiting as waiting:
                 outcome = {"run_id": run_id, "outcome": "waiting", "error": str(waiting)}
                 outcome["waits_for"] = waits_for(waiting)
+            except IncompatibleCheckpointError as refused:  # before anything was stored
+                outcome = {"run_id": run_id, "outcome": REFUSED, "error": error_line(refused)}
             except Exception as error:
                 outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
             advance()
@@ -440,9 +447,11 @@ def recover_command(
     whose deadline or timer has passed, or whose signal is stored (`nestegg signal`
     without --app); one that waits again is reported as waiting. A run stored for workers
     that none took yet (queued) is left to them: a worker's sweep publishes it (nestegg
-    resume RUN --app ... runs it here on purpose).
+    resume RUN --app ... runs it here on purpose). A run whose resume is refused because
+    the pipeline changed (an agent it goes on with is gone, or its data no longer fits the
+    agent's model) is reported as refused: nothing stored of it changes.
 
-    Exits 1 if any of them failed again.
+    Exits 1 if any of them failed again or was refused.
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
@@ -461,7 +470,7 @@ def recover_command(
             return outcomes, queued
 
     outcomes, queued = run_async(work)
-    kinds = ("completed", "failed", "skipped", "waiting")
+    kinds = ("completed", "failed", REFUSED, "skipped", "waiting")
     counts = {k: sum(o["outcome"] == k for o in outcomes) for k in kinds}
     left = [f"{counted(len(queued), RUNS)} queued for workers left to them"] if queued else []
     if as_json:
@@ -475,13 +484,15 @@ def recover_command(
         columns = ("RUN", "OUTCOME", "DETAIL")
         out.table(columns, rows, status_column=1, whole=(0, 1), sentences=(2,))
         parts = [f"{counts['failed']} failed", f"{counts['skipped']} taken by another process"]
+        if counts[REFUSED]:
+            parts.append(f"{counts[REFUSED]} refused as the pipeline changed")
         if counts["waiting"]:
             parts.append(f"{counts['waiting']} waiting again")
         out.line(
             f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
             + ", ".join([*parts, *left])
         )
-    if counts["failed"]:
+    if counts["failed"] or counts[REFUSED]:
         raise typer.Exit(EXIT_FAILED)
 
 

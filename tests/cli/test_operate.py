@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
@@ -255,6 +256,34 @@ def test_recover_tells_a_queued_run_in_its_summary(cli: Cli, filled: Filled) -> 
         "recovered 1 of 1 run; 0 failed, 0 taken by another process, "
         "1 run queued for workers left to them"
     )
+
+
+def test_recover_of_a_run_the_changed_pipeline_refuses_reports_it_refused(
+    cli: Cli, filled: Filled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused before anything was stored, it was reported failed: "1 failed".
+    monkeypatch.setattr(pipeline_app, "changed", without_enrich(None), raising=False)
+    app = "tests.cli.pipeline_app:changed"
+    before = asyncio.run(_stored(filled.url, (filled.gone,)))
+    result = cli("recover", "--app", app, "--store", filled.url)
+    assert result.exit_code == EXIT_FAILED  # as a resume refused so, and a run failed again
+    lines = result.stdout.splitlines()
+    reason = (
+        f"run {filled.gone!r}: the checkpoint continues with agent 'enrich' (position 1 of "
+        "the order), which this pipeline no longer has"
+    )
+    assert lines[1].split(maxsplit=2)[:2] == [filled.gone, "refused"]
+    assert " ".join(" ".join(lines[1:-1]).split()[2:]) == reason
+    assert lines[-1] == (
+        "recovered 0 of 1 run; 0 failed, 0 taken by another process, "
+        "1 refused as the pipeline changed"
+    )
+    as_json = cli("recover", "--app", app, "--store", filled.url, "--json")
+    assert as_json.exit_code == EXIT_FAILED
+    report = orjson.loads(as_json.stdout)
+    assert (report["failed"], report["refused"], report["completed"]) == (0, 1, 0)
+    assert report["runs"] == [{"run_id": filled.gone, "outcome": "refused", "error": reason}]
+    assert asyncio.run(_stored(filled.url, (filled.gone,))) == before  # nothing changed
 
 
 def test_an_app_with_its_own_store_ignores_store(cli: Cli, filled: Filled, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """A run SIGKILLed mid-step whose pydantic model then changes: ``nestegg resume`` and
-``clutch.resume_latest`` refuse it with IncompatibleDataError before claiming it, leaving
-it interrupted and untouched; with the model as it was, it resumes and completes.
+``clutch.resume_latest`` refuse it with IncompatibleDataError before claiming it (``nestegg
+recover`` reports it refused), leaving it interrupted and untouched; with the model as it
+was, it resumes and completes.
 """
 
 from __future__ import annotations
@@ -128,11 +129,17 @@ def test_a_killed_run_whose_model_changed_is_refused_by_resume_and_left_interrup
 
     assert refused.returncode == 1, refused.stdout + refused.stderr
     agent = hang
-    assert refused.stderr == (
-        f"error: run 'm1': {stored} no longer fits the model Doc of agent {agent!r} "
+    reason = (
+        f"run 'm1': {stored} no longer fits the model Doc of agent {agent!r} "
         "(pages: Field required); nothing was changed: resume it once the model fits the "
-        "data again\n"
+        "data again"
     )
+    assert refused.stderr == f"error: {reason}\n"
+    recovered = _nestegg(tmp_path, env, "recover", "--app", "docs:clutch", "--json")
+    assert recovered.returncode == 1, recovered.stdout + recovered.stderr
+    report = orjson.loads(recovered.stdout)  # refused, not failed: nothing was changed
+    assert report["runs"] == [{"run_id": "m1", "outcome": "refused", "error": reason}]
+    assert (report["refused"], report["failed"]) == (1, 0)
     script = subprocess.run(
         [sys.executable, "-c", RESUME_LATEST, "m1"],
         cwd=tmp_path,
