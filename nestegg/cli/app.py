@@ -68,12 +68,20 @@ STORE_HELP = (
 StoreOption = Annotated[
     str | None, typer.Option("--store", "-s", help=STORE_HELP, show_default=False)
 ]
+
+
+def _note_json(value: bool) -> bool:
+    render.json_output.requested = value
+    return value
+
+
 JsonOption = Annotated[
     bool,
     typer.Option(
         "--json",
         help="Machine-readable JSON on stdout (ISO 8601 times; NaN and infinities as the "
         'strings "NaN", "Infinity", "-Infinity").',
+        callback=_note_json,
     ),
 ]
 
@@ -196,10 +204,10 @@ def error_line(error: BaseException) -> str:
     return " ".join(text.split()) or type(error).__name__
 
 
-def _report(error: BaseException, debug: bool, as_json: bool) -> int:
+def _report(error: BaseException, debug: bool) -> int:
     """Write the ``error:`` line (escaped, as the traceback and the ``warning:`` lines: an
-    agent's error may quote a model's reply holding terminal commands), and with
-    ``as_json`` the error as a JSON object on stdout if the command wrote none there; the
+    agent's error may quote a model's reply holding terminal commands), and for a command
+    given ``--json`` the error as a JSON object on stdout if it wrote none there; the
     exit code."""
     if debug:
         sys.stderr.write(escaped_lines("".join(traceback.format_exception(error))))
@@ -211,7 +219,7 @@ def _report(error: BaseException, debug: bool, as_json: bool) -> int:
     else:
         line, code = error_line(error), exit_code_for(error)
     sys.stderr.write(f"error: {escaped(line)}\n")
-    if as_json and not render.json_written():
+    if render.json_output.requested and not render.json_output.written:
         render.Output(as_json=True).json(_error_object(error, line, code))
     return code
 
@@ -282,8 +290,8 @@ class NestEggGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
-        debug, as_json = "--debug" in argv, "--json" in argv
-        render.forget_json_written()
+        debug = "--debug" in argv
+        render.json_output = render.JsonOutput()
         try:
             outcome = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = outcome if isinstance(outcome, int) else EXIT_OK
@@ -294,7 +302,7 @@ class NestEggGroup(TyperGroup):
             sys.stderr.write("error: aborted\n")
             code = EXIT_FAILED
         except Exception as error:
-            code = _report(error, debug, as_json)
+            code = _report(error, debug)
         if standalone_mode:
             sys.exit(code)
         return code

@@ -244,18 +244,17 @@ def fit_widths(widths: Sequence[int], whole: Sequence[int], available: int) -> l
     return fitted
 
 
-_written: list[bool] = []
-"""Not empty once a command wrote JSON (a failure's JSON object then stays off stdout)."""
+@dataclasses.dataclass
+class JsonOutput:
+    """The command's ``--json``: whether it was given, and whether the command wrote JSON
+    on stdout (a failure's JSON object then stays off it)."""
+
+    requested: bool = False
+    written: bool = False
 
 
-def json_written() -> bool:
-    """Whether the command wrote JSON on stdout with :meth:`Output.json`."""
-    return bool(_written)
-
-
-def forget_json_written() -> None:
-    """As a command starts: it wrote no JSON yet."""
-    _written.clear()
+json_output = JsonOutput()
+"""The command under way's (reset as each command starts)."""
 
 
 class Output:
@@ -271,7 +270,7 @@ class Output:
         """Write ``value`` as JSON: strict with --json, else for people (highlighted on a
         terminal)."""
         text = to_json(value, indent=indent, strict=self.as_json)
-        _written.append(True)
+        json_output.written = True
         if self.terminal and not self.as_json and indent:
             # highlighted as print_json does, without its parsing again, which unescapes
             self.console.print(JSONHighlighter()(text), soft_wrap=True)

@@ -87,6 +87,11 @@ def test_with_json_a_failure_is_also_a_json_object_on_stdout(cli: Cli, filled: F
     assert usage.exit_code == EXIT_USAGE
     assert orjson.loads(usage.stdout)["error"] == usage.stderr.removeprefix("error: ").strip()
     assert cli("show", "x", "--store", filled.url).stdout == ""  # without --json: nothing
+    # --json as another option's value, or given to a command that has none: no JSON
+    named = cli("runs", "--pipeline", "--json", "--status", "bogus", "--store", filled.url)
+    assert (named.exit_code, named.stdout) == (EXIT_USAGE, "")
+    unknown = cli("delete", "x", "--json", "--store", filled.url)
+    assert (unknown.exit_code, unknown.stdout) == (EXIT_USAGE, "")
 
 
 @pytest.mark.parametrize(
