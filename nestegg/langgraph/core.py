@@ -129,7 +129,10 @@ class ThreadCheckpoints:
         check_versions(checkpoint["channel_versions"], "checkpoint['channel_versions']")
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        what = f"checkpoint {checkpoint['id']!r} of thread {thread_id!r}"
+
+        def what() -> str:
+            return f"checkpoint {checkpoint['id']!r} of thread {thread_id!r}"
+
         rows: list[ThreadRow] = []
         latests: dict[str, Latest] = {}  # remembered once stored
         for ch, ver in new_versions.items():
@@ -147,7 +150,7 @@ class ThreadCheckpoints:
         )
         row = ThreadRow(CHECKPOINT, checkpoint_key(ns, checkpoint["id"]), body.pack())
         rows.append(limits.check_row(row, what, checkpoint))
-        limits.check_commit(rows, f"the commit of {what}")
+        limits.check_commit(lambda: f"the commit of {what()}", rows)
         drop = await self.retention.dropped_on_put(self.store, thread_id, ns, checkpoint["id"])
         gone = tuple(writes_prefix(ns, cid) for cid in drop)
         async with self._taking(thread_id) as pending:
@@ -166,7 +169,7 @@ class ThreadCheckpoints:
         channel: str,
         version: Any,
         values: Mapping[str, Any],
-        what: str,
+        what: Callable[[], str],
     ) -> tuple[list[ThreadRow], Latest | None]:
         """The rows of a channel's value, and the channel's latest entry once stored."""
         if channel not in values:
@@ -179,7 +182,10 @@ class ThreadCheckpoints:
             )
         except (TypeError, ValueError) as exc:
             raise _unserializable(self.serde, value, f"channel {channel!r}", exc) from exc
-        where = f"channel {channel!r} of {what}"
+
+        def where() -> str:
+            return f"channel {channel!r} of {what()}"
+
         return [
             limits.check_row(ThreadRow(BLOB, blob_key(ns, channel, v), body.pack()), where, value)
             for v, body in bodies
@@ -207,15 +213,14 @@ class ThreadCheckpoints:
         check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []
-        task = f"task {task_id!r} of thread {thread_id!r}"
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
             value_body = _dumps(self.serde, value, f"channel {channel!r}")
             body = WriteBody(task_id, i, channel, value_body, path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
-            limits.check_row(row, f"the write to channel {channel!r} of {task}", value)
+            limits.check_write(row, channel, value, task_id, thread_id)
             (replace if i < 0 else keep).append(row)
-        limits.check_commit([*keep, *replace], f"the writes of {task}")
+        limits.check_writes(task_id, thread_id, keep, replace)
         return thread_id, keep, replace
 
     @asynccontextmanager
@@ -247,7 +252,7 @@ class ThreadCheckpoints:
     async def _apply(self, thread_id: str, change: ThreadChange, pending: list[ThreadRow]) -> None:
         """Apply ``change`` with the ``pending`` writes before its own in one commit, or, when
         that is larger than a store takes, commit them first in commits of their own."""
-        if not limits.fits([*pending, *change.put, *change.put_new]):
+        if not limits.fits(pending, change.put, change.put_new):
             await self._put_new(thread_id, pending)
             pending = []
         change = ThreadChange(change.put, [*pending, *change.put_new], change.delete)
