@@ -220,7 +220,8 @@ def test_reading_an_older_sqlite_schema_is_refused_and_migrates_nothing(tmp_path
             f"error: the SQLite database {path} has schema version 5, which a reader does "
             "not upgrade (it reads version 6 and newer); nothing was changed: upgrade it as "
             "a user who may write it, with a command that writes (nestegg prune --keep 1 "
-            "--dry-run upgrades it and deletes nothing) or a store's setup()\n"
+            f"--dry-run --store sqlite:///{path} upgrades it and deletes nothing) or a "
+            "store's setup()\n"
         ), args
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
     assert sqlite_schema(path) == schema
@@ -561,14 +562,22 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
                 f"error: PostgreSQL at {where}: the store has schema version 4, which a "
                 "reader does not upgrade (it reads version 5 and newer); nothing was "
                 "changed: upgrade it as a role that may alter its tables, with a command "
-                "that writes (nestegg prune --keep 1 --dry-run upgrades it and deletes "
-                "nothing) or a store's setup()\n"
+                f"that writes (nestegg prune --keep 1 --dry-run --store {where} upgrades it "
+                "and deletes nothing) or a store's setup()\n"
             )
         upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
         assert upgraded.returncode == EXIT_OK, upgraded.stderr
         assert pg_schema(url)[2] == [(version,) for version in range(1, 7)]
         listed = nestegg(tmp_path, "runs", "--json", "--store", url)
         assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
+        with psycopg.connect(url, autocommit=True) as conn:  # a newer nestegg's
+            conn.execute("INSERT INTO nestegg_schema_versions (version) VALUES (99)")
+        newer = nestegg(tmp_path, "runs", "--store", as_reader)
+        assert (newer.returncode, newer.stderr) == (
+            EXIT_FAILED,
+            f"error: PostgreSQL at {as_reader}: the store has schema version 99; this nestegg "
+            "knows up to 6: upgrade nestegg\n",
+        )
 
 
 def test_a_read_finds_no_redis_store_under_a_prefix_that_holds_none_and_writes_none(

@@ -8,6 +8,7 @@ working out the commit's meaning itself.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -170,16 +171,26 @@ def stale_fence(run_id: str, stored: int, carried: int) -> StaleOwnerError:
     )
 
 
-def older_than_read(what: str, version: int, readable_from: int, who: str) -> StorageError:
+def older_than_read(
+    what: str, version: int, readable_from: int, who: str, url: str
+) -> StorageError:
     """A store opened for a reader is of schema ``version``, older than the oldest it reads
     as it is (``readable_from``): refused, not migrated. ``what`` names the store (``the
     SQLite database PATH``), ``who`` who may upgrade it (``as a role that may alter its
-    tables``)."""
+    tables``), ``url`` where the command that upgrades it finds it (no password)."""
     return StorageError(
         f"{what} has schema version {version}, which a reader does not upgrade (it reads "
         f"version {readable_from} and newer); nothing was changed: upgrade it {who}, with a "
-        "command that writes (nestegg prune --keep 1 --dry-run upgrades it and deletes "
-        "nothing) or a store's setup()"
+        f"command that writes (nestegg prune --keep 1 --dry-run --store {shlex.quote(url)} "
+        "upgrades it and deletes nothing) or a store's setup()"
+    )
+
+
+def newer_than_known(what: str, version: int, known: int) -> StorageError:
+    """A store opened for a reader is of schema ``version``, newer than this nestegg's
+    ``known``: refused (a newer nestegg may keep what it reads elsewhere)."""
+    return StorageError(
+        f"{what} has schema version {version}; this nestegg knows up to {known}: upgrade nestegg"
     )
 
 
@@ -191,6 +202,7 @@ __all__ = [
     "check_size",
     "claim_refusal",
     "commit_outcome",
+    "newer_than_known",
     "older_than_read",
     "run_claimed",
     "run_exists",

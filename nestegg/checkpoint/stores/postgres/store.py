@@ -43,6 +43,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.stores.common import (
     check_size,
+    newer_than_known,
     older_than_read,
     run_exists,
     run_not_found,
@@ -274,13 +275,12 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             raise StorageError(f"no store at {self._where}: {self.ABSENT}")
         found = await conn.execute(self._queries["schema_version"])
         version = int((await found.fetchone())[0])
+        what = f"PostgreSQL at {self._where}: the store"
+        if version > len(MIGRATIONS):
+            raise newer_than_known(what, version, len(MIGRATIONS))
         if version < READABLE_FROM:
-            raise older_than_read(
-                f"PostgreSQL at {self._where}: the store",
-                version,
-                READABLE_FROM,
-                "as a role that may alter its tables",
-            )
+            who = "as a role that may alter its tables"
+            raise older_than_read(what, version, READABLE_FROM, who, self._where)
 
     async def setup(self) -> None:
         """Connect and bring the schema to the newest version (idempotent; safe when

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from nestegg.checkpoint.stores.common import older_than_read
+from nestegg.checkpoint.stores.common import newer_than_known, older_than_read
 from nestegg.checkpoint.stores.sqlite.schema import READABLE_FROM, SCHEMA_VERSION
 from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS
 from nestegg.errors import StorageError, StorageUnavailableError
@@ -48,14 +48,11 @@ def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> None:
         )
         raise StorageError(f"the SQLite database {path} is damaged or not a nestegg store: {what}")
     if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"the database {path} has schema version {version}; this nestegg knows up to "
-            f"{SCHEMA_VERSION}: upgrade nestegg"
-        )
+        raise newer_than_known(f"the database {path}", version, SCHEMA_VERSION)
     if version < READABLE_FROM:
-        raise older_than_read(
-            f"the SQLite database {path}", version, READABLE_FROM, "as a user who may write it"
-        )
+        who = "as a user who may write it"
+        where = f"sqlite:///{path}"
+        raise older_than_read(f"the SQLite database {path}", version, READABLE_FROM, who, where)
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:
