@@ -162,22 +162,28 @@ def _canonical(value: Any) -> bytes:
     try:
         return orjson.dumps(value, default=_hash_default, option=_HASH_OPTIONS)
     except orjson.JSONEncodeError:  # an int past 64 bits, which orjson does not write
-        return orjson.dumps(_wide_ints(value), default=_hash_default, option=_HASH_OPTIONS)
+        return orjson.dumps(wide_ints(value), default=_hash_default, option=_HASH_OPTIONS)
 
 
-def _wide_ints(value: Any) -> Any:
-    """``value`` with each int past 64 bits as the text ``<int 0x...>`` (hexadecimal, which
-    Python writes at once for an int of any size)."""
+def _hex_int(value: int) -> str:
+    """An int as the text ``<int 0x...>`` (hexadecimal, which Python writes at once for an
+    int of any size)."""
+    return f"<int {value:#x}>"
+
+
+def wide_ints(value: Any, text: Callable[[int], str] = _hex_int) -> Any:
+    """``value`` with each int past 64 bits, which orjson does not write, as ``text(int)``
+    (:func:`_hex_int`: what a call's argument hash is made of)."""
     if type(value) is int and not -(2**63) <= value < 2**64:
-        return f"<int {value:#x}>"
+        return text(value)
     if isinstance(value, dict):
-        return {_wide_ints(k): _wide_ints(v) for k, v in value.items()}
+        return {wide_ints(k, text): wide_ints(v, text) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_wide_ints(v) for v in value]
+        return [wide_ints(v, text) for v in value]
     if isinstance(value, set | frozenset):
-        return sorted(map(_wide_ints, value), key=_canonical)
+        return sorted((wide_ints(v, text) for v in value), key=_canonical)
     if hasattr(value, "model_dump"):
-        return _wide_ints(value.model_dump())
+        return wide_ints(value.model_dump(), text)
     return value
 
 

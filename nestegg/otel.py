@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from nestegg.journal import wide_ints
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram
     from opentelemetry.trace import Span, SpanContext, Tracer
@@ -130,8 +132,30 @@ def meter_instruments() -> Instruments | None:
 
 
 def to_json(value: Any) -> str:
-    """``value`` as JSON text for a span attribute (what JSON cannot hold as its repr)."""
+    """``value`` as JSON text for a span attribute (what JSON cannot hold as its repr, an
+    int past 64 bits as its digits in a string); a value it cannot write at all (its
+    repr fails, it contains itself) as the text ``<not captured: ...>`` saying why:
+    capturing content never fails a run."""
+    try:
+        try:
+            return _dumps(value)
+        except orjson.JSONEncodeError:  # an int past 64 bits, which orjson does not write
+            return _dumps(wide_ints(value, _int_text))
+    except Exception as error:
+        return f"<not captured: {type(error).__qualname__}: {error}>"
+
+
+def _dumps(value: Any) -> str:
     return orjson.dumps(value, default=repr, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _int_text(value: int) -> str:
+    """An int's decimal digits, as the codec stores an int past 64 bits; in hexadecimal
+    (``0x...``) past the digits Python writes out."""
+    try:
+        return str(value)
+    except ValueError:
+        return f"{value:#x}"
 
 
 def error_type(error: BaseException) -> str:

@@ -270,6 +270,55 @@ async def test_content_is_captured_only_when_asked(
     assert tool.attributes["gen_ai.tool.call.result"] == '"ONE"'
 
 
+HUGE = 2**70
+"""An int past 64 bits, which orjson does not write."""
+
+
+class Unprintable:
+    """An argument whose repr fails: its content cannot be captured."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+async def measure(value: Any, of: Any = None) -> int:
+    """A journaled call taking any argument."""
+    return len(str(value))
+
+
+async def test_captured_content_holds_huge_ints_and_never_fails_a_run(
+    sdk: Sdk, tmp_path: Path
+) -> None:
+    telemetry.configure(capture_content=True)
+    clutch = Clutch(
+        PIPELINE, checkpoint=CheckpointConfig(storage=SQLiteCheckpointStorage(tmp_path / "runs.db"))
+    )
+
+    @clutch.agent()
+    async def big(data: dict[str, Any]) -> dict[str, Any]:
+        digits = await call(measure, HUGE)
+        return {**data, "digits": digits, "more": await call(measure, -HUGE, of=Unprintable())}
+
+    assert await clutch.run({"n": HUGE}, run_id="huge") == {
+        "n": HUGE,
+        "digits": 22,
+        "more": 23,
+    }
+    await close(clutch)
+    spans = by_name(sdk.finished())
+    step = spans["invoke_agent big"][0]
+    assert step.attributes["nestegg.step.input"] == f'{{"n":"{HUGE}"}}'
+    assert step.attributes["nestegg.step.output"] == (f'{{"n":"{HUGE}","digits":22,"more":23}}')
+    first, second = spans["execute_tool tests.test_telemetry.measure"]
+    assert first.attributes["gen_ai.tool.call.arguments"] == f'{{"args":["{HUGE}"],"kwargs":{{}}}}'
+    assert first.attributes["gen_ai.tool.call.result"] == "22"
+    arguments = str(second.attributes["gen_ai.tool.call.arguments"])
+    assert arguments.startswith("<not captured: ")  # a repr that fails: a placeholder
+    assert second.attributes["gen_ai.tool.call.result"] == "23"
+    assert otel.to_json({"n": [HUGE]}) == f'{{"n":["{HUGE}"]}}'
+    assert otel.to_json({HUGE: {HUGE}}) == f'{{"{HUGE}":["{HUGE}"]}}'
+
+
 async def test_latest_experimental_conventions_name_the_workflow_as_an_agent(
     sdk: Sdk, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
