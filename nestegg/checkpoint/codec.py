@@ -33,6 +33,7 @@ from nestegg.constants import RECORD_MAX_BYTES
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointSerializationError,
+    ConfigurationError,
     RecordTooLargeError,
 )
 from nestegg.module_names import stable_module_name, started_module
@@ -174,6 +175,56 @@ def from_jsonable(value: Any) -> Any:
     return value
 
 
+_SHOWN_CHARS = 120
+"""How much of a tagged object that cannot be rebuilt an error shows."""
+_DAMAGED_TAG = (KeyError, TypeError, ValueError, IndexError, ArithmeticError)
+"""What rebuilding a tagged object that is not one :func:`to_jsonable` writes raises."""
+
+
+def _unreadable_tag(value: Any) -> dict[str, Any] | None:
+    """The innermost tagged object in ``value`` that :func:`from_jsonable` cannot rebuild."""
+    inner = value.values() if type(value) is dict else value if type(value) is list else ()
+    for item in inner:
+        if (found := _unreadable_tag(item)) is not None:
+            return found
+    if type(value) is dict and TAG in value:  # what it holds is rebuilt: this tag is not
+        try:
+            from_jsonable(value)
+        except _DAMAGED_TAG:
+            return value
+    return None
+
+
+def from_given(value: Any, what: str) -> Any:
+    """JSON someone gave (the fork editor's, ``--data``) rebuilt as :func:`from_jsonable`
+    rebuilds what the codec stored: ``{"$ne": "map", "v": [[1, "a"]]}`` is ``{1: "a"}``,
+    and a dict of one's own with a ``"$ne"`` key is given as the codec writes it, tagged.
+
+    Raises:
+        ConfigurationError: a tagged object the codec does not write, named, with ``what``.
+    """
+    if type(value) not in (dict, list):
+        return value
+    try:
+        return from_jsonable(value)
+    except _DAMAGED_TAG as error:
+        found = _unreadable_tag(value)
+        tag = found[TAG] if found is not None else None
+        reason = (
+            f"unknown tag {tag!r}; one of {', '.join(_DECODERS)}"
+            if type(error) is KeyError and isinstance(tag, str) and tag not in _DECODERS
+            else f"{type(error).__name__}: {error}"
+        )
+        shown = orjson.dumps(found).decode() if found is not None else TAG
+        if len(shown) > _SHOWN_CHARS:
+            shown = shown[:_SHOWN_CHARS] + "…"
+        raise ConfigurationError(
+            f"{what} holds {shown}, which is not a value the codec writes ({reason}); "
+            f"a dict of your own with a {TAG!r} key is written "
+            f'{{"{TAG}": "map", "v": [[key, value], ...]}}'
+        ) from None
+
+
 def has_tags(raw: bytes) -> bool:
     """Whether encoded JSON may hold tagged values (lets plain values skip the rebuild walk)."""
     return b'"$ne"' in raw
@@ -232,7 +283,7 @@ def rebuild(value: Any, where: str) -> Any:
     """:func:`from_jsonable`, with a damaged tag reported as CheckpointCorruptedError."""
     try:
         return from_jsonable(value)
-    except (KeyError, TypeError, ValueError, IndexError, ArithmeticError) as exc:
+    except _DAMAGED_TAG as exc:
         raise CheckpointCorruptedError(f"{where} holds a damaged value ({exc})") from None
 
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
+from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.forks import fork_id_taken
 from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import new_run_id
@@ -296,13 +297,16 @@ def _fork_data(data: str | None, data_file: str | None) -> Any:
     Raises:
         CommandError: (bad usage) both are given, the text or file is not JSON, or the
             file cannot be read.
+        ConfigurationError: it holds a tagged value (``{"$ne": ...}``) the codec does not
+            write; the others are rebuilt as the codec rebuilds them (``{"$ne": "map", "v":
+            [[1, "a"]]}`` is ``{1: "a"}``, as ``nestegg show`` writes it).
     """
     if data is not None and data_file is not None:
         raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
     if data is not None:
-        return parse_json(data, "--data")
+        return from_given(parse_json(data, "--data"), "--data")
     if data_file is not None:
-        return read_json(data_file, "--data-file")
+        return from_given(read_json(data_file, "--data-file"), f"--data-file {data_file}")
     return None
 
 

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
 from nestegg.checkpoint.admission import fork_start, resume_refusal
+from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.common import check_status
@@ -162,12 +163,15 @@ async def fork(request: Request) -> JSONResponse:
     new run, after the checks of :func:`~nestegg.checkpoint.admission.fork_start`, which
     are all that ``Clutch.fork`` makes before it stores the run (a refusal is 400 or 409;
     another pipeline's checkpoint is refused before its state is read); 201 with its id
-    once it is stored, the error if it could not start."""
+    once it is stored, the error if it could not start. The data's tagged values (the
+    codec's form, which the editor shows) are rebuilt as the codec rebuilds them; a tag it
+    does not write is refused (400)."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(
         request, "fork", FORK_FIELDS, '{"data": ...} (absent: the checkpoint\'s data)'
     )
+    data = from_given(body.get("data"), "the fork's data")
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
@@ -176,7 +180,7 @@ async def fork(request: Request) -> JSONResponse:
     run_id = new_run_id()
     task = _start(
         request,
-        clutch.fork(checkpoint_id, body.get("data"), run_id=run_id),
+        clutch.fork(checkpoint_id, data, run_id=run_id),
         f"fork of checkpoint {checkpoint_id!r}",
     )
 

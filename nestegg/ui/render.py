@@ -9,8 +9,9 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from nestegg.checkpoint.codec import to_jsonable
 from nestegg.cli.paths import Key, format_path
-from nestegg.cli.render import escaped_lines, seconds, to_json, when
+from nestegg.cli.render import dump_json, escaped_lines, seconds, to_json, when
 from nestegg.cli.runs import owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -46,6 +47,14 @@ def shown(value: Any) -> Any:
 def json_text(value: Any) -> str:
     """``value`` as compact JSON."""
     return to_json(value, indent=False)
+
+
+def stored_json(value: Any) -> str:
+    """``value`` as indented JSON in the codec's form, what the fork editor shows: a
+    type JSON has no word for tagged as the codec stores it (``{"$ne": "map", ...}``, a
+    datetime, a NaN), and a dict of one's own with a ``"$ne"`` key too, so that the fork
+    endpoint, which rebuilds it as the codec does, gets back what was shown, exactly."""
+    return dump_json(to_jsonable(value), indent=True)
 
 
 def shortened(value: Any) -> dict[str, Any]:
@@ -105,7 +114,7 @@ def environment() -> Environment:
         short=shortened,
         tree=tree,
         json=json_text,
-        json_pretty=lambda v: to_json(v, indent=True),
+        stored_json=stored_json,
         q=lambda v: quote(str(v), safe=""),
         exact=Exact,
     )

@@ -19,10 +19,12 @@ from typing import Any
 import orjson
 import pytest
 
+from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.transfer import export_run
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, HOME_ENV, STORE_ENV
+from tests.cli.test_subprocess import ROOT
 from tests.cli.test_subprocess import nestegg as run_nestegg
 
 TIMEOUT = 60
@@ -152,6 +154,7 @@ def nestegg(
 ) -> subprocess.CompletedProcess[str]:
     """The command, run in the app module's folder with the test's store."""
     base = {k: v for k, v in os.environ.items() if k not in (STORE_ENV, FAIL_ENV, "PYTHONPATH")}
+    base["PYTHONPATH"] = str(ROOT)  # this tree's nestegg, beside the app module in the folder
     return subprocess.run(
         [sys.executable, "-m", "nestegg.cli", *args, "--store", stored.url],
         cwd=stored.folder,
@@ -298,9 +301,43 @@ def test_fork_with_replaced_data_as_json(stored: Stored, given: str) -> None:
     assert stored.ran()[5:] == ["review", "publish"]
 
 
+async def _result(url: str, run_id: str) -> Any:
+    store = open_store(url)
+    try:
+        run = await store.get_run(run_id)
+        assert run is not None and run.result is not None
+        return unseal_value(run.result, "result")
+    finally:
+        await store.close()
+
+
+TAGGED = (
+    '{"$ne": "map", "v": [["trail", []], [1, "a"], ["1", "b"],'
+    ' ["own", {"$ne": "map", "v": [["$ne", "mine"], ["v", 2]]}]]}'
+)
+"""Data in the codec's form, as nestegg show writes a dict with an int key, and a dict of
+one's own with the keys "$ne" and "v" as the codec stores it."""
+
+
+def test_fork_data_in_the_codecs_form_is_rebuilt_as_the_codec_rebuilds_it(stored: Stored) -> None:
+    result = nestegg(stored, "fork", stored.done_first, "--app", APP, "--data", TAGGED, "--json")
+    assert result.returncode == EXIT_OK, result.stderr
+    [new_id] = _forks(stored)
+    assert asyncio.run(_result(stored.url, new_id)) == {
+        "trail": ["review", "publish"],
+        1: "a",
+        "1": "b",
+        "own": {"$ne": "mine", "v": 2},
+    }
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
+        (["--data", '{"x": {"$ne": "bogus", "v": 1}}'], EXIT_USAGE,
+         "--data holds {\"$ne\":\"bogus\",\"v\":1}, which is not a value the codec writes "
+         "(unknown tag 'bogus'; one of …, map); a dict of your own with a '$ne' key is written "
+         '{"$ne": "map", "v": [[key, value], ...]}'),
         (["--data", "{draft"], EXIT_USAGE,
          "--data is not JSON (…: line 1 column 2 (char 1)): quote a string as '\"text\"'"),
         (["--data-file", "bad.json"], EXIT_USAGE,

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.ownership import owner_payload
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
@@ -217,6 +219,88 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
         assert f'href="/runs/{run_id}"' in parent  # and the child in the parent's
     finally:
         ui.write("DELETE", f"/api/runs/{run_id}")
+
+
+TAGGED = {
+    "$ne": "map",
+    "v": [
+        [1, "a"],
+        ["1", "b"],
+        ["name", "Forked"],
+        ["items", [2**63 - 1]],
+        ["own", {"$ne": "map", "v": [["$ne", "mine"], ["v", 2]]}],
+    ],
+}
+"""Fork data in the codec's form: int and string keys alike, an int JSON.parse would round,
+and a dict of the user's own with the keys "$ne" and "v"."""
+REBUILT = {1: "a", "1": "b", "name": "Forked", "items": [2**63 - 1], "own": {"$ne": "mine", "v": 2}}
+
+
+def _result(ui: Ui, run_id: str) -> Any:
+    """The run's result as stored, rebuilt."""
+    run, _ = _stored(ui, run_id)
+    assert run is not None and run.result is not None
+    return unseal_value(run.result, "result")
+
+
+def _editor_text(ui: Ui, checkpoint_id: str) -> str:
+    """What the checkpoint page's fork editor holds."""
+    page = ui.client.get(f"/checkpoints/{checkpoint_id}").text
+    found = re.search(r'<textarea id="fork-data"[^>]*>(.*?)</textarea>', page, re.S)
+    assert found is not None
+    return html.unescape(found.group(1))
+
+
+def test_a_fork_takes_the_codecs_form_and_an_unedited_editor_forks_the_same_data(
+    ui: Ui,
+) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    fork: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": TAGGED})
+    assert fork.status_code == 201
+    first = fork.json()["run_id"]
+    forks = [first]
+    try:
+        _wait_for(ui, first, "completed")
+        assert _result(ui, first) == {**REBUILT, "report": "Forked: 1 items"}
+        forked_at = _checkpoints(ui, first)[-2]  # the edited data, before report
+        text = _editor_text(ui, forked_at)
+        assert orjson.loads(text) == TAGGED  # shown as the codec stores it
+        again: Any = ui.write(
+            "POST", f"/api/checkpoints/{forked_at}/fork", content=f'{{"data": {text}}}'
+        )
+        assert again.status_code == 201
+        forks.append(again.json()["run_id"])
+        _wait_for(ui, forks[1], "completed")
+        assert _result(ui, forks[1]) == _result(ui, first)  # int keys and all, exactly
+    finally:
+        for run_id in forks:
+            ui.write("DELETE", f"/api/runs/{run_id}")
+
+
+def _run_ids(ui: Ui) -> list[str]:
+    store = ui.client.app.state.store  # type: ignore[attr-defined]
+    runs = ui.client.portal.call(lambda: store.list_runs(pipeline="cli-test"))  # type: ignore[union-attr]
+    return sorted(run.run_id for run in runs)
+
+
+def test_a_fork_refuses_a_tag_the_codec_does_not_write(ui: Ui) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    before = _run_ids(ui)
+    for data, says in (
+        (
+            {"x": {"$ne": "bogus", "v": 1}},
+            '{"$ne":"bogus","v":1}, which is not a value the '
+            "codec writes (unknown tag 'bogus'; one of datetime, date, ",
+        ),
+        (
+            [{"$ne": "map", "v": 5}],
+            '{"$ne":"map","v":5}, which is not a value the codec writes (TypeError: ',
+        ),
+    ):
+        refused: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": data})
+        assert refused.status_code == 400
+        assert refused.json()["error"].startswith(f"the fork's data holds {says}")
+    assert _run_ids(ui) == before  # nothing started
 
 
 def test_a_fork_whose_data_breaks_a_step_starts_and_fails_on_its_page(ui: Ui) -> None:

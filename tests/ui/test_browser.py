@@ -191,6 +191,13 @@ def test_fork_with_edited_data_and_a_write_without_the_token_is_refused(
     page.wait_for_selector("#status.completed", timeout=15_000)
     assert "Forked: 1 items" in page.inner_text("#summary")
     assert page.locator(f"section.family a[href='/runs/{ok}']").count() == 1
+    page.goto(server.base + second)  # the codec's form, an int JSON.parse would round
+    editor.fill('{"$ne": "map", "v": [[1, "a"], ["name", "N"], ["items", [9007199254740993]]]}')
+    page.click("#fork")
+    page.wait_for_url(f"{server.base}/runs/*")
+    page.wait_for_selector("#status.completed", timeout=15_000)
+    assert '[1,"a"]' in page.inner_text("#result")
+    assert "[9007199254740993]" in page.inner_text("#result")
 
 
 def test_fork_is_not_offered_from_a_checkpoint_of_another_pipelines_run(

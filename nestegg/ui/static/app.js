@@ -37,7 +37,7 @@
     headers[TOKEN_HEADER] = token();
     return fetch(url, {
       method: method, headers: headers, credentials: "same-origin",
-      body: body === undefined ? undefined : JSON.stringify(body)
+      body: body === undefined || typeof body === "string" ? body : JSON.stringify(body)
     }).then(function (response) {
       return response.json().then(function (data) {
         if (!response.ok) {
@@ -178,7 +178,8 @@
     check();
     button.addEventListener("click", function () {
       if (!check()) return;
-      write("POST", button.getAttribute("data-url"), { data: JSON.parse(area.value) })
+      // the text as it is: JSON.parse would round an int past 2**53
+      write("POST", button.getAttribute("data-url"), '{"data": ' + area.value + "}")
         .then(function (data) { location.href = "/runs/" + encodeURIComponent(data.run_id); })
         .catch(function (error) { problem.textContent = "refused: " + error.message; });
     });
