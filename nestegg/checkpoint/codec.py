@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import datetime as dt
 import importlib
 import math
@@ -129,15 +130,24 @@ def to_jsonable(value: Any, path: str = "data") -> Any:
     return _encode_scalar(value, path)
 
 
+_imports_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "nestegg_codec_imports_allowed", default=True
+)
+"""False while :func:`from_given` rebuilds what someone gave: an enum's module must be one
+this process imported already (what the codec stored is rebuilt as it was written)."""
+
+
 def _restore_enum(spec: list[Any]) -> Any:
     where, raw = spec
     value = from_jsonable(raw)
     module, _, qualname = str(where).partition(":")
     try:
-        target: Any = started_module(module) or importlib.import_module(module)
+        target: Any = started_module(module) or (
+            importlib.import_module(module) if _imports_allowed.get() else sys.modules[module]
+        )
         for part in qualname.split("."):
             target = getattr(target, part)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, KeyError):
         return value
     if isinstance(target, type) and issubclass(target, Enum):
         return target(value)
@@ -205,6 +215,7 @@ def from_given(value: Any, what: str) -> Any:
     """
     if type(value) not in (dict, list):
         return value
+    allowed = _imports_allowed.set(False)
     try:
         return from_jsonable(value)
     except _DAMAGED_TAG as error:
@@ -223,6 +234,8 @@ def from_given(value: Any, what: str) -> Any:
             f"a dict of your own with a {TAG!r} key is written "
             f'{{"{TAG}": "map", "v": [[key, value], ...]}}'
         ) from None
+    finally:
+        _imports_allowed.reset(allowed)
 
 
 def has_tags(raw: bytes) -> bool:

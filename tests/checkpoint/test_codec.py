@@ -577,3 +577,20 @@ def test_all_intact_agrees_with_unseal(
         assert not all_intact(records)
     else:
         assert all_intact(records)
+
+
+class Tone(Enum):
+    LOW = "low"
+
+
+def test_given_data_rebuilds_enums_only_of_modules_already_imported() -> None:
+    # what someone gave (a fork's data) never imports a module: an enum of one not loaded
+    # stays its plain value; one of a loaded module is rebuilt, as stored data is
+    loaded = {"$ne": "enum", "v": [f"{__name__}:Tone", "low"]}
+    assert codec.from_given({"t": loaded}, "--data") == {"t": Tone.LOW}
+    name = "json.tool"  # importable, not imported by this test run
+    assert name not in sys.modules
+    unloaded = {"$ne": "enum", "v": [f"{name}:Whatever", "x"]}
+    assert codec.from_given({"t": unloaded}, "--data") == {"t": "x"}
+    assert name not in sys.modules
+    assert codec.from_jsonable({"t": loaded}) == {"t": Tone.LOW}  # stored data: as before
