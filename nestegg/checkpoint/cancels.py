@@ -30,7 +30,6 @@ from nestegg.constants import (
     RUN_STARTED,
 )
 from nestegg.errors import (
-    CheckpointCorruptedError,
     ConfigurationError,
     NestEggError,
     RunFinishedError,
@@ -139,16 +138,18 @@ async def cancel_run(
 
 async def cancelled_by(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
     """The ``run_cancelled`` event of a run cancelled from outside (its payload), None when
-    ``run`` is not cancelled or its last event says nothing of who cancelled it."""
+    ``run`` is not cancelled or its last event says nothing of who cancelled it.
+
+    Raises:
+        CheckpointCorruptedError: the run's last events are damaged (who cancelled it is
+            unknown).
+    """
     if run.status != CANCELLED or run.event_seq == 0:
         return None
     for record in await store.read_events(run.run_id, run.event_seq - 1):
         if record.kind != RUN_CANCELLED:
             continue
-        try:
-            payload = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}")
-        except CheckpointCorruptedError:
-            return None
+        payload = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}")
         return payload if payload.get("outside") else None
     return None
 

@@ -109,9 +109,15 @@ async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, 
     """Fill in what ``row`` (:func:`run_row`) reads beyond the run record: a waiting run's
     ``waits_for``; for a run cancelled from outside, ``cancelled_by`` (the canceller: host,
     pid, process start) and as its ``owner`` the one that last ran it, which the
-    canceller's claim replaced in the store (None: none had it, it was queued)."""
+    canceller's claim replaced in the store (None: none had it, it was queued). A run
+    whose last events are damaged keeps its stored owner, its canceller unknown:
+    ``{"unreadable": why}``."""
     await add_wait(store, run, row)
-    cancel = await cancelled_by(store, run)
+    try:
+        cancel = await cancelled_by(store, run)
+    except CheckpointCorruptedError as error:
+        row["cancelled_by"] = {"unreadable": str(error)}
+        return
     if cancel is not None:
         row["owner"], row["cancelled_by"] = cancel.get("previous_owner"), cancel.get("by")
 

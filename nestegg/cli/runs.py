@@ -60,11 +60,17 @@ def owner_text(owner: dict[str, Any] | None) -> str:
     return f"{str(owner['host']).split('#', 1)[0]}:{owner['pid']}"
 
 
+def canceller_text(by: dict[str, Any]) -> str:
+    """``host pid`` of who cancelled a run from outside; ``unknown`` when its event log
+    cannot be read (see :func:`reading.complete_row`)."""
+    return "unknown" if "unreadable" in by else owner_text(by)
+
+
 def _owner_cell(row: dict[str, Any]) -> str:
     """The owner that last ran the run, and who cancelled it from outside, if anyone."""
     by = row["cancelled_by"]
     shown = owner_text(row["owner"])
-    return f"{shown} (cancelled by {owner_text(by)})" if by else shown
+    return f"{shown} (cancelled by {canceller_text(by)})" if by else shown
 
 
 def wait_text(wait: dict[str, Any]) -> str:

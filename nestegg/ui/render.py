@@ -12,7 +12,7 @@ from markupsafe import Markup
 from nestegg.checkpoint.codec import to_jsonable
 from nestegg.cli.paths import Key, format_path
 from nestegg.cli.render import dump_json, escaped_lines, seconds, to_json, when
-from nestegg.cli.runs import owner_text
+from nestegg.cli.runs import canceller_text, owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -111,6 +111,7 @@ def environment() -> Environment:
         when=when,
         seconds=lambda v: UNKNOWN if v is None else seconds(v),
         owner=owner_text,
+        canceller=canceller_text,
         short=shortened,
         tree=tree,
         json=json_text,

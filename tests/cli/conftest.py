@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.sqlite.schema import SEQ_SPAN
 from nestegg.cli import app
 from nestegg.constants import HOME_ENV, STORE_ENV
 from nestegg.testing import StoreSite
@@ -171,6 +173,18 @@ def filled_any(any_url: str) -> Iterator[Filled]:
     filled = asyncio.run(fill(any_url, f"-{uuid.uuid4().hex[:8]}"))
     yield filled
     asyncio.run(delete_runs(any_url, (filled.ok, filled.bad, filled.gone)))
+
+
+def damage_newest_event_batch(url: str, run_id: str, damage: Callable[[bytes], bytes]) -> None:
+    """Change the body of the run's newest event batch in the SQLite store at ``url``."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        (base,) = conn.execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        key, body = conn.execute(
+            "SELECT batch_key, body FROM event_batches WHERE batch_key > ? AND batch_key < ? "
+            "ORDER BY batch_key DESC LIMIT 1",
+            (base * SEQ_SPAN, (base + 1) * SEQ_SPAN),
+        ).fetchone()
+        conn.execute("UPDATE event_batches SET body = ? WHERE batch_key = ?", (damage(body), key))
 
 
 def json_of(result: Result) -> Any:

@@ -20,7 +20,15 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointFallbackWarning
 from tests.checkpoint.conftest import Tamper
-from tests.cli.conftest import Cli, Filled, json_of, queue
+from tests.cli.conftest import (
+    Cli,
+    Filled,
+    damage_newest_event_batch,
+    fill,
+    json_of,
+    queue,
+    store_url_for,
+)
 from tests.cli.pipeline_app import POLICY, build
 from tests.stores.test_sqlite_blocks import rewrite_block
 
@@ -505,3 +513,36 @@ def test_checkpoints_name_the_agent_under_way_and_the_one_a_failed_run_resumes_w
     broken[0] = False
     asyncio.run(resume())
     assert _next_cells(cli, url, "next")[-1] == ENDED
+
+
+def _flip_last_byte(body: bytes) -> bytes:
+    return body[:-1] + bytes([body[-1] ^ 0x01])
+
+
+def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unknown(
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    assert cli("cancel", filled.gone, "-s", url).exit_code == 0
+    # the run_cancelled event's body altered: the log reads, the event does not
+    damage_newest_event_batch(url, filled.gone, _flip_last_byte)
+    shown = cli("show", filled.gone, "-s", url)
+    assert shown.exit_code == 0 and "(cancelled by unknown)" in shown.stdout
+    # a torn batch: the log itself cannot be read
+    damage_newest_event_batch(url, filled.gone, lambda body: body[: len(body) // 2])
+    table = cli("runs", "-s", url)
+    assert table.exit_code == 0, table.stderr
+    assert [line.split()[:3] for line in table.stdout.splitlines()[1:]] == [
+        [filled.gone, "cli-test", "cancelled"],
+        [filled.bad, "cli-test", "failed"],
+        [filled.ok, "cli-test", "completed"],
+    ]
+    rows = {row["run_id"]: row for row in json_of(cli("runs", "--json", "-s", url))}
+    assert rows[filled.gone]["cancelled_by"] == {
+        "unreadable": f"the event log of run {filled.gone!r} is damaged (a torn batch)"
+    }
+    assert rows[filled.gone]["owner"] is not None  # as stored: who last had it is unknown
+    assert [
+        r["run_id"] for r in json_of(cli("runs", "--json", "--status", "cancelled", "-s", url))
+    ] == [filled.gone]

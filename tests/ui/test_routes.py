@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import os
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +17,10 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Commit, JournalRecord
-from tests.cli.pipeline_app import POLICY, build
-from tests.ui.conftest import Ui, call_cells
+from nestegg.ui import UISettings
+from tests.cli.conftest import damage_newest_event_batch, fill, store_url_for
+from tests.cli.pipeline_app import POLICY, build, pipeline
+from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
 CHECKPOINT_LINK = re.compile(r'class="cp" href="/checkpoints/([^"?]+)"')
@@ -389,3 +393,19 @@ def test_a_store_that_refuses_the_inspectors_settings_is_a_503_saying_so(redis_u
         page = client.get("/")
     assert page.status_code == 503
     assert "refused the store&#39;s settings" in page.text and "wrong" not in page.text
+
+
+def test_a_cancelled_run_whose_event_log_is_torn_is_still_listed(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    settings = UISettings(store_url=url, clutch=pipeline, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        cancel = client.post(f"/api/runs/{filled.gone}/cancel", headers={"X-Nestegg-Token": TOKEN})
+        assert cancel.status_code == 200
+        damage_newest_event_batch(url, filled.gone, lambda body: body[: len(body) // 2])
+        page = client.get("/")
+        assert page.status_code == 200
+        assert ">cancelled<" in _row(page.text, filled.gone)
+        assert all(_listed(page.text, run_id) for run_id in (filled.ok, filled.bad))
