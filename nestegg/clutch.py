@@ -405,7 +405,8 @@ class Clutch(PipelineBase):
         Raises:
             ConfigurationError: ``status`` is not a stored status (running, completed,
                 failed, cancelled, waiting), naming them; ``interrupted`` is not stored:
-                :meth:`list_interrupted` lists those runs.
+                :meth:`list_interrupted` lists those runs; nor is ``queued``: such a run
+                is stored running with no owner (``list_runs("running")``, ``owner`` None).
         """
         return await self._checkpointing().list_runs(status)
 

@@ -59,9 +59,11 @@ from nestegg.constants import (
     COMPLETED,
     FINISHED,
     INTERRUPTED,
+    QUEUED,
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
+    SHOWN_RUNNING,
     WAITING,
 )
 from nestegg.context import ClutchContext
@@ -78,6 +80,14 @@ from nestegg.errors import (
 from nestegg.execution import Recorder, RunExecution
 from nestegg.strategies import Cursor
 from nestegg.task import StepListeners
+
+NOT_STORED = {
+    INTERRUPTED: "list_interrupted() lists the interrupted runs",
+    QUEUED: "a run queued for workers is stored running with no owner: list_runs('running') "
+    "lists it, its owner None",
+}
+"""What lists the runs of a status listings show that is not stored (see
+``ownership.run_state``), for the refusal of ``list_runs`` by it."""
 
 
 @dataclass(slots=True)
@@ -645,11 +655,8 @@ class CheckpointedRuns:
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
         """This pipeline's runs, newest first (ConfigurationError for an unknown status)."""
-        if status == INTERRUPTED:
-            raise ConfigurationError(
-                f"{INTERRUPTED!r} is not a stored status: list_interrupted() lists the "
-                "interrupted runs"
-            )
+        if status in SHOWN_RUNNING:  # a tuple: a status no dict key can be is refused below
+            raise ConfigurationError(f"{status!r} is not a stored status: {NOT_STORED[status]}")
         if status is not None:
             check_status(status)
         store = await self.ready()

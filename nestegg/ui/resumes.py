@@ -9,26 +9,27 @@ from __future__ import annotations
 from typing import Any
 
 from nestegg.checkpoint.admission import resume_refusal
-from nestegg.checkpoint.ownership import is_interrupted
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.clutch import Clutch
-from nestegg.constants import CANCELLED, FAILED, WAITING
+from nestegg.constants import CANCELLED, FAILED, INTERRUPTED, WAITING
 from nestegg.errors import RunWaiting
 
-OFFERED = (FAILED, CANCELLED, WAITING)
-"""Stored statuses whose page shows a resume button (and interrupted runs): the runs a
-resume continues."""
+OFFERED = (FAILED, CANCELLED, WAITING, INTERRUPTED)
+"""What a run is shown as (:func:`~nestegg.checkpoint.ownership.run_state`) when its page
+shows a resume button: the runs a resume continues; not a queued one, which a worker
+takes."""
 WAIT_NOT_OVER = "not before its wait is over (its signal stored, or its deadline or timer passed)"
 
 
 async def resume_offer(
     store: CheckpointStorage, clutch: Clutch, run: RunRecord, now: float
 ) -> dict[str, Any] | None:
-    """The run page's resume button: None for none (a completed run, a run under way),
-    else ``{"refused": None}`` for a button that resumes the run, or ``{"refused": why}``
-    for one shown disabled."""
-    if run.status not in OFFERED and not is_interrupted(run, now):
+    """The run page's resume button: None for none (a completed run, a run under way or
+    queued for workers), else ``{"refused": None}`` for a button that resumes the run, or
+    ``{"refused": why}`` for one shown disabled."""
+    if run_state(run, now) not in OFFERED:
         return None
     refusal = await resume_refusal(store, clutch, run, now)
     if refusal is None:

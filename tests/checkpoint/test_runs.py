@@ -440,6 +440,11 @@ async def test_list_runs_refuses_an_unknown_status_as_the_command_does(
         await pipeline.clutch.list_runs("bogus")  # it listed no runs
     with pytest.raises(ConfigurationError, match=r"list_interrupted\(\) lists"):
         await pipeline.clutch.list_runs("interrupted")
+    await pipeline.clutch.checkpointed_runs().create_queued([], "q1")
+    with pytest.raises(ConfigurationError, match=r"list_runs\('running'\) lists it"):
+        await pipeline.clutch.list_runs("queued")  # not 'unknown status'
+    [queued] = await pipeline.clutch.list_runs("running")
+    assert (queued.run_id, queued.owner) == ("q1", None)
     assert [r.run_id for r in await pipeline.clutch.list_runs(COMPLETED)] == ["r1"]
 
 

@@ -19,15 +19,15 @@ import pytest
 
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import unseal_value
-from nestegg.checkpoint.ownership import owner_payload
-from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.ownership import host_id, owner_payload
+from nestegg.checkpoint.records import Owner, RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.testing.builders import make_checkpoint, make_commit
 from nestegg.ui import UISettings
 from nestegg.ui.resumes import WAIT_NOT_OVER
-from tests.cli.conftest import Filled, fill
+from tests.cli.conftest import GONE_PID, Filled, fill
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
@@ -515,9 +515,11 @@ def test_resume_of_a_fork_without_a_valid_checkpoint_is_refused_and_not_offered(
     asyncio.run(_broke_in_report(store))
     late = asyncio.run(store.get_run("late"))
     assert late is not None and late.parent_checkpoint is not None
-    # What a process killed between a fork's two writes leaves: the run, no checkpoint.
+    # What a process killed between a fork's two writes leaves: the run, owned by the
+    # gone process (interrupted), no checkpoint.
+    gone = Owner(host=host_id(), pid=GONE_PID, started="gone")
     torn = dataclasses.replace(
-        late, run_id="torn", status="running", owner=None, lease_until=None, error=None,
+        late, run_id="torn", status="running", owner=gone, lease_until=None, error=None,
         step_seq=0, event_seq=0,
     )  # fmt: skip
     asyncio.run(store.create_run(torn))

@@ -79,7 +79,11 @@ def test_a_run_queued_for_workers_is_shown_and_filtered_as_queued(ui: Ui) -> Non
         assert _listed(queued, run_id) and not _listed(queued, ui.filled.gone)
         interrupted = ui.client.get("/", params={"status": "interrupted"}).text
         assert _listed(interrupted, ui.filled.gone) and not _listed(interrupted, run_id)
-        assert 'class="status queued">queued<' in ui.client.get(f"/runs/{run_id}").text
+        page = ui.client.get(f"/runs/{run_id}").text
+        assert 'class="status queued">queued<' in page
+        # a worker takes it: no resume offered, as for an interrupted run
+        assert ">resume</button>" not in page
+        assert ">resume</button>" in ui.client.get(f"/runs/{ui.filled.gone}").text
         ui.client.portal.call(  # type: ignore[union-attr]
             lambda: build("cli-test", CheckpointConfig(storage=store)).cancel(run_id)
         )
