@@ -51,12 +51,12 @@ def _walk(old: Any, new: Any, keys: list[Key], changes: list[Change]) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in old:
             if key not in new:
-                changes.append(Change(REMOVED, format_path([*keys, _key(key)]), old=old[key]))
+                changes.append(Change(REMOVED, format_path([*keys, key]), old=old[key]))
             else:
-                _walk(old[key], new[key], [*keys, _key(key)], changes)
+                _walk(old[key], new[key], [*keys, key], changes)
         for key in new:
             if key not in old:
-                changes.append(Change(ADDED, format_path([*keys, _key(key)]), new=new[key]))
+                changes.append(Change(ADDED, format_path([*keys, key]), new=new[key]))
         return
     if isinstance(old, list) and isinstance(new, list):
         for index in range(max(len(old), len(new))):
@@ -70,12 +70,6 @@ def _walk(old: Any, new: Any, keys: list[Key], changes: list[Change]) -> None:
         return
     if not _same(old, new):
         changes.append(Change(CHANGED, format_path(keys) or "(state)", old=old, new=new))
-
-
-def _key(key: Any) -> Key:
-    """A dict's key in a path: an int as ``[1]``, anything else as a string (the key
-    ``"1"`` as ``['1']``), so the paths of ``{1: ..., "1": ...}`` differ."""
-    return key if type(key) is int else str(key)
 
 
 def _same(old: Any, new: Any) -> bool:

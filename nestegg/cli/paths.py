@@ -1,14 +1,29 @@
-"""Paths into a state: ``data.items[3].name`` (``data.items.3.name`` works too)."""
+"""Paths into a state: ``data.items[3].name`` (``data.items.3.name`` works too).
+
+A key of a dict is a name (``.name``), an int in brackets (``[1]``), a string in quotes
+(``['1']``, or as JSON: ``["it's"]``), or any other key as JSON as the codec stores it
+(``[true]``, ``[null]``, ``[1.5]``, ``[NaN]``, ``[{"$ne":"tuple","v":[1,2]}]``), so every
+key a stored dict can have has a path of its own.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Hashable
 from typing import Any
 
-_TOKEN = re.compile(r"\[(-?\d+)\]|\[(['\"])(.*?)\2\]|([^.\[\]]+)")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+import orjson
 
-Key = str | int
+from nestegg.checkpoint.codec import from_jsonable, to_jsonable
+
+_TOKEN = re.compile(r"\[(-?\d+)\]|\['(.*?)'\]|([^.\[\]]+)")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+_JSON = json.JSONDecoder()
+"""Reads a key written as JSON; NaN, Infinity and -Infinity too, as they are shown."""
+
+Key = Hashable
 
 
 class PathNotFoundError(LookupError):
@@ -28,41 +43,77 @@ def parse_path(path: str) -> list[Key]:
         if text[position] == "." and keys:
             position += 1
         match = _TOKEN.match(text, position)
-        if match is None:
+        if match is not None:
+            index, quoted, name = match.groups()
+            keys.append(int(index) if index is not None else quoted if quoted is not None else name)
+            position = match.end()
+        elif text.startswith("[", position):
+            key, position = _json_key(path, text, position)
+            keys.append(key)
+        else:
             raise ValueError(f"malformed path {path!r} at character {position + 1}")
-        index, _, quoted, name = match.groups()
-        keys.append(int(index) if index is not None else quoted if quoted is not None else name)
-        position = match.end()
     if not keys:
         raise ValueError("empty path")
     return keys
+
+
+def _json_key(path: str, text: str, start: int) -> tuple[Key, int]:
+    """The key written as JSON in brackets at ``text[start]`` and where the path goes on.
+
+    Raises:
+        ValueError: no JSON there, no closing bracket, or JSON no key can be (a list, an
+            object the codec did not write).
+    """
+    try:
+        raw, end = _JSON.raw_decode(text, start + 1)
+        key = from_jsonable(raw)
+        hash(key)
+    except (ValueError, KeyError, TypeError, ArithmeticError):
+        end = -1
+    if end < 0 or text[end : end + 1] != "]":
+        raise ValueError(f"malformed path {path!r} at character {start + 1}")
+    return key, end + 1
+
+
+def _bracketed(key: Key) -> str:
+    """A key in brackets: an int as ``[1]``, a string as ``['1']`` (as JSON, ``["it's"]``,
+    when it holds a quote or a character that is not printable), any other key as JSON
+    as the codec stores it: ``[true]``, ``[null]``, ``[1.5]``, ``[NaN]``,
+    ``[{"$ne":"tuple","v":[1,2]}]``."""
+    if type(key) is int:
+        return f"[{key}]"
+    if isinstance(key, str):
+        return f"['{key}']" if "'" not in key and key.isprintable() else f"[{json.dumps(key)}]"
+    if isinstance(key, float) and not math.isfinite(key):
+        return f"[{json.dumps(key)}]"
+    return f"[{orjson.dumps(to_jsonable(key)).decode()}]"
 
 
 def format_path(keys: list[Key]) -> str:
     """The path text for ``keys`` (the inverse of :func:`parse_path`)."""
     parts: list[str] = []
     for key in keys:
-        if isinstance(key, int):
-            parts.append(f"[{key}]")
-        elif _IDENTIFIER.match(key):
+        if isinstance(key, str) and _IDENTIFIER.match(key):
             parts.append(f".{key}" if parts else key)
         else:
-            parts.append(f"[{key!r}]")
+            parts.append(_bracketed(key))
     return "".join(parts)
 
 
 def _step(value: Any, key: Key) -> Any:
     if isinstance(value, dict):
+        if isinstance(key, float) and math.isnan(key):  # NaN equals no NaN: find one
+            return next(v for k, v in value.items() if isinstance(k, float) and math.isnan(k))
         if key in value:
             return value[key]
-        if isinstance(key, int) and str(key) in value:
+        if type(key) is int and str(key) in value:
             return value[str(key)]
         raise KeyError(key)
     if isinstance(value, list | tuple):
-        index = int(key) if isinstance(key, int) or key.lstrip("-").isdigit() else None
-        if index is None:
-            raise KeyError(key)
-        return value[index]
+        if type(key) is int:
+            return value[key]
+        if isinstance(key, str) and key.lstrip("-").isdigit():
+            return value[int(key)]
     raise KeyError(key)
 
 
@@ -78,7 +129,7 @@ def select(value: Any, path: str) -> Any:
     for depth, key in enumerate(keys):
         try:
             current = _step(current, key)
-        except (KeyError, IndexError):
+        except (KeyError, IndexError, StopIteration):
             found = format_path(keys[:depth]) or "the state"
             raise PathNotFoundError(
                 f"no {format_path(keys[: depth + 1])!r} in the state ({found} has "
@@ -89,7 +140,8 @@ def select(value: Any, path: str) -> Any:
 
 def _describe(value: Any) -> str:
     if isinstance(value, dict):
-        names = ", ".join(str(k) for k in list(value)[:10])
+        shown = str if all(isinstance(k, str) for k in value) else _bracketed
+        names = ", ".join(shown(k) for k in list(value)[:10])
         return f"keys {names}" if names else "no keys"
     if isinstance(value, list | tuple):
         return f"{len(value)} items"

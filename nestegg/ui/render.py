@@ -70,7 +70,8 @@ def tree(
     """A value as nested nodes for the collapsible tree (a node knows its path; ``label``
     is how its key shows, when not as itself). The keys of a dict whose keys are not all
     strings show as JSON, ``1`` and ``"1"``, every entry kept, as the commands show such
-    a dict (``{"$ne": "map", ...}``)."""
+    a dict (``{"$ne": "map", ...}``), each with a path of its own that selects it
+    (``d[1]``, ``d['1']``, ``d[true]``: see :func:`format_path`)."""
     keys = keys or []
     node: dict[str, Any] = {
         "key": key if label is None else label,
@@ -81,7 +82,7 @@ def tree(
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         node["type"], items = "object", [(str(k), v, None) for k, v in value.items()]
     elif isinstance(value, dict):
-        node["type"], items = "object", [(_path_key(k), v, json_text(k)) for k, v in value.items()]
+        node["type"], items = "object", [(k, v, json_text(k)) for k, v in value.items()]
     elif isinstance(value, list | tuple | set | frozenset):
         node["type"], items = "array", [(i, v, None) for i, v in enumerate(value)]
     else:
@@ -90,12 +91,6 @@ def tree(
     node["more"] = max(0, len(items) - TREE_ITEMS)
     node["children"] = [tree(v, [*keys, k], k, shown) for k, v, shown in items[:TREE_ITEMS]]
     return node
-
-
-def _path_key(key: Any) -> Key:
-    """A key of a dict whose keys are not all strings, in a path: an int as ``[1]``, a
-    string as ``['1']``, another key as its JSON text."""
-    return key if type(key) is int or type(key) is str else json_text(key)
 
 
 def environment() -> Environment:

@@ -403,6 +403,42 @@ def test_diff_paths_tell_an_int_key_from_a_string_key() -> None:
         ("changed", "['1']"),
         ("added", "[2]"),
     ]
+    changes = diff_values({1.5: "a", "1.5": "b", True: 1, None: 2}, {1.5: "x", "1.5": "y"})
+    assert [(c.kind, c.path) for c in changes] == [
+        ("changed", "[1.5]"),  # was ['1.5'] twice
+        ("changed", "['1.5']"),
+        ("removed", "[true]"),
+        ("removed", "[null]"),
+    ]
+
+
+ODD_KEYS = {
+    True: "t", None: "n", 1.5: "f", "1.5": "s", math.nan: "nan", -math.inf: "-inf", 2**70: "big",
+    (1, 2): "tuple", "it's": "quote", "a\\b": "backslash", "true": "word",
+}  # fmt: skip
+"""A dict with a key of each kind the codec stores, and strings that look like them."""
+
+
+def test_every_key_a_dict_can_have_has_a_path_that_selects_it_alone() -> None:
+    from nestegg.cli.paths import format_path, select
+
+    paths = {format_path(["data", key]): value for key, value in ODD_KEYS.items()}
+    assert list(paths) == [
+        "data[true]", "data[null]", "data[1.5]", "data['1.5']", "data[NaN]",
+        "data[-Infinity]", f"data[{2**70}]", 'data[{"$ne":"tuple","v":[1,2]}]',
+        """data["it's"]""", "data['a\\b']", "data.true",
+    ]  # fmt: skip
+    assert all(select({"data": ODD_KEYS}, path) == value for path, value in paths.items())
+
+
+def test_inspect_path_selects_a_bool_none_or_float_key(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(_store_runs(url, {"odd": {True: "t", None: "n", 1.5: "f", "1.5": "s"}}))
+    out = _reader(tmp_path, url)
+    assert out("inspect", "odd", "--path", "data.before[true]") == '"t"\n'
+    assert out("inspect", "odd", "--path", "data.before[null]") == '"n"\n'
+    assert out("inspect", "odd", "--path", "data.before[1.5]") == '"f"\n'
+    assert out("inspect", "odd", "--path", "data.before['1.5']") == '"s"\n'
 
 
 def test_an_event_detail_names_nan_and_infinities() -> None:

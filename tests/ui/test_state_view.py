@@ -14,6 +14,7 @@ import pytest
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.cli.paths import select
 from nestegg.ui import UISettings
 from nestegg.ui.render import SHORT_CHARS, TREE_ITEMS, shortened, tree
 from tests.ui.conftest import client_for
@@ -57,6 +58,19 @@ def test_a_tree_shows_every_key_of_a_dict_with_int_keys_as_json() -> None:
         ('"1"', "d['1']", '"b"'),
     ]
     assert mixed["size"] == 2 and [c["key"] for c in other["children"]] == ["[1,2]", '"k"']
+    assert [c["path"] for c in other["children"]] == ['n[{"$ne":"tuple","v":[1,2]}]', "n.k"]
+
+
+def test_a_tree_gives_bool_none_and_float_keys_paths_that_select_them() -> None:
+    odd = {True: "t", None: "n", 1.5: "f", "1.5": "s"}
+    children = tree({"d": odd})["children"][0]["children"]
+    assert [(c["key"], c["path"]) for c in children] == [
+        ("true", "d[true]"),  # were d.true, d.null and d['1.5'] twice, selecting none
+        ("null", "d[null]"),
+        ("1.5", "d[1.5]"),
+        ('"1.5"', "d['1.5']"),
+    ]
+    assert [select({"d": odd}, c["path"]) for c in children] == ["t", "n", "f", "s"]
 
 
 def test_a_run_and_its_checkpoint_show_both_entries_of_int_and_string_keys() -> None:
