@@ -374,11 +374,16 @@ class CheckpointedRuns:
         return await self.store_queued(record)
 
     async def load_for_step(
-        self, run: RunRecord, listeners: StepListeners
+        self, run: RunRecord, listeners: StepListeners, *, resumed: bool
     ) -> tuple[PreparedRun, list[str], CheckpointState]:
         """What continues the claimed ``run`` from its newest valid checkpoint (its
         execution is built with the worker's recorder), the kept checkpoints and the state
         loaded. Writes nothing.
+
+        Its data is checked against the model of the agent it goes to when a step stored
+        it, or when the claim resumes the run (``resumed``: a takeover, a release, a
+        waiting run), as a resume checks it. A new run's input at its first step is not:
+        it goes through the step, which fails on it, as in a run without workers.
 
         Raises:
             CheckpointCorruptedError: a fork without a valid checkpoint.
@@ -388,7 +393,8 @@ class CheckpointedRuns:
         """
         state, checkpoints = await resume_point(self.store, run)
         start = self.prepare(run, state, listeners)
-        check_data(self.clutch, start.cursor, state)
+        if resumed or run.step_seq > 0:
+            check_data(self.clutch, start.cursor, state)
         return start, [c.checkpoint_id for c in checkpoints], state
 
     # ------------------------------------------------------------------ resuming

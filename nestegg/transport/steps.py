@@ -325,7 +325,9 @@ class StepRunner:
             execution.recorder = recorder  # the run's next step, on the live execution
             seq, checkpoint_id = warm.step_seq, warm.kept[-1] if warm.kept else None
         else:
-            start, kept, state = await self.book.load_for_step(claimed, StepListeners())
+            start, kept, state = await self.book.load_for_step(
+                claimed, StepListeners(), resumed=how is not None
+            )
             recorder = self._recorder(claimed, delivery, start.base, kept)
             execution = self.book.new_execution(start, recorder)
             seq = state.seq  # below the run's after a damaged checkpoint: a valid one's

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from nestegg import Clutch, Handover, Strategy, get_context
 from nestegg.checkpoint.records import Commit, Owner
@@ -487,26 +487,43 @@ async def test_resume_of_data_that_no_longer_fits_the_model_is_refused_changing_
     assert await fitting.resume_latest("typed-run") == {"shipped": 7}
 
 
+def input_clutch(store: CheckpointStorage, model: type[BaseModel], fail: bool) -> Clutch:
+    """One agent, ``ship``, which takes the run's input as ``model`` (and raises Flaky
+    when ``fail``)."""
+    clutch = Clutch("typed-input", checkpoint=config(store))
+
+    async def ship(order: Any) -> dict[str, Any]:
+        if fail:
+            raise Flaky("ship failed on purpose")
+        return {"shipped": order.number}
+
+    clutch.agent()(typed(ship, model))
+    return clutch
+
+
 async def test_resume_of_an_input_that_no_longer_fits_the_first_agent_names_the_input(
     checkpoint_store: CheckpointStorage,
 ) -> None:
-    def build(model: type[BaseModel], fail: bool) -> Clutch:
-        clutch = Clutch("typed-input", checkpoint=config(checkpoint_store))
-
-        async def ship(order: Any) -> dict[str, Any]:
-            if fail:
-                raise Flaky("ship failed on purpose")
-            return {"shipped": order.number}
-
-        clutch.agent()(typed(ship, model))
-        return clutch
-
     with pytest.raises(Flaky):
-        await build(Order, True).run({"number": 7, "lines": []}, run_id="in")
+        await input_clutch(checkpoint_store, Order, True).run(
+            {"number": 7, "lines": []}, run_id="in"
+        )
     before = await stored_view(checkpoint_store, "in")
     with pytest.raises(IncompatibleDataError, match=r"^run 'in': the run's input no longer"):
-        await build(OrderWithCustomer, False).resume_latest("in")
+        await input_clutch(checkpoint_store, OrderWithCustomer, False).resume_latest("in")
     assert await stored_view(checkpoint_store, "in") == before
+
+
+async def test_a_new_run_whose_input_does_not_fit_the_first_agent_fails_in_its_step(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # its input never fit the model: the step fails on it, the run is stored failed (it
+    # is not refused as data that a changed model no longer fits)
+    clutch = input_clutch(checkpoint_store, OrderWithCustomer, False)
+    with pytest.raises(ValidationError, match="customer"):
+        await clutch.run({"number": 7, "lines": []}, run_id="unfit")
+    run = await checkpoint_store.get_run("unfit")
+    assert run is not None and run.status == "failed" and run.step_seq == 0
 
 
 async def test_get_checkpoint_shows_the_state_a_checkpoint_restores(

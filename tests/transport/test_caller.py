@@ -270,6 +270,37 @@ async def test_a_step_whose_data_no_longer_fits_its_model_is_left_to_a_worker_wh
     assert result == {"x": 1, "third": "typed"}
 
 
+def first_typed() -> Clutch:
+    """Pipeline ``typed_first``: one agent, ``first``, which takes its data as a Split."""
+    clutch = Clutch("typed_first", transport=apps.transport(), checkpoint=apps.config())
+
+    @clutch.agent()
+    async def first(data: Split) -> dict[str, Any]:
+        return {"x": data.x}
+
+    return clutch
+
+
+@pytest.mark.server
+async def test_a_new_run_whose_input_does_not_fit_the_first_agents_model_fails(
+    deployment: Deployment, store: Any
+) -> None:
+    # a fresh run's input never fit the model: its step fails, as in a local run (the
+    # run is not set aside as data a changed model no longer fits, which never ends)
+    caller, worker = first_typed(), first_typed()
+    try:
+        async with serving(worker):
+            with pytest.raises(RunFailedError) as failed:
+                await caller.run({"nope": 1}, run_id="unfit", timeout=20)
+    finally:
+        await caller.stop()
+        await worker.stop()
+    error = failed.value
+    assert (error.run_id, error.agent, error.error_type) == ("unfit", "first", "ValidationError")
+    run = await store.get_run("unfit")
+    assert run is not None and run.status == "failed"
+
+
 @pytest.mark.server
 async def test_hooks_run_where_they_belong_and_on_step_once_per_step(
     deployment: Deployment,
