@@ -23,6 +23,7 @@ from nestegg.context import ClutchContext, ClutchState
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
 from nestegg.journal import function_name
+from nestegg.journal_results import underlying
 from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, StepListeners, until_started
 
@@ -141,7 +142,9 @@ class PipelineBase:
         Args:
             edges: for GRAPH, the agents that may follow (the first one is taken).
 
-        The agent's name is its function's ``__name__``, unique in the Clutch.
+        The agent's name is its function's ``__name__``, unique in the Clutch. A function
+        redefined (the same module and qualname: a notebook cell run again, a module
+        reloaded) replaces the agent of its name, in place, with its edges.
 
         Raises:
             ConfigurationError: the function is not async, or its name is another
@@ -156,17 +159,21 @@ class PipelineBase:
             node = AgentNode(fn.__name__, fn, edges)
             if self._registered(node):
                 return fn
-            self._agents[node.name] = node
-            self._agent_order.append(node.name)
+            self._agents[node.name] = node  # a redefined function's replaces it in place
+            if node.name not in self._agent_order:
+                self._agent_order.append(node.name)
             return fn
 
         return register
 
     def _registered(self, node: AgentNode) -> bool:
         """Whether ``node`` is registered already (the same function with the same edges:
-        nothing to do); a ConfigurationError when its name is another function's, which
-        it would silently replace (two functions of one ``__name__`` in two modules), or
-        the function is registered with other edges."""
+        nothing to do); False too for a new name, or for the function registered under its
+        name redefined (the same module and qualname, compiled again: a notebook cell run
+        again, a module reloaded), which replaces it. A ConfigurationError when its name is
+        another function's, which it would silently replace (two functions of one
+        ``__name__`` in two modules, or two that one definition made), or the function is
+        registered with other edges."""
         taken = self._agents.get(node.name)
         if taken is None:
             return False
@@ -178,6 +185,14 @@ class PipelineBase:
                 f"function {new} is registered as agent {node.name!r} on Clutch "
                 f"{self.name!r} already, with edges {taken.edges}: register it once, "
                 f"with all its edges (not {node.edges} again)"
+            )
+        if old == new:
+            if _code(taken.handler) is not _code(node.handler):
+                return False  # redefined
+            raise ConfigurationError(  # closures of one def: the same code, made twice
+                f"agent name {node.name!r} is taken on Clutch {self.name!r} by {old}; "
+                "another function that definition made has the same name and would replace "
+                "it: an agent is named by its function's __name__, so give each its own"
             )
         raise ConfigurationError(
             f"agent name {node.name!r} is taken on Clutch {self.name!r} by {old}; {new} "
@@ -497,6 +512,11 @@ class PipelineBase:
         if started is not None:
             await until_started(task, started)
         return ClutchTask(f"task-{id(task):x}", task, listeners, late)
+
+
+def _code(fn: Callable[..., Any]) -> Any:
+    """The code object of the function ``fn`` wraps (None: it has none)."""
+    return getattr(underlying(fn), "__code__", None)
 
 
 def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:

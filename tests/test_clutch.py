@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,6 +124,58 @@ class TestRegistration:
             "already, with edges ['b']: register it once, with all its edges (not ['c'] again)"
         )
         assert clutch.agent_names == ("echo",)
+
+    async def test_a_function_redefined_replaces_its_agent_in_place(self) -> None:
+        # a notebook cell run again defines a new function of the same module and qualname
+        cell = "async def step(data):\n    return data + [{!r}]\n"
+
+        def run_cell(value: str) -> Any:
+            namespace: dict[str, Any] = {"__name__": "notebook"}
+            exec(cell.format(value), namespace)
+            return namespace["step"]
+
+        clutch = Clutch("p", strategy=Strategy.GRAPH)
+        clutch.agent(["b"])(run_cell("old"))
+        clutch.agent()(echo)
+        clutch.agent(["echo"])(run_cell("new"))  # its edges as redefined
+        assert clutch.agent_names == ("step", "echo")
+        assert await clutch.run([]) == ["new"]
+
+    async def test_a_module_reloaded_replaces_its_agents(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        source = tmp_path / "reloaded_agents.py"
+        source.write_text("async def step(data):\n    return 'old'\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        clutch = Clutch("p")
+        try:
+            module = importlib.import_module("reloaded_agents")
+            clutch.agent()(module.step)
+            source.write_text("async def step(data):\n    return 'new, reloaded'\n")
+            clutch.agent()(importlib.reload(module).step)
+        finally:
+            sys.modules.pop("reloaded_agents", None)
+        assert clutch.agent_names == ("step",)
+        assert await clutch.run("in") == "new, reloaded"
+
+    def test_two_functions_made_by_one_definition_are_refused(self) -> None:
+        def made(value: int) -> Any:
+            async def step(data: Any) -> int:
+                return value
+
+            return step
+
+        clutch = Clutch("p", strategy=Strategy.SEQUENTIAL)
+        clutch.agent()(made(1))
+        with pytest.raises(ConfigurationError) as caught:
+            clutch.agent()(made(2))
+        name = f"tests.test_clutch.{made(0).__qualname__}"
+        assert str(caught.value) == (
+            f"agent name 'step' is taken on Clutch 'p' by {name}; another function that "
+            "definition made has the same name and would replace it: an agent is named by "
+            "its function's __name__, so give each its own"
+        )
+        assert clutch.agent_names == ("step",)
 
     async def test_edges_are_followed(self) -> None:
         clutch = Clutch("p", strategy=Strategy.GRAPH)
