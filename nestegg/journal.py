@@ -18,13 +18,14 @@ calls: the outer call's result is what the journal holds.
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import hashlib
 import inspect
 import math
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import (
     Any,
     Literal,
@@ -165,18 +166,29 @@ def _canonical(value: Any) -> bytes:
         return orjson.dumps(wide_ints(value), default=_hash_default, option=_HASH_OPTIONS)
 
 
-def _hex_int(value: int) -> str:
-    """An int as the text ``<int 0x...>`` (hexadecimal, which Python writes at once for an
-    int of any size)."""
-    return f"<int {value:#x}>"
+def _wide(value: Any) -> bool:
+    """Whether ``value`` is an int orjson does not write (past 64 bits)."""
+    return isinstance(value, int) and not -(2**63) <= value < 2**64
 
 
-def wide_ints(value: Any, text: Callable[[int], str] = _hex_int) -> Any:
-    """``value`` with each int past 64 bits, which orjson does not write, as ``text(int)``
-    (:func:`_hex_int`: what a call's argument hash is made of)."""
-    if type(value) is int and not -(2**63) <= value < 2**64:
-        return text(value)
+def _bare(value: int) -> bytes:
+    """The int ``value`` written bare in hexadecimal (``0x...``, ``-0x...``), which Python
+    writes at once at any size: not JSON, so no value orjson writes (a string included)
+    reads the same."""
+    return f"{value:#x}".encode()
+
+
+def wide_ints(value: Any, text: Callable[[int], str] | None = None) -> Any:
+    """``value`` with each int past 64 bits, which orjson does not write, wherever it is:
+    in containers, pydantic models, dataclasses and enums (as orjson writes them), or as a
+    dict key; as ``text(int)``, or by default written bare (see :func:`_bare`: what a
+    call's argument hash is made of, only for a value orjson refused, so what it writes
+    hashes as it did)."""
+    if _wide(value):
+        return orjson.Fragment(_bare(value)) if text is None else text(value)
     if isinstance(value, dict):
+        if text is None and any(map(_wide, value)):
+            return _wide_keyed(value)
         return {wide_ints(k, text): wide_ints(v, text) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [wide_ints(v, text) for v in value]
@@ -184,7 +196,26 @@ def wide_ints(value: Any, text: Callable[[int], str] = _hex_int) -> Any:
         return sorted((wide_ints(v, text) for v in value), key=_canonical)
     if hasattr(value, "model_dump"):
         return wide_ints(value.model_dump(), text)
+    if is_dataclass(value) and not isinstance(value, type):  # its fields, as orjson's
+        names = (f.name for f in fields(value) if not f.name.startswith("_"))
+        return {name: wide_ints(getattr(value, name), text) for name in names}
+    if isinstance(value, enum.Enum):
+        return wide_ints(value.value, text)
     return value
+
+
+def _wide_keyed(value: dict[Any, Any]) -> orjson.Fragment:
+    """The dict ``value``, some of whose keys are ints past 64 bits, written as orjson
+    writes a dict (its entries sorted) but those keys bare."""
+    entries = sorted(_key(k) + b":" + _canonical(v) for k, v in value.items())
+    return orjson.Fragment(b"{" + b",".join(entries) + b"}")
+
+
+def _key(key: Any) -> bytes:
+    """The dict key ``key`` as orjson writes it (the text of an int), bare past 64 bits."""
+    if _wide(key):
+        return _bare(key)
+    return orjson.dumps({key: 0}, option=_HASH_OPTIONS)[1:-3]
 
 
 def argument_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import enum
 import functools
 import math
 import os
@@ -1543,6 +1544,84 @@ async def test_a_call_taking_an_int_past_64_bits_is_journaled(
     assert len(await checkpoint_store.read_journal("job", 1)) == 1
     assert argument_hash((big,), {}) == argument_hash((big,), {})
     assert argument_hash((big,), {}) != argument_hash((big + 1,), {})
+
+
+@dataclasses.dataclass
+class Wide:
+    """A dataclass, which orjson writes itself (no default= sees it)."""
+
+    number: int
+    kind: str = "wide"
+
+
+class WideEnum(enum.Enum):
+    BIG = 2**70
+
+
+@pytest.mark.parametrize(
+    "wide",
+    [
+        Wide(2**70),
+        [Wide(2**70)],
+        {"in": Wide(-(2**70))},
+        WideEnum.BIG,
+        {2**70: "a key"},
+        {Wide(2**70).kind: {2**64}},
+    ],
+    ids=["dataclass", "list", "nested", "enum", "key", "set"],
+)
+def test_an_int_past_64_bits_anywhere_in_the_arguments_is_hashed(wide: Any) -> None:
+    digest = argument_hash((wide,), {"at": wide})
+    assert digest == argument_hash((wide,), {"at": wide})
+    assert argument_hash((wide,), {}) != argument_hash(([wide],), {})
+
+
+def test_an_int_past_64_bits_is_hashed_apart_from_any_text() -> None:
+    # as text, hexadecimal or not, in a value or as a key: a changed argument is seen
+    for big in (2**64, -(2**63) - 1):
+        for text in (f"<int {big:#x}>", f"{big:#x}", str(big)):
+            assert argument_hash((big,), {}) != argument_hash((text,), {})
+            assert argument_hash(([big, big],), {}) != argument_hash(([big, text],), {})
+            assert argument_hash(({big: 1},), {}) != argument_hash(({text: 1},), {})
+            assert argument_hash((Wide(big),), {}) != argument_hash((Wide(text),), {})  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class Spot:
+    x: int
+    y: list[int]
+
+
+class Size(BaseModel):
+    width: int
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+HASHED_BEFORE = {
+    "7eda455a147de8969b73031e": ((2**63 - 1, -(2**63), 2**64 - 1, 1.5, None, True, "é"), {}),
+    "4e303556bd5dcbb03f101887": (
+        ({"b": [1, (2, 3)], 1: "one"}, {3, 1, 2}, b"\x00\xff"),
+        {"k": frozenset({"a"})},
+    ),
+    "f3adcf4e8b9cbeaf2f239bc8": (
+        (Spot(1, [2]), Size(width=3), Color.RED),
+        {"at": Spot(-(2**63), [2**64 - 1])},
+    ),
+    "1fe19861e25ed848eea569e6": (
+        ("<int 0x10000000000000000>",),
+        {"0x10000000000000000": "<int -0x8000000000000001>"},
+    ),
+}
+"""Arguments with the hashes the journals of earlier versions hold for them."""
+
+
+@pytest.mark.parametrize("digest", list(HASHED_BEFORE))
+def test_arguments_without_a_wide_int_hash_as_they_did(digest: str) -> None:
+    args, kwargs = HASHED_BEFORE[digest]
+    assert argument_hash(args, kwargs) == digest
 
 
 # ------------------------------------------------------------------ plain calls
