@@ -187,8 +187,8 @@ class PipelineBase:
                 f"with all its edges (not {node.edges} again)"
             )
         if old == new:
-            if _code(taken.handler) is not _code(node.handler):
-                return False  # redefined
+            if _redefines(taken.handler, node.handler):
+                return False
             raise ConfigurationError(  # closures of one def: the same code, made twice
                 f"agent name {node.name!r} is taken on Clutch {self.name!r} by {old}; "
                 "another function that definition made has the same name and would replace "
@@ -218,7 +218,7 @@ class PipelineBase:
         Raises:
             ConfigurationError: the selector is not an async function, or the Clutch has
                 another selector already (naming both; registering the same function
-                again does nothing).
+                again does nothing, and the same function redefined replaces it).
 
         Example:
             >>> @clutch.selector
@@ -231,7 +231,7 @@ class PipelineBase:
                 raise ConfigurationError(
                     f"selector {getattr(f, '__name__', f)!r} must be an async function"
                 )
-            if self._selector is not None and self._selector is not f:
+            if self._selector is not None and not _redefines(self._selector, f):
                 raise ConfigurationError(
                     f"Clutch {self.name!r} has a selector already, "
                     f"{function_name(self._selector)}; {function_name(f)} would replace it: "
@@ -517,6 +517,12 @@ class PipelineBase:
 def _code(fn: Callable[..., Any]) -> Any:
     """The code object of the function ``fn`` wraps (None: it has none)."""
     return getattr(underlying(fn), "__code__", None)
+
+
+def _redefines(old: Callable[..., Any], new: Callable[..., Any]) -> bool:
+    """Whether ``new`` is ``old``, or ``old`` redefined: the same module and qualname
+    compiled again (a notebook cell run again, a module reloaded)."""
+    return new is old or (function_name(old) == function_name(new) and _code(old) is not _code(new))
 
 
 def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:

@@ -141,6 +141,25 @@ class TestRegistration:
         assert clutch.agent_names == ("step", "echo")
         assert await clutch.run([]) == ["new"]
 
+    async def test_a_selector_redefined_replaces_the_selector(self) -> None:
+        cell = "async def choose(data):\n    return {!r} if data == [] else None\n"
+
+        def run_cell(target: str) -> Any:
+            namespace: dict[str, Any] = {"__name__": "notebook"}
+            exec(cell.format(target), namespace)
+            return namespace["choose"]
+
+        clutch = Clutch("p", strategy=Strategy.SELECTOR, max_turns=2)
+        clutch.agent(echo)
+
+        @clutch.agent
+        async def tag(data: Any) -> Any:
+            return [*data, "tagged"]
+
+        clutch.selector(run_cell("echo"))
+        clutch.selector(run_cell("tag"))  # the cell run again: it replaces the selector
+        assert await clutch.run([]) == ["tagged"]
+
     async def test_a_module_reloaded_replaces_its_agents(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
