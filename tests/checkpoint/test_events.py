@@ -12,7 +12,7 @@ import nestegg
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointInfo, Event
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, RunNotFoundError
 
 from .conftest import Flaky, Pipeline, config, wait_for
 
@@ -197,7 +197,8 @@ async def test_events_since_seq_returns_the_later_ones(
     for since in range(len(events) + 2):
         assert await pipeline.clutch.events("since", since) == events[since:]
     assert await pipeline.clutch.events("since", since_seq=len(events)) == []
-    assert await pipeline.clutch.events("no-such-run") == []
+    with pytest.raises(RunNotFoundError, match=r"^no run 'no-such-run' in the store$"):
+        await pipeline.clutch.events("no-such-run")
 
 
 async def test_events_keep_their_order_across_runs_of_one_store(
