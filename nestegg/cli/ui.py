@@ -58,8 +58,8 @@ def ui_command(
         bool,
         typer.Option(
             "--allow-writes",
-            help="Offer resume, fork (with --app), delete and prune; each needs the token "
-            "printed at start-up.",
+            help="Offer resume, fork (with --app, which needs it), cancel, delete and prune; "
+            "each needs the token printed at start-up.",
         ),
     ] = False,
     allow_remote: Annotated[
@@ -71,6 +71,12 @@ def ui_command(
 
     Serves http://HOST:PORT/ until Ctrl-C. Read-only unless --allow-writes.
     """
+    if app_spec and not allow_writes:  # its Clutch would open its own store for writing
+        raise CommandError(
+            "--app needs --allow-writes: the Clutch only resumes and forks runs; to browse "
+            "the store it names, give that store with --store",
+            EXIT_USAGE,
+        )
     target = resolve(host, port)
     local = is_loopback(target.address[0])
     if not local and not allow_remote:

@@ -70,7 +70,8 @@ class UISettings:
         store_url: the store's URL (None: the embedded default); the command passes what
             ``--store`` or ``$NESTEGG_STORE`` chose.
         store: an open store to use instead of opening ``store_url`` (not closed here).
-        clutch: the user's Clutch (``--app``), needed to resume and fork.
+        clutch: the user's Clutch (``--app``), needed to resume and fork; only with
+            ``allow_writes`` (it opens its store for writing, and serves nothing else).
         allow_writes: whether resume, fork, cancel, delete and prune are offered; without
             it ``store_url`` is opened read-only, as the commands that only read open it
             (nothing created or migrated; a PostgreSQL role allowed only to SELECT reads it).
@@ -177,11 +178,10 @@ async def _opened(settings: UISettings) -> AsyncIterator[CheckpointStorage]:
     if settings.store is not None:
         yield settings.store
         return
-    from nestegg.cli.apps import bound, own_store
+    from nestegg.cli.apps import bound
 
-    clutch = settings.clutch
-    if clutch is not None and (settings.allow_writes or own_store(clutch) is not None):
-        async with bound(clutch, settings.store_url) as store:
+    if settings.clutch is not None:  # with allow_writes (create_app refuses it without)
+        async with bound(settings.clutch, settings.store_url) as store:
             yield store
         return
     from nestegg.cli.app import opened_store
@@ -197,7 +197,15 @@ def create_app(settings: UISettings) -> Starlette:
     Example:
         >>> app = create_app(UISettings(store_url="sqlite:///runs.db"))
         >>> # uvicorn.run(app, host="127.0.0.1", port=8765)
+
+    Raises:
+        ConfigurationError: a ``clutch`` without ``allow_writes``.
     """
+    if settings.clutch is not None and not settings.allow_writes:
+        raise ConfigurationError(
+            "a clutch only resumes and forks runs, which need allow_writes=True; leave it "
+            "out to browse the store read-only"
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

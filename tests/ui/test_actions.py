@@ -24,8 +24,9 @@ from nestegg.checkpoint.records import Owner, RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.errors import ConfigurationError
 from nestegg.testing.builders import make_checkpoint, make_commit
-from nestegg.ui import UISettings
+from nestegg.ui import UISettings, create_app
 from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import GONE_PID, Filled, fill
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
@@ -699,3 +700,11 @@ def test_a_resume_answers_once_the_run_is_claimed() -> None:
         assert before is not None and after is not None
         assert after.fence > before.fence
         assert after.status in ("running", "completed")
+
+
+def test_a_clutch_without_allow_writes_is_refused() -> None:
+    # It opened the store it names for writing, and served nothing else.
+    store = MemoryCheckpointStorage()
+    clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
+    with pytest.raises(ConfigurationError, match="need allow_writes=True"):
+        create_app(UISettings(clutch=clutch))

@@ -46,11 +46,12 @@ def empty_store(tmp_path: Path) -> str:
     return url
 
 
-def _ui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``nestegg ui ARGS`` run to its end (it ends at once when it refuses)."""
+def _ui(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``nestegg ui ARGS`` run to its end (it ends at once when it refuses); ``env`` added
+    to its environment."""
     command = [sys.executable, "-m", "nestegg.cli", "ui", *args]
     return subprocess.run(
-        command, cwd=ROOT, env=child_env(tmp_path), capture_output=True, text=True,
+        command, cwd=ROOT, env=child_env(tmp_path, **env), capture_output=True, text=True,
         timeout=TIMEOUT,
     )  # fmt: skip
 
@@ -108,13 +109,29 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
     app = "tests.cli.pipeline_app:own_store_pipeline"
     other = f"sqlite:///{tmp_path / 'other.db'}"
     own = {OWN_STORE_ENV: str(tmp_path / "own")}
-    with ui_server(tmp_path / "home", "--app", app, "--store", other, **own) as server:
+    with ui_server(
+        tmp_path / "home", "--app", app, "--store", other, "--allow-writes", **own
+    ) as server:
         assert server.output[0] == (
             f"note: the Clutch at {app} names its own store; --store is ignored\n"
         )
         assert f"(store: the store the Clutch at {app} names)" in server.output[1]
         assert _get(server.base + "/")[0] == 200
     assert not (tmp_path / "other.db").exists()  # the --store one was never opened
+
+
+def test_an_app_without_allow_writes_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    # It served, and the first page opened the store the Clutch names for writing,
+    # creating it: the Clutch serves resume and fork alone, which need --allow-writes.
+    app = "tests.cli.pipeline_app:own_store_pipeline"
+    done = _ui(tmp_path, "--port", "0", "--app", app, OWN_STORE_ENV=str(tmp_path / "own"))
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.strip() == (
+        "error: --app needs --allow-writes: the Clutch only resumes and forks runs; to "
+        "browse the store it names, give that store with --store"
+    )
+    assert done.stdout == ""
+    assert not (tmp_path / "own").exists()
 
 
 def test_with_host_ipv6_loopback_it_serves_over_ipv6_only(tmp_path: Path) -> None:
