@@ -247,11 +247,15 @@ def check_not_owned(run: RunRecord, now: float) -> None:
         RunLockedError: ``run``'s owner is alive (its lease runs at ``now``).
     """
     if owner_alive(run, now):
-        raise RunLockedError(
-            f"run {run.run_id!r} is being executed by a live process "
-            f"(pid {run.owner.pid if run.owner else '?'}); it cannot be resumed now",
-            run.run_id,
-        )
+        raise executed_by(run.run_id, run.owner.pid if run.owner else "?")
+
+
+def executed_by(run_id: str, pid: int | str) -> RunLockedError:
+    """The refusal of a resume of ``run_id``, which the live process ``pid`` executes."""
+    return RunLockedError(
+        f"run {run_id!r} is being executed by a live process (pid {pid}); it cannot be resumed now",
+        run_id,
+    )
 
 
 async def resume_start(

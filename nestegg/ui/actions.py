@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -23,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
-from nestegg.checkpoint.admission import fork_start, resume_refusal
+from nestegg.checkpoint.admission import check_not_owned, executed_by, fork_start, resume_refusal
 from nestegg.checkpoint.codec import from_given
-from nestegg.checkpoint.ownership import owner_alive
+from nestegg.checkpoint.ownership import current_owner, owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.app import CommandError
@@ -134,8 +135,10 @@ async def resume(request: Request) -> JSONResponse:
     """Resume a run with the Clutch, in the background, after the checks of
     :func:`~nestegg.checkpoint.admission.resume_refusal`, which are all that
     ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
-    for a run with no valid state); 202 once the run is claimed (so that its page, which
-    follows it from then on, sees it running), the error if it could not start; the
+    for a run with no valid state); 202 once this resume claimed the run (so that its
+    page, which follows it from then on, sees it running), the error if it could not
+    start: 409 as ``nestegg resume`` says it for a run another request of this
+    application resumes, or another process claimed first; the
     run's own errors show on its page. It takes no body, or ``{}``: a body that is not
     JSON or holds a field is refused (400), as the fork's and prune's are."""
     if (refusal := _check(request, needs_app=True)) is not None:
@@ -147,13 +150,22 @@ async def resume(request: Request) -> JSONResponse:
     refused = await resume_refusal(store, clutch, run, now_of(request))
     if refused is not None:
         raise refused
+    resuming: set[str] = request.app.state.resuming
+    if run.run_id in resuming:  # another request resumes it in this process: it may not
+        raise executed_by(run.run_id, os.getpid())  # have claimed it yet
+    resuming.add(run.run_id)
     task = _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
+    task.add_done_callback(lambda _: resuming.discard(run.run_id))
 
-    async def claimed() -> bool:
+    async def claimed() -> bool:  # by this process: another one's claim is a refusal
         current = await store.get_run(run.run_id)
-        return current is None or current.fence > run.fence
+        return current is None or (current.fence > run.fence and current.owner == current_owner())
 
-    await _until_started(task, claimed)
+    try:
+        await _until_started(task, claimed)
+    except RunLockedError:  # another process claimed it first: say so as nestegg resume does
+        check_not_owned(await get_run(store, run.run_id), now_of(request))
+        raise
     return JSONResponse({"run_id": run.run_id, "started": True}, status_code=202)
 
 

@@ -244,4 +244,5 @@ def create_app(settings: UISettings) -> Starlette:
     app.state.settings = settings
     app.state.templates = environment()
     app.state.background = set()
+    app.state.resuming = set()  # the runs a resume of this application executes
     return app

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import html
+import os
 import re
 import time
 import uuid
@@ -14,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import unseal_value
@@ -30,7 +33,7 @@ from nestegg.ui import UISettings, create_app
 from nestegg.ui.resumes import WAIT_NOT_OVER
 from tests.cli.conftest import GONE_PID, Filled, fill
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
-from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
+from tests.ui.conftest import BASE_URL, TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
 WAIT_SECONDS = 20
@@ -684,14 +687,22 @@ class SlowClaims(MemoryCheckpointStorage):
         return await super().claim_run(*args, **kwargs)
 
 
-def test_a_resume_answers_once_the_run_is_claimed() -> None:
-    # The page follows the run from the answer on: a run still shown failed then would
-    # end its stream at once and never show the resume.
-    store = SlowClaims()
+@contextlib.contextmanager
+def _resuming(store: MemoryCheckpointStorage) -> Iterator[tuple[TestClient, Filled]]:
+    """The application, writes allowed, the test pipeline its Clutch, on ``store`` holding
+    the three runs of tests/cli/conftest.py."""
     filled = asyncio.run(fill("memory://", "", store))
     clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
     settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
     with client_for(settings) as client:
+        yield client, filled
+
+
+def test_a_resume_answers_once_the_run_is_claimed() -> None:
+    # The page follows the run from the answer on: a run still shown failed then would
+    # end its stream at once and never show the resume.
+    store = SlowClaims()
+    with _resuming(store) as (client, filled):
         before = client.portal.call(store.get_run, filled.bad)  # type: ignore[union-attr]
         headers = {"X-Nestegg-Token": TOKEN}
         started = client.post(f"/api/runs/{filled.bad}/resume", headers=headers)
@@ -700,6 +711,67 @@ def test_a_resume_answers_once_the_run_is_claimed() -> None:
         assert before is not None and after is not None
         assert after.fence > before.fence
         assert after.status in ("running", "completed")
+
+
+def _resumes_at_once(client: TestClient, run_id: str, count: int) -> list[httpx.Response]:
+    """``count`` resumes of ``run_id`` sent at the same moment to the started application."""
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as sender:
+            headers = {"X-Nestegg-Token": TOKEN}
+            url = f"/api/runs/{run_id}/resume"
+            return list(await asyncio.gather(*(sender.post(url, headers=headers)
+                                               for _ in range(count))))  # fmt: skip
+
+    return client.portal.call(send)  # type: ignore[union-attr]
+
+
+def test_resumes_of_one_run_at_the_same_moment_start_it_once_the_others_are_409() -> None:
+    # All three were answered 202; two failed afterwards, seen only on the server's stderr.
+    store = SlowClaims()
+    with _resuming(store) as (client, filled):
+        before = client.portal.call(store.get_run, filled.bad)  # type: ignore[union-attr]
+        answers = _resumes_at_once(client, filled.bad, 3)
+        assert sorted(a.status_code for a in answers) == [202, 409, 409]
+        locked = (
+            f"run {filled.bad!r} is being executed by a live process (pid {os.getpid()}); "
+            "it cannot be resumed now"
+        )  # what nestegg resume says
+        assert [a.json() for a in answers if a.status_code == 409] == [{"error": locked}] * 2
+        deadline = time.monotonic() + WAIT_SECONDS
+        while (run := client.portal.call(store.get_run, filled.bad)).status != "completed":  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, run.status
+            time.sleep(0.05)
+        assert before is not None and run.fence == before.fence + 1  # claimed once
+
+
+class ClaimedElsewhere(MemoryCheckpointStorage):
+    """A memory store where, once ``taken`` is set, another process on another host
+    claims a run just before this one does."""
+
+    taken = False
+
+    async def claim_run(self, run_id: str, expected_fence: int, *args: Any, **kwargs: Any) -> Any:
+        if self.taken:
+            now = time.time()
+            other = Owner(host="elsewhere", pid=4242, started="1")
+            await super().claim_run(run_id, expected_fence, other, now + 60, now, **kwargs)
+        return await super().claim_run(run_id, expected_fence, *args, **kwargs)
+
+
+def test_a_resume_another_process_claims_first_is_409() -> None:
+    # It was answered 202 (the fence had moved on) and failed afterwards, on stderr alone.
+    store = ClaimedElsewhere()
+    with _resuming(store) as (client, filled):
+        store.taken = True
+        headers = {"X-Nestegg-Token": TOKEN}
+        refused = client.post(f"/api/runs/{filled.bad}/resume", headers=headers)
+        assert refused.status_code == 409
+        assert refused.json() == {
+            "error": f"run {filled.bad!r} is being executed by a live process (pid 4242); "
+            "it cannot be resumed now"
+        }
 
 
 def test_a_clutch_without_allow_writes_is_refused() -> None:
