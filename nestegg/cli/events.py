@@ -89,7 +89,7 @@ async def follow(
     run = await reading.get_run(store, run_id)
     calls = _FollowedCalls(store, out, run)
     while True:
-        records = await store.read_events(run_id, since)
+        records, damage = await reading.readable_events(store, run_id, since)
         steps = await step_facts_for(store, run_id, records)
         for record in records:
             row = event_row(record, steps)
@@ -99,6 +99,8 @@ async def follow(
                 await calls.print_new(ended)
             print_event(out, row)
             since = record.seq
+        if damage is not None:  # after the events before it
+            raise damage
         if run.status != RUNNING:  # its last events were committed with the status
             return
         start = await reading.in_flight_start(store, run)

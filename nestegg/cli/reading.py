@@ -110,8 +110,8 @@ async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, 
     ``waits_for``; for a run cancelled from outside, ``cancelled_by`` (the canceller: host,
     pid, process start) and as its ``owner`` the one that last ran it, which the
     canceller's claim replaced in the store (None: none had it, it was queued). A run
-    whose last events are damaged keeps its stored owner, its canceller unknown:
-    ``{"unreadable": why}``."""
+    whose last events are damaged keeps its stored owner, its canceller unknown, and a
+    waiting one's wait is unknown: ``{"unreadable": why}``."""
     await add_wait(store, run, row)
     try:
         cancel = await cancelled_by(store, run)
@@ -124,8 +124,12 @@ async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, 
 
 async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
     """Fill in a waiting run's row what it waits for: the signal (None: a timer) and the
-    deadline (None: none)."""
-    wait = await wait_of(store, run)
+    deadline (None: none); ``{"unreadable": why}`` when its last events are damaged."""
+    try:
+        wait = await wait_of(store, run)
+    except CheckpointCorruptedError as error:
+        row["waits_for"] = {"unreadable": str(error)}
+        return
     if wait is not None:
         row["waits_for"] = {"signal": wait.signal, "deadline": to_datetime(wait.deadline)}
 
@@ -316,8 +320,12 @@ def _at(seconds: Any) -> datetime | None:
 async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
     """The step a running, waiting or cancelled run has started and not committed (its
     agent, start and the calls it has journaled so far), from its ``step_started`` event;
-    None when there is none (between steps, or a start not written yet)."""
-    start = await in_flight_start(store, run)
+    None when there is none (between steps, or a start not written yet);
+    ``{"unreadable": why}`` when the run's last events are damaged."""
+    try:
+        start = await in_flight_start(store, run)
+    except CheckpointCorruptedError as error:
+        return {"unreadable": str(error)}
     if start is None:
         return None
     seq = start.data["seq"]
@@ -327,7 +335,11 @@ async def step_in_flight(store: CheckpointStorage, run: RunRecord) -> dict[str, 
 
 async def in_flight_start(store: CheckpointStorage, run: RunRecord) -> Event | None:
     """The ``step_started`` event of the step a running run has started and not committed
-    yet; None when there is none (between steps, or a start not written yet)."""
+    yet; None when there is none (between steps, or a start not written yet).
+
+    Raises:
+        CheckpointCorruptedError: the run's event log is damaged (a torn batch).
+    """
     since = max(0, run.event_seq - IN_FLIGHT_EVENT_WINDOW)
     start = _last_start(await store.read_events(run.run_id, since))
     if start is None and since:  # a step with many journaled calls: look further back
@@ -339,6 +351,36 @@ async def in_flight_start(store: CheckpointStorage, run: RunRecord) -> Event | N
     if event is None or event.data.get("seq") != run.step_seq + 1:
         return None
     return event
+
+
+EVENTS_PAGE = 256
+"""Events :func:`readable_events` reads at once when a run's log is damaged."""
+
+
+async def readable_events(
+    store: CheckpointStorage, run_id: str, since: int = 0
+) -> tuple[list[EventRecord], CheckpointCorruptedError | None]:
+    """The run's events after ``since`` up to the first damage in its log (a torn batch),
+    and that damage (None: the log reads whole). A damaged log is read again a page, then
+    an event, at a time: a read stops at the batch holding its last event."""
+    try:
+        return await store.read_events(run_id, since), None
+    except CheckpointCorruptedError as error:
+        damage = error
+    found: list[EventRecord] = []
+    page = EVENTS_PAGE
+    while True:
+        try:
+            records = await store.read_events(run_id, since, page)
+        except CheckpointCorruptedError:
+            if page == 1:
+                return found, damage
+            page = 1  # the damage is in this page: the events before it one by one
+            continue
+        if not records:
+            return found, damage
+        found.extend(records)
+        since = records[-1].seq
 
 
 def _last_start(events: list[EventRecord]) -> EventRecord | None:

@@ -74,7 +74,10 @@ def _owner_cell(row: dict[str, Any]) -> str:
 
 
 def wait_text(wait: dict[str, Any]) -> str:
-    """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer."""
+    """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer;
+    ``unknown`` when its event log cannot be read (see :func:`reading.add_wait`)."""
+    if "unreadable" in wait:
+        return "for something unknown"
     what = f"signal {wait['signal']!r}" if wait["signal"] is not None else "timer"
     return f"{what} until {when(wait['deadline'])}" if wait["deadline"] else what
 
@@ -207,8 +210,9 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
     if failed:
         started, duration = when(failed["started"]), seconds(failed["duration"])
         rows.append([str(failed["seq"]), str(failed["agent"]), started, duration, "failed", ""])
-    if details["step_in_flight"]:
-        rows.append(_in_flight_row(details["step_in_flight"], reading.shown_status(details["run"])))
+    in_flight = details["step_in_flight"]
+    if in_flight and "unreadable" not in in_flight:
+        rows.append(_in_flight_row(in_flight, reading.shown_status(details["run"])))
     out.line()
     if details["steps_before"]:
         before = counted(details["steps_before"], ("earlier step", "earlier steps"))
@@ -217,6 +221,8 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
         out.line(f"checkpoint before the first step: {', '.join(details['initial_checkpoints'])}")
     columns = ("STEP", "AGENT", "STARTED", "DURATION", "OUTCOME", "CHECKPOINT")
     out.table(columns, rows, status_column=4, title="timeline", whole=(0, 1, 2, 3, 4))
+    if in_flight and "unreadable" in in_flight:
+        out.line(f"step in flight: unreadable ({in_flight['unreadable']})")
 
 
 @app.command("show")
@@ -407,9 +413,11 @@ def events_command(
             await events.follow(opened, out, run_id, since, poll_interval)
             return
         await reading.get_run(opened, run_id)
-        records = await opened.read_events(run_id, since)
+        records, damage = await reading.readable_events(opened, run_id, since)
         steps = await step_facts_for(opened, run_id, records)
         for record in records:
             events.print_event(out, events.event_row(record, steps))
+        if damage is not None:  # after the events before it
+            raise damage
 
     run_with_store(ctx, store, work, read_only=True)

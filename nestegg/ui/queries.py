@@ -145,7 +145,7 @@ async def flagged(
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
     await reading.complete_row(store, run, row)
-    if (wait := row["waits_for"]) is not None:
+    if (wait := row["waits_for"]) is not None and "unreadable" not in wait:
         signal = wait["signal"]
         wait["received"] = bool(signal) and await signal_stored(store, run.run_id, signal)
         wait["due"] = wait_due(run, now)
@@ -198,7 +198,10 @@ class RunsWatch:
         if key in known:
             signal, received = known[key]
         else:
-            wait = await wait_of(self.store, run)
+            try:
+                wait = await wait_of(self.store, run)
+            except CheckpointCorruptedError:  # its log is damaged: only its deadline counts
+                wait = None
             signal, received = (wait.signal if wait else None), False
         if signal and not received:
             received = await signal_stored(self.store, run.run_id, signal)
@@ -256,13 +259,16 @@ async def run_window(
     < before`` (the newest when None) with their checkpoints and incidents; with
     ``resumer`` (the Clutch that resumes runs), its resume button
     (:func:`~nestegg.ui.resumes.resume_offer`); ``cancel``: whether its cancel button shows
-    (a running or waiting run: one a cancel would not refuse or leave as it is)."""
+    (a running or waiting run: one a cancel would not refuse or leave as it is);
+    ``events_damage``: why the run's newest events cannot be read (None: they can), its
+    step in flight then unreadable and the incidents after the damage not shown."""
     run = await reading.get_run(store, run_id)
     high = run.step_seq if before is None else max(0, min(before - 1, run.step_seq))
     low = max(0, high - size)
     checkpoints = await store.list_checkpoints(run.run_id)
     history = await load_history(store, run.run_id, low, high)
-    events = await store.read_events(run.run_id, max(0, run.event_seq - EVENTS_READ))
+    since = max(0, run.event_seq - EVENTS_READ)
+    events, damage = await reading.readable_events(store, run.run_id, since)
     by_seq: dict[int, list[dict[str, Any]]] = {}
     for checkpoint in checkpoints:
         if low <= checkpoint.seq <= high:
@@ -277,8 +283,13 @@ async def run_window(
     last = checkpoints[-1] if checkpoints else None
     row = await flagged(store, run, reading.run_row(run, last, now, full_error=True), now)
     latest = high == run.step_seq
+    pending = await _pending(store, run, events, row["shown_status"]) if latest else None
+    if latest and damage is not None and run.status != COMPLETED:
+        pending = {"seq": run.step_seq + 1, "status": row["shown_status"],
+                   "unreadable": str(damage)}  # fmt: skip
     return {
-        "pending": await _pending(store, run, events, row["shown_status"]) if latest else None,
+        "pending": pending,
+        "events_damage": None if damage is None else str(damage),
         "run": row,
         "input": _decoded(run_input, run),
         "result": _decoded(run_result, run),

@@ -187,6 +187,20 @@ def damage_newest_event_batch(url: str, run_id: str, damage: Callable[[bytes], b
         conn.execute("UPDATE event_batches SET body = ? WHERE batch_key = ?", (damage(body), key))
 
 
+def leave_waiting(url: str, run_id: str) -> None:
+    """Store a run of the waiting pipeline at ``url`` that waits for its signal."""
+    from tests.ui.pipelines import start_waiting
+
+    async def wait() -> None:
+        store = open_store(url)
+        try:
+            await start_waiting(store, run_id, nap=False)
+        finally:
+            await store.close()
+
+    asyncio.run(wait())
+
+
 def json_of(result: Result) -> Any:
     """The JSON a command printed on stdout (asserting it succeeded)."""
     import orjson

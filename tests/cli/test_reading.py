@@ -26,6 +26,7 @@ from tests.cli.conftest import (
     damage_newest_event_batch,
     fill,
     json_of,
+    leave_waiting,
     queue,
     store_url_for,
 )
@@ -546,3 +547,61 @@ def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unkn
     assert [
         r["run_id"] for r in json_of(cli("runs", "--json", "--status", "cancelled", "-s", url))
     ] == [filled.gone]
+
+
+def _tear(body: bytes) -> bytes:
+    return body[: len(body) // 2]
+
+
+def test_show_and_events_of_a_run_whose_event_log_is_torn(
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    whole = cli("events", filled.gone, "-s", url).stdout.splitlines()
+    damage_newest_event_batch(url, filled.gone, _tear)
+    why = f"the event log of run {filled.gone!r} is damaged (a torn batch)"
+    shown = cli("show", filled.gone, "-s", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert '{"name":"gone"}' in shown.stdout and "interrupted" in shown.stdout
+    assert shown.stdout.rstrip().endswith(f"step in flight: unreadable ({why})")
+    details = json_of(cli("show", filled.gone, "--json", "-s", url))
+    assert [s["outcome"] for s in details["steps"]] == ["completed"]
+    assert details["step_in_flight"] == {"unreadable": why}
+    # the events before the torn batch, then one line naming the damage
+    listed = cli("events", filled.gone, "-s", url)
+    assert listed.exit_code == 1
+    assert listed.stderr == f"error: {why}\n"
+    lines = listed.stdout.splitlines()
+    assert 0 < len(lines) < len(whole) and lines == whole[: len(lines)]
+    assert len(cli("events", filled.gone, "--since", "2", "-s", url).stdout.splitlines()) == (
+        len(lines) - 2
+    )
+    followed = cli("events", filled.gone, "--follow", "-s", url)  # it runs: followed
+    assert (followed.exit_code, followed.stdout, followed.stderr) == (
+        1,
+        listed.stdout,
+        f"error: {why}\n",
+    )
+
+
+def test_a_waiting_run_whose_event_log_is_torn_is_listed_its_wait_unknown(
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    leave_waiting(url, "w1")
+    damage_newest_event_batch(url, "w1", _tear)
+    why = "the event log of run 'w1' is damaged (a torn batch)"
+    table = cli("runs", "-s", url)
+    assert table.exit_code == 0, table.stderr
+    assert [line.split()[0] for line in table.stdout.splitlines()[1:]] == [
+        "w1", filled.gone, filled.bad, filled.ok,
+    ]  # fmt: skip
+    assert "waiting (for something unknown)" in table.stdout
+    rows = {row["run_id"]: row for row in json_of(cli("runs", "--json", "-s", url))}
+    assert rows["w1"]["waits_for"] == {"unreadable": why}
+    shown = cli("show", "w1", "-s", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert "waiting (for something unknown)" in shown.stdout
+    assert f"step in flight: unreadable ({why})" in shown.stdout

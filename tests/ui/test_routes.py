@@ -6,6 +6,7 @@ import asyncio
 import html
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Commit, JournalRecord
+from nestegg.checkpoint.stores import open_store
 from nestegg.ui import UISettings
-from tests.cli.conftest import damage_newest_event_batch, fill, store_url_for
+from nestegg.ui.queries import RunsWatch
+from tests.cli.conftest import damage_newest_event_batch, fill, leave_waiting, store_url_for
 from tests.cli.pipeline_app import POLICY, build, pipeline
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
@@ -413,3 +416,41 @@ def test_a_cancelled_run_whose_event_log_is_torn_is_still_listed(
         assert page.status_code == 200
         assert ">cancelled<" in _row(page.text, filled.gone)
         assert all(_listed(page.text, run_id) for run_id in (filled.ok, filled.bad))
+
+
+def test_runs_whose_event_log_is_torn_are_listed_and_shown(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    leave_waiting(url, "w1")
+    for run_id in ("w1", filled.gone):
+        damage_newest_event_batch(url, run_id, lambda body: body[: len(body) // 2])
+    why = "the event log of run {!r} is damaged (a torn batch)"
+    settings = UISettings(store_url=url, clutch=pipeline, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        page = client.get("/")
+        assert page.status_code == 200
+        row = html.unescape(_row(page.text, "w1"))
+        assert "waits for something unknown: " + why.format("w1") in row
+        assert all(_listed(page.text, run_id) for run_id in (filled.ok, filled.bad, filled.gone))
+        for run_id, shown in (("w1", "waiting"), (filled.gone, "interrupted")):
+            run = client.get(f"/runs/{run_id}")
+            assert run.status_code == 200, run.text
+            text, damage = html.unescape(run.text), why.format(run_id)
+            assert f'id="events-damage">unreadable: {damage}<' in text
+            assert f"step in flight unreadable: {damage}<" in text
+            assert f'id="status" class="status {shown}"' in text
+        gone = client.get(f"/runs/{filled.gone}").text
+        assert 'data-seq="1"' in gone and '"gone"' in html.unescape(gone)  # step, input
+        live = client.get(f"/runs/{filled.gone}/live")
+        assert live.status_code == 200 and "step in flight unreadable" in live.json()["rows"]
+
+    async def watched() -> list[tuple[Any, ...]]:  # what the runs table's stream polls
+        store = open_store(url)
+        try:
+            return await RunsWatch(store, status=None, pipeline=None).signature(time.time())
+        finally:
+            await store.close()
+
+    assert {entry[0]: entry[-1] for entry in asyncio.run(watched())}["w1"] is False
