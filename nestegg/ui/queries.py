@@ -361,13 +361,15 @@ def step_of(run: RunRecord, address: str) -> int:
 async def step_detail(store: CheckpointStorage, run_id: str, address: str) -> dict[str, Any]:
     """One step (``address``: its number, see :func:`step_of`): its record's row and data,
     how often it ran, and its journaled calls, each with its duration and whether the
-    step's last attempt replayed it (recorded by an earlier attempt) or executed it."""
+    step's last attempt replayed it (recorded by an earlier attempt) or executed it;
+    ``events_damage``: why the run's event log cannot be read whole (None: it can), how
+    often the step ran and which calls were replayed then unknown."""
     run = await reading.get_run(store, run_id)
     seq = step_of(run, address)
     rows = [row for piece in await load_history(store, run_id, seq - 1, seq) for row in
             reading.step_rows(piece, run_id)]  # fmt: skip
     step = rows[0] if rows else None
-    events = await store.read_events(run_id)
+    events, damage = await reading.readable_events(store, run_id)
     attempts = sum(
         1
         for record in events
@@ -382,10 +384,12 @@ async def step_detail(store: CheckpointStorage, run_id: str, address: str) -> di
         except CheckpointCorruptedError as error:
             entry = {"unreadable": str(error), "started": None, "duration": None}
         started = entry["started"]
-        entry["replayed"] = None if started is None else started < last_opening
+        unknown = started is None or damage is not None
+        entry["replayed"] = None if unknown else started < last_opening
         calls.append({"position": record.position, **entry})
     return {"run_id": run.run_id, "seq": seq, "step": step, "calls": calls,
-            "attempts": attempts}  # fmt: skip
+            "attempts": attempts,
+            "events_damage": None if damage is None else str(damage)}  # fmt: skip
 
 
 def _last_opening(events: list[EventRecord], before: float | None) -> float:

@@ -445,6 +445,11 @@ def test_runs_whose_event_log_is_torn_are_listed_and_shown(
         assert 'data-seq="1"' in gone and '"gone"' in html.unescape(gone)  # step, input
         live = client.get(f"/runs/{filled.gone}/live")
         assert live.status_code == 200 and "step in flight unreadable" in live.json()["rows"]
+        for seq in (1, 2):  # a committed step, the one in flight
+            step = client.get(f"/runs/{filled.gone}/steps/{seq}")
+            assert step.status_code == 200, step.text
+            unreadable = f'id="events-damage">events unreadable: {why.format(filled.gone)};'
+            assert unreadable in html.unescape(step.text)
 
     async def watched() -> list[tuple[Any, ...]]:  # what the runs table's stream polls
         store = open_store(url)
