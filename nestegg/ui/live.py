@@ -17,10 +17,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from nestegg.checkpoint.waiting import resumable_now
+from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.waiting import resumable_now, wait_due
 from nestegg.cli import reading
 from nestegg.constants import RUNNING, WAITING
-from nestegg.errors import ConfigurationError
+from nestegg.errors import CheckpointCorruptedError, ConfigurationError
 from nestegg.ui import queries
 from nestegg.ui.pages import int_param, now_of, pipeline_param, status_param, store_of, takes
 
@@ -74,7 +76,7 @@ async def run_events(request: Request) -> StreamingResponse:
                 data.update(seq=since, kinds=sorted({r.kind for r in records}))
             moved = False  # a waiting run's wait is over, or no longer over
             if current.status == WAITING:
-                over = await resumable_now(store, current, now_of(request))
+                over = await _wait_over(store, current, now_of(request))
                 data["wait"] = "over" if over else "on"
                 moved, shown = shown is not None and over != shown, over
             if records or moved:
@@ -93,6 +95,15 @@ async def run_events(request: Request) -> StreamingResponse:
                 quiet = 0.0
 
     return _stream(events())
+
+
+async def _wait_over(store: CheckpointStorage, run: RunRecord, now: float) -> bool:
+    """Whether a waiting run can go on now; by its deadline alone when its last events
+    cannot be read (what it waits for is unknown)."""
+    try:
+        return await resumable_now(store, run, now)
+    except CheckpointCorruptedError:
+        return wait_due(run, now)
 
 
 def _wait_param(request: Request) -> bool | None:

@@ -450,6 +450,14 @@ def test_runs_whose_event_log_is_torn_are_listed_and_shown(
             assert step.status_code == 200, step.text
             unreadable = f'id="events-damage">events unreadable: {why.format(filled.gone)};'
             assert unreadable in html.unescape(step.text)
+        # the run page's stream: the wait the page shows (over) is not over by its deadline
+        params = {"since": "99", "wait": "over"}
+        with client.stream("GET", "/events/runs/w1", params=params) as stream:
+            first = [line for _, line in zip(range(2), stream.iter_lines(), strict=False)]
+        assert first == [
+            "event: change",
+            'data: {"seq":99,"kinds":[],"steps":0,"wait":"on","status":"waiting"}',
+        ]
 
     async def watched() -> list[tuple[Any, ...]]:  # what the runs table's stream polls
         store = open_store(url)
