@@ -19,6 +19,8 @@ import pytest
 
 import nestegg
 from nestegg import Clutch, Handover, Strategy, Terminate, get_context
+from nestegg.checkpoint.ownership import host_id
+from nestegg.checkpoint.records import Owner
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointInfo, RunHistory
 from nestegg.errors import (
@@ -34,6 +36,7 @@ from nestegg.errors import (
 )
 from nestegg.testing import fixtures as store_fixtures
 from nestegg.testing.fixtures import StoreFactory
+from tests.cli.conftest import GONE_PID
 from tests.registry import SERVER_KINDS
 
 from .conftest import Flaky, Pipeline, Tamper, config, stored_view, wait_for
@@ -825,7 +828,7 @@ async def test_a_fork_whose_writing_stopped_before_its_first_commit_is_not_run_f
         parent,
         run_id="torn",
         status="running",
-        owner=None,
+        owner=Owner(host=host_id(), pid=GONE_PID, started="gone"),  # as a fork stores it
         lease_until=None,
         result=None,
         step_seq=0,
