@@ -17,6 +17,7 @@ from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import current_context
 from nestegg.durations import seconds_or_none
 from nestegg.errors import ConfigurationError, NoActiveRunError
+from nestegg.options import check_flag
 from nestegg.pipeline import PipelineBase
 from nestegg.task import ClutchTask, StepEvent, StepListeners, local_late
 
@@ -502,11 +503,8 @@ class Clutch(PipelineBase):
         Example:
             >>> result = await clutch.signal(run_id, "approval", {"approved": True})
         """
-        for option, given in (("replace", replace), ("resume", resume)):
-            if not isinstance(given, bool):  # "no" would be true
-                raise ConfigurationError(
-                    f"signal() takes {option}=True or {option}=False, got {option}={given!r}"
-                )
+        check_flag(replace, "replace", "signal()")
+        check_flag(resume, "resume", "signal()")
         book = self._checkpointing()
         task = await self._launch(
             lambda lst: book.signal(run_id, name, value, replace=replace, resume=resume),

@@ -44,10 +44,6 @@ class Retention:
         collect_every: int,
         clock: Callable[[], float],
     ) -> None:
-        if keep_latest is not None and (not isinstance(keep_latest, int) or keep_latest < 1):
-            raise ConfigurationError(f"keep_latest must be a positive integer, got {keep_latest!r}")
-        if ttl is not None and (not isinstance(ttl, timedelta) or ttl.total_seconds() <= 0):
-            raise ConfigurationError(f"ttl must be a positive timedelta, got {ttl!r}")
         self.keep_latest = keep_latest
         self.ttl = ttl.total_seconds() if ttl is not None else None
         self.collect_every = collect_every

@@ -28,6 +28,7 @@ from nestegg.langgraph.core import ThreadCheckpoints
 from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
 from nestegg.langgraph.loop import LoopThread, loop_of
 from nestegg.langgraph.retention import Retention, prune
+from nestegg.options import check_count, check_flag
 
 T = TypeVar("T")
 CLOSED = "this saver was closed (close(), the end of its with block): open a new one"
@@ -63,7 +64,9 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         close_storage: close the store when the saver closes (``from_url`` sets it).
 
     Raises:
-        ConfigurationError: the store cannot keep threads, or a setting is invalid.
+        ConfigurationError: the store cannot keep threads (a URL string: use
+            :meth:`from_url`), or a setting is invalid (a flag that is not a bool, a
+            count that is a bool), naming it and its value.
 
     Example:
         >>> with NestEggSaver.from_url("sqlite:///graph.db") as saver:
@@ -82,13 +85,24 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         clock: Callable[[], float] = time.time,
         close_storage: bool = False,
     ) -> None:
-        super().__init__(serde=serde)
+        _check_settings(
+            ttl=ttl,
+            keep_latest=keep_latest,
+            pack_every=pack_every,
+            defer_writes=defer_writes,
+            clock=clock,
+            close_storage=close_storage,
+        )
+        if isinstance(storage, str):
+            raise ConfigurationError(
+                f"NestEggSaver takes a store, got the string {storage!r} (a URL: "
+                f"NestEggSaver.from_url({storage!r}) opens the store and closes it with the saver)"
+            )
         if not isinstance(storage, ThreadStore):
             raise ConfigurationError(
                 f"{type(storage).__name__} cannot keep LangGraph threads (no ThreadStore)"
             )
-        if not isinstance(pack_every, int) or pack_every < 1:
-            raise ConfigurationError(f"pack_every must be a positive integer, got {pack_every!r}")
+        super().__init__(serde=serde)
         self.storage = storage
         retention = Retention(keep_latest, ttl, pack_every, clock)
         self._core = ThreadCheckpoints(
@@ -108,8 +122,11 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         Raises:
             TypeError: an option the constructor does not take (before the store is
                 opened), as Python names it.
+            ConfigurationError: an option's value the constructor refuses (before the
+                store is opened).
         """
         _check_options(cls, options)
+        _check_settings(**options)
         return cls(open_store(url), close_storage=True, **options)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -339,6 +356,27 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
 async def _done() -> None:
     """Nothing: what :meth:`NestEggSaver.setup` runs once the store is set up."""
+
+
+def _check_settings(**options: Any) -> None:
+    """Refuse a setting's bad value, by name: a flag not a bool (``"no"`` would be true), a
+    count not a positive int (``True`` would be 1), a ttl not a positive timedelta."""
+    where = "NestEggSaver"
+    for name in ("defer_writes", "close_storage"):
+        if name in options:
+            check_flag(options[name], name, where)
+    if "pack_every" in options:
+        check_count(options["pack_every"], "pack_every", where)
+    if options.get("keep_latest") is not None:
+        check_count(options["keep_latest"], "keep_latest", where)
+    ttl = options.get("ttl")
+    if ttl is not None and (not isinstance(ttl, timedelta) or ttl.total_seconds() <= 0):
+        raise ConfigurationError(f"{where} takes ttl= a positive timedelta, got ttl={ttl!r}")
+    if "clock" in options and not callable(options["clock"]):
+        raise ConfigurationError(
+            f"{where} takes clock= a function giving seconds since the epoch, "
+            f"got clock={options['clock']!r}"
+        )
 
 
 def _check_options(cls: type[NestEggSaver], options: dict[str, Any]) -> None:

@@ -168,6 +168,57 @@ def test_bad_settings_are_refused_by_name() -> None:
     saver.close()
 
 
+def test_a_url_string_for_the_store_points_to_from_url() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        NestEggSaver("sqlite:///x.db")  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "NestEggSaver takes a store, got the string 'sqlite:///x.db' (a URL: "
+        "NestEggSaver.from_url('sqlite:///x.db') opens the store and closes it with the saver)"
+    )
+
+
+BAD_SETTINGS = [
+    (
+        "close_storage",
+        "yes",
+        "takes close_storage=True or close_storage=False, got close_storage='yes'",
+    ),
+    ("defer_writes", "no", "takes defer_writes=True or defer_writes=False, got defer_writes='no'"),
+    ("defer_writes", None, "takes defer_writes=True or defer_writes=False, got defer_writes=None"),
+    (
+        "pack_every",
+        True,
+        "takes pack_every= a positive integer, got pack_every=True (a bool, not a number)",
+    ),
+    ("pack_every", 2.0, "takes pack_every= a positive integer, got pack_every=2.0"),
+    (
+        "keep_latest",
+        True,
+        "takes keep_latest= a positive integer, got keep_latest=True (a bool, not a number)",
+    ),
+    ("keep_latest", 0, "takes keep_latest= a positive integer, got keep_latest=0"),
+    ("ttl", 60, "takes ttl= a positive timedelta, got ttl=60"),
+    ("clock", 0.0, "takes clock= a function giving seconds since the epoch, got clock=0.0"),
+]
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD_SETTINGS)
+def test_a_setting_of_the_wrong_type_is_refused_by_name_and_value(
+    option: str, value: Any, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        NestEggSaver(MemoryCheckpointStorage(), **{option: value})
+    assert str(refused.value) == f"NestEggSaver {message}"
+    if option == "close_storage":  # from_url sets it: a TypeError, as Python's
+        return
+    opened: list[str] = []
+    monkeypatch.setattr("nestegg.langgraph.saver.open_store", opened.append)
+    with pytest.raises(ConfigurationError) as refused:
+        NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}", **{option: value})
+    assert str(refused.value) == f"NestEggSaver {message}"
+    assert opened == [] and list(tmp_path.iterdir()) == []  # refused before opening
+
+
 @pytest.mark.parametrize("scheme", ["memory://", "sqlite:///{dir}/g.db", "file://{dir}/threads"])
 def test_from_url_opens_the_store_and_closes_it_with_the_saver(scheme: str, tmp_path: Path) -> None:
     with NestEggSaver.from_url(scheme.format(dir=tmp_path)) as saver:
