@@ -59,6 +59,16 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+UNSAFE_CHARACTERS = {
+    "/": "a path separator '/'",
+    "\\": "a path separator '\\'",
+    "\0": "a NUL (U+0000)",
+    "\n": "a line feed (U+000A)",
+    "\r": "a carriage return (U+000D)",
+}
+"""What :func:`check_name` refuses in a name, as its message names each."""
+
+
 def check_name(name: str, what: str) -> str:
     """``name`` if it is a safe identifier for ``what`` (no separators, no '..', bounded)."""
     if not isinstance(name, str) or not name:
@@ -76,12 +86,27 @@ def check_name(name: str, what: str) -> str:
                 f"{what} {name!r} is not valid Unicode text (a lone surrogate at character "
                 f"{error.start}, as bytes that are not UTF-8 give)"
             ) from None
-    bad = [c for c in ("/", "\\", "\0", "\n", "\r") if c in name]
-    if bad or name in (".", "..") or ".." in name:
+    found = _unsafe_part(name)
+    if found is not None:
         raise InvalidIdentifierError(
-            f"{what} {name!r} contains a path separator, '..' or a control character"
+            f"{what} {name!r} {found} (a path separator, '..' or a control character is not "
+            "allowed)"
         )
     return name
+
+
+def _unsafe_part(name: str) -> str | None:
+    """What makes ``name`` unsafe as a file or key name, and where (its first such part);
+    None when nothing does."""
+    if name == ".":
+        return "is '.', the name of the folder it would be in"
+    found = [(i, UNSAFE_CHARACTERS[c]) for i, c in enumerate(name) if c in UNSAFE_CHARACTERS]
+    if ".." in name:
+        found.append((name.index(".."), "'..'"))
+    if not found:
+        return None
+    index, part = min(found)
+    return f"contains {part} at index {index}"
 
 
 def _edge_list(agent: str, edges: Any) -> list[str]:

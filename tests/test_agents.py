@@ -152,6 +152,28 @@ class TestCheckName:
         with pytest.raises(InvalidIdentifierError, match="agent name"):
             check_name(name, "agent name")
 
+    @pytest.mark.parametrize(
+        ("name", "found"),
+        [
+            ("a\0b", "contains a NUL (U+0000) at index 1"),
+            ("ab\nc", "contains a line feed (U+000A) at index 2"),
+            ("\rx", "contains a carriage return (U+000D) at index 0"),
+            ("x/y", "contains a path separator '/' at index 1"),
+            ("x\\y", "contains a path separator '\\' at index 1"),
+            ("run..2", "contains '..' at index 3"),
+            ("a/..", "contains a path separator '/' at index 1"),  # the first one found
+            ("..", "contains '..' at index 0"),
+            (".", "is '.', the name of the folder it would be in"),
+        ],
+    )
+    def test_a_bad_name_says_what_it_holds_and_where(self, name: str, found: str) -> None:
+        with pytest.raises(InvalidIdentifierError) as refused:
+            check_name(name, "run id")
+        assert str(refused.value) == (
+            f"run id {name!r} {found} (a path separator, '..' or a control character is not "
+            "allowed)"
+        )
+
     @pytest.mark.parametrize("name", [None, 3, b"bytes"])
     def test_non_strings(self, name: Any) -> None:
         with pytest.raises(InvalidIdentifierError):

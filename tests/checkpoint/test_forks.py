@@ -565,8 +565,16 @@ async def test_a_fork_to_a_taken_run_id_raises_run_exists_and_stores_nothing(
 @pytest.mark.parametrize(
     ("run_id", "message"),
     [
-        ("../escape", "run id '../escape' contains a path separator, '..' or a control character"),
-        ("a/b", "run id 'a/b' contains a path separator, '..' or a control character"),
+        (
+            "../escape",
+            "run id '../escape' contains '..' at index 0 "
+            "(a path separator, '..' or a control character is not allowed)",
+        ),
+        (
+            "a/b",
+            "run id 'a/b' contains a path separator '/' at index 1 "
+            "(a path separator, '..' or a control character is not allowed)",
+        ),
         ("", "run id must be a non-empty string, got ''"),
         ("r" * 201, "is 201 characters long; at most 200 are allowed"),
     ],
@@ -793,7 +801,10 @@ async def test_history_of_an_unknown_or_malformed_run_raises(
     pipeline = Pipeline(checkpoint_store, NAMES)
     with pytest.raises(RunNotFoundError, match=re.escape("no run 'nope' in the store")):
         await pipeline.clutch.history("nope")
-    message = "run id '../x' contains a path separator, '..' or a control character"
+    message = (
+        "run id '../x' contains '..' at index 0 "
+        "(a path separator, '..' or a control character is not allowed)"
+    )
     with pytest.raises(InvalidIdentifierError, match=re.escape(message)):
         await pipeline.clutch.history("../x")
     plain = Clutch("plain")

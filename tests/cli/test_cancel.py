@@ -53,7 +53,7 @@ def test_completed_failed_unknown_and_bad_ids_change_nothing(cli: Cli, filled: F
     )
     bad = cli("cancel", "../x", "--store", filled.url)
     assert bad.exit_code == EXIT_USAGE
-    assert bad.stderr.startswith("error: run id '../x' contains a path separator")
+    assert bad.stderr.startswith("error: run id '../x' contains '..' at index 0 (")
     assert stored(filled.url) == before
 
 
