@@ -83,9 +83,16 @@ async def _body(request: Request, what: str, fields: Collection[str], takes: str
         raise ConfigurationError("the request body must be a JSON object")
     if unknown := sorted(set(body) - set(fields)):
         raise ConfigurationError(
-            f"unknown field {', '.join(map(repr, unknown))} in the {what} request: it takes {takes}"
+            f"unknown field {', '.join(map(_shown, unknown))} in the {what} request: it takes "
+            + takes
         )
     return body
+
+
+def _shown(value: Any) -> str:
+    """A value of a request's JSON body as JSON writes it (``true``, ``null``, ``"text"``),
+    for its error messages: the body was JSON, not Python."""
+    return orjson.dumps(value).decode()
 
 
 def _start(request: Request, work: Awaitable[Any], what: str) -> asyncio.Task[Any]:
@@ -231,13 +238,13 @@ async def delete(request: Request) -> JSONResponse:
 
 def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(body.get("dry_run", False), bool):
-        raise ConfigurationError(f"dry_run must be true or false, got {body['dry_run']!r}")
+        raise ConfigurationError(f"dry_run must be true or false, got {_shown(body['dry_run'])}")
     for name in ("older_than", "status", "pipeline"):
         if body.get(name) is not None and not isinstance(body[name], str):
-            raise ConfigurationError(f"{name} must be a string, got {body[name]!r}")
+            raise ConfigurationError(f"{name} must be a string, got {_shown(body[name])}")
     keep, older, status = body.get("keep"), body.get("older_than"), body.get("status")
     if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
-        raise ConfigurationError(f"keep must be a whole number >= 1, got {keep!r}")
+        raise ConfigurationError(f"keep must be a whole number >= 1, got {_shown(keep)}")
     if keep is None and not older:
         raise ConfigurationError("prune needs keep and/or older_than")
     if status is not None:

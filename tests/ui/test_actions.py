@@ -216,7 +216,7 @@ def test_fork_with_edited_data_starts_a_new_run(ui: Ui) -> None:
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
     misspelt: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"dta": {}})
     assert misspelt.status_code == 400
-    assert misspelt.json()["error"].startswith("unknown field 'dta' in the fork request")
+    assert misspelt.json()["error"].startswith('unknown field "dta" in the fork request')
     missing: Any = ui.write("POST", "/api/checkpoints/nope/fork", json={})
     assert missing.status_code == 404
     edited = {"name": "Forked", "items": [9], "tags": {"size": "small"}, "page": "p"}
@@ -357,7 +357,7 @@ def test_a_resume_with_a_body_it_does_not_take_is_refused_and_starts_nothing(ui:
     store = ui.client.app.state.store  # type: ignore[attr-defined]
     before = ui.client.portal.call(store.get_run, ui.filled.gone)  # type: ignore[union-attr]
     for body, error in (
-        (b'{"x": 1}', "unknown field 'x' in the resume request: it takes no field"),
+        (b'{"x": 1}', 'unknown field "x" in the resume request: it takes no field'),
         (b"resume", "the request body is not JSON: "),
         (b"[]", "the request body must be a JSON object"),
     ):
@@ -660,11 +660,14 @@ def test_prune_dry_run_lists_and_prune_deletes(ui: Ui) -> None:
 
 
 PRUNE_REFUSALS = [
-    ({"dryrun": True}, "unknown field 'dryrun' in the prune request: it takes keep, "),
-    ({"dry_run": "yes"}, "dry_run must be true or false, got 'yes'"),
+    ({"dryrun": True}, 'unknown field "dryrun" in the prune request: it takes keep, '),
+    ({"dry_run": "yes"}, 'dry_run must be true or false, got "yes"'),
+    ({"dry_run": None}, "dry_run must be true or false, got null"),
     ({"pipeline": 5}, "pipeline must be a string, got 5"),
-    ({"older_than": 5}, "older_than must be a string, got 5"),
-    ({"status": ["failed"]}, "status must be a string, got ['failed']"),
+    ({"older_than": False}, "older_than must be a string, got false"),
+    ({"status": ["failed"]}, 'status must be a string, got ["failed"]'),
+    ({"keep": True}, "keep must be a whole number >= 1, got true"),  # as JSON writes them
+    ({"keep": "2"}, 'keep must be a whole number >= 1, got "2"'),
 ]
 
 
