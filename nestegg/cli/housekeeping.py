@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -49,8 +50,9 @@ DryRunOption = Annotated[
 ]
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h``.
+def parse_duration(text: str, shown: Callable[[object], str] = repr) -> timedelta:
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h`` (``shown`` writes
+    ``text`` in the error: JSON for a JSON body's).
 
     Raises:
         CommandError: (bad usage) anything else.
@@ -59,7 +61,7 @@ def parse_duration(text: str) -> timedelta:
     parts = _DURATION_PART.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
         raise CommandError(
-            f"bad duration {text!r}: use a number and a unit s, m, h, d or w (e.g. 7d, 12h)",
+            f"bad duration {shown(text)}: use a number and a unit s, m, h, d or w (e.g. 7d, 12h)",
             EXIT_USAGE,
         )
     return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))

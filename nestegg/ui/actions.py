@@ -248,9 +248,9 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
     if keep is None and not older:
         raise ConfigurationError("prune needs keep and/or older_than")
     if status is not None:
-        check_status(status)
+        check_status(status, shown=_shown)
     try:
-        age = parse_duration(str(older)) if older else None
+        age = parse_duration(str(older), _shown) if older else None
     except CommandError as error:
         raise ConfigurationError(str(error)) from error
     statuses = [status] if status else list(FINISHED)

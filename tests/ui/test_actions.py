@@ -668,6 +668,8 @@ PRUNE_REFUSALS = [
     ({"status": ["failed"]}, 'status must be a string, got ["failed"]'),
     ({"keep": True}, "keep must be a whole number >= 1, got true"),  # as JSON writes them
     ({"keep": "2"}, 'keep must be a whole number >= 1, got "2"'),
+    ({"status": "done"}, 'unknown status "done"; one of '),
+    ({"older_than": "soon"}, 'bad duration "soon": use a number and a unit'),
 ]
 
 

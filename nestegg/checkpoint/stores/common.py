@@ -9,7 +9,7 @@ working out the commit's meaning itself.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,15 +124,18 @@ def run_not_found(run_id: str) -> RunNotFoundError:
     return RunNotFoundError(f"no run {run_id!r} in the store", run_id)
 
 
-def check_status(status: object, accepted: Sequence[str] = STATUSES) -> None:
+def check_status(
+    status: object, accepted: Sequence[str] = STATUSES, shown: Callable[[object], str] = repr
+) -> None:
     """Refuse a status to list runs by that is not one of ``accepted``, naming them all:
-    the one text of it, for the library, the commands and the web inspector.
+    the one text of it, for the library, the commands and the web inspector (``shown``
+    writes the status given: JSON for a JSON body's).
 
     Raises:
         ConfigurationError: ``unknown status 'bogus'; one of running, completed, ...``.
     """
     if status not in accepted:
-        raise ConfigurationError(f"unknown status {status!r}; one of {', '.join(accepted)}")
+        raise ConfigurationError(f"unknown status {shown(status)}; one of {', '.join(accepted)}")
 
 
 def run_exists(run_id: str) -> RunExistsError:
