@@ -68,10 +68,19 @@ def parse_duration(text: str, shown: Callable[[object], str] = repr) -> timedelt
 
 
 def confirm_or_stop(question: str, yes: bool) -> None:
-    """Ask ``question`` unless ``yes``; a no ends the command (exit 1, nothing changed)."""
+    """Ask ``question`` unless ``yes``; a no ends the command (exit 1, nothing changed),
+    and so does the end of stdin (a closed or empty one: no answer is no), where click
+    aborts; Ctrl-C still aborts."""
     if yes:
         return
-    if not typer.confirm(question, default=False, err=True):
+    try:
+        confirmed = typer.confirm(question, default=False, err=True)
+    except typer.Abort as abort:
+        if not isinstance(abort.__context__, EOFError):  # click raises it from None
+            raise
+        sys.stderr.write("\n")  # the prompt's line, which no answer ended
+        confirmed = False
+    if not confirmed:
         raise CommandError("nothing was changed (not confirmed)", EXIT_FAILED)
 
 

@@ -64,10 +64,11 @@ def test_prune_keep_dry_run_then_yes(cli: Cli, filled: Filled) -> None:
 
 
 def test_prune_asks_and_a_no_changes_nothing(cli: Cli, filled: Filled) -> None:
-    declined = cli("prune", "--keep", "1", "--store", filled.url, input="n\n")
-    assert declined.exit_code == EXIT_FAILED
-    assert declined.stderr.endswith("error: nothing was changed (not confirmed)\n")
-    assert _checkpoints(cli, filled.url, filled.ok) == [1, 2, 3]
+    for answer in ("n\n", ""):  # a no, and stdin's end (no answer), said alike
+        declined = cli("prune", "--keep", "1", "--store", filled.url, input=answer)
+        assert declined.exit_code == EXIT_FAILED, answer
+        assert declined.stderr.endswith("error: nothing was changed (not confirmed)\n")
+        assert _checkpoints(cli, filled.url, filled.ok) == [1, 2, 3]
     accepted = cli("prune", "--keep", "2", "--store", filled.url, input="y\n")
     assert accepted.exit_code == 0, accepted.stderr
     assert _checkpoints(cli, filled.url, filled.ok) == [2, 3]
@@ -130,8 +131,10 @@ def test_delete(cli: Cli, filled: Filled) -> None:
         f"dry run: would delete run {filled.bad} (cli-test, failed, 1 step, 1 checkpoint); "
         "nothing was changed\n"
     )
-    declined = cli("delete", filled.bad, "--store", url, input="n\n")
-    assert declined.exit_code == EXIT_FAILED and filled.bad in _ids(cli, url)
+    for answer in ("n\n", ""):  # a no, and stdin's end (no answer), said alike
+        declined = cli("delete", filled.bad, "--store", url, input=answer)
+        assert declined.exit_code == EXIT_FAILED and filled.bad in _ids(cli, url)
+        assert declined.stderr.endswith("error: nothing was changed (not confirmed)\n")
     done = cli("delete", filled.bad, "--store", url, input="y\n")
     assert done.exit_code == 0 and filled.bad not in _ids(cli, url)
     assert cli("events", filled.bad, "--store", url).exit_code == EXIT_NOT_FOUND

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli.test_subprocess import nestegg
 
 pytest.importorskip("langgraph.graph")
@@ -105,10 +105,12 @@ def test_prune_of_named_threads_that_are_not_there_exits_3_naming_them(
 def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
     tmp_path: Path, store: str
 ) -> None:
-    refused = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete")
-    assert refused.returncode == 1
-    assert len(_json(tmp_path, "--store", store, "threads", "--json")) == 2  # type: ignore[arg-type]
-    assert "delete 2 LangGraph threads?" in refused.stdout + refused.stderr
+    for answer in ("n\n", ""):  # a no, and stdin's end (no answer), said alike
+        refused = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", stdin=answer)
+        assert refused.returncode == EXIT_FAILED, answer
+        assert "delete 2 LangGraph threads?" in refused.stdout + refused.stderr
+        assert refused.stderr.endswith("error: nothing was changed (not confirmed)\n")
+        assert len(_json(tmp_path, "--store", store, "threads", "--json")) == 2  # type: ignore[arg-type]
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
     assert done.returncode == 0 and sorted(done.stdout.split()) == ["chat-1", "chat-2"]
     assert done.stderr == "deleted 2 LangGraph threads\n"
