@@ -40,6 +40,7 @@ from aio_pika.exceptions import (
 from aiormq.exceptions import ChannelAccessRefused
 from yarl import URL
 
+from nestegg.client_logs import quiet_unless_configured
 from nestegg.errors import BrokerRefusedError, ConfigurationError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, check_url
 from nestegg.urls import without_password
@@ -48,11 +49,7 @@ MAX_QUEUE_NAME_BYTES = 255
 """The longest queue name RabbitMQ takes (AMQP 0-9-1's short string), in UTF-8 bytes."""
 
 log = logging.getLogger("nestegg")
-for _client in ("aio_pika", "aiormq"):
-    # Their records of a failed connection say what the TransportError raised here says: a
-    # process that set no logging up would print them on stderr (Python's last resort).
-    # One that did still gets them.
-    logging.getLogger(_client).addHandler(logging.NullHandler())
+quiet_unless_configured("aio_pika", "aiormq")
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a consumer's cancellation or the connection's close may take (a broker that does

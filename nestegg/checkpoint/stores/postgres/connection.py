@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import socket
 import time
@@ -29,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final, nestegg_error
 from nestegg.checkpoint.stores.retry import backoff_delay
+from nestegg.client_logs import quiet_unless_configured
 from nestegg.errors import ConfigurationError, StorageUnavailableError
 from nestegg.urls import without_password
 
@@ -38,12 +38,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Connection = Any  # psycopg.AsyncConnection[Any]
 Cursor = Any  # psycopg.AsyncCursor[Any]
-
-POOL_LOG = logging.getLogger("psycopg.pool")
-"""psycopg_pool's logger. Once nestegg builds a pool it holds a NullHandler, so that in a
-program that configured no logging its warnings (``error connecting in 'nestegg-...'``)
-are not printed by logging's last resort: every failure of the pool reaches nestegg as
-an exception, which names it. A program that configured logging gets them as before."""
 
 
 @contextmanager
@@ -171,8 +165,7 @@ async def open_pool(
     """An open pool of connections to ``url`` (each made with ``options``, and made
     read-only if ``read_only``), after :func:`probe` found the server."""
     await probe(url, where, connect_timeout)
-    if not any(isinstance(handler, logging.NullHandler) for handler in POOL_LOG.handlers):
-        POOL_LOG.addHandler(logging.NullHandler())
+    quiet_unless_configured("psycopg.pool")
     pool = psycopg_pool.AsyncConnectionPool(
         url,
         open=False,
