@@ -111,15 +111,16 @@ def same_input(run: RunRecord, sealed_input: bytes) -> bool:
     return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
 
 
-def check_pipeline(run: RunRecord, pipeline: str) -> None:
+def check_pipeline(run: RunRecord, pipeline: str, outcome: str = "") -> None:
     """Refuse to continue a run of another pipeline: a Clutch resumes its own runs only.
+    ``outcome``: what the refusal adds (``: it was not cancelled``).
 
     Raises:
         ConfigurationError: ``run`` belongs to another pipeline than ``pipeline``.
     """
     if run.pipeline != pipeline:
         raise ConfigurationError(
-            f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}"
+            f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}{outcome}"
         )
 
 

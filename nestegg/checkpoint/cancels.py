@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nestegg.checkpoint.admission import check_pipeline
 from nestegg.checkpoint.formats import ending_commit, opening_payload, parse_event
 from nestegg.checkpoint.ownership import current_owner, owner_payload, run_state
 from nestegg.checkpoint.records import Commit, RunRecord
@@ -30,7 +31,6 @@ from nestegg.constants import (
     RUN_STARTED,
 )
 from nestegg.errors import (
-    ConfigurationError,
     NestEggError,
     RunFinishedError,
     RunLockedError,
@@ -62,11 +62,8 @@ class Cancellation:
 
 def _refuse(run: RunRecord, pipeline: str | None) -> None:
     """Refuse to cancel a completed or failed run, or a run of another pipeline."""
-    if pipeline is not None and run.pipeline != pipeline:
-        raise ConfigurationError(
-            f"run {run.run_id!r} belongs to pipeline {run.pipeline!r}, not {pipeline!r}: "
-            "it was not cancelled"
-        )
+    if pipeline is not None:
+        check_pipeline(run, pipeline, ": it was not cancelled")
     if run.status in (COMPLETED, FAILED):
         raise RunFinishedError(
             run.run_id,

@@ -261,20 +261,25 @@ def _run_record(value: Any) -> RunRecord:
 
 
 def _rows(
-    document: Fields, key: str, readers: dict[str, Reader], unique: tuple[str, ...]
+    document: Fields,
+    key: str,
+    readers: dict[str, Reader],
+    unique: tuple[str, ...],
+    optional: bool = False,
 ) -> list[list[Any]]:
     """The fields of each record of the list ``key``, in the order of ``readers`` (each
     checks and converts its field), refusing a record whose ``unique`` fields an earlier
-    one has (the list ``signals`` may be missing: no records)."""
-    places = _records(document, key, optional=key == "signals")
+    one has (``optional``: the list may be missing, no records)."""
+    places = _records(document, key, optional=optional)
     rows = [
         [read(_field(record, at, name), f"{at}.{name}") for name, read in readers.items()]
         for at, record in places
     ]
     names = list(readers)
+    positions = [names.index(name) for name in unique]
     seen: set[Any] = set()
     for (at, _), row in zip(places, rows, strict=True):
-        values = tuple(row[names.index(name)] for name in unique)
+        values = tuple(row[i] for i in positions)
         shown = values[0] if len(values) == 1 else values
         if values in seen:
             raise ExportFormatError(f"{at}: {' and '.join(unique)} {shown!r} appears twice")
@@ -339,7 +344,10 @@ def read_signals(document: Fields, run_id: str) -> list[SignalRecord]:
         InvalidIdentifierError: a signal name that ``signal()`` would refuse.
     """
     readers: dict[str, Reader] = {"name": check_name, "at": _time, "body": unpack}
-    return [SignalRecord(run_id, *row) for row in _rows(document, "signals", readers, ("name",))]
+    return [
+        SignalRecord(run_id, *row)
+        for row in _rows(document, "signals", readers, ("name",), optional=True)
+    ]
 
 
 def read_document(document: Any) -> tuple[RunRecord, Commit]:

@@ -41,10 +41,9 @@ def check_commit(what: Callable[[], str], *groups: Sequence[ThreadRow]) -> None:
 
 def check_write(row: ThreadRow, channel: str, value: Any, task_id: str, thread_id: str) -> None:
     """:func:`check_row` for the write ``row`` of ``value`` to ``channel`` by a task."""
-    if len(row.body) > RECORD_MAX_BYTES:
-        check_row(
-            row, lambda: f"the write to channel {channel!r} of {_task(task_id, thread_id)}", value
-        )
+    check_row(
+        row, lambda: f"the write to channel {channel!r} of {_task(task_id, thread_id)}", value
+    )
 
 
 def check_writes(task_id: str, thread_id: str, *groups: Sequence[ThreadRow]) -> None:

@@ -283,10 +283,12 @@ async def run_window(
     last = checkpoints[-1] if checkpoints else None
     row = await flagged(store, run, reading.run_row(run, last, now, full_error=True), now)
     latest = high == run.step_seq
-    pending = await _pending(store, run, events, row["shown_status"]) if latest else None
+    pending = None
     if latest and damage is not None and run.status != COMPLETED:
         pending = {"seq": run.step_seq + 1, "status": row["shown_status"],
                    "unreadable": str(damage)}  # fmt: skip
+    elif latest:
+        pending = await _pending(store, run, events, row["shown_status"])
     return {
         "pending": pending,
         "events_damage": None if damage is None else str(damage),
