@@ -36,7 +36,6 @@ from nestegg.checkpoint.formats import (
     parse_journal,
     parse_signal,
     refusal_body,
-    step_body,
     step_completed_body,
     step_started_body,
 )
@@ -51,6 +50,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
     new_checkpoint_id,
 )
+from nestegg.checkpoint.step_formats import step_body
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointInfo
 from nestegg.constants import (

@@ -19,9 +19,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from nestegg.checkpoint.formats import completed_step, parse_event, step_facts
+from nestegg.checkpoint.formats import completed_step, parse_event
 from nestegg.checkpoint.records import EventRecord, StepBlock
 from nestegg.checkpoint.step_blocks import StepPiece, unpack_block
+from nestegg.checkpoint.step_formats import step_facts
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import Event
 from nestegg.constants import RUN_RESUMED, STEP_COMPLETED

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import fork_start
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
-from nestegg.checkpoint.formats import checkpoint_body, event_body, parse_step, step_with_data
+from nestegg.checkpoint.formats import checkpoint_body, event_body
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -21,6 +21,7 @@ from nestegg.checkpoint.records import (
     new_checkpoint_id,
     new_run_id,
 )
+from nestegg.checkpoint.step_formats import parse_step, step_with_data
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,

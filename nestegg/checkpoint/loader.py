@@ -17,13 +17,7 @@ from typing import Any, NamedTuple
 
 from nestegg.checkpoint.bulk import collector_paused
 from nestegg.checkpoint.codec import all_intact, decode_value, rebuild, unseal
-from nestegg.checkpoint.formats import (
-    HistoryEntry,
-    block_entries,
-    parse_checkpoint,
-    record_entries,
-    step_data,
-)
+from nestegg.checkpoint.formats import parse_checkpoint
 from nestegg.checkpoint.records import CheckpointRecord, RunRecord, StepBlock, StepRecord
 from nestegg.checkpoint.step_blocks import (
     StepPiece,
@@ -33,6 +27,7 @@ from nestegg.checkpoint.step_blocks import (
     step_records,
     unpack_block,
 )
+from nestegg.checkpoint.step_formats import HistoryEntry, block_entries, record_entries, step_data
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import (
     CheckpointInfo,

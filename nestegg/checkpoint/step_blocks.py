@@ -22,8 +22,13 @@ from collections.abc import Sequence
 from itertools import accumulate
 
 from nestegg.checkpoint.codec import all_intact
-from nestegg.checkpoint.formats import BlockHead, block_checksum, block_head_body, parse_block_head
 from nestegg.checkpoint.records import StepBlock, StepRecord
+from nestegg.checkpoint.step_formats import (
+    BlockHead,
+    block_checksum,
+    block_head_body,
+    parse_block_head,
+)
 
 StepPiece = StepRecord | StepBlock
 """What a history is read as: a loose step record, or a block of them."""

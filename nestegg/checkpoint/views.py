@@ -8,13 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.checkpoint.codec import decode_value, unseal_value
-from nestegg.checkpoint.formats import (
-    HistoryEntry,
-    completed_event,
-    parse_event,
-    parse_failure,
-)
+from nestegg.checkpoint.formats import completed_event, parse_event, parse_failure
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
+from nestegg.checkpoint.step_formats import HistoryEntry
 from nestegg.constants import STEP_COMPLETED
 
 

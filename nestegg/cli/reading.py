@@ -10,7 +10,7 @@ import orjson
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.cancels import cancelled_by
-from nestegg.checkpoint.formats import parse_checkpoint, parse_journal, parse_step
+from nestegg.checkpoint.formats import parse_checkpoint, parse_journal
 from nestegg.checkpoint.loader import load_latest, load_state, unusable_checkpoints
 from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import (
@@ -22,6 +22,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import unpack_block
+from nestegg.checkpoint.step_formats import parse_step
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import (

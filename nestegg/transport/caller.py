@@ -19,12 +19,8 @@ from nestegg import otel
 from nestegg.agents import to_plain
 from nestegg.cancellation import CancelWatch
 from nestegg.checkpoint.codec import decode_value, unseal, unseal_json
-from nestegg.checkpoint.formats import (
-    opening_payload,
-    parse_event,
-    refusal_body,
-    step_data,
-)
+from nestegg.checkpoint.formats import opening_payload, parse_event, refusal_body
+from nestegg.checkpoint.step_formats import step_data
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import run_input, run_result
 from nestegg.checkpoint.waiting import still_waiting, wait_over

@@ -5,8 +5,9 @@ step record; events written before (holding those themselves) read as they alway
 from __future__ import annotations
 
 from nestegg.checkpoint.event_log import read_events
-from nestegg.checkpoint.formats import event_body, parse_event, step_body, step_completed_body
+from nestegg.checkpoint.formats import event_body, parse_event, step_completed_body
 from nestegg.checkpoint.records import Commit, EventRecord, StepRecord
+from nestegg.checkpoint.step_formats import step_body
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import RUN_RESUMED, STEP_COMPLETED
 from nestegg.testing.builders import create

@@ -8,11 +8,6 @@ import pytest
 from nestegg.checkpoint.codec import encode_value, seal, unseal
 from nestegg.checkpoint.formats import (
     Snapshot,
-    block_checksum,
-    block_data_keys,
-    block_entries,
-    block_head_body,
-    block_keys_fit,
     checkpoint_body,
     checkpoint_pruned_body,
     checkpoint_saved_body,
@@ -23,18 +18,25 @@ from nestegg.checkpoint.formats import (
     failure_detail,
     journal_error_body,
     journal_result_body,
-    parse_block_head,
     parse_checkpoint,
     parse_event,
     parse_failure,
     parse_journal,
+    step_completed_body,
+    step_started_body,
+)
+from nestegg.checkpoint.step_formats import (
+    block_checksum,
+    block_data_keys,
+    block_entries,
+    block_head_body,
+    block_keys_fit,
+    parse_block_head,
     parse_step,
     record_entries,
     step_body,
-    step_completed_body,
     step_data,
     step_facts,
-    step_started_body,
     step_with_data,
 )
 from nestegg.errors import CheckpointCorruptedError

@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
-from nestegg.checkpoint.formats import step_data
 from nestegg.checkpoint.loader import _history_entries
 from nestegg.checkpoint.records import StepRecord
+from nestegg.checkpoint.step_formats import step_data
 from nestegg.checkpoint.views import StoredHistory
 from nestegg.errors import CheckpointCorruptedError
 

@@ -4,6 +4,7 @@
 on-disk layout) and ``io`` (atomic and durable writes).
 """
 
-from nestegg.checkpoint.stores.file.store import FileCheckpointStorage, storage_error
+from nestegg.checkpoint.stores.file.root import storage_error
+from nestegg.checkpoint.stores.file.store import FileCheckpointStorage
 
 __all__ = ["FileCheckpointStorage", "storage_error"]

@@ -21,23 +21,18 @@ Layout under the root (directories 0700, files 0600)::
 Claims and commits hold an exclusive ``flock`` on the run's lock file and re-read the
 fence under it, so several processes can share a root. A commit is atomic: it is written
 whole before it is applied, and redone if a crash cut it short (:mod:`.commit`).
-Every write is fsynced before the call returns. :mod:`.file_format` describes the
+Every write is fsynced before the call returns. :mod:`.format` describes the
 records and how torn and damaged ones are read. POSIX only (``fcntl.flock``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import fcntl
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from nestegg.checkpoint.records import (
@@ -59,7 +54,6 @@ from nestegg.checkpoint.stores.common import (
 )
 from nestegg.checkpoint.stores.file.commit import (
     commit_durably,
-    redo_pending_commit,
     remove_checkpoints,
     write_run,
 )
@@ -79,8 +73,6 @@ from nestegg.checkpoint.stores.file.format import (
 from nestegg.checkpoint.stores.file.io import (
     append_durably,
     create_file,
-    make_private_dirs,
-    same_file,
     sync_directory,
 )
 from nestegg.checkpoint.stores.file.threads import FileThreadRows
@@ -90,9 +82,7 @@ from nestegg.constants import (
     FILE_EVENTS_LOG,
     FILE_INPUT,
     FILE_JOURNAL_LOG,
-    FILE_LEFTOVER_SECONDS,
     FILE_LOCK,
-    FILE_PENDING_COMMIT,
     FILE_RUN,
     FILE_RUNS_DIR,
     FILE_SIGNALS_LOG,
@@ -107,22 +97,8 @@ from nestegg.errors import (
     InvalidIdentifierError,
     RunNotFoundError,
     StorageError,
-    StorageUnavailableError,
 )
 from nestegg.urls import query_problem, slashes_problem, without_password
-
-T = TypeVar("T")
-
-_UNAVAILABLE_ERRNOS = frozenset(
-    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO, errno.ENOENT, errno.ENOTDIR}
-)
-
-
-def storage_error(exc: OSError, root: Path) -> StorageError:
-    """The nestegg error for a file-system failure under ``root``."""
-    if exc.errno in _UNAVAILABLE_ERRNOS:
-        return StorageUnavailableError(f"the file store at {root} cannot be used: {exc}")
-    return StorageError(f"the file store at {root} failed: {exc}")
 
 
 def _run_id(run_id: str) -> str:
@@ -198,70 +174,6 @@ class FileCheckpointStorage(FileThreadRows):
 
     def __repr__(self) -> str:
         return f"FileCheckpointStorage({str(self.root)!r})"
-
-    async def _io(self, work: Callable[..., T], *args: Any) -> T:
-        try:
-            return await asyncio.to_thread(work, *args)
-        except OSError as exc:
-            raise storage_error(exc, self.root) from exc
-
-    def _ensure_root(self) -> None:
-        if not self._ready:
-            for name in (FILE_RUNS_DIR, FILE_CHECKPOINT_INDEX_DIR, FILE_STAGING_DIR):
-                make_private_dirs(self.root / name)
-            make_private_dirs(self.root / FILE_TRASH_DIR)
-            self._remove_leftovers()
-            self._ready = True
-
-    def _remove_leftovers(self) -> None:
-        """Remove what creations and deletions cut short by a crash left behind."""
-        # Compared with the files' st_mtime: the file system's wall clock, not a run's.
-        cutoff = time.time() - FILE_LEFTOVER_SECONDS
-        for name in (FILE_STAGING_DIR, FILE_TRASH_DIR):
-            for entry in os.scandir(self.root / name):
-                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    shutil.rmtree(entry.path, ignore_errors=True)
-
-    def _run_dir(self, run_id: str) -> Path:
-        return self._runs / run_id
-
-    @contextmanager
-    def _locked(self, run_id: str, *, redo: bool = True) -> Iterator[Path]:
-        """Hold the run's lock file exclusively, after redoing a commit a crash cut short
-        (unless ``redo`` is False); RunNotFoundError if there is no run."""
-        run_dir = self._run_dir(run_id)
-        lock_path = run_dir / FILE_LOCK
-        while True:
-            try:
-                fd = os.open(lock_path, os.O_RDWR)
-            except FileNotFoundError:
-                raise run_not_found(run_id) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if same_file(fd, lock_path):
-                    break
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)  # the run was deleted (and maybe created anew) meanwhile: retry
-        try:
-            if redo:
-                redo_pending_commit(run_dir, self._index)
-            yield run_dir
-        finally:
-            os.close(fd)
-
-    def _settled(self, run_id: str) -> Path:
-        """The run's directory, once a pending commit (in flight, or cut short by a crash)
-        is done."""
-        run_dir = self._run_dir(run_id)
-        if (run_dir / FILE_PENDING_COMMIT).exists():
-            try:
-                with self._locked(run_id):
-                    pass
-            except RunNotFoundError:
-                pass
-        return run_dir
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -574,4 +486,4 @@ class FileCheckpointStorage(FileThreadRows):
         return [run_id for run_id in expired if self._delete_run(run_id, expires)]
 
 
-__all__ = ["FileCheckpointStorage", "storage_error"]
+__all__ = ["FileCheckpointStorage"]

@@ -29,6 +29,7 @@ from nestegg.checkpoint.stores.file.io import (
     sync_directory,
     write_atomically,
 )
+from nestegg.checkpoint.stores.file.root import FileRoot
 from nestegg.checkpoint.stores.memory_threads import (
     Rows,
     apply_change,
@@ -90,10 +91,9 @@ def _replay(state: _State, line: bytes) -> None:
     state.updated_at = record["t"]
 
 
-class FileThreadRows:
+class FileThreadRows(FileRoot):
     """The :class:`~nestegg.checkpoint.stores.threads.ThreadStore` capability in files."""
 
-    root: Path
     __states: dict[str, _State]
     __lock: threading.Lock
 
@@ -152,13 +152,13 @@ class FileThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        await self._io(self._apply, thread_id, change, now)  # type: ignore[attr-defined]
+        await self._io(self._apply, thread_id, change, now)
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]
     ) -> list[ThreadRow]:
         """See ThreadStore."""
-        rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
+        rows = (await self._io(self._read, thread_id)).rows
         return rows_with_keys(rows, kind, keys)
 
     async def scan_thread_rows(
@@ -172,7 +172,7 @@ class FileThreadRows:
         limit: int | None = None,
     ) -> list[ThreadRow]:
         """See ThreadStore."""
-        rows = (await self._io(self._read, thread_id)).rows  # type: ignore[attr-defined]
+        rows = (await self._io(self._read, thread_id)).rows
         return scan_rows(rows, kind, low, high, newest_first, limit)
 
     def _list(self) -> list[ThreadInfo]:
@@ -208,7 +208,7 @@ class FileThreadRows:
 
     async def list_threads(self) -> list[ThreadInfo]:
         """See ThreadStore."""
-        infos: list[ThreadInfo] = await self._io(self._list)  # type: ignore[attr-defined]
+        infos: list[ThreadInfo] = await self._io(self._list)
         return infos
 
     def _delete(self, thread_ids: list[str]) -> int:
@@ -227,7 +227,7 @@ class FileThreadRows:
     async def delete_threads(self, thread_ids: Sequence[str]) -> int:
         """See ThreadStore."""
         ids = list(dict.fromkeys(thread_ids))
-        count: int = await self._io(self._delete, ids)  # type: ignore[attr-defined]
+        count: int = await self._io(self._delete, ids)
         return count
 
     def _copy(self, source_id: str, target_id: str, now: float) -> bool:
@@ -240,5 +240,5 @@ class FileThreadRows:
 
     async def copy_thread(self, source_id: str, target_id: str, now: float) -> bool:
         """See ThreadStore."""
-        copied: bool = await self._io(self._copy, source_id, target_id, now)  # type: ignore[attr-defined]
+        copied: bool = await self._io(self._copy, source_id, target_id, now)
         return copied
