@@ -360,6 +360,9 @@ class Clutch(PipelineBase):
             IncompatibleCheckpointError: an agent the checkpoint needs is gone, or
                 (IncompatibleDataError) the data it goes on with no longer fits the model
                 of the agent it goes to; nothing is claimed or stored.
+            EventLogDamagedError: its event log is torn and the resume has to read it (what
+                a waiting run waits for, whether the run's ``on_request`` hook passed);
+                nothing is claimed or stored.
         """
         book = self._checkpointing()
         task = await self._launch(lambda lst: book.resume_latest(run_id, lst), StepListeners())
@@ -456,8 +459,9 @@ class Clutch(PipelineBase):
 
         Returns:
             run id -> result, or the exception a resumed run raised (an
-            IncompatibleCheckpointError for a run refused as the pipeline changed, nothing
-            of it stored changed). Runs another worker took first are left out.
+            IncompatibleCheckpointError for a run refused as the pipeline changed, an
+            EventLogDamagedError for a waiting run whose event log is torn: nothing of
+            them stored changed). Runs another worker took first are left out.
         """
         return await self._checkpointing().recover()
 
@@ -499,6 +503,8 @@ class Clutch(PipelineBase):
                 ``resume`` is not a bool (nothing is stored).
             RunNotFoundError: no such run.
             CheckpointSerializationError: a value that cannot be stored.
+            EventLogDamagedError: with ``resume``, the run waits and its event log is torn
+                (what it waits for is unknown): nothing is stored.
 
         Example:
             >>> result = await clutch.signal(run_id, "approval", {"approved": True})

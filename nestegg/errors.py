@@ -26,6 +26,7 @@ Every error nestegg raises on purpose is a :class:`NestEggError`; each names the
     │   ├── CheckpointNotFoundError     no checkpoint with that id
     │   ├── CheckpointExistsError       the id is taken in the store (an import): names its run
     │   ├── CheckpointCorruptedError    a torn or altered record (checksum mismatch)
+    │   │   └── EventLogDamagedError    a run refused: what is needed of its event log is torn
     │   ├── CheckpointSerializationError  a value that cannot be stored (names its path and type)
     │   │   └── RecordTooLargeError     a value or a commit over the size a store takes at once
     │   └── IncompatibleCheckpointError the pipeline changed: what the checkpoint needs is gone
@@ -299,6 +300,21 @@ class CheckpointExistsError(CheckpointError):
 
 class CheckpointCorruptedError(CheckpointError):
     """A stored record is torn or altered: its checksum does not match."""
+
+
+class EventLogDamagedError(CheckpointCorruptedError):
+    """A run is refused because its event log cannot be read (a torn batch) and what is
+    asked of the run needs it: a resume that decides from it what a waiting run waits for,
+    or whether the run's ``on_request`` hook passed; an export, which copies it whole.
+    Nothing of the run is changed.
+
+    Attributes:
+        run_id: the run refused.
+    """
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class CheckpointSerializationError(CheckpointError, TypeError):

@@ -19,7 +19,7 @@ from nestegg.checkpoint.ownership import owner_alive, run_state
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord, StepRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import CheckpointState, run_result
-from nestegg.checkpoint.waiting import still_waiting
+from nestegg.checkpoint.waiting import log_damaged, still_waiting
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -272,6 +272,8 @@ async def resume_start(
             definition does not hold.
         RunWaiting: ``run`` waits and its wait is not over (its signal not stored, its
             deadline or timer not passed): its step would only run again to wait again.
+        EventLogDamagedError: ``run`` waits, its deadline has not passed, and its event
+            log is torn: what it waits for is unknown.
         CheckpointCorruptedError: ``run`` has no valid state to continue from (a fork
             without a valid checkpoint, a damaged input).
         IncompatibleCheckpointError: that state continues with an agent ``pipeline`` no
@@ -304,6 +306,10 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
     in that last case. A running run no process ever claimed passed it: a caller on
     workers stores its run only once the hook passed (a local run is stored claimed); so
     did such a run cancelled from outside while queued (its ``run_cancelled`` says so).
+
+    Raises:
+        EventLogDamagedError: the event log has to be read and is torn: whether the hook
+            passed is unknown.
     """
     if state.seq != 0 or run.parent_run is not None or run.step_seq != 0:
         return False
@@ -316,7 +322,10 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
             pass
     elif run.status not in (RUNNING, CANCELLED):
         return False
-    events = await store.read_events(run.run_id)
+    try:
+        events = await store.read_events(run.run_id)
+    except CheckpointCorruptedError as error:
+        raise log_damaged(run.run_id, error, "whether its on_request hook passed") from None
     if any(event.kind in STEP_EVENTS for event in events):
         return False
     return not any(_cancelled_queued(event) for event in events if event.kind == RUN_CANCELLED)
@@ -340,7 +349,7 @@ async def resume_refusal(
     """Why a resume of ``run`` by ``pipeline`` would be refused now (None: it would
     claim the run): for a completed run, a ConfigurationError (another pipeline's run, or
     nothing to resume: the service returns its result instead), else the error of
-    :func:`resume_start`."""
+    :func:`resume_start`, or of :func:`request_pending` (a torn event log)."""
     try:
         if run.status == COMPLETED:
             check_pipeline(run, pipeline.name)
@@ -348,7 +357,8 @@ async def resume_refusal(
                 f"run {run.run_id!r} is completed: there is nothing to resume (fork it from "
                 "a checkpoint to run its steps again)"
             )
-        await resume_start(store, pipeline, run, now)
+        state, _ = await resume_start(store, pipeline, run, now)
+        await request_pending(store, run, state)
     except REFUSALS as error:
         return error
     return None

@@ -49,11 +49,12 @@ from nestegg.checkpoint.views import (
     run_result,
 )
 from nestegg.checkpoint.waiting import (
-    resumable_now,
+    resumable_or_torn,
     signal_came,
     store_signal,
     wait_due,
     wait_of,
+    wait_to_resume,
 )
 from nestegg.constants import (
     COMPLETED,
@@ -597,20 +598,22 @@ class CheckpointedRuns:
 
     async def list_resumable(self) -> list[RunInfo]:
         """What :meth:`recover` resumes: the interrupted runs, and the waiting runs whose
-        deadline passed or whose signal is stored."""
+        deadline passed or whose signal is stored; also the waiting runs whose event log
+        is torn (what they wait for is unknown), which the resume refuses, saying so."""
         store = await self.ready()
         now = self.config.clock()
         runs = await store.list_runs(pipeline=self.clutch.name, statuses=[RUNNING, WAITING])
         return [
             RunInfo.from_record(r)
             for r in runs
-            if run_state(r, now) == INTERRUPTED or await resumable_now(store, r, now)
+            if run_state(r, now) == INTERRUPTED or await resumable_or_torn(store, r, now)
         ]
 
     async def recover(self) -> dict[str, Any]:
         """Resume every interrupted run, every waiting run whose deadline passed and every
         waiting run whose signal is stored, concurrently; run id -> result (or the
-        exception: RunWaiting for a run that waits again). Runs queued for workers are
+        exception: RunWaiting for a run that waits again, EventLogDamagedError for a
+        waiting run whose event log is torn, left as it was). Runs queued for workers are
         left to them."""
         interrupted = await self.list_resumable()
 
@@ -634,9 +637,12 @@ class CheckpointedRuns:
         """Store a signal for a run; with ``resume``, resume the run if it waits for it.
 
         Returns the run's result when resumed here (None otherwise); raises RunWaiting when
-        the resumed run waits again.
+        the resumed run waits again, and EventLogDamagedError, the signal not stored, when
+        the run waits and its event log is torn (what it waits for is unknown).
         """
         store = await self.ready()
+        if resume and (run := await store.get_run(run_id)) is not None:
+            await wait_to_resume(store, run, f"its signal {name!r} not stored")
         await store_signal(
             store,
             run_id,

@@ -2,7 +2,9 @@
 
 A waiting run is stored with status ``waiting``; its ``lease_until`` holds when the wait
 ends (wait_for's deadline, a timer's due time, or ``NO_DEADLINE``), and the last event of
-the commit that suspended it, ``run_waiting``, names the signal (None for a timer).
+the commit that suspended it, ``run_waiting``, names the signal (None for a timer). A
+resume that has to read that event refuses a run whose event log is torn
+(:func:`log_damaged`): what it would wait for is unknown, and nothing of it changes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from nestegg.constants import COMPLETED, NO_DEADLINE, RUN_WAITING, WAITING
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
+    EventLogDamagedError,
     RunWaiting,
     SignalExistsError,
     SignalRefusedError,
@@ -58,6 +61,37 @@ async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
     return Wait(None, deadline)
 
 
+def log_damaged(
+    run_id: str, error: CheckpointCorruptedError, unknown: str, outcome: str = ""
+) -> EventLogDamagedError:
+    """The refusal of a resume of ``run_id`` whose event log cannot be read (``error``),
+    so that ``unknown`` is (what it waits for, say); ``outcome``: what else was not done
+    (``its signal 'x' not stored``)."""
+    if isinstance(error, EventLogDamagedError):
+        return error
+    done = ", ".join(["it was not resumed", *([outcome] if outcome else [])])
+    return EventLogDamagedError(
+        f"run {run_id!r} is refused: {error}, so {unknown} is unknown; {done} and nothing "
+        "of it was changed (fork it from a checkpoint to go on in a new run, or delete it)",
+        run_id,
+    )
+
+
+async def wait_to_resume(
+    store: CheckpointStorage, run: RunRecord, outcome: str = ""
+) -> Wait | None:
+    """:func:`wait_of`, for a resume: a torn event log refuses the run.
+
+    Raises:
+        EventLogDamagedError: what the run waits for cannot be read (``outcome``: what
+            else the refusal did not do, as :func:`log_damaged` says it).
+    """
+    try:
+        return await wait_of(store, run)
+    except CheckpointCorruptedError as error:
+        raise log_damaged(run.run_id, error, "what it waits for", outcome) from None
+
+
 async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> bool:
     """Whether a signal ``name`` is stored for the run."""
     return any(signal.name == name for signal in await store.read_signals(run_id))
@@ -71,11 +105,25 @@ async def signal_came(store: CheckpointStorage, waiting: RunWaiting) -> bool:
 
 
 async def resumable_now(store: CheckpointStorage, run: RunRecord, now: float) -> bool:
-    """Whether a waiting run can go on now: its deadline passed, or its signal is stored."""
+    """Whether a waiting run can go on now: its deadline passed, or its signal is stored.
+
+    Raises:
+        EventLogDamagedError: its deadline has not passed and what it waits for cannot be
+            read (its event log is torn).
+    """
     if wait_due(run, now):
         return True
-    wait = await wait_of(store, run)
+    wait = await wait_to_resume(store, run)
     return bool(wait and wait.signal and await signal_stored(store, run.run_id, wait.signal))
+
+
+async def resumable_or_torn(store: CheckpointStorage, run: RunRecord, now: float) -> bool:
+    """Whether a waiting ``run`` can go on now (:func:`resumable_now`), or its event log is
+    torn: what :meth:`recover` tries, which refuses the latter, saying so."""
+    try:
+        return await resumable_now(store, run, now)
+    except EventLogDamagedError:
+        return True
 
 
 async def still_waiting(
@@ -85,10 +133,15 @@ async def still_waiting(
     now (its deadline not passed, its signal not stored): the RunWaiting its step raises
     again (``on_workers``: saying that a worker's sweep resumes it). None when the run
     does not wait or can go on, or when what it waits for cannot be read (its
-    ``run_waiting`` event damaged or missing, and no deadline): its step then finds out."""
+    ``run_waiting`` event damaged or missing, and no deadline): its step then finds out.
+
+    Raises:
+        EventLogDamagedError: the run waits, its deadline has not passed, and its event log
+            is torn (what it waits for cannot be read).
+    """
     if run.status != WAITING or await resumable_now(store, run, now):
         return None
-    wait = await wait_of(store, run) or Wait(None, None)
+    wait = await wait_to_resume(store, run) or Wait(None, None)
     if wait.signal is None and wait.deadline is None:  # a timer always has its due time
         return None
     return RunWaiting(run.run_id, wait.signal, wait.deadline, on_workers=on_workers)
@@ -96,8 +149,12 @@ async def still_waiting(
 
 async def wait_over(store: CheckpointStorage, run: RunRecord) -> RunWaiting:
     """The RunWaiting of a waiting ``run`` whose wait is over, for a process that has no
-    sweep to continue it: it says ``recover()`` or ``resume_latest`` does."""
-    wait = await wait_of(store, run) or Wait(None, None)
+    sweep to continue it: it says ``recover()`` or ``resume_latest`` does.
+
+    Raises:
+        EventLogDamagedError: its event log is torn (what it waited for cannot be read).
+    """
+    wait = await wait_to_resume(store, run) or Wait(None, None)
     return RunWaiting(run.run_id, wait.signal, wait.deadline, over=True)
 
 
@@ -142,11 +199,14 @@ async def store_signal(
 
 __all__ = [
     "Wait",
+    "log_damaged",
     "resumable_now",
+    "resumable_or_torn",
     "signal_came",
     "signal_stored",
     "still_waiting",
     "store_signal",
     "wait_due",
     "wait_of",
+    "wait_to_resume",
 ]

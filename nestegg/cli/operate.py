@@ -47,6 +47,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import (
+    EventLogDamagedError,
     IncompatibleCheckpointError,
     ModuleNameMismatchError,
     NestEggError,
@@ -60,7 +61,8 @@ AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_defau
 PROGRESS_POLL_SECONDS = 0.2
 REFUSED = "refused"
 """The outcome of a run ``nestegg recover`` did not resume: the pipeline changed (an agent
-it goes on with is gone, or its data no longer fits the agent's model); nothing stored
+it goes on with is gone, or its data no longer fits the agent's model), or its event log
+is torn (what it waits for is unknown: ``"event_log": "damaged"``); nothing stored
 changed."""
 
 
@@ -410,6 +412,9 @@ async def _resume_each(
                 outcome["waits_for"] = waits_for(waiting)
             except IncompatibleCheckpointError as refused:  # before anything was stored
                 outcome = {"run_id": run_id, "outcome": REFUSED, "error": error_line(refused)}
+            except EventLogDamagedError as refused:  # before anything was stored
+                outcome = {"run_id": run_id, "outcome": REFUSED, "error": error_line(refused)}
+                outcome["event_log"] = "damaged"
             except Exception as error:
                 outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
             advance()
@@ -453,7 +458,8 @@ def recover_command(
     that none took yet (queued) is left to them: a worker's sweep publishes it (nestegg
     resume RUN --app ... runs it here on purpose). A run whose resume is refused because
     the pipeline changed (an agent it goes on with is gone, or its data no longer fits the
-    agent's model) is reported as refused: nothing stored of it changes.
+    agent's model), or a waiting run whose event log is damaged (what it waits for is
+    unknown), is reported as refused: nothing stored of it changes.
 
     Exits 1 if any of them failed again or was refused.
     """
@@ -488,8 +494,7 @@ def recover_command(
         columns = ("RUN", "OUTCOME", "DETAIL")
         out.table(columns, rows, status_column=1, whole=(0, 1), sentences=(2,))
         parts = [f"{counts['failed']} failed", f"{counts['skipped']} taken by another process"]
-        if counts[REFUSED]:
-            parts.append(f"{counts[REFUSED]} refused as the pipeline changed")
+        parts.extend(_refusals(outcomes))
         if counts["waiting"]:
             parts.append(f"{counts['waiting']} waiting again")
         out.line(
@@ -498,6 +503,18 @@ def recover_command(
         )
     if counts["failed"] or counts[REFUSED]:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _refusals(outcomes: list[dict[str, Any]]) -> list[str]:
+    """How many runs ``nestegg recover`` refused, by why, for its summary."""
+    refused = [o for o in outcomes if o["outcome"] == REFUSED]
+    damaged = sum("event_log" in o for o in refused)
+    changed = len(refused) - damaged
+    parts = [f"{changed} refused as the pipeline changed"] if changed else []
+    if damaged:
+        whose = "its" if damaged == 1 else "their"
+        parts.append(f"{damaged} refused as {whose} event log is damaged")
+    return parts
 
 
 async def _queued(store: CheckpointStorage, pipeline: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.waiting import store_signal, wait_of
+from nestegg.checkpoint.waiting import store_signal, wait_to_resume
 from nestegg.cli.app import (
     REPLACE_FLAG,
     JsonOption,
@@ -66,7 +66,7 @@ def signal_command(
         async def resume() -> dict[str, Any]:
             async with bound(clutch, store_url(ctx, store)) as opened:
                 run = await get_run(opened, run_id)
-                wait = await wait_of(opened, run)
+                wait = await wait_to_resume(opened, run, f"its signal {name!r} not stored")
                 try:
                     result = await clutch.signal(run_id, name, data, replace=replace)
                 except RunWaiting as waiting:  # as resume says it: exit 5

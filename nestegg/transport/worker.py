@@ -32,6 +32,7 @@ from nestegg.constants import RUNNING, WAITING
 from nestegg.errors import (
     BrokerRefusedError,
     ConfigurationError,
+    EventLogDamagedError,
     NestEggError,
     StorageUnavailableError,
     TransportError,
@@ -52,6 +53,8 @@ from nestegg.transport.verdicts import pointer_fence
 from nestegg.wording import STEPS, counted
 
 if TYPE_CHECKING:
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.clutch import Clutch
 
 log = logging.getLogger("nestegg")
@@ -146,6 +149,9 @@ class Worker:
         self.channels.append(channel_name(clutch.name))
         self.named = ", ".join(self.channels)
         """The channels as the worker's lines name them."""
+        self.refused: set[tuple[str, int]] = set()
+        """The waiting runs (id, event seq) the sweep refused as their event log is torn:
+        told once each."""
 
     async def _crowded(self) -> bool:
         """Whether every slot runs a step while a message waits for one on the broker
@@ -357,7 +363,7 @@ class Worker:
         swept = []
         for run in runs:
             if run.status == WAITING:
-                due = await resumable_now(store, run, self.runner.book.config.clock())
+                due = await self._wait_over(store, run)
             else:
                 held = run.lease_until is not None and run.lease_until > now
                 due = not held and run.updated_at <= now - self.sweep_after
@@ -371,6 +377,19 @@ class Worker:
         if swept:
             log.info("swept %d runs of pipeline %r: %s", len(swept), self.clutch.name, swept)
         return swept
+
+    async def _wait_over(self, store: CheckpointStorage, run: RunRecord) -> bool:
+        """Whether the sweep resumes a waiting run now; a run whose event log is torn (what
+        it waits for unknown) is refused, with a warning (once), and left as it is."""
+        try:
+            return await resumable_now(store, run, self.runner.book.config.clock())
+        except EventLogDamagedError as refused:
+            key = (run.run_id, run.event_seq)
+            level = logging.DEBUG if key in self.refused else logging.WARNING
+            self.refused.add(key)
+            log.log(level, "sweep of pipeline %r: %s", self.clutch.name, refused,
+                    extra={"run_id": run.run_id})  # fmt: skip
+            return False
 
 
 async def serve(worker: Worker) -> None:

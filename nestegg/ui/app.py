@@ -31,6 +31,7 @@ from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     ConfigurationError,
+    EventLogDamagedError,
     IncompatibleCheckpointError,
     InvalidIdentifierError,
     NestEggError,
@@ -57,6 +58,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[NestEggError], int], ...] = (
     (RunLockedError, 409),
     (RunWaiting, 409),
     (IncompatibleCheckpointError, 409),
+    (EventLogDamagedError, 409),  # a run refused, unchanged: not the store's failure
     (StorageUnavailableError, 503),
     (CheckpointCorruptedError, 500),
 )

@@ -1,8 +1,9 @@
 """Resuming from the page: the one rule of which runs the application's Clutch resumes
 now is :func:`~nestegg.checkpoint.admission.resume_refusal`, the checks
 ``Clutch.resume_latest`` makes before it claims a run. The resume endpoint refuses the
-others before anything starts (400, 409; 500 for a run with no valid state to continue
-from); the run page shows their button disabled, with the reason."""
+others before anything starts (400, 409, also for a run whose event log is torn when the
+resume has to read it; 500 for a run with no valid state to continue from); the run page
+shows their button disabled, with the reason."""
 
 from __future__ import annotations
 

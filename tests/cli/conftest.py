@@ -187,6 +187,23 @@ def damage_newest_event_batch(url: str, run_id: str, damage: Callable[[bytes], b
         conn.execute("UPDATE event_batches SET body = ? WHERE batch_key = ?", (damage(body), key))
 
 
+def tear(body: bytes) -> bytes:
+    """A batch body cut short (for :func:`damage_newest_event_batch`): the log is torn."""
+    return body[: len(body) // 2]
+
+
+def stored_as_is(url: str, run_id: str) -> list[list[Any]]:
+    """The rows the SQLite store at ``url`` holds of the run: its record, signals,
+    checkpoints and event batches (as stored: a torn log cannot be read past its damage)."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        (base,) = conn.execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        batches = "SELECT * FROM event_batches WHERE batch_key > ? AND batch_key < ?"
+        return [
+            conn.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,)).fetchall()
+            for table in ("runs", "signals", "checkpoints")
+        ] + [conn.execute(batches, (base * SEQ_SPAN, (base + 1) * SEQ_SPAN)).fetchall()]
+
+
 def leave_waiting(url: str, run_id: str) -> None:
     """Store a run of the waiting pipeline at ``url`` that waits for its signal."""
     from tests.ui.pipelines import start_waiting
@@ -199,6 +216,14 @@ def leave_waiting(url: str, run_id: str) -> None:
             await store.close()
 
     asyncio.run(wait())
+
+
+def leave_torn(url: str, torn: str, *whole: str) -> None:
+    """Store runs of the waiting pipeline at ``url`` that wait for their signal: ``torn``
+    with its event log torn (its newest batch cut short), the ``whole`` ones as they are."""
+    for run_id in (torn, *whole):
+        leave_waiting(url, run_id)
+    damage_newest_event_batch(url, torn, tear)
 
 
 def json_of(result: Result) -> Any:

@@ -14,7 +14,16 @@ from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli import pipeline_app
-from tests.cli.conftest import Cli, Filled, fill, json_of, queue
+from tests.cli.conftest import (
+    Cli,
+    Filled,
+    fill,
+    json_of,
+    leave_torn,
+    queue,
+    store_url_for,
+    stored_as_is,
+)
 from tests.cli.pipeline_app import (
     OWN_STORE_ENV,
     POLICY,
@@ -311,3 +320,42 @@ def test_the_app_clutch_is_left_as_it_was(cli: Cli, filled: Filled) -> None:
     assert cli("recover", "--app", APP, "--store", filled.url).exit_code == 0
     assert pipeline_app.pipeline._checkpoint_config is config
     assert config is not None and config.storage is None
+
+
+WAITING_APP = "tests.ui.pipelines:waiting_app"
+TORN_WHY = (
+    "run 'torn' is refused: the event log of run 'torn' is damaged (a torn batch), so what "
+    "it waits for is unknown; it was not resumed"
+)
+
+
+def test_resume_signal_and_recover_refuse_a_waiting_run_whose_event_log_is_torn(
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # recover stopped at it, and failed as a whole; the other commands said the store's line
+    url = next(store_url_for("sqlite", request, tmp_path))
+    leave_torn(url, "torn", "fine")
+    assert cli("signal", "fine", "approval", '"yes"', "--store", url).exit_code == 0
+    before = stored_as_is(url, "torn")
+    sent = cli("signal", "torn", "approval", '"yes"', "--app", WAITING_APP, "--store", url)
+    assert sent.exit_code == EXIT_FAILED
+    assert sent.stderr.startswith(f"error: {TORN_WHY}, its signal 'approval' not stored and ")
+    resumed = cli("resume", "torn", "--app", WAITING_APP, "--store", url)
+    assert (resumed.exit_code, resumed.stderr.startswith(f"error: {TORN_WHY} and ")) == (1, True)
+    result = cli("recover", "--app", WAITING_APP, "--store", url)
+    assert result.exit_code == EXIT_FAILED
+    rows = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:-1]}
+    assert rows == {"fine": "completed", "torn": "refused"}
+    assert TORN_WHY in " ".join(result.stdout.split())
+    assert result.stdout.splitlines()[-1] == (
+        "recovered 1 of 2 runs; 0 failed, 0 taken by another process, "
+        "1 refused as its event log is damaged"
+    )
+    as_json = cli("recover", "--app", WAITING_APP, "--store", url, "--json")
+    assert as_json.exit_code == EXIT_FAILED
+    report = orjson.loads(as_json.stdout)
+    (row,) = report["runs"]
+    assert (row["run_id"], row["outcome"], row["event_log"]) == ("torn", "refused", "damaged")
+    assert row["error"].startswith(TORN_WHY)
+    assert (report["refused"], report["completed"]) == (1, 0)
+    assert stored_as_is(url, "torn") == before  # nothing of it changed

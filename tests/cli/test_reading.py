@@ -29,6 +29,7 @@ from tests.cli.conftest import (
     leave_waiting,
     queue,
     store_url_for,
+    tear,
 )
 from tests.cli.pipeline_app import POLICY, build
 from tests.stores.test_sqlite_blocks import rewrite_block
@@ -531,7 +532,7 @@ def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unkn
     shown = cli("show", filled.gone, "-s", url)
     assert shown.exit_code == 0 and "(cancelled by unknown)" in shown.stdout
     # a torn batch: the log itself cannot be read
-    damage_newest_event_batch(url, filled.gone, lambda body: body[: len(body) // 2])
+    damage_newest_event_batch(url, filled.gone, tear)
     table = cli("runs", "-s", url)
     assert table.exit_code == 0, table.stderr
     assert [line.split()[:3] for line in table.stdout.splitlines()[1:]] == [
@@ -549,17 +550,13 @@ def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unkn
     ] == [filled.gone]
 
 
-def _tear(body: bytes) -> bytes:
-    return body[: len(body) // 2]
-
-
 def test_show_and_events_of_a_run_whose_event_log_is_torn(
     cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = next(store_url_for("sqlite", request, tmp_path))
     filled = asyncio.run(fill(url))
     whole = cli("events", filled.gone, "-s", url).stdout.splitlines()
-    damage_newest_event_batch(url, filled.gone, _tear)
+    damage_newest_event_batch(url, filled.gone, tear)
     why = f"the event log of run {filled.gone!r} is damaged (a torn batch)"
     shown = cli("show", filled.gone, "-s", url)
     assert shown.exit_code == 0, shown.stderr
@@ -591,7 +588,7 @@ def test_a_waiting_run_whose_event_log_is_torn_is_listed_its_wait_unknown(
     url = next(store_url_for("sqlite", request, tmp_path))
     filled = asyncio.run(fill(url))
     leave_waiting(url, "w1")
-    damage_newest_event_batch(url, "w1", _tear)
+    damage_newest_event_batch(url, "w1", tear)
     why = "the event log of run 'w1' is damaged (a torn batch)"
     table = cli("runs", "-s", url)
     assert table.exit_code == 0, table.stderr

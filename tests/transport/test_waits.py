@@ -4,18 +4,24 @@ message, the caller gets RunWaiting, and signal() resumes it in the signalling p
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import nestegg
 from nestegg import Clutch, RunWaiting, get_context
+from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.transport.worker import Worker
+from tests.cli.conftest import damage_newest_event_batch, stored_as_is, tear
 from tests.transport.apps import config, counter, prefix, side_effect, transport
 from tests.transport.conftest import Deployment
 from tests.transport.test_caller import serving
 from tests.transport.test_workers import event_log
+from tests.ui.pipelines import SIGNAL, start_waiting
 
 
 def make_approvals(*, local: bool = False) -> Clutch:
@@ -146,3 +152,36 @@ async def test_result_waits_for_a_run_whose_signal_is_stored_until_a_worker_resu
         await caller.stop()
         await worker.stop()
     assert result == {"paid": 1, "approval": "ok"}
+
+
+@pytest.mark.server
+async def test_a_sweep_refuses_a_waiting_run_whose_event_log_is_torn_and_sweeps_the_others(
+    deployment: Deployment, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the sweep failed as a whole at it, every time: the others were never swept
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = open_store(url)
+    for run_id in ("torn", "fine"):
+        await start_waiting(store, run_id, nap=False)
+    damage_newest_event_batch(url, "torn", tear)
+    worker = Clutch("waiting", transport=transport(), checkpoint=config(store=store))
+
+    @worker.agent()
+    async def approve(data: dict[str, Any]) -> dict[str, Any]:  # its agent, not run here
+        return data
+
+    try:
+        await worker.signal("fine", SIGNAL, "yes", resume=False)
+        await worker.signal("torn", SIGNAL, "yes", resume=False)  # due, if it could be read
+        before = stored_as_is(url, "torn")
+        sweeper = Worker(worker, worker.transport)
+        with caplog.at_level(logging.DEBUG, logger="nestegg"):
+            assert await sweeper.sweep() == ["fine"]
+            assert await sweeper.sweep() == ["fine"]  # still waiting: no worker consumes
+    finally:
+        await worker.stop()
+        await store.close()
+    told = [r for r in caplog.records if "run 'torn' is refused" in r.getMessage()]
+    assert [r.levelno for r in told] == [logging.WARNING, logging.DEBUG]  # told once
+    assert "the event log of run 'torn' is damaged (a torn batch)" in told[0].getMessage()
+    assert stored_as_is(url, "torn") == before

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.ownership import host_id, owner_payload
@@ -31,7 +33,7 @@ from nestegg.errors import ConfigurationError
 from nestegg.testing.builders import make_checkpoint, make_commit
 from nestegg.ui import UISettings, create_app
 from nestegg.ui.resumes import WAIT_NOT_OVER
-from tests.cli.conftest import GONE_PID, Filled, fill
+from tests.cli.conftest import GONE_PID, Filled, damage_newest_event_batch, fill, tear
 from tests.cli.pipeline_app import FAIL_ENV, POLICY, build, without_enrich
 from tests.ui.conftest import BASE_URL, TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
@@ -411,16 +413,25 @@ def test_resume_of_a_run_of_another_pipeline_is_refused_and_not_offered(
             ui.write("DELETE", f"/api/runs/{run_id}")
 
 
-def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def _waiting_ui(tmp_path: Path, **naps: bool) -> Iterator[tuple[Ui, CheckpointStorage, Clutch]]:
+    """The inspector, writes allowed, with the waiting pipeline as its Clutch, over a
+    SQLite store holding a waiting run of it by each id of ``naps`` (True: on its timer)."""
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     clutch = waiting_pipeline(store)
     settings = UISettings(store=store, clutch=clutch, allow_writes=True, token=TOKEN)
     with client_for(settings) as client:
-        ui = Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite")  # none of the filled runs
-        client.portal.call(lambda: start_waiting(store, "signal", nap=False))  # type: ignore[union-attr]
-        client.portal.call(lambda: start_waiting(store, "nap", nap=True))  # type: ignore[union-attr]
+        for run_id, nap in naps.items():
+            client.portal.call(partial(start_waiting, store, run_id, nap=nap))  # type: ignore[union-attr]
+        yield Ui(client, Filled(str(tmp_path), "", "", ""), "sqlite"), store, clutch
+    asyncio.run(store.close())
+
+
+def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
+    tmp_path: Path,
+) -> None:
+    with _waiting_ui(tmp_path, signal=False, nap=True) as (ui, store, clutch):
+        client = ui.client
         for run_id, message in (
             ("signal", "run 'signal' waits for signal 'approval': send it with "
                        "signal('signal', 'approval', value)"),
@@ -441,7 +452,6 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
         started: Any = ui.write("POST", "/api/runs/signal/resume")
         assert started.status_code == 202
         _wait_for(ui, "signal", "completed")
-    asyncio.run(store.close())
 
 
 LOST_ENRICH = (
@@ -794,3 +804,22 @@ def test_a_clutch_without_allow_writes_is_refused() -> None:
     clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
     with pytest.raises(ConfigurationError, match="need allow_writes=True"):
         create_app(UISettings(clutch=clutch))
+
+
+def test_resume_of_a_run_whose_event_log_is_torn_is_refused_and_not_offered(
+    tmp_path: Path,
+) -> None:
+    # A torn log was 500 (and the page offered the cancelled run's resume)
+    with _waiting_ui(tmp_path, waits=False, stopped=False) as (ui, _, clutch):
+        assert ui.client.portal.call(clutch.cancel, "stopped")  # type: ignore[union-attr]
+        for run_id, unknown in (
+            ("waits", "what it waits for"),  # asked of its run_waiting event
+            ("stopped", "whether its on_request hook passed"),  # cancelled before a step
+        ):
+            damage_newest_event_batch(f"sqlite:///{tmp_path / 'runs.db'}", run_id, tear)
+            why = (
+                f"run {run_id!r} is refused: the event log of run {run_id!r} is damaged (a "
+                f"torn batch), so {unknown} is unknown; it was not resumed and nothing of it "
+                "was changed (fork it from a checkpoint to go on in a new run, or delete it)"
+            )
+            _refused_and_untouched(ui, run_id, 409, why)

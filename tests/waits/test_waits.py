@@ -13,10 +13,14 @@ import pytest
 import nestegg
 from nestegg import Clutch, RunWaiting, SignalExistsError, SignalRefusedError
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.constants import WAITING
-from nestegg.errors import ConfigurationError, RunNotFoundError
+from nestegg.errors import ConfigurationError, EventLogDamagedError, RunNotFoundError
 from nestegg.testing import FakeClock
+from tests.cli.conftest import damage_newest_event_batch, tear
+from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 from tests.waits.conftest import Opener
 from tests.waits.pipeline import build, build_sleeper, entries, quotes
 
@@ -415,3 +419,51 @@ async def test_result_without_a_transport_of_a_run_whose_wait_is_over_raises_at_
         assert "its wait is over" in message
         assert f"recover() or resume_latest({run_id!r}) continues it" in message
         assert (await clutch.resume_latest(run_id))["done"]
+
+
+async def _untouched_state(store: CheckpointStorage, run_id: str) -> tuple[Any, ...]:
+    """What is stored of ``run_id`` besides its (torn) event log."""
+    return (
+        await store.get_run(run_id),
+        await store.read_signals(run_id),
+        await store.list_checkpoints(run_id),
+        await store.load_steps(run_id),
+    )
+
+
+async def test_a_waiting_run_whose_event_log_is_torn_is_refused_and_recover_goes_on(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = open_store(url)
+    for run_id in ("torn", "fine"):
+        await start_waiting(store, run_id, nap=False)
+    await store.close()
+    damage_newest_event_batch(url, "torn", tear)
+    store = open_store(url)
+    clutch = waiting_pipeline(store)
+    why = (
+        "run 'torn' is refused: the event log of run 'torn' is damaged (a torn batch), so "
+        "what it waits for is unknown; it was not resumed"
+    )
+    try:
+        await clutch.signal("fine", SIGNAL, "yes", resume=False)
+        before = await _untouched_state(store, "torn")
+        with pytest.raises(EventLogDamagedError, match=re.escape(why)) as refused:
+            await clutch.resume_latest("torn")
+        assert refused.value.run_id == "torn"
+        assert str(refused.value).endswith(
+            "nothing of it was changed (fork it from a checkpoint to go on in a new run, "
+            "or delete it)"
+        )
+        with pytest.raises(EventLogDamagedError, match="its signal 'approval' not stored"):
+            await clutch.signal("torn", SIGNAL, "yes")
+        # recover tries it (what it waits for is unknown) and is refused, alone
+        assert sorted(r.run_id for r in await clutch.list_resumable()) == ["fine", "torn"]
+        outcomes = await clutch.recover()
+        assert outcomes["fine"] == {"nap": False, "approved": "yes"}
+        assert isinstance(outcomes["torn"], EventLogDamagedError)
+        assert str(outcomes["torn"]).startswith(why)
+        assert await _untouched_state(store, "torn") == before
+    finally:
+        await store.close()
