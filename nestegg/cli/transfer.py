@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import shlex
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -54,7 +55,12 @@ from nestegg.constants import (
     CheckpointReason,
     EventKind,
 )
-from nestegg.errors import CheckpointExistsError, RunExistsError
+from nestegg.errors import (
+    CheckpointCorruptedError,
+    CheckpointExistsError,
+    EventLogDamagedError,
+    RunExistsError,
+)
 
 Blob = str | dict[str, str]
 Fields = dict[str, Any]
@@ -98,11 +104,25 @@ async def _journal(store: CheckpointStorage, run: RunRecord) -> list[JournalReco
         step += 1
 
 
+async def _events(store: CheckpointStorage, run_id: str) -> list[EventRecord]:
+    """The run's whole event log, for an export: a torn one refuses it."""
+    try:
+        return await store.read_events(run_id)
+    except CheckpointCorruptedError as error:
+        raise EventLogDamagedError(
+            f"run {run_id!r} cannot be exported: {error}; nothing was written (an export "
+            f"copies a run whole; nestegg events {shlex.quote(run_id)} lists the events "
+            "before the damage)",
+            run_id,
+        ) from None
+
+
 async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
     """The run and everything of it as one JSON-ready document.
 
     Raises:
         RunNotFoundError: no such run.
+        EventLogDamagedError: its event log is torn (an export is whole or not at all).
     """
     run = await get_run(store, run_id)
     return {
@@ -141,7 +161,7 @@ async def export_run(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
         ],
         "events": [
             {"seq": e.seq, "at": e.at, "kind": e.kind, "body": pack(e.body)}
-            for e in await store.read_events(run.run_id)
+            for e in await _events(store, run.run_id)
         ],
         "journal": [
             {"step": j.step, "position": j.position, "body": pack(j.body)}

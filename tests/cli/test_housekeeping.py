@@ -17,7 +17,16 @@ from nestegg.cli.app import CommandError
 from nestegg.cli.housekeeping import parse_duration
 from nestegg.cli.transfer import export_run, import_run
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
-from tests.cli.conftest import Cli, Filled, delete_runs, fill, json_of
+from tests.cli.conftest import (
+    Cli,
+    Filled,
+    damage_newest_event_batch,
+    delete_runs,
+    fill,
+    json_of,
+    store_url_for,
+    tear,
+)
 from tests.cli.pipeline_app import POLICY, build
 
 
@@ -229,3 +238,24 @@ async def test_transfer_between_memory_stores() -> None:
     assert await target.get_run("mem") == await source.get_run("mem")
     assert await target.load_steps("mem") == await source.load_steps("mem")
     assert await target.read_events("mem") == await source.read_events("mem")
+
+
+def test_export_refuses_a_run_whose_event_log_is_torn_and_writes_nothing(
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # an export is a run whole or nothing: not a copy that would import without its events
+    url = next(store_url_for("sqlite", request, tmp_path))
+    filled = asyncio.run(fill(url))
+    damage_newest_event_batch(url, filled.gone, tear)
+    target = tmp_path / "gone.json"
+    for output in ((), ("-o", str(target))):
+        result = cli("export", filled.gone, *output, "--store", url)
+        assert (result.exit_code, result.stdout) == (EXIT_FAILED, "")
+        assert result.stderr == (
+            f"error: run {filled.gone!r} cannot be exported: the event log of run "
+            f"{filled.gone!r} is damaged (a torn batch); nothing was written (an export "
+            f"copies a run whole; nestegg events {filled.gone} lists the events before the "
+            "damage)\n"
+        )
+    assert not target.exists()
+    assert cli("export", filled.ok, "--store", url).exit_code == 0  # the others export
