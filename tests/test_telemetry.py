@@ -20,6 +20,7 @@ from opentelemetry import trace
 from nestegg import Clutch, RunWaiting, call, get_context, otel, telemetry, wait_for
 from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage, SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from tests.cli.conftest import damage_newest_event_batch, tear
 from tests.otel_sdk import Sdk, install_sdk, reset_globals
 
 PIPELINE = "enrich"
@@ -483,20 +484,33 @@ class UnreadableEvents(MemoryCheckpointStorage):
         raise OSError("the event log is unreadable")
 
 
+@pytest.mark.parametrize(
+    ("torn", "told"),
+    [
+        (False, "no link to its earlier attempt: the event log is unreadable"),
+        (
+            True,
+            "no link to its earlier attempt: the event log of run 'r1' is damaged (a torn batch)",
+        ),
+    ],
+)
 async def test_a_resume_whose_earlier_trace_cannot_be_read_runs_without_a_link(
-    sdk: Sdk, caplog: pytest.LogCaptureFixture
+    sdk: Sdk, caplog: pytest.LogCaptureFixture, tmp_path: Path, torn: bool, told: str
 ) -> None:
+    # torn: a SQLite store whose failed run's newest event batch is cut short
     flaky = Flaky()
     flaky.armed = True
-    clutch = pipeline(UnreadableEvents(), flaky)
+    clutch = pipeline(tmp_path / "runs.db" if torn else UnreadableEvents(), flaky)
     with pytest.raises(ValueError):
         await clutch.run({}, run_id="r1")
+    if torn:
+        damage_newest_event_batch(f"sqlite:///{tmp_path / 'runs.db'}", "r1", tear)
     sdk.spans.clear()
     with caplog.at_level(logging.WARNING, logger="nestegg"):
         assert (await clutch.resume_latest("r1"))["c"] is True
     (workflow,) = by_name(sdk.finished())["invoke_workflow enrich"]
     assert list(workflow.links) == []
-    assert "no link to its earlier attempt: the event log is unreadable" in caplog.text
+    assert told in caplog.text
 
 
 async def test_a_run_that_waits_for_a_signal_is_not_an_error(sdk: Sdk, tmp_path: Path) -> None:
