@@ -248,6 +248,7 @@ class Clutch(PipelineBase):
         grace: float = 30.0,
         sweep_interval: float | None = None,
         sweep_after: float | None = None,
+        misfit_grace: float | None = None,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         """Be a worker: run the steps of this pipeline's runs from the transport until
@@ -265,6 +266,9 @@ class Clutch(PipelineBase):
             sweep_interval: seconds between sweeps for runs whose message was lost
                 (None: the lease).
             sweep_after: how long such a run must be untouched (None: five leases).
+            misfit_grace: seconds a step whose data does not fit its agent's model here
+                stays set aside for a worker whose model fits before the run is failed
+                with IncompatibleDataError (None: ten leases).
             on_ready: called once, when the worker's channels are set up on the broker
                 and it consumes them (``nestegg worker`` prints its start line then).
 
@@ -289,6 +293,7 @@ class Clutch(PipelineBase):
             grace=grace,
             sweep_interval=sweep_interval,
             sweep_after=sweep_after,
+            misfit_grace=misfit_grace,
             on_ready=on_ready,
         )
         await serve(worker)

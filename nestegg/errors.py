@@ -381,20 +381,37 @@ class IncompatibleDataError(IncompatibleCheckpointError):
             is there: unlike the base class's, it is not missing.
         model: the model's name.
         reason: why, as pydantic says it (``pages: Field required``).
+        waited: on workers, the seconds the step was set aside for a worker whose model
+            fits it before the run was failed for it (None: nothing was changed).
     """
 
-    def __init__(self, run_id: str, step: int, agent: str | None, model: str, reason: str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        step: int,
+        agent: str | None,
+        model: str,
+        reason: str,
+        waited: float | None = None,
+    ) -> None:
         data = f"the stored data of step {step}" if step else "the run's input"
         whose = f"agent {agent!r}" if agent is not None else "the selector"
+        outcome = (
+            "nothing was changed"
+            if waited is None
+            else f"no worker whose model fits took the step within {waited:.0f} s, so the "
+            "run failed"
+        )
         super().__init__(
             f"run {run_id!r}: {data} no longer fits the model {model} of {whose} "
-            f"({reason}); nothing was changed: resume it once the model fits the data again",
+            f"({reason}); {outcome}: resume it once the model fits the data again",
             agent,
         )
         self.run_id = run_id
         self.step = step
         self.model = model
         self.reason = reason
+        self.waited = waited
 
 
 class StorageError(NestEggError):

@@ -3,7 +3,14 @@ the run): the worker releases the run and sends the step on to that agent's chan
 it waits for a worker whose Clutch has the agent, as a step whose agent no running worker
 hosts does; the run stays running, its state untouched. A step whose stored data no longer
 fits the model of its agent here (IncompatibleDataError) is released the same way and its
-message acked: a sweep points at it again, for a worker whose model fits it.
+message acked: a sweep points at it again, for a worker whose model fits it (a rolling
+deploy). The release leaves the run's ``lease_until`` at the time the step became due,
+below its ``updated_at`` (a mark no other write leaves on a running run; a worker that
+only sends the step on to its agent's channel keeps it), and once the step has been set
+aside for the misfit grace (``MISFIT_GRACE_LEASES`` leases by default) the worker that
+gets it fails the run with the IncompatibleDataError instead: the caller's ``result()``
+raises then, as in a run without workers, rather than waiting for a worker that may
+never come.
 
 A sweep points at such a step again and again; the worker remembers the steps it warned
 about (the oldest forgotten first), so that the warning is logged once and its repeats at
@@ -17,8 +24,10 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from nestegg.checkpoint.records import Commit, RunRecord
+from nestegg.constants import RUNNING
 from nestegg.errors import IncompatibleDataError, StaleOwnerError
 from nestegg.transport.base import Delivery, StepMessage, channel_name
+from nestegg.transport.verdicts import Claim, Resumes
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -29,15 +38,21 @@ log = logging.getLogger("nestegg")
 LACKING_KEPT = 4096
 """Runs' steps set aside (an agent this worker's Clutch lacks, a model their data does not
 fit) that a worker remembers having warned about."""
+MISFIT_GRACE_LEASES = 10
+"""Leases a step whose data does not fit its agent's model may stay set aside, for a
+worker whose model fits, before the worker that gets it fails the run (a worker's
+``misfit_grace``, in seconds, by default: five minutes with the default lease of 30 s)."""
 
 
 class LackingAgents:
     """Sends on the steps whose agent ``clutch`` lacks, and sets aside those whose data no
     longer fits its agent's model, warning once per step."""
 
-    def __init__(self, clutch: Clutch, book: CheckpointedRuns) -> None:
+    def __init__(self, clutch: Clutch, book: CheckpointedRuns, misfit_grace: float) -> None:
         self.clutch = clutch
         self.book = book
+        self.misfit_grace = misfit_grace
+        """Seconds a step may stay set aside for a model before its run is failed."""
         self.warned: OrderedDict[tuple[str, int, str], None] = OrderedDict()
         """(run id, step_seq, why) of the steps set aside: an agent the Clutch lacks, a
         model."""
@@ -62,27 +77,46 @@ class LackingAgents:
         message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
         return await delivery.forward(channel, message)
 
+    def misfit(self, claim: Claim, error: IncompatibleDataError) -> IncompatibleDataError | None:
+        """The error to fail the run of ``claim`` with, its data set aside for
+        ``misfit_grace`` seconds already (None: set it aside, see :meth:`set_aside`)."""
+        now = self.book.config.clock()
+        if now - due_since(claim, now) < self.misfit_grace:
+            return None
+        return IncompatibleDataError(
+            error.run_id, error.step, error.agent, error.model, error.reason, self.misfit_grace
+        )
+
     async def set_aside(
-        self, claimed: RunRecord, delivery: Delivery, error: IncompatibleDataError
+        self, claim: Claim, delivery: Delivery, error: IncompatibleDataError
     ) -> None:
-        """Release ``claimed``, whose data no longer fits the model of the agent it goes to
-        here, and ack its message: the run stays running, untouched, and a sweep points at
-        it again (for a worker whose model fits)."""
+        """Release the run of ``claim``, whose data no longer fits the model of the agent
+        it goes to here, and ack its message: the run stays running, untouched (its
+        ``lease_until`` marks when its step became due, see :func:`set_aside_since`), and
+        a sweep points at it again (for a worker whose model fits)."""
+        claimed = claim.run
         log.log(
             self.level(claimed, f"model {error.model}"),
-            "%s; the run stays as it is, for a worker whose model fits it",
+            "%s; the run stays as it is, for a worker whose model fits it (it fails if "
+            "none takes it within %g s)",
             error,
+            self.misfit_grace,
             extra={"run_id": claimed.run_id, "agent": error.agent},
         )
-        if await self.released(claimed, delivery):
+        since = due_since(claim, self.book.config.clock())
+        if await self.released(claimed, delivery, since):
             await delivery.ack()
 
-    async def released(self, claimed: RunRecord, delivery: Delivery) -> bool:
-        """Drop the lease of ``claimed``; False (its message acked) when another process
-        took it over meanwhile: its new holder has a message."""
+    async def released(
+        self, claimed: RunRecord, delivery: Delivery, since: float | None = None
+    ) -> bool:
+        """Drop the lease of ``claimed`` (``since``: set aside since then); False (its
+        message acked) when another process took it over meanwhile: its new holder has a
+        message."""
         now = self.book.config.clock()
+        until = now if since is None else since
         try:
-            release = Commit(claimed.run_id, claimed.fence, lease_until=now, updated_at=now)
+            release = Commit(claimed.run_id, claimed.fence, lease_until=until, updated_at=now)
             await self.book.store.commit(release)
         except StaleOwnerError:
             await delivery.ack()
@@ -103,4 +137,24 @@ class LackingAgents:
         return logging.WARNING
 
 
-__all__ = ["LACKING_KEPT", "LackingAgents"]
+def set_aside_since(run: RunRecord) -> float | None:
+    """When the step of ``run`` (as read) was first set aside for a model its data does
+    not fit (None: it is not): a set-aside's release leaves ``lease_until`` there, below
+    ``updated_at``, where a claim, a renewal or another release leaves it at or above."""
+    until = run.lease_until
+    return until if run.status == RUNNING and until is not None and until < run.updated_at else None
+
+
+def due_since(claim: Claim, now: float) -> float:
+    """When the step of ``claim`` became due as far as the store tells: when it was first
+    set aside, the run's last release (the commit of the step before, a drain's release),
+    or ``now`` for a run that waited or whose owner died in a step."""
+    since = set_aside_since(claim.read)
+    if since is not None:
+        return since
+    if claim.resumes in (Resumes.WAITING, Resumes.TAKEOVER):
+        return now
+    return min(claim.read.updated_at, now)
+
+
+__all__ = ["LACKING_KEPT", "MISFIT_GRACE_LEASES", "LackingAgents", "due_since", "set_aside_since"]

@@ -77,14 +77,19 @@ class StepRecorder(Checkpointer):
             self.lease_seconds = 0.0
         await super().record_step(step)
 
-    async def release(self, interrupted: dict[str, Any] | None = None) -> None:
+    async def release(
+        self, interrupted: dict[str, Any] | None = None, *, set_aside: float | None = None
+    ) -> None:
         """Drop the lease now (checkpoint kept): any worker may take the run. With
         ``interrupted`` (a drain giving the step under way back), the same commit writes
         what is pending (the step's start, a new run's opening) and ``run_interrupted``
-        with that payload."""
+        with that payload. ``set_aside``: when the run's step was first set aside for a
+        model its data does not fit (kept as :func:`~nestegg.transport.lacking.set_aside`
+        marks it)."""
         await self.stop_renewing()
         now = self.clock()
-        commit = Commit(self.run_id, self.fence, lease_until=now, updated_at=now)
+        until = now if set_aside is None else set_aside
+        commit = Commit(self.run_id, self.fence, lease_until=until, updated_at=now)
         if interrupted is not None:
             with contextlib.suppress(Exception):  # a start that failed stays pending
                 await self._settle_start()

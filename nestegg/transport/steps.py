@@ -60,7 +60,7 @@ from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
-from nestegg.transport.lacking import LackingAgents
+from nestegg.transport.lacking import MISFIT_GRACE_LEASES, LackingAgents, set_aside_since
 from nestegg.transport.step_recorder import StepRecorder
 from nestegg.transport.verdicts import Claim, Resumes, Verdict, judge, pointer_fence, resumes
 
@@ -146,6 +146,7 @@ class StepRunner:
         hosts: frozenset[str],
         stopping: asyncio.Event | None = None,
         crowded: Callable[[], Awaitable[bool]] | None = None,
+        misfit_grace: float | None = None,
     ) -> None:
         self.clutch = clutch
         self.transport = transport
@@ -159,8 +160,9 @@ class StepRunner:
         self.warm: dict[str, Warm] = {}
         self.under_way: dict[object, tuple[str, int]] = {}
         """The run and step each handling task runs now (a worker's drain names them)."""
-        self.lacking = LackingAgents(clutch, self.book)
         self.lease = self.book.lease
+        grace = misfit_grace if misfit_grace is not None else MISFIT_GRACE_LEASES * self.lease
+        self.lacking = LackingAgents(clutch, self.book, grace)
         self.policy = dataclasses.replace(
             self.book.config.policy,
             every_n_steps=1,
@@ -289,27 +291,32 @@ class StepRunner:
         except (CheckpointCorruptedError, IncompatibleCheckpointError) as error:
             # nothing this pipeline can continue from; any other error goes up: a store's
             # or a broker's gives the message back (handle), the store may answer next time
-            if isinstance(error, IncompatibleDataError):  # not failed: a model may fit again
-                await self.lacking.set_aside(claimed, delivery, error)
-                return None
-            lacked = error.agent if isinstance(error, IncompatibleCheckpointError) else None
-            if lacked is not None:
-                return await self.lacking.send_on(claimed, delivery, lacked)
+            if isinstance(error, IncompatibleDataError):  # a model may fit again, for a while
+                expired = self.lacking.misfit(claim, error)
+                if expired is None:
+                    await self.lacking.set_aside(claim, delivery, error)
+                    return None
+                error = expired  # its agent is there: the run fails
+            elif isinstance(error, IncompatibleCheckpointError) and error.agent is not None:
+                return await self.lacking.send_on(claimed, delivery, error.agent)
             await self._fail(claimed, error, delivery.message.trace)
             await delivery.ack()
             return None
         taken = time.monotonic()
         recorder.goes_on = lambda: self._goes_on(execution, taken)
+        set_aside = set_aside_since(claim.read)
         task = asyncio.current_task()
         taken_over = claim.resumes is Resumes.TAKEOVER
         try:
             while True:
                 raise_if_cancel_requested(task)  # stopped, also if a library lost the cancel
                 self.under_way[task] = (claimed.run_id, execution.seq + 1)
-                following = await self._run(claimed, execution, recorder, delivery, taken_over)
+                following = await self._run(
+                    claimed, execution, recorder, delivery, taken_over, set_aside
+                )
                 if following is not Next.CONTINUE:
                     return following
-                taken_over = False  # the steps it goes on with are its own
+                taken_over, set_aside = False, None  # the steps it goes on with are its own
         except asyncio.CancelledError:
             await asyncio.shield(self._hand_back(store, recorder, delivery))
             raise
@@ -401,9 +408,12 @@ class StepRunner:
         recorder: StepRecorder,
         delivery: Delivery,
         taken_over: bool,
+        set_aside: float | None = None,
     ) -> Delivery | Next | None:
         """Run the step; CONTINUE when this worker runs the next step too (the step's
-        commit kept the lease), else ack: the message handed over with the ack, if any."""
+        commit kept the lease), else ack: the message handed over with the ack, if any.
+        ``set_aside``: when the step was first set aside for a model (kept when the step
+        is only sent on to its agent's channel)."""
         try:
             outcome = await self.telemetry.run_step(
                 execution,
@@ -453,7 +463,7 @@ class StepRunner:
         if outcome == STEP_DONE and recorder.going_on:
             return Next.CONTINUE
         if outcome != STEP_DONE or recorder.lease_seconds:
-            await recorder.release()
+            await recorder.release(set_aside=set_aside if outcome != STEP_DONE else None)
         trace = delivery.message.trace
         message = StepMessage(claimed.run_id, execution.seq + 1, claimed.fence, route, trace)
         following = await delivery.forward(channel_name(self.clutch.name, route), message)
@@ -490,15 +500,18 @@ class StepRunner:
         self, claimed: RunRecord, error: CheckpointError, trace: dict[str, str]
     ) -> None:
         """Record that the run cannot be continued: no valid checkpoint to continue from
-        (CheckpointCorruptedError), or one the pipeline cannot continue from
-        (IncompatibleCheckpointError without an agent); a run whose log is empty gets its
+        (CheckpointCorruptedError), one the pipeline cannot continue from
+        (IncompatibleCheckpointError without an agent), or data that no worker's model
+        fitted within the misfit grace (IncompatibleDataError, naming its agent as the
+        failed one); a run whose log is empty gets its
         ``run_started`` event, with the caller's ``trace``, first. Any other error while
         the run is loaded leaves it as it is: a store's or a broker's gives the message
         back (:meth:`handle`), another is logged by the worker."""
         log.error(
             "run %r cannot continue: %s", claimed.run_id, error, extra={"run_id": claimed.run_id}
         )
-        failure = failure_body(failure_detail(error, None))
+        agent = error.agent if isinstance(error, IncompatibleDataError) else None
+        failure = failure_body(failure_detail(error, agent))
         opening = opening_payload(trace) if claimed.event_seq == 0 else None
         commit = failure_commit(claimed, self.book.config.clock(), failure, opening)
         with contextlib.suppress(NestEggError):

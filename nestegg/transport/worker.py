@@ -107,6 +107,9 @@ class Worker:
         sweep_interval: seconds between sweeps (None: the lease).
         sweep_after: seconds a run must be untouched before a sweep points at it again
             (None: five leases).
+        misfit_grace: seconds a step whose data does not fit its agent's model stays set
+            aside for a worker whose model fits before its run is failed
+            (IncompatibleDataError; None: MISFIT_GRACE_LEASES leases).
         on_ready: called once, when the channels are set up and the worker consumes.
     """
 
@@ -120,12 +123,15 @@ class Worker:
         grace: float = 30.0,
         sweep_interval: float | None = None,
         sweep_after: float | None = None,
+        misfit_grace: float | None = None,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if grace < 0:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {grace!r}")
+        if misfit_grace is not None and not misfit_grace >= 0:
+            raise ConfigurationError(f"misfit_grace must be >= 0 seconds, got {misfit_grace!r}")
         self.clutch = clutch
         self.transport = transport
         self.concurrency = concurrency
@@ -140,7 +146,12 @@ class Worker:
         self.probed_at = -PROBE_EVERY
         self.probed = True
         self.runner = StepRunner(
-            clutch, transport, self.hosts, self.stopping, crowded=self._crowded
+            clutch,
+            transport,
+            self.hosts,
+            self.stopping,
+            crowded=self._crowded,
+            misfit_grace=misfit_grace,
         )
         lease = self.runner.lease
         self.sweep_interval = sweep_interval if sweep_interval is not None else lease

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 
 import nestegg
 from nestegg import Clutch, Strategy, get_context
@@ -237,9 +238,53 @@ def _split_of_two(split: Clutch) -> Clutch:
     return split
 
 
+class Page(BaseModel):
+    """The input of agent ``second`` of pipeline ``typed``."""
+
+    title: str
+    pages: int = 0
+
+
+class StrictPage(Page):
+    """``Page`` as a later version of pipeline ``typed`` has it: ``pages`` is required,
+    which the output of its agent ``first`` does not have."""
+
+    pages: int
+
+
+def make_typed(strict: bool = False) -> Clutch:
+    """Two agents: ``first`` returns a title (no ``pages``), ``second`` takes it as a
+    ``Page`` (``strict``: a ``StrictPage``) and notes the pid that ran it."""
+    typed = Clutch("typed", transport=transport(), checkpoint=config())
+
+    @typed.agent()
+    async def first(data: dict[str, Any]) -> dict[str, Any]:
+        return {"title": str(data.get("title", "t")), "first": os.getpid()}
+
+    if strict:
+
+        @typed.agent()
+        async def second(page: StrictPage) -> dict[str, Any]:
+            return {**page.model_dump(), "second": os.getpid()}
+
+    else:
+
+        @typed.agent()
+        async def second(page: Page) -> dict[str, Any]:
+            return {**page.model_dump(), "second": os.getpid()}
+
+    return typed
+
+
+def make_typed_strict() -> Clutch:
+    """Pipeline ``typed`` as a version whose agent ``second`` requires ``pages``."""
+    return make_typed(strict=True)
+
+
 def __getattr__(name: str) -> Clutch:
     """``apps:chain``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``,
-    ``apps:split_on_postgres``, ``apps:split_as_user``: built from the environment on use."""
+    ``apps:split_on_postgres``, ``apps:split_as_user``, ``apps:typed``, ``apps:typed_strict``:
+    built from the environment on use."""
     makers = {
         "chain": make_chain,
         "slow": make_slow,
@@ -247,6 +292,8 @@ def __getattr__(name: str) -> Clutch:
         "split_without_third": make_split_without_third,
         "split_on_postgres": make_split_on_postgres,
         "split_as_user": make_split_as_user,
+        "typed": make_typed,
+        "typed_strict": make_typed_strict,
     }
     if name in makers:
         return makers[name]()
