@@ -62,7 +62,7 @@ from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import MISFIT_GRACE_LEASES, LackingAgents, set_aside_since
 from nestegg.transport.step_recorder import StepRecorder
-from nestegg.transport.verdicts import Claim, Resumes, Verdict, judge, pointer_fence, resumes
+from nestegg.transport.verdicts import Claim, Resumes, Verdict, judge, repoint_fence, resumes
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -270,7 +270,7 @@ class StepRunner:
                 return None
             assert run is not None
             if verdict is Verdict.REPOINT:  # a takeover when its worker died going on
-                fence = pointer_fence(run)
+                fence = await repoint_fence(store, run)
                 await self.publish(run.run_id, run.step_seq + 1, fence, None, message.trace)
                 return None
             if verdict is Verdict.TAKE:

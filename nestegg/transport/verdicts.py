@@ -9,11 +9,14 @@ interrupted step.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from nestegg.checkpoint.records import RunRecord
-from nestegg.constants import RUNNING, WAITING
+from nestegg.constants import RUN_INTERRUPTED, RUNNING, WAITING
 from nestegg.transport.base import StepMessage
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
 
 
 class Verdict(enum.Enum):
@@ -69,8 +72,22 @@ def pointer_fence(run: RunRecord) -> int:
     """The fence of a message that points at ``run``'s next step again (a sweep's, or a
     repoint of a redelivered message): after an interrupted claim, one below the run's,
     as the message that claim took carried, so that the worker claiming it sees a takeover;
-    otherwise the run's."""
+    otherwise the run's. :func:`repoint_fence` tells a run a drain gave back too."""
     return run.fence - 1 if interrupted(run) else run.fence
+
+
+async def repoint_fence(store: CheckpointStorage, run: RunRecord) -> int:
+    """:func:`pointer_fence`, and one below the run's for a run whose last claim a drain
+    gave back (its log ends with the ``run_interrupted`` of that release, which nothing
+    follows until a claim resumes the run): the message that points at it again is then
+    the drain's own, lost when its worker died between the release and the publish, and
+    the worker claiming it writes ``run_resumed`` as after a drain. Reads the run's last
+    event only for a running run that nobody holds."""
+    fence = pointer_fence(run)
+    if fence < run.fence or run.status != RUNNING or run.event_seq == 0:
+        return fence
+    last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
+    return run.fence - 1 if last and last[0].kind == RUN_INTERRUPTED else fence
 
 
 class Resumes(enum.Enum):

@@ -49,7 +49,7 @@ from nestegg.transport.base import (
     using,
 )
 from nestegg.transport.steps import StepRunner
-from nestegg.transport.verdicts import pointer_fence
+from nestegg.transport.verdicts import repoint_fence
 from nestegg.wording import STEPS, counted
 
 if TYPE_CHECKING:
@@ -381,8 +381,8 @@ class Worker:
             if not due:
                 continue
             trace = await tracing.trace_of(store, run.run_id)
-            # the step of an owner that died is sent again as that owner had taken it
-            fence = pointer_fence(run)
+            # the step of an owner that died or gave it back is sent as that owner took it
+            fence = await repoint_fence(store, run)
             await self.runner.publish(run.run_id, run.step_seq + 1, fence, None, trace)
             swept.append(run.run_id)
         if swept:
