@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg.cli.paths import Key, format_path
+from nestegg.cli.paths import Key, encoded, format_path
 
 ADDED = "added"
 REMOVED = "removed"
@@ -35,8 +35,9 @@ class Change:
 def diff_values(old: Any, new: Any) -> list[Change]:
     """Every path where ``new`` differs from ``old``, in document order.
 
-    Dicts are compared key by key and lists index by index; anything else (or a change
-    of type) is one changed path.
+    Dicts are compared key by key (keys told apart by their stored JSON: two NaN keys
+    are the same key) and lists index by index; anything else (a set, or a change of
+    type) is one changed path.
 
     Example:
         >>> [(c.kind, c.path) for c in diff_values({"a": 1, "b": [1]}, {"a": 2, "b": [1, 2]})]
@@ -49,13 +50,16 @@ def diff_values(old: Any, new: Any) -> list[Change]:
 
 def _walk(old: Any, new: Any, keys: list[Key], changes: list[Change]) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
+        later = {_identity(key): key for key in new}
         for key in old:
-            if key not in new:
+            match = later.get(_identity(key), _NONE)
+            if match is _NONE:
                 changes.append(Change(REMOVED, format_path([*keys, key]), old=old[key]))
             else:
-                _walk(old[key], new[key], [*keys, key], changes)
+                _walk(old[key], new[match], [*keys, key], changes)
+        earlier = {_identity(key) for key in old}
         for key in new:
-            if key not in old:
+            if _identity(key) not in earlier:
                 changes.append(Change(ADDED, format_path([*keys, key]), new=new[key]))
         return
     if isinstance(old, list) and isinstance(new, list):
@@ -70,6 +74,16 @@ def _walk(old: Any, new: Any, keys: list[Key], changes: list[Change]) -> None:
         return
     if not _same(old, new):
         changes.append(Change(CHANGED, format_path(keys) or "(state)", old=old, new=new))
+
+
+_NONE = object()
+
+
+def _identity(key: Key) -> Key:
+    """What tells two keys apart: a string or an int itself, any other key its JSON as
+    the codec stores it, so two NaNs are one key (NaN != NaN in Python) and ``True`` is
+    not the key ``1``."""
+    return key if type(key) is str or type(key) is int else (encoded(key),)
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -3,7 +3,8 @@
 A key of a dict is a name (``.name``), an int in brackets (``[1]``), a string in quotes
 (``['1']``, or as JSON: ``["it's"]``), or any other key as JSON as the codec stores it
 (``[true]``, ``[null]``, ``[1.5]``, ``[NaN]``, ``[{"$ne":"tuple","v":[1,2]}]``), so every
-key a stored dict can have has a path of its own.
+key a stored dict can have has a path of its own. An item of a set is an index in brackets
+(``data.tags[0]``), in the order :func:`set_items` gives, the one every display shows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.codec import from_jsonable, to_jsonable
+from nestegg.checkpoint.codec import TAG, from_jsonable, to_jsonable
+from nestegg.errors import CheckpointSerializationError
 
 _TOKEN = re.compile(r"\[(-?\d+)\]|\['(.*?)'\]|([^.\[\]]+)")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
@@ -100,6 +102,38 @@ def format_path(keys: list[Key]) -> str:
     return "".join(parts)
 
 
+_SET_TAGS = ("set", "frozenset")
+
+
+def _sets_in_order(tree: Any) -> Any:
+    """A :func:`to_jsonable` tree with the items of each set in it sorted by their JSON."""
+    if type(tree) is list:
+        return [_sets_in_order(item) for item in tree]
+    if type(tree) is not dict:
+        return tree
+    if tree.get(TAG) in _SET_TAGS:  # the codec escapes a dict of one's own with this key
+        items = [_sets_in_order(item) for item in tree["v"]]
+        return {TAG: tree[TAG], "v": sorted(items, key=orjson.dumps)}
+    return {k: _sets_in_order(v) for k, v in tree.items()}
+
+
+def encoded(value: Any) -> str:
+    """``value`` as JSON as the codec stores it, one text for equal values in any process
+    (the items of a set sorted): what tells two keys apart (two NaNs are one key here)
+    and orders a set's items; :func:`repr` for a value the codec does not store."""
+    try:
+        return orjson.dumps(_sets_in_order(to_jsonable(value))).decode()
+    except (CheckpointSerializationError, orjson.JSONEncodeError, RecursionError):
+        return repr(value)
+
+
+def set_items(value: set[Any] | frozenset[Any]) -> list[Any]:
+    """The items of a set in the order every display shows them and paths index them:
+    sorted by :func:`encoded`, the same in every process (a set's own order of strings
+    changes from one process to the next)."""
+    return sorted(value, key=encoded)
+
+
 def _step(value: Any, key: Key) -> Any:
     if isinstance(value, dict):
         if isinstance(key, float) and math.isnan(key):  # NaN equals no NaN: find one
@@ -109,6 +143,8 @@ def _step(value: Any, key: Key) -> Any:
         if type(key) is int and str(key) in value:
             return value[str(key)]
         raise KeyError(key)
+    if isinstance(value, set | frozenset):
+        value = set_items(value)
     if isinstance(value, list | tuple):
         if type(key) is int:
             return value[key]
@@ -143,6 +179,6 @@ def _describe(value: Any) -> str:
         shown = str if all(isinstance(k, str) for k in value) else _bracketed
         names = ", ".join(shown(k) for k in list(value)[:10])
         return f"keys {names}" if names else "no keys"
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | set | frozenset):
         return f"{len(value)} items"
     return f"a {type(value).__name__}"

@@ -6,7 +6,11 @@ base64, sets and tuples lists, and a float that is NaN or infinite the string ``
 ``"Infinity"`` or ``"-Infinity"`` (JSON has no number for them; ``float()`` reads these
 back). A dict whose keys are not all strings becomes ``{"$ne": "map", "v": [[key, value],
 ...]}``, as the codec stores it: every entry is kept (``{1: "a", "1": "b"}`` has two) and
-an int key stays a number; what this writes, read again, is written the same. Text for people writes
+an int key stays a number; so does a dict of one's own with a ``"$ne"`` key, as the codec
+escapes it, so that what is shown, given back (``fork --data``), is that dict and not a
+tag. A set's items are in the order of :func:`~nestegg.cli.paths.set_items`, the same in
+every process, which a path's index follows. What this writes, read again, is written
+the same. Text for people writes
 those floats bare, as Python's json module does: ``NaN``, ``Infinity``, ``-Infinity``;
 never ``null``.
 """
@@ -34,6 +38,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nestegg.checkpoint.codec import TAG
+from nestegg.cli.paths import set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
     CLI_VALUE_ITEMS,
@@ -145,7 +150,17 @@ def _plain_scalar(value: Any, non_finite: _NonFinite) -> Any:
     return repr(value)
 
 
+class _Tagged(dict[str, Any]):
+    """A dict :func:`_plain` wrote as the codec tags it (``{"$ne": "map", "v": ...}``):
+    plain already, so written as it is again (where a dict of one's own with a ``"$ne"``
+    key is escaped)."""
+
+    __slots__ = ()
+
+
 def _plain(value: Any, non_finite: _NonFinite) -> Any:
+    if type(value) is _Tagged:
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else non_finite(value)
     if value is None or isinstance(value, str | bool | orjson.Fragment):
@@ -153,13 +168,13 @@ def _plain(value: Any, non_finite: _NonFinite) -> Any:
     if isinstance(value, int) and not isinstance(value, Enum):
         return value if -_INT_LIMIT <= value < _INT_LIMIT else str(value)
     if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
+        if TAG not in value and all(isinstance(k, str) for k in value):
             return {k: _plain(v, non_finite) for k, v in value.items()}
-        return {
-            TAG: "map",
-            "v": [[_plain(k, non_finite), _plain(v, non_finite)] for k, v in value.items()],
-        }
-    if isinstance(value, list | tuple | set | frozenset):
+        entries = [[_plain(k, non_finite), _plain(v, non_finite)] for k, v in value.items()]
+        return _Tagged({TAG: "map", "v": entries})
+    if isinstance(value, set | frozenset):
+        return [_plain(v, non_finite) for v in set_items(value)]
+    if isinstance(value, list | tuple):
         return [_plain(v, non_finite) for v in value]
     return _plain_scalar(value, non_finite)
 
@@ -190,7 +205,7 @@ def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITE
         shown = {k: shorten(v, chars, items) for k, v in list(value.items())[:items]}
         if len(value) > items:
             shown["…"] = f"{len(value) - items:,} more keys; --full shows all"
-        return shown
+        return _Tagged(shown) if type(value) is _Tagged else shown
     return value
 
 

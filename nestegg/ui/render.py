@@ -9,8 +9,8 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from nestegg.checkpoint.codec import to_jsonable
-from nestegg.cli.paths import Key, format_path
+from nestegg.checkpoint.codec import TAG, to_jsonable
+from nestegg.cli.paths import Key, format_path, set_items
 from nestegg.cli.render import dump_json, escaped_lines, seconds, to_json, when
 from nestegg.cli.runs import canceller_text, owner_text
 
@@ -71,7 +71,9 @@ def tree(
     is how its key shows, when not as itself). The keys of a dict whose keys are not all
     strings show as JSON, ``1`` and ``"1"``, every entry kept, as the commands show such
     a dict (``{"$ne": "map", ...}``), each with a path of its own that selects it
-    (``d[1]``, ``d['1']``, ``d[true]``: see :func:`format_path`)."""
+    (``d[1]``, ``d['1']``, ``d[true]``: see :func:`format_path`); so do those of a dict of
+    one's own with a ``"$ne"`` key, which the commands show so too. A set's items are in
+    the order of :func:`set_items`, which their paths (``s[0]``) index."""
     keys = keys or []
     node: dict[str, Any] = {
         "key": key if label is None else label,
@@ -79,12 +81,13 @@ def tree(
         "depth": len(keys),
     }
     items: list[tuple[Key, Any, str | None]]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+    if isinstance(value, dict) and TAG not in value and all(isinstance(k, str) for k in value):
         node["type"], items = "object", [(str(k), v, None) for k, v in value.items()]
     elif isinstance(value, dict):
         node["type"], items = "object", [(k, v, json_text(k)) for k, v in value.items()]
     elif isinstance(value, list | tuple | set | frozenset):
-        node["type"], items = "array", [(i, v, None) for i, v in enumerate(value)]
+        ordered = set_items(value) if isinstance(value, set | frozenset) else value
+        node["type"], items = "array", [(i, v, None) for i, v in enumerate(ordered)]
     else:
         return {**node, "type": "scalar", **shortened(value)}
     node["size"] = len(items)

@@ -73,6 +73,35 @@ def test_a_tree_gives_bool_none_and_float_keys_paths_that_select_them() -> None:
     assert [select({"d": odd}, c["path"]) for c in children] == ["t", "n", "f", "s"]
 
 
+OWN = {"$ne": "tuple", "v": [1, 2]}
+"""A dict of one's own that looks like a tag: shown as the codec escapes it."""
+OWN_TEXT = '{"$ne":"map","v":[["$ne","tuple"],["v",[1,2]]]}'
+
+
+def test_a_dict_of_ones_own_with_a_tag_key_shows_as_it_reads_back() -> None:
+    assert shortened(OWN)["text"] == OWN_TEXT
+    [own] = tree({"own": OWN})["children"]
+    assert [(c["key"], c["path"]) for c in own["children"]] == [
+        ('"$ne"', "own['$ne']"),
+        ('"v"', "own.v"),
+    ]
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("children", []) for n in _nodes(child))]
+
+
+def test_every_path_a_tree_gives_an_item_of_a_set_selects_it() -> None:
+    value = {"tags": {"b", "a", "c"}, "pairs": {("b", (2,)), ("a", (1,))}}
+    nodes = _nodes(tree(value))[1:]
+    assert [n["path"] for n in nodes[:4]] == ["tags", "tags[0]", "tags[1]", "tags[2]"]
+    assert [n["text"] for n in nodes[1:4]] == ['"a"', '"b"', '"c"']
+    assert all(tree(select(value, n["path"]))["type"] == n["type"] for n in nodes)
+    leaves = [n for n in nodes if n["type"] == "scalar"]
+    assert all(shortened(select(value, n["path"]))["text"] == n["text"] for n in leaves)
+    assert select(value, "pairs[1][1][0]") == 2
+
+
 def test_a_run_and_its_checkpoint_show_both_entries_of_int_and_string_keys() -> None:
     store = MemoryCheckpointStorage()
     clutch = Clutch("mixed", checkpoint=CheckpointConfig(storage=store))
