@@ -330,8 +330,11 @@ class Clutch(PipelineBase):
             raise NoActiveRunError(f"run {run_id!r} is not executing in this Clutch")
         return await execution.recorder.checkpoint_now(REASON_MANUAL, None)
 
-    async def resume(self, checkpoint_id: str, *, timeout: float | None = None) -> Any:
+    async def resume(
+        self, checkpoint_id: str, *, timeout: float | None = None, reopen_cancelled: bool = True
+    ) -> Any:
         """Resume the run of ``checkpoint_id`` from that checkpoint; steps after it run again.
+        ``reopen_cancelled`` as for :meth:`resume_latest`.
 
         Raises:
             CheckpointNotFoundError: no such checkpoint.
@@ -339,14 +342,22 @@ class Clutch(PipelineBase):
             IncompatibleCheckpointError: an agent the checkpoint needs is gone, or
                 (IncompatibleDataError) the data it goes on with no longer fits the model
                 of the agent it goes to; nothing is claimed or stored.
-            RunLockedError: a live process executes the run.
+            RunLockedError: a live process executes the run; (RunFinishedError) it was
+                cancelled since it was read, or is cancelled and ``reopen_cancelled`` is false.
         """
         book = self._checkpointing()
-        task = await self._launch(lambda lst: book.resume(checkpoint_id, lst), StepListeners())
+        again = reopen_cancelled
+        task = await self._launch(
+            lambda lst: book.resume(checkpoint_id, lst, reopen_cancelled=again), StepListeners()
+        )
         return await task.result(timeout=timeout)
 
     async def resume_latest(
-        self, run_id: str | None = None, *, timeout: float | None = None
+        self,
+        run_id: str | None = None,
+        *,
+        timeout: float | None = None,
+        reopen_cancelled: bool = True,
     ) -> Any:
         """Resume a run (the configured one by default) from its newest valid checkpoint.
 
@@ -354,10 +365,15 @@ class Clutch(PipelineBase):
         from its stored input; a failed run retries the step that failed. Damaged
         checkpoints are skipped with a CheckpointFallbackWarning. A waiting run goes on
         once its wait is over: its signal is stored, or its deadline or timer has passed.
+        A cancelled run goes on too (on purpose), unless ``reopen_cancelled`` is false: a
+        caller that read the run unfinished passes that, so that a cancel that came first
+        wins. A run cancelled after this read it, before its claim, is never reopened.
 
         Raises:
             RunNotFoundError: no such run.
-            RunLockedError: a live process executes the run.
+            RunLockedError: a live process executes the run; (RunFinishedError) it was
+                cancelled since it was read, or is cancelled and ``reopen_cancelled`` is
+                false.
             RunWaiting: the run waits: at once, with nothing run or stored, when its wait
                 is not over (send the signal, or resume it once its time has come); or
                 at its next wait, after it went on.
@@ -370,7 +386,10 @@ class Clutch(PipelineBase):
                 nothing is claimed or stored.
         """
         book = self._checkpointing()
-        task = await self._launch(lambda lst: book.resume_latest(run_id, lst), StepListeners())
+        again = reopen_cancelled
+        task = await self._launch(
+            lambda lst: book.resume_latest(run_id, lst, reopen_cancelled=again), StepListeners()
+        )
         return await task.result(timeout=timeout)
 
     async def fork(

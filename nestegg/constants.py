@@ -103,6 +103,10 @@ DAMAGED = "damaged"
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 CANCEL_CLAIM_TRIES = 5
 """Claims a cancel from outside tries when other processes claim the run meanwhile."""
+CANCEL_SETTLE_SECONDS = 0.5
+"""How long a process that lost its run (or its claim) to another claim reads the run
+again to learn whether that claim was a cancel's, which stores the cancel just after."""
+CANCEL_SETTLE_POLL_SECONDS = 0.01
 NO_DEADLINE = 253402300799.0
 """The lease_until of a run that waits for its signal without a deadline (9999-12-31)."""
 

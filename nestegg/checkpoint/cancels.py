@@ -8,11 +8,14 @@ a journaled call's result, a lease renewal) fails with StaleOwnerError, and it s
 renewal's failure, at its next step boundary);
 :func:`ownership_lost` makes that error say the run was cancelled. A cancelled run is
 left alone by sweeps, ``recover()`` and timers; ``resume_latest`` continues it on
-purpose.
+purpose. A resume that read the run unfinished and finds it cancelled when it claims it
+(a cancel came first) does not reopen it: :func:`cancelled_since_read` says so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +27,15 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.constants import (
     CANCEL_CLAIM_TRIES,
+    CANCEL_SETTLE_POLL_SECONDS,
+    CANCEL_SETTLE_SECONDS,
     CANCELLED,
     COMPLETED,
     FAILED,
+    FINISHED,
     RUN_CANCELLED,
     RUN_STARTED,
+    RUNNING,
 )
 from nestegg.errors import (
     NestEggError,
@@ -151,12 +158,21 @@ async def cancelled_by(store: CheckpointStorage, run: RunRecord) -> dict[str, An
     return None
 
 
-async def cancel_note(store: CheckpointStorage, run_id: str) -> str | None:
+async def cancel_note(store: CheckpointStorage, run_id: str, *, settle: bool = False) -> str | None:
     """``run 'x' was cancelled from outside (by pid P on H)`` when the store says so;
-    None otherwise, or when the store cannot be read."""
+    None otherwise, or when the store cannot be read. With ``settle``, a run found running
+    (claimed by another process) is read again for up to CANCEL_SETTLE_SECONDS: a cancel
+    stores the run cancelled just after its claim."""
+    deadline = time.monotonic() + (CANCEL_SETTLE_SECONDS if settle else 0.0)
     try:
-        run = await store.get_run(run_id)
-        cancel = await cancelled_by(store, run) if run is not None else None
+        while True:
+            run = await store.get_run(run_id)
+            cancel = await cancelled_by(store, run) if run is not None else None
+            if cancel is not None or run is None or run.status != RUNNING:
+                break
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(CANCEL_SETTLE_POLL_SECONDS)
     except NestEggError:  # the store's own failure: the caller's error stands
         return None
     if cancel is None:
@@ -168,11 +184,55 @@ async def cancel_note(store: CheckpointStorage, run_id: str) -> str | None:
     )
 
 
-async def ownership_lost(store: CheckpointStorage, lost: StaleOwnerError) -> StaleOwnerError:
+async def cancelled_since_read(store: CheckpointStorage, run_id: str) -> RunFinishedError:
+    """The refusal of a resume that read run ``run_id`` unfinished, or was not told to
+    reopen a cancelled run, and found it cancelled: nothing was resumed."""
+    note = await cancel_note(store, run_id, settle=True) or f"run {run_id!r} was cancelled"
+    return RunFinishedError(
+        run_id,
+        CANCELLED,
+        f"{note} before this resume claimed it; nothing was resumed: resume it again to "
+        "continue it on purpose",
+    )
+
+
+async def claim_to_resume(
+    store: CheckpointStorage,
+    run: RunRecord,
+    lease_until: float,
+    now: float,
+    *,
+    reopen_cancelled: bool,
+) -> RunRecord:
+    """Claim ``run`` (as read) for a resume by this process: a finished run is reopened on
+    purpose, a cancelled one only with ``reopen_cancelled``.
+
+    Raises:
+        RunFinishedError: ``run`` is cancelled and not to be reopened, or was cancelled
+            since it was read (:func:`cancelled_since_read`); or another process ended it
+            since (status completed or failed).
+        RunLockedError: another process claimed it since it was read.
+    """
+    if run.status == CANCELLED and not reopen_cancelled:
+        raise await cancelled_since_read(store, run.run_id)
+    try:
+        return await store.claim_run(
+            run.run_id, run.fence, current_owner(), lease_until, now, reopen=run.status in FINISHED
+        )
+    except RunLockedError:  # another claim came first: a cancel's, perhaps
+        if run.status == CANCELLED or await cancel_note(store, run.run_id, settle=True) is None:
+            raise
+        raise await cancelled_since_read(store, run.run_id) from None
+
+
+async def ownership_lost(
+    store: CheckpointStorage, lost: StaleOwnerError, *, settle: bool = False
+) -> StaleOwnerError:
     """The error an owner that lost its run raises: one saying that the run was cancelled
-    from outside (by whom, how to continue it) when the store says so, else ``lost``."""
+    from outside (by whom, how to continue it) when the store says so (``settle``: as
+    :func:`cancel_note`), else ``lost``."""
     run_id = lost.run_id
-    note = await cancel_note(store, run_id) if run_id is not None else None
+    note = await cancel_note(store, run_id, settle=settle) if run_id is not None else None
     if note is None:
         return lost
     return StaleOwnerError(

@@ -20,7 +20,7 @@ from nestegg.checkpoint.admission import (
     resume_point,
     resume_start,
 )
-from nestegg.checkpoint.cancels import Cancellation, cancel_run, ownership_lost
+from nestegg.checkpoint.cancels import Cancellation, cancel_run, claim_to_resume, ownership_lost
 from nestegg.checkpoint.checkpointer import Checkpointer
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
@@ -261,13 +261,13 @@ class CheckpointedRuns:
                 raise
             waiting = error
         except StaleOwnerError as lost:  # taken from this process: cancelled, perhaps
-            raise await ownership_lost(self.store, lost) from None
+            raise await ownership_lost(self.store, lost, settle=True) from None
         finally:
             if active_runs.get(run.run_id) == run.fence:
                 del active_runs[run.run_id]
         try:
-            return await self.resume_latest(run.run_id, execution.listeners)
-        except RunLockedError:  # the signaller resumed it after all
+            return await self.resume_latest(run.run_id, execution.listeners, reopen_cancelled=False)
+        except RunLockedError:  # the signaller resumed it after all (or cancelled it)
             raise waiting from None
 
     @telemetry_attempts.traced_attempt
@@ -400,7 +400,9 @@ class CheckpointedRuns:
 
     # ------------------------------------------------------------------ resuming
 
-    async def resume_latest(self, run_id: str | None, listeners: StepListeners) -> Any:
+    async def resume_latest(
+        self, run_id: str | None, listeners: StepListeners, *, reopen_cancelled: bool = True
+    ) -> Any:
         """Resume a run from its newest valid checkpoint (or its input).
 
         The steps recorded after that checkpoint, and the one under way, run again and
@@ -410,7 +412,9 @@ class CheckpointedRuns:
         checkpoint (its writing stopped between the run and its first commit, or every
         checkpoint is damaged) it raises CheckpointCorruptedError. ``on_request`` is awaited
         again when the run starts from its input and the store says the hook never passed
-        (see :func:`~nestegg.checkpoint.admission.request_pending`).
+        (see :func:`~nestegg.checkpoint.admission.request_pending`). A cancelled run is
+        reopened only with ``reopen_cancelled`` (RunFinishedError); one cancelled after it
+        was read never is.
         """
         chosen = self._run_id(run_id)
         if chosen is None:
@@ -434,18 +438,21 @@ class CheckpointedRuns:
                 listeners,
                 replay_until=run.step_seq + 1,
                 request_again=request_again,
+                reopen_cancelled=reopen_cancelled,
             )
         except RunFinishedError as refused:  # another process ended it since it was read
             if refused.status != COMPLETED:
                 raise
             return run_result(await self.get_run_record(chosen))
 
-    async def resume(self, checkpoint_id: str, listeners: StepListeners) -> Any:
+    async def resume(
+        self, checkpoint_id: str, listeners: StepListeners, *, reopen_cancelled: bool = True
+    ) -> Any:
         """Resume the run of ``checkpoint_id`` from that checkpoint.
 
         The steps recorded after it are dropped with their journaled calls: they run again
         and call again. With no step recorded after it, the step that was under way replays
-        its calls, as :meth:`resume_latest` does.
+        its calls, as :meth:`resume_latest` does; a cancelled run too, as there.
         """
         record = await self.get_checkpoint_record(checkpoint_id)
         run = await self.get_run_record(record.run_id)
@@ -461,7 +468,14 @@ class CheckpointedRuns:
         except CheckpointCorruptedError:  # recorded, in a damaged block the truncation drops
             later = True
         replay_until = record.seq if later else max(run.step_seq, record.seq) + 1
-        return await self._resume(run, state, kept, listeners, replay_until=replay_until)
+        return await self._resume(
+            run,
+            state,
+            kept,
+            listeners,
+            replay_until=replay_until,
+            reopen_cancelled=reopen_cancelled,
+        )
 
     def prepare(
         self,
@@ -509,23 +523,20 @@ class CheckpointedRuns:
         *,
         replay_until: int,
         request_again: bool = False,
+        reopen_cancelled: bool = True,
     ) -> Any:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
         those up to ``replay_until`` keep their journal entries and replay them. With
         ``request_again``, ``on_request`` is awaited before its first step. Its data is
-        checked against the model of the agent it goes to before the claim."""
+        checked against the model of the agent it goes to before the claim; a cancelled
+        run is reopened only with ``reopen_cancelled``."""
         start = self.prepare(run, state, listeners)
         check_data(self.clutch, start.cursor, state)
         now = self.config.clock()
         # A finished run is reopened on purpose; one read unfinished and finished since by
         # another process is not (RunFinishedError).
-        claimed = await self.store.claim_run(
-            run.run_id,
-            run.fence,
-            current_owner(),
-            now + self.lease,
-            now,
-            reopen=run.status in FINISHED,
+        claimed = await claim_to_resume(
+            self.store, run, now + self.lease, now, reopen_cancelled=reopen_cancelled
         )
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         # still running: its owner died mid-run, this process takes it over
@@ -617,8 +628,8 @@ class CheckpointedRuns:
         left to them."""
         interrupted = await self.list_resumable()
 
-        async def one(run_id: str) -> Any:
-            return await self.resume_latest(run_id, StepListeners())
+        async def one(run_id: str) -> Any:  # a run cancelled meanwhile is left alone
+            return await self.resume_latest(run_id, StepListeners(), reopen_cancelled=False)
 
         outcomes = await asyncio.gather(
             *(one(r.run_id) for r in interrupted), return_exceptions=True
@@ -659,8 +670,8 @@ class CheckpointedRuns:
         if wait is None or wait.signal != name:
             return None
         try:
-            return await self.resume_latest(run_id, StepListeners())
-        except RunLockedError:  # another process resumed it first: it reads the signal
+            return await self.resume_latest(run_id, StepListeners(), reopen_cancelled=False)
+        except RunLockedError:  # another process resumed (or cancelled) it first
             return None
 
     # ------------------------------------------------------------------ reading

@@ -18,7 +18,7 @@ from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.forks import fork_id_taken
 from nestegg.checkpoint.ownership import run_state
-from nestegg.checkpoint.records import new_run_id
+from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
 from nestegg.cli.app import (
@@ -38,6 +38,7 @@ from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
+    CANCELLED,
     CLI_RECOVER_CONCURRENCY,
     EXIT_FAILED,
     EXIT_USAGE,
@@ -190,15 +191,17 @@ FromOption = Annotated[
 
 
 async def _resume_from(
-    store: CheckpointStorage, clutch: Clutch, run_id: str, checkpoint_id: str | None
+    store: CheckpointStorage, clutch: Clutch, before: RunRecord, checkpoint_id: str | None
 ) -> tuple[Any, int | None]:
-    """Resume ``run_id`` from ``checkpoint_id`` (a checkpoint of that run; None: its newest
-    valid one); the result, and the step the checkpoint covers (None for the newest)."""
+    """Resume the run read as ``before`` from ``checkpoint_id`` (a checkpoint of that run;
+    None: its newest valid one); the result, and the step the checkpoint covers (None for
+    the newest). A cancel that came after the read wins: the run is not reopened."""
+    reopen = before.status == CANCELLED
     if checkpoint_id is None:
-        return await clutch.resume_latest(run_id), None
+        return await clutch.resume_latest(before.run_id, reopen_cancelled=reopen), None
     checkpoint = await get_checkpoint(store, checkpoint_id)
-    check_checkpoint_run(checkpoint, run_id)
-    return await clutch.resume(checkpoint_id), checkpoint.seq
+    check_checkpoint_run(checkpoint, before.run_id)
+    return await clutch.resume(checkpoint_id, reopen_cancelled=reopen), checkpoint.seq
 
 
 @app.command("resume")
@@ -232,7 +235,7 @@ def resume_command(
             before = await get_run(opened, run_id)
             try:
                 async with _spinner(out, opened, run_id):
-                    result, from_step = await _resume_from(opened, clutch, run_id, from_checkpoint)
+                    result, from_step = await _resume_from(opened, clutch, before, from_checkpoint)
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
                 raise waits_error(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
@@ -403,7 +406,7 @@ async def _resume_each(
     async def one(run_id: str) -> dict[str, Any]:
         async with limit:
             try:
-                result = await clutch.resume_latest(run_id)
+                result = await clutch.resume_latest(run_id, reopen_cancelled=False)
                 outcome = {"run_id": run_id, "outcome": "completed", "result": result}
             except RunLockedError:
                 outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}

@@ -34,7 +34,7 @@ from nestegg.cli.cancel import cancel_line, cancel_stored
 from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
-from nestegg.constants import FINISHED
+from nestegg.constants import CANCELLED, FINISHED
 from nestegg.errors import ConfigurationError, RunLockedError
 from nestegg.ui.pages import now_of, store_of, takes
 from nestegg.ui.queries import checkpoint_run
@@ -161,7 +161,9 @@ async def resume(request: Request) -> JSONResponse:
     if run.run_id in resuming:  # another request resumes it in this process: it may not
         raise executed_by(run.run_id, os.getpid())  # have claimed it yet
     resuming.add(run.run_id)
-    task = _start(request, clutch.resume_latest(run.run_id), f"resume of run {run.run_id!r}")
+    reopen = run.status == CANCELLED  # a cancel after this read wins
+    resuming_it = clutch.resume_latest(run.run_id, reopen_cancelled=reopen)
+    task = _start(request, resuming_it, f"resume of run {run.run_id!r}")
     task.add_done_callback(lambda _: resuming.discard(run.run_id))
 
     async def claimed() -> bool:  # by this process: another one's claim is a refusal

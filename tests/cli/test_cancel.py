@@ -1,5 +1,6 @@
-"""nestegg cancel RUN: each status it meets, its output and exit codes, and a live owner in
-another process stopped by it (both real processes)."""
+"""nestegg cancel RUN: each status it meets, its output and exit codes, a live owner in
+another process stopped by it, and a resume in another process that read the run before the
+cancel and does not reopen it (real processes)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
-from tests.cli.conftest import Cli, Filled, json_of
+from tests.cli.conftest import Cli, Filled, fill, json_of, store_url_for
 from tests.cli.test_subprocess import ROOT, TIMEOUT, _env, nestegg
 
 APP = "tests.cli.pipeline_app:pipeline"
+RACE_APP = "tests.cli.race_app:pipeline"
 
 
 async def _stored(url: str) -> dict[str, object]:
@@ -196,3 +200,50 @@ def test_a_live_owner_in_another_process_is_stopped_by_cancel(tmp_path: Path) ->
     assert table[1].split()[-1] == f"{host}:{owner.pid}"
     assert canceller["kind"] == "run_cancelled" and canceller["data"]["previous"] == "running"
     assert canceller["data"]["previous_owner"]["pid"] == owner.pid
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def race_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty SQLite store, or PostgreSQL in a database of its own."""
+    yield from store_url_for(request.param, request, tmp_path)
+
+
+def test_a_cancel_after_a_resume_read_the_run_wins_and_the_resume_says_so(
+    tmp_path: Path, race_url: str
+) -> None:
+    filled = asyncio.run(fill(race_url))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    resumer = subprocess.Popen(
+        [sys.executable, "-m", "nestegg.cli", "resume", filled.gone, "--app", RACE_APP],
+        cwd=ROOT,
+        env=_env(tmp_path, RACE_STORE=race_url, RACE_MARKS=str(marks)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(marks / "read")  # the resume read the run interrupted
+        cancelled = nestegg(tmp_path, "cancel", filled.gone, "--store", race_url)
+        assert (cancelled.returncode, cancelled.stdout) == (
+            0,
+            f"run {filled.gone} cancelled (was interrupted after 1 step)\n",
+        ), cancelled.stderr
+        (marks / "go").touch()
+        out, err = resumer.communicate(timeout=TIMEOUT)
+    finally:
+        resumer.kill()
+    assert (resumer.returncode, out) == (EXIT_FAILED, ""), out
+    events = nestegg(tmp_path, "events", filled.gone, "--json", "-s", race_url).stdout
+    by = orjson.loads(events.splitlines()[-1])["data"]["by"]
+    assert err == (
+        f"error: run {filled.gone!r} was cancelled from outside (by pid {by['pid']} on "
+        f"{by['host']}) before this resume claimed it; nothing was resumed: resume it again "
+        "to continue it on purpose\n"
+    )
+    shown = orjson.loads(nestegg(tmp_path, "show", filled.gone, "--json", "-s", race_url).stdout)
+    assert (shown["run"]["status"], shown["run"]["steps"]) == ("cancelled", 1)
+    again = nestegg(tmp_path, "resume", filled.gone, "--app", APP, "--store", race_url)
+    assert again.stdout.splitlines()[0] == (
+        f"run {filled.gone} completed: 3 steps (was cancelled at step 1)"
+    ), again.stderr
