@@ -440,15 +440,26 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
     if store is None:  # a server store: its setup() then creates, migrates and marks nothing
         return open_selected(url, read_only=read_only)
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
-    if isinstance(store, SQLiteCheckpointStorage):
-        if isinstance(store.path, Path) and not store.path.is_file():
-            raise CommandError(
-                f"no store at {where}: no such file{_relative(store.path)}", EXIT_NOT_FOUND
-            )
-    elif not (store.root / FILE_RUNS_DIR).is_dir():
-        raise CommandError(f"no store at {where}: no nestegg file store there", EXIT_NOT_FOUND)
+    if (absent := embedded_absent(store, where)) is not None:
+        raise absent
     opened: CheckpointStorage = store if read_only else open_selected(url)
     return opened
+
+
+def embedded_absent(
+    store: CheckpointStorage, where: str, *, from_url: bool = True
+) -> CommandError | None:
+    """The refusal (exit 3) of a command that needs the embedded ``store`` (SQLite, file;
+    shown as ``where``) to exist, when it does not; None when it does or is not embedded.
+    ``from_url``: a relative SQLite path came from a URL (say how to name an absolute
+    one)."""
+    if isinstance(store, SQLiteCheckpointStorage):
+        if isinstance(store.path, Path) and not store.path.is_file():
+            hint = _relative(store.path) if from_url else ""
+            return CommandError(f"no store at {where}: no such file{hint}", EXIT_NOT_FOUND)
+    elif isinstance(store, FileCheckpointStorage) and not (store.root / FILE_RUNS_DIR).is_dir():
+        return CommandError(f"no store at {where}: no nestegg file store there", EXIT_NOT_FOUND)
+    return None
 
 
 def _relative(path: Path) -> str:

@@ -13,11 +13,14 @@ from urllib.parse import quote
 import typer
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import (
     CommandError,
     StoreOption,
     app,
     describe_store,
+    embedded_absent,
     explicit_store,
     run_with_store,
     store_url,
@@ -94,8 +97,11 @@ def ui_command(
         ) from error
     clutch = import_app(app_spec) if app_spec else None
     url = store_url(ctx, store)
-    if clutch is None or own_store(clutch) is None:  # the store must be there and answer
+    own = own_store(clutch) if clutch is not None else None
+    if own is None:  # the store must be there and answer
         run_with_store(ctx, store, _reachable, existing=True, read_only=not allow_writes)
+    elif (absent := embedded_absent(own, _own_where(own, app_spec), from_url=False)) is not None:
+        raise absent  # nor is the Clutch's own store created: a wrong path is an error
     listening = listen(target)
     port = listening.getsockname()[1]
     token = secrets.token_urlsafe(24)
@@ -128,6 +134,14 @@ def url_host(host: str) -> str:
     """``host`` as a URL names it (an IPv6 address in brackets)."""
     bare = host.strip("[]")
     return f"[{bare}]" if ":" in bare else bare
+
+
+def _own_where(store: CheckpointStorage, spec: str | None) -> str:
+    """Where the store a Clutch names is, as a refusal shows it."""
+    where: object = store.root if isinstance(store, FileCheckpointStorage) else None
+    if isinstance(store, SQLiteCheckpointStorage):
+        where = store.path
+    return f"{where} (the store the Clutch at {spec} names)"
 
 
 async def _reachable(store: CheckpointStorage) -> None:

@@ -4,7 +4,8 @@
 CLI_TEST_KILL=1 it kills its own process (SIGKILL) instead, leaving the run interrupted.
 ``pipeline`` uses whatever store the command selects; ``gated`` is ``pipeline`` with an
 ``on_request`` hook that refuses runs while CLI_TEST_REFUSE is ``1``;
-``own_store_pipeline`` names its own file store (CLI_TEST_OWN_STORE, a directory);
+``own_store_pipeline`` names its own file store (CLI_TEST_OWN_STORE, a directory),
+``own_sqlite_pipeline`` its own SQLite store (CLI_TEST_OWN_STORE, a file);
 ``without_enrich`` builds it with ``enrich`` taken out.
 """
 
@@ -94,9 +95,18 @@ def _own_store_pipeline() -> Clutch:
     return build("cli-own", CheckpointConfig(storage=FileCheckpointStorage(root), policy=POLICY))
 
 
+def _own_sqlite_pipeline() -> Clutch:
+    from nestegg.checkpoint import SQLiteCheckpointStorage
+
+    path = Path(os.environ.get(OWN_STORE_ENV, "own.db"))
+    return build("cli-own", CheckpointConfig(storage=SQLiteCheckpointStorage(path), policy=POLICY))
+
+
 def __getattr__(name: str) -> Clutch:
     if name == "own_store_pipeline":
         return _own_store_pipeline()
+    if name == "own_sqlite_pipeline":
+        return _own_sqlite_pipeline()
     raise AttributeError(name)
 
 

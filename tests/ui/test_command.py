@@ -109,6 +109,7 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
     app = "tests.cli.pipeline_app:own_store_pipeline"
     other = f"sqlite:///{tmp_path / 'other.db'}"
     own = {OWN_STORE_ENV: str(tmp_path / "own")}
+    asyncio.run(empty_store_at(f"file://{tmp_path / 'own'}"))
     with ui_server(
         tmp_path / "home", "--app", app, "--store", other, "--allow-writes", **own
     ) as server:
@@ -120,11 +121,33 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
     assert not (tmp_path / "other.db").exists()  # the --store one was never opened
 
 
+@pytest.mark.parametrize(
+    ("attribute", "name", "why"),
+    [
+        ("own_sqlite_pipeline", "own.db", "no such file"),
+        ("own_store_pipeline", "own", "no nestegg file store there"),
+    ],
+)
+def test_an_app_naming_its_own_store_that_does_not_exist_is_refused_and_creates_nothing(
+    tmp_path: Path, attribute: str, name: str, why: str
+) -> None:
+    # It served, and opened the store the Clutch names, creating an empty one where a
+    # wrong path pointed: a read command refuses a store that is not there.
+    app = f"tests.cli.pipeline_app:{attribute}"
+    own = tmp_path / name
+    done = _ui(tmp_path, "--port", "0", "--app", app, "--allow-writes", **{OWN_STORE_ENV: str(own)})
+    assert (done.returncode, done.stdout) == (EXIT_NOT_FOUND, "")
+    assert done.stderr.strip() == (
+        f"error: no store at {own} (the store the Clutch at {app} names): {why}"
+    )
+    assert not own.exists()
+
+
 def test_an_app_without_allow_writes_is_refused_and_creates_nothing(tmp_path: Path) -> None:
     # It served, and the first page opened the store the Clutch names for writing,
     # creating it: the Clutch serves resume and fork alone, which need --allow-writes.
     app = "tests.cli.pipeline_app:own_store_pipeline"
-    done = _ui(tmp_path, "--port", "0", "--app", app, OWN_STORE_ENV=str(tmp_path / "own"))
+    done = _ui(tmp_path, "--port", "0", "--app", app, **{OWN_STORE_ENV: str(tmp_path / "own")})
     assert done.returncode == EXIT_USAGE
     assert done.stderr.strip() == (
         "error: --app needs --allow-writes: the Clutch only resumes and forks runs; to "
