@@ -48,7 +48,8 @@ class NestEggSaver(BaseCheckpointSaver[str]):
             store: run by the sync caller's own thread while only sync code calls, on a
             thread of its own from the first async call (so pass a store that is not used
             from another event loop).
-        serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer).
+        serde: LangGraph's serializer (default: LangGraph's JsonPlusSerializer): an object
+            with ``dumps_typed`` and ``loads_typed``, or with ``dumps`` and ``loads``.
         ttl: delete threads not written for this long (checked on the write path).
         keep_latest: keep this many checkpoints per thread namespace (on every write).
         pack_every: versions of a channel between two packs: the most deltas a read
@@ -86,6 +87,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         close_storage: bool = False,
     ) -> None:
         _check_settings(
+            serde=serde,
             ttl=ttl,
             keep_latest=keep_latest,
             pack_every=pack_every,
@@ -377,6 +379,22 @@ def _check_settings(**options: Any) -> None:
             f"{where} takes clock= a function giving seconds since the epoch, "
             f"got clock={options['clock']!r}"
         )
+    if options.get("serde") is not None:
+        _check_serde(options["serde"], where)
+
+
+def _check_serde(serde: object, where: str) -> None:
+    """Refuse a ``serde`` LangGraph cannot call: one with neither dumps_typed and
+    loads_typed nor dumps and loads (which LangGraph wraps), or a serializer's class."""
+    methods = (("dumps_typed", "loads_typed"), ("dumps", "loads"))
+    usable = any(all(callable(getattr(serde, m, None)) for m in pair) for pair in methods)
+    if usable and not isinstance(serde, type):
+        return
+    hint = f" (a class: pass an instance, {serde.__name__}())" if isinstance(serde, type) else ""
+    raise ConfigurationError(
+        f"{where} takes serde= a LangGraph serializer (with dumps_typed and loads_typed, as "
+        f"JsonPlusSerializer(); or with dumps and loads), got serde={serde!r}{hint}"
+    )
 
 
 def _check_options(cls: type[NestEggSaver], options: dict[str, Any]) -> None:

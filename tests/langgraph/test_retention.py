@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, ThreadStore
@@ -199,6 +200,20 @@ BAD_SETTINGS = [
     ("keep_latest", 0, "takes keep_latest= a positive integer, got keep_latest=0"),
     ("ttl", 60, "takes ttl= a positive timedelta, got ttl=60"),
     ("clock", 0.0, "takes clock= a function giving seconds since the epoch, got clock=0.0"),
+    (
+        "serde",
+        "json",
+        "takes serde= a LangGraph serializer (with dumps_typed and loads_typed, as "
+        "JsonPlusSerializer(); or with dumps and loads), got serde='json'",
+    ),
+    (
+        "serde",
+        JsonPlusSerializer,
+        "takes serde= a LangGraph serializer (with dumps_typed and loads_typed, as "
+        "JsonPlusSerializer(); or with dumps and loads), got serde=<class "
+        "'langgraph.checkpoint.serde.jsonplus.JsonPlusSerializer'> (a class: pass an "
+        "instance, JsonPlusSerializer())",
+    ),
 ]
 
 
@@ -217,6 +232,22 @@ def test_a_setting_of_the_wrong_type_is_refused_by_name_and_value(
         NestEggSaver.from_url(f"sqlite:///{tmp_path / 'g.db'}", **{option: value})
     assert str(refused.value) == f"NestEggSaver {message}"
     assert opened == [] and list(tmp_path.iterdir()) == []  # refused before opening
+
+
+class _Untyped:
+    """A serializer of LangGraph's older kind (dumps and loads), which it wraps."""
+
+    def dumps(self, obj: Any) -> bytes:
+        return repr(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return data
+
+
+@pytest.mark.parametrize("serde", [None, JsonPlusSerializer(), _Untyped()])
+def test_a_serializer_langgraph_calls_is_taken(serde: Any) -> None:
+    with NestEggSaver(MemoryCheckpointStorage(), serde=serde) as saver:
+        assert callable(saver.serde.dumps_typed) and callable(saver.serde.loads_typed)
 
 
 @pytest.mark.parametrize("scheme", ["memory://", "sqlite:///{dir}/g.db", "file://{dir}/threads"])
