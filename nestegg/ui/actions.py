@@ -80,13 +80,34 @@ async def _body(request: Request, what: str, fields: Collection[str], takes: str
     except orjson.JSONDecodeError as error:
         raise ConfigurationError(f"the request body is not JSON: {error}") from error
     if not isinstance(body, dict):
-        raise ConfigurationError("the request body must be a JSON object")
+        raise ConfigurationError(
+            f"the request body must be a JSON object, got {_json_kind(body)}: {_cut(raw)}"
+        )
     if unknown := sorted(set(body) - set(fields)):
         raise ConfigurationError(
             f"unknown field {', '.join(map(_shown, unknown))} in the {what} request: it takes "
             + takes
         )
     return body
+
+
+JSON_KINDS = ((list, "a JSON array"), (str, "a JSON string"), (bool, "true or false"))
+SHOWN_BODY_CHARS = 60
+"""How much of a refused request body its error shows."""
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON value ``value`` was (``a JSON array``, ``a number``, ``null``)."""
+    if value is None:
+        return "null"
+    kind = next((name for python, name in JSON_KINDS if isinstance(value, python)), None)
+    return kind or "a number"
+
+
+def _cut(raw: bytes) -> str:
+    """The start of a request body, as its refusal shows it."""
+    text = raw.decode(errors="replace").strip()
+    return text if len(text) <= SHOWN_BODY_CHARS else text[:SHOWN_BODY_CHARS] + "..."
 
 
 def _shown(value: Any) -> str:
