@@ -358,6 +358,7 @@ class Clutch(PipelineBase):
         *,
         timeout: float | None = None,
         reopen_cancelled: bool = True,
+        here: bool = False,
     ) -> Any:
         """Resume a run (the configured one by default) from its newest valid checkpoint.
 
@@ -368,6 +369,11 @@ class Clutch(PipelineBase):
         A cancelled run goes on too (on purpose), unless ``reopen_cancelled`` is false: a
         caller that read the run unfinished passes that, so that a cancel that came first
         wins. A run cancelled after this read it, before its claim, is never reopened.
+
+        With a transport, the run is handed back to the workers (a failed or cancelled
+        run is reopened, its ``run_resumed`` written, and its next step published) and
+        its result awaited as :meth:`result` does; ``here=True`` runs it in this process
+        instead. The checks, and the refusals below, are the same either way.
 
         Raises:
             RunNotFoundError: no such run.
@@ -387,9 +393,21 @@ class Clutch(PipelineBase):
         """
         book = self._checkpointing()
         again = reopen_cancelled
-        task = await self._launch(
-            lambda lst: book.resume_latest(run_id, lst, reopen_cancelled=again), StepListeners()
-        )
+        if self.transport is not None and not here:
+            from nestegg.transport.handback import resume_on_workers
+
+            transport = self.transport
+            task = await self._launch(
+                lambda lst: resume_on_workers(
+                    self, book, transport, run_id, lst, reopen_cancelled=again
+                ),
+                StepListeners(),
+            )
+        else:
+            task = await self._launch(
+                lambda lst: book.resume_latest(run_id, lst, reopen_cancelled=again),
+                StepListeners(),
+            )
         return await task.result(timeout=timeout)
 
     async def fork(

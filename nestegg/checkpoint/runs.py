@@ -137,6 +137,20 @@ class CheckpointedRuns:
         chosen = run_id if run_id is not None else self.config.run_id
         return check_name(chosen, "run id") if chosen is not None else None
 
+    def resumed_id(self, run_id: str | None) -> str:
+        """The run ``resume_latest`` resumes: ``run_id``, else the configured one.
+
+        Raises:
+            ConfigurationError: neither is given.
+        """
+        chosen = self._run_id(run_id)
+        if chosen is None:
+            raise ConfigurationError(
+                "resume_latest() needs a run id: pass run_id= or configure "
+                "CheckpointConfig(run_id=...)"
+            )
+        return chosen
+
     def new_id(self, run_id: str | None) -> str:
         """The id a new run takes: ``run_id``, else the configured one, else a fresh one
         (raises InvalidIdentifierError for an id no run can have)."""
@@ -416,12 +430,7 @@ class CheckpointedRuns:
         reopened only with ``reopen_cancelled`` (RunFinishedError); one cancelled after it
         was read never is.
         """
-        chosen = self._run_id(run_id)
-        if chosen is None:
-            raise ConfigurationError(
-                "resume_latest() needs a run id: pass run_id= or configure "
-                "CheckpointConfig(run_id=...)"
-            )
+        chosen = self.resumed_id(run_id)
         run = await self.get_run_record(chosen)
         if run.status == COMPLETED:
             check_pipeline(run, self.clutch.name)  # another pipeline's result is not ours

@@ -190,15 +190,31 @@ FromOption = Annotated[
 ]
 
 
+HereOption = Annotated[
+    bool,
+    typer.Option(
+        "--here",
+        help="Run it in this process even when the app's Clutch has a transport (by "
+        "default its workers get it back and this waits for its result).",
+    ),
+]
+
+
 async def _resume_from(
-    store: CheckpointStorage, clutch: Clutch, before: RunRecord, checkpoint_id: str | None
+    store: CheckpointStorage,
+    clutch: Clutch,
+    before: RunRecord,
+    checkpoint_id: str | None,
+    here: bool = False,
 ) -> tuple[Any, int | None]:
     """Resume the run read as ``before`` from ``checkpoint_id`` (a checkpoint of that run;
-    None: its newest valid one); the result, and the step the checkpoint covers (None for
-    the newest). A cancel that came after the read wins: the run is not reopened."""
+    None: its newest valid one, on the workers of a Clutch with a transport unless
+    ``here``); the result, and the step the checkpoint covers (None for the newest). A
+    cancel that came after the read wins: the run is not reopened."""
     reopen = before.status == CANCELLED
     if checkpoint_id is None:
-        return await clutch.resume_latest(before.run_id, reopen_cancelled=reopen), None
+        result = await clutch.resume_latest(before.run_id, reopen_cancelled=reopen, here=here)
+        return result, None
     checkpoint = await get_checkpoint(store, checkpoint_id)
     check_checkpoint_run(checkpoint, before.run_id)
     return await clutch.resume(checkpoint_id, reopen_cancelled=reopen), checkpoint.seq
@@ -210,6 +226,7 @@ def resume_command(
     run_id: Annotated[str, typer.Argument(help="The run to resume.", show_default=False)],
     app_spec: AppOption,
     from_checkpoint: FromOption = None,
+    here: HereOption = False,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -217,7 +234,9 @@ def resume_command(
 
     It continues from its newest valid checkpoint; a failed run retries the failed step,
     a completed one just prints its stored result. The run executes in this process,
-    with the store of the app's Clutch if it names one, else with the --store one.
+    with the store of the app's Clutch if it names one, else with the --store one; when
+    the app's Clutch has a transport, it is handed back to its workers instead (a failed
+    run reopened) and the command waits for its result: --here runs it in this process.
 
     With --from CHECKPOINT_ID it continues from that checkpoint of the run instead (as
     Clutch.resume does), a completed run too: what came after it is dropped and runs
@@ -235,7 +254,9 @@ def resume_command(
             before = await get_run(opened, run_id)
             try:
                 async with _spinner(out, opened, run_id):
-                    result, from_step = await _resume_from(opened, clutch, before, from_checkpoint)
+                    result, from_step = await _resume_from(
+                        opened, clutch, before, from_checkpoint, here
+                    )
             except RunWaiting as waiting:
                 ran = (await get_run(opened, run_id)).fence != before.fence
                 raise waits_error(waiting, RESUMED_AND_WAITS if ran else None, options) from waiting
@@ -406,7 +427,7 @@ async def _resume_each(
     async def one(run_id: str) -> dict[str, Any]:
         async with limit:
             try:
-                result = await clutch.resume_latest(run_id, reopen_cancelled=False)
+                result = await clutch.resume_latest(run_id, reopen_cancelled=False, here=True)
                 outcome = {"run_id": run_id, "outcome": "completed", "result": result}
             except RunLockedError:
                 outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}

@@ -166,6 +166,38 @@ def make_chain() -> Clutch:
     return chain
 
 
+def _fail_if_flagged(agent: str) -> None:
+    """Raise while the file ``NESTEGG_TEST_FLAG`` names exists (a cause of failure that a
+    test removes before it resumes the run)."""
+    flag = setting("FLAG", "")
+    if flag and os.path.exists(flag):
+        raise RuntimeError(f"{agent} failed: {flag} exists")
+
+
+def make_flaky() -> Clutch:
+    """Three agents in order, ``fetch``, ``judge``, ``report``, each with a journaled side
+    effect and noting the pid that ran it; ``judge`` fails after its side effect while the
+    flag file exists (``NESTEGG_TEST_FLAG``)."""
+    flaky = Clutch("flaky", transport=transport(), checkpoint=config())
+    for name in ("fetch", "judge", "report"):
+        flaky.agent()(_noting(name))
+    return flaky
+
+
+def _noting(name: str) -> Callable[[dict[str, Any]], Any]:
+    """Agent ``name`` of pipeline ``flaky``."""
+
+    async def agent(data: dict[str, Any]) -> dict[str, Any]:
+        ctx = get_context()
+        await side_effect(ctx.state.clutch_id, ctx.state.turn + 1)
+        if name == "judge":
+            _fail_if_flagged(name)
+        return {**data, name: os.getpid()}
+
+    agent.__name__ = agent.__qualname__ = name
+    return agent
+
+
 def make_slow() -> Clutch:
     """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect."""
     slow = Clutch("slow", transport=transport(), checkpoint=config())
@@ -271,6 +303,7 @@ def make_typed(strict: bool = False) -> Clutch:
 
         @typed.agent()
         async def second(page: Page) -> dict[str, Any]:
+            _fail_if_flagged("second")
             return {**page.model_dump(), "second": os.getpid()}
 
     return typed
@@ -282,11 +315,12 @@ def make_typed_strict() -> Clutch:
 
 
 def __getattr__(name: str) -> Clutch:
-    """``apps:chain``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``,
+    """``apps:chain``, ``apps:flaky``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``,
     ``apps:split_on_postgres``, ``apps:split_as_user``, ``apps:typed``, ``apps:typed_strict``:
     built from the environment on use."""
     makers = {
         "chain": make_chain,
+        "flaky": make_flaky,
         "slow": make_slow,
         "split": make_split,
         "split_without_third": make_split_without_third,

@@ -383,7 +383,7 @@ async def test_a_run_its_callers_on_request_refuses_is_stored_failed_for_no_work
             "not allowed",
         )
         assert await caller.list_interrupted() == []  # no sweeper takes it
-        assert await caller.resume_latest("refused") == {"q": 1, "answered": True}
+        assert await caller.resume_latest("refused", here=True) == {"q": 1, "answered": True}
     finally:
         await caller.stop()
     assert requests == ["refused", "refused"]  # the resume awaited the hook again
@@ -437,7 +437,7 @@ async def test_a_caller_stopped_between_the_writes_of_its_refused_run_leaves_it_
         assert await worker.recover() == {}
         assert await worker.list_interrupted() == []
         assert requests == ["torn"]
-        assert await worker.resume_latest("torn") == {"q": 1, "answered": True}
+        assert await worker.resume_latest("torn", here=True) == {"q": 1, "answered": True}
     finally:
         await caller.stop()
         await worker.stop()
