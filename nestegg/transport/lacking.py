@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from nestegg.checkpoint.records import Commit, RunRecord
+from nestegg.checkpoint.admission import resume_point
+from nestegg.checkpoint.formats import ending_commit
+from nestegg.checkpoint.ownership import resumption
+from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import RUNNING
 from nestegg.errors import IncompatibleDataError, StaleOwnerError
 from nestegg.transport.base import Delivery, StepMessage, channel_name
@@ -93,7 +97,9 @@ class LackingAgents:
         """Release the run of ``claim``, whose data no longer fits the model of the agent
         it goes to here, and ack its message: the run stays running, untouched (its
         ``lease_until`` marks when its step became due, see :func:`set_aside_since`), and
-        a sweep points at it again (for a worker whose model fits)."""
+        a sweep points at it again (for a worker whose model fits). A claim that resumed
+        the run (a takeover, a release, a waiting run) writes what it resumed with the
+        release (``run_interrupted``, ``run_resumed``): the claims after it only go on."""
         claimed = claim.run
         log.log(
             self.level(claimed, f"model {error.model}"),
@@ -104,19 +110,36 @@ class LackingAgents:
             extra={"run_id": claimed.run_id, "agent": error.agent},
         )
         since = due_since(claim, self.book.config.clock())
-        if await self.released(claimed, delivery, since):
+        events = await self.resumed(claim, delivery.message.trace)
+        if await self.released(claimed, delivery, since, events):
             await delivery.ack()
 
+    async def resumed(self, claim: Claim, trace: dict[str, str]) -> list[tuple[str, Any]]:
+        """The events that say what ``claim`` resumed (none when it simply goes on)."""
+        if claim.resumes is None:
+            return []
+        state, _ = await resume_point(self.book.store, claim.run)
+        checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
+        interrupted, released = claim.resumes is Resumes.TAKEOVER, claim.resumes is Resumes.RELEASED
+        return resumption(
+            claim.read, checkpoint_id, state.seq, interrupted=interrupted, released=released,
+            trace=trace,
+        )  # fmt: skip
+
     async def released(
-        self, claimed: RunRecord, delivery: Delivery, since: float | None = None
+        self,
+        claimed: RunRecord,
+        delivery: Delivery,
+        since: float | None = None,
+        events: Sequence[tuple[str, Any]] = (),
     ) -> bool:
-        """Drop the lease of ``claimed`` (``since``: set aside since then); False (its
-        message acked) when another process took it over meanwhile: its new holder has a
-        message."""
+        """Drop the lease of ``claimed`` (``since``: set aside since then), writing
+        ``events`` with it; False (its message acked) when another process took it over
+        meanwhile: its new holder has a message."""
         now = self.book.config.clock()
         until = now if since is None else since
         try:
-            release = Commit(claimed.run_id, claimed.fence, lease_until=until, updated_at=now)
+            release = ending_commit(claimed, now, RUNNING, events, lease_until=until)
             await self.book.store.commit(release)
         except StaleOwnerError:
             await delivery.ack()

@@ -5,6 +5,7 @@ misfit grace (ten leases), then its run is failed with IncompatibleDataError."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -86,3 +87,41 @@ async def test_a_worker_whose_model_fits_coming_within_the_misfit_grace_takes_th
         fitting = deployment.start_worker("typed", "--agents", "second")
         result = await task.result(timeout=4 * GRACE)
     assert result["second"] == fitting.process.pid and result["pages"] == 0
+
+
+async def test_a_takeover_set_aside_for_a_model_writes_what_it_resumed_once(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner of step 2 died (a claim whose lease runs out); the strict worker's sweep
+    takes it over, its data does not fit: the release writes the takeover's
+    ``run_interrupted`` and ``run_resumed``, and the set-asides after it write nothing."""
+    from nestegg.checkpoint.records import Owner
+    from tests.transport.test_workers import event_log
+
+    deployment.lease = LEASE
+    deployment.apply(monkeypatch)
+    first = deployment.start_worker("typed", "--agents", "first")
+    typed = make_typed()
+    try:
+        await typed.submit({"title": "t"}, run_id="gone")
+        run = await _run_when(store, "gone", lambda run: run.step_seq == 1 and _released(run))
+        first.kill()
+        gone = Owner(host="elsewhere#0", pid=1, started="0")
+        now = time.time()
+        await store.claim_run("gone", run.fence, gone, now + LEASE, now)  # then it died
+        deployment.start_worker("typed_strict", "--agents", "second")
+        deadline = time.monotonic() + 30
+        while "run_resumed" not in [kind for kind, _ in await event_log(store, "gone")]:
+            assert time.monotonic() < deadline, await event_log(store, "gone")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(7 * LEASE)  # set aside again by a sweep after, within the grace
+    finally:
+        await typed.stop()
+    log = await event_log(store, "gone")
+    kinds = [kind for kind, _ in log]
+    assert kinds.count("run_interrupted") == kinds.count("run_resumed") == 1, kinds
+    (_, lost), (_, resumed) = log[kinds.index("run_interrupted") :][:2]
+    assert lost["owner"] == resumed["previous_owner"] == gone.to_json()
+    assert (resumed["previous"], resumed["seq"]) == ("interrupted", 1)
+    after = await store.get_run("gone")
+    assert after is not None and after.step_seq == 1
