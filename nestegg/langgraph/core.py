@@ -37,7 +37,6 @@ from nestegg.langgraph import limits
 from nestegg.langgraph.deferred import DeferredWrites
 from nestegg.langgraph.ids import (
     BEFORE_ID_KEY,
-    CHECKPOINT_ID_KEY,
     NAMESPACE_KEY,
     THREAD_ID_KEY,
     check_versions,
@@ -47,6 +46,7 @@ from nestegg.langgraph.ids import (
     namespace_of,
     thread_of,
     thread_to_read,
+    written_checkpoint_id,
 )
 from nestegg.langgraph.linear import (
     Latest,
@@ -208,8 +208,7 @@ class ThreadCheckpoints:
     ) -> tuple[str, list[ThreadRow], list[ThreadRow]]:
         """The thread, and the rows to keep if present and to replace, of a task's writes."""
         thread_id, ns = thread_of(config), namespace_of(config)
-        checkpoint_id = config["configurable"]["checkpoint_id"]
-        check_checkpoint_id(str(checkpoint_id), CHECKPOINT_ID_KEY)
+        checkpoint_id = written_checkpoint_id(config)
         check_writes(writes, task_id, path)
         keep: list[ThreadRow] = []
         replace: list[ThreadRow] = []

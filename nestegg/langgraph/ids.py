@@ -12,7 +12,7 @@ from langgraph.checkpoint.base import ChannelVersions, get_checkpoint_id
 
 from nestegg.checkpoint.stores.threads import ThreadStore, check_thread_id
 from nestegg.errors import InvalidIdentifierError
-from nestegg.langgraph.rows import check_key_part, check_namespace
+from nestegg.langgraph.rows import check_checkpoint_id, check_key_part, check_namespace
 
 THREAD_ID_KEY = "config['configurable']['thread_id']"
 NAMESPACE_KEY = "config['configurable']['checkpoint_ns']"
@@ -51,6 +51,19 @@ def checkpoint_id_of(config: RunnableConfig, where: str = CHECKPOINT_ID_KEY) -> 
     if checkpoint_id:
         check_key_part(str(checkpoint_id), where, "checkpoint id")
     return checkpoint_id or None
+
+
+def written_checkpoint_id(config: RunnableConfig) -> str:
+    """The checkpoint id a task's writes are stored under, ``config``'s, refused by
+    :func:`~nestegg.langgraph.rows.check_checkpoint_id`; a config naming none (missing or
+    None) is refused too: the writes would belong to no checkpoint."""
+    checkpoint_id = (config.get("configurable") or {}).get("checkpoint_id")
+    if checkpoint_id is None:
+        raise InvalidIdentifierError(
+            f"{CHECKPOINT_ID_KEY} is missing: a task's writes are stored under the "
+            "checkpoint they follow (pass the config put returned)"
+        )
+    return check_checkpoint_id(str(checkpoint_id), CHECKPOINT_ID_KEY)
 
 
 def check_versions(versions: ChannelVersions, where: str) -> None:

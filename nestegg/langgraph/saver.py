@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.threads import ThreadStore
 from nestegg.errors import ConfigurationError, StorageUnavailableError
+from nestegg.langgraph.arguments import check_config, check_list, check_put, check_put_writes
 from nestegg.langgraph.core import ThreadCheckpoints
 from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
 from nestegg.langgraph.loop import LoopThread, loop_of
@@ -231,10 +232,12 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, or the thread's newest)."""
+        check_config("get_tuple", config)
         return self._run(self._core.get_tuple(config))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple`."""
+        check_config("aget_tuple", config)
         return await self._arun(self._core.get_tuple(config))
 
     def list(
@@ -245,7 +248,14 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Checkpoints, newest first, filtered by thread, namespace, metadata, ``before``."""
+        """Checkpoints, newest first, filtered by thread, namespace, metadata, ``before``
+        (``limit=0``: none).
+
+        Raises:
+            ConfigurationError: a config or ``before`` that is not a dict, a filter that is
+                not a dict, a limit that is not None or an int of at least 0.
+        """
+        check_list("list", config, filter, before, limit)
         found = self._run(
             self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
         )
@@ -260,6 +270,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list`."""
+        check_list("alist", config, filter, before, limit)
         found = await self._arun(
             self._core.list_checkpoints(config, filter=filter, before=before, limit=limit)
         )
@@ -279,7 +290,11 @@ class NestEggSaver(BaseCheckpointSaver[str]):
             RecordTooLargeError: a channel value or the checkpoint is over
                 ``RECORD_MAX_BYTES`` serialized, or they add up past ``COMMIT_MAX_BYTES``
                 (nothing is sent to the store).
+            ConfigurationError: a config, metadata or new_versions that is not a dict, a
+                checkpoint that is not one with 'id', 'channel_values' and
+                'channel_versions' (nothing is stored).
         """
+        check_put("put", config, checkpoint, metadata, new_versions)
         return self._run(self._core.put(config, checkpoint, metadata, new_versions))
 
     async def aput(
@@ -290,6 +305,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`."""
+        check_put("aput", config, checkpoint, metadata, new_versions)
         return await self._arun(self._core.put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
@@ -305,7 +321,11 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         Raises:
             RecordTooLargeError: a write is over ``RECORD_MAX_BYTES`` serialized, or they
                 add up past ``COMMIT_MAX_BYTES`` (none is kept or sent to the store).
+            ConfigurationError: a config that is not a dict, writes that are not a list of
+                (channel, value) pairs, a task id or path that is not a str.
+            InvalidIdentifierError: a config without the checkpoint id the writes belong to.
         """
+        check_put_writes("put_writes", config, writes, task_id, task_path)
         self._check_open()
         if not self._core.defer(config, writes, task_id, task_path):
             self._run(self._core.put_writes(config, writes, task_id, task_path))
@@ -318,6 +338,7 @@ class NestEggSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async :meth:`put_writes`."""
+        check_put_writes("aput_writes", config, writes, task_id, task_path)
         self._check_open()
         if not self._core.defer(config, writes, task_id, task_path):
             await self._arun(self._core.put_writes(config, writes, task_id, task_path))
