@@ -20,7 +20,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
-from nestegg.cli.render import LANGGRAPH_THREADS, THREADS, Output, counted, when
+from nestegg.cli.render import CHECKPOINTS, LANGGRAPH_THREADS, THREADS, Output, counted, when
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.errors import InvalidIdentifierError, MissingDependencyError
 
@@ -151,7 +151,13 @@ def thread_command(
             f"thread {thread_id!r} has no checkpoint, only writes waiting for one (as a run "
             "of it that failed before its first checkpoint leaves it)"
         )
-    unread = sorted({r["metadata_type"] for r in rows if r["metadata"] is None})
+    damaged = [r for r in rows if not r["valid"]]
+    if damaged:
+        out.note(
+            f"warning: {len(damaged)} of {counted(len(rows), CHECKPOINTS)} cannot be read "
+            f"(CHECK DAMAGED): {damaged[0]['damage']}"
+        )
+    unread = sorted({r["metadata_type"] for r in rows if r["valid"] and r["metadata"] is None})
     if unread:
         count = sum(r["metadata"] is None for r in rows)
         out.note(
@@ -170,10 +176,12 @@ def thread_command(
             str(r["source"] or "-"),
             r["run_id"] or "-",
             r["parent_id"] or "-",
+            "ok" if r["valid"] else "DAMAGED",
         ]
         for r in rows
     ]
-    out.table(("CHECKPOINT", "NAMESPACE", "STEP", "SOURCE", "RUN", "PARENT"), cells, whole=(0,))
+    columns = ("CHECKPOINT", "NAMESPACE", "STEP", "SOURCE", "RUN", "PARENT", "CHECK")
+    out.table(columns, cells, whole=(0, 6))
 
 
 @threads_app.command("prune")

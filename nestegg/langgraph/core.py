@@ -32,8 +32,8 @@ from nestegg.checkpoint.stores.threads import (
     check_thread_id,
     unstorable_character,
 )
-from nestegg.errors import CheckpointSerializationError
 from nestegg.langgraph import limits
+from nestegg.langgraph.damage import naming
 from nestegg.langgraph.deferred import DeferredWrites
 from nestegg.langgraph.ids import (
     BEFORE_ID_KEY,
@@ -74,6 +74,7 @@ from nestegg.langgraph.rows import (
     write_key,
     writes_prefix,
 )
+from nestegg.langgraph.serialized import dumps, unserializable
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -143,7 +144,7 @@ class ThreadCheckpoints:
         meta = get_checkpoint_metadata(config, metadata)
         body = CheckpointBody(
             checkpoint=self.serde.dumps_typed(c),
-            metadata=_dumps(self.serde, meta, "the checkpoint's metadata"),
+            metadata=dumps(self.serde, meta, "the checkpoint's metadata"),
             parent_id=parent_id,
             run_id=str(meta["run_id"]) if meta.get("run_id") is not None else None,
             versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
@@ -181,7 +182,7 @@ class ThreadCheckpoints:
                 self.serde, latest, str(version), value, self.pack_every
             )
         except (TypeError, ValueError) as exc:
-            raise _unserializable(self.serde, value, f"channel {channel!r}", exc) from exc
+            raise unserializable(self.serde, value, f"channel {channel!r}", exc) from exc
 
         def where() -> str:
             return f"channel {channel!r} of {what()}"
@@ -214,7 +215,7 @@ class ThreadCheckpoints:
         replace: list[ThreadRow] = []
         for idx, (channel, value) in enumerate(writes):
             i = WRITES_IDX_MAP.get(channel, idx)
-            value_body = _dumps(self.serde, value, f"channel {channel!r}")
+            value_body = dumps(self.serde, value, f"channel {channel!r}")
             body = WriteBody(task_id, i, channel, value_body, path)
             row = ThreadRow(WRITE, write_key(ns, checkpoint_id, task_id, i), body.pack())
             limits.check_write(row, channel, value, task_id, thread_id)
@@ -322,7 +323,8 @@ class ThreadCheckpoints:
                 cid = split_key(row.key)[-1]
                 if wanted_id and cid != wanted_id:
                     continue
-                body = CheckpointBody.unpack(row.body)
+                with naming(thread_id, *split_key(row.key)):
+                    body = CheckpointBody.unpack(row.body)
                 if not _matches(self.serde.loads_typed(body.metadata), filter):
                     continue
                 if limit is not None and len(found) >= limit:
@@ -355,9 +357,10 @@ class ThreadCheckpoints:
         self, thread_id: str, row: ThreadRow, body: CheckpointBody | None = None
     ) -> CheckpointTuple:
         ns, checkpoint_id = split_key(row.key)
-        body = body or CheckpointBody.unpack(row.body)
+        with naming(thread_id, ns, checkpoint_id):
+            body = body or CheckpointBody.unpack(row.body)
         checkpoint: dict[str, Any] = self.serde.loads_typed(body.checkpoint)
-        checkpoint["channel_values"] = await self._values(thread_id, ns, body.versions)
+        checkpoint["channel_values"] = await self._values(thread_id, ns, checkpoint_id, body)
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -366,7 +369,10 @@ class ThreadCheckpoints:
             pending_writes=await self._writes(thread_id, ns, checkpoint_id),
         )
 
-    async def _values(self, thread_id: str, ns: str, versions: Mapping[str, str]) -> dict[str, Any]:
+    async def _values(
+        self, thread_id: str, ns: str, checkpoint_id: str, body: CheckpointBody
+    ) -> dict[str, Any]:
+        versions = body.versions
         values: dict[str, Any] = {}
         wanted: dict[str, str] = {}
         for channel, version in versions.items():
@@ -379,7 +385,8 @@ class ThreadCheckpoints:
             return values
         for row in await self.store.get_thread_rows(thread_id, BLOB, list(wanted)):
             channel = wanted[row.key]
-            value = await self._value(thread_id, ns, channel, versions[channel], row)
+            with naming(thread_id, ns, checkpoint_id, f"channel {channel!r}"):
+                value = await self._value(thread_id, ns, channel, versions[channel], row)
             if value is not None:
                 values[channel] = value[0]
         return values
@@ -409,7 +416,11 @@ class ThreadCheckpoints:
     async def _writes(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
         low, high = prefix_range(writes_prefix(ns, checkpoint_id))
         rows = await self.store.scan_thread_rows(thread_id, WRITE, low, high)
-        bodies = [WriteBody.unpack(row.body) for row in rows]
+        bodies = []
+        for row in rows:
+            task_id, _, idx = row.key[len(low) :].rpartition(SEP)
+            with naming(thread_id, ns, checkpoint_id, f"the write {idx} of task {task_id!r}"):
+                bodies.append(WriteBody.unpack(row.body))
         bodies.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
         return [(w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in bodies]
 
@@ -471,42 +482,6 @@ class ThreadCheckpoints:
     def forget(self, thread_id: str) -> None:
         self.latest.forget(thread_id)
         self.retention.forget(thread_id)
-
-
-def _dumps(serde: SerializerProtocol, value: Any, where: str) -> tuple[str, bytes]:
-    """``value`` serialized by the graph's serializer, or the error naming ``where``."""
-    try:
-        return serde.dumps_typed(value)
-    except (TypeError, ValueError) as exc:
-        raise _unserializable(serde, value, where, exc) from exc
-
-
-def _unserializable(
-    serde: SerializerProtocol, value: Any, where: str, exc: BaseException
-) -> CheckpointSerializationError:
-    """The error for a value the serializer refused: the path of the first part of it the
-    serializer refuses (``channel 'results'[2]['doc']``) and that part's type."""
-    path = where
-    for _ in range(8):  # into lists, tuples and dicts, a few levels deep
-        if isinstance(value, list | tuple):
-            parts: list[tuple[str, Any]] = [(f"[{i}]", item) for i, item in enumerate(value)]
-        elif isinstance(value, dict):
-            parts = [(f"[{key!r}]", item) for key, item in value.items()]
-        else:
-            break
-        refused = next((part for part in parts if not _serializes(serde, part[1])), None)
-        if refused is None:
-            break
-        path, value = path + refused[0], refused[1]
-    return CheckpointSerializationError(path, type(value).__qualname__, str(exc))
-
-
-def _serializes(serde: SerializerProtocol, value: Any) -> bool:
-    try:
-        serde.dumps_typed(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _checkpoint_rows(ns: str, checkpoint_ids: Sequence[str]) -> list[tuple[str, str, str]]:

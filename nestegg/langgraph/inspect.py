@@ -9,6 +9,8 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from nestegg.checkpoint.stores.threads import CHECKPOINT, ThreadStore
+from nestegg.errors import CheckpointCorruptedError
+from nestegg.langgraph.damage import damaged_checkpoints
 from nestegg.langgraph.rows import CheckpointBody, prefix_range, split_key
 
 
@@ -47,13 +49,20 @@ def _metadata(serde: JsonPlusSerializer, body: CheckpointBody) -> dict[str, Any]
 
 async def thread_checkpoints(store: ThreadStore, thread_id: str) -> list[dict[str, Any]]:
     """A thread's checkpoints, newest first, with their metadata (None where it is in a
-    format only the graph's own serializer reads: ``metadata_type`` names it)."""
+    format only the graph's own serializer reads: ``metadata_type`` names it); ``valid``
+    False and ``damage`` saying why for one whose row, or a row a read of it decodes, is
+    damaged."""
     serde = JsonPlusSerializer()
     rows = await store.scan_thread_rows(thread_id, CHECKPOINT, *prefix_range(""))
+    damaged = await damaged_checkpoints(store, thread_id, rows)
     found: list[dict[str, Any]] = []
     for row in rows:
         ns, checkpoint_id = split_key(row.key)
-        body = CheckpointBody.unpack(row.body)
+        try:
+            body = CheckpointBody.unpack(row.body)
+        except CheckpointCorruptedError:  # damaged_checkpoints says why
+            found.append(_damaged(ns, checkpoint_id, damaged[row.key]))
+            continue
         metadata = _metadata(serde, body)
         found.append(
             {
@@ -66,7 +75,26 @@ async def thread_checkpoints(store: ThreadStore, thread_id: str) -> list[dict[st
                 "channels": sorted(body.versions),
                 "metadata": metadata,
                 "metadata_type": body.metadata[0],
+                "valid": row.key not in damaged,
+                "damage": damaged.get(row.key),
             }
         )
     found.sort(key=lambda c: c["checkpoint_id"], reverse=True)
     return found
+
+
+def _damaged(ns: str, checkpoint_id: str, why: str) -> dict[str, Any]:
+    """A checkpoint whose own row is damaged: its id and namespace, nothing else known."""
+    return {
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_ns": ns,
+        "parent_id": None,
+        "step": None,
+        "source": None,
+        "run_id": None,
+        "channels": [],
+        "metadata": None,
+        "metadata_type": None,
+        "valid": False,
+        "damage": why,
+    }

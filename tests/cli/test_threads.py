@@ -277,3 +277,34 @@ def test_threads_prune_takes_one_an_older_version_stored_under_an_empty_id(
     assert deleted.returncode == 0, deleted.stderr
     rows = _json(tmp_path, "--store", store, "threads", "--json")
     assert {r["thread_id"]: r["checkpoints"] for r in rows} == {"chat-1": 7}  # type: ignore[union-attr, index]
+
+
+def test_thread_marks_checkpoints_whose_rows_are_damaged(tmp_path: Path, store: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store.removeprefix("sqlite:///")) as db:  # items' rows torn
+        db.execute(
+            "update lg_rows set body = substr(body, 1, length(body) - 3) "
+            "where thread_id = 'chat-2' and kind = 'blob' and instr(key, 'items') > 0"
+        )
+    rows = _json(tmp_path, "--store", store, "thread", "chat-2", "--json")
+    assert isinstance(rows, list)
+    assert [r["valid"] for r in rows] == [False, False, False, True]
+    newest = rows[0]["checkpoint_id"]
+    assert rows[0]["damage"] == (
+        f"LangGraph thread 'chat-2', checkpoint '{newest}', channel 'items': "
+        "the LangGraph channel value row cannot be read: unexpected end of file"
+    )
+    plain = nestegg(tmp_path, "--store", store, "thread", "chat-2")
+    assert plain.returncode == 0, plain.stderr
+    assert [line.split()[-1] for line in plain.stdout.splitlines()[1:]] == [
+        "DAMAGED",
+        "DAMAGED",
+        "DAMAGED",
+        "ok",
+    ]
+    assert plain.stderr.startswith(
+        f"warning: 3 of 4 checkpoints cannot be read (CHECK DAMAGED): {rows[0]['damage']}"
+    )
+    ok = _json(tmp_path, "--store", store, "thread", "chat-1", "--json")
+    assert isinstance(ok, list) and all(r["valid"] and r["damage"] is None for r in ok)

@@ -1,0 +1,100 @@
+"""Damaged LangGraph rows: where one was read (the thread, namespace, checkpoint and
+channel a CheckpointCorruptedError from a row's decoding names), and which checkpoints of a
+thread rest on one."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from nestegg.checkpoint.stores.threads import BLOB, WRITE, ThreadRow, ThreadStore
+from nestegg.errors import CheckpointCorruptedError
+from nestegg.langgraph.rows import (
+    DELTA,
+    PACK,
+    BlobBody,
+    CheckpointBody,
+    WriteBody,
+    blob_key,
+    checkpoint_key,
+    prefix_range,
+    split_key,
+)
+
+
+def place(thread_id: str, ns: str, checkpoint_id: str, part: str = "") -> str:
+    """``LangGraph thread 't1', namespace 'sub', checkpoint '1f0...', channel 'items'``."""
+    where = f"LangGraph thread {thread_id!r}"
+    where += f", namespace {ns!r}" if ns else ""
+    where += f", checkpoint {checkpoint_id!r}"
+    return where + (f", {part}" if part else "")
+
+
+@contextmanager
+def naming(thread_id: str, ns: str, checkpoint_id: str, part: str = "") -> Iterator[None]:
+    """Raise a CheckpointCorruptedError of the block again with :func:`place` before its
+    message."""
+    try:
+        yield
+    except CheckpointCorruptedError as exc:
+        where = place(thread_id, ns, checkpoint_id, part)
+        raise CheckpointCorruptedError(f"{where}: {exc}") from exc
+
+
+async def damaged_checkpoints(
+    store: ThreadStore, thread_id: str, checkpoints: Sequence[ThreadRow]
+) -> dict[str, str]:
+    """Checkpoint row key -> why it cannot be read, for each of ``checkpoints`` (rows of
+    the thread) whose row, a channel value row a read of it decodes, or a pending write's
+    row is damaged; each row of the thread is decoded once, without the graph's serializer.
+    """
+    blobs: dict[str, BlobBody] = {}
+    bad: dict[str, str] = {}
+    for row in await store.scan_thread_rows(thread_id, BLOB, *prefix_range("")):
+        try:
+            blobs[row.key] = BlobBody.unpack(row.body)
+        except CheckpointCorruptedError as exc:
+            bad[row.key] = str(exc)
+    bad_writes: dict[str, str] = {}
+    for row in await store.scan_thread_rows(thread_id, WRITE, *prefix_range("")):
+        try:
+            WriteBody.unpack(row.body)
+        except CheckpointCorruptedError as exc:
+            ns, checkpoint_id, *_ = split_key(row.key)
+            bad_writes.setdefault(checkpoint_key(ns, checkpoint_id), f"a pending write: {exc}")
+    damaged: dict[str, str] = {}
+    for row in checkpoints:
+        ns, checkpoint_id = split_key(row.key)
+        try:
+            body = CheckpointBody.unpack(row.body)
+        except CheckpointCorruptedError as exc:
+            damaged[row.key] = f"{place(thread_id, ns, checkpoint_id)}: {exc}"
+            continue
+        why = _channel_damage(ns, body, blobs, bad) or bad_writes.get(row.key)
+        if why is not None:
+            damaged[row.key] = place(thread_id, ns, checkpoint_id) + f", {why}"
+    return damaged
+
+
+def _channel_damage(
+    ns: str, body: CheckpointBody, blobs: dict[str, BlobBody], bad: dict[str, str]
+) -> str | None:
+    """Why a channel value of ``body`` cannot be read: a damaged row among those its read
+    decodes (its own; for a delta, those of its chain and its channel's packs)."""
+    if not bad:
+        return None
+    keys = sorted(bad)
+    for channel, version in body.versions.items():
+        key = blob_key(ns, channel, version)
+        ranges = [(key, key + "\x01")]
+        blob = blobs.get(key)
+        if blob is not None and blob.kind == DELTA:
+            if blob.depth:
+                ranges.append((blob_key(ns, channel, blob.anchor or ""), key))
+            ranges.append(prefix_range(blob_key(ns, channel, PACK)))
+        for low, high in ranges:
+            at = bisect.bisect_left(keys, low)
+            if at < len(keys) and keys[at] < high:
+                return f"channel {channel!r}: {bad[keys[at]]}"
+    return None
