@@ -8,11 +8,16 @@ hold it, as reads split keys at it; a task id may, being followed by the index a
 - write: ``ns SEP checkpoint_id SEP task_id SEP idx`` (a pending write)
 
 Bodies are msgpack maps; the values in them (checkpoint, metadata, channel values,
-writes) are serialized by the graph's serializer, as ``(type, bytes)``.
+writes) are serialized by the graph's serializer, as ``(type, bytes)``. A body is written
+sealed: ``SEALED`` (0xC1, a byte msgpack never uses, so no map starts with it), the CRC-32
+of the map (4 bytes, big-endian), the map; a read checks it, so an altered row is refused,
+never read as data. A body without the mark (written before rows were sealed) is read as
+it is.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +27,10 @@ from nestegg.checkpoint.stores.threads import KEY_END, unstorable_character
 from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError
 
 SEP = "\x1f"
+SEALED = b"\xc1"
+"""The first byte of a sealed body (msgpack never uses it)."""
+SEAL_BYTES = 5
+"""The mark and the CRC-32 before a sealed body's map."""
 Typed = tuple[str, bytes]
 
 FULL = "full"
@@ -86,12 +95,28 @@ def split_key(key: str) -> list[str]:
 
 
 def _pack(body: dict[str, Any]) -> bytes:
-    return ormsgpack.packb(body)
+    packed = ormsgpack.packb(body)
+    return SEALED + zlib.crc32(packed).to_bytes(4, "big") + packed
+
+
+def _unsealed(body: bytes, what: str) -> bytes | memoryview:
+    """The map of a sealed ``body`` once its CRC-32 matches (a body written before rows
+    were sealed as it is); CheckpointCorruptedError naming ``what`` otherwise."""
+    if body[:1] != SEALED:
+        return body
+    packed = memoryview(body)[SEAL_BYTES:]
+    stored, computed = int.from_bytes(body[1:SEAL_BYTES], "big"), zlib.crc32(packed)
+    if len(body) < SEAL_BYTES or stored != computed:
+        raise CheckpointCorruptedError(
+            f"the LangGraph {what} row fails its checksum (stored {stored:08x}, computed "
+            f"{computed:08x}): it was altered or torn"
+        )
+    return packed
 
 
 def _unpack(body: bytes, what: str) -> dict[str, Any]:
     try:
-        value = ormsgpack.unpackb(body)
+        value = ormsgpack.unpackb(_unsealed(body, what))
     except ormsgpack.MsgpackDecodeError as exc:
         raise CheckpointCorruptedError(f"the LangGraph {what} row cannot be read: {exc}") from exc
     if not isinstance(value, dict):

@@ -1,10 +1,13 @@
-"""A damaged saver row (torn: bytes cut off its end) is refused by name on every store:
-get_tuple and list raise CheckpointCorruptedError naming the thread, the namespace (if
-any), the checkpoint and the channel (or the pending write) whose row cannot be read,
-never a value built from it."""
+"""A damaged saver row (torn: bytes cut off its end; altered: bytes changed in place) is
+refused by name on every store: get_tuple and list raise CheckpointCorruptedError naming
+the thread, the namespace (if any), the checkpoint and the channel (or the pending write)
+whose row cannot be read, never a value built from it. Rows are sealed with a CRC-32; rows
+an earlier version wrote, without one, read as before (and a torn one is refused too)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,10 +16,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadChange, ThreadRow
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph import NestEggSaver
-from nestegg.langgraph.rows import prefix_range
+from nestegg.langgraph.rows import SEAL_BYTES, SEALED, prefix_range
 from tests.langgraph.conftest import SaverFactory, kinds, thread_config
 
 TORN = "cannot be read: unexpected end of file"
+SEAL = r"fails its checksum \(stored [0-9a-f]{8}, computed [0-9a-f]{8}\): it was altered or torn"
 
 
 def _stored(saver: NestEggSaver, ns: str) -> Any:
@@ -29,19 +33,31 @@ def _stored(saver: NestEggSaver, ns: str) -> Any:
     return config
 
 
-def _tear(saver: NestEggSaver, kind: str, part: str) -> None:
-    """Cut 3 bytes off each ``kind`` row of thread ``t`` whose key holds ``part``; the
-    saver forgets what it remembers of the thread (a new process reading the store)."""
+def _change(saver: NestEggSaver, kind: str, part: str, change: Callable[[bytes], bytes]) -> None:
+    """Replace the body of each ``kind`` row of thread ``t`` whose key holds ``part`` by
+    ``change`` of it; the saver forgets what it remembers of the thread (a new process
+    reading the store)."""
 
-    async def tear() -> None:
+    async def apply() -> None:
         store = saver.storage
         rows = await store.scan_thread_rows("t", kind, *prefix_range(""))
-        torn = [ThreadRow(kind, r.key, r.body[:-3]) for r in rows if part in r.key]
-        assert torn
-        await store.apply_thread_change("t", ThreadChange(put=torn), 2.0)
+        changed = [ThreadRow(kind, r.key, change(r.body)) for r in rows if part in r.key]
+        assert changed
+        await store.apply_thread_change("t", ThreadChange(put=changed), 2.0)
 
-    saver._run(tear())
+    saver._run(apply())
     saver._core.forget("t")
+
+
+def _tear(saver: NestEggSaver, kind: str, part: str) -> None:
+    """Cut 3 bytes off each such row."""
+    _change(saver, kind, part, lambda body: body[:-3])
+
+
+def _unseal(saver: NestEggSaver) -> None:
+    """Every row of thread ``t`` as an earlier version wrote it: the map without its seal."""
+    for kind in (BLOB, CHECKPOINT, WRITE):
+        _change(saver, kind, "", lambda body: body.removeprefix(SEALED)[SEAL_BYTES - 1 :])
 
 
 CASES = {
@@ -51,21 +67,34 @@ CASES = {
 }
 
 
+def _flip(body: bytes) -> bytes:
+    """``body`` with its last byte changed (a stored value's last byte)."""
+    return body[:-1] + bytes([body[-1] ^ 1])
+
+
+DAMAGE = {
+    "torn": (_tear, SEAL),
+    "altered": (lambda s, k, p: _change(s, k, p, _flip), SEAL),
+    "torn, as an earlier version wrote it": (lambda s, k, p: (_unseal(s), _tear(s, k, p)), TORN),
+}
+
+
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("damage", list(DAMAGE))
 @pytest.mark.parametrize("ns", ["", "sub:1"])
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
-def test_a_torn_row_is_refused_naming_thread_checkpoint_and_channel(
-    saver_factory: SaverFactory, ns: str, case: str
+def test_a_damaged_row_is_refused_naming_thread_checkpoint_and_channel(
+    saver_factory: SaverFactory, ns: str, damage: str, case: str
 ) -> None:
     saver = saver_factory()
     config = _stored(saver, ns)
     kind, part, what = CASES[case]
-    _tear(saver, kind, part)
+    damage_rows, how = DAMAGE[damage]
+    damage_rows(saver, kind, part)
     checkpoint_id = config["configurable"]["checkpoint_id"]
     where = "LangGraph thread 't'" + (f", namespace {ns!r}" if ns else "")
-    expected = f"{where}, checkpoint {checkpoint_id!r}, {what} {TORN}"
-    if case == "checkpoint":
-        expected = f"{where}, checkpoint {checkpoint_id!r}: {what} {TORN}"
+    joint = ": " if case == "checkpoint" else ", "
+    expected = re.escape(f"{where}, checkpoint {checkpoint_id!r}{joint}{what} ") + how
     for read in (
         lambda: saver.get_tuple(config),
         lambda: saver.get_tuple(thread_config("t", ns=ns)),
@@ -74,7 +103,19 @@ def test_a_torn_row_is_refused_naming_thread_checkpoint_and_channel(
     ):
         with pytest.raises(CheckpointCorruptedError) as refused:
             read()
-        assert str(refused.value) == expected
+        assert re.fullmatch(expected, str(refused.value)), str(refused.value)
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_rows_an_earlier_version_wrote_without_a_checksum_read_as_before(
+    saver_factory: SaverFactory,
+) -> None:
+    saver = saver_factory()
+    config = _stored(saver, "")
+    whole = saver.get_tuple(config)
+    _unseal(saver)
+    assert saver.get_tuple(config) == whole
+    assert list(saver.list(thread_config("t"))) == [whole]
 
 
 @pytest.mark.parametrize("saver_factory", kinds("memory", "sqlite"), indirect=True)
