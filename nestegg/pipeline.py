@@ -90,6 +90,11 @@ class PipelineBase:
         checkpoint: CheckpointConfig | None = None,
         on_checkpoint: CheckpointHook | None = None,
     ) -> None:
+        if checkpoint is not None:  # checked, and its code loaded now, not in the first run
+            from nestegg.checkpoint.config import check_checkpoint
+
+            check_checkpoint(checkpoint, name)
+            import nestegg.checkpoint.runs  # noqa: F401
         if checkpoint is not None or transport is not None:  # stored with every run
             check_pipeline_name(name)
         if not isinstance(strategy, Strategy):
@@ -122,8 +127,6 @@ class PipelineBase:
         self._checkpoint_config = checkpoint
         self._runbook: CheckpointedRuns | None = None
         self._executions: dict[str, RunExecution] = {}
-        if checkpoint is not None:  # load the checkpointing code now, not in the first run
-            import nestegg.checkpoint.runs  # noqa: F401
         self.transport: Transport | None = _transport(name, transport, checkpoint)
         self._transport_held = contextlib.AsyncExitStack()
         """The transport's connection held in use by ``async with clutch`` (Clutch)."""

@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from nestegg import Clutch, Handover, StepEvent, Strategy, Terminate, get_context
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.constants import MAX_NAME_LENGTH
 from nestegg.errors import ConfigurationError, InvalidIdentifierError, NestEggError
 
@@ -295,6 +296,20 @@ class TestDefinitionErrors:
     def test_transport_needs_checkpointing(self) -> None:
         with pytest.raises(ConfigurationError, match="transport= needs checkpoint"):
             Clutch("p", transport="redis://127.0.0.1:6379/0")
+
+    @pytest.mark.parametrize("checkpoint", [True, False, "yes", 1, {"storage": None}])
+    def test_checkpoint_must_be_a_checkpoint_config(self, checkpoint: Any) -> None:
+        with pytest.raises(ConfigurationError) as caught:
+            Clutch("p", checkpoint=checkpoint)
+        message = str(caught.value)
+        assert "checkpoint= must be a CheckpointConfig" in message
+        assert f"got {checkpoint!r}" in message
+
+    def test_a_store_or_url_as_checkpoint_is_pointed_to_checkpoint_config(self) -> None:
+        with pytest.raises(ConfigurationError, match=r"CheckpointConfig\(storage=store\)"):
+            Clutch("p", checkpoint=MemoryCheckpointStorage())  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"open_store\('sqlite:///x.db'\)"):
+            Clutch("p", checkpoint="sqlite:///x.db")  # type: ignore[arg-type]
 
     @pytest.mark.parametrize("max_turns", [-1, 1.5, "3"])
     def test_max_turns_must_be_a_non_negative_int(self, max_turns: Any) -> None:

@@ -140,3 +140,26 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"CheckpointConfig.clock must be a callable giving UNIX seconds, got {self.clock!r}"
             )
+
+
+def check_checkpoint(value: object, pipeline: str) -> None:
+    """Refuse a Clutch's ``checkpoint=`` that is not a CheckpointConfig (None, no
+    checkpointing, is not passed here), when the Clutch is built rather than in its first
+    run; a store or a URL gets the CheckpointConfig to put it in.
+
+    Raises:
+        ConfigurationError: naming the Clutch, the value and what ``checkpoint=`` takes.
+    """
+    if isinstance(value, CheckpointConfig):
+        return
+    if isinstance(value, str):
+        hint = f"; for a store URL: CheckpointConfig(storage=open_store({value!r}))"
+    elif all(callable(getattr(value, name, None)) for name in STORE_METHODS):
+        hint = "; for a store: CheckpointConfig(storage=store)"
+    else:
+        hint = ""
+    raise ConfigurationError(
+        f"Clutch {pipeline!r}: checkpoint= must be a CheckpointConfig "
+        f"(CheckpointConfig(storage=...), nestegg.checkpoint) or None for no checkpointing, "
+        f"got {value!r}{hint}"
+    )
