@@ -335,6 +335,25 @@ def test_an_embedded_store_url_the_store_would_misread_is_bad_usage(
     assert not (ROOT / "x.db").exists() and not (ROOT / ".db").exists()
 
 
+def test_a_store_path_of_the_other_kind_is_bad_usage_not_unreachable(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    for url, reason in (
+        (
+            f"sqlite:///{tmp_path}",
+            f"SQLiteCheckpointStorage path {str(tmp_path)!r} is a directory: it needs the "
+            f"path of a database file (such as {str(tmp_path / 'nestegg.db')!r})",
+        ),
+        (
+            f"file://{tmp_path / 'plain'}",
+            f"FileCheckpointStorage path {str(tmp_path / 'plain')!r} is a file: it needs the "
+            "path of a directory",
+        ),
+    ):
+        result = nestegg(tmp_path, "runs", "--store", url)
+        assert result.returncode == EXIT_USAGE, result.stderr
+        assert result.stderr == f"error: bad store URL {url!r} from --store: {reason}\n"
+
+
 def test_a_postgres_option_value_libpq_does_not_take_is_bad_usage(
     tmp_path: Path, pg_url: str
 ) -> None:

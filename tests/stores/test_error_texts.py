@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.errors import ConfigurationError
 from nestegg.testing import fixtures
 from nestegg.testing.builders import OWNER, T0, create, make_commit, make_run
 
@@ -39,3 +44,17 @@ async def test_every_store_words_the_contract_errors_alike(store: CheckpointStor
             await attempt
         assert str(raised.value) == str(error)
         assert raised.value.args == error.args
+
+
+@pytest.mark.parametrize(
+    ("make", "needs"), [(SQLiteCheckpointStorage, "file"), (FileCheckpointStorage, "directory")]
+)
+@pytest.mark.parametrize("path", [5, None, b"x.db"])
+def test_a_store_path_that_is_not_text_is_refused_naming_the_store(
+    make: Any, needs: str, path: Any
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        make(path)
+    assert str(refused.value) == (
+        f"{make.__name__} needs the path of its {needs} (a str or a pathlib.Path), got {path!r}"
+    )

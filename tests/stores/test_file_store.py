@@ -479,3 +479,13 @@ async def test_a_long_id_fits_in_the_other_stores(tmp_path: Path) -> None:
     await store.create_run(dataclasses.replace(make_run(), run_id=LONG_IN_BYTES))
     assert (await store.get_run(LONG_IN_BYTES)) is not None
     await store.close()
+
+
+def test_a_file_is_refused_when_the_store_is_built(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(ConfigurationError) as refused:
+        FileCheckpointStorage(tmp_path / "plain")
+    assert str(refused.value) == (
+        f"FileCheckpointStorage path {str(tmp_path / 'plain')!r} is a file: it needs the path "
+        "of a directory"
+    )

@@ -182,6 +182,11 @@ def test_bad_construction_is_a_configuration_error() -> None:
         PostgresCheckpointStorage()
     with pytest.raises(ConfigurationError, match="min_size"):
         PostgresCheckpointStorage("postgresql://x@127.0.0.1/x", min_size=5, max_size=2)
+    for url in (5, b"postgresql://x@127.0.0.1/x"):
+        with pytest.raises(
+            ConfigurationError, match=rf"a postgresql:// URL \(a str\) or a pool, got {url!r}"
+        ):
+            PostgresCheckpointStorage(url)  # type: ignore[arg-type]
 
 
 def test_a_url_option_libpq_does_not_take_is_refused_naming_it() -> None:

@@ -691,11 +691,10 @@ async def test_a_lock_held_beyond_the_busy_timeout_is_a_storage_error(
 
 async def test_a_path_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
-    for path in (tmp_path / "file" / "n.db", tmp_path):
-        store = SQLiteCheckpointStorage(path)
-        with pytest.raises(StorageUnavailableError):
-            await store.setup()
-        await store.close()
+    store = SQLiteCheckpointStorage(tmp_path / "file" / "n.db")
+    with pytest.raises(StorageUnavailableError):
+        await store.setup()
+    await store.close()  # a directory: a ConfigurationError when built (below)
 
 
 async def test_a_file_that_is_no_database_is_a_storage_error(tmp_path: Path) -> None:
@@ -776,3 +775,15 @@ async def test_a_thousand_steps_with_pruned_checkpoints_stay_small(tmp_path: Pat
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = sum(f.stat().st_size for f in tmp_path.iterdir())
     assert size <= 2_500_000, size
+
+
+def test_a_directory_is_refused_when_the_store_is_built(tmp_path: Path) -> None:
+    for given in (tmp_path, str(tmp_path)):
+        with pytest.raises(ConfigurationError) as refused:
+            SQLiteCheckpointStorage(given)
+        assert str(refused.value) == (
+            f"SQLiteCheckpointStorage path {str(tmp_path)!r} is a directory: it needs the path "
+            f"of a database file (such as {str(tmp_path / 'nestegg.db')!r})"
+        )
+    with pytest.raises(ConfigurationError, match="is a directory"):
+        open_store(f"sqlite:///{tmp_path}")

@@ -8,10 +8,12 @@ working out the commit's meaning itself.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -116,6 +118,32 @@ def commit_outcome(commit: Commit, stored: int | None) -> StaleOwnerError | RunN
     if stored is None:
         return run_not_found(commit.run_id)
     return stale_fence(commit.run_id, stored, commit.fence)
+
+
+def store_path(path: object, store: str, needs: Literal["file", "directory"]) -> Path:
+    """``path`` (a str or an os.PathLike of one, ``~`` expanded) for a store of a database
+    ``file`` or of a ``directory``, checked when the store is built rather than at its first
+    use: a value of another type, or a path that exists as the other kind.
+
+    Raises:
+        ConfigurationError: naming the store, the value and what it needs.
+    """
+    named = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(named, str):
+        raise ConfigurationError(
+            f"{store} needs the path of its {needs} (a str or a pathlib.Path), got {path!r}"
+        )
+    checked = Path(named).expanduser()
+    if needs == "file" and checked.is_dir():
+        raise ConfigurationError(
+            f"{store} path {named!r} is a directory: it needs the path of a database file "
+            f"(such as {str(checked / 'nestegg.db')!r})"
+        )
+    if needs == "directory" and checked.exists() and not checked.is_dir():
+        raise ConfigurationError(
+            f"{store} path {named!r} is a file: it needs the path of a directory"
+        )
+    return checked
 
 
 def run_not_found(run_id: str) -> RunNotFoundError:

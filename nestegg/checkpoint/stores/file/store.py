@@ -51,6 +51,7 @@ from nestegg.checkpoint.stores.common import (
     run_exists,
     run_not_found,
     stale_fence,
+    store_path,
 )
 from nestegg.checkpoint.stores.file.commit import (
     commit_durably,
@@ -144,7 +145,7 @@ class FileCheckpointStorage(FileThreadRows):
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.root = Path(path).expanduser()
+        self.root = store_path(path, "FileCheckpointStorage", "directory")
         self._runs = self.root / FILE_RUNS_DIR
         self._index = self.root / FILE_CHECKPOINT_INDEX_DIR
         self._ready = False

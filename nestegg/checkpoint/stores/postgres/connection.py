@@ -30,7 +30,7 @@ from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final, n
 from nestegg.checkpoint.stores.retry import backoff_delay
 from nestegg.client_logs import quiet_unless_configured
 from nestegg.errors import ConfigurationError, StorageUnavailableError
-from nestegg.urls import without_password
+from nestegg.urls import host_problem, without_password
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.stores.postgres.store import PostgresCheckpointStorage
@@ -110,10 +110,18 @@ def describe(conninfo: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
-def check_conninfo(conninfo: str) -> None:
+def check_conninfo(conninfo: object) -> None:
     """Raises ConfigurationError for a URL (or ``key=value`` string) that libpq cannot
-    read, as one with an option it does not know (``?sslmod=require``), naming it and
-    libpq's reason; psycopg would raise ``ProgrammingError`` at the first connection."""
+    read, as one with an option it does not know (``?sslmod=require``) or a bad host or
+    port, naming it and libpq's reason (psycopg would raise ``ProgrammingError`` at the
+    first connection), or for a value that is not a string."""
+    if not isinstance(conninfo, str):
+        raise ConfigurationError(
+            f"PostgresCheckpointStorage needs a postgresql:// URL (a str) or a pool, got "
+            f"{conninfo!r}"
+        )
+    if "://" in conninfo and (problem := host_problem(conninfo)) is not None:
+        raise ConfigurationError(f"PostgreSQL store URL {without_password(conninfo)!r}: {problem}")
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:

@@ -88,7 +88,6 @@ from nestegg.constants import (
     STORE_RETRIES,
 )
 from nestegg.errors import ConfigurationError, StorageError
-from nestegg.urls import host_problem, without_password
 
 T = TypeVar("T")
 
@@ -152,8 +151,6 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
                 f"PostgresCheckpointStorage pool sizes need 1 <= min_size <= max_size, got "
                 f"min_size={min_size}, max_size={max_size}"
             )
-        if url is not None and "://" in url and (problem := host_problem(url)) is not None:
-            raise ConfigurationError(f"PostgreSQL store URL {without_password(url)!r}: {problem}")
         if url is not None:
             check_conninfo(url)
         self._url = url

@@ -40,6 +40,7 @@ from nestegg.checkpoint.stores.common import (
     run_claimed,
     run_exists,
     run_not_found,
+    store_path,
 )
 from nestegg.checkpoint.stores.group import (
     GroupCalls,
@@ -49,9 +50,7 @@ from nestegg.checkpoint.stores.group import (
     run_id_of,
     runs_read,
 )
-from nestegg.checkpoint.stores.sqlite.blocks import (
-    read_history,
-)
+from nestegg.checkpoint.stores.sqlite.blocks import read_history
 from nestegg.checkpoint.stores.sqlite.commits import commit_alone, commit_batch, write_size
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite.errors import is_busy, storage_error
@@ -90,11 +89,7 @@ from nestegg.constants import (
     SQLITE_JOURNAL_SIZE_LIMIT,
     SQLITE_WAL_AUTOCHECKPOINT_PAGES,
 )
-from nestegg.errors import (
-    ConfigurationError,
-    StorageError,
-    StorageUnavailableError,
-)
+from nestegg.errors import ConfigurationError, StorageError, StorageUnavailableError
 from nestegg.urls import query_problem, slashes_problem, without_password
 
 MEMORY_PATH = ":memory:"
@@ -144,7 +139,8 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     """
 
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
-        self.path = path if str(path) == MEMORY_PATH else Path(path).expanduser()
+        memory = str(path) == MEMORY_PATH
+        self.path = path if memory else store_path(path, "SQLiteCheckpointStorage", "file")
         self._name = str(self.path)
         self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
