@@ -123,18 +123,23 @@ def test_global_and_command_store(cli: Cli, filled: Filled, local_url: str) -> N
     assert len(json_of(cli("runs", "-s", filled.url, "--json", NESTEGG_STORE=local_url))) == 3
 
 
-def test_a_damaged_checkpoint_is_reported_not_a_traceback(cli: Cli, tmp_path: Path) -> None:
-    path = tmp_path / "dmg.db"
-    url = f"sqlite:///{path}"
+def _one_run(url: str, run_id: str, name: str) -> None:
+    """A completed run of the test pipeline in the store at ``url``."""
 
     async def run() -> None:
         store = open_store(url)
         await build("cli-test", CheckpointConfig(storage=store, policy=POLICY)).run(
-            {"name": "D"}, run_id="dmg"
+            {"name": name}, run_id=run_id
         )
         await store.close()
 
     asyncio.run(run())
+
+
+def test_a_damaged_checkpoint_is_reported_not_a_traceback(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "dmg.db"
+    url = f"sqlite:///{path}"
+    _one_run(url, "dmg", "D")
     with sqlite3.connect(path) as conn:
         checkpoint_id, body = conn.execute(
             "SELECT checkpoint_id, body FROM checkpoints WHERE run_id = 'dmg' ORDER BY seq DESC"
@@ -152,6 +157,34 @@ def test_a_damaged_checkpoint_is_reported_not_a_traceback(cli: Cli, tmp_path: Pa
     with pytest.warns(CheckpointFallbackWarning):
         fallback = json_of(cli("inspect", "dmg", "--store", url, "--path", "seq"))
     assert fallback == 2  # the newest valid checkpoint
+
+
+def test_a_step_body_altered_into_text_is_damaged_as_for_a_checksum(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # sqlite3 "UPDATE steps SET body = replace(body, ...)" leaves TEXT where a BLOB was
+    url = f"sqlite:///{tmp_path / 'txt.db'}"
+    _one_run(url, "txt", "HELLO")
+    with sqlite3.connect(tmp_path / "txt.db") as conn:
+        conn.execute(
+            "UPDATE steps SET body = replace(body, 'HELLO', 'HACKD') WHERE agent = 'enrich'"
+        )
+        assert conn.execute("SELECT typeof(body) FROM steps WHERE agent = 'enrich'").fetchone() == (
+            "text",
+        )
+    damaged = "error: step 2 of run 'txt' failed its checksum (torn or altered)\n"
+    listed = json_of(cli("checkpoints", "txt", "--store", url, "--json"))
+    assert [r["valid"] for r in listed] == [True, False, False]
+    first, _, last = (r["checkpoint_id"] for r in listed)
+    for args in (["inspect", last], ["diff", first, last]):
+        result = cli(*args, "--store", url)
+        assert (result.exit_code, result.stderr) == (EXIT_FAILED, damaged), args
+    shown = json_of(cli("show", "txt", "--store", url, "--json"))
+    assert [step["outcome"] for step in shown["steps"]] == ["completed", "damaged", "completed"]
+    exported = cli("export", "txt", "-o", str(tmp_path / "txt.json"), "--store", url)
+    assert exported.exit_code == 0, exported.stderr  # as stored, as for a checksum failure
+    imported = cli("import", str(tmp_path / "txt.json"), "--store", f"{url}.copy")
+    assert (imported.exit_code, imported.stderr) == (EXIT_FAILED, damaged)
 
 
 def test_import_nestegg_does_not_import_typer_or_rich() -> None:

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nestegg.checkpoint.codec import seal_json
-from nestegg.checkpoint.records import CheckpointRecord, Commit, StepRecord
+from nestegg.checkpoint.codec import seal_json, unseal
+from nestegg.checkpoint.records import CheckpointRecord, Commit, SignalRecord, StepRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import connection as sqlite_connection
@@ -28,7 +29,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     SCHEMA_VERSION,
     run_to_row,
 )
-from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS, SQLITE_RUNS_TABLE
+from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS, SQLITE_RUNS_TABLE, STEP_BLOCK_STEPS
 from nestegg.errors import (
     CheckpointCorruptedError,
     ConfigurationError,
@@ -36,11 +37,13 @@ from nestegg.errors import (
     StorageUnavailableError,
 )
 from nestegg.testing.builders import (
+    assert_bytes_fields,
     commit_steps,
     create,
     make_checkpoint,
     make_commit,
     make_event,
+    make_journal,
     make_run,
     make_step,
 )
@@ -787,3 +790,58 @@ def test_a_directory_is_refused_when_the_store_is_built(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigurationError, match="is a directory"):
         open_store(f"sqlite:///{tmp_path}")
+
+
+async def test_a_body_column_altered_into_text_or_a_number_reads_as_damaged(
+    tmp_path: Path,
+) -> None:
+    # A row changed by hand (sqlite3 "UPDATE steps SET body = replace(body, ...)") holds
+    # TEXT where the store wrote a BLOB: it reads as bytes, and the record's checksum check
+    # names it, as for a BLOB altered in place, rather than a TypeError far from the store.
+    path = tmp_path / "x.db"
+    store = SQLiteCheckpointStorage(path)
+    run = await create(store, run_id="r")
+    blocked = await commit_steps(store, run, range(1, STEP_BLOCK_STEPS + 1))  # one block
+    await store.commit(
+        make_commit(
+            run,
+            steps=[make_step("r", STEP_BLOCK_STEPS + 1)],
+            checkpoints=[make_checkpoint("r", STEP_BLOCK_STEPS + 1, checkpoint_id="c")],
+            journal=[make_journal("r", STEP_BLOCK_STEPS + 1, 0)],
+            step_seq=STEP_BLOCK_STEPS + 1,
+        )
+    )
+    await store.put_signal(SignalRecord("r", "go", 1.0, seal_json("r")))
+    await store.close()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        for table, was, now in (
+            *((table, '"r"', '"R"') for table in ("steps", "checkpoints", "signals")),
+            ("journal", "fetch", "fetcH"),
+            ("event_batches", "r", "R"),
+        ):
+            conn.execute(f"UPDATE {table} SET body = replace(body, ?, ?)", (was, now))
+        assert {type_ for (type_,) in conn.execute("SELECT typeof(body) FROM steps")} == {"text"}
+    store = SQLiteCheckpointStorage(path)
+    try:
+        steps = await store.load_steps("r", upto=STEP_BLOCK_STEPS + 1)
+        checkpoint = await store.get_checkpoint("c")
+        assert checkpoint is not None
+        assert steps[:-1] == blocked  # packed in a block, which stayed a BLOB
+        records = [
+            steps[-1],
+            checkpoint,
+            *await store.list_checkpoints("r"),
+            *await store.read_journal("r", STEP_BLOCK_STEPS + 1),
+            *await store.read_signals("r"),
+        ]
+        assert_bytes_fields(*records)
+        for record in records:
+            with pytest.raises(CheckpointCorruptedError, match="failed its checksum"):
+                unseal(record.body, "record")
+        await store.read_events("r")  # text batches: torn or damaged events, not a TypeError
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE step_blocks SET body = 7")
+        with pytest.raises(CheckpointCorruptedError):  # as for a torn block
+            await store.load_steps("r")
+    finally:
+        await store.close()

@@ -233,6 +233,12 @@ def update_run(columns: tuple[str, ...]) -> str:
     return f"UPDATE {RUNS} SET {sets} WHERE run_id = ? AND fence = ? AND run_key = ?"
 
 
+BODY = "CAST(body AS BLOB)"
+"""How every read selects a record's body (and ``HEAD`` a block's head): as bytes, whatever a
+change by hand left in the column (text, even text that is not UTF-8, which Python's sqlite3
+cannot decode; a number), so that the record's checksum check finds it damaged and names it,
+as for a BLOB altered in place, rather than a TypeError far from the store."""
+HEAD = "CAST(head AS BLOB)"
 KEY_OF = f"SELECT run_key FROM {RUNS} WHERE run_id = ?"
 KEY_AND_FENCE_OF = f"SELECT run_key, fence FROM {RUNS} WHERE run_id = ?"
 INSERT_STEP = f"INSERT OR REPLACE INTO {STEPS} (step_key, agent, body) VALUES (?,?,?)"
@@ -241,16 +247,16 @@ DELETE_STEPS_AFTER = tuple(
 )
 """The step records with keys in ``(?1, ?2]``, in both tables."""
 SELECT_STEPS = (
-    f"SELECT step_key - ?1, agent, body FROM {STEPS} "
+    f"SELECT step_key - ?1, agent, {BODY} FROM {STEPS} "
     "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 "
-    f"UNION ALL SELECT step_key - ?1, agent, body FROM {GROUP_STEPS} AS g "
+    f"UNION ALL SELECT step_key - ?1, agent, {BODY} FROM {GROUP_STEPS} AS g "
     "WHERE step_key > ?1 + ?2 AND step_key <= ?1 + ?3 "
     f"AND NOT EXISTS (SELECT 1 FROM {STEPS} AS s WHERE s.step_key = g.step_key) ORDER BY 1"
 )
 """Loose step records ``(seq, agent, body)`` with ``?2 < seq <= ?3`` of the run whose
 keys start at ``?1``, from both tables."""
 SELECT_BLOCKS = (
-    f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
+    f"SELECT block_key - ?1, last_seq, {HEAD}, {BODY} FROM {STEP_BLOCKS} "
     "WHERE block_key > ?1 + ?2 AND block_key <= ?1 + ?3 ORDER BY block_key"
 )
 """Blocks ``(first_seq, last_seq, head, body)`` with ``?2 < first_seq <= ?3`` (same keys)."""
@@ -259,7 +265,7 @@ INSERT_BLOCK = (
 )
 DELETE_BLOCKS_AFTER = f"DELETE FROM {STEP_BLOCKS} WHERE block_key > ? AND block_key <= ?"
 SELECT_BLOCK_HOLDING = (
-    f"SELECT block_key - ?1, last_seq, head, body FROM {STEP_BLOCKS} "
+    f"SELECT block_key - ?1, last_seq, {HEAD}, {BODY} FROM {STEP_BLOCKS} "
     "WHERE block_key > ?1 + max(?2 - ?3, 0) AND block_key <= ?1 + ?2 AND last_seq > ?2"
 )
 """The block of the run whose keys start at ``?1`` that holds step ``?2`` and later ones
@@ -270,7 +276,7 @@ INSERT_STEP_IF_NEW = (
 )
 SELECT_EVENT_BATCHES = (
     f"WITH run AS (SELECT run_key * {SEQ_SPAN} AS base FROM {RUNS} WHERE run_id = ?1) "
-    f"SELECT body FROM (SELECT batch_key, body FROM {EVENT_BATCHES}, run "
+    f"SELECT {BODY} FROM (SELECT batch_key, body FROM {EVENT_BATCHES}, run "
     "WHERE batch_key > run.base + ?2 AND batch_key <= run.base + ?3 "
     f"UNION ALL SELECT g.batch_key, g.body FROM {GROUP_EVENT_BATCHES} AS g, run "
     "WHERE g.batch_key > run.base + ?2 AND g.batch_key <= run.base + ?3 "
@@ -286,7 +292,8 @@ INSERT_CHECKPOINT = (
     "(checkpoint_id, run_id, seq, created_at, reason, body) VALUES (?,?,?,?,?,?)"
 )
 DELETE_CHECKPOINT = f"DELETE FROM {CHECKPOINTS} WHERE checkpoint_id = ? AND run_id = ?"
-CHECKPOINT_COLUMNS = "checkpoint_id, run_id, seq, created_at, reason, body"
+CHECKPOINT_COLUMNS = f"checkpoint_id, run_id, seq, created_at, reason, {BODY}"
+"""The columns a read of checkpoints selects (see ``BODY``)."""
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

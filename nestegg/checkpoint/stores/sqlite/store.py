@@ -58,6 +58,7 @@ from nestegg.checkpoint.stores.sqlite.events import events_after
 from nestegg.checkpoint.stores.sqlite.group_writes import create_together
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
 from nestegg.checkpoint.stores.sqlite.schema import (
+    BODY,
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,
@@ -360,9 +361,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         return await self._connection.call(_read_events, run_id, since_seq, limit)
 
     async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
-        query = (
-            f"SELECT position, body FROM {JOURNAL} WHERE run_id = ? AND step = ? ORDER BY position"
-        )
+        query = f"SELECT position, {BODY} FROM {JOURNAL} WHERE run_id = ? AND step = ? ORDER BY 1"
         rows = await self._connection.call(_fetch_all, query, (run_id, step))
         return [JournalRecord(run_id, step, position, body) for position, body in rows]
 
@@ -372,7 +371,7 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         )
 
     async def read_signals(self, run_id: str) -> list[SignalRecord]:
-        query = f"SELECT name, at, body FROM {SIGNALS} WHERE run_id = ? ORDER BY name"
+        query = f"SELECT name, at, {BODY} FROM {SIGNALS} WHERE run_id = ? ORDER BY name"
         rows = await self._connection.call(_fetch_all, query, (run_id,))
         return [SignalRecord(run_id, name, at, body) for name, at, body in rows]
 

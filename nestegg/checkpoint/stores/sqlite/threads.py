@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection
-from nestegg.checkpoint.stores.sqlite.schema import marks, write_transaction
+from nestegg.checkpoint.stores.sqlite.schema import BODY, marks, write_transaction
 from nestegg.checkpoint.stores.threads import ThreadChange, ThreadInfo, ThreadRow
 from nestegg.constants import SQLITE_THREAD_ROWS_TABLE as ROWS
 from nestegg.constants import SQLITE_THREADS_TABLE as THREADS
@@ -22,7 +22,8 @@ _DELETE_RANGE = f"DELETE FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >=
 _PUT = f"INSERT OR REPLACE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
 _PUT_NEW = f"INSERT OR IGNORE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
 _SCAN = (
-    f"SELECT kind, key, body FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
+    f"SELECT kind, key, {BODY} FROM {ROWS} "
+    "WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
 )
 _LIST = (
     f"SELECT t.thread_id, t.updated_at, count(r.key) FROM {THREADS} t "
@@ -83,7 +84,7 @@ class SQLiteThreadRows:
         if not keys:
             return []
         query = (
-            f"SELECT kind, key, body FROM {ROWS} WHERE thread_id = ? AND kind = ? "
+            f"SELECT kind, key, {BODY} FROM {ROWS} WHERE thread_id = ? AND kind = ? "
             f"AND key IN ({marks(len(keys))}) ORDER BY key"
         )
         rows = await self._connection.call(_fetch, query, [thread_id, kind, *keys])
