@@ -100,6 +100,8 @@ LISTED_STATUSES = (*STATUSES, *SHOWN_RUNNING)
 """The statuses a listing of runs filters by (``nestegg runs --status``, the inspector)."""
 DAMAGED = "damaged"
 """Not a stored status: how a listing shows a run whose record cannot be read."""
+MISSING = "missing"
+"""Not a stored outcome: how a timeline shows a step the run counts whose record is gone."""
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 CANCEL_CLAIM_TRIES = 5
 """Claims a cancel from outside tries when other processes claim the run meanwhile."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -40,6 +41,7 @@ from nestegg.constants import (
     COMPLETED,
     IN_FLIGHT_EVENT_WINDOW,
     INTERRUPTED,
+    MISSING,
     QUEUED,
     RUNNING,
     STEP_STARTED,
@@ -262,6 +264,23 @@ def step_rows(piece: StepRecord | StepBlock, run_id: str) -> list[dict[str, Any]
     return [step_row(r.seq, r.agent, r.body, run_id) for r in records]
 
 
+def history_rows(
+    pieces: Sequence[StepRecord | StepBlock], run_id: str, after: int, upto: int
+) -> list[dict[str, Any]]:
+    """The rows of a run's steps past ``after`` read from ``pieces`` (:func:`step_rows`),
+    with a ``missing`` row for each step up to ``upto`` (the steps the run counts) whose
+    record is not there (a row deleted, the torn end of a file store's log), in order:
+    left out, a timeline would end early without saying so."""
+    rows = [row for piece in pieces for row in step_rows(piece, run_id) if row["seq"] > after]
+    found = {row["seq"] for row in rows}
+    rows.extend(
+        {**step_row(seq, "?", b"", run_id), "outcome": MISSING}
+        for seq in range(after + 1, upto + 1)
+        if seq not in found
+    )
+    return sorted(rows, key=itemgetter("seq"))
+
+
 def _decoded(read: Any, run: RunRecord) -> Any:
     try:
         return read(run)
@@ -280,12 +299,10 @@ async def run_details(
     by_seq: dict[int, list[str]] = {}
     for checkpoint in checkpoints:
         by_seq.setdefault(checkpoint.seq, []).append(checkpoint.checkpoint_id)
-    steps = []
-    for piece in await load_history(store, run.run_id):  # blocks whole: heads read here
-        for row in step_rows(piece, run.run_id):
-            if row["seq"] > after:
-                row["checkpoints"] = by_seq.get(row["seq"], [])
-                steps.append(row)
+    history = await load_history(store, run.run_id)  # blocks whole: heads read here
+    steps = history_rows(history, run.run_id, after, run.step_seq)
+    for row in steps:
+        row["checkpoints"] = by_seq.get(row["seq"], [])
     row = run_row(run, checkpoints[-1] if checkpoints else None, now, full_error=True)
     await complete_row(store, run, row)
     error = row["error"] or {}

@@ -45,6 +45,7 @@ from nestegg.constants import (
     COMPLETED,
     DAMAGED,
     FAILED,
+    MISSING,
     RUNNING,
 )
 from nestegg.wording import STEPS as STEPS
@@ -61,6 +62,7 @@ STATUS_STYLES = {
     RUNNING: "cyan",
     "interrupted": "yellow",
     DAMAGED: "red",
+    MISSING: "red",
 }
 
 

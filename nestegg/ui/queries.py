@@ -273,7 +273,7 @@ async def run_window(
     for checkpoint in checkpoints:
         if low <= checkpoint.seq <= high:
             by_seq.setdefault(checkpoint.seq, []).append(reading.checkpoint_row(checkpoint))
-    steps = [row for piece in history for row in reading.step_rows(piece, run.run_id)]
+    steps = reading.history_rows(history, run.run_id, low, high)
     longest = max((s["duration"] or 0.0 for s in steps), default=0.0)
     incidents = _incidents(events, low, high)
     for step in steps:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sqlite3
 import threading
 import time
 from datetime import datetime
@@ -252,6 +253,37 @@ def test_checkpoints_marks_damaged_those_resting_on_an_altered_step_record(
     with pytest.warns(CheckpointFallbackWarning, match="skipping 2 damaged checkpoints"):
         resumed = cli("inspect", filled.ok, "--store", filled.url, "--path", "seq")
     assert resumed.stdout.strip() == "1"  # a resume falls back to checkpoint 1, as listed
+
+
+def _lose_the_last_step(filled: Filled) -> None:
+    """Remove the record of run ``ok``'s last step (3): its SQLite row deleted, or the end of
+    the file store's step log cut off (as a torn last write leaves it)."""
+    if filled.url.startswith("sqlite"):
+        with sqlite3.connect(filled.url.removeprefix("sqlite:///")) as conn:
+            deleted = conn.execute("DELETE FROM steps WHERE agent = 'report'").rowcount
+        assert deleted == 1
+    else:
+        log = Path(filled.url.removeprefix("file://")) / "runs" / filled.ok / "steps.log"
+        log.write_bytes(log.read_bytes()[:-40])
+
+
+def test_show_lists_a_step_whose_record_is_missing(cli: Cli, filled: Filled) -> None:
+    _lose_the_last_step(filled)
+    shown = cli("show", filled.ok, "--store", filled.url)
+    assert shown.exit_code == 0, shown.stderr  # as for a step that fails its checksum
+    assert "steps:    3" in shown.stdout
+    timeline = shown.stdout.split("timeline\n", 1)[1].splitlines()[1:]
+    assert [line.split()[:2] for line in timeline] == [["1", "fetch"], ["2", "enrich"], ["3", "?"]]
+    assert timeline[2].split()[2:5] == ["-", "-", "missing"]
+    steps = json_of(cli("show", filled.ok, "--store", filled.url, "--json"))["steps"]
+    assert [(s["seq"], s["agent"], s["outcome"]) for s in steps] == [
+        (1, "fetch", "completed"),
+        (2, "enrich", "completed"),
+        (3, "?", "missing"),
+    ]
+    assert steps[2]["checkpoints"]  # the checkpoint after it, which rests on it
+    rows = json_of(cli("checkpoints", filled.ok, "--store", filled.url, "--json"))
+    assert [r["valid"] for r in rows] == [True, True, False]
 
 
 def test_inspect_whole_state_and_a_path(cli: Cli, filled_any: Filled) -> None:

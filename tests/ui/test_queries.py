@@ -11,7 +11,7 @@ import pytest
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.waiting import store_signal
 from nestegg.cli import reading
-from nestegg.testing.builders import create
+from nestegg.testing.builders import commit_steps, create
 from nestegg.ui import queries
 from tests.ui.pipelines import SIGNAL, start_waiting
 
@@ -87,3 +87,16 @@ async def test_the_runs_watch_reads_a_wait_once_and_its_signal_until_stored() ->
     assert store.reads == {"signals": 1}  # a stored signal stays: only b's is looked for
     assert queries.waits_token(["a"]) == queries.waits_token(queries.over_in(second))
     assert queries.waits_token([]) != queries.waits_token(["a"])
+
+
+async def test_the_run_page_lists_a_step_whose_record_is_missing() -> None:
+    store = MemoryCheckpointStorage()
+    run = await create(store, run_id="gap")
+    await commit_steps(store, run, range(1, 4))
+    del store._runs["gap"].steps[3]  # the record of the last step the run counts is gone
+    page = await queries.run_window(store, "gap", None, time.time())
+    assert [(s["seq"], s["outcome"] == "missing") for s in page["steps"]] == [
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
