@@ -77,15 +77,20 @@ def _type_name(cls: type) -> str:
 
 
 def _raised_at(error: Exception) -> str:
-    """`` (at FILE, line N)``: where the import of a module failed, in the code imported
-    (the innermost frame outside importlib and this module); empty when there is none (no
-    module of that name; a SyntaxError, which names its place itself)."""
-    machinery = (os.path.dirname(importlib.__file__) + os.sep, __file__)
+    """`` (at FILE, line N)``: where the import of a module failed, in the code imported:
+    the innermost frame outside importlib and the nestegg package, before the first frame
+    in nestegg (a Clutch built with a bad argument: the user's line that built it, not
+    nestegg's that refused it); empty when there is none (no module of that name; a
+    SyntaxError, which names its place itself)."""
+    importing = os.path.dirname(importlib.__file__) + os.sep
+    nestegg = os.path.dirname(os.path.dirname(__file__)) + os.sep
     frames = [
         frame
-        for frame in traceback.extract_tb(error.__traceback__)
-        if not frame.filename.startswith(("<frozen ", *machinery))
+        for frame in traceback.extract_tb(error.__traceback__)[1:]  # this module's call
+        if not frame.filename.startswith(("<frozen ", importing))
     ]
+    inside = [frame.filename.startswith(nestegg) for frame in frames]
+    frames = frames[: inside.index(True)] if True in inside else frames
     if not frames:
         return ""
     return f" (at {_shown(frames[-1].filename)}, line {frames[-1].lineno})"

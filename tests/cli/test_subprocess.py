@@ -264,3 +264,23 @@ def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
         # broker and store clients' records hidden: nestegg reports their failures
         "error: 'tests.cli.logging_app' has no attribute 'none'",
     ]
+
+
+def test_a_module_whose_clutch_nestegg_refuses_is_named_at_the_users_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "wpipe.py").write_text(
+        "import os\n"
+        "from nestegg import Clutch\n"
+        "from nestegg.checkpoint import CheckpointConfig, open_store\n"
+        "store = open_store('sqlite:///w.db')\n"
+        "triage = Clutch('t', checkpoint=CheckpointConfig(storage=store),\n"
+        "                transport=os.environ['TRANSPORT'])\n"
+    )
+    path = os.pathsep.join((str(tmp_path), str(ROOT)))
+    result = nestegg(tmp_path, "worker", "wpipe:triage", TRANSPORT="redis://[bad", PYTHONPATH=path)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stderr.startswith("error: cannot import 'wpipe': bad transport URL ")
+    assert result.stderr.endswith(  # the user's line that built the Clutch, not nestegg's
+        f" (at {tmp_path / 'wpipe.py'}, line 5) (nestegg --debug shows the traceback)\n"
+    ), result.stderr
