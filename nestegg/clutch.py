@@ -498,7 +498,8 @@ class Clutch(PipelineBase):
 
         A run a caller stored for workers that none took yet (shown ``queued``) is not
         interrupted: it is left to the workers, whose sweeps publish it;
-        ``resume_latest(run_id)`` runs it here on purpose.
+        ``resume_latest(run_id, here=True)`` runs it here on purpose (without ``here``, a
+        Clutch with a transport hands it to its workers).
 
         Returns:
             run id -> result, or the exception a resumed run raised (an

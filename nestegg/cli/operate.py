@@ -480,7 +480,7 @@ def recover_command(
     whose deadline or timer has passed, or whose signal is stored (`nestegg signal`
     without --app); one that waits again is reported as waiting. A run stored for workers
     that none took yet (queued) is left to them: a worker's sweep publishes it (nestegg
-    resume RUN --app ... runs it here on purpose). A run whose resume is refused because
+    resume RUN --here --app ... runs it here on purpose). A run whose resume is refused because
     the pipeline changed (an agent it goes on with is gone, or its data no longer fits the
     agent's model), or a waiting run whose event log is damaged (what it waits for is
     unknown), is reported as refused: nothing stored of it changes.

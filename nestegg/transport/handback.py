@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from nestegg import otel
 from nestegg.agents import to_plain
 from nestegg.checkpoint.admission import check_pipeline, request_pending, resume_start
-from nestegg.checkpoint.cancels import claim_to_resume
+from nestegg.checkpoint.cancels import cancelled_since_read, claim_to_resume
 from nestegg.checkpoint.formats import ending_commit
 from nestegg.checkpoint.ownership import resumption
 from nestegg.checkpoint.views import run_input, run_result
@@ -80,6 +80,8 @@ async def resume_on_workers(
     if run.status == COMPLETED:
         check_pipeline(run, clutch.name)  # another pipeline's result is not ours
         return run_result(run)
+    if run.status == CANCELLED and not reopen_cancelled:  # before any hook runs
+        raise await cancelled_since_read(store, run.run_id)
     state, _ = await resume_start(store, clutch, run, book.config.clock())
     request_again = await request_pending(store, run, state)
 

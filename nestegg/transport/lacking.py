@@ -4,8 +4,8 @@ it waits for a worker whose Clutch has the agent, as a step whose agent no runni
 hosts does; the run stays running, its state untouched. A step whose stored data no longer
 fits the model of its agent here (IncompatibleDataError) is released the same way and its
 message acked: a sweep points at it again, for a worker whose model fits it (a rolling
-deploy). The release leaves the run's ``lease_until`` at the time the step became due,
-below its ``updated_at`` (a mark no other write leaves on a running run; a worker that
+deploy). The release leaves the run's ``lease_until`` at the time the step was first set
+aside, below its ``updated_at`` (a mark no other write leaves on a running run; a worker that
 only sends the step on to its agent's channel keeps it), and once the step has been set
 aside for the misfit grace (``MISFIT_GRACE_LEASES`` leases by default) the worker that
 gets it fails the run with the IncompatibleDataError instead: the caller's ``result()``
@@ -46,6 +46,10 @@ MISFIT_GRACE_LEASES = 10
 """Leases a step whose data does not fit its agent's model may stay set aside, for a
 worker whose model fits, before the worker that gets it fails the run (a worker's
 ``misfit_grace``, in seconds, by default: five minutes with the default lease of 30 s)."""
+SET_ASIDE_MARK_GAP = 1e-3
+"""Seconds a set-aside's mark (its ``lease_until``) stays below the release's
+``updated_at`` at least, so that the mark is told apart from a plain release's
+``lease_until``, equal to it, also when the clock did not move in between."""
 
 
 class LackingAgents:
@@ -61,9 +65,11 @@ class LackingAgents:
         """(run id, step_seq, why) of the steps set aside: an agent the Clutch lacks, a
         model."""
 
-    async def send_on(self, claimed: RunRecord, delivery: Delivery, agent: str) -> Delivery | None:
-        """Release ``claimed`` and send its next step on to ``agent``'s channel (the
-        delivery the broker handed over with the ack, if any)."""
+    async def send_on(self, claim: Claim, delivery: Delivery, agent: str) -> Delivery | None:
+        """Release the run of ``claim`` and send its next step on to ``agent``'s channel
+        (the delivery the broker handed over with the ack, if any); a step set aside for a
+        model keeps its mark (:func:`set_aside_since`), so its misfit grace goes on."""
+        claimed = claim.run
         channel = channel_name(self.clutch.name, agent)
         log.log(
             self.level(claimed, f"agent {agent}"),
@@ -75,7 +81,7 @@ class LackingAgents:
             channel,
             extra={"run_id": claimed.run_id, "agent": agent},
         )
-        if not await self.released(claimed, delivery):
+        if not await self.released(claimed, delivery, set_aside_since(claim.read)):
             return None
         trace = delivery.message.trace
         message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
@@ -137,7 +143,8 @@ class LackingAgents:
         ``events`` with it; False (its message acked) when another process took it over
         meanwhile: its new holder has a message."""
         now = self.book.config.clock()
-        until = now if since is None else since
+        # A mark below the release's updated_at, also when the clock has not moved since.
+        until = now if since is None else min(since, now - SET_ASIDE_MARK_GAP)
         try:
             release = ending_commit(claimed, now, RUNNING, events, lease_until=until)
             await self.book.store.commit(release)
@@ -169,15 +176,12 @@ def set_aside_since(run: RunRecord) -> float | None:
 
 
 def due_since(claim: Claim, now: float) -> float:
-    """When the step of ``claim`` became due as far as the store tells: when it was first
-    set aside, the run's last release (the commit of the step before, a drain's release),
-    or ``now`` for a run that waited or whose owner died in a step."""
+    """When the step of ``claim`` was first set aside for a model its data does not fit:
+    as its run's mark says (:func:`set_aside_since`), or ``now`` when this is the first
+    time. Not when the step became due: a step that waited in the broker longer than the
+    misfit grace (a backlog, every worker down during a deploy) still gets its grace."""
     since = set_aside_since(claim.read)
-    if since is not None:
-        return since
-    if claim.resumes in (Resumes.WAITING, Resumes.TAKEOVER):
-        return now
-    return min(claim.read.updated_at, now)
+    return now if since is None else since
 
 
 __all__ = ["LACKING_KEPT", "MISFIT_GRACE_LEASES", "LackingAgents", "due_since", "set_aside_since"]

@@ -298,7 +298,7 @@ class StepRunner:
                     return None
                 error = expired  # its agent is there: the run fails
             elif isinstance(error, IncompatibleCheckpointError) and error.agent is not None:
-                return await self.lacking.send_on(claimed, delivery, error.agent)
+                return await self.lacking.send_on(claim, delivery, error.agent)
             await self._fail(claimed, error, delivery.message.trace)
             await delivery.ack()
             return None

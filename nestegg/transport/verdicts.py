@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import RUN_INTERRUPTED, RUNNING, WAITING
+from nestegg.errors import CheckpointCorruptedError
 from nestegg.transport.base import StepMessage
 
 if TYPE_CHECKING:
@@ -82,11 +83,15 @@ async def repoint_fence(store: CheckpointStorage, run: RunRecord) -> int:
     follows until a claim resumes the run): the message that points at it again is then
     the drain's own, lost when its worker died between the release and the publish, and
     the worker claiming it writes ``run_resumed`` as after a drain. Reads the run's last
-    event only for a running run that nobody holds."""
+    event only for a running run that nobody holds; a torn last event counts as no release
+    (the run is pointed at as before: its claim goes on from its last commit)."""
     fence = pointer_fence(run)
     if fence < run.fence or run.status != RUNNING or run.event_seq == 0:
         return fence
-    last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
+    try:
+        last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
+    except CheckpointCorruptedError:  # a torn log: not a reason to stop a sweep
+        return fence
     return run.fence - 1 if last and last[0].kind == RUN_INTERRUPTED else fence
 
 

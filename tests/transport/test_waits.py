@@ -15,6 +15,7 @@ import nestegg
 from nestegg import Clutch, RunWaiting, get_context
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.testing.builders import OTHER_OWNER, T0, commit_steps, create, make_commit
 from nestegg.transport.worker import Worker
 from tests.cli.conftest import damage_newest_event_batch, stored_as_is, tear
 from tests.transport.apps import config, counter, prefix, side_effect, transport
@@ -185,3 +186,33 @@ async def test_a_sweep_refuses_a_waiting_run_whose_event_log_is_torn_and_sweeps_
     assert [r.levelno for r in told] == [logging.WARNING, logging.DEBUG]  # told once
     assert "the event log of run 'torn' is damaged (a torn batch)" in told[0].getMessage()
     assert stored_as_is(url, "torn") == before
+
+
+@pytest.mark.server
+async def test_a_sweep_points_at_a_running_run_whose_last_event_is_torn_and_at_the_others(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    # a sweep asks a released run's last event whether a drain gave it back: a torn one
+    # failed the sweep as a whole, every time, and the runs after it were never pointed at
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = open_store(url)
+    await store.setup()
+    for run_id in ("torn", "fine"):
+        run = await create(
+            store, run_id=run_id, pipeline="waiting", fence=2, owner=OTHER_OWNER,
+            lease_until=T0 + 1, updated_at=T0 + 1,
+        )  # fmt: skip
+        await commit_steps(store, run, range(1, 3))
+        await store.commit(make_commit(run, lease_until=T0 + 2000, updated_at=T0 + 2000))
+    damage_newest_event_batch(url, "torn", tear)
+    worker = Clutch("waiting", transport=transport(), checkpoint=config(store=store))
+
+    @worker.agent()
+    async def approve(data: dict[str, Any]) -> dict[str, Any]:  # its agent, not run here
+        return data
+
+    try:
+        assert sorted(await Worker(worker, worker.transport).sweep()) == ["fine", "torn"]
+    finally:
+        await worker.stop()
+        await store.close()
