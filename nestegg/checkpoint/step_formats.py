@@ -50,14 +50,24 @@ def step_body(
 ) -> bytes:
     """The sealed body of a step record; ``data`` is the step's output as JSON (None: the
     step produced none)."""
-    head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%r,"duration":%r' % (
+    head = b'{"agent":%s,"outcome":"%s","target":%s,"started":%s,"duration":%s' % (
         orjson.dumps(agent),
         outcome.encode(),
         orjson.dumps(target),
-        started,
-        duration,
+        float_text(started),
+        float_text(duration),
     )
     return seal(head + (b',"data":%s}' % data if data is not None else b"}"))
+
+
+def float_text(value: float) -> bytes:
+    """``repr(value)`` as bytes, how a step record writes its times: orjson writes the same
+    digits in a third of the time where both write a plain decimal (1e-4 <= |value| <
+    1e16: a timestamp, a duration of 100 µs or more); repr elsewhere (exponents, zero, nan).
+    """
+    if 1e-4 <= abs(value) < 1e16:
+        return orjson.dumps(value)
+    return b"%r" % value
 
 
 def step_data(raw: bytes, where: str) -> bytes | None:

@@ -3,6 +3,10 @@ has always had: a change here would make stored runs unreadable by other version
 
 from __future__ import annotations
 
+import math
+import random
+import struct
+
 import pytest
 
 from nestegg.checkpoint.codec import encode_value, seal, unseal
@@ -31,6 +35,7 @@ from nestegg.checkpoint.step_formats import (
     block_entries,
     block_head_body,
     block_keys_fit,
+    float_text,
     parse_block_head,
     parse_step,
     record_entries,
@@ -55,6 +60,21 @@ def test_a_step_record_is_byte_for_byte_as_stored() -> None:
     data = b'{"x":[1,"\xc3\xa9"]}'
     assert step_body("enrich", "completed", None, 1764000000.123456, 0.000123, data) == STEP
     assert step_body("route", "handover", "other", 1.5, 0.25, None) == HANDOVER
+
+
+def test_a_step_record_writes_its_times_as_repr_does() -> None:
+    """Its times are written by orjson where that is faster: the bytes are still repr's, in
+    every range (plain decimals, exponents both ways, zero, the ends of the range)."""
+    rng = random.Random(19)
+    values = [0.0, -0.0, 1e-4, 1e16, 5e-324, 1.7976931348623157e308, math.inf, math.nan, 2.5]
+    for power in range(-8, 20):
+        edge = 10.0**power
+        values += [edge, math.nextafter(edge, 0.0), math.nextafter(edge, math.inf)]
+    values += [10 ** rng.uniform(-8.0, 18.0) for _ in range(20_000)]
+    values += [round(10 ** rng.uniform(-4.0, 16.0), rng.randint(0, 9)) for _ in range(20_000)]
+    values += [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(20_000)]
+    for value in values + [-value for value in values]:
+        assert float_text(value) == repr(value).encode(), value
 
 
 def test_a_step_record_reads_back() -> None:
