@@ -39,7 +39,7 @@ RUN_FIELDS = ("status", "result", "error", "lease_until", "step_seq", "event_seq
 """The run-row fields a commit sets when it carries them (``updated_at`` aside)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChangeSet:
     """What one commit does to a run, spelled out: a store checks that the stored run's
     fence is ``fence`` (else ``stale_fence``; ``run_not_found`` without the run), then
@@ -50,6 +50,9 @@ class ChangeSet:
     the steps past ``journal_after``; events are never deleted. Then insert ``steps``,
     ``events``, ``journal``, ``checkpoints``; delete the checkpoints in ``prune``; then set
     the run fields in ``run_fields`` (name -> value; the run's other fields keep theirs).
+
+    Not frozen: every commit makes one, and a frozen dataclass sets each of its fields
+    through ``object.__setattr__``.
     """
 
     run_id: str
