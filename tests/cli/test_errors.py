@@ -197,3 +197,17 @@ def test_import_nestegg_does_not_import_typer_or_rich() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert importlib.import_module("nestegg.cli").main is not None
+
+
+def test_a_run_input_altered_into_text_is_damaged_as_for_a_checksum(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # the runs table's sealed values too: a TEXT input gave "TypeError: a bytes-like object"
+    url = f"sqlite:///{tmp_path / 'txt.db'}"
+    _one_run(url, "txt", "HELLO")
+    with sqlite3.connect(tmp_path / "txt.db") as conn:
+        conn.execute("UPDATE runs SET input = replace(input, 'HELLO', 'HACKD')")
+        assert conn.execute("SELECT typeof(input) FROM runs").fetchone() == ("text",)
+    shown = cli("show", "txt", "--store", url)
+    assert "TypeError" not in shown.stderr + shown.stdout
+    assert "checksum" in shown.stderr + shown.stdout

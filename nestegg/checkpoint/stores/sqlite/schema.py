@@ -199,7 +199,14 @@ tables of version 6 too). A migration that changes a table or adds one the reads
 raises it to that migration's version."""
 
 OWNER_AT = RUN_FIELDS.index("owner")
-SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS}"
+SELECT_RUN = "SELECT {} FROM {}".format(
+    ", ".join(
+        f"CAST({name} AS BLOB)" if name in ("result", "error", "input") else name
+        for name in RUN_FIELDS
+    ),
+    RUNS,
+)
+"""A read of runs; their sealed values selected as bytes, as ``BODY`` says."""
 IDS_PER_QUERY = 500
 """Run ids in one ``IN (...)`` (SQLite allows 999 parameters in its oldest builds)."""
 
