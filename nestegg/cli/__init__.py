@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from nestegg.cli import cancel, housekeeping, operate, runs, signals, threads, ui, worker
+from nestegg.cli import cancel, housekeeping, operate, recover, runs, signals, threads, ui, worker
 from nestegg.cli.app import app, configure_logging
 
-_COMMAND_MODULES = (runs, operate, signals, cancel, housekeeping, threads, ui, worker)
+_COMMAND_MODULES = (runs, operate, recover, signals, cancel, housekeeping, threads, ui, worker)
 
 
 def main() -> None:

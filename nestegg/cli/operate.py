@@ -1,23 +1,20 @@
-"""Commands that execute runs with the user's Clutch: resume (from a chosen checkpoint too),
-fork and recover."""
+"""Commands that execute runs with the user's Clutch: resume (from a chosen checkpoint too)
+and fork; recover is recover.py's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import shlex
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.forks import fork_id_taken
-from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -34,37 +31,26 @@ from nestegg.cli.app import (
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.json_input import parse_json, read_json
 from nestegg.cli.reading import get_checkpoint, get_run
-from nestegg.cli.render import RUNS, STEPS, Output, counted, to_json
+from nestegg.cli.render import STEPS, Output, counted, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     CANCELLED,
-    CLI_RECOVER_CONCURRENCY,
     EXIT_FAILED,
     EXIT_USAGE,
     EXIT_WAITING,
-    QUEUED,
-    RUNNING,
     WAITING,
 )
 from nestegg.errors import (
-    EventLogDamagedError,
-    IncompatibleCheckpointError,
     ModuleNameMismatchError,
     NestEggError,
     RunExistsError,
-    RunLockedError,
     RunWaiting,
 )
 from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
 PROGRESS_POLL_SECONDS = 0.2
-REFUSED = "refused"
-"""The outcome of a run ``nestegg recover`` did not resume: the pipeline changed (an agent
-it goes on with is gone, or its data no longer fits the agent's model), or its event log
-is torn (what it waits for is unknown: ``"event_log": "damaged"``); nothing stored
-changed."""
 
 
 def load_app(ctx: typer.Context, spec: str, store: str | None, out: Output) -> Clutch:
@@ -131,15 +117,6 @@ def _wait_ender(run_id: str, wait: dict[str, Any], options: str) -> str:
     if wait["deadline"] is not None:
         how += " (or resume it once the deadline has passed)"
     return how
-
-
-def _recover_detail(outcome: dict[str, Any], options: str) -> str:
-    """The DETAIL cell of a run ``nestegg recover`` resumed."""
-    wait = outcome.get("waits_for")
-    if wait is None:
-        return str(outcome.get("error", ""))
-    ender = _wait_ender(outcome["run_id"], wait, options)
-    return f"{RESUMED_AND_WAITS} {wait_text(wait)}: {ender}"
 
 
 def app_options(ctx: typer.Context, spec: str, store: str | None, clutch: Clutch) -> str:
@@ -417,133 +394,3 @@ def fork_command(
         f"run {summary['parent_run']} at checkpoint {checkpoint_id}, step {summary['from_step']})"
     )
     out.line(f"result: {to_json(summary['result'], indent=False)}")
-
-
-async def _resume_each(
-    clutch: Clutch, run_ids: list[str], concurrency: int, advance: Callable[[], None]
-) -> list[dict[str, Any]]:
-    limit = asyncio.Semaphore(concurrency)
-
-    async def one(run_id: str) -> dict[str, Any]:
-        async with limit:
-            try:
-                result = await clutch.resume_latest(run_id, reopen_cancelled=False, here=True)
-                outcome = {"run_id": run_id, "outcome": "completed", "result": result}
-            except RunLockedError:
-                outcome = {"run_id": run_id, "outcome": "skipped", "error": "taken by another"}
-            except RunWaiting as waiting:
-                outcome = {"run_id": run_id, "outcome": "waiting", "error": str(waiting)}
-                outcome["waits_for"] = waits_for(waiting)
-            except IncompatibleCheckpointError as refused:  # before anything was stored
-                outcome = {"run_id": run_id, "outcome": REFUSED, "error": error_line(refused)}
-            except EventLogDamagedError as refused:  # before anything was stored
-                outcome = {"run_id": run_id, "outcome": REFUSED, "error": error_line(refused)}
-                outcome["event_log"] = "damaged"
-            except Exception as error:
-                outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
-            advance()
-            return outcome
-
-    return list(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
-
-
-async def _with_bar(
-    out: Output, total: int, work: Callable[[Callable[[], None]], Awaitable[list[Any]]]
-) -> list[Any]:
-    progress = Progress(
-        TextColumn("recovering"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=out.errors,
-        transient=True,
-        disable=not out.errors.is_terminal,
-    )
-    with progress:
-        task = progress.add_task("runs", total=total)
-        return await work(lambda: progress.advance(task))
-
-
-@app.command("recover")
-def recover_command(
-    ctx: typer.Context,
-    app_spec: AppOption,
-    concurrency: Annotated[
-        int, typer.Option(min=1, help="Runs resumed at the same time.")
-    ] = CLI_RECOVER_CONCURRENCY,
-    as_json: JsonOption = False,
-    store: StoreOption = None,
-) -> None:
-    """Resume every interrupted run of the app's pipeline, and its waiting runs that are due.
-
-    Interrupted: marked running, but the process that ran it is gone. Due: a waiting run
-    whose deadline or timer has passed, or whose signal is stored (`nestegg signal`
-    without --app); one that waits again is reported as waiting. A run stored for workers
-    that none took yet (queued) is left to them: a worker's sweep publishes it (nestegg
-    resume RUN --here --app ... runs it here on purpose). A run whose resume is refused because
-    the pipeline changed (an agent it goes on with is gone, or its data no longer fits the
-    agent's model), or a waiting run whose event log is damaged (what it waits for is
-    unknown), is reported as refused: nothing stored of it changes.
-
-    Exits 1 if any of them failed again or was refused.
-    """
-    out = Output(as_json)
-    clutch = load_app(ctx, app_spec, store, out)
-
-    async def work() -> tuple[list[dict[str, Any]], list[str]]:
-        async with bound(clutch, store_url(ctx, store)) as opened:
-            run_ids = [info.run_id for info in await clutch.list_resumable()]
-            queued = await _queued(opened, clutch.name)
-            if not run_ids:
-                return [], queued
-            outcomes = await _with_bar(
-                out,
-                len(run_ids),
-                lambda advance: _resume_each(clutch, run_ids, concurrency, advance),
-            )
-            return outcomes, queued
-
-    outcomes, queued = run_async(work)
-    kinds = ("completed", "failed", REFUSED, "skipped", "waiting")
-    counts = {k: sum(o["outcome"] == k for o in outcomes) for k in kinds}
-    left = [f"{counted(len(queued), RUNS)} queued for workers left to them"] if queued else []
-    if as_json:
-        summary = {"pipeline": clutch.name, "runs": outcomes, **counts}
-        out.json({**summary, "queued": len(queued), "queued_runs": queued})
-    elif not outcomes:
-        out.line("; ".join([f"no interrupted runs of pipeline {clutch.name!r}", *left]))
-    else:
-        options = app_options(ctx, app_spec, store, clutch)
-        rows = [[o["run_id"], o["outcome"], _recover_detail(o, options)] for o in outcomes]
-        columns = ("RUN", "OUTCOME", "DETAIL")
-        out.table(columns, rows, status_column=1, whole=(0, 1), sentences=(2,))
-        parts = [f"{counts['failed']} failed", f"{counts['skipped']} taken by another process"]
-        parts.extend(_refusals(outcomes))
-        if counts["waiting"]:
-            parts.append(f"{counts['waiting']} waiting again")
-        out.line(
-            f"recovered {counts['completed']} of {counted(len(outcomes), RUNS)}; "
-            + ", ".join([*parts, *left])
-        )
-    if counts["failed"] or counts[REFUSED]:
-        raise typer.Exit(EXIT_FAILED)
-
-
-def _refusals(outcomes: list[dict[str, Any]]) -> list[str]:
-    """How many runs ``nestegg recover`` refused, by why, for its summary."""
-    refused = [o for o in outcomes if o["outcome"] == REFUSED]
-    damaged = sum("event_log" in o for o in refused)
-    changed = len(refused) - damaged
-    parts = [f"{changed} refused as the pipeline changed"] if changed else []
-    if damaged:
-        whose = "its" if damaged == 1 else "their"
-        parts.append(f"{damaged} refused as {whose} event log is damaged")
-    return parts
-
-
-async def _queued(store: CheckpointStorage, pipeline: str) -> list[str]:
-    """The runs of ``pipeline`` stored for workers that none took yet (shown ``queued``),
-    which ``nestegg recover`` leaves to them, newest first."""
-    runs = await store.list_runs(pipeline=pipeline, statuses=[RUNNING])
-    now = time.time()  # a command judges leases by the wall clock
-    return [run.run_id for run in runs if run_state(run, now) == QUEUED]
