@@ -16,7 +16,10 @@ and the commit leaves the run held until its lease runs out: a worker's sweep th
 it over (``run_interrupted``, ``run_resumed``). A process stopped between the commit and
 the publish leaves it running and held by nobody: a sweep points a worker at it.
 
-A running run nobody holds (interrupted, or queued for workers) and a waiting run whose
+An interrupted run still leased to its owner, a process of this host found dead, is
+claimed and released so too, with the ``run_interrupted`` and ``run_resumed`` of a
+takeover: a worker would not take it from that lease before it ran out. Any other
+running run nobody holds (interrupted, or queued for workers) and a waiting run whose
 wait is over are not claimed: their step is published as a sweep would publish it, now
 instead of once the run has been untouched for ``sweep_after``; the worker that claims it
 writes what it resumes (a takeover's ``run_interrupted`` and ``run_resumed``, a waiting
@@ -114,13 +117,20 @@ async def hand_back(
     with the run's trace context."""
     store = book.store
     trace = await tracing.trace_of(store, run.run_id) or otel.inject_context()
-    if run.status in (FAILED, CANCELLED):
+    if run.status in (FAILED, CANCELLED) or _dead_holder(run, book.config.clock()):
         fence = await reopen(book, run, state, trace, reopen_cancelled=reopen_cancelled)
     else:  # running and held by nobody, or waiting with its wait over: as a sweep does
         fence = await repoint_fence(store, run)
     agent = first_route(clutch) if run.step_seq == 0 else None
     message = StepMessage(run.run_id, run.step_seq + 1, fence, agent, trace)
     await transport.publish(channel_name(clutch.name, agent), message)
+
+
+def _dead_holder(run: RunRecord, now: float) -> bool:
+    """Whether ``run`` is running and leased to an owner that is gone before its lease ran
+    out (a process of this host that died: the checks found it dead), which a worker
+    would not take from it before the lease ran out."""
+    return run.status == RUNNING and run.lease_until is not None and run.lease_until > now
 
 
 async def reopen(
@@ -132,15 +142,18 @@ async def reopen(
     reopen_cancelled: bool = True,
 ) -> int:
     """Claim the finished ``run`` again (``reopen``; a cancelled one only with
-    ``reopen_cancelled``, see :func:`~nestegg.checkpoint.cancels.claim_to_resume`), then
-    write its ``run_resumed`` and release it in one fenced commit; the fence of that
-    claim."""
+    ``reopen_cancelled``, see :func:`~nestegg.checkpoint.cancels.claim_to_resume`), or an
+    interrupted one still leased to its dead owner, then write its ``run_resumed`` (after
+    the ``run_interrupted`` of a takeover) and release it in one fenced commit; the fence
+    of that claim."""
     now = book.config.clock()
     claimed = await claim_to_resume(
         book.store, run, now + book.lease, now, reopen_cancelled=reopen_cancelled
     )
     checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-    events = resumption(run, checkpoint_id, state.seq, interrupted=False, trace=trace)
+    events = resumption(
+        run, checkpoint_id, state.seq, interrupted=run.status == RUNNING, trace=trace
+    )
     at = book.config.clock()
     release = ending_commit(claimed, at, RUNNING, events, lease_until=at)
     await book.store.commit(release)

@@ -36,7 +36,7 @@ from nestegg.checkpoint.formats import (
     failure_detail,
     opening_payload,
 )
-from nestegg.checkpoint.ownership import current_owner, interruption, resumption
+from nestegg.checkpoint.ownership import current_owner, interruption
 from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import (
     RUN_STARTED,
@@ -62,7 +62,15 @@ from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import MISFIT_GRACE_LEASES, LackingAgents, set_aside_since
 from nestegg.transport.step_recorder import StepRecorder
-from nestegg.transport.verdicts import Claim, Resumes, Verdict, judge, repoint_fence, resumes
+from nestegg.transport.verdicts import (
+    Claim,
+    Resumes,
+    Verdict,
+    judge,
+    repoint_fence,
+    resumed_by,
+    resumes,
+)
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -342,14 +350,7 @@ class StepRunner:
         recorder.replay_until = claimed.step_seq + 1
         trace = delivery.message.trace  # the caller's, kept for the sweeper's messages
         if seq < claimed.step_seq or how is not None:  # say what this resumes, and whose
-            events = resumption(
-                claim.read,
-                checkpoint_id,
-                seq,
-                interrupted=how is Resumes.TAKEOVER,
-                released=how is Resumes.RELEASED,
-                trace=trace,
-            )
+            events = await resumed_by(self.book.store, claim, checkpoint_id, seq, trace)
             for kind, payload in events:
                 recorder.event(kind, recorder.clock(), payload)
             if seq < claimed.step_seq:  # a damaged checkpoint: back to a valid one

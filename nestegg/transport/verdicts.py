@@ -9,10 +9,12 @@ interrupted step.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from nestegg.checkpoint.formats import parse_event
+from nestegg.checkpoint.ownership import resumption
 from nestegg.checkpoint.records import RunRecord
-from nestegg.constants import RUN_INTERRUPTED, RUNNING, WAITING
+from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, RUNNING, WAITING
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.transport.base import StepMessage
 
@@ -122,6 +124,23 @@ def resumes(run: RunRecord, message: StepMessage) -> Resumes | None:
     return Resumes.TAKEOVER if interrupted(run) else Resumes.RELEASED
 
 
+async def handed_back(store: CheckpointStorage, run: RunRecord, seq: int) -> bool:
+    """Whether ``run`` (as read before a claim) was handed back by a resume on workers
+    from step ``seq`` and no claim took it since: its log ends with the hand-back's
+    ``run_resumed`` from that step, which said what the claim resumes (the steps past
+    ``seq``, when its newest valid checkpoint is older than its last step, are dropped by
+    the claim's opening commit). A torn last event counts as no hand-back (the claim
+    says what it resumes)."""
+    if run.event_seq == 0:
+        return False
+    try:
+        last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
+        resumed = last and last[0].kind == RUN_RESUMED
+        return bool(resumed) and parse_event(last[0].body, "a hand-back").get("seq") == seq
+    except CheckpointCorruptedError:
+        return False
+
+
 class Claim(NamedTuple):
     """A run claimed for a delivery, the run as read before the claim (its owner, the
     steps it had committed, its status) and how the claim continues it."""
@@ -129,3 +148,28 @@ class Claim(NamedTuple):
     run: RunRecord
     read: RunRecord
     resumes: Resumes | None
+
+
+async def resumed_by(
+    store: CheckpointStorage,
+    claim: Claim,
+    checkpoint_id: str | None,
+    seq: int,
+    trace: dict[str, str] | None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events that open a claim that resumes its run from checkpoint ``checkpoint_id``
+    at step ``seq`` (see :func:`~nestegg.checkpoint.ownership.resumption`): none after a
+    hand-back that said it already (:func:`handed_back`), whether the claim is the
+    hand-back's message's or an older one's, redelivered from a worker that died in the
+    run before it was cancelled (a release to that message, as after a drain)."""
+    how = claim.resumes
+    if how in (None, Resumes.RELEASED) and await handed_back(store, claim.read, seq):
+        return []
+    return resumption(
+        claim.read,
+        checkpoint_id,
+        seq,
+        interrupted=how is Resumes.TAKEOVER,
+        released=how is Resumes.RELEASED,
+        trace=trace,
+    )

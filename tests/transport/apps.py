@@ -174,11 +174,11 @@ def _fail_if_flagged(agent: str) -> None:
         raise RuntimeError(f"{agent} failed: {flag} exists")
 
 
-def make_flaky() -> Clutch:
+def make_flaky(**hooks: Any) -> Clutch:
     """Three agents in order, ``fetch``, ``judge``, ``report``, each with a journaled side
     effect and noting the pid that ran it; ``judge`` fails after its side effect while the
-    flag file exists (``NESTEGG_TEST_FLAG``)."""
-    flaky = Clutch("flaky", transport=transport(), checkpoint=config())
+    flag file exists (``NESTEGG_TEST_FLAG``); ``hooks``: ``on_request`` and the like."""
+    flaky = Clutch("flaky", transport=transport(), checkpoint=config(), **hooks)
     for name in ("fetch", "judge", "report"):
         flaky.agent()(_noting(name))
     return flaky
@@ -198,9 +198,10 @@ def _noting(name: str) -> Callable[[dict[str, Any]], Any]:
     return agent
 
 
-def make_slow() -> Clutch:
-    """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect."""
-    slow = Clutch("slow", transport=transport(), checkpoint=config())
+def make_slow(*, here: bool = False, **hooks: Any) -> Clutch:
+    """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect; ``here``:
+    run in its own process (no transport); ``hooks``: ``on_request`` and the like."""
+    slow = Clutch("slow", transport=None if here else transport(), checkpoint=config(), **hooks)
     seconds = float(setting("SLOW", "0"))
 
     @slow.agent()
