@@ -146,6 +146,10 @@ class Clutch(StoredRuns):
             TimeoutError: the run did not finish within ``timeout``; its message says that
                 it goes on, and with checkpointing how to get its outcome
                 (``clutch.result(run_id)``).
+            TransportError: with a transport, the broker failed or did not answer before
+                the run's first step was published (also when ``timeout`` ended while a
+                RabbitMQ connection waited for its AMQP handshake); the run is stored and
+                the message says what becomes of it.
             ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
                 years.
             RunExistsError: the run id belongs to an unfinished run (resume it instead), or

@@ -362,7 +362,7 @@ class PipelineBase(PipelineDefinition):
         self,
         work: Callable[[StepListeners], Coroutine[Any, Any, Any]],
         listeners: StepListeners,
-        late: Callable[[float], str] | None = None,
+        late: Callable[[float], str | Exception] | None = None,
         started: asyncio.Event | None = None,
     ) -> ClutchTask:
         self.validate()

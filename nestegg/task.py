@@ -118,7 +118,7 @@ class ClutchTask:
         task_id: str,
         task: asyncio.Task[Any],
         listeners: StepListeners,
-        late: Callable[[float], str] | None = None,
+        late: Callable[[float], str | Exception] | None = None,
     ) -> None:
         self.id = task_id
         self._task = task
@@ -139,6 +139,10 @@ class ClutchTask:
         Raises:
             TimeoutError: not finished in time (the run goes on); its message says so (with
                 a transport: whether a worker took the run's first step).
+            TransportError: with a transport, the run is stored and its first step waits
+                for a broker connection that does not open (a RabbitMQ port that does not
+                answer the AMQP handshake): the error a connection's opening that times
+                out gives, saying what becomes of the run.
             ConfigurationError: ``timeout`` is not None, a timedelta or seconds from 0 to 100
                 years.
             RunWaiting: the run waits for a signal or a timer (stored as ``waiting``).
@@ -153,7 +157,10 @@ class ClutchTask:
         except TimeoutError:
             if limit is None or not deadline.expired():
                 raise  # the run's own TimeoutError
-            raise TimeoutError(self._late(limit)) from None
+            why = self._late(limit)
+            if isinstance(why, Exception):  # what the run's transport says held it
+                raise why from None
+            raise TimeoutError(why) from None
 
     async def stream(
         self, queue: asyncio.Queue[StepEvent] | None = None

@@ -166,6 +166,17 @@ class ConnectionInUse(Protocol):
         """Hold the connection open for the duration of an ``async with``."""
 
 
+@runtime_checkable
+class OpeningProbe(Protocol):
+    """A transport whose connection may take a while to open (RabbitMQ: until the AMQP
+    handshake ends, at most its CONNECT_TIMEOUT), that can say why it is not open yet: a
+    caller whose run's timeout ends first gets that error, as it would when the opening
+    times out, rather than a TimeoutError saying no worker took the run."""
+
+    def unanswered(self) -> TransportError | None:
+        """The TransportError of the connection being opened now, or None."""
+
+
 def using(transport: Transport) -> AbstractAsyncContextManager[None]:
     """``transport.in_use()``; nothing to hold for a transport whose idle connection runs
     no task (Redis Streams: redis-py's connections wait for the next command)."""

@@ -36,7 +36,13 @@ from nestegg.durations import seconds_or_none
 from nestegg.errors import NestEggError, RunFailedError, TransportError
 from nestegg.task import StepEvent, StepListeners, outcome_hint
 from nestegg.transport import tracing
-from nestegg.transport.base import StepMessage, Transport, channel_name, using
+from nestegg.transport.base import (
+    OpeningProbe,
+    StepMessage,
+    Transport,
+    channel_name,
+    using,
+)
 from nestegg.transport.steps import first_route
 from nestegg.wording import STEPS, counted
 
@@ -111,13 +117,21 @@ class RemoteProgress:
     """The run as the caller stored it."""
     seen: RunRecord | None = None
     """The run as the caller's last look at the store found it."""
+    publishing: Transport | None = None
+    """The transport publishing the run's first step now (None: not under way)."""
 
     def saw(self, run: RunRecord) -> None:
         """Note the run as a look at the store found it."""
         self.seen = run
 
-    def late(self, limit: float) -> str:
-        """Why the run's result did not come within ``limit`` seconds."""
+    def late(self, limit: float) -> str | TransportError:
+        """Why the run's result did not come within ``limit`` seconds: the message of a
+        TimeoutError, or the TransportError of a broker connection whose opening holds
+        the stored run's first step (what the caller gets once the opening times out)."""
+        if self.created is not None and isinstance(self.publishing, OpeningProbe):
+            unanswered = self.publishing.unanswered()
+            if unanswered is not None:
+                return type(unanswered)(f"{unanswered}; {unpublished(self.created.run_id)}")
         if self.created is None:
             return (
                 f"the run was not stored within {limit:g} s (its on_request hook and its "
@@ -244,10 +258,13 @@ async def run_remote(
     plain = to_plain(input_data)
 
     async def publish_and_wait() -> Any:
+        watched.publishing = transport
         try:
             await publish_first(clutch, transport, run, otel.inject_context())
         except TransportError as error:  # the run is stored: say what becomes of it
             raise type(error)(f"{error}; {unpublished(run.run_id)}") from error
+        finally:
+            watched.publishing = None
         if published is not None:
             published()
         return await wait_result(

@@ -158,6 +158,7 @@ class RabbitMQTransport:
         self._declared: set[str] = set()
         self._lock = asyncio.Lock()
         self._uses = 0
+        self._opening_since: float | None = None
 
     @contextlib.asynccontextmanager
     async def in_use(self) -> AsyncIterator[None]:
@@ -197,22 +198,40 @@ class RabbitMQTransport:
         """A new robust connection (what ``aio_pika.connect_robust`` does), closed again if
         its first attempt fails, times out or is cancelled: its reconnection task would
         otherwise go on retrying, and hold the event loop's end."""
-        where = self.url.rpartition("@")[2]
         connection = aio_pika.RobustConnection(URL(self.url))
+        self._opening_since = asyncio.get_running_loop().time()
         try:
-            with broker_errors(self.url, f"connecting to {where}"):
+            with broker_errors(self.url, f"connecting to {self._where}"):
                 try:
                     await connection.connect(timeout=CONNECT_TIMEOUT)
                 except TimeoutError:
-                    raise TransportError(
-                        f"RabbitMQ: connecting to {where} failed: no AMQP handshake within "
-                        f"{CONNECT_TIMEOUT:g} s (is it a RabbitMQ port?)"
-                    ) from None
+                    raise self._no_handshake(CONNECT_TIMEOUT) from None
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.wait_for(connection.close(), CLOSE_TIMEOUT))
             raise
+        finally:
+            self._opening_since = None
         return connection
+
+    @property
+    def _where(self) -> str:
+        return self.url.rpartition("@")[2]
+
+    def _no_handshake(self, seconds: float) -> TransportError:
+        return TransportError(
+            f"RabbitMQ: connecting to {self._where} failed: no AMQP handshake within "
+            f"{round(seconds, 2):g} s (is it a RabbitMQ port?)"
+        )
+
+    def unanswered(self) -> TransportError | None:
+        """The TransportError of the connection being opened now, whose AMQP handshake has
+        not ended yet (None: none is being opened): what a caller whose run's timeout
+        ends while its first step waits for the connection gets, as it would after
+        CONNECT_TIMEOUT."""
+        if self._opening_since is None:
+            return None
+        return self._no_handshake(asyncio.get_running_loop().time() - self._opening_since)
 
     async def _publishing_channel(self) -> AbstractChannel:
         if self._publisher is None or self._publisher.is_closed:

@@ -73,27 +73,27 @@ print("left")
 
 
 UNANSWERED = """
-import asyncio
+import asyncio, sys
 from nestegg.errors import TransportError
 from tests.transport.apps import make_split
 
 try:
-    asyncio.run(make_split().run({"x": 1}, timeout=10))
+    asyncio.run(make_split().run({"x": 1}, timeout=float(sys.argv[1])))
 except TransportError as error:
     print(error)
 """
 UNANSWERED_EXIT_S = 20.0
-"""Seconds a caller whose broker does not answer gets to exit (its run's timeout is 10 s,
-its connection's 1 s)."""
+"""Seconds a caller whose broker does not answer gets to exit (its run's timeout is 10 s
+and its connection's 1 s, or its run's 1 s and its connection's 5 s)."""
 
 
 def run_caller(
-    env: dict[str, str], code: str, timeout: float = CALLER_TIMEOUT_S
+    env: dict[str, str], code: str, timeout: float = CALLER_TIMEOUT_S, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code`` with environment ``env`` (a deployment's), from the project's
-    root, within ``timeout`` seconds."""
+    """``python -c code args...`` with environment ``env`` (a deployment's), from the
+    project's root, within ``timeout`` seconds."""
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -133,11 +133,25 @@ async def test_a_run_submitted_as_the_callers_loop_ends_is_stored_and_run_by_a_w
         await split.stop()
 
 
-@pytest.mark.parametrize("listening", [True, False], ids=["silent-port", "closed-port"])
+@pytest.mark.parametrize(
+    ("listening", "timeout", "handshake"),
+    [(True, "10", r"1"), (True, "1", r"0\.\d+|1"), (False, "10", None)],
+    ids=["silent-port", "silent-port-run-timeout-first", "closed-port"],
+)
 async def test_a_caller_whose_broker_does_not_answer_gets_a_transport_error_and_exits(
-    redis_url: str, silent_port: int, closed_port: int, listening: bool
+    redis_url: str,
+    silent_port: int,
+    closed_port: int,
+    listening: bool,
+    timeout: str,
+    handshake: str | None,
 ) -> None:
+    """The run's timeout ending before the connection's opening does (1 s, and the
+    transport's 5 s) gives the same TransportError as the opening timing out first."""
     pytest.importorskip("aio_pika")
+    from nestegg.checkpoint.ownership import run_state
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+
     port = silent_port if listening else closed_port
     prefix = f"nestegg-unanswered-{uuid.uuid4().hex[:10]}:"
     env = dict(
@@ -146,11 +160,16 @@ async def test_a_caller_whose_broker_does_not_answer_gets_a_transport_error_and_
         NESTEGG_TEST_REDIS_URL=redis_url,
         NESTEGG_TEST_PREFIX=prefix,
         NESTEGG_TEST_TRANSPORT=f"amqp://guest:guest@127.0.0.1:{port}/",
-        NESTEGG_TEST_CONNECT_TIMEOUT="1",
     )
+    if timeout == "10":
+        env["NESTEGG_TEST_CONNECT_TIMEOUT"] = "1"
+    store = RedisCheckpointStorage(redis_url, prefix=prefix)
     try:
-        caller = run_caller(env, UNANSWERED, UNANSWERED_EXIT_S)
+        caller = run_caller(env, UNANSWERED, UNANSWERED_EXIT_S, timeout)
+        run_id = caller.stdout.partition("; run '")[2].partition("'")[0]
+        stored = await store.get_run(run_id)
     finally:
+        await store.close()
         await delete_redis_keys(redis_url, prefix)
     assert caller.returncode == 0, caller.stderr
     assert caller.stdout.startswith(f"RabbitMQ: connecting to 127.0.0.1:{port}/ failed: ")
@@ -163,6 +182,9 @@ async def test_a_caller_whose_broker_does_not_answer_gets_a_transport_error_and_
         r"worker from running it\n",
         fate,
     ), caller.stdout
+    assert stored is not None and run_state(stored, stored.updated_at) == "queued"
     assert caller.stderr == ""  # no reconnection left running, no line of aio-pika's
-    if listening:
-        assert reason.endswith("no AMQP handshake within 1 s (is it a RabbitMQ port?)")
+    if handshake is not None:
+        assert re.search(
+            rf"no AMQP handshake within ({handshake}) s \(is it a RabbitMQ port\?\)$", reason
+        ), reason
