@@ -81,14 +81,15 @@ def _bracketed(key: Key) -> str:
     """A key in brackets: an int as ``[1]``, a string as ``['1']`` (as JSON, ``["it's"]``,
     when it holds a quote or a character that is not printable), any other key as JSON
     as the codec stores it: ``[true]``, ``[null]``, ``[1.5]``, ``[NaN]``,
-    ``[{"$ne":"tuple","v":[1,2]}]``."""
+    ``[{"$ne":"tuple","v":[1,2]}]``, a frozenset's items as :func:`set_items` orders
+    them, the same in every process."""
     if type(key) is int:
         return f"[{key}]"
     if isinstance(key, str):
         return f"['{key}']" if "'" not in key and key.isprintable() else f"[{json.dumps(key)}]"
     if isinstance(key, float) and not math.isfinite(key):
         return f"[{json.dumps(key)}]"
-    return f"[{orjson.dumps(to_jsonable(key)).decode()}]"
+    return f"[{encoded(key)}]"
 
 
 def format_path(keys: list[Key]) -> str:

@@ -8,8 +8,10 @@ back). A dict whose keys are not all strings becomes ``{"$ne": "map", "v": [[key
 ...]}``, as the codec stores it: every entry is kept (``{1: "a", "1": "b"}`` has two) and
 an int key stays a number; so does a dict of one's own with a ``"$ne"`` key, as the codec
 escapes it, so that what is shown, given back (``fork --data``), is that dict and not a
-tag. A set's items are in the order of :func:`~nestegg.cli.paths.set_items`, the same in
-every process, which a path's index follows. What this writes, read again, is written
+tag. A tuple or frozenset key is tagged as the codec stores it (``{"$ne": "tuple", "v": [1,
+2]}``), which reads back as a key, where a list would not. A set's items are in the
+order of :func:`~nestegg.cli.paths.set_items`, the same in every process, which a
+path's index follows (a frozenset key's too). What this writes, read again, is written
 the same. Text for people writes
 those floats bare, as Python's json module does: ``NaN``, ``Infinity``, ``-Infinity``;
 never ``null``.
@@ -172,13 +174,33 @@ def _plain(value: Any, non_finite: _NonFinite) -> Any:
     if isinstance(value, dict):
         if TAG not in value and all(isinstance(k, str) for k in value):
             return {k: _plain(v, non_finite) for k, v in value.items()}
-        entries = [[_plain(k, non_finite), _plain(v, non_finite)] for k, v in value.items()]
+        entries = [[_plain_key(k, non_finite), _plain(v, non_finite)] for k, v in value.items()]
         return _Tagged({TAG: "map", "v": entries})
     if isinstance(value, set | frozenset):
         return [_plain(v, non_finite) for v in set_items(value)]
     if isinstance(value, list | tuple):
         return [_plain(v, non_finite) for v in value]
     return _plain_scalar(value, non_finite)
+
+
+def _plain_key(key: Any, non_finite: _NonFinite) -> Any:
+    """A dict's key as :func:`_plain` writes it: a tuple or a frozenset tagged as the codec
+    stores it (a frozenset's items in the order of :func:`set_items`), so that it reads
+    back as a key (``fork --data``), where a list would not; any other key as a value."""
+    if type(key) is frozenset:
+        items: Sequence[Any] = set_items(key)
+    elif type(key) is tuple:
+        items = key
+    else:
+        return _plain(key, non_finite)
+    shown = [_plain_key(item, non_finite) for item in items]
+    return _Tagged({TAG: type(key).__name__, "v": shown})
+
+
+def key_json(key: Any) -> str:
+    """A dict's key as JSON for people, as :func:`to_json` writes it in the dict's entries
+    (``1``, ``"1"``, ``{"$ne":"frozenset","v":["x","y"]}``)."""
+    return dump_json(_plain_key(key, _bare), indent=False)
 
 
 def plain(value: Any) -> Any:

@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from nestegg.checkpoint.codec import TAG, to_jsonable
 from nestegg.cli.paths import Key, format_path, set_items
-from nestegg.cli.render import dump_json, escaped_lines, seconds, to_json, when
+from nestegg.cli.render import dump_json, escaped_lines, key_json, seconds, to_json, when
 from nestegg.cli.runs import canceller_text, owner_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -84,7 +84,7 @@ def tree(
     if isinstance(value, dict) and TAG not in value and all(isinstance(k, str) for k in value):
         node["type"], items = "object", [(str(k), v, None) for k, v in value.items()]
     elif isinstance(value, dict):
-        node["type"], items = "object", [(k, v, json_text(k)) for k, v in value.items()]
+        node["type"], items = "object", [(k, v, key_json(k)) for k, v in value.items()]
     elif isinstance(value, list | tuple | set | frozenset):
         ordered = set_items(value) if isinstance(value, set | frozenset) else value
         node["type"], items = "array", [(i, v, None) for i, v in enumerate(ordered)]

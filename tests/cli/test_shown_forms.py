@@ -1,6 +1,7 @@
 """What the commands show reads back as what it shows: a dict of one's own that looks like
-a tag, given back to ``nestegg fork --data``, is that dict; a NaN key is one key to
-``diff``; every path into a set selects what it names, in every process."""
+a tag, or with a frozenset or tuple key, given back to ``nestegg fork --data``, is that
+dict; a NaN key is one key to ``diff``; every path into a set or a frozenset key selects
+what it names, in every process."""
 
 from __future__ import annotations
 
@@ -108,6 +109,15 @@ def _line(text: str, name: str) -> str:
     return value.strip()
 
 
+def _forked(store: Store, checkpoint: str, text: str, where: str) -> Any:
+    """The data of the run ``fork CHECKPOINT --data TEXT`` started (``text`` as ``where``
+    showed it)."""
+    args = ["fork", checkpoint, "--app", f"{APP_MODULE}:pipeline", "--data", text, "--json"]
+    done = store.run(*args)
+    assert done.returncode == EXIT_OK, (where, done.stderr)
+    return store.data(orjson.loads(done.stdout)["run_id"])
+
+
 OWN = {
     "lookalike": {"$ne": 1, "v": 2},
     "nested": {"items": [{"$ne": "tuple", "v": [1, 2]}], "one": {"$ne": "set"}, 1: "a"},
@@ -130,11 +140,45 @@ def test_a_dict_with_a_tag_key_is_shown_as_it_reads_back(tmp_path: Path, name: s
     assert '"$ne":"map"' in given["show input"]  # as the codec escapes it
     first = store.checkpoints("own")[0]
     for where, text in given.items():
-        args = ["fork", first, "--app", f"{APP_MODULE}:pipeline", "--data", text, "--json"]
-        done = store.run(*args)
-        assert done.returncode == EXIT_OK, (where, done.stderr)
-        forked = orjson.loads(done.stdout)["run_id"]
-        assert store.data(forked) == OWN[name], where
+        assert _forked(store, first, text, where) == OWN[name], where
+
+
+KEYS = {
+    frozenset({"delta", "alpha", "charlie", "bravo"}): 1,
+    (1, frozenset({"y", "x", "z"})): 2,
+    (1, 2): 3,
+}
+"""Keys that are no JSON value: a frozenset, a tuple holding one, a tuple."""
+FROZEN = '{"$ne":"frozenset","v":["alpha","bravo","charlie","delta"]}'
+"""The frozenset key as it is shown, its items in set_items's order."""
+
+
+def test_a_frozenset_or_tuple_key_is_shown_as_it_reads_back(tmp_path: Path) -> None:
+    store = Store(tmp_path, {"keys": KEYS})
+    given = {
+        "show input": _line(store.out("show", "keys"), "input"),
+        "inspect": store.out("inspect", "keys", "--path", "data"),
+        "inspect --json": store.out("inspect", "keys", "--path", "data", "--json"),
+    }
+    assert FROZEN in given["show input"]  # was ["alpha",...]: a list, which no key can be
+    first = store.checkpoints("keys")[0]
+    for where, text in given.items():
+        assert _forked(store, first, text, where) == KEYS, where
+
+
+def test_the_path_of_a_frozenset_key_is_the_same_in_every_process(tmp_path: Path) -> None:
+    store = Store(tmp_path, {"none": {}, "keys": KEYS})
+    shown = {
+        seed: store.out("diff", "none", "keys", "--path", "data", PYTHONHASHSEED=seed)
+        for seed in ("1", "2")
+    }
+    assert shown["1"] == shown["2"]  # a frozenset's order of strings changes with the seed
+    paths = [f"data{line[2:].rpartition(': ')[0]}" for line in shown["1"].splitlines()]
+    assert f"data[{FROZEN}]" in paths
+    assert 'data[{"$ne":"tuple","v":[1,{"$ne":"frozenset","v":["x","y","z"]}]}]' in paths
+    for path in paths:
+        selected = store.out("inspect", "keys", "--path", path, "--json", PYTHONHASHSEED="3")
+        assert orjson.loads(selected) == select({"data": KEYS}, path)
 
 
 def test_a_nan_key_is_one_key_to_diff(tmp_path: Path) -> None:

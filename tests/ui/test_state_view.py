@@ -57,8 +57,18 @@ def test_a_tree_shows_every_key_of_a_dict_with_int_keys_as_json() -> None:
         ("1", "d[1]", '"a"'),
         ('"1"', "d['1']", '"b"'),
     ]
-    assert mixed["size"] == 2 and [c["key"] for c in other["children"]] == ["[1,2]", '"k"']
-    assert [c["path"] for c in other["children"]] == ['n[{"$ne":"tuple","v":[1,2]}]', "n.k"]
+    tagged = '{"$ne":"tuple","v":[1,2]}'  # as the value shows it: a list is no key
+    assert mixed["size"] == 2 and [c["key"] for c in other["children"]] == [tagged, '"k"']
+    assert [c["path"] for c in other["children"]] == [f"n[{tagged}]", "n.k"]
+
+
+def test_a_frozenset_key_shows_tagged_with_its_items_in_set_order() -> None:
+    value = {"f": {frozenset({"b", "c", "a"}): 1}}
+    [key] = tree(value)["children"][0]["children"]
+    frozen = '{"$ne":"frozenset","v":["a","b","c"]}'
+    assert (key["key"], key["path"]) == (frozen, f"f[{frozen}]")
+    assert shortened(value)["text"] == f'{{"f":{{"$ne":"map","v":[[{frozen},1]]}}}}'
+    assert select(value, key["path"]) == 1
 
 
 def test_a_tree_gives_bool_none_and_float_keys_paths_that_select_them() -> None:
