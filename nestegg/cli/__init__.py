@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 
 from nestegg.cli import cancel, housekeeping, operate, recover, runs, signals, threads, ui, worker
-from nestegg.cli.app import app, configure_logging
+from nestegg.cli.app import app
+from nestegg.cli.logs import configure_logging
 
 _COMMAND_MODULES = (runs, operate, recover, signals, cancel, housekeeping, threads, ui, worker)
 
