@@ -162,14 +162,21 @@ async def cancel_note(store: CheckpointStorage, run_id: str, *, settle: bool = F
     """``run 'x' was cancelled from outside (by pid P on H)`` when the store says so;
     None otherwise, or when the store cannot be read. With ``settle``, a run found running
     (claimed by another process) is read again for up to CANCEL_SETTLE_SECONDS: a cancel
-    stores the run cancelled just after its claim."""
+    stores the run cancelled just after its claim. A run its new owner writes to meanwhile
+    (another event, another claim) and leaves running was not claimed by a cancel: the
+    reads stop there, so a resume that lost to another resume says so at once."""
     deadline = time.monotonic() + (CANCEL_SETTLE_SECONDS if settle else 0.0)
+    first: tuple[int, int] | None = None  # the fence and event seq of the first read
     try:
         while True:
             run = await store.get_run(run_id)
             cancel = await cancelled_by(store, run) if run is not None else None
             if cancel is not None or run is None or run.status != RUNNING:
                 break
+            if first is None:
+                first = (run.fence, run.event_seq)
+            elif (run.fence, run.event_seq) != first:  # its new owner wrote, running on:
+                break  # a resume's or a worker's claim, not a cancel's
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(CANCEL_SETTLE_POLL_SECONDS)
