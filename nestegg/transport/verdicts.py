@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.formats import parse_event
 from nestegg.checkpoint.ownership import resumption
-from nestegg.checkpoint.records import RunRecord
+from nestegg.checkpoint.records import EventRecord, RunRecord
 from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, RUNNING, WAITING
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.transport.base import StepMessage
@@ -88,13 +88,22 @@ async def repoint_fence(store: CheckpointStorage, run: RunRecord) -> int:
     event only for a running run that nobody holds; a torn last event counts as no release
     (the run is pointed at as before: its claim goes on from its last commit)."""
     fence = pointer_fence(run)
-    if fence < run.fence or run.status != RUNNING or run.event_seq == 0:
+    if fence < run.fence or run.status != RUNNING:
         return fence
+    last = await last_event(store, run)
+    return run.fence - 1 if last is not None and last.kind == RUN_INTERRUPTED else fence
+
+
+async def last_event(store: CheckpointStorage, run: RunRecord) -> EventRecord | None:
+    """The last event of ``run`` (as read), None when it has none or its log is torn there:
+    what a sweep or a claim asks of it is then not known, and it goes on as without."""
+    if run.event_seq == 0:
+        return None
     try:
         last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
-    except CheckpointCorruptedError:  # a torn log: not a reason to stop a sweep
-        return fence
-    return run.fence - 1 if last and last[0].kind == RUN_INTERRUPTED else fence
+    except CheckpointCorruptedError:  # a torn log: not a reason to stop a sweep or a claim
+        return None
+    return last[0] if last else None
 
 
 class Resumes(enum.Enum):
@@ -131,12 +140,11 @@ async def handed_back(store: CheckpointStorage, run: RunRecord, seq: int) -> boo
     ``seq``, when its newest valid checkpoint is older than its last step, are dropped by
     the claim's opening commit). A torn last event counts as no hand-back (the claim
     says what it resumes)."""
-    if run.event_seq == 0:
+    last = await last_event(store, run)
+    if last is None or last.kind != RUN_RESUMED:
         return False
     try:
-        last = await store.read_events(run.run_id, since_seq=run.event_seq - 1, limit=1)
-        resumed = last and last[0].kind == RUN_RESUMED
-        return bool(resumed) and parse_event(last[0].body, "a hand-back").get("seq") == seq
+        return parse_event(last.body, "a hand-back").get("seq") == seq
     except CheckpointCorruptedError:
         return False
 
