@@ -109,14 +109,16 @@ class Row:
     any_latencies: list[float]
     """Of all commits."""
     waits: list[float]
+    held: list[float]
+    """Of the steps: how long each was held back before it started."""
     rss: int
     full_collections: list[float]
 
 
 @asynccontextmanager
-async def sqlite_store() -> AsyncIterator[Any]:
+async def sqlite_store(**options: Any) -> AsyncIterator[Any]:
     with tempfile.TemporaryDirectory(prefix="nestegg-bench-") as tmp:
-        store = SQLiteCheckpointStorage(Path(tmp) / "nestegg.db")
+        store = SQLiteCheckpointStorage(Path(tmp) / "nestegg.db", **options)
         try:
             await store.setup()
             yield store
@@ -135,21 +137,21 @@ async def server_store(store: Any) -> AsyncIterator[Any]:
         await store.close()
 
 
-def postgres_store() -> Any:
+def postgres_store(**options: Any) -> Any:
     from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
 
     prefix = f"bench_conc_{uuid.uuid4().hex[:8]}_"
-    return server_store(PostgresCheckpointStorage(PG_URL, table_prefix=prefix))
+    return server_store(PostgresCheckpointStorage(PG_URL, table_prefix=prefix, **options))
 
 
-def redis_store() -> Any:
+def redis_store(**options: Any) -> Any:
     from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 
     prefix = f"bench-conc-{uuid.uuid4().hex[:8]}:"
-    return server_store(RedisCheckpointStorage(REDIS_URL, prefix=prefix))
+    return server_store(RedisCheckpointStorage(REDIS_URL, prefix=prefix, **options))
 
 
-STORES: dict[str, Callable[[], Any]] = {
+STORES: dict[str, Callable[..., Any]] = {
     "sqlite": sqlite_store,
     "postgres": postgres_store,
     "redis": redis_store,
@@ -171,6 +173,30 @@ def time_waits(store: Any) -> list[float]:
 
     store.commit = timed_commit
     return latencies
+
+
+def time_held(store: Any) -> list[float]:
+    """Record the seconds every step of a run on ``store`` is held back before it starts
+    (``store.step_admission()``, while the store's commits pile up; 0 for a step that was
+    not) from now on (on this instance)."""
+    held: list[float] = []
+    admission = store.step_admission
+    clock = time.perf_counter
+
+    async def timed(wait: Any) -> None:
+        start = clock()
+        await wait
+        held.append(clock() - start)
+
+    def timed_admission() -> Any:
+        wait = admission()
+        if wait is None:
+            held.append(0.0)
+            return None
+        return timed(wait)
+
+    store.step_admission = timed_admission
+    return held
 
 
 @contextmanager
@@ -278,10 +304,13 @@ async def one_row(
     held: int = 0,
     collector: str = "on",
     threshold: int | None = None,
+    pending: int | str | None = "default",
 ) -> Row:
-    async with STORES[store_name]() as store:
+    options = {} if pending == "default" else {"max_pending_commits": pending}
+    async with STORES[store_name](**options) as store:
         await hold_runs(store, held)
         waits = time_waits(store)
+        held_back = time_held(store)
         clutch = loop_clutch(store, steps, think=think)
         gc.collect()
         with (
@@ -308,6 +337,7 @@ async def one_row(
             list(latencies),
             list(any_latencies),
             waits,
+            held_back,
             rss_bytes(),
             paused,
         )
@@ -359,6 +389,37 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+def add_row(table: Table, shape: str, pending: int | str | None, rows: list[Row]) -> None:
+    """The medians of ``rows`` (one setting of one row) as a row of ``table``."""
+    table.rows.append(
+        [
+            shape,
+            PENDING_TITLES.get(pending, str(pending)),
+            fmt_int(median([r.steps / r.seconds for r in rows])),
+            fmt_us(median([r.cpu / r.steps for r in rows])),
+            fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
+            fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
+            fmt_ms(median([percentile(r.any_latencies, 0.99) for r in rows])),
+            fmt_ms(median([percentile(r.waits, 0.99) for r in rows])),
+            fmt_ms(median([percentile(r.held, 0.99) for r in rows])),
+            collections_text(rows),
+            f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
+        ]
+    )
+    progress(" | ".join(table.rows[-1]))
+
+
+PENDING_TITLES: dict[int | str | None, str] = {"default": "default (64)", None: "no limit"}
+
+
+def pending_setting(text: str) -> int | str | None:
+    """A store's ``max_pending_commits`` to run the rows with: a number, ``none`` (no
+    limit) or ``default`` (the store's own)."""
+    if text in ("none", "default"):
+        return None if text == "none" else text
+    return positive(text)
+
+
 async def main(args: argparse.Namespace) -> None:
     dump_tasks_on_sigusr1()
     tables = []
@@ -375,54 +436,50 @@ async def main(args: argparse.Namespace) -> None:
             ),
             [
                 "runs x steps",
+                "max pending commits",
                 "steps/s",
                 "CPU µs/step",
                 "p50 step commit",
                 "p99 step commit",
                 "p99 any commit",
                 "p99 run waits",
+                "p99 held back",
                 "full collections",
                 "RSS at end",
             ],
         )
         for runs in args.runs:
             steps = max(1, args.total // runs)
-            rows = []
+            by_setting: dict[int | str | None, list[Row]] = {p: [] for p in args.pending}
             try:
                 for rep in range(args.reps):
-                    progress(f"{NAMES[store_name]}: {runs} x {steps}, repetition {rep + 1}")
-                    think = args.think / 1e3
-                    row = await one_row(
-                        store_name,
-                        runs,
-                        steps,
-                        rep,
-                        think,
-                        args.held,
-                        args.collector,
-                        args.gc_threshold,
-                    )
-                    rows.append(row)
+                    for pending in args.pending:  # side by side, alternated
+                        progress(
+                            f"{NAMES[store_name]}: {runs} x {steps}, max pending commits "
+                            f"{pending}, repetition {rep + 1}"
+                        )
+                        row = await one_row(
+                            store_name,
+                            runs,
+                            steps,
+                            rep,
+                            args.think / 1e3,
+                            args.held,
+                            args.collector,
+                            args.gc_threshold,
+                            pending,
+                        )
+                        by_setting[pending].append(row)
             except NestEggError as error:  # a store that gives up under the load: say so
                 table.rows.append(
-                    [f"{runs:,} x {steps:,}", "failed: " + str(error).splitlines()[0]] + [""] * 7
+                    [f"{runs:,} x {steps:,}", "", "failed: " + str(error).splitlines()[0]]
+                    + [""] * 8
                 )
-                progress(table.rows[-1][1])
+                progress(table.rows[-1][2])
                 continue
-            table.rows.append(
-                [
-                    f"{runs:,} x {steps:,}",
-                    fmt_int(median([r.steps / r.seconds for r in rows])),
-                    fmt_us(median([r.cpu / r.steps for r in rows])),
-                    fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
-                    fmt_ms(median([percentile(r.latencies, 0.99) for r in rows])),
-                    fmt_ms(median([percentile(r.any_latencies, 0.99) for r in rows])),
-                    fmt_ms(median([percentile(r.waits, 0.99) for r in rows])),
-                    collections_text(rows),
-                    f"{median([r.rss for r in rows]) / 2**20:,.0f} MB",
-                ]
-            )
-            progress(" | ".join(table.rows[-1]))
+            for pending, rows in by_setting.items():
+                add_row(table, f"{runs:,} x {steps:,}", pending, rows)
+
         if args.idle:
             progress(f"{NAMES[store_name]}: {args.idle} idle runs")
             try:
@@ -458,6 +515,14 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--think", type=float, default=0.0, help="ms a step waits first")
     parser.add_argument("--held", type=int, default=0, help="finished runs in the store first")
+    parser.add_argument(
+        "--pending",
+        nargs="+",
+        type=pending_setting,
+        default=["default"],
+        help="the stores' max_pending_commits to run each row with, side by side: "
+        "a number, none (no limit), default",
+    )
     collector = parser.add_mutually_exclusive_group()
     collector.add_argument(
         "--no-gc",

@@ -314,6 +314,7 @@ class RunExecution:
         ctx = self.ctx
         ended = ctx.state.turn >= self.max_turns
         if not ended:
+            await self.recorder.boundary()
             agent = await self._next_agent()
             if agent is not None and not hosts(agent.name):
                 self.pending_agent = agent.name

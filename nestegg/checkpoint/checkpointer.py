@@ -224,7 +224,12 @@ class Checkpointer(RunWriter):
         return self._flush()
 
     async def boundary(self) -> None:
-        """Serve checkpoint() requests made from outside the run."""
+        """Wait while the store holds back new steps; serve checkpoint() requests made
+        from outside the run."""
+        if self._admission is not None:
+            held = self._admission()
+            if held is not None:
+                await held
         if self.requests:
             requests, self.requests = self.requests, []
             checkpoint_id = self._add_checkpoint(REASON_MANUAL, self.last_good, None)

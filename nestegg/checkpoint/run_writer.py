@@ -34,7 +34,7 @@ from nestegg.checkpoint.records import (
     JournalRecord,
     RunRecord,
 )
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, StepAdmission
 from nestegg.checkpoint.views import CheckpointInfo
 from nestegg.constants import (
     STEP_STARTED,
@@ -70,6 +70,8 @@ class RunWriter:
         self.store = store
         self.clock = clock
         self.commit = telemetry.timed_commit(store)
+        self._admission = store.step_admission if isinstance(store, StepAdmission) else None
+        """What holds the run's next step back while the store's commits pile up."""
         self.policy = policy
         self.run_id = run.run_id
         self.pipeline = run.pipeline

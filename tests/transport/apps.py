@@ -145,14 +145,15 @@ async def _chain_step(data: dict[str, Any], name: str) -> dict[str, Any]:
     return {"trail": [*data.get("trail", []), f"{name}{step}"], "n": data.get("n", 0) + 1}
 
 
-def make_chain() -> Clutch:
-    """Ten steps, ping and pong in turn, each with a journaled side effect."""
+def make_chain(store: CheckpointStorage | None = None) -> Clutch:
+    """Ten steps, ping and pong in turn, each with a journaled side effect (on ``store``,
+    by default the Redis store under the prefix)."""
     chain = Clutch(
         "chain",
         strategy=Strategy.ROUND_ROBIN,
         max_turns=STEPS,
         transport=transport(),
-        checkpoint=config(),
+        checkpoint=config(store=store),
     )
 
     @chain.agent()

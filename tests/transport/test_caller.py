@@ -121,6 +121,37 @@ async def test_stream_yields_each_step_committed_by_the_workers(deployment: Depl
 
 
 @pytest.mark.server
+async def test_a_worker_holds_its_steps_back_while_its_stores_commits_pile_up(
+    deployment: Deployment,
+) -> None:
+    from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+
+    limited = RedisCheckpointStorage(
+        deployment.redis_url, prefix=deployment.prefix, max_pending_commits=2
+    )
+    held: list[bool] = []
+    admission = limited.step_admission
+
+    def counted_admission() -> Any:
+        wait = admission()
+        held.append(wait is not None)
+        return wait
+
+    limited.step_admission = counted_admission  # type: ignore[method-assign]
+    caller, worker = make_chain(), make_chain(limited)
+    try:
+        async with serving(worker, concurrency=8):
+            results = await asyncio.gather(
+                *(caller.run({}, run_id=f"held-{i}", timeout=60) for i in range(8))
+            )
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert results == [uninterrupted_result()] * 8
+    assert len(held) >= 8 * 10 and any(held)  # each step asked; some were held back
+
+
+@pytest.mark.server
 async def test_a_run_id_that_completed_returns_its_result_and_publishes_nothing(
     deployment: Deployment,
 ) -> None:

@@ -6,13 +6,15 @@ fenced :class:`~nestegg.checkpoint.records.Commit`. The contract suite in
 :mod:`nestegg.testing` runs unchanged against every store.
 
 Optional capabilities are small Protocols of their own, checked with ``isinstance``:
-:class:`DroppableStore` (``drop()``) and :class:`BlockHistoryStore` (``load_history()``,
-for a store that packs step records in blocks; :func:`load_history` reads either kind).
+:class:`DroppableStore` (``drop()``), :class:`BlockHistoryStore` (``load_history()``,
+for a store that packs step records in blocks; :func:`load_history` reads either kind) and
+:class:`StepAdmission` (``step_admission()``, for a store that holds steps back while its
+commits pile up).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Protocol, Self, runtime_checkable
 
 from nestegg.checkpoint.records import (
@@ -165,6 +167,15 @@ class BlockHistoryStore(Protocol):
         resume reads; a block is given whole only when all its steps are in the range, and
         :func:`~nestegg.checkpoint.step_blocks.step_records` gives the records).
         """
+
+
+@runtime_checkable
+class StepAdmission(Protocol):
+    """A store that holds the next steps of its runs back while its commits pile up (see
+    :mod:`nestegg.checkpoint.stores.admission`)."""
+
+    def step_admission(self) -> Awaitable[None] | None:
+        """None when a run may start its next step now; else what it awaits first."""
 
 
 async def load_history(

@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from nestegg.checkpoint.records import Commit, RunRecord
+from nestegg.checkpoint.stores.admission import StepGate
 from nestegg.constants import COMMIT_MAX_BYTES
 
 T = TypeVar("T")
@@ -110,6 +111,7 @@ class GroupCalls(Generic[T, R]):
         self._max_batch = max_batch
         self._max_in_flight = in_flight
         self._in_flight = 0  # calls made alone and batches under way
+        self._under_way = 0  # the calls of those
         self._flying: set[str] = set()  # the keys of the calls under way
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._flushing: set[asyncio.Task[None]] = set()
@@ -128,7 +130,7 @@ class GroupCalls(Generic[T, R]):
         if self._loop is not loop:
             self._loop = loop
             self._kick_due = self._wake_due = False
-            self._in_flight = 0
+            self._in_flight = self._under_way = 0
             self._flying.clear()
             self._flushing.clear()
             self._this_turn.clear()
@@ -154,11 +156,13 @@ class GroupCalls(Generic[T, R]):
             loop.call_soon(self._end_turn)
         self._this_turn.add(key)
         self._in_flight += 1
+        self._under_way += 1
         self._flying.add(key)
         try:
             return await self._one(item)
         finally:
             self._in_flight -= 1
+            self._under_way -= 1
             self._flying.discard(key)
             self._next()
 
@@ -175,11 +179,13 @@ class GroupCalls(Generic[T, R]):
         while self._queue and self._in_flight < self._max_in_flight:
             batch, keys = self._take()
             if not batch:
-                return
+                break
             self._in_flight += 1
+            self._under_way += len(batch)
             task = asyncio.get_running_loop().create_task(self._flush(batch, keys))
             self._flushing.add(task)
             task.add_done_callback(self._flushing.discard)
+        self._room_made()
 
     def _take(self) -> tuple[list[tuple[T, asyncio.Future[R]]], set[str]]:
         """The next batch and its keys: the oldest waiting calls, at most ``max_batch`` and,
@@ -219,6 +225,7 @@ class GroupCalls(Generic[T, R]):
             outcomes = [error] * len(batch)
             stopped = None if isinstance(error, Exception) else error
         self._in_flight -= 1
+        self._under_way -= len(batch)
         self._flying -= keys
         self._settled(batch)
         self._next()
@@ -248,6 +255,14 @@ class GroupCalls(Generic[T, R]):
 
     def _settled(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         """The outcomes of ``batch`` are known (before its callers are told)."""
+
+    def _room_made(self) -> None:
+        """Calls were made: fewer wait or are under way."""
+
+    @property
+    def pending(self) -> int:
+        """The calls waiting or under way (made, their outcomes not known yet)."""
+        return len(self._queue) + self._under_way
 
     async def drain(self) -> None:
         """Wait for the calls waiting, the batches under way and the telling of their
@@ -300,6 +315,7 @@ class GroupCommitter(GroupCalls[Commit, None]):
         max_batch: int = MAX_BATCH,
         in_flight: int = 1,
         wake_per_turn: int = WAKE_PER_TURN,
+        max_pending: int | None = None,
     ):
         super().__init__(
             write_one,
@@ -312,6 +328,13 @@ class GroupCommitter(GroupCalls[Commit, None]):
             max_weight=COMMIT_MAX_BYTES,
         )
         self._written: dict[int, float] = {}  # id(commit) -> when its batch was written
+        self._gate: StepGate | None = None
+        if max_pending is not None:
+            self._gate = StepGate(lambda: self.pending, max_pending)
+            # Half of them at most in one batch: while one is written, the next is formed
+            # (the runs let go meanwhile make its commits), so the store never waits for
+            # the process, nor the process for the store.
+            self._max_batch = min(self._max_batch, max(1, max_pending // 2))
 
     async def commit(self, commit: Commit) -> None:
         """Write ``commit``; return once it is written, raise only its own error."""
@@ -326,6 +349,15 @@ class GroupCommitter(GroupCalls[Commit, None]):
             for latencies, steps_only in _latency_lists:
                 if commit.steps or not steps_only:
                     latencies.append(written - started)
+
+    def step_admission(self) -> Awaitable[None] | None:
+        """None when a run may start its next step now; else what it awaits first (see
+        :class:`~nestegg.checkpoint.stores.admission.StepGate`)."""
+        return None if self._gate is None else self._gate.admission()
+
+    def _room_made(self) -> None:
+        if self._gate is not None:
+            self._gate.room_made()
 
     def _settled(self, batch: list[tuple[Commit, asyncio.Future[None]]]) -> None:
         if _latency_lists:

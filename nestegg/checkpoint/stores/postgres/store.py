@@ -41,6 +41,7 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
     newer_than_known,
@@ -79,6 +80,7 @@ from nestegg.checkpoint.stores.postgres.threads import PostgresThreadRows
 from nestegg.checkpoint.stores.retry import retry_unavailable
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
+    MAX_PENDING_COMMITS,
     PG_POOL_MAX_SIZE,
     PG_POOL_MIN_SIZE,
     PG_PREPARE_THRESHOLD,
@@ -119,6 +121,10 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             allowed only to SELECT from the store's tables reads it; a schema older than
             a reader reads (:data:`READABLE_FROM`) is refused, not migrated.
 
+        max_pending_commits: the commits waiting to be written or being written, at most,
+            before the runs using this store wait to start their next steps (64 by default;
+            None: no limit). Group commit writes them together; the limit keeps a commit's
+            latency to milliseconds with thousands of runs at once, at the same aggregate.
     Raises:
         MissingDependencyError: psycopg or psycopg_pool is not installed.
         InvalidIdentifierError: a bad ``table_prefix``.
@@ -141,6 +147,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
         read_only: bool = False,
+        max_pending_commits: int | None = MAX_PENDING_COMMITS,
     ) -> None:
         self.table_prefix = validate_table_prefix(table_prefix)
         self.read_only = read_only
@@ -180,6 +187,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
             self._commit_many,
             in_flight=SERVER_BATCHES_IN_FLIGHT,
             wake_per_turn=MAX_BATCH,
+            max_pending=pending_limit(max_pending_commits, "PostgresCheckpointStorage"),
         )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too, not one by one through the pool's few connections.
@@ -439,6 +447,10 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
     ) -> RunRecord:
         params = [owner.host, owner.pid, owner.started, lease_until, RUNNING, now]
         return await self._claims.call([*params, run_id, expected_fence, reopen])
+
+    def step_admission(self) -> Awaitable[None] | None:
+        """None when a run may start its next step now; else what it awaits first."""
+        return self._group.step_admission()
 
     async def commit(self, commit: Commit) -> None:
         check_size(commit)

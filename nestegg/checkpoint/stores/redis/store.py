@@ -19,7 +19,7 @@ redis-py is imported only in this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -37,6 +37,7 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
+from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     change_set,
     check_size,
@@ -69,6 +70,7 @@ from nestegg.checkpoint.stores.redis.run_index import SCAN_BATCH, RedisRunIndex
 from nestegg.checkpoint.stores.redis.threads import RedisThreadRows
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
+    MAX_PENDING_COMMITS,
     REDIS_MAX_CONNECTIONS,
     RUNNING,
     SERVER_BATCHES_IN_FLIGHT,
@@ -101,6 +103,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             :meth:`setup` writes nothing, not even the store's mark, so a Redis user allowed
             only to read and to run scripts can read a store set up before it had one.
 
+        max_pending_commits: the commits waiting to be written or being written, at most,
+            before the runs using this store wait to start their next steps (64 by default;
+            None: no limit). Group commit writes them together; the limit keeps a commit's
+            latency to milliseconds with thousands of runs at once, at the same aggregate.
     Raises:
         MissingDependencyError: redis-py is not installed.
         InvalidIdentifierError: a bad ``prefix``.
@@ -122,6 +128,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         connect_timeout: float = STORE_CONNECT_TIMEOUT,
         retries: int = STORE_RETRIES,
         read_only: bool = False,
+        max_pending_commits: int | None = MAX_PENDING_COMMITS,
     ) -> None:
         self.prefix = validate_key_prefix(prefix)
         self.read_only = read_only
@@ -148,7 +155,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         self._run_key_kinds = [self._key(kind).encode() for kind in RUN_KEY_KINDS]
         self._commit_head = [self.prefix.encode(), b"%d" % self._ttl]
         self._group = GroupCommitter(
-            self._commit_one, self._commit_many, in_flight=SERVER_BATCHES_IN_FLIGHT
+            self._commit_one,
+            self._commit_many,
+            in_flight=SERVER_BATCHES_IN_FLIGHT,
+            max_pending=pending_limit(max_pending_commits, "RedisCheckpointStorage"),
         )
         # Thousands of runs starting at once: their reads, creations and claims go out
         # together too (one pipeline), not one by one through the pool's connections.
@@ -310,6 +320,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             outcome_of_reply(partial(_claimed, run_id), reply, self._conn.where)
             for (run_id, _), reply in zip(claims, replies, strict=True)
         ]
+
+    def step_admission(self) -> Awaitable[None] | None:
+        """None when a run may start its next step now; else what it awaits first."""
+        return self._group.step_admission()
 
     async def commit(self, commit: Commit) -> None:
         check_size(commit)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -34,6 +34,7 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.step_blocks import StepPiece, step_records
+from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
     claim_refusal,
@@ -83,6 +84,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
 )
 from nestegg.checkpoint.stores.sqlite.threads import SQLiteThreadRows
 from nestegg.constants import (
+    MAX_PENDING_COMMITS,
     RUNNING,
     SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_INLINE_BATCH_BYTES,
@@ -130,6 +132,10 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
             a file of a schema older than a reader reads is refused with a StorageError,
             never upgraded.
 
+        max_pending_commits: the commits waiting to be written or being written, at most,
+            before the runs using this store wait to start their next steps (64 by default;
+            None: no limit). Group commit writes them together; the limit keeps a commit's
+            latency to milliseconds with thousands of runs at once, at the same aggregate.
     Raises:
         StorageUnavailableError: the file cannot be created or opened (on first use).
         StorageError: the database stayed locked beyond the busy timeout, or failed.
@@ -139,13 +145,23 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
         >>> clutch = Clutch("p", checkpoint=CheckpointConfig(storage=store))
     """
 
-    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        max_pending_commits: int | None = MAX_PENDING_COMMITS,
+    ) -> None:
         memory = str(path) == MEMORY_PATH
         self.path = path if memory else store_path(path, "SQLiteCheckpointStorage", "file")
         self._name = str(self.path)
         self.read_only = read_only and isinstance(self.path, Path)
         self._run_keys: dict[str, int] = {}  # run_id -> run_key, checked by every commit
-        self._group = GroupCommitter(self._commit_one, self._commit_many)
+        self._group = GroupCommitter(
+            self._commit_one,
+            self._commit_many,
+            max_pending=pending_limit(max_pending_commits, "SQLiteCheckpointStorage"),
+        )
         self._get_runs = GroupCalls(self._get_one, self._get_many, str)
         self._create_runs = GroupCalls(self._create_one, self._create_many, run_id_of)
         self._connection = SQLiteConnection(
@@ -303,6 +319,10 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     ) -> RunRecord:
         params = (owner_text(owner), lease_until, RUNNING, now, run_id, expected_fence, reopen)
         return await self._connection.write(_claim_run, params, small=False)
+
+    def step_admission(self) -> Awaitable[None] | None:
+        """None when a run may start its next step now; else what it awaits first."""
+        return self._group.step_admission()
 
     async def commit(self, commit: Commit) -> None:
         check_size(commit)
