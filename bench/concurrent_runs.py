@@ -34,6 +34,11 @@ the collector's reach first (``gc.freeze()``, as a service may do once it has st
 (``gc.set_threshold``; Python's default is 700), so that fewer objects of the steps under way
 live through a young collection and reach the oldest generation.
 
+``--pending N none`` runs each row with the stores' ``max_pending_commits`` at N and with no
+limit (the default), side by side, alternated in each repetition: a row then also shows the
+p99 of the wait of a step held back before it started, where the run waits instead of inside
+its commit.
+
 Then the memory of idle runs: N runs each stopped in its first step, waiting (as a run
 waits on a model); RSS grown per waiting run, measured once all of them wait.
 
@@ -44,7 +49,7 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
-        [--held 0] [--no-gc | --gc-freeze] [--gc-threshold N]
+        [--held 0] [--no-gc | --gc-freeze] [--gc-threshold N] [--pending none 64]
 """
 
 from __future__ import annotations
@@ -304,10 +309,9 @@ async def one_row(
     held: int = 0,
     collector: str = "on",
     threshold: int | None = None,
-    pending: int | str | None = "default",
+    pending: int | None = None,
 ) -> Row:
-    options = {} if pending == "default" else {"max_pending_commits": pending}
-    async with STORES[store_name](**options) as store:
+    async with STORES[store_name](max_pending_commits=pending) as store:
         await hold_runs(store, held)
         waits = time_waits(store)
         held_back = time_held(store)
@@ -389,12 +393,12 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-def add_row(table: Table, shape: str, pending: int | str | None, rows: list[Row]) -> None:
+def add_row(table: Table, shape: str, pending: int | None, rows: list[Row]) -> None:
     """The medians of ``rows`` (one setting of one row) as a row of ``table``."""
     table.rows.append(
         [
             shape,
-            PENDING_TITLES.get(pending, str(pending)),
+            "no limit" if pending is None else f"{pending:,}",
             fmt_int(median([r.steps / r.seconds for r in rows])),
             fmt_us(median([r.cpu / r.steps for r in rows])),
             fmt_ms(median([percentile(r.latencies, 0.5) for r in rows])),
@@ -409,15 +413,10 @@ def add_row(table: Table, shape: str, pending: int | str | None, rows: list[Row]
     progress(" | ".join(table.rows[-1]))
 
 
-PENDING_TITLES: dict[int | str | None, str] = {"default": "default (64)", None: "no limit"}
-
-
-def pending_setting(text: str) -> int | str | None:
-    """A store's ``max_pending_commits`` to run the rows with: a number, ``none`` (no
-    limit) or ``default`` (the store's own)."""
-    if text in ("none", "default"):
-        return None if text == "none" else text
-    return positive(text)
+def pending_setting(text: str) -> int | None:
+    """A store's ``max_pending_commits`` to run the rows with: a number, or ``none`` (no
+    limit, the stores' default)."""
+    return None if text == "none" else positive(text)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -450,7 +449,7 @@ async def main(args: argparse.Namespace) -> None:
         )
         for runs in args.runs:
             steps = max(1, args.total // runs)
-            by_setting: dict[int | str | None, list[Row]] = {p: [] for p in args.pending}
+            by_setting: dict[int | None, list[Row]] = {p: [] for p in args.pending}
             try:
                 for rep in range(args.reps):
                     for pending in args.pending:  # side by side, alternated
@@ -519,9 +518,9 @@ if __name__ == "__main__":
         "--pending",
         nargs="+",
         type=pending_setting,
-        default=["default"],
+        default=[None],
         help="the stores' max_pending_commits to run each row with, side by side: "
-        "a number, none (no limit), default",
+        "a number, or none (no limit, the default)",
     )
     collector = parser.add_mutually_exclusive_group()
     collector.add_argument(

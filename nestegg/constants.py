@@ -269,11 +269,12 @@ REDIS_MAX_CONNECTIONS = 50
 SERVER_BATCHES_IN_FLIGHT = 4
 """Group commit on a server store: batches of commits under way at once, each on its own
 connection (see nestegg.checkpoint.stores.group)."""
-MAX_PENDING_COMMITS = 64
+MAX_PENDING_COMMITS: int | None = None
 """A group-committing store's commits waiting to be written or being written, at most,
 before the runs of the process wait to start their next steps (see
-nestegg.checkpoint.stores.admission): a commit is then written in a few milliseconds
-instead of queueing behind a thousand others, at the same aggregate."""
+nestegg.checkpoint.stores.admission); None: no limit. No limit by default: a limit makes a
+commit quick with a thousand runs whose steps never wait, at the cost of some of their
+aggregate (bench/concurrent_runs.py --pending, docs/benchmarks.md)."""
 
 # The nestegg command: exit codes, defaults and the export format.
 EXIT_OK = 0

@@ -228,8 +228,8 @@ def test_a_limit_that_is_not_a_positive_int_is_refused_by_name(
             )  # type: ignore[operator]
 
 
-def test_the_default_limit_and_none_for_no_limit(tmp_path: Path) -> None:
-    assert (
-        SQLiteCheckpointStorage(tmp_path / "a.db")._group._gate.max_pending == MAX_PENDING_COMMITS
-    )  # type: ignore[union-attr]
-    assert SQLiteCheckpointStorage(tmp_path / "b.db", max_pending_commits=None)._group._gate is None
+def test_no_limit_by_default_and_the_limit_given(tmp_path: Path) -> None:
+    assert MAX_PENDING_COMMITS is None
+    assert SQLiteCheckpointStorage(tmp_path / "a.db")._group._gate is None
+    limited = SQLiteCheckpointStorage(tmp_path / "b.db", max_pending_commits=64)
+    assert limited._group._gate is not None and limited._group._gate.max_pending == 64

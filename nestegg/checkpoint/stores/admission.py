@@ -45,29 +45,30 @@ class StepGate:
             self._loop, self._held, self._let_go = loop, deque(), 0
         if not self._held and self._pending() + self._let_go < self.max_pending:
             return None
-        return self._held_back(loop)
-
-    async def _held_back(self, loop: asyncio.AbstractEventLoop) -> None:
         turn: asyncio.Future[None] = loop.create_future()
         self._held.append(turn)
-        try:
-            await turn
-        finally:
-            if turn.done() and not turn.cancelled():  # let go (also if cancelled since)
-                self._let_go -= 1
-                # Once this turn of the loop is over: a step that does not wait commits in
-                # it, and counts as pending then; a step that waits frees its place.
-                loop.call_soon(self.room_made)
+        return turn
 
     def room_made(self) -> None:
-        """Commits were written (or a step let go started): let the oldest steps held back
+        """Commits were written (or steps let go started): let the oldest steps held back
         go while fewer than ``max_pending`` commits are pending or to come."""
         held = self._held
+        let_go = 0
         while held and self._pending() + self._let_go < self.max_pending:
             turn = held.popleft()
             if not turn.done():  # not cancelled meanwhile
                 turn.set_result(None)
                 self._let_go += 1
+                let_go += 1
+        if let_go and self._loop is not None:
+            # Once the steps let go have run up to their commits (their tasks go on first,
+            # in the order they were let go): a step that does not wait is then pending as
+            # its commit, a step that waits frees its place.
+            self._loop.call_soon(self._started, let_go)
+
+    def _started(self, let_go: int) -> None:
+        self._let_go = max(0, self._let_go - let_go)
+        self.room_made()
 
 
 def pending_limit(given: object, store: str) -> int | None:

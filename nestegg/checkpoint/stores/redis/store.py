@@ -104,9 +104,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             only to read and to run scripts can read a store set up before it had one.
 
         max_pending_commits: the commits waiting to be written or being written, at most,
-            before the runs using this store wait to start their next steps (64 by default;
-            None: no limit). Group commit writes them together; the limit keeps a commit's
-            latency to milliseconds with thousands of runs at once, at the same aggregate.
+            before the runs using this store wait to start their next steps (None, the
+            default: no limit). With a limit such as 64, a commit is written in
+            milliseconds with a thousand runs whose steps never wait, at the cost of some of
+            their aggregate steps a second (README, "Steps held back").
     Raises:
         MissingDependencyError: redis-py is not installed.
         InvalidIdentifierError: a bad ``prefix``.
