@@ -137,6 +137,21 @@ _imports_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
 this process imported already (what the codec stored is rebuilt as it was written)."""
 
 
+_in_given_key: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "nestegg_codec_in_given_key", default=False
+)
+"""True while :func:`from_given` rebuilds a dict's key: an enum there that is not rebuilt
+is refused, not made its plain value, which could be another key of the dict."""
+
+
+class _EnumKeyNotRebuilt(Exception):
+    """An enum in a key someone gave whose class this process has not imported."""
+
+    def __init__(self, where: str, key: Any = None) -> None:
+        super().__init__(where)
+        self.where, self.key = where, key
+
+
 def _restore_enum(spec: list[Any]) -> Any:
     where, raw = spec
     value = from_jsonable(raw)
@@ -148,10 +163,29 @@ def _restore_enum(spec: list[Any]) -> Any:
         for part in qualname.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError, KeyError):
-        return value
+        target = None
     if isinstance(target, type) and issubclass(target, Enum):
         return target(value)
+    if _in_given_key.get():
+        raise _EnumKeyNotRebuilt(str(where))
     return value
+
+
+def _restore_map(entries: list[Any]) -> dict[Any, Any]:
+    if _imports_allowed.get():
+        return {from_jsonable(k): from_jsonable(x) for k, x in entries}
+    return {_given_key(k): from_jsonable(x) for k, x in entries}
+
+
+def _given_key(raw: Any) -> Any:
+    """A key of a dict someone gave, rebuilt; an enum in it must be rebuilt too."""
+    inside = _in_given_key.set(True)
+    try:
+        return from_jsonable(raw)
+    except _EnumKeyNotRebuilt as error:
+        raise _EnumKeyNotRebuilt(error.where, raw) from None
+    finally:
+        _in_given_key.reset(inside)
 
 
 _DECODERS: dict[str, Any] = {
@@ -168,7 +202,7 @@ _DECODERS: dict[str, Any] = {
     "tuple": lambda v: tuple(from_jsonable(x) for x in v),
     "set": lambda v: {from_jsonable(x) for x in v},
     "frozenset": lambda v: frozenset(from_jsonable(x) for x in v),
-    "map": lambda v: {from_jsonable(k): from_jsonable(x) for k, x in v},
+    "map": _restore_map,
 }
 
 
@@ -205,19 +239,34 @@ def _unreadable_tag(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def _shown(given: Any) -> str:
+    """Given JSON as an error shows it, cut after _SHOWN_CHARS characters."""
+    shown = orjson.dumps(given).decode()
+    return shown[:_SHOWN_CHARS] + "…" if len(shown) > _SHOWN_CHARS else shown
+
+
 def from_given(value: Any, what: str) -> Any:
     """JSON someone gave (the fork editor's, ``--data``) rebuilt as :func:`from_jsonable`
     rebuilds what the codec stored: ``{"$ne": "map", "v": [[1, "a"]]}`` is ``{1: "a"}``,
     and a dict of one's own with a ``"$ne"`` key is given as the codec writes it, tagged.
 
     Raises:
-        ConfigurationError: a tagged object the codec does not write, named, with ``what``.
+        ConfigurationError: a tagged object the codec does not write, named, with ``what``;
+            or a dict's key holding an enum of no module this process imported (a value
+            is then its plain value, a key is not: it could be another key of the dict).
     """
     if type(value) not in (dict, list):
         return value
     allowed = _imports_allowed.set(False)
     try:
         return from_jsonable(value)
+    except _EnumKeyNotRebuilt as error:
+        raise ConfigurationError(
+            f"{what} holds the key {_shown(error.key)}, whose enum {error.where} is of no "
+            "module this process has imported (given data imports none); as its plain "
+            "value it could be another key: give that value as the key if it is the one "
+            "you mean"
+        ) from None
     except _DAMAGED_TAG as error:
         found = _unreadable_tag(value)
         tag = found[TAG] if found is not None else None
@@ -226,9 +275,7 @@ def from_given(value: Any, what: str) -> Any:
             if type(error) is KeyError and isinstance(tag, str) and tag not in _DECODERS
             else f"{type(error).__name__}: {error}"
         )
-        shown = orjson.dumps(found).decode() if found is not None else TAG
-        if len(shown) > _SHOWN_CHARS:
-            shown = shown[:_SHOWN_CHARS] + "…"
+        shown = _shown(found) if found is not None else TAG
         raise ConfigurationError(
             f"{what} holds {shown}, which is not a value the codec writes ({reason}); "
             f"a dict of your own with a {TAG!r} key is written "

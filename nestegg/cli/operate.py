@@ -294,23 +294,22 @@ DataFileOption = Annotated[
 ]
 
 
-def _fork_data(data: str | None, data_file: str | None) -> Any:
-    """The data --data or --data-file gives (None: neither; the checkpoint's is kept).
+def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
+    """The JSON --data or --data-file gives and what names it (None: neither; the
+    checkpoint's is kept), for :func:`from_given` to rebuild once the app is imported (an
+    enum of its module is rebuilt then).
 
     Raises:
         CommandError: (bad usage) both are given, the text or file is not JSON, or the
             file cannot be read.
-        ConfigurationError: it holds a tagged value (``{"$ne": ...}``) the codec does not
-            write; the others are rebuilt as the codec rebuilds them (``{"$ne": "map", "v":
-            [[1, "a"]]}`` is ``{1: "a"}``, as ``nestegg show`` writes it).
     """
     if data is not None and data_file is not None:
         raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
     if data is not None:
-        return from_given(parse_json(data, "--data"), "--data")
+        return parse_json(data, "--data"), "--data"
     if data_file is not None:
-        return from_given(read_json(data_file, "--data-file"), f"--data-file {data_file}")
-    return None
+        return read_json(data_file, "--data-file"), f"--data-file {data_file}"
+    return None, ""
 
 
 ForkRunIdOption = Annotated[
@@ -354,9 +353,12 @@ def fork_command(
     --app ... retries it.
     """
     out = Output(as_json)
-    replaced = _fork_data(data, data_file)
+    given = _fork_data(data, data_file)
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     clutch = load_app(ctx, app_spec, store, out)
+    # rebuilt as the codec rebuilds what it stores ({"$ne": "map", "v": [[1, "a"]]} is
+    # {1: "a"}, as nestegg show writes it); a tag the codec does not write is refused
+    replaced = from_given(*given)
     options = app_options(ctx, app_spec, store, clutch)
 
     async def work() -> dict[str, Any]:

@@ -9,7 +9,9 @@ back). A dict whose keys are not all strings becomes ``{"$ne": "map", "v": [[key
 an int key stays a number; so does a dict of one's own with a ``"$ne"`` key, as the codec
 escapes it, so that what is shown, given back (``fork --data``), is that dict and not a
 tag. A tuple or frozenset key is tagged as the codec stores it (``{"$ne": "tuple", "v": [1,
-2]}``), which reads back as a key, where a list would not. A set's items are in the
+2]}``), which reads back as a key, where a list would not, and so is a key of a type JSON
+has no value for (``{"$ne": "datetime", "v": "2024-01-02T00:00:00"}``), which reads back
+as that key, where its plain value would be another. A set's items are in the
 order of :func:`~nestegg.cli.paths.set_items`, the same in every process, which a
 path's index follows (a frozenset key's too). What this writes, read again, is written
 the same. Text for people writes
@@ -39,7 +41,7 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
-from nestegg.checkpoint.codec import TAG
+from nestegg.checkpoint.codec import TAG, to_jsonable
 from nestegg.cli.paths import set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
@@ -50,6 +52,7 @@ from nestegg.constants import (
     MISSING,
     RUNNING,
 )
+from nestegg.errors import CheckpointSerializationError
 from nestegg.wording import STEPS as STEPS
 from nestegg.wording import counted as counted
 
@@ -186,13 +189,20 @@ def _plain(value: Any, non_finite: _NonFinite) -> Any:
 def _plain_key(key: Any, non_finite: _NonFinite) -> Any:
     """A dict's key as :func:`_plain` writes it: a tuple or a frozenset tagged as the codec
     stores it (a frozenset's items in the order of :func:`set_items`), so that it reads
-    back as a key (``fork --data``), where a list would not; any other key as a value."""
+    back as a key (``fork --data``), where a list would not; so is any other key JSON has
+    no value for (a datetime, a UUID, a Decimal, bytes, an Enum, an int past 64 bits, NaN),
+    which as its plain value would read back as another key (a datetime's ISO string);
+    a string, a number, a bool or None as a value."""
     if type(key) is frozenset:
         items: Sequence[Any] = set_items(key)
     elif type(key) is tuple:
         items = key
     else:
-        return _plain(key, non_finite)
+        try:
+            tagged = to_jsonable(key)
+        except CheckpointSerializationError:  # no key the codec stores: shown as a value
+            return _plain(key, non_finite)
+        return _Tagged(tagged) if type(tagged) is dict else _plain(key, non_finite)
     shown = [_plain_key(item, non_finite) for item in items]
     return _Tagged({TAG: type(key).__name__, "v": shown})
 

@@ -6,29 +6,42 @@ what it names, in every process."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import math
 import os
+import re
 import subprocess
 import sys
+import uuid
+from decimal import Decimal
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.diff import diff_values
 from nestegg.cli.paths import select
 from nestegg.cli.reading import resolve_state
-from nestegg.cli.render import plain
-from nestegg.constants import EXIT_OK, HOME_ENV, STORE_ENV
+from nestegg.cli.render import plain, to_json
+from nestegg.constants import EXIT_OK, EXIT_USAGE, HOME_ENV, STORE_ENV
+from nestegg.errors import ConfigurationError
 from tests.cli.test_subprocess import ROOT
 
 TIMEOUT = 60
 APP_MODULE = "kept_app"
 APP_SOURCE = """
+from enum import Enum
+
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+
+
+class Tone(Enum):
+    LOW = "low"
 
 
 def build(storage=None):
@@ -164,6 +177,85 @@ def test_a_frozenset_or_tuple_key_is_shown_as_it_reads_back(tmp_path: Path) -> N
     first = store.checkpoints("keys")[0]
     for where, text in given.items():
         assert _forked(store, first, text, where) == KEYS, where
+
+
+TONE = Enum("Tone", {"LOW": "low"}, module=APP_MODULE)
+"""The app module's enum, as it stores it (kept_app:Tone)."""
+TYPED_KEYS = {
+    dt.datetime(2024, 1, 2, 3, 4, 5): "datetime",
+    "2024-01-02T03:04:05": "its text",
+    dt.date(2024, 1, 2): "date",
+    dt.time(3, 4, 5): "time",
+    dt.timedelta(days=1): "timedelta",
+    uuid.UUID(int=7): "uuid",
+    Decimal("2.5"): "decimal",
+    b"\x00\xff": "bytes",
+    2**70: "an int past 64 bits",
+    math.inf: "infinity",
+    (dt.date(2024, 1, 2), b"x"): "a tuple of them",
+}
+"""Keys JSON has no value for, and a string that is one's plain value."""
+
+
+class Mood(Enum):
+    CALM = "calm"
+
+
+@pytest.mark.parametrize("key", [*(k for k in TYPED_KEYS if type(k) is not str), Mood.CALM])
+def test_a_key_json_has_no_value_for_reads_back_as_that_key(key: Any) -> None:
+    data = {key: 1, "2024-01-02T03:04:05": 2, "calm": 3}
+    for text in (to_json(data), to_json(data, strict=True)):
+        assert text.count('"$ne"') > 1  # was its plain value, read back as another key
+        given = from_given(orjson.loads(text), "--data")
+        assert given == data and list(map(type, given)) == list(map(type, data))
+
+
+def test_an_enum_key_of_a_module_not_imported_is_refused_not_made_another_key() -> None:
+    shown = to_json({TONE.LOW: 1, "low": 2}, indent=False)  # kept_app is not imported here
+    assert shown.startswith('{"$ne":"map","v":[[{"$ne":"enum","v":["kept_app:Tone","low"]},1]')
+    with pytest.raises(ConfigurationError) as refused:
+        from_given(orjson.loads(shown), "--data")
+    assert str(refused.value).startswith(
+        '--data holds the key {"$ne":"enum","v":["kept_app:Tone","low"]}, whose enum '
+        "kept_app:Tone is of no module this process has imported (given data imports none)"
+    )
+    tuple_key = orjson.loads(to_json({(1, TONE.LOW): 1}))
+    with pytest.raises(ConfigurationError, match=re.escape('the key {"$ne":"tuple"')):
+        from_given(tuple_key, "--data")  # inside a tuple key too
+    assert from_given(orjson.loads(to_json([TONE.LOW])), "--data") == ["low"]  # as a value
+
+
+def test_an_unedited_fork_gives_back_keys_json_has_no_value_for(tmp_path: Path) -> None:
+    store = Store(tmp_path, {"typed": TYPED_KEYS, "tone": {TONE.LOW: 1, "low": 2}})
+    for run_id in ("typed", "tone"):
+        inspected = store.out("inspect", run_id, "--path", "data", "--json")
+        given = {
+            "show input": _line(store.out("show", run_id), "input"),
+            "inspect": store.out("inspect", run_id, "--path", "data"),
+            "inspect --json": inspected,
+        }
+        first = store.checkpoints(run_id)[0]
+        for where, text in given.items():
+            args = ["fork", first, "--app", f"{APP_MODULE}:pipeline", "--data", text, "--json"]
+            forked = orjson.loads(store.out(*args))["run_id"]
+            again = store.out("inspect", forked, "--path", "data", "--json")
+            assert again == inspected, where  # the app's enum key too: it imported its module
+            if run_id == "typed":
+                assert store.data(forked) == TYPED_KEYS, where
+
+
+def test_fork_refuses_an_enum_key_of_a_module_the_app_does_not_import(tmp_path: Path) -> None:
+    store = Store(tmp_path, {"tone": {TONE.LOW: 1}})
+    key = '{"$ne":"enum","v":["json.tool:Tone","low"]}'  # json.tool has no Tone, nor is imported
+    stranger = f'{{"$ne":"map","v":[[{key},1]]}}'
+    first, runs = store.checkpoints("tone")[0], store.out("runs", "--json")
+    done = store.run("fork", first, "--app", f"{APP_MODULE}:pipeline", "--data", stranger)
+    assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
+    assert done.stderr.startswith(
+        f"error: --data holds the key {key}, whose enum json.tool:Tone is of no "
+        "module this process has imported"
+    )
+    assert store.out("runs", "--json") == runs  # nothing stored
 
 
 def test_the_path_of_a_frozenset_key_is_the_same_in_every_process(tmp_path: Path) -> None:

@@ -311,6 +311,11 @@ def test_a_fork_refuses_a_tag_the_codec_does_not_write(ui: Ui) -> None:
             [{"$ne": "map", "v": 5}],
             '{"$ne":"map","v":5}, which is not a value the codec writes (TypeError: ',
         ),
+        (  # an enum key of a module not imported: its plain value could be another key
+            {"$ne": "map", "v": [[{"$ne": "enum", "v": ["json.tool:Tone", "low"]}, 1]]},
+            'the key {"$ne":"enum","v":["json.tool:Tone","low"]}, whose enum json.tool:Tone '
+            "is of no module this process has imported",
+        ),
     ):
         refused: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": data})
         assert refused.status_code == 400

@@ -4,6 +4,7 @@ to that part, and a tree that opens two levels deep."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import html
 import math
 import re
@@ -69,6 +70,16 @@ def test_a_frozenset_key_shows_tagged_with_its_items_in_set_order() -> None:
     assert (key["key"], key["path"]) == (frozen, f"f[{frozen}]")
     assert shortened(value)["text"] == f'{{"f":{{"$ne":"map","v":[[{frozen},1]]}}}}'
     assert select(value, key["path"]) == 1
+
+
+def test_a_datetime_key_shows_tagged_as_its_path_names_it() -> None:
+    value = {"d": {dt.date(2024, 1, 2): 1, "2024-01-02": 2}}
+    date, text = tree(value)["children"][0]["children"]
+    tagged = '{"$ne":"date","v":"2024-01-02"}'  # was "2024-01-02", the string key's
+    assert (date["key"], date["path"], text["key"]) == (tagged, f"d[{tagged}]", '"2024-01-02"')
+    entries = f'[[{tagged},1],["2024-01-02",2]]'
+    assert shortened(value)["text"] == f'{{"d":{{"$ne":"map","v":{entries}}}}}'
+    assert select(value, date["path"]) == 1
 
 
 def test_a_tree_gives_bool_none_and_float_keys_paths_that_select_them() -> None:
