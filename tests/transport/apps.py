@@ -218,6 +218,26 @@ def make_slow(*, here: bool = False, **hooks: Any) -> Clutch:
     return slow
 
 
+def make_approving(*, here: bool = False) -> Clutch:
+    """One agent, ``review``: a journaled side effect, then a wait for signal ``approval``
+    (for NESTEGG_TEST_WAIT seconds if set, then ``"expired"``), noting the pid that ran
+    it; ``here``: run in its own process (no transport)."""
+    approving = Clutch("approving", transport=None if here else transport(), checkpoint=config())
+    seconds = setting("WAIT", "")
+
+    @approving.agent()
+    async def review(data: dict[str, Any]) -> dict[str, Any]:
+        await side_effect(get_context().state.clutch_id, 1)
+        timeout = timedelta(seconds=float(seconds)) if seconds else None
+        try:
+            approval = await nestegg.wait_for("approval", timeout=timeout)
+        except nestegg.SignalTimeoutError:
+            approval = "expired"
+        return {**data, "approval": approval, "review": os.getpid()}
+
+    return approving
+
+
 def make_split(
     clock: Callable[[], float] = time.time, store: CheckpointStorage | None = None
 ) -> Clutch:
@@ -317,10 +337,11 @@ def make_typed_strict() -> Clutch:
 
 
 def __getattr__(name: str) -> Clutch:
-    """``apps:chain``, ``apps:flaky``, ``apps:slow``, ``apps:split``, ``apps:split_without_third``,
-    ``apps:split_on_postgres``, ``apps:split_as_user``, ``apps:typed``, ``apps:typed_strict``:
-    built from the environment on use."""
+    """``apps:approving``, ``apps:chain``, ``apps:flaky``, ``apps:slow``, ``apps:split``,
+    ``apps:split_without_third``, ``apps:split_on_postgres``, ``apps:split_as_user``,
+    ``apps:typed``, ``apps:typed_strict``: built from the environment on use."""
     makers = {
+        "approving": make_approving,
         "chain": make_chain,
         "flaky": make_flaky,
         "slow": make_slow,

@@ -1,0 +1,105 @@
+"""Waiting runs handed back to the workers (see test_handback.py): one cancelled while it
+waited goes on as a local resume of it does, and one whose wait is over is continued once
+by a worker. On a real broker (Redis Streams, then RabbitMQ), the Redis store and worker
+processes whose sweeps come every 20 s (the lease): what goes on at once is the
+hand-back's doing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from nestegg import RunWaiting
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from tests.transport.apps import make_approving
+from tests.transport.conftest import Deployment
+from tests.transport.test_workers import _effects_sync, event_log
+
+pytestmark = [pytest.mark.crash, pytest.mark.server]
+HANDED_BACK_S = 10.0
+"""How long a hand-back may take here: less than a sweep's 20 s."""
+
+
+def _kinds(log: list[tuple[str, Any]]) -> list[str]:
+    return [kind for kind, _ in log if kind != "checkpoint_saved"]
+
+
+async def _waiting(clutch: Any, run_id: str) -> None:
+    with pytest.raises(RunWaiting) as waiting:
+        await clutch.run({}, run_id=run_id, timeout=30)
+    assert waiting.value.signal == "approval"
+
+
+async def test_a_cancelled_waiting_run_handed_back_waits_again_as_a_local_resume_leaves_it(
+    deployment: Deployment, store: RedisCheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment.lease = 20.0
+    deployment.apply(monkeypatch)
+    worker = deployment.start_worker("approving")
+    approving, local = make_approving(), make_approving(here=True)
+    try:
+        await _waiting(approving, "off")
+        await _waiting(local, "here")
+        for clutch, run_id in ((approving, "off"), (local, "here")):
+            assert await clutch.cancel(run_id)
+            with pytest.raises(RunWaiting) as again:
+                await asyncio.wait_for(clutch.resume_latest(run_id), HANDED_BACK_S)
+            told = f"send it with signal({run_id!r}, 'approval', value)"
+            assert str(again.value) == f"run {run_id!r} waits for signal 'approval': {told}"
+        off, here = [await store.get_run(run_id) for run_id in ("off", "here")]
+        assert off is not None and here is not None
+        assert (off.status, off.step_seq, off.lease_until) == ("waiting", 0, here.lease_until)
+        await approving.signal("off", "approval", "yes", resume=False)
+        result = await asyncio.wait_for(approving.resume_latest("off"), HANDED_BACK_S)
+    finally:
+        await approving.stop()
+    assert result == {"approval": "yes", "review": worker.process.pid}
+    handed, local_log = [await event_log(store, run_id) for run_id in ("off", "here")]
+    kinds = _kinds(handed)
+    assert kinds[: len(_kinds(local_log))] == _kinds(local_log)  # as the local resume did
+    cancelled = kinds.index("run_cancelled")
+    assert kinds[cancelled:] == [
+        *["run_cancelled", "run_resumed", "step_started", "run_waiting"],
+        *["run_resumed", "signal_received", "step_started", "step_completed", "run_completed"],
+    ], kinds
+    resumed = [body for kind, body in handed if kind == "run_resumed"]
+    assert [body["previous"] for body in resumed] == ["cancelled", "waiting"]
+    assert _effects_sync(deployment) == {"off:1": 1, "here:1": 1}  # replayed, not made again
+
+
+@pytest.mark.parametrize("over", ["signal stored", "deadline passed"])
+async def test_a_waiting_run_whose_wait_is_over_is_handed_back_and_continued_once(
+    deployment: Deployment,
+    store: RedisCheckpointStorage,
+    monkeypatch: pytest.MonkeyPatch,
+    over: str,
+) -> None:
+    deployment.lease = 20.0
+    deployment.apply(monkeypatch)
+    if over == "deadline passed":
+        monkeypatch.setenv("NESTEGG_TEST_WAIT", "1")
+    worker = deployment.start_worker("approving")
+    approving = make_approving()
+    try:
+        await _waiting(approving, "over")
+        if over == "signal stored":
+            await approving.signal("over", "approval", "yes", resume=False)
+        else:
+            await asyncio.sleep(1.5)
+        result = await asyncio.wait_for(approving.resume_latest("over"), HANDED_BACK_S)
+    finally:
+        await approving.stop()
+    approval = "yes" if over == "signal stored" else "expired"
+    assert result == {"approval": approval, "review": worker.process.pid}
+    log = await event_log(store, "over")
+    kinds = _kinds(log)
+    waited = kinds.index("run_waiting")
+    assert kinds[waited:] == [
+        *["run_waiting", "run_resumed", "signal_received"],
+        *["step_started", "step_completed", "run_completed"],
+    ], kinds
+    resumed = next(body for kind, body in log if kind == "run_resumed")
+    assert (resumed["previous"], resumed["seq"]) == ("waiting", 0)
+    assert _effects_sync(deployment) == {"over:1": 1}  # replayed, not made again
