@@ -28,6 +28,10 @@ run's ``run_resumed``).
 Between the hand-back and a worker's claim the run is stored as one between two steps on
 workers: running, its lease over, its owner the process that handed it back.
 
+Whoever needs to know when the hand-back is done, before the run's outcome, sets
+:data:`HANDED_BACK` around the call (the web inspector's resume answers 202 then: the
+run's own outcome, a failure on a worker within a moment, shows on its page).
+
 The run's ``on_request`` hook is awaited first, in the resuming process, when a local
 resume would await it (:func:`~nestegg.checkpoint.admission.request_pending`: its run
 starts from its input and the hook never passed), before anything is written: a hook
@@ -36,6 +40,8 @@ that raises leaves the run as it was. ``on_response`` is awaited with its result
 
 from __future__ import annotations
 
+import asyncio
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from nestegg import otel
@@ -58,6 +64,10 @@ if TYPE_CHECKING:
     from nestegg.checkpoint.views import CheckpointState
     from nestegg.clutch import Clutch
     from nestegg.task import StepListeners
+
+HANDED_BACK: ContextVar[asyncio.Event | None] = ContextVar("nestegg_handed_back", default=None)
+"""An event a hand-back started in this context sets once it published the run's next
+step (nothing is refused after that: what the resume then raises is the run's outcome)."""
 
 
 async def resume_on_workers(
@@ -124,6 +134,8 @@ async def hand_back(
     agent = first_route(clutch) if run.step_seq == 0 else None
     message = StepMessage(run.run_id, run.step_seq + 1, fence, agent, trace)
     await transport.publish(channel_name(clutch.name, agent), message)
+    if (handed_back := HANDED_BACK.get()) is not None:
+        handed_back.set()
 
 
 def _dead_holder(run: RunRecord, now: float) -> bool:
@@ -160,4 +172,4 @@ async def reopen(
     return claimed.fence
 
 
-__all__ = ["hand_back", "reopen", "resume_on_workers"]
+__all__ = ["HANDED_BACK", "hand_back", "reopen", "resume_on_workers"]

@@ -36,6 +36,7 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import CANCELLED, FINISHED
 from nestegg.errors import ConfigurationError, RunLockedError
+from nestegg.transport.handback import HANDED_BACK
 from nestegg.ui.pages import now_of, store_of, takes
 from nestegg.ui.queries import checkpoint_run
 
@@ -164,10 +165,11 @@ async def resume(request: Request) -> JSONResponse:
     :func:`~nestegg.checkpoint.admission.resume_refusal`, which are all that
     ``Clutch.resume_latest`` makes before it claims the run (a refusal is 400 or 409, 500
     for a run with no valid state); 202 once this resume claimed the run (so that its
-    page, which follows it from then on, sees it running), the error if it could not
-    start: 409 as ``nestegg resume`` says it for a run another request of this
-    application resumes, or another process claimed first; the
-    run's own errors show on its page. It takes no body, or ``{}``: a body that is not
+    page, which follows it from then on, sees it running), or, with a transport, handed
+    it back to the workers (a worker may take it, and fail it again, at once), the error
+    if it could not start: 409 as ``nestegg resume`` says it for a run another request
+    of this application resumes, or another process claimed first; the run's own errors
+    show on its page. It takes no body, or ``{}``: a body that is not
     JSON or holds a field is refused (400), as the fork's and prune's are."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
@@ -184,10 +186,17 @@ async def resume(request: Request) -> JSONResponse:
     resuming.add(run.run_id)
     reopen = run.status == CANCELLED  # a cancel after this read wins
     resuming_it = clutch.resume_latest(run.run_id, reopen_cancelled=reopen)
-    task = _start(request, resuming_it, f"resume of run {run.run_id!r}")
+    handed_back = asyncio.Event()  # with a transport: the run went to the workers
+    token = HANDED_BACK.set(handed_back)
+    try:
+        task = _start(request, resuming_it, f"resume of run {run.run_id!r}")
+    finally:
+        HANDED_BACK.reset(token)
     task.add_done_callback(lambda _: resuming.discard(run.run_id))
 
     async def claimed() -> bool:  # by this process: another one's claim is a refusal
+        if handed_back.is_set():  # a worker may hold it already, or have failed it again
+            return True
         current = await store.get_run(run.run_id)
         return current is None or (current.fence > run.fence and current.owner == current_owner())
 

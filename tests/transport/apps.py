@@ -221,7 +221,8 @@ def make_slow(*, here: bool = False, **hooks: Any) -> Clutch:
 def make_approving(*, here: bool = False) -> Clutch:
     """One agent, ``review``: a journaled side effect, then a wait for signal ``approval``
     (for NESTEGG_TEST_WAIT seconds if set, then ``"expired"``), noting the pid that ran
-    it; ``here``: run in its own process (no transport)."""
+    it; it fails after the wait while the flag file exists (``NESTEGG_TEST_FLAG``);
+    ``here``: run in its own process (no transport)."""
     approving = Clutch("approving", transport=None if here else transport(), checkpoint=config())
     seconds = setting("WAIT", "")
 
@@ -233,6 +234,7 @@ def make_approving(*, here: bool = False) -> Clutch:
             approval = await nestegg.wait_for("approval", timeout=timeout)
         except nestegg.SignalTimeoutError:
             approval = "expired"
+        _fail_if_flagged("review")
         return {**data, "approval": approval, "review": os.getpid()}
 
     return approving

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from nestegg import Clutch
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.checkpoint.stores.redis.layout import checkpoint_value
 from nestegg.checkpoint.views import run_result
@@ -189,6 +190,27 @@ async def test_a_failed_run_handed_back_to_an_older_checkpoint_is_resumed_once(
     }
 
 
+def press_resume(
+    deployment: Deployment, run_id: str, until: str, clutch: Clutch | None = None
+) -> tuple[int, Any, str]:
+    """The web inspector's resume button of ``run_id``, with ``clutch`` (default: a
+    ``flaky``) handing it back to the workers: the answer's status and body, and the run's
+    status once it is ``until`` after events the resume wrote (or 30 s later)."""
+    ui_store = RedisCheckpointStorage(deployment.redis_url, prefix=deployment.prefix)
+    clutch = clutch or make_flaky()
+    settings = UISettings(store=ui_store, clutch=clutch, allow_writes=True, token=TOKEN)
+    with client_for(settings) as client:
+        read: Any = client.portal.call(ui_store.get_run, run_id)  # type: ignore[union-attr]
+        answer = client.post(f"/api/runs/{run_id}/resume", headers={"X-Nestegg-Token": TOKEN})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            run: Any = client.portal.call(ui_store.get_run, run_id)  # type: ignore[union-attr]
+            if run.status == until and run.event_seq > read.event_seq:
+                break
+            time.sleep(0.05)
+        return answer.status_code, answer.json(), run.status
+
+
 async def test_the_inspectors_resume_button_hands_a_failed_run_back_to_the_workers(
     deployment: Deployment,
     store: RedisCheckpointStorage,
@@ -197,21 +219,7 @@ async def test_the_inspectors_resume_button_hands_a_failed_run_back_to_the_worke
 ) -> None:
     flag, worker_pid = await _failed_on_a_worker(deployment, monkeypatch, tmp_path, "button")
     flag.unlink()
-    ui_store = RedisCheckpointStorage(deployment.redis_url, prefix=deployment.prefix)
-    settings = UISettings(store=ui_store, clutch=make_flaky(), allow_writes=True, token=TOKEN)
-
-    def press() -> tuple[int, Any, str]:
-        with client_for(settings) as client:
-            answer = client.post("/api/runs/button/resume", headers={"X-Nestegg-Token": TOKEN})
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                run: Any = client.portal.call(ui_store.get_run, "button")  # type: ignore[union-attr]
-                if run.status != "running":
-                    break
-                time.sleep(0.05)
-            return answer.status_code, answer.json(), run.status
-
-    status, body, ended = await asyncio.to_thread(press)
+    status, body, ended = await asyncio.to_thread(press_resume, deployment, "button", "completed")
     assert (status, body) == (202, {"run_id": "button", "started": True})
     assert ended == "completed"
     run = await store.get_run("button")
@@ -219,3 +227,21 @@ async def test_the_inspectors_resume_button_hands_a_failed_run_back_to_the_worke
     result = run_result(run)
     assert result["report"] == worker_pid  # run by the worker, not in the inspector
     await _check_completed_once(deployment, store, "button", result)
+
+
+async def test_the_inspectors_resume_button_answers_202_for_a_run_that_fails_again_on_a_worker(
+    deployment: Deployment,
+    store: RedisCheckpointStorage,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    await _failed_on_a_worker(deployment, monkeypatch, tmp_path, "again")  # its flag stays
+    before = await store.get_run("again")
+    assert before is not None
+    status, body, ended = await asyncio.to_thread(press_resume, deployment, "again", "failed")
+    assert (status, body) == (202, {"run_id": "again", "started": True})  # as handed back
+    assert ended == "failed"  # the run's page shows it
+    run = await store.get_run("again")
+    assert run is not None and run.fence > before.fence
+    kinds = _kinds(await event_log(store, "again"))
+    assert kinds.count("run_failed") == 2 and kinds.count("run_resumed") == 1, kinds

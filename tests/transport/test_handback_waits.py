@@ -1,12 +1,14 @@
 """Waiting runs handed back to the workers (see test_handback.py): one cancelled while it
-waited goes on as a local resume of it does, and one whose wait is over is continued once
-by a worker. On a real broker (Redis Streams, then RabbitMQ), the Redis store and worker
+waited goes on as a local resume of it does, one whose wait is over is continued once by a
+worker, and the web inspector's resume button of either answers 202 however the run then
+ends on a worker. On a real broker (Redis Streams, then RabbitMQ), the Redis store and worker
 processes whose sweeps come every 20 s (the lease): what goes on at once is the
 hand-back's doing."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from nestegg import RunWaiting
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from tests.transport.apps import make_approving
 from tests.transport.conftest import Deployment
+from tests.transport.test_handback_paths import press_resume
 from tests.transport.test_workers import _effects_sync, event_log
 
 pytestmark = [pytest.mark.crash, pytest.mark.server]
@@ -103,3 +106,44 @@ async def test_a_waiting_run_whose_wait_is_over_is_handed_back_and_continued_onc
     resumed = next(body for kind, body in log if kind == "run_resumed")
     assert (resumed["previous"], resumed["seq"]) == ("waiting", 0)
     assert _effects_sync(deployment) == {"over:1": 1}  # replayed, not made again
+
+
+@pytest.mark.parametrize("then", ["fails", "waits again"])
+async def test_the_inspectors_resume_button_answers_202_for_a_waiting_run_that_ends_at_once(
+    deployment: Deployment,
+    store: RedisCheckpointStorage,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    then: str,
+) -> None:
+    # a worker claims it and fails it, or it waits again: the answer was the run's outcome
+    # (500 with its failure, 409 with its RunWaiting) when the run ended so within the few
+    # seconds the answer waits for the resume's claim
+    deployment.lease = 20.0
+    deployment.apply(monkeypatch)
+    flag = tmp_path / "flag"
+    flag.touch()
+    monkeypatch.setenv("NESTEGG_TEST_FLAG", str(flag))
+    deployment.start_worker("approving")
+    approving = make_approving()
+    try:
+        await _waiting(approving, "button")
+        if then == "fails":  # its wait is over: nothing to claim, a worker takes it
+            await approving.signal("button", "approval", "yes", resume=False)
+        else:  # reopened, it waits again on a worker
+            assert await approving.cancel("button")
+    finally:
+        await approving.stop()
+    until = "failed" if then == "fails" else "waiting"
+    status, body, ended = await asyncio.to_thread(
+        press_resume, deployment, "button", until, make_approving()
+    )
+    assert (status, body) == (202, {"run_id": "button", "started": True})  # handed back
+    assert ended == until  # its page shows it
+    kinds = _kinds(await event_log(store, "button"))
+    resumed = kinds.index("run_resumed")
+    assert kinds[resumed:] == (
+        ["run_resumed", "signal_received", "step_started", "step_failed", "run_failed"]
+        if then == "fails"
+        else ["run_resumed", "step_started", "run_waiting"]
+    ), kinds
