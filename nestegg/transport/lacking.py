@@ -1,16 +1,17 @@
-"""Steps whose agent this worker's Clutch lacks (a Clutch of another version checkpointed
-the run): the worker releases the run and sends the step on to that agent's channel, where
-it waits for a worker whose Clutch has the agent, as a step whose agent no running worker
-hosts does; the run stays running, its state untouched. A step whose stored data no longer
-fits the model of its agent here (IncompatibleDataError) is released the same way and its
-message acked: a sweep points at it again, for a worker whose model fits it (a rolling
-deploy). The release leaves the run's ``lease_until`` at the time the step was first set
-aside, below its ``updated_at`` (a mark no other write leaves on a running run; a worker that
-only sends the step on to its agent's channel keeps it), and once the step has been set
-aside for the misfit grace (``MISFIT_GRACE_LEASES`` leases by default) the worker that
-gets it fails the run with the IncompatibleDataError instead: the caller's ``result()``
-raises then, as in a run without workers, rather than waiting for a worker that may
-never come.
+"""Steps whose agent this worker's Clutch lacks (a Clutch of another version checkpointed the
+run): the worker releases the run and sends the step on to that agent's channel, where it
+waits for a worker whose Clutch has the agent, as a step whose agent no running worker
+hosts does; the run stays running, its state untouched (a claim that took it over or
+resumed it writes what it resumed with the release: the worker that runs the step only goes
+on). A step whose stored data no longer fits the model of its agent here
+(IncompatibleDataError) is released the same way and its message acked: a sweep points at
+it again, for a worker whose model fits it (a rolling deploy). The release leaves the run's
+``lease_until`` at the time the step was first set aside, below its ``updated_at`` (a mark
+no other write leaves on a running run; a worker that only sends the step on to its agent's
+channel keeps it), and once the step has been set aside for the misfit grace
+(``MISFIT_GRACE_LEASES`` leases by default) the worker that gets it fails the run with the
+IncompatibleDataError instead: the caller's ``result()`` raises then, as in a run without
+workers, rather than waiting for a worker that may never come.
 
 A sweep points at such a step again and again; the worker remembers the steps it warned
 about (the oldest forgotten first), so that the warning is logged once and its repeats at
@@ -26,12 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.admission import resume_point
 from nestegg.checkpoint.formats import ending_commit
-from nestegg.checkpoint.ownership import resumption
 from nestegg.checkpoint.records import RunRecord
 from nestegg.constants import RUNNING
 from nestegg.errors import IncompatibleDataError, StaleOwnerError
 from nestegg.transport.base import Delivery, StepMessage, channel_name
-from nestegg.transport.verdicts import Claim, Resumes
+from nestegg.transport.verdicts import Claim, resumed_by
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -68,7 +68,9 @@ class LackingAgents:
     async def send_on(self, claim: Claim, delivery: Delivery, agent: str) -> Delivery | None:
         """Release the run of ``claim`` and send its next step on to ``agent``'s channel
         (the delivery the broker handed over with the ack, if any); a step set aside for a
-        model keeps its mark (:func:`set_aside_since`), so its misfit grace goes on."""
+        model keeps its mark (:func:`set_aside_since`), so its misfit grace goes on. A
+        claim that resumed the run writes what it resumed with the release, as
+        :meth:`set_aside` does: the worker that runs the step only goes on."""
         claimed = claim.run
         channel = channel_name(self.clutch.name, agent)
         log.log(
@@ -81,9 +83,10 @@ class LackingAgents:
             channel,
             extra={"run_id": claimed.run_id, "agent": agent},
         )
-        if not await self.released(claimed, delivery, set_aside_since(claim.read)):
-            return None
         trace = delivery.message.trace
+        events = await self.resumed(claim, trace)
+        if not await self.released(claimed, delivery, set_aside_since(claim.read), events):
+            return None
         message = StepMessage(claimed.run_id, claimed.step_seq + 1, claimed.fence, agent, trace)
         return await delivery.forward(channel, message)
 
@@ -121,16 +124,13 @@ class LackingAgents:
             await delivery.ack()
 
     async def resumed(self, claim: Claim, trace: dict[str, str]) -> list[tuple[str, Any]]:
-        """The events that say what ``claim`` resumed (none when it simply goes on)."""
+        """The events that say what ``claim`` resumed: none when it simply goes on, or when
+        a release before it said so already (:func:`resumed_by`)."""
         if claim.resumes is None:
             return []
         state, _ = await resume_point(self.book.store, claim.run)
         checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
-        interrupted, released = claim.resumes is Resumes.TAKEOVER, claim.resumes is Resumes.RELEASED
-        return resumption(
-            claim.read, checkpoint_id, state.seq, interrupted=interrupted, released=released,
-            trace=trace,
-        )  # fmt: skip
+        return await resumed_by(self.book.store, claim, checkpoint_id, state.seq, trace)
 
     async def released(
         self,
