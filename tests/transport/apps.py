@@ -308,15 +308,18 @@ class StrictPage(Page):
     pages: int
 
 
-def make_typed(strict: bool = False) -> Clutch:
+def make_typed(strict: bool = False, *, second: bool = True) -> Clutch:
     """Two agents: ``first`` returns a title (no ``pages``), ``second`` takes it as a
-    ``Page`` (``strict``: a ``StrictPage``) and notes the pid that ran it."""
+    ``Page`` (``strict``: a ``StrictPage``) and notes the pid that ran it; without
+    ``second``, ``first`` only."""
     typed = Clutch("typed", transport=transport(), checkpoint=config())
 
     @typed.agent()
     async def first(data: dict[str, Any]) -> dict[str, Any]:
         return {"title": str(data.get("title", "t")), "first": os.getpid()}
 
+    if not second:
+        return typed
     if strict:
 
         @typed.agent()
@@ -338,10 +341,17 @@ def make_typed_strict() -> Clutch:
     return make_typed(strict=True)
 
 
+def make_typed_without_second() -> Clutch:
+    """Pipeline ``typed`` as a version that has no agent ``second``: the runs whose step 1
+    a ``typed`` of two agents committed continue with an agent it lacks."""
+    return make_typed(second=False)
+
+
 def __getattr__(name: str) -> Clutch:
     """``apps:approving``, ``apps:chain``, ``apps:flaky``, ``apps:slow``, ``apps:split``,
     ``apps:split_without_third``, ``apps:split_on_postgres``, ``apps:split_as_user``,
-    ``apps:typed``, ``apps:typed_strict``: built from the environment on use."""
+    ``apps:typed``, ``apps:typed_strict``, ``apps:typed_without_second``: built from the
+    environment on use."""
     makers = {
         "approving": make_approving,
         "chain": make_chain,
@@ -353,6 +363,7 @@ def __getattr__(name: str) -> Clutch:
         "split_as_user": make_split_as_user,
         "typed": make_typed,
         "typed_strict": make_typed_strict,
+        "typed_without_second": make_typed_without_second,
     }
     if name in makers:
         return makers[name]()
