@@ -10,7 +10,9 @@ set by set (group commit), each still fenced by its own run row
 (:mod:`~nestegg.checkpoint.stores.postgres.batches` holds these grouped operations, and
 those of run reads, creations and claims). Every operation takes a connection from the
 pool (``pool.connection()``) and gives it back; building and closing the pool and holding
-a query to its deadline are in :mod:`~nestegg.checkpoint.stores.postgres.connection`.
+a query to its deadline are in :mod:`~nestegg.checkpoint.stores.postgres.connection`, the
+reads (runs listed, a run's steps, checkpoints, events, journal and signals) in
+:mod:`~nestegg.checkpoint.stores.postgres.reads`.
 
 psycopg and psycopg_pool are imported only in this package.
 """
@@ -31,23 +33,13 @@ from typing import Any, TypeVar
 from psycopg import sql
 
 from nestegg.cancellation import cancel_and_wait
-from nestegg.checkpoint.records import (
-    CheckpointRecord,
-    Commit,
-    EventRecord,
-    JournalRecord,
-    Owner,
-    RunRecord,
-    SignalRecord,
-    StepRecord,
-)
+from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
     newer_than_known,
     older_than_read,
     run_exists,
-    run_not_found,
 )
 from nestegg.checkpoint.stores.group import MAX_BATCH, GroupCalls, GroupCommitter, run_id_of
 from nestegg.checkpoint.stores.postgres.batches import PostgresBatches, claimed_id
@@ -67,13 +59,12 @@ from nestegg.checkpoint.stores.postgres.migrations import (
     READABLE_FROM,
     migration_names,
 )
+from nestegg.checkpoint.stores.postgres.reads import PostgresReads
 from nestegg.checkpoint.stores.postgres.schema import (
     DROP_STATEMENTS,
     OBJECT_SUFFIXES,
     QUERIES,
     TABLE_SUFFIXES,
-    checkpoint_from_row,
-    run_from_row,
     validate_table_prefix,
 )
 from nestegg.checkpoint.stores.postgres.threads import PostgresThreadRows
@@ -94,7 +85,7 @@ from nestegg.errors import ConfigurationError, StorageError
 T = TypeVar("T")
 
 
-class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
+class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRows):
     """Keeps runs in PostgreSQL, shared by every process and machine that reaches it.
 
     Args:
@@ -419,23 +410,6 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._get_runs.call(run_id)
 
-    async def list_runs(
-        self,
-        *,
-        pipeline: str | None = None,
-        statuses: Sequence[str] | None = None,
-        limit: int | None = None,
-        before: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        params = {
-            "pipeline": pipeline,
-            "statuses": list(statuses) if statuses is not None else None,
-            "limit": limit,
-            "before_at": before[0] if before is not None else None,
-            "before_id": before[1] if before is not None else None,
-        }
-        return [run_from_row(row) for row in await self._fetchall("list_runs", params)]
-
     async def claim_run(
         self,
         run_id: str,
@@ -456,55 +430,6 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresThreadRows):
     async def commit(self, commit: Commit) -> None:
         check_size(commit)
         await self._group.commit(commit)
-
-    # -- reads --------------------------------------------------------------------------
-
-    async def load_steps(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        params = {"run_id": run_id, "after": after, "upto": upto}
-        rows = await self._fetchall("load_steps", params)
-        return [StepRecord(run_id, seq, agent, bytes(body)) for seq, agent, body in rows]
-
-    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        return [checkpoint_from_row(r) for r in await self._fetchall("list_checkpoints", [run_id])]
-
-    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
-        row = await self._fetchone("get_checkpoint", [checkpoint_id])
-        return checkpoint_from_row(row) if row else None
-
-    async def read_events(
-        self, run_id: str, since_seq: int = 0, limit: int | None = None
-    ) -> list[EventRecord]:
-        rows = await self._fetchall("read_events", [run_id, since_seq, limit])
-        return [EventRecord(run_id, seq, at, kind, bytes(body)) for seq, at, kind, body in rows]
-
-    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
-        rows = await self._fetchall("read_journal", [run_id, step])
-        return [JournalRecord(run_id, s, position, bytes(body)) for s, position, body in rows]
-
-    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
-        params = {
-            "run_id": signal.run_id,
-            "name": signal.name,
-            "at": signal.at,
-            "body": signal.body,
-        }
-        query = self._queries["replace_signal" if replace else "put_signal"]
-
-        async def put(cursor: Cursor) -> Any:
-            await cursor.execute(query, params, binary=True)
-            return await cursor.fetchone()
-
-        if await self._with_connection(put, idempotent=replace) is not None:
-            return True
-        if await self._fetchone("run_exists", [signal.run_id]) is None:
-            raise run_not_found(signal.run_id)
-        return False
-
-    async def read_signals(self, run_id: str) -> list[SignalRecord]:
-        rows = await self._fetchall("read_signals", [run_id])
-        return [SignalRecord(run_id, name, at, bytes(body)) for name, at, body in rows]
 
     # -- deletion -----------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ transactions, which makes many runs in one process and several processes on one 
 safe. ``synchronous=NORMAL`` keeps a committed step across a process crash (the WAL is
 synced at WAL checkpoints).
 
-The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite.schema`.
+The schema and its migrations are in :mod:`nestegg.checkpoint.stores.sqlite.schema`;
+the reads (runs listed, a run's steps, checkpoints, events, journal and signals) in
+:mod:`~nestegg.checkpoint.stores.sqlite.reads`.
 """
 
 from __future__ import annotations
@@ -23,17 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from nestegg.checkpoint.records import (
-    CheckpointRecord,
-    Commit,
-    EventRecord,
-    JournalRecord,
-    Owner,
-    RunRecord,
-    SignalRecord,
-    StepRecord,
-)
-from nestegg.checkpoint.step_blocks import StepPiece, step_records
+from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
@@ -51,28 +43,19 @@ from nestegg.checkpoint.stores.group import (
     run_id_of,
     runs_read,
 )
-from nestegg.checkpoint.stores.sqlite.blocks import read_history
 from nestegg.checkpoint.stores.sqlite.commits import commit_alone, commit_batch, write_size
 from nestegg.checkpoint.stores.sqlite.connection import SQLiteConnection, use_wal
 from nestegg.checkpoint.stores.sqlite.errors import is_busy, storage_error
-from nestegg.checkpoint.stores.sqlite.events import events_after
 from nestegg.checkpoint.stores.sqlite.group_writes import create_together
 from nestegg.checkpoint.stores.sqlite.read_only import open_read_only
+from nestegg.checkpoint.stores.sqlite.reads import SQLiteReads, run_filter
 from nestegg.checkpoint.stores.sqlite.schema import (
-    BODY,
-    CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     CLAIM_RUN,
     CLAIM_STATE,
     INSERT_RUN,
-    JOURNAL,
-    KEY_OF,
-    MAX_SEQ,
     RUNS,
-    SELECT_EVENT_BATCHES,
     SELECT_RUN,
-    SIGNALS,
-    checkpoint_from_row,
     delete_runs,
     ids_per_query,
     marks,
@@ -120,7 +103,7 @@ def _create_database_file(path: Path) -> None:
     os.close(fd)
 
 
-class SQLiteCheckpointStorage(SQLiteThreadRows):
+class SQLiteCheckpointStorage(SQLiteReads, SQLiteThreadRows):
     """Keeps runs in one SQLite database file; the default store.
 
     Args:
@@ -291,23 +274,6 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
                 raise
             return [await outcome_of(self._get_one, run_id) for run_id in run_ids]
 
-    async def list_runs(
-        self,
-        *,
-        pipeline: str | None = None,
-        statuses: Sequence[str] | None = None,
-        limit: int | None = None,
-        before: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        where, params = _run_filter(pipeline, statuses)
-        if before is not None:
-            where += " AND (created_at, run_id) < (?, ?)"
-            params.extend(before)
-        query = f"{SELECT_RUN}{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
-        params.append(-1 if limit is None else limit)
-        rows = await self._connection.call(_fetch_all, query, params)
-        return [run_from_row(row) for row in rows]
-
     async def claim_run(
         self,
         run_id: str,
@@ -351,51 +317,6 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
             commit_batch, commits, self._run_keys, self._name, size=size, small=small
         )
 
-    async def load_steps(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepRecord]:
-        params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
-        return await self._connection.call(_load_steps, params)
-
-    async def load_history(
-        self, run_id: str, after: int = 0, upto: int | None = None
-    ) -> list[StepPiece]:
-        params = (run_id, after, MAX_SEQ if upto is None else min(upto, MAX_SEQ))
-        return await self._connection.call(read_history, params)
-
-    async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        query = (
-            f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE run_id = ? "
-            "ORDER BY seq, checkpoint_id"
-        )
-        rows = await self._connection.call(_fetch_all, query, (run_id,))
-        return [checkpoint_from_row(row) for row in rows]
-
-    async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
-        query = f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE checkpoint_id = ?"
-        rows = await self._connection.call(_fetch_all, query, (checkpoint_id,))
-        return checkpoint_from_row(rows[0]) if rows else None
-
-    async def read_events(
-        self, run_id: str, since_seq: int = 0, limit: int | None = None
-    ) -> list[EventRecord]:
-        return await self._connection.call(_read_events, run_id, since_seq, limit)
-
-    async def read_journal(self, run_id: str, step: int) -> list[JournalRecord]:
-        query = f"SELECT position, {BODY} FROM {JOURNAL} WHERE run_id = ? AND step = ? ORDER BY 1"
-        rows = await self._connection.call(_fetch_all, query, (run_id, step))
-        return [JournalRecord(run_id, step, position, body) for position, body in rows]
-
-    async def put_signal(self, signal: SignalRecord, replace: bool = False) -> bool:
-        return await self._connection.write(
-            _put_signal, signal, replace, size=len(signal.body), small=False
-        )
-
-    async def read_signals(self, run_id: str) -> list[SignalRecord]:
-        query = f"SELECT name, at, {BODY} FROM {SIGNALS} WHERE run_id = ? ORDER BY name"
-        rows = await self._connection.call(_fetch_all, query, (run_id,))
-        return [SignalRecord(run_id, name, at, body) for name, at, body in rows]
-
     async def delete_run(self, run_id: str) -> bool:
         return await self._connection.write(_delete_run, run_id, small=False)
 
@@ -409,41 +330,13 @@ class SQLiteCheckpointStorage(SQLiteThreadRows):
     async def expire_runs(
         self, statuses: Sequence[str], updated_before: float, pipeline: str | None = None
     ) -> list[str]:
-        where, params = _run_filter(pipeline, statuses)
+        where, params = run_filter(pipeline, statuses)
         params.append(updated_before)
         query = f"SELECT run_id FROM {RUNS}{where} AND updated_at < ?"
         return await self._connection.write(_expire_runs, query, params, small=False)
 
 
 # -- work done on the worker thread (or on the loop thread, for a write that can) ------------
-
-
-def _run_filter(pipeline: str | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
-    clauses = ["1"]
-    params: list[Any] = []
-    if pipeline is not None:
-        clauses.append("pipeline = ?")
-        params.append(pipeline)
-    if statuses is not None:
-        clauses.append(f"status IN ({marks(len(statuses))})")
-        params.extend(statuses)
-    return " WHERE " + " AND ".join(clauses), params
-
-
-def _fetch_all(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
-    return conn.execute(query, params).fetchall()
-
-
-def _load_steps(conn: sqlite3.Connection, params: tuple[str, int, int]) -> list[StepRecord]:
-    return step_records(read_history(conn, params))
-
-
-def _read_events(
-    conn: sqlite3.Connection, run_id: str, since_seq: int, limit: int | None
-) -> list[EventRecord]:
-    params = (run_id, max(since_seq, 0), MAX_SEQ)
-    batches = (bytes(row[0]) for row in conn.execute(SELECT_EVENT_BATCHES, params))
-    return events_after(run_id, batches, since_seq, limit)
 
 
 def _create_run(conn: sqlite3.Connection, row: tuple[Any, ...]) -> bool:
@@ -486,18 +379,6 @@ def _claim_run(conn: sqlite3.Connection, params: tuple[Any, ...]) -> RunRecord:
             raise refusal or run_claimed(run_id)
         row = conn.execute(f"{SELECT_RUN} WHERE run_id = ?", (run_id,)).fetchone()
     return run_from_row(row)
-
-
-def _put_signal(conn: sqlite3.Connection, signal: SignalRecord, replace: bool) -> bool:
-    with write_transaction(conn):
-        if conn.execute(KEY_OF, (signal.run_id,)).fetchone() is None:
-            raise run_not_found(signal.run_id)
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-        cursor = conn.execute(
-            f"{verb} INTO {SIGNALS} (run_id, name, at, body) VALUES (?,?,?,?)",
-            (signal.run_id, signal.name, signal.at, signal.body),
-        )
-        return cursor.rowcount > 0
 
 
 def _delete_run(conn: sqlite3.Connection, run_id: str) -> bool:
