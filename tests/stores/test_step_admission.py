@@ -137,6 +137,72 @@ def test_a_store_used_by_a_loop_that_ended_holds_no_step_of_it_back() -> None:
     assert asyncio.run(next_loop())
 
 
+def forget(tasks: list[Any]) -> None:
+    """Close the coroutines of tasks a closed loop left, now rather than when collected."""
+    for task in tasks:
+        task._log_destroy_pending = False
+        task.get_coro().close()
+
+
+def test_a_loop_that_ended_without_cancelling_its_tasks_holds_no_step_of_the_next_back() -> None:
+    async def never(*_: Any) -> Any:
+        await asyncio.Event().wait()
+
+    group = GroupCommitter(never, never, max_pending=2)
+    left = asyncio.new_event_loop()
+
+    async def piled_up() -> list[Any]:
+        commits = [asyncio.ensure_future(group.commit(Commit(f"r{i}", 1))) for i in range(2)]
+        await settle()
+        return [*commits, group.step_admission()]
+
+    abandoned = left.run_until_complete(piled_up())  # ends with two commits pending
+    assert group.pending == 2 and abandoned[-1] is not None
+    left.close()  # its tasks never cancelled, never go on
+
+    async def next_loop() -> bool:
+        return group.step_admission() is None
+
+    try:
+        assert asyncio.run(next_loop())  # none of this loop's commits is pending
+    finally:
+        forget(abandoned[:2])
+
+
+def test_a_commit_of_the_next_loop_goes_through_a_step_an_ended_loop_left_held() -> None:
+    stuck = [True]  # the first loop's commit is never written
+
+    async def one(commit: Commit) -> None:
+        if stuck[0]:
+            await asyncio.Event().wait()
+
+    async def many(commits: Sequence[Commit]) -> list[Outcome]:
+        return [None] * len(commits)
+
+    group = GroupCommitter(one, many, max_pending=1)
+    left = asyncio.new_event_loop()
+
+    async def held_at_the_end() -> list[Any]:
+        commit = asyncio.ensure_future(group.commit(Commit("r0", 1)))
+        await asyncio.sleep(0)
+        return [commit, group.step_admission()]
+
+    abandoned = left.run_until_complete(held_at_the_end())  # a step held, never told
+    assert abandoned[-1] is not None and not abandoned[-1].done()
+    left.close()
+
+    stuck[0] = False
+
+    async def next_loop() -> None:
+        await group.commit(Commit("r1", 1))  # made room: the old loop's step is not told
+        assert group.step_admission() is None
+
+    try:
+        asyncio.run(next_loop())
+    finally:
+        forget(abandoned[:1])
+
+
 # ------------------------------------------------------------ runs on real stores
 
 

@@ -38,11 +38,19 @@ class StepGate:
         self._let_go = 0  # steps let go and not started yet: their commits are to come
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def _this_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop. A store used again by a new loop forgets the steps the old one
+        held or let go (its tasks are gone, or never go on, when it ended without
+        cancelling them): they would hold the new loop's steps back, and their futures,
+        told on a closed loop, would fail the commit whose end made room."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._held, self._let_go = loop, deque(), 0
+        return loop
+
     def admission(self) -> Awaitable[None] | None:
         """None when a run may start its next step now; else what it awaits first."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a store used again by a new loop: the old one's are gone
-            self._loop, self._held, self._let_go = loop, deque(), 0
+        loop = self._this_loop()
         if not self._held and self._pending() + self._let_go < self.max_pending:
             return None
         turn: asyncio.Future[None] = loop.create_future()
@@ -52,6 +60,10 @@ class StepGate:
     def room_made(self) -> None:
         """Commits were written (or steps let go started): let the oldest steps held back
         go while fewer than ``max_pending`` commits are pending or to come."""
+        try:
+            loop = self._this_loop()
+        except RuntimeError:  # a commit of a loop that ended, its coroutine closed
+            return
         held = self._held
         let_go = 0
         while held and self._pending() + self._let_go < self.max_pending:
@@ -60,11 +72,11 @@ class StepGate:
                 turn.set_result(None)
                 self._let_go += 1
                 let_go += 1
-        if let_go and self._loop is not None:
+        if let_go:
             # Once the steps let go have run up to their commits (their tasks go on first,
             # in the order they were let go): a step that does not wait is then pending as
             # its commit, a step that waits frees its place.
-            self._loop.call_soon(self._started, let_go)
+            loop.call_soon(self._started, let_go)
 
     def _started(self, let_go: int) -> None:
         self._let_go = max(0, self._let_go - let_go)

@@ -352,8 +352,12 @@ class GroupCommitter(GroupCalls[Commit, None]):
 
     def step_admission(self) -> Awaitable[None] | None:
         """None when a run may start its next step now; else what it awaits first (see
-        :class:`~nestegg.checkpoint.stores.admission.StepGate`)."""
-        return None if self._gate is None else self._gate.admission()
+        :class:`~nestegg.checkpoint.stores.admission.StepGate`); the commits pending are
+        this loop's (a loop that ended left its own)."""
+        if self._gate is None:
+            return None
+        self._this_loop()
+        return self._gate.admission()
 
     def _room_made(self) -> None:
         if self._gate is not None:
