@@ -272,7 +272,7 @@ connection (see nestegg.checkpoint.stores.group)."""
 MAX_PENDING_COMMITS: int | None = None
 """A group-committing store's commits waiting to be written or being written, at most,
 before the runs of the process wait to start their next steps (see
-nestegg.checkpoint.stores.admission); None: no limit. No limit by default: a limit makes a
+nestegg.checkpoint.stores.step_gate); None: no limit. No limit by default: a limit makes a
 commit quick with a thousand runs whose steps never wait, at the cost of some of their
 aggregate (bench/concurrent_runs.py --pending, docs/benchmarks.md)."""
 

@@ -43,7 +43,7 @@ from nestegg.transport.base import (
     channel_name,
     using,
 )
-from nestegg.transport.steps import first_route
+from nestegg.transport.routes import first_route
 from nestegg.wording import STEPS, counted
 
 if TYPE_CHECKING:

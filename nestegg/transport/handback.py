@@ -55,7 +55,7 @@ from nestegg.constants import CANCELLED, COMPLETED, FAILED, RUNNING
 from nestegg.transport import tracing
 from nestegg.transport.base import StepMessage, Transport, channel_name, using
 from nestegg.transport.caller import wait_result
-from nestegg.transport.steps import first_route
+from nestegg.transport.routes import first_route
 from nestegg.transport.verdicts import repoint_fence
 
 if TYPE_CHECKING:

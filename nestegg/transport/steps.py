@@ -25,7 +25,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
 from nestegg.checkpoint.cancels import ownership_lost
@@ -61,6 +61,7 @@ from nestegg.task import StepListeners
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import MISFIT_GRACE_LEASES, LackingAgents, set_aside_since
+from nestegg.transport.routes import next_route
 from nestegg.transport.step_recorder import StepRecorder
 from nestegg.transport.verdicts import (
     Claim,
@@ -71,6 +72,7 @@ from nestegg.transport.verdicts import (
     resumed_by,
     resumes,
 )
+from nestegg.transport.warm import Warm
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.runs import CheckpointedRuns
@@ -103,44 +105,6 @@ class Next(enum.Enum):
     """What follows a step a worker ran: this worker runs the run's next step itself."""
 
     CONTINUE = "continue"
-
-
-class Warm(NamedTuple):
-    """A run's state as this worker left it after a step (fence and sequence numbers as
-    committed), to continue from without reading the store again."""
-
-    fence: int
-    step_seq: int
-    event_seq: int
-    execution: RunExecution
-    base: Snapshot
-    kept: tuple[str, ...]
-
-    def continues(self, claimed: RunRecord) -> bool:
-        """Whether ``claimed`` is the run as left, claimed again by this worker: nobody
-        claimed it in between (the fence moved by one) and nothing was committed since."""
-        return (
-            claimed.fence == self.fence + 1
-            and claimed.step_seq == self.step_seq
-            and claimed.event_seq == self.event_seq
-        )
-
-
-def next_route(execution: RunExecution) -> str | None:
-    """The agent whose channel the run's next step goes to; None: the pipeline's channel
-    (a SELECTOR picks the agent in the worker that takes the step)."""
-    if execution.pending_agent is not None:
-        return execution.pending_agent
-    upcoming = execution.cursor.upcoming()
-    return upcoming if isinstance(upcoming, str) else None
-
-
-def first_route(clutch: Clutch) -> str | None:
-    """The agent whose channel a new run's first step goes to (None: the pipeline's)."""
-    order = clutch.run_order
-    if clutch.strategy is Strategy.SELECTOR or not order:
-        return None
-    return order[0]
 
 
 class StepRunner:

@@ -224,7 +224,7 @@ def test_the_verdict_on_a_message(
 def test_a_kept_state_is_used_only_for_the_run_as_left(
     fence: int, step_seq: int, event_seq: int, continues: bool
 ) -> None:
-    from nestegg.transport.steps import Warm
+    from nestegg.transport.warm import Warm
 
     warm = Warm(4, 3, 9, execution=None, base=None, kept=())  # type: ignore[arg-type]
     claimed = RunRecord(

@@ -172,7 +172,7 @@ class BlockHistoryStore(Protocol):
 @runtime_checkable
 class StepAdmission(Protocol):
     """A store that holds the next steps of its runs back while its commits pile up (see
-    :mod:`nestegg.checkpoint.stores.admission`)."""
+    :mod:`nestegg.checkpoint.stores.step_gate`)."""
 
     def step_admission(self) -> Awaitable[None] | None:
         """None when a run may start its next step now; else what it awaits first."""

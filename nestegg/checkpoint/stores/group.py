@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from nestegg.checkpoint.records import Commit, RunRecord
-from nestegg.checkpoint.stores.admission import StepGate
+from nestegg.checkpoint.stores.step_gate import StepGate
 from nestegg.constants import COMMIT_MAX_BYTES
 
 T = TypeVar("T")
@@ -352,7 +352,7 @@ class GroupCommitter(GroupCalls[Commit, None]):
 
     def step_admission(self) -> Awaitable[None] | None:
         """None when a run may start its next step now; else what it awaits first (see
-        :class:`~nestegg.checkpoint.stores.admission.StepGate`); the commits pending are
+        :class:`~nestegg.checkpoint.stores.step_gate.StepGate`); the commits pending are
         this loop's (a loop that ended left its own)."""
         if self._gate is None:
             return None

@@ -34,7 +34,6 @@ from psycopg import sql
 
 from nestegg.cancellation import cancel_and_wait
 from nestegg.checkpoint.records import Commit, Owner, RunRecord
-from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
     newer_than_known,
@@ -69,6 +68,7 @@ from nestegg.checkpoint.stores.postgres.schema import (
 )
 from nestegg.checkpoint.stores.postgres.threads import PostgresThreadRows
 from nestegg.checkpoint.stores.retry import retry_unavailable
+from nestegg.checkpoint.stores.step_gate import pending_limit
 from nestegg.constants import (
     DEFAULT_TABLE_PREFIX,
     MAX_PENDING_COMMITS,

@@ -37,7 +37,6 @@ from nestegg.checkpoint.records import (
     SignalRecord,
     StepRecord,
 )
-from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     change_set,
     check_size,
@@ -68,6 +67,7 @@ from nestegg.checkpoint.stores.redis.layout import (
 )
 from nestegg.checkpoint.stores.redis.run_index import SCAN_BATCH, RedisRunIndex
 from nestegg.checkpoint.stores.redis.threads import RedisThreadRows
+from nestegg.checkpoint.stores.step_gate import pending_limit
 from nestegg.constants import (
     DEFAULT_KEY_PREFIX,
     MAX_PENDING_COMMITS,

@@ -26,7 +26,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from nestegg.checkpoint.records import Commit, Owner, RunRecord
-from nestegg.checkpoint.stores.admission import pending_limit
 from nestegg.checkpoint.stores.common import (
     check_size,
     claim_refusal,
@@ -66,6 +65,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     write_transaction,
 )
 from nestegg.checkpoint.stores.sqlite.threads import SQLiteThreadRows
+from nestegg.checkpoint.stores.step_gate import pending_limit
 from nestegg.constants import (
     MAX_PENDING_COMMITS,
     RUNNING,
