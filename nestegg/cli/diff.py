@@ -93,6 +93,54 @@ def _same(old: Any, new: Any) -> bool:
     return bool(old == new) or (isinstance(old, float) and math.isnan(old) and math.isnan(new))
 
 
+def types_told(old: Any, new: Any, old_text: str, new_text: str) -> tuple[str, str] | None:
+    """What a changed value's types were before and after (``("Color", "int")``), when
+    ``old_text`` and ``new_text``, how the two are shown, read the same, so that the change
+    shows: a datetime that became its ISO string, an Enum its value, a tuple a list, a tuple
+    of datetimes one of strings (``"tuple of datetime"``). None when the texts tell them
+    apart, or the types do not (a long string cut the same way in both).
+
+    Example:
+        >>> import datetime as dt
+        >>> types_told(dt.date(2024, 1, 2), "2024-01-02", '"2024-01-02"', '"2024-01-02"')
+        ('date', 'str')
+    """
+    if old_text != new_text:
+        return None
+    # the types' names; else the types inside too; else (two classes of one name) with
+    # their modules' names
+    for held, qualified in ((False, False), (True, False), (True, True)):
+        told = _type_text(old, held, qualified), _type_text(new, held, qualified)
+        if told[0] != told[1]:
+            return told
+    return None
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _type_text(value: Any, held: bool, qualified: bool) -> str:
+    """``value``'s type; ``held``: for a container, the types it holds too, at any depth."""
+    name = _type_name(type(value), qualified)
+    inside = sorted({_type_name(type(v), qualified) for v in _held(value)}) if held else []
+    return f"{name} of {', '.join(inside)}" if inside else name
+
+
+def _type_name(kind: type, qualified: bool) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}" if qualified else kind.__qualname__
+
+
+def _held(value: Any) -> list[Any]:
+    """Every value inside a container (a dict's keys too), at any depth."""
+    if isinstance(value, dict):
+        inside = [*value, *value.values()]
+    elif isinstance(value, _CONTAINERS):
+        inside = list(value)
+    else:
+        return []
+    return [deeper for v in inside for deeper in (v, *_held(v))]
+
+
 def summarize(changes: list[Change]) -> dict[str, list[dict[str, Any]]]:
     """The changes grouped by kind, as plain data."""
     return {

@@ -13,7 +13,7 @@ from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
-from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize
+from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import Output, counted, readable, seconds, shorten, to_json, when
 from nestegg.constants import (
@@ -380,7 +380,10 @@ def diff_command(
         elif change.kind == REMOVED:
             out.line(f"- {change.path}: {shown(change.old)}")
         else:
-            out.line(f"~ {change.path}: {shown(change.old)} -> {shown(change.new)}")
+            was, now = shown(change.old), shown(change.new)
+            if types := types_told(change.old, change.new, was, now):
+                was, now = f"{was} ({types[0]})", f"{now} ({types[1]})"
+            out.line(f"~ {change.path}: {was} -> {now}")
 
 
 @app.command("events")

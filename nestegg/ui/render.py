@@ -10,6 +10,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from nestegg.checkpoint.codec import TAG, to_jsonable
+from nestegg.cli.diff import Change, types_told
 from nestegg.cli.paths import Key, format_path, set_items
 from nestegg.cli.render import dump_json, escaped_lines, key_json, seconds, to_json, when
 from nestegg.cli.runs import canceller_text, owner_text
@@ -64,6 +65,12 @@ def shortened(value: Any) -> dict[str, Any]:
     return {"text": text, "short": short, "chars": len(text)}
 
 
+def types_of(change: Change) -> tuple[str, str] | None:
+    """A changed value's types before and after, when its two JSON texts read the same
+    (a datetime that became its ISO string: see :func:`types_told`), as ``diff`` prints."""
+    return types_told(change.old, change.new, json_text(change.old), json_text(change.new))
+
+
 def tree(
     value: Any, keys: list[Key] | None = None, key: Key | None = None, label: str | None = None
 ) -> dict[str, Any]:
@@ -111,6 +118,7 @@ def environment() -> Environment:
         owner=owner_text,
         canceller=canceller_text,
         short=shortened,
+        types=types_of,
         tree=tree,
         json=json_text,
         stored_json=stored_json,

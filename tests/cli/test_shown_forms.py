@@ -23,7 +23,7 @@ import pytest
 
 from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.stores import open_store
-from nestegg.cli.diff import diff_values
+from nestegg.cli.diff import diff_values, types_told
 from nestegg.cli.paths import select
 from nestegg.cli.reading import resolve_state
 from nestegg.cli.render import plain, to_json
@@ -328,3 +328,31 @@ def test_every_path_into_a_set_that_inspect_shows_selects_it(tmp_path: Path) -> 
     for path in ("data.tags[1]", "data.frozen[0][1]"):
         selected = store.out("inspect", "sets", "--path", path, "--json", PYTHONHASHSEED="2")
         assert orjson.loads(selected) == dict(paths)[path]
+
+
+TYPED = [dt.datetime(2024, 1, 2, tzinfo=dt.UTC), TONE.LOW, (1, 2), {"x"}, 1, (dt.date(2024, 1, 2),)]
+"""Values that, changed to ``AS_TEXT``'s, show the same text."""
+AS_TEXT = ["2024-01-02T00:00:00+00:00", "low", [1, 2], ["x"], True, ("2024-01-02",)]
+
+
+def test_diff_names_the_types_of_a_change_that_shows_the_same_text(tmp_path: Path) -> None:
+    store = Store(tmp_path, {"typed": {"vals": TYPED}, "text": {"vals": AS_TEXT}})
+    assert store.out("diff", "typed", "text", "--path", "data").splitlines() == [
+        '~ vals[0]: "2024-01-02T00:00:00+00:00" (datetime) -> "2024-01-02T00:00:00+00:00" (str)',
+        '~ vals[1]: "low" (Tone) -> "low" (str)',  # were the same text, no type
+        "~ vals[2]: [1,2] (tuple) -> [1,2] (list)",
+        '~ vals[3]: ["x"] (set) -> ["x"] (list)',
+        "~ vals[4]: 1 -> true",  # the texts tell them apart
+        '~ vals[5]: ["2024-01-02"] (tuple of date) -> ["2024-01-02"] (tuple of str)',
+    ]
+
+
+def test_types_told_only_when_the_texts_are_the_same() -> None:
+    assert types_told(1, "1", "1", '"1"') is None
+    assert types_told("a" * 9, "a" * 8, '"aaa…"', '"aaa…"') is None  # one type: none to tell
+    assert types_told(TONE.LOW, Mood.CALM, '"low"', '"low"') == ("Tone", "Mood")
+    other = Enum("Tone", {"LOW": "low"}, module="other_app")
+    told = ("kept_app.Tone", "other_app.Tone")  # two classes of one name
+    assert types_told(TONE.LOW, other.LOW, '"low"', '"low"') == told
+    nested = types_told(((1,),), ([1],), "[[1]]", "[[1]]")
+    assert nested == ("tuple of int, tuple", "tuple of int, list")

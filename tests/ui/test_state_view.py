@@ -8,6 +8,7 @@ import datetime as dt
 import html
 import math
 import re
+from enum import Enum
 from typing import Any
 
 import pytest
@@ -228,3 +229,34 @@ def test_a_selector_checkpoint_page_says_the_selector_chooses() -> None:
         (after_fine,) = re.findall(r'class="cp" href="/checkpoints/([^"]+)"', run_page)
         line = _position(client.get(f"/checkpoints/{after_fine}").text)
     assert line == "after step 1, turn 1; next agent: chosen by the selector"
+
+
+class Color(Enum):
+    RED = 2
+
+
+def test_the_diff_page_names_the_types_of_a_change_that_shows_the_same_text() -> None:
+    store = MemoryCheckpointStorage()
+    clutch = Clutch("typed", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def keep(data: list[Any]) -> list[Any]:
+        return data
+
+    asyncio.run(clutch.run([dt.date(2024, 1, 2), Color.RED, 1], run_id="typed"))
+    asyncio.run(clutch.run(["2024-01-02", 2, 2], run_id="text"))
+    with client_for(UISettings(store=store)) as client:
+        old, new = (
+            re.findall(r'class="cp" href="/checkpoints/([^"]+)"', client.get(f"/runs/{r}").text)[-1]
+            for r in ("typed", "text")
+        )
+        page = client.get("/diff", params={"old": old, "new": new}).text
+    rows = [
+        re.sub(r"<[^>]+>|\s+", " ", html.unescape(row)).split()
+        for row in re.findall(r'<tr class="changed">(.*?)</tr>', page, re.S)
+    ]
+    assert [row for row in rows if row[1].startswith("data")] == [
+        ["~", "data[0]", '"2024-01-02"', "(date)", "→", '"2024-01-02"', "(str)"],
+        ["~", "data[1]", "2", "(Color)", "→", "2", "(int)"],  # was 2 → 2
+        ["~", "data[2]", "1", "→", "2"],
+    ]
