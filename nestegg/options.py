@@ -19,15 +19,18 @@ def check_flag(given: object, option: str, where: str) -> bool:
     return given
 
 
-def check_count(given: object, option: str, where: str) -> int:
+def check_count(given: object, option: str, where: str, *, or_none: bool = False) -> int:
     """``given`` if it is an int of at least 1 (a bool is not one).
+
+    ``or_none``: the caller takes None too (checked before), which the refusal says.
 
     Raises:
         ConfigurationError: anything else, naming ``where``, ``option`` and the value.
     """
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        takes = "a positive integer or None" if or_none else "a positive integer"
         raise ConfigurationError(
-            f"{where} takes {option}= a positive integer, got {option}={given!r}"
+            f"{where} takes {option}= {takes}, got {option}={given!r}"
             + (" (a bool, not a number)" if isinstance(given, bool) else "")
         )
     return given

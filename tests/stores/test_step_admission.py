@@ -280,13 +280,14 @@ def test_a_limit_that_is_not_a_positive_int_is_refused_by_name(
     with pytest.raises(ConfigurationError) as raised:
         SQLiteCheckpointStorage(tmp_path / "n.db", max_pending_commits=given)  # type: ignore[arg-type]
     assert str(raised.value).startswith(
-        f"SQLiteCheckpointStorage takes max_pending_commits= a positive integer, got "
+        f"SQLiteCheckpointStorage takes max_pending_commits= a positive integer or None, got "
         f"max_pending_commits={given!r}"
     )
     assert not (tmp_path / "n.db").exists()
     for store in (PostgresCheckpointStorage, RedisCheckpointStorage):
         with pytest.raises(
-            ConfigurationError, match=f"{store.__name__} takes max_pending_commits="
+            ConfigurationError,
+            match=f"{store.__name__} takes max_pending_commits= a positive integer or None, ",
         ):
             store(
                 "postgresql://x/y" if store is PostgresCheckpointStorage else "redis://x",

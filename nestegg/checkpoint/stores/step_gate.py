@@ -89,7 +89,9 @@ def pending_limit(given: object, store: str) -> int | None:
     Raises:
         ConfigurationError: anything else, naming the store and the value.
     """
-    return None if given is None else check_count(given, "max_pending_commits", store)
+    if given is None:
+        return None
+    return check_count(given, "max_pending_commits", store, or_none=True)
 
 
 __all__ = ["StepGate", "pending_limit"]
