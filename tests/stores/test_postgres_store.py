@@ -198,6 +198,17 @@ def test_a_url_option_libpq_does_not_take_is_refused_naming_it() -> None:
     PostgresCheckpointStorage("postgresql://x@127.0.0.1/x?sslmode=require&application_name=a")
 
 
+def test_a_url_option_libpq_does_not_take_is_refused_in_one_line() -> None:
+    url = "postgresql://x@127.0.0.1/x?max_pending_commits=8"
+    with pytest.raises(ConfigurationError) as raised:
+        PostgresCheckpointStorage(url)
+    assert str(raised.value) == (  # libpq's reason ended in a newline, inside the message
+        f'PostgreSQL store URL {url!r}: invalid URI query parameter: "max_pending_commits" '
+        "(libpq takes its connection options there, such as ?sslmode=require; the store's "
+        "table prefix: table_prefix=)"
+    )
+
+
 # --- ownership -------------------------------------------------------------------------
 
 

@@ -125,8 +125,10 @@ def check_conninfo(conninfo: object) -> None:
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:
+        # libpq ends its message with a newline (some have more lines): one line here
+        reason = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise ConfigurationError(
-            f"PostgreSQL store URL {describe(conninfo)!r}: {error} (libpq takes its "
+            f"PostgreSQL store URL {describe(conninfo)!r}: {reason} (libpq takes its "
             "connection options there, such as ?sslmode=require; the store's table prefix: "
             "table_prefix=)"
         ) from None
