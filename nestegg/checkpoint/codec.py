@@ -15,13 +15,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import contextvars
+import dataclasses
 import datetime as dt
+import functools
 import importlib
 import math
 import sys
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from enum import Enum
 from operator import eq, itemgetter, methodcaller
@@ -34,7 +36,6 @@ from nestegg.constants import RECORD_MAX_BYTES
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointSerializationError,
-    ConfigurationError,
     RecordTooLargeError,
 )
 from nestegg.module_names import stable_module_name, started_module
@@ -55,7 +56,19 @@ def _tag(tag: str, value: Any) -> dict[str, Any]:
     return {TAG: tag, "v": value}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeptEnum:
+    """An enum member read back under :func:`enums_kept` without its class: ``where`` is
+    its class (``module:Qualname``), ``value`` its value's JSON as the codec wrote it; it is
+    written back as it was read, its class never imported."""
+
+    where: str
+    value: str
+
+
 def _encode_scalar(value: Any, path: str) -> Any:
+    if isinstance(value, KeptEnum):
+        return _tag("enum", [value.where, orjson.loads(value.value)])
     if isinstance(value, Enum):
         module = stable_module_name(type(value).__module__)
         where = f"{module}:{type(value).__qualname__}"
@@ -133,18 +146,37 @@ def to_jsonable(value: Any, path: str = "data") -> Any:
 _imports_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "nestegg_codec_imports_allowed", default=True
 )
-"""False while :func:`from_given` rebuilds what someone gave: an enum's module must be one
+"""False while :func:`rebuild_given` rebuilds what someone gave: an enum's module must be one
 this process imported already (what the codec stored is rebuilt as it was written)."""
 
 
 _in_given_key: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "nestegg_codec_in_given_key", default=False
 )
-"""True while :func:`from_given` rebuilds a dict's key: an enum there that is not rebuilt
+"""True while :func:`rebuild_given` rebuilds a dict's key: an enum there that is not rebuilt
 is refused, not made its plain value, which could be another key of the dict."""
 
 
-class _EnumKeyNotRebuilt(Exception):
+_enums_kept: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "nestegg_codec_enums_kept", default=False
+)
+"""True under :func:`enums_kept`."""
+
+
+@contextlib.contextmanager
+def enums_kept() -> Iterator[None]:
+    """Within it, an enum member is read back as a :class:`KeptEnum`, which
+    :func:`to_jsonable` writes back as it was stored: its module is not imported, so that
+    a value printed in the codec's form (``nestegg inspect --stored``) is the stored one
+    exactly, whether or not this process can import the enum's class."""
+    kept = _enums_kept.set(True)
+    try:
+        yield
+    finally:
+        _enums_kept.reset(kept)
+
+
+class EnumKeyNotRebuilt(Exception):
     """An enum in a key someone gave whose class this process has not imported."""
 
     def __init__(self, where: str, key: Any = None) -> None:
@@ -152,8 +184,19 @@ class _EnumKeyNotRebuilt(Exception):
         self.where, self.key = where, key
 
 
+class DuplicateKeys(Exception):
+    """A map someone gave whose ``entries`` hold one key twice (``first`` and ``second``,
+    as given, are equal once rebuilt: ``1`` and ``true``, say)."""
+
+    def __init__(self, entries: list[Any], first: Any, second: Any) -> None:
+        super().__init__(second)
+        self.entries, self.first, self.second = entries, first, second
+
+
 def _restore_enum(spec: list[Any]) -> Any:
     where, raw = spec
+    if _enums_kept.get():
+        return KeptEnum(str(where), orjson.dumps(raw).decode())
     value = from_jsonable(raw)
     module, _, qualname = str(where).partition(":")
     try:
@@ -167,14 +210,21 @@ def _restore_enum(spec: list[Any]) -> Any:
     if isinstance(target, type) and issubclass(target, Enum):
         return target(value)
     if _in_given_key.get():
-        raise _EnumKeyNotRebuilt(str(where))
+        raise EnumKeyNotRebuilt(str(where))
     return value
 
 
 def _restore_map(entries: list[Any]) -> dict[Any, Any]:
     if _imports_allowed.get():
         return {from_jsonable(k): from_jsonable(x) for k, x in entries}
-    return {_given_key(k): from_jsonable(x) for k, x in entries}
+    rebuilt: dict[Any, Any] = {}
+    given: dict[Any, Any] = {}  # each key as it was given
+    for raw, item in entries:
+        key = _given_key(raw)
+        if key in rebuilt:  # given data keeps every entry, or is refused
+            raise DuplicateKeys(entries, given[key], raw)
+        rebuilt[key], given[key] = from_jsonable(item), raw
+    return rebuilt
 
 
 def _given_key(raw: Any) -> Any:
@@ -182,8 +232,8 @@ def _given_key(raw: Any) -> Any:
     inside = _in_given_key.set(True)
     try:
         return from_jsonable(raw)
-    except _EnumKeyNotRebuilt as error:
-        raise _EnumKeyNotRebuilt(error.where, raw) from None
+    except EnumKeyNotRebuilt as error:
+        raise EnumKeyNotRebuilt(error.where, raw) from None
     finally:
         _in_given_key.reset(inside)
 
@@ -195,7 +245,7 @@ _DECODERS: dict[str, Any] = {
     "timedelta": lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
     "uuid": uuid.UUID,
     "decimal": Decimal,
-    "bytes": base64.b64decode,
+    "bytes": functools.partial(base64.b64decode, validate=True),  # what b64encode writes
     "int": int,
     "float": float,
     "enum": _restore_enum,
@@ -219,68 +269,24 @@ def from_jsonable(value: Any) -> Any:
     return value
 
 
-_SHOWN_CHARS = 120
-"""How much of a tagged object that cannot be rebuilt an error shows."""
-_DAMAGED_TAG = (KeyError, TypeError, ValueError, IndexError, ArithmeticError)
+DAMAGED_TAG = (KeyError, TypeError, ValueError, IndexError, ArithmeticError)
 """What rebuilding a tagged object that is not one :func:`to_jsonable` writes raises."""
 
 
-def _unreadable_tag(value: Any) -> dict[str, Any] | None:
-    """The innermost tagged object in ``value`` that :func:`from_jsonable` cannot rebuild."""
-    inner = value.values() if type(value) is dict else value if type(value) is list else ()
-    for item in inner:
-        if (found := _unreadable_tag(item)) is not None:
-            return found
-    if type(value) is dict and TAG in value:  # what it holds is rebuilt: this tag is not
-        try:
-            from_jsonable(value)
-        except _DAMAGED_TAG:
-            return value
-    return None
-
-
-def _shown(given: Any) -> str:
-    """Given JSON as an error shows it, cut after _SHOWN_CHARS characters."""
-    shown = orjson.dumps(given).decode()
-    return shown[:_SHOWN_CHARS] + "…" if len(shown) > _SHOWN_CHARS else shown
-
-
-def from_given(value: Any, what: str) -> Any:
-    """JSON someone gave (the fork editor's, ``--data``) rebuilt as :func:`from_jsonable`
-    rebuilds what the codec stored: ``{"$ne": "map", "v": [[1, "a"]]}`` is ``{1: "a"}``,
-    and a dict of one's own with a ``"$ne"`` key is given as the codec writes it, tagged.
+def rebuild_given(value: Any) -> Any:
+    """JSON someone gave rebuilt as :func:`from_jsonable` rebuilds what the codec stored,
+    importing no module (an enum of one not imported is its plain value), keeping every
+    entry of a map; :func:`nestegg.checkpoint.given.from_given` says what is wrong.
 
     Raises:
-        ConfigurationError: a tagged object the codec does not write, named, with ``what``;
-            or a dict's key holding an enum of no module this process imported (a value
-            is then its plain value, a key is not: it could be another key of the dict).
+        EnumKeyNotRebuilt: a dict's key holds an enum of no module this process imported.
+        DuplicateKeys: a map holds one key twice.
+        KeyError, TypeError, ValueError, IndexError, ArithmeticError: a tagged object
+            the codec does not write (DAMAGED_TAG).
     """
-    if type(value) not in (dict, list):
-        return value
     allowed = _imports_allowed.set(False)
     try:
         return from_jsonable(value)
-    except _EnumKeyNotRebuilt as error:
-        raise ConfigurationError(
-            f"{what} holds the key {_shown(error.key)}, whose enum {error.where} is of no "
-            "module this process has imported (given data imports none); as its plain "
-            "value it could be another key: give that value as the key if it is the one "
-            "you mean"
-        ) from None
-    except _DAMAGED_TAG as error:
-        found = _unreadable_tag(value)
-        tag = found[TAG] if found is not None else None
-        reason = (
-            f"unknown tag {tag!r}; one of {', '.join(_DECODERS)}"
-            if type(error) is KeyError and isinstance(tag, str) and tag not in _DECODERS
-            else f"{type(error).__name__}: {error}"
-        )
-        shown = _shown(found) if found is not None else TAG
-        raise ConfigurationError(
-            f"{what} holds {shown}, which is not a value the codec writes ({reason}); "
-            f"a dict of your own with a {TAG!r} key is written "
-            f'{{"{TAG}": "map", "v": [[key, value], ...]}}'
-        ) from None
     finally:
         _imports_allowed.reset(allowed)
 
@@ -343,7 +349,7 @@ def rebuild(value: Any, where: str) -> Any:
     """:func:`from_jsonable`, with a damaged tag reported as CheckpointCorruptedError."""
     try:
         return from_jsonable(value)
-    except _DAMAGED_TAG as exc:
+    except DAMAGED_TAG as exc:
         raise CheckpointCorruptedError(f"{where} holds a damaged value ({exc})") from None
 
 

@@ -13,8 +13,8 @@ import typer
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
-from nestegg.checkpoint.codec import from_given
 from nestegg.checkpoint.forks import fork_id_taken
+from nestegg.checkpoint.given import from_given
 from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -31,7 +31,7 @@ from nestegg.cli.app import (
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.json_input import parse_json, read_json
 from nestegg.cli.reading import get_checkpoint, get_run
-from nestegg.cli.render import STEPS, Output, counted, to_json
+from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
 from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
@@ -42,6 +42,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import (
+    ConfigurationError,
     ModuleNameMismatchError,
     NestEggError,
     RunExistsError,
@@ -280,7 +281,8 @@ DataOption = Annotated[
     typer.Option(
         "--data",
         help="The data to continue with instead of the checkpoint's, as JSON "
-        "('{\"draft\": \"v2\"}'); null keeps the checkpoint's, as Clutch.fork's data=None.",
+        '(\'{"draft": "v2"}\'), a value JSON has no type for tagged as `nestegg inspect '
+        "--stored` prints it; null keeps the checkpoint's, as Clutch.fork's data=None.",
         show_default=False,
     ),
 ]
@@ -294,22 +296,41 @@ DataFileOption = Annotated[
 ]
 
 
+STORED_FORM = "nestegg inspect CHECKPOINT --path data --stored"
+"""The command that prints a checkpoint's data as ``fork --data`` reads it back exactly."""
+_NON_FINITE_ADVICE = (
+    'give one as {"$ne":"float","v":"NaN"} ("Infinity", "-Infinity"); '
+    f"{STORED_FORM} prints the data in the form fork reads back exactly"
+)
+
+
 def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
     """The JSON --data or --data-file gives and what names it (None: neither; the
     checkpoint's is kept), for :func:`from_given` to rebuild once the app is imported (an
     enum of its module is rebuilt then).
 
     Raises:
-        CommandError: (bad usage) both are given, the text or file is not JSON, or the
-            file cannot be read.
+        CommandError: (bad usage) both are given, the text or file is not JSON (a bare
+            NaN, as inspect prints it, says how to give it), or the file cannot be read.
+        ConfigurationError: it holds a value ``nestegg inspect`` cut (without --full),
+            which the fork would run with, cut.
     """
     if data is not None and data_file is not None:
         raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
     if data is not None:
-        return parse_json(data, "--data"), "--data"
-    if data_file is not None:
-        return read_json(data_file, "--data-file"), f"--data-file {data_file}"
-    return None, ""
+        given, what = parse_json(data, "--data", _NON_FINITE_ADVICE), "--data"
+    elif data_file is not None:
+        what = f"--data-file {data_file}"
+        given = read_json(data_file, "--data-file", _NON_FINITE_ADVICE)
+    else:
+        return None, ""
+    if (at := cut_at(given)) is not None:
+        raise ConfigurationError(
+            f"{what} holds at {at} a value nestegg inspect cut (it cuts long strings, lists "
+            "and dicts unless --full, saying how much it left out): the fork would run with "
+            f"it cut; give the data whole, as {STORED_FORM} prints it"
+        )
+    return given, what
 
 
 ForkRunIdOption = Annotated[
@@ -343,7 +364,10 @@ def fork_command(
     """Fork a new run from a checkpoint with the app's Clutch; the original run is unchanged.
 
     As Clutch.fork does: the new run copies the steps up to the checkpoint and goes on from
-    there, with the checkpoint's data or the data --data or --data-file gives instead. It
+    there, with the checkpoint's data or the data --data or --data-file gives instead (as
+    JSON, a value JSON has no type for tagged: nestegg inspect CHECKPOINT --path data
+    --stored prints the checkpoint's so, which an unedited fork continues with exactly;
+    a value inspect printed cut is refused). It
     executes in this process (with the store of the app's Clutch if it names one, else with
     the --store one); its id (--run-id, else a new one) and result are printed.
 

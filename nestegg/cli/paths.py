@@ -106,16 +106,17 @@ def format_path(keys: list[Key]) -> str:
 _SET_TAGS = ("set", "frozenset")
 
 
-def _sets_in_order(tree: Any) -> Any:
-    """A :func:`to_jsonable` tree with the items of each set in it sorted by their JSON."""
+def sets_in_order(tree: Any) -> Any:
+    """A :func:`to_jsonable` tree with the items of each set in it sorted by their JSON:
+    the same text for equal values in every process (``inspect --stored`` prints it)."""
     if type(tree) is list:
-        return [_sets_in_order(item) for item in tree]
+        return [sets_in_order(item) for item in tree]
     if type(tree) is not dict:
         return tree
     if tree.get(TAG) in _SET_TAGS:  # the codec escapes a dict of one's own with this key
-        items = [_sets_in_order(item) for item in tree["v"]]
+        items = [sets_in_order(item) for item in tree["v"]]
         return {TAG: tree[TAG], "v": sorted(items, key=orjson.dumps)}
-    return {k: _sets_in_order(v) for k, v in tree.items()}
+    return {k: sets_in_order(v) for k, v in tree.items()}
 
 
 def encoded(value: Any) -> str:
@@ -123,7 +124,7 @@ def encoded(value: Any) -> str:
     (the items of a set sorted): what tells two keys apart (two NaNs are one key here)
     and orders a set's items; :func:`repr` for a value the codec does not store."""
     try:
-        return orjson.dumps(_sets_in_order(to_jsonable(value))).decode()
+        return orjson.dumps(sets_in_order(to_jsonable(value))).decode()
     except (CheckpointSerializationError, orjson.JSONEncodeError, RecursionError):
         return repr(value)
 

@@ -28,7 +28,7 @@ import math
 import re
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -42,7 +42,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nestegg.checkpoint.codec import TAG, to_jsonable
-from nestegg.cli.paths import set_items
+from nestegg.cli.paths import format_path, set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
     CLI_VALUE_ITEMS,
@@ -225,22 +225,47 @@ def readable(value: Any) -> Any:
     return _plain(value, _bare)
 
 
+_CUT_KEY = "…"
+_CUT = "; --full shows all"
+_CUT_MARK = re.compile(
+    rf"(?:… \([\d,]+ more (?:characters|items){re.escape(_CUT)}\)"
+    rf"|[\d,]+ more keys{re.escape(_CUT)})\Z"
+)
+"""The end of a string :func:`shorten` cut, or the whole of the item or the key's value
+it puts where it cut a list or a dict."""
+
+
 def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITEMS) -> Any:
     """``value`` (plain JSON types) with long strings, lists and dicts cut, each cut saying
     how much it left out: what ``inspect`` and ``diff`` show unless ``--full``."""
     if isinstance(value, str) and len(value) > chars:
-        return f"{value[:chars]}… ({len(value) - chars:,} more characters; --full shows all)"
+        return f"{value[:chars]}… ({len(value) - chars:,} more characters{_CUT})"
     if isinstance(value, list):
         kept = [shorten(v, chars, items) for v in value[:items]]
         if len(value) > items:
-            kept.append(f"… ({len(value) - items:,} more items; --full shows all)")
+            kept.append(f"… ({len(value) - items:,} more items{_CUT})")
         return kept
     if isinstance(value, dict):
         shown = {k: shorten(v, chars, items) for k, v in list(value.items())[:items]}
         if len(value) > items:
-            shown["…"] = f"{len(value) - items:,} more keys; --full shows all"
+            shown[_CUT_KEY] = f"{len(value) - items:,} more keys{_CUT}"
         return _Tagged(shown) if type(value) is _Tagged else shown
     return value
+
+
+def cut_at(given: Any, keys: tuple[Any, ...] = ("data",)) -> str | None:
+    """The path in ``given`` (JSON someone gave, at ``keys``) of a value :func:`shorten`
+    cut: a string that ends as a cut one does, an item or a key's value that says what a
+    cut left out (``data.items[20]``); None if it holds none."""
+    if isinstance(given, str):
+        return format_path(list(keys)) if _CUT_MARK.search(given) else None
+    if isinstance(given, dict):
+        inner: Iterable[tuple[Any, Any]] = given.items()
+    elif isinstance(given, list):
+        inner = enumerate(given)
+    else:
+        return None
+    return next((at for at in (cut_at(v, (*keys, k)) for k, v in inner) if at), None)
 
 
 def dump_json(value: Any, *, indent: bool = True) -> str:
@@ -318,7 +343,10 @@ class Output:
     def json(self, value: Any, *, indent: bool = True) -> None:
         """Write ``value`` as JSON: strict with --json, else for people (highlighted on a
         terminal)."""
-        text = to_json(value, indent=indent, strict=self.as_json)
+        self.json_text(to_json(value, indent=indent, strict=self.as_json), indent=indent)
+
+    def json_text(self, text: str, *, indent: bool = True) -> None:
+        """Write JSON ``text`` (:func:`dump_json`'s) as :meth:`json` writes it."""
         json_output.written = True
         if self.terminal and not self.as_json and indent:
             # highlighted as print_json does, without its parsing again, which unescapes

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nestegg.checkpoint.codec import enums_kept, to_jsonable
 from nestegg.checkpoint.event_log import step_facts_for
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import common
@@ -14,8 +15,17 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
-from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.cli.render import Output, counted, readable, seconds, shorten, to_json, when
+from nestegg.cli.paths import PathNotFoundError, select, sets_in_order
+from nestegg.cli.render import (
+    Output,
+    counted,
+    dump_json,
+    readable,
+    seconds,
+    shorten,
+    to_json,
+    when,
+)
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
@@ -320,18 +330,36 @@ def inspect_command(
         typer.Option(help="Only this part of the state, e.g. data.items[0] or metadata."),
     ] = None,
     full: FullOption = False,
+    stored: Annotated[
+        bool,
+        typer.Option(
+            "--stored",
+            help="Print it whole in the codec's form, which `nestegg fork --data` reads back "
+            'exactly: a value JSON has no type for tagged ({"$ne": "datetime", "v": ...}). '
+            "An unedited fork continues with the same data: nestegg fork CHECKPOINT --app "
+            'APP --data "$(nestegg inspect CHECKPOINT --path data --stored)".',
+        ),
+    ] = False,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
     """The state a checkpoint restores, as JSON.
 
     The state holds data, metadata, history, turn, position and next agent; --path picks
-    a part of it.
+    a part of it. Shown for people, a value JSON has no type for is plain (a datetime as
+    its ISO string, NaN bare); with --stored it is tagged as the codec stores it, what
+    nestegg fork --data reads back as the same value.
     """
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return reading.state_json(await reading.resolve_state(opened, checkpoint))
 
+    if stored:  # an enum as stored, whether or not its module imports here
+        with enums_kept():
+            part = _part(run_with_store(ctx, store, work, read_only=True), path)
+            text = dump_json(sets_in_order(to_jsonable(part, path or "state")))
+        Output(as_json).json_text(text)
+        return
     state = run_with_store(ctx, store, work, read_only=True)
     part = _part(state, path)
     Output(as_json).json(part if full or as_json else shorten(readable(part)))

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
 from nestegg.checkpoint.admission import check_not_owned, executed_by, fork_start, resume_refusal
-from nestegg.checkpoint.codec import from_given
+from nestegg.checkpoint.given import from_given
 from nestegg.checkpoint.ownership import current_owner, owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.common import check_status

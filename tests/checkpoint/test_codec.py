@@ -30,6 +30,7 @@ from nestegg.checkpoint.codec import (
     unseal,
     unseal_json,
 )
+from nestegg.checkpoint.given import from_given
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointSerializationError,
@@ -587,10 +588,17 @@ def test_given_data_rebuilds_enums_only_of_modules_already_imported() -> None:
     # what someone gave (a fork's data) never imports a module: an enum of one not loaded
     # stays its plain value; one of a loaded module is rebuilt, as stored data is
     loaded = {"$ne": "enum", "v": [f"{__name__}:Tone", "low"]}
-    assert codec.from_given({"t": loaded}, "--data") == {"t": Tone.LOW}
+    assert from_given({"t": loaded}, "--data") == {"t": Tone.LOW}
     name = "json.tool"  # importable, not imported by this test run
     assert name not in sys.modules
     unloaded = {"$ne": "enum", "v": [f"{name}:Whatever", "x"]}
-    assert codec.from_given({"t": unloaded}, "--data") == {"t": "x"}
+    assert from_given({"t": unloaded}, "--data") == {"t": "x"}
     assert name not in sys.modules
     assert codec.from_jsonable({"t": loaded}) == {"t": Tone.LOW}  # stored data: as before
+
+
+def test_stored_bytes_that_are_not_base64_are_damaged_not_dropped() -> None:
+    # b64decode without validate dropped what is not base64: "@@@" read back as b""
+    with pytest.raises(CheckpointCorruptedError, match="step 3 holds a damaged value"):
+        decode_value(b'{"$ne":"bytes","v":"@@@"}', "step 3")
+    assert decode_value(b'{"$ne":"bytes","v":"AP8="}') == b"\x00\xff"

@@ -336,9 +336,19 @@ def test_fork_data_in_the_codecs_form_is_rebuilt_as_the_codec_rebuilds_it(stored
     ("args", "code", "message"),
     [
         (["--data", '{"x": {"$ne": "bogus", "v": 1}}'], EXIT_USAGE,
-         "--data holds {\"$ne\":\"bogus\",\"v\":1}, which is not a value the codec writes "
-         "(unknown tag 'bogus'; one of …, map); a dict of your own with a '$ne' key is written "
-         '{"$ne": "map", "v": [[key, value], ...]}'),
+         "--data holds {\"$ne\":\"bogus\",\"v\":1} at data.x, which is not a value the codec "
+         "writes (unknown tag \"bogus\"; one of …, map); a dict of your own with a '$ne' key "
+         'is written {"$ne": "map", "v": [[key, value], ...]}'),
+        (["--data", '{"trail": [], "x": NaN}'], EXIT_USAGE,
+         "--data is not JSON: NaN, Infinity and -Infinity are not JSON numbers (line 1 column "
+         '20); give one as {"$ne":"float","v":"NaN"} ("Infinity", "-Infinity"); nestegg '
+         "inspect CHECKPOINT --path data --stored prints the data in the form fork reads back "
+         "exactly"),
+        (["--data", '{"trail": [], "x": {"$ne": "bytes", "v": "@@@"}}'], EXIT_USAGE,
+         '--data holds {"$ne":"bytes","v":"@@@"} at data.x, which is not a value the codec '
+         "writes (its value is not the bytes in base64 …"),
+        (["--data", '{"trail": ["… (5 more items; --full shows all)"]}'], EXIT_USAGE,
+         "--data holds at data.trail[0] a value nestegg inspect cut (…"),
         (["--data", "{draft"], EXIT_USAGE,
          "--data is not JSON (…: line 1 column 2 (char 1)): quote a string as '\"text\"'"),
         (["--data-file", "bad.json"], EXIT_USAGE,

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nestegg.checkpoint.codec import from_given
+from nestegg.checkpoint.given import from_given
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.diff import diff_values, types_told
 from nestegg.cli.paths import select

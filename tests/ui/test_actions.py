@@ -304,12 +304,13 @@ def test_a_fork_refuses_a_tag_the_codec_does_not_write(ui: Ui) -> None:
     for data, says in (
         (
             {"x": {"$ne": "bogus", "v": 1}},
-            '{"$ne":"bogus","v":1}, which is not a value the '
-            "codec writes (unknown tag 'bogus'; one of datetime, date, ",
+            '{"$ne":"bogus","v":1} at data.x, which is not a value the '
+            'codec writes (unknown tag "bogus"; one of datetime, date, ',
         ),
         (
             [{"$ne": "map", "v": 5}],
-            '{"$ne":"map","v":5}, which is not a value the codec writes (TypeError: ',
+            '{"$ne":"map","v":5} at data[0], which is not a value the codec writes (its '
+            "value is not a list of [key, value] pairs)",
         ),
         (  # an enum key of a module not imported: its plain value could be another key
             {"$ne": "map", "v": [[{"$ne": "enum", "v": ["json.tool:Tone", "low"]}, 1]]},

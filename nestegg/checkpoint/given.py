@@ -1,0 +1,246 @@
+"""Data someone gives (``nestegg fork --data``, the inspector's fork editor), read back as
+the codec reads what it stores: ``{"$ne": "map", "v": [[1, "a"]]}`` is ``{1: "a"}``.
+
+Every tagged object in it is checked first: one the codec writes, whole (``"$ne"`` and
+``"v"``, nothing else) and well formed (valid base64, a date in ISO 8601, a map of pairs
+with each key once, ...), or it is refused naming where it is (its path from ``data``, as
+``nestegg inspect --path`` takes it) and what it should be, in plain words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from nestegg.checkpoint.codec import (
+    DAMAGED_TAG,
+    TAG,
+    DuplicateKeys,
+    EnumKeyNotRebuilt,
+    from_jsonable,
+    rebuild_given,
+)
+from nestegg.errors import ConfigurationError
+
+_SHOWN_CHARS = 120
+"""How much of a given value an error shows."""
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+_OWN_DICT = f"a dict of your own with a {TAG!r} key is written "
+_OWN_DICT += f'{{"{TAG}": "map", "v": [[key, value], ...]}}'
+
+_EXPECTED = {
+    "datetime": 'a date and time in ISO 8601 ("2024-01-02T03:04:05+00:00")',
+    "date": 'a date in ISO 8601 ("2024-01-02")',
+    "time": 'a time in ISO 8601 ("03:04:05")',
+    "timedelta": "[days, seconds, microseconds], three integers",
+    "uuid": 'a UUID ("12345678-1234-5678-1234-567812345678")',
+    "decimal": 'a decimal number as a string ("1.50", "NaN")',
+    "bytes": 'the bytes in base64 ("aGk=": A-Z, a-z, 0-9, + and /, padded with = to a '
+    "multiple of 4 characters)",
+    "int": 'an integer\'s digits as a string ("18446744073709551616")',
+    "float": 'a float as a string ("NaN", "Infinity", "-Infinity")',
+    "enum": '["module:Class", value]',
+    "tuple": "a list of its items",
+    "set": "a list of its items",
+    "frozenset": "a list of its items",
+    "map": "a list of [key, value] pairs",
+}
+"""What the ``"v"`` of each tag the codec writes is, for people (in the codec's order)."""
+_UNHASHABLE = ("set", "map")
+"""Tags whose value is no dict's key."""
+
+
+def _shown(given: Any) -> str:
+    """Given JSON as an error shows it, cut after _SHOWN_CHARS characters."""
+    try:
+        shown = orjson.dumps(given).decode()
+    except orjson.JSONEncodeError:  # an int past 64 bits, given in this process
+        shown = repr(given)
+    return shown[:_SHOWN_CHARS] + "…" if len(shown) > _SHOWN_CHARS else shown
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if _IDENTIFIER.match(key) else f"{path}[{_shown(key)}]"
+
+
+class _Refused(Exception):
+    """A given value refused at ``path``: ``shown`` is it, ``reason`` what is wrong."""
+
+    def __init__(self, path: str, given: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.path, self.given, self.reason = path, given, reason
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _check(value: Any, path: str) -> None:
+    """Refuse (:class:`_Refused`) the first tagged object in ``value`` that the codec
+    does not write, outer ones first."""
+    if type(value) is list:
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]")
+    elif type(value) is dict:
+        if TAG in value:
+            _check_tag(value, path)
+        else:
+            for key, item in value.items():
+                _check(item, _key_path(path, key))
+
+
+def _check_tag(value: dict[str, Any], path: str) -> None:
+    tag = value[TAG]
+    if not isinstance(tag, str) or tag not in _EXPECTED:
+        raise _Refused(path, value, f"unknown tag {_shown(tag)}; one of {', '.join(_EXPECTED)}")
+    wanted = f'a {tag!r} tag is {{"{TAG}": "{tag}", "v": {_EXPECTED[tag]}}}'
+    if "v" not in value:
+        raise _Refused(path, value, f'it has no "v": {wanted}')
+    if len(value) != 2:
+        others = ", ".join(_shown(key) for key in value if key not in (TAG, "v"))
+        raise _Refused(path, value, f"it has other keys ({others}): {wanted}")
+    given = value["v"]
+    check = _CHECKS.get(tag)
+    try:
+        fine = check(given, path) if check else isinstance(given, str) and _rebuilds(value)
+    except _Refused:
+        raise
+    except DAMAGED_TAG:
+        fine = False
+    if not fine:
+        raise _Refused(path, value, f"its value is not {_EXPECTED[tag]}")
+
+
+def _rebuilds(value: Any) -> bool:
+    """Whether the tagged scalar ``value`` is rebuilt (raises what the codec's raises)."""
+    from_jsonable(value)
+    return True
+
+
+def _check_timedelta(given: Any, path: str) -> bool:
+    whole = type(given) is list and len(given) == 3 and all(map(_is_int, given))
+    return whole and _rebuilds({TAG: "timedelta", "v": given})
+
+
+def _check_enum(given: Any, path: str) -> bool:
+    if type(given) is not list or len(given) != 2:
+        return False
+    where = given[0]
+    if not isinstance(where, str) or not all(where.partition(":")[::2]):
+        return False
+    _check(given[1], f"{path}.value")
+    return True
+
+
+def _check_items(given: Any, path: str) -> bool:
+    if type(given) is not list:
+        return False
+    _check(given, path)
+    return True
+
+
+def _check_map(given: Any, path: str) -> bool:
+    if type(given) is not list or not all(type(e) is list and len(e) == 2 for e in given):
+        return False
+    for key, item in given:
+        if type(key) is list or (type(key) is dict and key.get(TAG) in (None, *_UNHASHABLE)):
+            raise _Refused(f"{path}.<key>", key, "a list, a dict or a set is no dict's key")
+        _check(key, f"{path}.<key>")
+        _check(item, f"{path}[{_shown(key)}]")
+    return True
+
+
+_CHECKS: dict[str, Callable[[Any, str], bool]] = {
+    "timedelta": _check_timedelta,
+    "enum": _check_enum,
+    "tuple": _check_items,
+    "set": _check_items,
+    "frozenset": _check_items,
+    "map": _check_map,
+}
+
+
+def _inner(value: Any, path: str) -> list[tuple[str, Any]]:
+    """What ``value`` holds, each with its path (a tag's: its ``"v"`` at the tag's path)."""
+    if type(value) is dict:
+        if TAG in value:
+            return [(path, value.get("v"))]
+        return [(_key_path(path, k), v) for k, v in value.items()]
+    if type(value) is list:
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    return []
+
+
+def _map_path(value: Any, entries: list[Any], path: str) -> str | None:
+    """The path of the map in ``value`` whose ``"v"`` is ``entries`` (that very list)."""
+    if type(value) is dict and value.get(TAG) == "map" and value.get("v") is entries:
+        return path
+    found = (_map_path(v, entries, at) for at, v in _inner(value, path))
+    return next((p for p in found if p), None)
+
+
+def _unrebuilt(value: Any, path: str) -> tuple[str, Any] | None:
+    """The innermost tagged object in ``value`` that is not rebuilt, with its path."""
+    for at, item in _inner(value, path):
+        if (found := _unrebuilt(item, at)) is not None:
+            return found
+    if type(value) is dict and TAG in value:  # what it holds is rebuilt: this tag is not
+        try:
+            rebuild_given(value)
+        except DAMAGED_TAG:
+            return path, value
+        except (DuplicateKeys, EnumKeyNotRebuilt):  # refused for another reason
+            pass
+    return None
+
+
+def from_given(value: Any, what: str) -> Any:
+    """JSON someone gave, ``what`` (``"--data"``), rebuilt as the codec rebuilds what it
+    stores: a dict of one's own with a ``"$ne"`` key is given as the codec writes it,
+    tagged (``{"$ne": "map", "v": [["$ne", ...]]}``).
+
+    Raises:
+        ConfigurationError: naming ``what`` and the path: a tagged object the codec does not
+            write (an unknown tag, one without ``"v"`` or with other keys, a ``"v"`` that is
+            not what its tag holds: invalid base64, a date not in ISO 8601, ...); a map with
+            one key twice; or a dict's key holding an enum of no module this process
+            imported (a value is then its plain value, a key is not: it could be another
+            key of the dict).
+    """
+    if type(value) not in (dict, list):
+        return value
+    try:
+        _check(value, "data")
+        return rebuild_given(value)
+    except _Refused as refused:
+        raise ConfigurationError(
+            f"{what} holds {_shown(refused.given)} at {refused.path}, which is not a value "
+            f"the codec writes ({refused.reason}); {_OWN_DICT}"
+        ) from None
+    except DuplicateKeys as twice:
+        where = _map_path(value, twice.entries, "data") or "data"
+        same = (
+            f"{_shown(twice.first)} and {_shown(twice.second)} are one key"
+            if twice.first != twice.second or type(twice.first) is not type(twice.second)
+            else f"{_shown(twice.first)} is there twice"
+        )
+        raise ConfigurationError(
+            f"{what} holds a map at {where} with one key twice ({same}): a dict has each "
+            "key once; give each key once"
+        ) from None
+    except EnumKeyNotRebuilt as error:
+        raise ConfigurationError(
+            f"{what} holds the key {_shown(error.key)}, whose enum {error.where} is of no "
+            "module this process has imported (given data imports none); as its plain "
+            "value it could be another key: give that value as the key if it is the one "
+            "you mean"
+        ) from None
+    except DAMAGED_TAG as error:  # what the checks let through: an enum's unknown value
+        path, found = _unrebuilt(value, "data") or ("data", value)
+        raise ConfigurationError(
+            f"{what} holds {_shown(found)} at {path}, which is not a value the codec "
+            f"writes (it is not rebuilt: {error}); {_OWN_DICT}"
+        ) from None
