@@ -391,7 +391,7 @@ def _check_settings(**options: Any) -> None:
     if "pack_every" in options:
         check_count(options["pack_every"], "pack_every", where)
     if options.get("keep_latest") is not None:
-        check_count(options["keep_latest"], "keep_latest", where)
+        check_count(options["keep_latest"], "keep_latest", where, or_none=True)
     ttl = options.get("ttl")
     if ttl is not None and (not isinstance(ttl, timedelta) or ttl.total_seconds() <= 0):
         raise ConfigurationError(f"{where} takes ttl= a positive timedelta, got ttl={ttl!r}")

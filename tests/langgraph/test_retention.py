@@ -195,9 +195,10 @@ BAD_SETTINGS = [
     (
         "keep_latest",
         True,
-        "takes keep_latest= a positive integer, got keep_latest=True (a bool, not a number)",
+        "takes keep_latest= a positive integer or None, got keep_latest=True "
+        "(a bool, not a number)",
     ),
-    ("keep_latest", 0, "takes keep_latest= a positive integer, got keep_latest=0"),
+    ("keep_latest", 0, "takes keep_latest= a positive integer or None, got keep_latest=0"),
     ("ttl", 60, "takes ttl= a positive timedelta, got ttl=60"),
     ("clock", 0.0, "takes clock= a function giving seconds since the epoch, got clock=0.0"),
     (
