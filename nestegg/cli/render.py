@@ -28,7 +28,7 @@ import math
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -227,12 +227,11 @@ def readable(value: Any) -> Any:
 
 _CUT_KEY = "…"
 _CUT = "; --full shows all"
-_CUT_MARK = re.compile(
-    rf"(?:… \([\d,]+ more (?:characters|items){re.escape(_CUT)}\)"
-    rf"|[\d,]+ more keys{re.escape(_CUT)})\Z"
-)
-"""The end of a string :func:`shorten` cut, or the whole of the item or the key's value
-it puts where it cut a list or a dict."""
+_CUT_STRING = re.compile(rf"… \([\d,]+ more characters{re.escape(_CUT)}\)\Z")
+_CUT_ITEM = re.compile(rf"… \([\d,]+ more items{re.escape(_CUT)}\)\Z")
+_CUT_KEYS = re.compile(rf"[\d,]+ more keys{re.escape(_CUT)}\Z")
+"""The end of a string :func:`shorten` cut, the item it puts last where it cut a list,
+and the value of the key it puts last where it cut a dict."""
 
 
 def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITEMS) -> Any:
@@ -253,18 +252,32 @@ def shorten(value: Any, chars: int = CLI_VALUE_CHARS, items: int = CLI_VALUE_ITE
     return value
 
 
+def _cut_string(given: str) -> bool:
+    """Whether ``given`` is a string :func:`shorten` cut: CLI_VALUE_CHARS characters, then
+    what it left out."""
+    found = _CUT_STRING.search(given)
+    return found is not None and found.start() == CLI_VALUE_CHARS
+
+
 def cut_at(given: Any, keys: tuple[Any, ...] = ("data",)) -> str | None:
     """The path in ``given`` (JSON someone gave, at ``keys``) of a value :func:`shorten`
-    cut: a string that ends as a cut one does, an item or a key's value that says what a
-    cut left out (``data.items[20]``); None if it holds none."""
+    cut, as it cuts: a string of CLI_VALUE_CHARS characters and what it left out, the
+    last item of a list of CLI_VALUE_ITEMS + 1 that says what a cut left out
+    (``data.items[100]``), or the last key of a dict of as many, ``"…"``, whose value says
+    so; None if it holds none. A string of one's own that merely ends so is no cut."""
     if isinstance(given, str):
-        return format_path(list(keys)) if _CUT_MARK.search(given) else None
+        return format_path(list(keys)) if _cut_string(given) else None
     if isinstance(given, dict):
-        inner: Iterable[tuple[Any, Any]] = given.items()
+        inner: list[tuple[Any, Any]] = list(given.items())
+        mark = _CUT_KEYS
     elif isinstance(given, list):
-        inner = enumerate(given)
+        inner, mark = list(enumerate(given)), _CUT_ITEM
     else:
         return None
+    if len(inner) == CLI_VALUE_ITEMS + 1:
+        key, item = inner[-1]
+        if (type(key) is int or key == _CUT_KEY) and isinstance(item, str) and mark.match(item):
+            return format_path([*keys, key])
     return next((at for at in (cut_at(v, (*keys, k)) for k, v in inner) if at), None)
 
 
