@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.cli.paths import Key, encoded, format_path
+from nestegg.constants import CLI_VALUE_ITEMS
 
 ADDED = "added"
 REMOVED = "removed"
@@ -107,10 +108,11 @@ def types_told(old: Any, new: Any, old_text: str, new_text: str) -> tuple[str, s
     """
     if old_text != new_text:
         return None
-    # the types' names; else the types inside too; else (two classes of one name) with
-    # their modules' names
-    for held, qualified in ((False, False), (True, False), (True, True)):
-        told = _type_text(old, held, qualified), _type_text(new, held, qualified)
+    # the types' names; else the types inside too; else where each is inside
+    # (``tuple[tuple[int], list[int]]``); else so (two classes of one name) with their
+    # modules' names
+    for describe, qualified in _TOLD_BY:
+        told = describe(old, qualified), describe(new, qualified)
         if told[0] != told[1]:
             return told
     return None
@@ -119,11 +121,45 @@ def types_told(old: Any, new: Any, old_text: str, new_text: str) -> tuple[str, s
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
-def _type_text(value: Any, held: bool, qualified: bool) -> str:
-    """``value``'s type; ``held``: for a container, the types it holds too, at any depth."""
+def _type_text(value: Any, qualified: bool) -> str:
+    """``value``'s type."""
+    return _type_name(type(value), qualified)
+
+
+def _held_text(value: Any, qualified: bool) -> str:
+    """``value``'s type and, for a container, the types it holds, at any depth."""
     name = _type_name(type(value), qualified)
-    inside = sorted({_type_name(type(v), qualified) for v in _held(value)}) if held else []
+    inside = sorted({_type_name(type(v), qualified) for v in _held(value)})
     return f"{name} of {', '.join(inside)}" if inside else name
+
+
+def _shape_text(value: Any, qualified: bool) -> str:
+    """``value``'s type and, for a container, the type of each item where it is
+    (``tuple[tuple[int], list[int]]``, ``dict[str: date]``; a set's in one order), the
+    first CLI_VALUE_ITEMS items of each."""
+    name = _type_name(type(value), qualified)
+    if isinstance(value, dict):
+        inside = [
+            f"{_shape_text(k, qualified)}: {_shape_text(v, qualified)}" for k, v in value.items()
+        ]
+    elif isinstance(value, list | tuple):
+        inside = [_shape_text(v, qualified) for v in value]
+    elif isinstance(value, set | frozenset):
+        inside = sorted(_shape_text(v, qualified) for v in value)
+    else:
+        return name
+    more = ", …" if len(inside) > CLI_VALUE_ITEMS else ""  # as diff cuts a long value
+    return f"{name}[{', '.join(inside[:CLI_VALUE_ITEMS])}{more}]"
+
+
+_TOLD_BY = (
+    (_type_text, False),
+    (_held_text, False),
+    (_shape_text, False),
+    (_held_text, True),
+    (_shape_text, True),
+)
+"""How :func:`types_told` tells two types apart, the first that does."""
 
 
 def _type_name(kind: type, qualified: bool) -> str:

@@ -356,3 +356,7 @@ def test_types_told_only_when_the_texts_are_the_same() -> None:
     assert types_told(TONE.LOW, other.LOW, '"low"', '"low"') == told
     nested = types_told(((1,),), ([1],), "[[1]]", "[[1]]")
     assert nested == ("tuple of int, tuple", "tuple of int, list")
+    swapped = types_told(((1,), [2]), ([1], (2,)), "[[1],[2]]", "[[1],[2]]")
+    assert swapped == ("tuple[tuple[int], list[int]]", "tuple[list[int], tuple[int]]")
+    moved = types_told((TONE.LOW, "low"), ("low", TONE.LOW), '["low","low"]', '["low","low"]')
+    assert moved == ("tuple[Tone, str]", "tuple[str, Tone]")  # the same types, moved
