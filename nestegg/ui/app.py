@@ -193,6 +193,16 @@ async def _opened(settings: UISettings) -> AsyncIterator[CheckpointStorage]:
         yield store
 
 
+async def _close_transport(settings: UISettings) -> None:
+    """Close the connection of the Clutch's transport that the resumes handed back over
+    (the next use connects again): left open, its broker client's own tasks are left for
+    the event loop's end to cancel."""
+    transport = settings.clutch.transport if settings.clutch is not None else None
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            await transport.close()
+
+
 def create_app(settings: UISettings) -> Starlette:
     """The ``nestegg ui`` application for ``settings``.
 
@@ -217,6 +227,7 @@ def create_app(settings: UISettings) -> Starlette:
                 yield
             finally:
                 await actions.stop_background(app)
+                await _close_transport(settings)
 
     app = Starlette(
         routes=[

@@ -332,6 +332,10 @@ def test_fork_data_in_the_codecs_form_is_rebuilt_as_the_codec_rebuilds_it(stored
     }
 
 
+CUT_ITEM = "… (5 more items; --full shows all)"
+"""The last item of a list of 101 that nestegg inspect cut."""
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -347,8 +351,8 @@ def test_fork_data_in_the_codecs_form_is_rebuilt_as_the_codec_rebuilds_it(stored
         (["--data", '{"trail": [], "x": {"$ne": "bytes", "v": "@@@"}}'], EXIT_USAGE,
          '--data holds {"$ne":"bytes","v":"@@@"} at data.x, which is not a value the codec '
          "writes (its value is not the bytes in base64 …"),
-        (["--data", '{"trail": ["… (5 more items; --full shows all)"]}'], EXIT_USAGE,
-         "--data holds at data.trail[0] a value nestegg inspect cut (…"),
+        (["--data", orjson.dumps({"trail": ["x"] * 100 + [CUT_ITEM]}).decode()],
+         EXIT_USAGE, "--data holds at data.trail[100] a value nestegg inspect cut (…"),
         (["--data", "{draft"], EXIT_USAGE,
          "--data is not JSON (…: line 1 column 2 (char 1)): quote a string as '\"text\"'"),
         (["--data-file", "bad.json"], EXIT_USAGE,

@@ -219,9 +219,22 @@ async def test_the_inspectors_resume_button_hands_a_failed_run_back_to_the_worke
 ) -> None:
     flag, worker_pid = await _failed_on_a_worker(deployment, monkeypatch, tmp_path, "button")
     flag.unlink()
-    status, body, ended = await asyncio.to_thread(press_resume, deployment, "button", "completed")
+    clutch = make_flaky()
+    assert clutch.transport is not None
+    closed: list[bool] = []
+    close = clutch.transport.close
+
+    async def counted_close() -> None:
+        closed.append(True)
+        await close()
+
+    clutch.transport.close = counted_close  # type: ignore[method-assign]
+    status, body, ended = await asyncio.to_thread(
+        press_resume, deployment, "button", "completed", clutch
+    )
     assert (status, body) == (202, {"run_id": "button", "started": True})
     assert ended == "completed"
+    assert closed  # the inspector closed the connection it handed the run over, at its end
     run = await store.get_run("button")
     assert run is not None
     result = run_result(run)
