@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from nestegg.cancellation import cancel_and_wait
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.formats import (
     NO_METADATA,
@@ -368,7 +367,7 @@ class Checkpointer(RunWriter):
         self.pending.status = WAITING
         self.pending.lease_until = NO_DEADLINE if deadline is None else deadline
         if self.heartbeat is not None:  # a renewal after this commit would move the deadline
-            await cancel_and_wait(self.heartbeat)
+            await self.heartbeat.stop()
             self.heartbeat = None
         try:
             await self._commit_or_fail()

@@ -13,10 +13,10 @@ every ``LIVE_STEP_DELAY / 5``: a start is published between ``LIVE_STEP_DELAY`` 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections import deque
 from typing import Protocol
 
+from nestegg.checkpoint.per_loop import PerLoop
 from nestegg.constants import LIVE_STEP_DELAY
 
 _GRAIN = LIVE_STEP_DELAY / 5
@@ -58,18 +58,8 @@ class LiveStarts:
         self._timer = self._loop.call_at(max(due[0], now + _GRAIN), self._fire) if due else None
 
 
-_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveStarts] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def live_starts() -> LiveStarts:
-    """The running loop's :class:`LiveStarts`."""
-    loop = asyncio.get_running_loop()
-    starts = _by_loop.get(loop)
-    if starts is None:
-        starts = _by_loop[loop] = LiveStarts(loop)
-    return starts
+live_starts = PerLoop(LiveStarts)
+"""The running loop's :class:`LiveStarts`."""
 
 
 __all__ = ["LiveStarts", "StartPublisher", "live_starts"]

@@ -26,7 +26,7 @@ from nestegg.checkpoint.formats import (
     event_body,
     step_started_body,
 )
-from nestegg.checkpoint.heartbeat import keep_leased
+from nestegg.checkpoint.heartbeat import Heartbeat, heartbeats
 from nestegg.checkpoint.live_starts import LiveStarts, live_starts
 from nestegg.checkpoint.records import (
     Commit,
@@ -90,7 +90,7 @@ class RunWriter:
         self.queue: asyncio.Queue[tuple[Commit, list[CheckpointInfo]]] | None = None
         self.writer: asyncio.Task[None] | None = None
         self.writer_error: BaseException | None = None
-        self.heartbeat: asyncio.Task[None] | None = None
+        self.heartbeat: Heartbeat | None = None
         self._leased_at = time.monotonic()
         """When the lease was last set (monotonic): the heartbeat renews it a third of the
         lease later."""
@@ -146,21 +146,12 @@ class RunWriter:
             self._opening = True
         else:
             await self._commit_now()
-        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
-
-    async def _beat(self) -> None:
-        """Renew the lease a third of it after it was last set: by a step's commit, which
-        sets it too (a run whose steps commit more often sends no renewal), or by the last
-        renewal."""
-        await keep_leased(
-            self.run_id,
-            self._renewal_due_in,
-            self._renew,
-            self.RENEWAL_FAILURES,
-            lambda: cancel_note(self.store, self.run_id),
-        )
+        self.heartbeat = heartbeats().beat(self)
 
     def _renewal_due_in(self) -> float:
+        """The lease is renewed a third of it after it was last set: by a step's commit,
+        which sets it too (a run whose steps commit more often sends no renewal), or by the
+        last renewal."""
         return self._leased_at + self.lease_seconds / 3 - time.monotonic()
 
     async def _renew(self) -> bool:
@@ -173,6 +164,10 @@ class RunWriter:
             self._taken = taken
             raise
         return True
+
+    async def _cancel_note(self) -> str | None:
+        """What a cancel from outside noted, once a renewal found the run taken."""
+        return await cancel_note(self.store, self.run_id)
 
     def _raise_if_taken(self) -> None:
         """Raise the StaleOwnerError a lease renewal got: the run is another process's now
@@ -336,10 +331,11 @@ class RunWriter:
         self._stopped = True
         with contextlib.suppress(Exception):
             await self._settle_start()
-        for task in (self.heartbeat, self.writer):
-            if task is not None:
-                await cancel_and_wait(task)
-        self.heartbeat = self.writer = None
+        heartbeat, writer, self.heartbeat, self.writer = self.heartbeat, self.writer, None, None
+        if heartbeat is not None:
+            await heartbeat.stop()
+        if writer is not None:
+            await cancel_and_wait(writer)
 
 
 __all__ = ["CheckpointHook", "RunWriter"]

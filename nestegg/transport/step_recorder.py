@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nestegg.checkpoint.checkpointer import Checkpointer
+from nestegg.checkpoint.heartbeat import heartbeats
 from nestegg.checkpoint.records import Commit
 from nestegg.constants import OUTCOME_COMPLETED, RUN_INTERRUPTED
 from nestegg.errors import NestEggError
@@ -44,7 +45,7 @@ class StepRecorder(Checkpointer):
 
     def begin(self) -> None:
         """Start the heartbeat without an opening commit."""
-        self.heartbeat = asyncio.get_running_loop().create_task(self._beat())
+        self.heartbeat = heartbeats().beat(self)
 
     def _renewal_due_in(self) -> float:
         """A renewal every third of the lease from the last one (the first: from the

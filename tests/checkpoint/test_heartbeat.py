@@ -1,6 +1,8 @@
 """A run's heartbeat renews its lease a third of the lease after it was last set, by a
 step's commit (durability "sync") or by the last renewal: a run whose steps commit more
-often sends no renewal of its own, a long step is renewed in time."""
+often sends no renewal of its own, a long step is renewed in time. One timer of the loop
+keeps every run's heartbeat: a failed renewal is logged and the next made when due, a
+stopped heartbeat's renewal under way is cancelled, and ended runs leave nothing behind."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from typing import Any
 
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
+from nestegg.checkpoint.heartbeat import heartbeats
 from nestegg.checkpoint.records import Commit
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.errors import StaleOwnerError
 
 LEASE_S = 0.3
 """The runs' lease here: a renewal is due a third of it (0.1 s) after the lease was set."""
@@ -73,3 +77,99 @@ async def test_with_write_behind_the_heartbeat_renews_whatever_the_steps_commit(
     result = await clutch_on(store, 20, 0.03, "async").run({}, run_id="behind")
     assert result == {"n": 20}
     assert len(store.renewals) >= 3
+
+
+class Renews:
+    """A run's writer as the loop's heartbeats see it: a renewal due every ``every`` s."""
+
+    RENEWAL_FAILURES: tuple[type[Exception], ...] = (OSError,)
+
+    def __init__(self, run_id: str, every: float, fail: int = 0, block: bool = False) -> None:
+        self.run_id = run_id
+        self.every = every
+        self.fail = fail
+        self.block = block
+        self.renewed_at = time.monotonic()
+        self.renewals: list[float] = []
+        self.cancelled = False
+
+    def _renewal_due_in(self) -> float:
+        return self.renewed_at + self.every - time.monotonic()
+
+    async def _renew(self) -> bool:
+        self.renewed_at = time.monotonic()
+        if self.block:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+        if self.fail:
+            self.fail -= 1
+            raise OSError("the store did not answer")
+        self.renewals.append(self.renewed_at)
+        return True
+
+    async def _cancel_note(self) -> str | None:
+        return None
+
+
+async def test_one_timer_renews_many_runs_each_when_due() -> None:
+    beats = heartbeats()
+    runs = [Renews(f"r{i}", 0.05 + i * 0.01) for i in range(5)]
+    kept = [beats.beat(run) for run in runs]
+    assert beats.beating == 5
+    await asyncio.sleep(0.32)
+    for run in runs:  # every run renewed about every ``every`` s
+        assert len(run.renewals) >= int(0.3 / run.every) - 1
+        gaps = [b - a for a, b in zip(run.renewals, run.renewals[1:], strict=False)]
+        assert min(gaps) >= run.every * 0.9
+    for heartbeat in kept:
+        await heartbeat.stop()
+    assert beats.beating == 0
+    counts = [len(run.renewals) for run in runs]
+    await asyncio.sleep(0.15)
+    assert [len(run.renewals) for run in runs] == counts  # stopped: no renewal more
+
+
+async def test_a_failed_renewal_is_logged_and_the_next_made_when_due(caplog: Any) -> None:
+    run = Renews("flaky", 0.05, fail=2)
+    heartbeat = heartbeats().beat(run)
+    await asyncio.sleep(0.27)
+    await heartbeat.stop()
+    assert len(run.renewals) >= 2  # after the two failures
+    failed = [r.getMessage() for r in caplog.records if "heartbeat of run" in r.getMessage()]
+    assert failed == ["heartbeat of run 'flaky' failed: the store did not answer"] * 2
+
+
+async def test_stopping_a_heartbeat_cancels_its_renewal_under_way() -> None:
+    beats = heartbeats()
+    run = Renews("stuck", 0.02, block=True)
+    heartbeat = beats.beat(run)
+    await asyncio.sleep(0.08)
+    assert heartbeat.renewal is not None  # under way, waiting
+    await heartbeat.stop()
+    assert run.cancelled and heartbeat.renewal is None and beats.beating == 0
+
+
+async def test_a_run_taken_over_has_its_heartbeat_end(caplog: Any) -> None:
+    class Taken(Renews):
+        async def _renew(self) -> bool:
+            raise StaleOwnerError("taken")
+
+    beats = heartbeats()
+    heartbeat = beats.beat(Taken("gone", 0.02))
+    await asyncio.sleep(0.08)
+    assert beats.beating == 0 and heartbeat.renewer is None
+    assert "run 'gone' was taken over by another owner" in caplog.text
+
+
+async def test_runs_that_ended_leave_nothing_behind_in_the_heartbeats() -> None:
+    beats = heartbeats()
+    for batch in range(20):  # 2,000 runs that end long before a renewal is due
+        kept = [beats.beat(Renews(f"r{batch}-{i}", 60.0)) for i in range(100)]
+        for heartbeat in kept:
+            await heartbeat.stop()
+    assert beats.beating == 0
+    assert len(beats._heap) <= 200  # rebuilt without the stopped ones, not 2,000
+    assert all(entry[2].renewer is None for entry in beats._heap)

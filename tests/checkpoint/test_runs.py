@@ -19,6 +19,7 @@ import nestegg
 from nestegg import Clutch, get_context
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.formats import parse_failure
+from nestegg.checkpoint.heartbeat import heartbeats
 from nestegg.checkpoint.ownership import host_id, process_start_token
 from nestegg.checkpoint.records import Commit, Owner, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -778,13 +779,9 @@ async def test_submit_raises_what_refuses_the_run_before_it_returns(
     assert await task.result(timeout=5) == ["a", "b"]
 
 
-def beating() -> list[asyncio.Task[object]]:
-    """The heartbeat tasks still running (each test has its own loop)."""
-    return [
-        t
-        for t in asyncio.all_tasks()
-        if not t.done() and t.get_coro().__qualname__.endswith("._beat")  # type: ignore[union-attr]
-    ]
+def beating() -> int:
+    """The runs whose lease is still renewed (each test has its own loop)."""
+    return heartbeats().beating
 
 
 async def test_a_run_whose_on_request_hook_raises_leaves_no_heartbeat_behind(
@@ -801,7 +798,7 @@ async def test_a_run_whose_on_request_hook_raises_leaves_no_heartbeat_behind(
 
     with pytest.raises(Flaky):
         await clutch.run("x", run_id="hooked")
-    assert beating() == []  # else its lease is renewed as long as the process lives
+    assert beating() == 0  # else its lease is renewed as long as the process lives
 
 
 def hooked(
@@ -1045,6 +1042,6 @@ async def test_a_run_cancelled_in_its_on_request_hook_is_stored_as_cancelled(
         await task
     run = await checkpoint_store.get_run("hooked")
     assert run is not None and run.status == "cancelled"
-    assert beating() == []
+    assert beating() == 0
     assert await clutch.resume_latest("hooked") == "x!"
     assert requests == ["hooked", "hooked"]  # its resume awaited the hook it never passed
