@@ -185,12 +185,13 @@ class EnumKeyNotRebuilt(Exception):
 
 
 class DuplicateKeys(Exception):
-    """A map someone gave whose ``entries`` hold one key twice (``first`` and ``second``,
-    as given, are equal once rebuilt: ``1`` and ``true``, say)."""
+    """A map someone gave whose ``entries`` hold one key twice, or a set or frozenset (its
+    ``tag``) one item twice (``first`` and ``second``, as given, are equal once rebuilt:
+    ``1`` and ``true``, say)."""
 
-    def __init__(self, entries: list[Any], first: Any, second: Any) -> None:
+    def __init__(self, entries: list[Any], first: Any, second: Any, tag: str = "map") -> None:
         super().__init__(second)
-        self.entries, self.first, self.second = entries, first, second
+        self.entries, self.first, self.second, self.tag = entries, first, second, tag
 
 
 def _restore_enum(spec: list[Any]) -> Any:
@@ -227,6 +228,19 @@ def _restore_map(entries: list[Any]) -> dict[Any, Any]:
     return rebuilt
 
 
+def _restore_set(items: list[Any], tag: str) -> set[Any] | frozenset[Any]:
+    kind = set if tag == "set" else frozenset
+    if _imports_allowed.get():
+        return kind(from_jsonable(x) for x in items)
+    given: dict[Any, Any] = {}  # each item rebuilt, as it was given
+    for raw in items:
+        item = from_jsonable(raw)
+        if item in given:  # given data keeps every item, or is refused
+            raise DuplicateKeys(items, given[item], raw, tag)
+        given[item] = raw
+    return kind(given)
+
+
 def _given_key(raw: Any) -> Any:
     """A key of a dict someone gave, rebuilt; an enum in it must be rebuilt too."""
     inside = _in_given_key.set(True)
@@ -250,8 +264,8 @@ _DECODERS: dict[str, Any] = {
     "float": float,
     "enum": _restore_enum,
     "tuple": lambda v: tuple(from_jsonable(x) for x in v),
-    "set": lambda v: {from_jsonable(x) for x in v},
-    "frozenset": lambda v: frozenset(from_jsonable(x) for x in v),
+    "set": functools.partial(_restore_set, tag="set"),
+    "frozenset": functools.partial(_restore_set, tag="frozenset"),
     "map": _restore_map,
 }
 
@@ -280,7 +294,7 @@ def rebuild_given(value: Any) -> Any:
 
     Raises:
         EnumKeyNotRebuilt: a dict's key holds an enum of no module this process imported.
-        DuplicateKeys: a map holds one key twice.
+        DuplicateKeys: a map holds one key twice, a set or frozenset one item twice.
         KeyError, TypeError, ValueError, IndexError, ArithmeticError: a tagged object
             the codec does not write (DAMAGED_TAG).
     """

@@ -3,12 +3,15 @@ the codec reads what it stores: ``{"$ne": "map", "v": [[1, "a"]]}`` is ``{1: "a"
 
 Every tagged object in it is checked first: one the codec writes, whole (``"$ne"`` and
 ``"v"``, nothing else) and well formed (valid base64, a date in ISO 8601, a map of pairs
-with each key once, ...), or it is refused naming where it is (its path from ``data``, as
-``nestegg inspect --path`` takes it) and what it should be, in plain words.
+with each key once, a set of items each once, ...), or it is refused naming where it is
+(its path from ``data``, as ``nestegg inspect --path`` takes it) and what it should be, in
+plain words. A JSON object with a key twice, whose last value the JSON reader keeps, is
+refused so too (:func:`refuse_key_twice`, given the text read).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -142,8 +145,12 @@ def _check_items(given: Any, path: str) -> bool:
     return True
 
 
+def _is_pair(entry: Any) -> bool:
+    return type(entry) is list and len(entry) == 2
+
+
 def _check_map(given: Any, path: str) -> bool:
-    if type(given) is not list or not all(type(e) is list and len(e) == 2 for e in given):
+    if type(given) is not list or not all(map(_is_pair, given)):
         return False
     for key, item in given:
         if type(key) is list or (type(key) is dict and key.get(TAG) in (None, *_UNHASHABLE)):
@@ -164,21 +171,25 @@ _CHECKS: dict[str, Callable[[Any, str], bool]] = {
 
 
 def _inner(value: Any, path: str) -> list[tuple[str, Any]]:
-    """What ``value`` holds, each with its path (a tag's: its ``"v"`` at the tag's path)."""
+    """What ``value`` holds, each with its path (a tag's: its ``"v"`` at the tag's path; a
+    map's keys and values, at their paths as :func:`_check_map` names them)."""
     if type(value) is dict:
+        held = value.get("v")
+        if value.get(TAG) == "map" and type(held) is list and all(_is_pair(e) for e in held):
+            return [p for k, v in held for p in ((f"{path}.<key>", k), (f"{path}[{_shown(k)}]", v))]
         if TAG in value:
-            return [(path, value.get("v"))]
+            return [(path, held)]
         return [(_key_path(path, k), v) for k, v in value.items()]
     if type(value) is list:
         return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
     return []
 
 
-def _map_path(value: Any, entries: list[Any], path: str) -> str | None:
-    """The path of the map in ``value`` whose ``"v"`` is ``entries`` (that very list)."""
-    if type(value) is dict and value.get(TAG) == "map" and value.get("v") is entries:
+def _tag_path(value: Any, entries: list[Any], path: str) -> str | None:
+    """The path of the tagged object in ``value`` whose ``"v"`` is ``entries`` (that list)."""
+    if type(value) is dict and TAG in value and value.get("v") is entries:
         return path
-    found = (_map_path(v, entries, at) for at, v in _inner(value, path))
+    found = (_tag_path(v, entries, at) for at, v in _inner(value, path))
     return next((p for p in found if p), None)
 
 
@@ -206,9 +217,9 @@ def from_given(value: Any, what: str) -> Any:
         ConfigurationError: naming ``what`` and the path: a tagged object the codec does not
             write (an unknown tag, one without ``"v"`` or with other keys, a ``"v"`` that is
             not what its tag holds: invalid base64, a date not in ISO 8601, ...); a map with
-            one key twice; or a dict's key holding an enum of no module this process
-            imported (a value is then its plain value, a key is not: it could be another
-            key of the dict).
+            one key twice, a set or frozenset with one item twice; or a dict's key holding
+            an enum of no module this process imported (a value is then its plain value, a
+            key is not: it could be another key of the dict).
     """
     if type(value) not in (dict, list):
         return value
@@ -221,15 +232,16 @@ def from_given(value: Any, what: str) -> Any:
             f"the codec writes ({refused.reason}); {_OWN_DICT}"
         ) from None
     except DuplicateKeys as twice:
-        where = _map_path(value, twice.entries, "data") or "data"
+        where = _tag_path(value, twice.entries, "data") or "data"
+        one, has = ("key", "a dict") if twice.tag == "map" else ("item", f"a {twice.tag}")
         same = (
-            f"{_shown(twice.first)} and {_shown(twice.second)} are one key"
+            f"{_shown(twice.first)} and {_shown(twice.second)} are one {one}"
             if twice.first != twice.second or type(twice.first) is not type(twice.second)
             else f"{_shown(twice.first)} is there twice"
         )
         raise ConfigurationError(
-            f"{what} holds a map at {where} with one key twice ({same}): a dict has each "
-            "key once; give each key once"
+            f"{what} holds a {twice.tag} at {where} with one {one} twice ({same}): {has} has "
+            f"each {one} once; give each {one} once"
         ) from None
     except EnumKeyNotRebuilt as error:
         raise ConfigurationError(
@@ -244,3 +256,68 @@ def from_given(value: Any, what: str) -> Any:
             f"{what} holds {_shown(found)} at {path}, which is not a value the codec "
             f"writes (it is not rebuilt: {error}); {_OWN_DICT}"
         ) from None
+
+
+class _KeyTwice(Exception):
+    """An object of the JSON read has a key twice."""
+
+
+class _Twice:
+    """An object of the JSON read with ``key`` twice, where it is."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    kept = dict(pairs)
+    if len(kept) != len(pairs):
+        raise _KeyTwice
+    return kept
+
+
+def _marked(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Twice:
+    kept: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in kept:
+            return _Twice(key)
+        kept[key] = item
+    return kept
+
+
+def _key_twice(value: Any, path: str) -> tuple[str, str] | None:
+    """The path of the first object in ``value`` (read with :func:`_marked`) with a key
+    twice, and that key."""
+    if isinstance(value, _Twice):
+        return path, value.key
+    found = (_key_twice(v, at) for at, v in _inner(value, path))
+    return next((f for f in found if f), None)
+
+
+def refuse_key_twice(raw: str | bytes, what: str, field: str | None = None) -> None:
+    """Refuse the JSON text someone gave, ``what`` (``"--data"``), if an object in it has a
+    key twice: orjson, which read it, keeps the last value and says nothing. With
+    ``field``, ``raw`` is a request body whose field ``field`` holds the data.
+
+    Raises:
+        ConfigurationError: naming ``what``, the path of the object and the key.
+    """
+    try:  # the stdlib's reader, which hands each object's pairs over: fast when all is well
+        json.loads(raw, object_pairs_hook=_once)
+        return
+    except _KeyTwice:
+        marked = json.loads(raw, object_pairs_hook=_marked)
+    except (ValueError, RecursionError):  # text this reader does not take: the caller judged it
+        return
+    if field is not None:
+        if isinstance(marked, _Twice):
+            raise ConfigurationError(
+                f"the request body has the field {_shown(marked.key)} twice: give it once"
+            )
+        marked = marked.get(field) if type(marked) is dict else None
+    if (found := _key_twice(marked, "data")) is not None:
+        path, key = found
+        raise ConfigurationError(
+            f"{what} holds a dict at {path} with one key twice ({_shown(key)} is there "
+            "twice): a dict has each key once; give each key once"
+        )

@@ -52,13 +52,18 @@ def read_json(source: str, named: str | None = None, advice: str = "") -> Any:
     Raises:
         CommandError: (bad usage) the file cannot be read, or is not JSON.
     """
+    return read_json_text(source, named, advice)[0]
+
+
+def read_json_text(source: str, named: str | None = None, advice: str = "") -> tuple[Any, bytes]:
+    """As :func:`read_json`: the value, and the text it was read from."""
     where = source if named is None else f"{named} {source}"
     try:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as error:
         raise CommandError(f"cannot read {where}: {error.strerror or error}", EXIT_USAGE) from error
     try:
-        return orjson.loads(raw)
+        return orjson.loads(raw), raw
     except orjson.JSONDecodeError as error:
         refused = _non_finite(error, where, advice)
         raise refused or CommandError(f"{where} is not JSON: {error}", EXIT_USAGE) from error

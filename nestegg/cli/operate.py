@@ -14,7 +14,7 @@ import typer
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.forks import fork_id_taken
-from nestegg.checkpoint.given import from_given
+from nestegg.checkpoint.given import from_given, refuse_key_twice
 from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -29,7 +29,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
-from nestegg.cli.json_input import parse_json, read_json
+from nestegg.cli.json_input import parse_json, read_json_text
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
 from nestegg.cli.runs import wait_text
@@ -313,17 +313,19 @@ def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
         CommandError: (bad usage) both are given, the text or file is not JSON (a bare
             NaN, as inspect prints it, says how to give it), or the file cannot be read.
         ConfigurationError: it holds a value ``nestegg inspect`` cut (without --full),
-            which the fork would run with, cut.
+            which the fork would run with, cut, or an object with a key twice.
     """
     if data is not None and data_file is not None:
         raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
     if data is not None:
+        raw: str | bytes = data
         given, what = parse_json(data, "--data", _NON_FINITE_ADVICE), "--data"
     elif data_file is not None:
         what = f"--data-file {data_file}"
-        given = read_json(data_file, "--data-file", _NON_FINITE_ADVICE)
+        given, raw = read_json_text(data_file, "--data-file", _NON_FINITE_ADVICE)
     else:
         return None, ""
+    refuse_key_twice(raw, what)  # orjson kept the last value
     if (at := cut_at(given)) is not None:
         raise ConfigurationError(
             f"{what} holds at {at} a value nestegg inspect cut (it cuts long strings, lists "

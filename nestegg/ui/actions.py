@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
 from nestegg.checkpoint.admission import check_not_owned, executed_by, fork_start, resume_refusal
-from nestegg.checkpoint.given import from_given
+from nestegg.checkpoint.given import from_given, refuse_key_twice
 from nestegg.checkpoint.ownership import current_owner, owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.common import check_status
@@ -216,12 +216,13 @@ async def fork(request: Request) -> JSONResponse:
     another pipeline's checkpoint is refused before its state is read); 201 with its id
     once it is stored, the error if it could not start. The data's tagged values (the
     codec's form, which the editor shows) are rebuilt as the codec rebuilds them; a tag it
-    does not write is refused (400)."""
+    does not write, or an object with a key twice, is refused (400)."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
     body = await _body(
         request, "fork", FORK_FIELDS, '{"data": ...} (absent: the checkpoint\'s data)'
     )
+    refuse_key_twice(await request.body(), "the fork's data", field="data")
     data = from_given(body.get("data"), "the fork's data")
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch

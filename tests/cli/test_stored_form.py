@@ -1,12 +1,13 @@
 """``nestegg inspect --stored`` prints a checkpoint's data as ``nestegg fork --data`` reads it
 back, exactly; what fork refuses to read back instead of forking with other data: a bare
-NaN, a value inspect cut, a tagged object the codec does not write (each refusal says what
-to do, and stores nothing)."""
+NaN, a value inspect cut, a tagged object the codec does not write, an object's key or a
+set's item given twice (each refusal says what to do, and stores nothing)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -126,6 +127,54 @@ def test_fork_refuses_data_it_would_not_read_back_and_says_what_to_do(
     assert done.stderr.startswith(f"error: {says}")
     assert "Error" not in done.stderr and "<class" not in done.stderr  # plain words
     assert store.out("runs", "--json") == runs  # nothing stored
+
+
+ONCE = "has each {0} once; give each {0} once"
+TWICE = {
+    "a key twice": ('{"x": 1, "y": [{"a": 1, "b": 2, "a": 3}]}', '--data holds a dict at '
+                    'data.y[0] with one key twice ("a" is there twice): a dict '
+                    + ONCE.format("key")),
+    "a map value's key twice": ('{"$ne": "map", "v": [[1, {"k": 1, "k": 1}]]}', '--data holds '
+                                'a dict at data[1] with one key twice ("k" is there twice): '
+                                "a dict " + ONCE.format("key")),
+    "a set's item twice": ('{"s": {"$ne": "set", "v": [1, 2, 1]}}', "--data holds a set at "
+                           "data.s with one item twice (1 is there twice): a set "
+                           + ONCE.format("item")),
+    "a frozenset's": ('[{"$ne": "frozenset", "v": [1, true]}]', "--data holds a frozenset at "
+                      "data[0] with one item twice (1 and true are one item): a frozenset "
+                      + ONCE.format("item")),
+}  # fmt: skip
+"""--data with an object's key or a set's item twice, and its refusal (JSON readers keep an
+object's last value, and a set is a set: the data would lose some of what it was given)."""
+
+
+@pytest.mark.parametrize("case", list(TWICE))
+def test_fork_refuses_a_key_or_an_item_given_twice_naming_where(tmp_path: Path, case: str) -> None:
+    store = Store(tmp_path, {"plain": {"x": 1}})
+    first, runs = store.checkpoints("plain")[0], store.out("runs", "--json")
+    data, says = TWICE[case]
+    (tmp_path / "twice.json").write_text(data)
+    for given in (["--data", data], ["--data-file", "twice.json"]):
+        done = store.run("fork", first, "--app", APP, *given)
+        what = " ".join(given) if given[0] == "--data-file" else "--data"
+        assert (done.returncode, done.stdout) == (EXIT_USAGE, "")
+        assert done.stderr == f"error: {says.replace('--data', what, 1)}\n"
+    assert store.out("runs", "--json") == runs  # nothing stored
+
+
+def test_a_key_twice_is_found_wherever_it_is_and_only_there() -> None:
+    for text, where in (
+        ('{"$ne": "map", "v": [[{"$ne": "tuple", "v": [{"a": 1, "a": 1}]}, 1]]}', "data.<key>[0]"),
+        ('{"$ne": "tuple", "$ne": "set", "v": []}', "data"),
+        ('{"it\'s": {"$ne": "map", "v": [["k", [{"b": {"a": 1, "a": 2}}]]]}}',
+         'data["it\'s"]["k"][0].b'),
+    ):  # fmt: skip
+        with pytest.raises(
+            ConfigurationError, match=rf"^--data holds a dict at {re.escape(where)} "
+        ):
+            given_data.refuse_key_twice(text, "--data")
+    given_data.refuse_key_twice('[{"a": 1}, {"a": 2, "b": {"a": 3}}]', "--data")  # once each
+    given_data.refuse_key_twice(b'{"a": 1, "a"', "--data")  # not JSON: the reader says so
 
 
 def test_fork_refuses_data_inspect_cut_naming_where(tmp_path: Path) -> None:

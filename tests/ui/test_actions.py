@@ -324,6 +324,29 @@ def test_a_fork_refuses_a_tag_the_codec_does_not_write(ui: Ui) -> None:
     assert _run_ids(ui) == before  # nothing started
 
 
+def test_a_fork_refuses_a_key_or_an_item_given_twice(ui: Ui) -> None:
+    _, second, _ = _checkpoints(ui, ui.filled.ok)
+    before = _run_ids(ui)
+    once = "has each {0} once; give each {0} once"
+    for body, says in (
+        (
+            '{"data": {"x": [{"a": 1, "a": 2}]}}',
+            'the fork\'s data holds a dict at data.x[0] with one key twice ("a" is there '
+            "twice): a dict " + once.format("key"),
+        ),
+        ('{"data": {"x": 1}, "data": {"x": 2}}', 'the request body has the field "data" twice: '
+         "give it once"),
+        (
+            '{"data": {"$ne": "frozenset", "v": [1, 1]}}',
+            "the fork's data holds a frozenset at data with one item twice (1 is there "
+            "twice): a frozenset " + once.format("item"),
+        ),
+    ):  # fmt: skip
+        refused: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", content=body)
+        assert (refused.status_code, refused.json()["error"]) == (400, says)
+    assert _run_ids(ui) == before  # nothing started
+
+
 def test_a_fork_whose_data_breaks_a_step_starts_and_fails_on_its_page(ui: Ui) -> None:
     _, second, _ = _checkpoints(ui, ui.filled.ok)
     fork: Any = ui.write("POST", f"/api/checkpoints/{second}/fork", json={"data": "a string"})
