@@ -1,16 +1,19 @@
 """How redis-py's errors become nestegg's: one table keyed on redis-py's exception classes,
-the refusals of the store's settings, and the one context manager the store wraps its
-calls in."""
+the refusals of the store's settings, the one context manager the store wraps its calls
+in, and the error replies of scripts sent in a pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
 import redis.exceptions as redis_errors
 
 from nestegg.errors import StorageError, StorageUnavailableError, StoreRefusedError
+
+T = TypeVar("T")
 
 BY_CLASS: tuple[tuple[type[Exception], type[StorageError]], ...] = (
     (redis_errors.ConnectionError, StorageUnavailableError),  # refused, lost, still loading
@@ -77,4 +80,30 @@ def driver_errors(where: str | None = None) -> Iterator[None]:
         raise nestegg_error(exc, where) from exc
 
 
-__all__ = ["BY_CLASS", "REFUSALS", "driver_errors", "error_class", "nestegg_error", "refusal"]
+def outcome_of_reply(parse: Callable[[Any], T], reply: Any, where: str | None) -> T | BaseException:
+    """What ``parse`` makes of a script's reply in a pipeline, or the error (its own, or
+    the reply's, as :func:`error_of_reply` says it)."""
+    if isinstance(reply, BaseException):
+        return error_of_reply(reply, where)
+    try:
+        return parse(reply)
+    except Exception as error:
+        return error
+
+
+def error_of_reply(error: BaseException, where: str | None) -> BaseException:
+    """A reply's error as nestegg's: a driver's error reply mapped as the store's other
+    calls map theirs, naming the server ``where`` (its URL without the password)."""
+    return nestegg_error(error, where) if isinstance(error, redis_errors.RedisError) else error
+
+
+__all__ = [
+    "BY_CLASS",
+    "REFUSALS",
+    "driver_errors",
+    "error_class",
+    "error_of_reply",
+    "nestegg_error",
+    "outcome_of_reply",
+    "refusal",
+]

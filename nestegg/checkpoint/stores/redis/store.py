@@ -19,13 +19,10 @@ redis-py is imported only in this package.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
-
-# The driver: a missing one becomes MissingDependencyError in stores/registry.py.
-import redis.exceptions as redis_errors
+from typing import Any
 
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -49,7 +46,7 @@ from nestegg.checkpoint.stores.common import (
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, run_id_of
 from nestegg.checkpoint.stores.redis import layout as redis_layout
 from nestegg.checkpoint.stores.redis.connection import RedisConnection
-from nestegg.checkpoint.stores.redis.errors import nestegg_error
+from nestegg.checkpoint.stores.redis.errors import error_of_reply, outcome_of_reply
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
     STORE_KEY,
@@ -77,8 +74,6 @@ from nestegg.constants import (
     STORE_CONNECT_TIMEOUT,
     STORE_RETRIES,
 )
-
-T = TypeVar("T")
 
 
 class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
@@ -345,7 +340,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         calls = [self._commit_call(c) for c in commits]
         replies = await self._conn.scripts_many(self._commit, calls, idempotent=True)
         return [
-            _error_of(reply, self._conn.where)
+            error_of_reply(reply, self._conn.where)
             if isinstance(reply, BaseException)
             else commit_outcome(c, reply)
             for c, reply in zip(commits, replies, strict=True)
@@ -477,23 +472,6 @@ def _claimed(run_id: str, reply: Any) -> RunRecord:
     if reply[0] == -2:
         raise run_finished(run_id, reply[1].decode())
     raise run_claimed(run_id)
-
-
-def outcome_of_reply(parse: Callable[[Any], T], reply: Any, where: str | None) -> T | BaseException:
-    """What ``parse`` makes of a script's reply in a pipeline, or the error (its own, or
-    the reply's, as :func:`_error_of` says it)."""
-    if isinstance(reply, BaseException):
-        return _error_of(reply, where)
-    try:
-        return parse(reply)
-    except Exception as error:
-        return error
-
-
-def _error_of(error: BaseException, where: str | None) -> BaseException:
-    """A reply's error as nestegg's: a driver's error reply mapped as the store's other
-    calls map theirs, naming the server ``where`` (its URL without the password)."""
-    return nestegg_error(error, where) if isinstance(error, redis_errors.RedisError) else error
 
 
 __all__ = ["RedisCheckpointStorage", "validate_key_prefix"]
