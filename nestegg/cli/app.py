@@ -408,11 +408,18 @@ def _relative(path: Path) -> str:
     )
 
 
-async def _server_store_exists(store: CheckpointStorage) -> bool:
-    """Whether a store that its setup would create (PostgreSQL's tables, Redis's mark) is
-    there; True for the others."""
+async def server_absent(store: CheckpointStorage, where: str) -> CommandError | None:
+    """The refusal (exit 3) of a command that needs ``store`` (shown as ``where``) to
+    exist, when it is one its setup would create (PostgreSQL's tables, Redis's mark) and
+    that was never set up; None when it is there or is not such a store. Creates nothing.
+
+    Raises:
+        StorageUnavailableError: its server cannot be reached.
+    """
     exists = getattr(store, "exists", None)
-    return True if exists is None else bool(await exists())
+    if exists is None or await exists():
+        return None
+    return CommandError(f"no store at {where}: {getattr(store, 'ABSENT', '')}", EXIT_NOT_FOUND)
 
 
 @contextlib.asynccontextmanager
@@ -427,11 +434,9 @@ async def opened_store(
     """
     store = _open_existing(url, read_only) if read_only or existing else open_selected(url)
     try:
-        if (read_only or existing) and not await _server_store_exists(store):
-            raise CommandError(
-                f"no store at {without_password(str(url))}: {getattr(store, 'ABSENT', '')}",
-                EXIT_NOT_FOUND,
-            )
+        where = without_password(str(url))
+        if (read_only or existing) and (absent := await server_absent(store, where)) is not None:
+            raise absent
         if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
             await store.setup()
         yield store

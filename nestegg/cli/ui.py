@@ -22,7 +22,9 @@ from nestegg.cli.app import (
     describe_store,
     embedded_absent,
     explicit_store,
+    run_async,
     run_with_store,
+    server_absent,
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, import_app, own_store
@@ -100,8 +102,8 @@ def ui_command(
     own = own_store(clutch) if clutch is not None else None
     if own is None:  # the store must be there and answer
         run_with_store(ctx, store, _reachable, existing=True, read_only=not allow_writes)
-    elif (absent := embedded_absent(own, _own_where(own, app_spec), from_url=False)) is not None:
-        raise absent  # nor is the Clutch's own store created: a wrong path is an error
+    else:  # nor is the Clutch's own store created: a wrong path or prefix is an error
+        _refuse_absent(own, _own_where(own, app_spec))
     listening = listen(target)
     port = listening.getsockname()[1]
     token = secrets.token_urlsafe(24)
@@ -141,7 +143,31 @@ def _own_where(store: CheckpointStorage, spec: str | None) -> str:
     where: object = store.root if isinstance(store, FileCheckpointStorage) else None
     if isinstance(store, SQLiteCheckpointStorage):
         where = store.path
+    where = getattr(store, "where", where)  # a server store's: its server and prefix
     return f"{where} (the store the Clutch at {spec} names)"
+
+
+def _refuse_absent(store: CheckpointStorage, where: str) -> None:
+    """Refuse (exit 3) the store a Clutch names, shown as ``where``, when it is not there:
+    an embedded one never created, a server one never set up; nothing is created.
+
+    Raises:
+        CommandError: no store there (exit 3).
+        StorageUnavailableError: its server cannot be reached.
+    """
+    if (absent := embedded_absent(store, where, from_url=False)) is not None:
+        raise absent
+    if not callable(getattr(store, "exists", None)):
+        return
+
+    async def look() -> CommandError | None:
+        try:
+            return await server_absent(store, where)
+        finally:  # the inspector's own event loop opens it again
+            await store.close()
+
+    if (absent := run_async(look)) is not None:
+        raise absent
 
 
 async def _reachable(store: CheckpointStorage) -> None:

@@ -5,7 +5,8 @@ CLI_TEST_KILL=1 it kills its own process (SIGKILL) instead, leaving the run inte
 ``pipeline`` uses whatever store the command selects; ``gated`` is ``pipeline`` with an
 ``on_request`` hook that refuses runs while CLI_TEST_REFUSE is ``1``;
 ``own_store_pipeline`` names its own file store (CLI_TEST_OWN_STORE, a directory),
-``own_sqlite_pipeline`` its own SQLite store (CLI_TEST_OWN_STORE, a file);
+``own_sqlite_pipeline`` its own SQLite store (CLI_TEST_OWN_STORE, a file),
+``own_url_pipeline`` the store at the URL CLI_TEST_OWN_STORE (a server's, with its prefix);
 ``without_enrich`` builds it with ``enrich`` taken out.
 """
 
@@ -102,11 +103,20 @@ def _own_sqlite_pipeline() -> Clutch:
     return build("cli-own", CheckpointConfig(storage=SQLiteCheckpointStorage(path), policy=POLICY))
 
 
+def _own_url_pipeline() -> Clutch:
+    from nestegg.checkpoint.stores import open_store
+
+    store = open_store(os.environ[OWN_STORE_ENV])
+    return build("cli-own", CheckpointConfig(storage=store, policy=POLICY))
+
+
 def __getattr__(name: str) -> Clutch:
     if name == "own_store_pipeline":
         return _own_store_pipeline()
     if name == "own_sqlite_pipeline":
         return _own_sqlite_pipeline()
+    if name == "own_url_pipeline":
+        return _own_url_pipeline()
     raise AttributeError(name)
 
 

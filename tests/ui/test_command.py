@@ -27,7 +27,7 @@ from tests.cli.test_store_opening import (
     sqlite_back_to_version_5,
     sqlite_schema,
 )
-from tests.servers import drop_postgres_tables
+from tests.servers import delete_redis_keys, drop_postgres_tables
 from tests.ui.browser import ROOT, child_env, stop, ui_server
 
 TIMEOUT = 60
@@ -141,6 +141,97 @@ def test_an_app_naming_its_own_store_that_does_not_exist_is_refused_and_creates_
         f"error: no store at {own} (the store the Clutch at {app} names): {why}"
     )
     assert not own.exists()
+
+
+SERVER_STORES = [
+    (
+        "postgresql",
+        "?table_prefix=",
+        "_",
+        "table prefix",
+        "no nestegg tables there (a run creates them; a store with a prefix of its own: "
+        "?table_prefix=app_)",
+    ),
+    (
+        "redis",
+        "?prefix=",
+        ":",
+        "key prefix",
+        "no nestegg store under its key prefix (a run writes one; a store with a prefix of "
+        "its own: ?prefix=app:)",
+    ),
+]
+SERVER_IDS = [store[0] for store in SERVER_STORES]
+
+
+def _stored_under(server: str, prefix: str) -> list[str]:
+    """The tables (PostgreSQL) or keys (Redis) under ``prefix`` on the test ``server``."""
+    if server.startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(server)
+        try:
+            return [key.decode() for key in client.scan_iter(match=f"{prefix}*")]
+        finally:
+            client.close()
+    import psycopg
+
+    with psycopg.connect(server) as conn:
+        found = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", [prefix + "%"]
+        )
+        return [row[0] for row in found.fetchall()]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("scheme", "query", "end", "named", "why"), SERVER_STORES, ids=SERVER_IDS)
+def test_an_app_naming_a_server_store_never_set_up_is_refused_and_creates_nothing(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    scheme: str,
+    query: str,
+    end: str,
+    named: str,
+    why: str,
+) -> None:
+    # It served a Clutch's PostgreSQL or Redis store that was never set up (a wrong
+    # prefix or database) as a store without runs; its first page created PostgreSQL's.
+    server = request.getfixturevalue("redis_url" if scheme == "redis" else "pg_url")
+    prefix = f"none{uuid.uuid4().hex[:8]}{end}"
+    app = "tests.cli.pipeline_app:own_url_pipeline"
+    own = {OWN_STORE_ENV: f"{server}{query}{prefix}"}
+    done = _ui(tmp_path, "--port", "0", "--app", app, "--allow-writes", **own)
+    assert (done.returncode, done.stdout) == (EXIT_NOT_FOUND, ""), done.stderr
+    assert done.stderr == (
+        f"error: no store at {without_password(server)}, {named} {prefix!r} (the store the "
+        f"Clutch at {app} names): {why}\n"
+    )
+    assert _stored_under(server, prefix) == []
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("scheme", "query", "end"), [s[:3] for s in SERVER_STORES], ids=SERVER_IDS)
+def test_an_app_naming_a_server_store_that_is_set_up_serves_it(
+    tmp_path: Path, request: pytest.FixtureRequest, scheme: str, query: str, end: str
+) -> None:
+    server = request.getfixturevalue("redis_url" if scheme == "redis" else "pg_url")
+    prefix = f"own{uuid.uuid4().hex[:8]}{end}"
+    url = f"{server}{query}{prefix}"
+    asyncio.run(fill(url))
+    app = "tests.cli.pipeline_app:own_url_pipeline"
+    try:
+        with ui_server(
+            tmp_path / "home", "--app", app, "--allow-writes", **{OWN_STORE_ENV: url}
+        ) as server_process:
+            assert f"(store: the store the Clutch at {app} names)" in server_process.output[0]
+            status, page = _get(server_process.base + "/")
+            assert status == 200 and "/runs/ok" in page
+            assert _get(server_process.base + "/runs/ok")[0] == 200
+    finally:
+        if scheme == "redis":
+            asyncio.run(delete_redis_keys(server, prefix))
+        else:
+            asyncio.run(drop_postgres_tables(server, prefix))
 
 
 def test_an_app_without_allow_writes_is_refused_and_creates_nothing(tmp_path: Path) -> None:

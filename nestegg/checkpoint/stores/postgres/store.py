@@ -197,6 +197,12 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
     )
     """Why a command that only reads finds no store here (:meth:`exists` is False)."""
 
+    @property
+    def where(self) -> str:
+        """Where this store is, as a command's message names it: the server (its URL
+        without the password, or the given pool) and the table prefix."""
+        return f"{self._where}, table prefix {self.table_prefix!r}"
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresCheckpointStorage:
         """A store for a ``postgresql://`` URL; ``options`` as in the constructor."""

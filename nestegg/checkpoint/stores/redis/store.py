@@ -178,6 +178,12 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
     )
     """Why a command that only reads finds no store here (:meth:`exists` is False)."""
 
+    @property
+    def where(self) -> str:
+        """Where this store is, as a command's message names it: the server (its URL
+        without the password, or the given client) and the key prefix."""
+        return f"{self._conn.where or 'the given client'}, key prefix {self.prefix!r}"
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisCheckpointStorage:
         """A store for a ``redis://`` URL; ``options`` as in the constructor."""
