@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestegg.cli.paths import Key, encoded, format_path
+from nestegg.cli.render import to_json
 from nestegg.constants import CLI_VALUE_ITEMS
 
 ADDED = "added"
@@ -24,13 +25,18 @@ class Change:
     new: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        """The change as plain data (``old`` for removed, ``new`` for added, both when
-        changed)."""
+        """The change as plain data (``value`` when added or removed, ``old`` and ``new``
+        when changed, and ``old_type`` and ``new_type`` when those two read the same as
+        ``--json`` writes them: see :func:`types_told`)."""
         if self.kind == ADDED:
             return {"path": self.path, "value": self.new}
         if self.kind == REMOVED:
             return {"path": self.path, "value": self.old}
-        return {"path": self.path, "old": self.old, "new": self.new}
+        change = {"path": self.path, "old": self.old, "new": self.new}
+        was, now = (to_json(v, indent=False, strict=True) for v in (self.old, self.new))
+        if types := types_told(self.old, self.new, was, now):
+            change |= {"old_type": types[0], "new_type": types[1]}
+        return change
 
 
 def diff_values(old: Any, new: Any) -> list[Change]:

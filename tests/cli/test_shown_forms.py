@@ -347,6 +347,34 @@ def test_diff_names_the_types_of_a_change_that_shows_the_same_text(tmp_path: Pat
     ]
 
 
+def test_diff_json_names_the_types_of_a_change_whose_values_are_the_same(
+    tmp_path: Path,
+) -> None:
+    typed = {"vals": [*TYPED, math.nan, ((1,), [2])]}
+    text = {"vals": [*AS_TEXT, "NaN", ([1], (2,))]}
+    store = Store(tmp_path, {"typed": typed, "text": text})
+    report = orjson.loads(store.out("diff", "typed", "text", "--path", "data", "--json"))
+    told = [(c["path"], c.get("old_type"), c.get("new_type")) for c in report["changed"]]
+    assert told == [
+        ("vals[0]", "datetime", "str"),  # was old == new, nothing to tell them apart
+        ("vals[1]", "Tone", "str"),
+        ("vals[2]", "tuple", "list"),
+        ("vals[3]", "set", "list"),
+        ("vals[4]", None, None),  # 1 -> true: the values tell
+        ("vals[5]", "tuple of date", "tuple of str"),
+        ("vals[6]", "float", "str"),  # "NaN" -> "NaN" with --json (NaN -> "NaN" as text)
+        ("vals[7]", "tuple[tuple[int], list[int]]", "tuple[list[int], tuple[int]]"),
+    ]
+    assert report["changed"][1] == {
+        "path": "vals[1]",
+        "old": "low",
+        "new": "low",
+        "old_type": "Tone",
+        "new_type": "str",
+    }
+    assert report["changed"][4] == {"path": "vals[4]", "old": 1, "new": True}
+
+
 def test_types_told_only_when_the_texts_are_the_same() -> None:
     assert types_told(1, "1", "1", '"1"') is None
     assert types_told("a" * 9, "a" * 8, '"aaa…"', '"aaa…"') is None  # one type: none to tell
