@@ -6,7 +6,8 @@ Every tagged object in it is checked first: one the codec writes, whole (``"$ne"
 with each key once, a set of items each once, ...), or it is refused naming where it is
 (its path from ``data``, as ``nestegg inspect --path`` takes it) and what it should be, in
 plain words. A JSON object with a key twice, whose last value the JSON reader keeps, is
-refused so too (:func:`refuse_key_twice`, given the text read).
+refused so too (:func:`refuse_key_twice`, given the text read), as is one in other plain
+JSON someone gives (``nestegg signal``'s value, a file ``nestegg import`` reads).
 """
 
 from __future__ import annotations
@@ -285,19 +286,35 @@ def _marked(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Twice:
     return kept
 
 
-def _key_twice(value: Any, path: str) -> tuple[str, str] | None:
+def _plain_inner(value: Any, path: str) -> list[tuple[str, Any]]:
+    """What ``value``, plain JSON (no tag read as one), holds, each with its path."""
+    if type(value) is dict:
+        return [(_key_path(path, k), v) for k, v in value.items()]
+    if type(value) is list:
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    return []
+
+
+def _key_twice(
+    value: Any, path: str, inner: Callable[[Any, str], list[tuple[str, Any]]]
+) -> tuple[str, str] | None:
     """The path of the first object in ``value`` (read with :func:`_marked`) with a key
-    twice, and that key."""
+    twice, and that key; ``inner`` says what a value holds."""
     if isinstance(value, _Twice):
         return path, value.key
-    found = (_key_twice(v, at) for at, v in _inner(value, path))
+    found = (_key_twice(v, at, inner) for at, v in inner(value, path))
     return next((f for f in found if f), None)
 
 
-def refuse_key_twice(raw: str | bytes, what: str, field: str | None = None) -> None:
+def refuse_key_twice(
+    raw: str | bytes, what: str, field: str | None = None, plain: bool = False
+) -> None:
     """Refuse the JSON text someone gave, ``what`` (``"--data"``), if an object in it has a
     key twice: orjson, which read it, keeps the last value and says nothing. With
-    ``field``, ``raw`` is a request body whose field ``field`` holds the data.
+    ``field``, ``raw`` is a request body whose field ``field`` holds the data. ``plain``:
+    ``raw`` is plain JSON (a signal's value, an export), not data in the codec's tagged
+    form, and paths are named from its top (``steps[3]``, ``the top level``), not from
+    ``data``.
 
     Raises:
         ConfigurationError: naming ``what``, the path of the object and the key.
@@ -315,9 +332,10 @@ def refuse_key_twice(raw: str | bytes, what: str, field: str | None = None) -> N
                 f"the request body has the field {_shown(marked.key)} twice: give it once"
             )
         marked = marked.get(field) if type(marked) is dict else None
-    if (found := _key_twice(marked, "data")) is not None:
+    found = _key_twice(marked, "", _plain_inner) if plain else _key_twice(marked, "data", _inner)
+    if found is not None:
         path, key = found
         raise ConfigurationError(
-            f"{what} holds a dict at {path} with one key twice ({_shown(key)} is there "
-            "twice): a dict has each key once; give each key once"
+            f"{what} holds a dict at {path.removeprefix('.') or 'the top level'} with one key "
+            f"twice ({_shown(key)} is there twice): a dict has each key once; give each key once"
         )

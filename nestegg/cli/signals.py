@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.waiting import store_signal, wait_to_resume
 from nestegg.cli.app import (
@@ -52,6 +53,7 @@ def signal_command(
     """
     out = Output(as_json)
     data = parse_json(value, "the signal's value")
+    refuse_key_twice(value, "the signal's value", plain=True)  # orjson kept the last value
     if app_spec is None:
 
         async def store_only(opened: CheckpointStorage) -> dict[str, Any]:

@@ -177,6 +177,18 @@ def test_a_key_twice_is_found_wherever_it_is_and_only_there() -> None:
     given_data.refuse_key_twice(b'{"a": 1, "a"', "--data")  # not JSON: the reader says so
 
 
+def test_a_key_twice_in_plain_json_is_named_from_its_top_reading_no_tag() -> None:
+    # a signal's value or an export: a dict with a "$ne" key is a dict, not a tag
+    for text, where in (
+        ('{"$ne": "map", "v": [["k", {"a": 1, "a": 2}]]}', "v[0][1]"),
+        ('{"a": 1, "b": 2, "a": 3}', "the top level"),
+        ('[0, {"x y": {"a": 1, "a": 2}}]', '[1]["x y"]'),
+    ):
+        with pytest.raises(ConfigurationError, match=rf"^x holds a dict at {re.escape(where)} "):
+            given_data.refuse_key_twice(text, "x", plain=True)
+    given_data.refuse_key_twice('[{"a": 1}, {"a": 2, "b": {"a": 3}}]', "x", plain=True)
+
+
 def test_fork_refuses_data_inspect_cut_naming_where(tmp_path: Path) -> None:
     data = {"x": 1, "steps": [{"notes": list(range(ITEMS + 5))}]}
     store = Store(tmp_path, {"cut": data})

@@ -236,6 +236,37 @@ def test_an_import_refused_creates_no_store(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists() and not (tmp_path / "dir").exists()
 
 
+def test_an_import_refuses_a_key_twice_and_imports_nothing(tmp_path: Path) -> None:
+    # it imported the last value: a run without steps, say, for a second "steps": []
+    source = asyncio.run(fill(f"sqlite:///{tmp_path / 'source.db'}")).url
+    exported = nestegg(tmp_path, "export", "ok", "-s", source).stdout
+    document = orjson.loads(exported)
+    head = exported.rstrip().removesuffix("}")
+    agent = f'"agent": "{document["steps"][0]["agent"]}"'
+    target = f"file://{tmp_path / 'target'}"
+    once = "a dict has each key once; give each key once"
+    for text, where, key in (
+        (head + ', "steps": []}', "the top level", '"steps"'),
+        (exported.replace(agent, f'"agent": "gone", {agent}', 1), "steps[0]", '"agent"'),
+        (exported.replace('"status": ', '"status": "failed", "status": ', 1), "run", '"status"'),
+    ):
+        path = tmp_path / "twice.json"
+        path.write_text(text)
+        refused = nestegg(tmp_path, "import", str(path), "-s", target)
+        assert (refused.returncode, refused.stdout) == (EXIT_USAGE, "")
+        assert refused.stderr == (
+            f"error: {path} holds a dict at {where} with one key twice ({key} is there "
+            f"twice): {once}\n"
+        )
+        piped = nestegg(tmp_path, "import", "-", "-s", target, stdin=text)
+        assert piped.stderr == refused.stderr.replace(str(path), "-", 1)
+    assert not (tmp_path / "target").exists()  # nothing imported, no store made
+    # an export written otherwise (compact, not as nestegg export writes it) is read again
+    compact = nestegg(tmp_path, "import", "-", "-s", target, stdin=orjson.dumps(document).decode())
+    assert compact.returncode == 0, compact.stderr
+    assert nestegg(tmp_path, "export", "ok", "-s", target).stdout == exported
+
+
 def test_an_import_of_checkpoint_ids_the_store_has_changes_nothing(tmp_path: Path) -> None:
     store = asyncio.run(fill(f"sqlite:///{tmp_path / 'copy.db'}")).url
     exported = nestegg(tmp_path, "export", "ok", "-s", store)

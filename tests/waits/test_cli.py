@@ -16,7 +16,7 @@ import pytest
 from nestegg import RunWaiting
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
-from nestegg.constants import EXIT_WAITING
+from nestegg.constants import EXIT_USAGE, EXIT_WAITING
 from tests.cli.conftest import Cli
 from tests.cli.test_subprocess import nestegg
 from tests.waits.pipeline import build, build_sleeper, entries, quotes
@@ -310,6 +310,32 @@ def test_signal_errors_advise_the_commands_replace_option(tmp_path: Path) -> Non
     resumed = nestegg(tmp_path, "resume", "r1", "--app", APP, "-s", url, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert orjson.loads(resumed.stdout)["result"]["status"] == "approved"
+
+
+def test_a_signal_value_with_a_key_twice_is_refused_and_not_stored(tmp_path: Path) -> None:
+    # it stored {"approved": false}, the last value JSON readers keep, and resumed with it
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    ledger = tmp_path / "ledger"
+    asyncio.run(_start(url, "k1", ledger))
+    before = asyncio.run(_record(url, "k1"))
+    once = "a dict has each key once; give each key once"
+    for value, where, key in (
+        ('{"approved": true, "by": "ann", "approved": false}', "the top level", '"approved"'),
+        ('{"approved": true, "by": "ann", "notes": [{"a": 1, "a": 2}]}', "notes[0]", '"a"'),
+        ('[{"x": {"it\'s": {"b": 1, "b": 1}}}]', '[0].x["it\'s"]', '"b"'),
+    ):
+        for app in ((), ("--app", APP)):
+            refused = nestegg(tmp_path, "signal", "k1", "approval", value, *app, "-s", url)
+            assert (refused.returncode, refused.stdout) == (EXIT_USAGE, "")
+            assert refused.stderr == (
+                f"error: the signal's value holds a dict at {where} with one key twice ({key} "
+                f"is there twice): {once}\n"
+            )
+    exported = orjson.loads(nestegg(tmp_path, "export", "k1", "-s", url).stdout)
+    assert exported["signals"] == []  # nothing stored
+    assert asyncio.run(_record(url, "k1")) == before  # nor resumed
+    sent = nestegg(tmp_path, "signal", "k1", "approval", APPROVED, "--app", APP, "-s", url)
+    assert sent.returncode == 0, sent.stderr  # once each: sent, without --replace
 
 
 def test_events_show_a_waits_deadline_as_a_time(tmp_path: Path) -> None:
