@@ -71,8 +71,9 @@ def _check(request: Request, needs_app: bool = False) -> JSONResponse | None:
 
 async def _body(request: Request, what: str, fields: Collection[str], takes: str) -> dict[str, Any]:
     """The JSON object the ``what`` request carries (none: ``{}``); ConfigurationError for
-    a body that is not one, or holds a field not in ``fields`` (``takes`` says what it
-    takes), before anything is read or started."""
+    a body that is not one, holds a field not in ``fields`` (``takes`` says what it takes)
+    or a field twice, or whose ``data`` has an object with a key twice, before anything is
+    read or started."""
     raw = await request.body()
     if not raw:
         return {}
@@ -89,6 +90,8 @@ async def _body(request: Request, what: str, fields: Collection[str], takes: str
             f"unknown field {', '.join(map(_shown, unknown))} in the {what} request: it takes "
             + takes
         )
+    # A field given twice (orjson kept its last value), or a key twice in a fork's data.
+    refuse_key_twice(raw, f"the {what}'s data", field="data")
     return body
 
 
@@ -222,7 +225,6 @@ async def fork(request: Request) -> JSONResponse:
     body = await _body(
         request, "fork", FORK_FIELDS, '{"data": ...} (absent: the checkpoint\'s data)'
     )
-    refuse_key_twice(await request.body(), "the fork's data", field="data")
     data = from_given(body.get("data"), "the fork's data")
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch

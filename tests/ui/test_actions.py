@@ -866,3 +866,15 @@ def test_resume_of_a_run_whose_event_log_is_torn_is_refused_and_not_offered(
                 "was changed (fork it from a checkpoint to go on in a new run, or delete it)"
             )
             _refused_and_untouched(ui, run_id, 409, why)
+
+
+def test_a_prune_with_a_field_twice_is_refused_and_deletes_nothing(ui: Ui) -> None:
+    # orjson keeps the last of a field given twice: {"keep": 5, "keep": 1} would keep one
+    for body in ('{"keep": 5, "keep": 1}', '{"keep": 5, "dry_run": true, "dry_run": false}'):
+        refused: Any = ui.write("POST", "/api/prune", content=body)
+        field = body.split(", ")[-1].split(":")[0]
+        assert (refused.status_code, refused.json()["error"]) == (
+            400,
+            f"the request body has the field {field} twice: give it once",
+        )
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3
