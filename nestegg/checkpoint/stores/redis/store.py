@@ -24,6 +24,10 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+# The driver: a missing one becomes MissingDependencyError in stores/registry.py (here,
+# not only through the modules below, which an earlier import may have left loaded).
+import redis  # noqa: F401
+
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
