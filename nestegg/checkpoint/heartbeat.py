@@ -13,6 +13,7 @@ only one while it is under way.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import logging
@@ -54,12 +55,14 @@ class Heartbeat:
     """The lease renewals of one run, made by its loop's :class:`Heartbeats` until
     :meth:`stop`."""
 
-    __slots__ = ("_beats", "renewal", "renewer")
+    __slots__ = ("_beats", "context", "renewal", "renewer")
 
     def __init__(self, beats: Heartbeats, renewer: Renewer) -> None:
         self._beats = beats
         self.renewer: Renewer | None = renewer
         """None once stopped (a stopped heartbeat left in the heap holds no run)."""
+        self.context: contextvars.Context | None = contextvars.copy_context()
+        """The run's context, which its renewals run in, as its own task's did."""
         self.renewal: asyncio.Task[None] | None = None
         """The renewal under way."""
 
@@ -72,7 +75,7 @@ class Heartbeat:
 
     def _end(self) -> None:
         if self.renewer is not None:
-            self.renewer = None
+            self.renewer = self.context = None
             self._beats.ended()
 
     async def _renew(self, renewer: Renewer) -> None:
@@ -95,6 +98,8 @@ class Heartbeat:
         except renewer.RENEWAL_FAILURES as error:
             log.warning("heartbeat of run %r failed: %s", run_id, error, extra={"run_id": run_id})
             goes_on = True
+        except Exception:  # not one it outlives: no renewal any more, and it says so
+            log.exception("heartbeat of run %r stopped", run_id, extra={"run_id": run_id})
         finally:
             if self.renewal is asyncio.current_task():
                 self.renewal = None
@@ -107,7 +112,10 @@ class Heartbeat:
 
 
 class Heartbeats:
-    """The heartbeats of one event loop's runs, each waiting for its next renewal."""
+    """The heartbeats of one event loop's runs, each waiting for its next renewal. The
+    timer runs in an empty context of its own: one copied from the run that set it would
+    keep that run's context alive and hand it to the others' renewals (each runs in its
+    own run's)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -147,7 +155,7 @@ class Heartbeats:
         if timer is None or at < timer.when():
             if timer is not None:
                 timer.cancel()
-            self._timer = self._loop.call_at(at, self._fire)
+            self._timer = self._loop.call_at(at, self._fire, context=contextvars.Context())
 
     def _fire(self) -> None:
         self._timer = None
@@ -163,11 +171,12 @@ class Heartbeats:
             if wait > 0:
                 later.append((heartbeat, wait))
             else:
-                heartbeat.renewal = self._loop.create_task(heartbeat._renew(renewer))
-        for heartbeat, wait in later:
-            self.due(heartbeat, wait)
-        if heap and self._timer is None:
-            self._timer = self._loop.call_at(heap[0][0], self._fire)
+                renewal = heartbeat._renew(renewer)
+                heartbeat.renewal = self._loop.create_task(renewal, context=heartbeat.context)
+        for heartbeat, wait in later:  # the timer below is for the earliest of all
+            heapq.heappush(heap, (now + wait, next(self._order), heartbeat))
+        if heap:
+            self._timer = self._loop.call_at(heap[0][0], self._fire, context=contextvars.Context())
 
 
 heartbeats = PerLoop(Heartbeats)

@@ -13,6 +13,7 @@ every ``LIVE_STEP_DELAY / 5``: a start is published between ``LIVE_STEP_DELAY`` 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from typing import Protocol
 
@@ -29,7 +30,9 @@ class StartPublisher(Protocol):
 
 
 class LiveStarts:
-    """The steps of one event loop's runs waiting for their start to be due."""
+    """The steps of one event loop's runs waiting for their start to be due. The timer
+    runs in an empty context of its own: one copied from the run that set it would keep
+    that run's context alive and publish the others' starts in it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -47,7 +50,7 @@ class LiveStarts:
         self._publishers.append(publisher)
         self._seqs.append(seq)
         if self._timer is None:
-            self._timer = self._loop.call_at(at, self._fire)
+            self._timer = self._loop.call_at(at, self._fire, context=contextvars.Context())
 
     def _fire(self) -> None:
         now = self._loop.time()
@@ -55,7 +58,11 @@ class LiveStarts:
         while due and due[0] <= now:
             due.popleft()
             publishers.popleft().publish_start(seqs.popleft())
-        self._timer = self._loop.call_at(max(due[0], now + _GRAIN), self._fire) if due else None
+        self._timer = (
+            self._loop.call_at(max(due[0], now + _GRAIN), self._fire, context=contextvars.Context())
+            if due
+            else None
+        )
 
 
 live_starts = PerLoop(LiveStarts)

@@ -1,4 +1,6 @@
-"""One object per event loop, made on its first use there and gone with its loop: the
+"""One object per event loop, made on its first use there and dropped once its loop is
+closed and another needs its own (the object holds its loop, so the weak key alone would
+never let go of it): the
 timers that serve all the runs of a loop (:mod:`~nestegg.checkpoint.live_starts`,
 :mod:`~nestegg.checkpoint.heartbeat`)."""
 
@@ -25,6 +27,8 @@ class PerLoop(Generic[T]):
         loop = asyncio.get_running_loop()
         found = self._by_loop.get(loop)
         if found is None:
+            for closed in [old for old in self._by_loop if old.is_closed()]:
+                del self._by_loop[closed]  # its object holds it: it never goes by itself
             found = self._by_loop[loop] = self._make(loop)
         return found
 

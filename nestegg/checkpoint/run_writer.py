@@ -332,10 +332,12 @@ class RunWriter:
         with contextlib.suppress(Exception):
             await self._settle_start()
         heartbeat, writer, self.heartbeat, self.writer = self.heartbeat, self.writer, None, None
-        if heartbeat is not None:
-            await heartbeat.stop()
-        if writer is not None:
-            await cancel_and_wait(writer)
+        try:
+            if heartbeat is not None:
+                await heartbeat.stop()
+        finally:  # also if the renewal under way raised: the write-behind stops too
+            if writer is not None:
+                await cancel_and_wait(writer)
 
 
 __all__ = ["CheckpointHook", "RunWriter"]

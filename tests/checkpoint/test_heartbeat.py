@@ -7,13 +7,16 @@ stopped heartbeat's renewal under way is cancelled, and ended runs leave nothing
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
-from nestegg.checkpoint.heartbeat import heartbeats
+from nestegg.checkpoint.heartbeat import Heartbeat, heartbeats
 from nestegg.checkpoint.records import Commit
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.errors import StaleOwnerError
@@ -173,3 +176,81 @@ async def test_runs_that_ended_leave_nothing_behind_in_the_heartbeats() -> None:
     assert beats.beating == 0
     assert len(beats._heap) <= 200  # rebuilt without the stopped ones, not 2,000
     assert all(entry[2].renewer is None for entry in beats._heap)
+
+
+async def test_a_run_due_before_a_run_whose_lease_moved_is_renewed_when_due() -> None:
+    beats = heartbeats()
+    moved = Renews("moved", 0.1)  # due at 0.10 s
+    first = beats.beat(moved)
+    await asyncio.sleep(0.02)
+    other, began = Renews("other", 0.1), time.monotonic()  # due at 0.12 s
+    second = beats.beat(other)
+    await asyncio.sleep(0.07)
+    moved.renewed_at = time.monotonic()  # a step's commit set its lease: due at 0.19 s
+    await asyncio.sleep(0.2)
+    await first.stop()
+    await second.stop()
+    assert other.renewals[0] - began < 0.13  # not when the moved one became due
+
+
+def test_a_closed_loop_is_not_kept_by_its_heartbeats() -> None:
+    async def use() -> weakref.ref[asyncio.AbstractEventLoop]:
+        heartbeats().beat(Renews("left", 60.0))  # never stopped: its loop ends first
+        return weakref.ref(asyncio.get_running_loop())
+
+    used = asyncio.run(use())
+    asyncio.run(use())  # the next loop's heartbeats
+    gc.collect()
+    assert used() is None
+
+
+SEEN: contextvars.ContextVar[object] = contextvars.ContextVar("seen")
+
+
+async def test_a_renewal_runs_in_its_own_runs_context_and_keeps_no_other() -> None:
+    class Data:
+        pass
+
+    data = Data()
+    freed = weakref.ref(data)
+    beats = heartbeats()
+    mine, other = Renews("mine", 0.05), Renews("other", 0.06)
+    for run in (mine, other):
+        run.seen = []  # type: ignore[attr-defined]
+        renew = run._renew
+
+        async def noted(run: Renews = run, renew: Any = renew) -> bool:
+            run.seen.append(SEEN.get(None))  # type: ignore[attr-defined]
+            return bool(await renew())
+
+        run._renew = noted  # type: ignore[method-assign]
+
+    async def start_mine(value: object) -> Heartbeat:
+        SEEN.set(value)
+        return beats.beat(mine)
+
+    kept = await asyncio.get_running_loop().create_task(start_mine(data))
+    others = beats.beat(other)  # from a context without the value
+    await asyncio.sleep(0.2)
+    await kept.stop()
+    assert mine.seen and all(v is data for v in mine.seen)  # type: ignore[attr-defined]
+    mine.seen.clear()  # type: ignore[attr-defined]
+    del data
+    await asyncio.sleep(0.15)
+    gc.collect()
+    await others.stop()
+    assert set(other.seen) == {None}  # type: ignore[attr-defined]
+    assert freed() is None  # the run's context went with its heartbeat
+
+
+async def test_a_renewal_error_it_does_not_outlive_is_logged_and_ends_it(caplog: Any) -> None:
+    class Odd(Renews):
+        async def _renew(self) -> bool:
+            raise RuntimeError("unexpected")
+
+    beats = heartbeats()
+    heartbeat = beats.beat(Odd("odd", 0.03))
+    await asyncio.sleep(0.1)
+    assert beats.beating == 0 and heartbeat.renewer is None
+    assert "heartbeat of run 'odd' stopped" in caplog.text
+    assert "RuntimeError: unexpected" in caplog.text
