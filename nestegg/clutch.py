@@ -19,7 +19,7 @@ from nestegg.context import current_context
 from nestegg.durations import seconds_or_none
 from nestegg.errors import ConfigurationError, NoActiveRunError
 from nestegg.stored_runs import StoredRuns
-from nestegg.task import ClutchTask, StepEvent, StepListeners, local_late
+from nestegg.task import ClutchTask, LocalLate, StepEvent, StepListeners
 
 
 class Clutch(StoredRuns):
@@ -125,7 +125,7 @@ class Clutch(StoredRuns):
         return await self._launch(
             lambda lst: book.run(input_data, chosen, lst, stored.set),
             listeners,
-            local_late(chosen, stored),
+            LocalLate(chosen, stored),
             stored if until_published else None,
         )
 

@@ -225,9 +225,9 @@ class PipelineBase(PipelineDefinition):
         """
         if execution.recorder.journals:  # a checkpointed attempt is a span already
             return await self._drive(execution, input_data, fresh, refused)
-        return await telemetry_attempts.traced_plain_run(
-            self, execution, lambda: self._drive(execution, input_data, fresh, refused)
-        )
+        # A partial, not a lambda: this coroutine, alive as long as its run, keeps no cells.
+        work = functools.partial(self._drive, execution, input_data, fresh, refused)
+        return await telemetry_attempts.traced_plain_run(self, execution, work)
 
     async def _drive(
         self,

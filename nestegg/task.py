@@ -83,12 +83,20 @@ def outcome_hint(run_id: str) -> str:
     return f"await clutch.result({run_id!r}) for its outcome"
 
 
-def local_late(run_id: str, stored: asyncio.Event) -> Callable[[float], str]:
+class LocalLate:
     """Why a wait for the result of ``run_id``, checkpointed and executed in this process,
-    timed out after ``limit`` seconds (``stored``: set once the run is stored)."""
+    timed out after ``limit`` seconds (``stored``: set once the run is stored). An object,
+    not a closure: one object a run instead of a function, its cells and their tuple."""
 
-    def late(limit: float) -> str:
-        if not stored.is_set():
+    __slots__ = ("run_id", "stored")
+
+    def __init__(self, run_id: str, stored: asyncio.Event) -> None:
+        self.run_id = run_id
+        self.stored = stored
+
+    def __call__(self, limit: float) -> str:
+        run_id = self.run_id
+        if not self.stored.is_set():
             return (
                 f"run {run_id!r} was not stored within {limit:g} s (its write to the store "
                 "took longer); it goes on while this event loop runs: once it is stored, "
@@ -99,8 +107,6 @@ def local_late(run_id: str, stored: asyncio.Event) -> Callable[[float], str]:
             f"loop runs: {outcome_hint(run_id)} (if the loop ends first, the run is stored "
             f"as cancelled, and resume_latest({run_id!r}) continues it)"
         )
-
-    return late
 
 
 class ClutchTask:

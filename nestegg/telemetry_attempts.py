@@ -71,14 +71,28 @@ def traced_attempt(
     ) -> T:
         if not _reports():  # nothing wraps the attempt: one coroutine, no closure, per run
             return await execute(book, run, execution, event, *args, **kwargs)
-
-        async def body(opening: Opening) -> T:
-            return await execute(book, run, execution, opening, *args, **kwargs)
-
-        where = Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
-        return await _attempt(execution, where, event, body)
+        return await _traced(execute, book, run, execution, event, args, kwargs)
 
     return attempt
+
+
+async def _traced(
+    execute: Callable[..., Awaitable[T]],
+    book: Any,
+    run: Any,
+    execution: RunExecution,
+    event: Opening,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    """:func:`traced_attempt`'s attempt as a span. Apart, so that the attempt's own
+    coroutine, alive as long as its run, holds no cells for this closure's variables."""
+
+    async def body(opening: Opening) -> T:
+        return await execute(book, run, execution, opening, *args, **kwargs)
+
+    where = Attempt(run.pipeline, book.clutch.strategy, book.store, run.fence)
+    return await _attempt(execution, where, event, body)
 
 
 async def traced_plain_run(
