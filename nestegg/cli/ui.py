@@ -114,8 +114,8 @@ def ui_command(
     shown = url_host(host)
     out = Output()
     described = describe_store(url)
-    if clutch is not None and own_store(clutch) is not None:
-        described = f"the store the Clutch at {app_spec} names"
+    if own is not None:
+        described = _own_where(own, app_spec)
         if explicit_store(ctx, store):
             out.note(f"note: the Clutch at {app_spec} names its own store; --store is ignored")
     out.line(f"nestegg ui: http://{shown}:{port}/ (store: {described})")
@@ -139,12 +139,13 @@ def url_host(host: str) -> str:
 
 
 def _own_where(store: CheckpointStorage, spec: str | None) -> str:
-    """Where the store a Clutch names is, as a refusal shows it."""
+    """Where the store a Clutch names is, as the start line and a refusal show it."""
     where: object = store.root if isinstance(store, FileCheckpointStorage) else None
     if isinstance(store, SQLiteCheckpointStorage):
         where = store.path
     where = getattr(store, "where", where)  # a server store's: its server and prefix
-    return f"{where} (the store the Clutch at {spec} names)"
+    names = f"the store the Clutch at {spec} names"
+    return names if where is None else f"{where} ({names})"
 
 
 def _refuse_absent(store: CheckpointStorage, where: str) -> None:

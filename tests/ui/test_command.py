@@ -116,7 +116,10 @@ def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
         assert server.output[0] == (
             f"note: the Clutch at {app} names its own store; --store is ignored\n"
         )
-        assert f"(store: the store the Clutch at {app} names)" in server.output[1]
+        assert (
+            f"(store: {tmp_path / 'own'} (the store the Clutch at {app} names))"
+            in (server.output[1])
+        )
         assert _get(server.base + "/")[0] == 200
     assert not (tmp_path / "other.db").exists()  # the --store one was never opened
 
@@ -223,7 +226,11 @@ def test_an_app_naming_a_server_store_that_is_set_up_serves_it(
         with ui_server(
             tmp_path / "home", "--app", app, "--allow-writes", **{OWN_STORE_ENV: url}
         ) as server_process:
-            assert f"(store: the store the Clutch at {app} names)" in server_process.output[0]
+            named = "table prefix" if scheme.startswith("postgres") else "key prefix"
+            assert (
+                f"(store: {without_password(server)}, {named} {prefix!r} (the store the Clutch "
+                f"at {app} names))"
+            ) in server_process.output[0]
             status, page = _get(server_process.base + "/")
             assert status == 200 and "/runs/ok" in page
             assert _get(server_process.base + "/runs/ok")[0] == 200
