@@ -138,6 +138,9 @@ CHECKPOINT_SAVED = EventKind.CHECKPOINT_SAVED
 CHECKPOINT_PRUNED = EventKind.CHECKPOINT_PRUNED
 LARGEST_NUMBER = 2**63 - 1
 """The largest count or sequence number taken from a user (a store's 64-bit integer)."""
+LONGEST_DURATION_DAYS = 999_999_999
+"""The longest duration a command or the inspector takes (``999999999d``): the longest a
+``timedelta`` holds in whole days."""
 LATEST_TIME = 253402300799.0
 """The last second of the year 9999 (UNIX seconds): a later time is one no listing can show."""
 LIVE_STEP_DELAY = 0.05

@@ -33,7 +33,13 @@ from nestegg.cli.render import (
 )
 from nestegg.cli.runs import check_status
 from nestegg.cli.transfer import ExportFormatError, export_run, import_run, read_export
-from nestegg.constants import EXIT_FAILED, EXIT_USAGE, FINISHED, LARGEST_NUMBER
+from nestegg.constants import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    FINISHED,
+    LARGEST_NUMBER,
+    LONGEST_DURATION_DAYS,
+)
 from nestegg.errors import RunLockedError
 from nestegg.pipeline import check_pipeline_filter
 
@@ -54,10 +60,10 @@ DryRunOption = Annotated[
 
 def parse_duration(text: str, shown: Callable[[object], str] = repr) -> timedelta:
     """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h`` (``shown`` writes
-    ``text`` in the error: JSON for a JSON body's).
+    ``text`` in the error: JSON for a JSON body's), up to LONGEST_DURATION_DAYS days.
 
     Raises:
-        CommandError: (bad usage) anything else.
+        CommandError: (bad usage) anything else, or a longer duration.
     """
     compact = text.replace(" ", "").lower()
     parts = _DURATION_PART.findall(compact)
@@ -66,7 +72,13 @@ def parse_duration(text: str, shown: Callable[[object], str] = repr) -> timedelt
             f"bad duration {shown(text)}: use a number and a unit s, m, h, d or w (e.g. 7d, 12h)",
             EXIT_USAGE,
         )
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds > LONGEST_DURATION_DAYS * _UNIT_SECONDS["d"]:
+        raise CommandError(
+            f"bad duration {shown(text)}: the longest taken is {LONGEST_DURATION_DAYS}d",
+            EXIT_USAGE,
+        )
+    return timedelta(seconds=seconds)
 
 
 def confirm_or_stop(question: str, yes: bool) -> None:

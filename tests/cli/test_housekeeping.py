@@ -28,6 +28,7 @@ from tests.cli.conftest import (
     tear,
 )
 from tests.cli.pipeline_app import POLICY, build
+from tests.cli.test_subprocess import nestegg
 
 
 def _ids(cli: Cli, url: str) -> set[str]:
@@ -51,6 +52,15 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(CommandError, match="bad duration") as caught:
         parse_duration(text)
+    assert caught.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("text", ["1000000000d", "99999999999d", "142857143w", "9" * 400 + "s"])
+def test_parse_duration_refuses_more_than_the_longest(text: str) -> None:
+    assert parse_duration("999999999d") == timedelta(days=999_999_999)
+    with pytest.raises(CommandError) as caught:
+        parse_duration(text)
+    assert str(caught.value) == f"bad duration {text!r}: the longest taken is 999999999d"
     assert caught.value.exit_code == EXIT_USAGE
 
 
@@ -130,6 +140,21 @@ def test_prune_usage(cli: Cli, filled: Filled) -> None:
     assert nothing.stderr == "error: prune needs --keep N and/or --older-than DURATION\n"
     assert cli("prune", "--older-than", "soon", "-s", filled.url).exit_code == EXIT_USAGE
     assert cli("prune", "--keep", "0", "-s", filled.url).exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("older_than", ["1000000000d", "99999999999d"])
+def test_prune_older_than_the_longest_duration_is_bad_usage(
+    cli: Cli, filled: Filled, tmp_path: Path, older_than: str
+) -> None:
+    for dry_run in (["--dry-run"], ["--yes"]):
+        refused = nestegg(tmp_path, "prune", "--older-than", older_than, *dry_run, "-s", filled.url)
+        assert refused.returncode == EXIT_USAGE, refused.stderr
+        assert refused.stdout == ""
+        assert refused.stderr == (
+            f"error: bad duration '{older_than}': the longest taken is 999999999d\n"
+        )
+    assert _ids(cli, filled.url) == {filled.ok, filled.bad, filled.gone}
+    assert _checkpoints(cli, filled.url, filled.ok) == [1, 2, 3]
     assert cli("prune", "--keep", "1", "--status", "odd", "-s", filled.url).exit_code == EXIT_USAGE
 
 

@@ -723,6 +723,7 @@ PRUNE_REFUSALS = [
     ({"keep": "2"}, 'keep must be a whole number >= 1, got "2"'),
     ({"status": "done"}, 'unknown status "done"; one of '),
     ({"older_than": "soon"}, 'bad duration "soon": use a number and a unit'),
+    ({"older_than": "9999999999d"}, 'bad duration "9999999999d": the longest taken is 999999999d'),
 ]
 
 
@@ -732,6 +733,19 @@ def test_a_prune_with_a_field_it_does_not_take_is_refused_and_deletes_nothing(ui
         assert refused.status_code == 400, body
         assert refused.json()["error"].startswith(error)
         assert len(_checkpoints(ui, ui.filled.ok)) == 3
+
+
+def test_a_prune_older_than_the_longest_duration_is_refused_and_deletes_nothing(ui: Ui) -> None:
+    runs = _run_ids(ui)
+    assert ui.filled.ok in runs
+    for older_than, dry_run in (("99999999999d", True), ("1000000000d", False)):
+        body = {"older_than": older_than, "dry_run": dry_run}
+        refused: Any = ui.write("POST", "/api/prune", json=body)
+        assert refused.status_code == 400, refused.text
+        error = f'bad duration "{older_than}": the longest taken is 999999999d'
+        assert refused.json() == {"error": error}
+    assert _run_ids(ui) == runs
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3
 
 
 def test_a_store_given_to_the_app_is_left_open(tmp_path: Path) -> None:
