@@ -292,12 +292,6 @@ def test_a_fork_takes_the_codecs_form_and_an_unedited_editor_forks_the_same_data
             ui.write("DELETE", f"/api/runs/{run_id}")
 
 
-def _run_ids(ui: Ui) -> list[str]:
-    store = ui.client.app.state.store  # type: ignore[attr-defined]
-    runs = ui.client.portal.call(lambda: store.list_runs(pipeline="cli-test"))  # type: ignore[union-attr]
-    return sorted(run.run_id for run in runs)
-
-
 def test_a_fork_refuses_a_tag_the_codec_does_not_write(ui: Ui) -> None:
     _, second, _ = _checkpoints(ui, ui.filled.ok)
     before = _run_ids(ui)
