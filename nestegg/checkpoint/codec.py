@@ -65,6 +65,10 @@ class KeptEnum:
     where: str
     value: str
 
+    def rebuilt_value(self) -> Any:
+        """Its value as :func:`from_jsonable` reads it back."""
+        return from_jsonable(orjson.loads(self.value))
+
 
 def _encode_scalar(value: Any, path: str) -> Any:
     if isinstance(value, KeptEnum):
@@ -157,19 +161,22 @@ _in_given_key: contextvars.ContextVar[bool] = contextvars.ContextVar(
 is refused, not made its plain value, which could be another key of the dict."""
 
 
-_enums_kept: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "nestegg_codec_enums_kept", default=False
+_enums_kept: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "nestegg_codec_enums_kept", default=""
 )
-"""True under :func:`enums_kept`."""
+"""Under :func:`enums_kept`, which enums are read back as :class:`KeptEnum`: ``"all"`` or
+``"unimported"``."""
 
 
 @contextlib.contextmanager
-def enums_kept() -> Iterator[None]:
+def enums_kept(*, unimported_only: bool = False) -> Iterator[None]:
     """Within it, an enum member is read back as a :class:`KeptEnum`, which
     :func:`to_jsonable` writes back as it was stored: its module is not imported, so that
     a value printed in the codec's form (``nestegg inspect --stored``) is the stored one
-    exactly, whether or not this process can import the enum's class."""
-    kept = _enums_kept.set(True)
+    exactly, whether or not this process can import the enum's class. ``unimported_only``:
+    only an enum whose class this process cannot import is (not made its plain value, so
+    that ``diff`` tells it from that value); the others are rebuilt."""
+    kept = _enums_kept.set("unimported" if unimported_only else "all")
     try:
         yield
     finally:
@@ -196,7 +203,8 @@ class DuplicateKeys(Exception):
 
 def _restore_enum(spec: list[Any]) -> Any:
     where, raw = spec
-    if _enums_kept.get():
+    kept = _enums_kept.get()
+    if kept == "all":
         return KeptEnum(str(where), orjson.dumps(raw).decode())
     value = from_jsonable(raw)
     module, _, qualname = str(where).partition(":")
@@ -212,7 +220,7 @@ def _restore_enum(spec: list[Any]) -> Any:
         return target(value)
     if _in_given_key.get():
         raise EnumKeyNotRebuilt(str(where))
-    return value
+    return KeptEnum(str(where), orjson.dumps(raw).decode()) if kept else value
 
 
 def _restore_map(entries: list[Any]) -> dict[Any, Any]:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from nestegg.checkpoint.codec import KeptEnum
 from nestegg.cli.paths import Key, encoded, format_path
 from nestegg.cli.render import to_json
 from nestegg.constants import CLI_VALUE_ITEMS
@@ -127,15 +128,20 @@ def types_told(old: Any, new: Any, old_text: str, new_text: str) -> tuple[str, s
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
-def _type_text(value: Any, qualified: bool) -> str:
-    """``value``'s type."""
-    return _type_name(type(value), qualified)
+def _type_name(value: Any, qualified: bool) -> str:
+    """``value``'s type's name; an enum whose class this process does not import
+    (:class:`KeptEnum`) names its class as stored."""
+    if isinstance(value, KeptEnum):
+        module, _, name = value.where.partition(":")
+        return f"{module}.{name}" if qualified else name
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}" if qualified else kind.__qualname__
 
 
 def _held_text(value: Any, qualified: bool) -> str:
     """``value``'s type and, for a container, the types it holds, at any depth."""
-    name = _type_name(type(value), qualified)
-    inside = sorted({_type_name(type(v), qualified) for v in _held(value)})
+    name = _type_name(value, qualified)
+    inside = sorted({_type_name(v, qualified) for v in _held(value)})
     return f"{name} of {', '.join(inside)}" if inside else name
 
 
@@ -143,7 +149,7 @@ def _shape_text(value: Any, qualified: bool) -> str:
     """``value``'s type and, for a container, the type of each item where it is
     (``tuple[tuple[int], list[int]]``, ``dict[str: date]``; a set's in one order), the
     first CLI_VALUE_ITEMS items of each."""
-    name = _type_name(type(value), qualified)
+    name = _type_name(value, qualified)
     if isinstance(value, dict):
         inside = [
             f"{_shape_text(k, qualified)}: {_shape_text(v, qualified)}" for k, v in value.items()
@@ -159,17 +165,13 @@ def _shape_text(value: Any, qualified: bool) -> str:
 
 
 _TOLD_BY = (
-    (_type_text, False),
+    (_type_name, False),
     (_held_text, False),
     (_shape_text, False),
     (_held_text, True),
     (_shape_text, True),
 )
 """How :func:`types_told` tells two types apart, the first that does."""
-
-
-def _type_name(kind: type, qualified: bool) -> str:
-    return f"{kind.__module__}.{kind.__qualname__}" if qualified else kind.__qualname__
 
 
 def _held(value: Any) -> list[Any]:

@@ -11,6 +11,7 @@ import orjson
 
 from nestegg.agents import check_name
 from nestegg.checkpoint.cancels import cancelled_by
+from nestegg.checkpoint.codec import enums_kept
 from nestegg.checkpoint.formats import parse_checkpoint, parse_journal
 from nestegg.checkpoint.loader import load_latest, load_state, unusable_checkpoints
 from nestegg.checkpoint.ownership import run_state
@@ -452,6 +453,19 @@ async def resolve_state(store: CheckpointStorage, reference: str) -> CheckpointS
 def state_json(state: CheckpointState) -> dict[str, Any]:
     """A restored state as plain data."""
     return state.to_json()
+
+
+async def compared_states(
+    store: CheckpointStorage, old: str, new: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The states of ``old`` and ``new`` (ids as :func:`resolve_state` takes them) as
+    plain data for ``diff``: an enum whose class this process does not import is a
+    :class:`~nestegg.checkpoint.codec.KeptEnum`, as stored, not its plain value, from which
+    it would not differ."""
+    with enums_kept(unimported_only=True):
+        first = state_json(await resolve_state(store, old))
+        second = state_json(await resolve_state(store, new))
+    return first, second
 
 
 def event_row(event: Event) -> dict[str, Any]:

@@ -381,9 +381,7 @@ def diff_command(
     """
 
     async def work(opened: CheckpointStorage) -> tuple[dict[str, Any], dict[str, Any]]:
-        first = await reading.resolve_state(opened, old)
-        second = await reading.resolve_state(opened, new)
-        return reading.state_json(first), reading.state_json(second)
+        return await reading.compared_states(opened, old, new)
 
     first, second = run_with_store(ctx, store, work, read_only=True)
     keys = ("checkpoint_id", "run_id")

@@ -491,8 +491,7 @@ async def state_of(
 async def diff_of(store: CheckpointStorage, old: str, new: str) -> dict[str, Any]:
     """What changed from checkpoint ``old`` to ``new`` (ids and run ids left out)."""
     keys = ("checkpoint_id", "run_id")
-    first = reading.state_json(await reading.resolve_state(store, old))
-    second = reading.state_json(await reading.resolve_state(store, new))
+    first, second = await reading.compared_states(store, old, new)
     changes = diff_values(
         {k: v for k, v in first.items() if k not in keys},
         {k: v for k, v in second.items() if k not in keys},
