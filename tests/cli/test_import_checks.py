@@ -126,6 +126,15 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "signal time": (_signal(at="now"), "signals[0].at must be UNIX seconds"),
     "signal twice": (_signal_twice, "signals[1]: name 'go' appears twice"),
     "signals not a list": (_set("signals", value=5), "signals must be a JSON list, got 5"),
+    # a field that copies what the record's sealed body holds must still hold the same
+    "agent not its body's": (
+        _set("steps", 0, "agent", value="nope-agent"),
+        "steps[0].agent 'nope-agent' is not what the record's sealed body holds, 'fetch'",
+    ),
+    "checkpoint seq not its body's": (
+        _set("checkpoints", 1, "seq", value=1),
+        "checkpoints[1].seq 1 is not what the record's sealed body holds, 2",
+    ),
 }
 
 

@@ -267,6 +267,32 @@ def test_an_import_refuses_a_key_twice_and_imports_nothing(tmp_path: Path) -> No
     assert nestegg(tmp_path, "export", "ok", "-s", target).stdout == exported
 
 
+def test_an_import_refuses_a_copy_its_record_body_does_not_hold(tmp_path: Path) -> None:
+    # a hand-edited steps[0].agent was imported, and nestegg show listed the step under it
+    source = asyncio.run(fill(f"sqlite:///{tmp_path / 'source.db'}")).url
+    exported = nestegg(tmp_path, "export", "ok", "-s", source).stdout
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    for keys, value, expected in (
+        (("steps", 0, "agent"), "nope-agent", "steps[0].agent 'nope-agent' is not what"),
+        (("steps", 2, "agent"), "fetch", "steps[2].agent 'fetch' is not what"),
+        (("checkpoints", 0, "seq"), 3, "checkpoints[0].seq 3 is not what"),
+    ):
+        document = orjson.loads(exported)
+        record = document[keys[0]][keys[1]]
+        held = record[keys[2]]
+        record[keys[2]] = value
+        path = tmp_path / "edited.json"
+        path.write_bytes(orjson.dumps(document))
+        refused = nestegg(tmp_path, "import", str(path), "-s", target)
+        assert (refused.returncode, refused.stdout) == (EXIT_USAGE, "")
+        assert refused.stderr == (
+            f"error: {path}: {expected} the record's sealed body holds, {held!r}\n"
+        )
+    assert not (tmp_path / "copy.db").exists()  # nothing imported, no store made
+    imported = nestegg(tmp_path, "import", "-", "-s", target, stdin=exported)
+    assert imported.returncode == 0, imported.stderr
+
+
 def test_an_import_of_checkpoint_ids_the_store_has_changes_nothing(tmp_path: Path) -> None:
     store = asyncio.run(fill(f"sqlite:///{tmp_path / 'copy.db'}")).url
     exported = nestegg(tmp_path, "export", "ok", "-s", store)
