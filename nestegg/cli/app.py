@@ -350,8 +350,8 @@ def _embedded_for_reading(url: str | None) -> Any:
     """The SQLite (read-only) or file store ``url`` names, else None; not opened yet."""
     if not url:
         return SQLiteCheckpointStorage(home_path() / DEFAULT_DB_NAME, read_only=True)
-    if url.startswith("sqlite:"):
-        return SQLiteCheckpointStorage.from_url(url, read_only=True)
+    if url.startswith("sqlite:"):  # open_store takes its ?max_pending_commits= out
+        return open_store(url, read_only=True)
     if url.startswith("file:"):
         return FileCheckpointStorage.from_url(url)
     return None

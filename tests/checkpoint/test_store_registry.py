@@ -241,3 +241,39 @@ def test_the_forms_of_embedded_and_memory_store_urls_still_open(tmp_path: Path) 
     assert open_store("file://../rel").root == Path("../rel")
     assert open_store("file://localhost/var/x").root == Path("/var/x")
     open_store("memory://")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{tmp}/p.db?max_pending_commits=8",
+        "sqlite://?max_pending_commits=8",
+        "postgresql://app@db/app?table_prefix=x_&max_pending_commits=8",
+        "redis://cache:6379/0?max_pending_commits=8&prefix=app:",
+    ],
+)
+def test_a_store_url_gives_the_stores_max_pending_commits(url: str, tmp_path: Path) -> None:
+    # the constructor's max_pending_commits=, reached by --store and NESTEGG_STORE too
+    store = open_store(url.format(tmp=tmp_path))
+    gate = store._group._gate  # type: ignore[attr-defined]
+    assert gate is not None and gate.max_pending == 8
+    assert getattr(store, "table_prefix", "x_") == "x_"
+    assert getattr(store, "prefix", "app:") == "app:"
+    assert open_store(url.format(tmp=tmp_path).partition("?")[0])._group._gate is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1.5", "", "none", "٣"])
+@pytest.mark.parametrize(
+    "base", ["sqlite:///p.db", "postgresql://app:s3cret@db/app", "redis://:s3cret@cache:6379/0"]
+)
+def test_a_store_url_refuses_a_max_pending_commits_that_is_no_positive_integer(
+    base: str, value: str
+) -> None:
+    url = f"{base}?max_pending_commits={value}"
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert str(refused.value) == (
+        f"store URL {without_password(url)!r}: the query option max_pending_commits takes a "
+        f"positive integer, got {value!r}"
+    )
+    assert "s3cret" not in str(refused.value)

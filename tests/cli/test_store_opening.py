@@ -35,6 +35,7 @@ from nestegg.urls import UNREADABLE_HOST, UNREADABLE_USER, without_password
 from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.test_subprocess import ROOT, nestegg
 
+PENDING_TAKES = "the query option max_pending_commits takes a positive integer"
 READING = (
     ["runs"],
     ["show", "ok"],
@@ -301,6 +302,14 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
             "redis-py does not take the value of the query option 'ssl_cert_reqs': Invalid SSL "
             "Certificate Requirements Flag: bogus\n",
         ),
+        *(
+            (f"{base}?max_pending_commits={value}", f"{PENDING_TAKES}, got {value!r}\n")
+            for base, value in (
+                ("sqlite:///x.db", "0"),
+                ("postgresql://app:s3cret@db/app", "-1"),
+                ("redis://:s3cret@cache:6379/0", "x"),
+            )
+        ),
     ],
 )
 def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, reason: str) -> None:
@@ -310,6 +319,19 @@ def test_a_store_url_a_store_refuses_is_named_once(tmp_path: Path, url: str, rea
         f"error: bad store URL {without_password(url)!r} from --store: {reason}"
     ), result.stderr
     assert result.stderr.count("store URL") == 1 and "s3cret" not in result.stderr
+    assert not (ROOT / "x.db").exists()
+
+
+def test_a_store_url_holds_back_steps_as_its_store_does(cli: Cli, filled_any: Filled) -> None:
+    # ?max_pending_commits= is the constructor's option, on SQLite, PostgreSQL and Redis
+    url = f"{filled_any.url}{'&' if '?' in filled_any.url else '?'}max_pending_commits=8"
+    for args in (["show", filled_any.ok], ["signal", filled_any.ok, "go", "1", "--replace"]):
+        result = cli(*args, "--store", url)
+        if urlsplit(url).scheme in ("file", "memory"):
+            assert result.exit_code == EXIT_USAGE, (args, result.stderr)
+            assert result.stderr.endswith(": unknown query option 'max_pending_commits'\n")
+        else:
+            assert result.exit_code == EXIT_OK, (args, result.stderr)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.registry import store_class
@@ -19,14 +19,18 @@ from nestegg.constants import DEFAULT_DB_NAME, DEFAULT_HOME, HOME_ENV
 from nestegg.errors import ConfigurationError, StorageUnavailableError
 from nestegg.urls import host_problem, without_password
 
+PENDING = "max_pending_commits"
+
 URL_OPTIONS = {
-    "postgresql": "table_prefix",
-    "postgres": "table_prefix",
-    "redis": "prefix",
-    "rediss": "prefix",
+    "sqlite": (PENDING,),
+    "postgresql": ("table_prefix", PENDING),
+    "postgres": ("table_prefix", PENDING),
+    "redis": ("prefix", PENDING),
+    "rediss": ("prefix", PENDING),
 }
-"""The store option a URL may carry in its query, by scheme (``?table_prefix=app_``), so
-that a command reaches a store built with a prefix of its own."""
+"""The store options a URL may carry in its query, by scheme (``?table_prefix=app_``,
+``?max_pending_commits=64``), so that a command reaches a store built with a prefix of its
+own, or holds its steps back as the constructor's option does."""
 
 READ_ONLY_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "redis", "rediss"})
 """The schemes of the stores that take ``read_only``, which :func:`open_store` passes on."""
@@ -39,13 +43,15 @@ store."""
 def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     """A store for ``url``: ``memory://``, ``file:///dir``, ``sqlite:///file.db``,
     ``postgresql://…`` or ``redis://…``; a PostgreSQL URL may end in
-    ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:`` (the constructor's option).
+    ``?table_prefix=app_`` and a Redis URL in ``?prefix=app:``, and a SQLite, PostgreSQL
+    or Redis URL in ``?max_pending_commits=64`` (the constructor's options).
     ``read_only`` opens a SQLite, PostgreSQL or Redis store for a reader (their
     ``read_only`` option).
 
     Raises:
         ConfigurationError: no string, no scheme or an unknown one, or a URL whose host or
-            port cannot be read (named without its password).
+            port cannot be read (named without its password), or a
+            ``max_pending_commits`` that is not a positive integer.
         MissingDependencyError: the store's driver is not installed (names the extra).
 
     Example:
@@ -62,24 +68,37 @@ def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     if not scheme:
         raise ConfigurationError(f"store URL {without_password(url)!r}: {NO_SCHEME}")
     cls = store_class(scheme)
-    options: dict[str, str | bool] = (
+    options: dict[str, str | bool | int] = (
         {"read_only": True} if read_only and scheme in READ_ONLY_SCHEMES else {}
     )
-    name = URL_OPTIONS.get(scheme)
-    if name is not None:
+    given = url
+    for name in URL_OPTIONS.get(scheme, ()):
         url, value = _take_query_option(url, name)
         if value is not None:
-            options[name] = value
+            options[name] = _pending_limit(given, value) if name == PENDING else value
     store: CheckpointStorage = cls.from_url(url, **options)
     return store
 
 
+def _pending_limit(url: str, value: str) -> int:
+    """``?max_pending_commits=``'s value: a positive integer, as the constructor takes it
+    (no limit is the option left out)."""
+    if value.isascii() and value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ConfigurationError(
+        f"store URL {without_password(url)!r}: the query option {PENDING} takes a positive "
+        f"integer, got {value!r}"
+    )
+
+
 def _take_query_option(url: str, name: str) -> tuple[str, str | None]:
     """``url`` without the query option ``name``, and its value (None: not there); the
-    other options kept as written, byte for byte (libpq reads ``+`` as itself)."""
-    parts = urlsplit(url)
+    rest kept as written, byte for byte (libpq reads ``+`` as itself; ``urlunsplit`` would
+    turn ``sqlite:////abs.db`` into ``sqlite://abs.db``)."""
+    body, hash_, fragment = url.partition("#")
+    head, _, query = body.partition("?")
     kept, value = [], None
-    for pair in parts.query.split("&") if parts.query else []:
+    for pair in query.split("&") if query else []:
         key, _, raw = pair.partition("=")
         if unquote(key) == name:
             value = unquote(raw)
@@ -87,7 +106,8 @@ def _take_query_option(url: str, name: str) -> tuple[str, str | None]:
             kept.append(pair)
     if value is None:
         return url, None
-    return urlunsplit(parts._replace(query="&".join(kept))), value
+    rest = "?" + "&".join(kept) if kept else ""
+    return f"{head}{rest}{hash_}{fragment}", value
 
 
 def home_path() -> Path:

@@ -160,14 +160,21 @@ class SQLiteCheckpointStorage(SQLiteReads, SQLiteThreadRows):
         )
 
     @classmethod
-    def from_url(cls, url: str, *, read_only: bool = False) -> SQLiteCheckpointStorage:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        read_only: bool = False,
+        max_pending_commits: int | None = MAX_PENDING_COMMITS,
+    ) -> SQLiteCheckpointStorage:
         """A store for ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite://``
-        (in memory).
+        (in memory); ``read_only`` and ``max_pending_commits`` as in the constructor.
 
         Raises:
             ConfigurationError: the URL's scheme is not ``sqlite``, no ``//`` follows it
                 (``sqlite:x.db``), a ``/`` follows it with no path (``sqlite:///``, which
-                would keep nothing), or it has a query (the store takes no options there).
+                would keep nothing), or it has a query (:func:`open_store` takes
+                ``?max_pending_commits=`` out first; there is no other option there).
         """
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc not in ("", "localhost"):
@@ -182,7 +189,9 @@ class SQLiteCheckpointStorage(SQLiteReads, SQLiteThreadRows):
         if problem is not None:
             raise ConfigurationError(f"SQLite store URL {without_password(url)!r}: {problem}")
         path = unquote(parts.path)[1:]
-        return cls(path or MEMORY_PATH, read_only=read_only)
+        return cls(
+            path or MEMORY_PATH, read_only=read_only, max_pending_commits=max_pending_commits
+        )
 
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStorage({self._name!r})"
