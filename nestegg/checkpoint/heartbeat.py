@@ -155,12 +155,15 @@ class Heartbeats:
         if timer is None or at < timer.when():
             if timer is not None:
                 timer.cancel()
-            self._timer = self._loop.call_at(at, self._fire, context=contextvars.Context())
+            self._arm(at)
+
+    def _arm(self, at: float) -> None:
+        """Set the timer for ``at``, in an empty context (see the class)."""
+        self._timer = self._loop.call_at(at, self._fire, context=contextvars.Context())
 
     def _fire(self) -> None:
         self._timer = None
         heap, now = self._heap, self._loop.time()
-        later: list[tuple[Heartbeat, float]] = []
         while heap and heap[0][0] <= now:
             heartbeat = heapq.heappop(heap)[2]
             renewer = heartbeat.renewer
@@ -168,15 +171,13 @@ class Heartbeats:
                 self._ended = max(0, self._ended - 1)
                 continue
             wait = renewer._renewal_due_in()  # later if a step's commit set the lease since
-            if wait > 0:
-                later.append((heartbeat, wait))
+            if wait > 0:  # back in the heap, after now: not popped again in this loop
+                heapq.heappush(heap, (now + wait, next(self._order), heartbeat))
             else:
                 renewal = heartbeat._renew(renewer)
                 heartbeat.renewal = self._loop.create_task(renewal, context=heartbeat.context)
-        for heartbeat, wait in later:  # the timer below is for the earliest of all
-            heapq.heappush(heap, (now + wait, next(self._order), heartbeat))
-        if heap:
-            self._timer = self._loop.call_at(heap[0][0], self._fire, context=contextvars.Context())
+        if heap:  # for the earliest of all
+            self._arm(heap[0][0])
 
 
 heartbeats = PerLoop(Heartbeats)
