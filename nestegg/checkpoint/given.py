@@ -180,10 +180,7 @@ def _inner(value: Any, path: str) -> list[tuple[str, Any]]:
             return [p for k, v in held for p in ((f"{path}.<key>", k), (f"{path}[{_shown(k)}]", v))]
         if TAG in value:
             return [(path, held)]
-        return [(_key_path(path, k), v) for k, v in value.items()]
-    if type(value) is list:
-        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    return []
+    return _plain_inner(value, path)
 
 
 def _tag_path(value: Any, entries: list[Any], path: str) -> str | None:
