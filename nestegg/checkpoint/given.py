@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import zoneinfo
 from collections.abc import Callable
 from typing import Any
 
@@ -36,9 +37,10 @@ _OWN_DICT = f"a dict of your own with a {TAG!r} key is written "
 _OWN_DICT += f'{{"{TAG}": "map", "v": [[key, value], ...]}}'
 
 _EXPECTED = {
-    "datetime": 'a date and time in ISO 8601 ("2024-01-02T03:04:05+00:00")',
+    "datetime": 'a date and time in ISO 8601 ("2024-01-02T03:04:05+00:00"; in a time zone '
+    '"2024-01-02T03:04:05+01:00[Europe/Berlin]")',
     "date": 'a date in ISO 8601 ("2024-01-02")',
-    "time": 'a time in ISO 8601 ("03:04:05")',
+    "time": 'a time in ISO 8601 ("03:04:05"; in a time zone "03:04:05[Europe/Berlin]")',
     "timedelta": "[days, seconds, microseconds], three integers",
     "uuid": 'a UUID ("12345678-1234-5678-1234-567812345678")',
     "decimal": 'a decimal number as a string ("1.50", "NaN")',
@@ -129,6 +131,26 @@ def _check_timedelta(given: Any, path: str) -> bool:
     return whole and _rebuilds({TAG: "timedelta", "v": given})
 
 
+def _check_zoned(tag: str) -> Callable[[Any, str], bool]:
+    """The check of a datetime or time, which may name its time zone: one this machine's
+    time zone database lacks is refused saying so."""
+
+    def check(given: Any, path: str) -> bool:
+        if not isinstance(given, str):
+            return False
+        try:
+            return _rebuilds({TAG: tag, "v": given})
+        except zoneinfo.ZoneInfoNotFoundError:
+            zone = given[given.rfind("[") + 1 : -1]
+            reason = (
+                f"its time zone {_shown(zone)} is not in this machine's time zone database: "
+                'name an IANA time zone, as "Europe/Berlin"'
+            )
+            raise _Refused(path, {TAG: tag, "v": given}, reason) from None
+
+    return check
+
+
 def _check_enum(given: Any, path: str) -> bool:
     if type(given) is not list or len(given) != 2:
         return False
@@ -162,6 +184,8 @@ def _check_map(given: Any, path: str) -> bool:
 
 
 _CHECKS: dict[str, Callable[[Any, str], bool]] = {
+    "datetime": _check_zoned("datetime"),
+    "time": _check_zoned("time"),
     "timedelta": _check_timedelta,
     "enum": _check_enum,
     "tuple": _check_items,

@@ -41,7 +41,7 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
-from nestegg.checkpoint.codec import TAG, KeptEnum, to_jsonable
+from nestegg.checkpoint.codec import TAG, KeptEnum, iso_text, to_jsonable
 from nestegg.cli.paths import format_path, set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
@@ -145,7 +145,7 @@ def _plain_scalar(value: Any, non_finite: _NonFinite) -> Any:
     if isinstance(value, KeptEnum):
         return _plain(value.rebuilt_value(), non_finite)
     if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
+        return iso_text(value)
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, bytes | bytearray):

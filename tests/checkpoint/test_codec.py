@@ -34,6 +34,7 @@ from nestegg.checkpoint.given import from_given
 from nestegg.errors import (
     CheckpointCorruptedError,
     CheckpointSerializationError,
+    ConfigurationError,
     RecordTooLargeError,
 )
 
@@ -215,10 +216,92 @@ def test_datetimes_round_trip_naive_and_aware(value: dt.datetime) -> None:
     assert (decoded.tzinfo is None) == (value.tzinfo is None)
 
 
-def test_zoneinfo_datetime_keeps_its_instant_and_offset() -> None:
+def test_zoneinfo_datetime_keeps_its_instant_offset_and_zone() -> None:
     value = dt.datetime(2024, 7, 1, 12, 30, 15, 123456, tzinfo=ZoneInfo("Europe/Paris"))
-    decoded = decode_value(encode_value(value))
+    encoded = encode_value(value)
+    text = "2024-07-01T12:30:15.123456+02:00[Europe/Paris]"
+    assert orjson.loads(encoded) == {TAG: "datetime", "v": text}
+    decoded = decode_value(encoded)
     assert decoded == value and decoded.utcoffset() == dt.timedelta(hours=2)
+    assert decoded.tzinfo is ZoneInfo("Europe/Paris")
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [  # the second 02:30 of the night the clocks go back, and the first
+        (dt.datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN, fold=1), "2026-10-25T02:30:00+01:00"),
+        (dt.datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN), "2026-10-25T02:30:00+02:00"),
+        # 02:30 of the night the clocks go forward, which no clock shows: both folds
+        (dt.datetime(2026, 3, 29, 2, 30, tzinfo=BERLIN), "2026-03-29T02:30:00+01:00"),
+        (dt.datetime(2026, 3, 29, 2, 30, tzinfo=BERLIN, fold=1), "2026-03-29T02:30:00+02:00"),
+    ],
+)
+def test_a_zoned_datetime_at_a_clock_change_keeps_its_fold(value: dt.datetime, text: str) -> None:
+    assert orjson.loads(encode_value(value))["v"] == f"{text}[Europe/Berlin]"
+    decoded = decode_value(encode_value(value))
+    assert decoded.fold == value.fold and decoded.utcoffset() == value.utcoffset()
+    assert decoded.tzinfo is BERLIN
+
+
+def test_a_zoned_datetime_adds_a_day_across_a_clock_change_as_before_it_was_stored() -> None:
+    value = dt.datetime(2026, 3, 28, 12, 0, tzinfo=BERLIN)  # +01:00, the next day +02:00
+    decoded = decode_value(encode_value(value))
+    later = decoded + dt.timedelta(days=1)
+    assert later == value + dt.timedelta(days=1) and later.utcoffset() == dt.timedelta(hours=2)
+    assert decoded.tzname() == "CET" and later.tzname() == "CEST"
+
+
+@given(st.datetimes(timezones=st.timezones()))
+@settings(suppress_health_check=[HealthCheck.too_slow])
+def test_datetimes_in_any_zone_round_trip_in_their_zone(value: dt.datetime) -> None:
+    decoded = decode_value(encode_value(value))
+    assert decoded.tzinfo is value.tzinfo
+    assert decoded.replace(tzinfo=None) == value.replace(tzinfo=None)
+    assert decoded.utcoffset() == value.utcoffset()
+
+
+def test_a_zoned_time_keeps_its_zone() -> None:
+    value = dt.time(9, 15, tzinfo=BERLIN)
+    assert orjson.loads(encode_value(value))["v"] == "09:15:00[Europe/Berlin]"
+    assert decode_value(encode_value(value)).tzinfo is BERLIN
+
+
+def test_a_datetime_stored_before_zones_were_named_reads_back_at_its_offset() -> None:
+    stored = orjson.dumps({TAG: "datetime", "v": "2024-07-01T12:30:00+02:00"})
+    decoded = decode_value(stored)
+    assert decoded.utcoffset() == dt.timedelta(hours=2)
+    assert decoded.tzinfo == dt.timezone(dt.timedelta(hours=2))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-07-01T12:30:00+02:00[Nowhere/Atlantis]",
+        "2024-07-01T12:30:00+02:00[../etc]",
+        "2024-07-01T12:30:00[Europe/Berlin]",
+        "2024-07-01T12:30:00+02:00Europe/Berlin]",
+    ],
+)
+def test_a_stored_datetime_with_a_bad_zone_is_damaged(text: str) -> None:
+    with pytest.raises(CheckpointCorruptedError, match=r"^data of run 'r' holds a damaged value"):
+        decode_value(orjson.dumps({TAG: "datetime", "v": text}), "data of run 'r'")
+
+
+def test_given_data_takes_a_zoned_datetime_and_refuses_an_unknown_zone() -> None:
+    given = {"at": {TAG: "datetime", "v": "2026-10-25T02:30:00+01:00[Europe/Berlin]"}}
+    at = from_given(given, "--data")["at"]
+    assert at.tzinfo is BERLIN and at.fold == 1
+    bad = {"at": {TAG: "datetime", "v": "2026-10-25T02:30:00+01:00[Nowhere/Atlantis]"}}
+    with pytest.raises(ConfigurationError) as refused:
+        from_given(bad, "--data")
+    assert str(refused.value).startswith(
+        '--data holds {"$ne":"datetime","v":"2026-10-25T02:30:00+01:00[Nowhere/Atlantis]"} at '
+        'data.at, which is not a value the codec writes (its time zone "Nowhere/Atlantis" is not '
+        'in this machine\'s time zone database: name an IANA time zone, as "Europe/Berlin")'
+    )
 
 
 @pytest.mark.parametrize(

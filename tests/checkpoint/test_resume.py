@@ -4,11 +4,13 @@ back (data, position in every strategy, turn, history, metadata); a changed pipe
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -65,6 +67,37 @@ async def test_resume_latest_of_a_failed_run_retries_exactly_the_failed_step(
     pipeline.fail.clear()
     assert await pipeline.clutch.resume_latest("retry") == ["a", "b", "c", "d", "e"]
     assert pipeline.calls == ["a", "b", "c", "d", "d", "d", "e"]
+
+
+async def test_a_resumed_run_goes_on_with_its_datetimes_in_their_time_zone(
+    checkpoint_store: CheckpointStorage, reopen_store: Reopen
+) -> None:
+    """A datetime in a time zone comes back in that zone, not at a fixed offset: a day
+    added after the resume crosses the clock change as it would have without the stop."""
+    berlin = ZoneInfo("Europe/Berlin")
+    failing = [True]
+
+    def pipeline(store: CheckpointStorage) -> Clutch:
+        clutch = Clutch("zones", checkpoint=config(store, run_id="zoned"))
+
+        @clutch.agent()
+        async def book(data: dict[str, Any]) -> dict[str, Any]:
+            return {"at": dt.datetime(2026, 3, 28, 12, 0, tzinfo=berlin)}
+
+        @clutch.agent()
+        async def next_day(data: dict[str, Any]) -> dict[str, Any]:
+            if failing[0]:
+                raise Flaky("stopped")
+            return {"at": data["at"] + dt.timedelta(days=1)}
+
+        return clutch
+
+    with pytest.raises(Flaky):
+        await pipeline(checkpoint_store).run({})
+    failing[0] = False
+    result = await pipeline(await reopen_store()).resume_latest()
+    assert result["at"].tzinfo is berlin and result["at"].tzname() == "CEST"
+    assert result["at"] == dt.datetime(2026, 3, 29, 12, 0, tzinfo=berlin)
 
 
 async def test_resume_latest_starts_from_the_input_when_there_is_no_checkpoint(

@@ -17,6 +17,7 @@ from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
@@ -388,3 +389,18 @@ def test_types_told_only_when_the_texts_are_the_same() -> None:
     assert swapped == ("tuple[tuple[int], list[int]]", "tuple[list[int], tuple[int]]")
     moved = types_told((TONE.LOW, "low"), ("low", TONE.LOW), '["low","low"]', '["low","low"]')
     assert moved == ("tuple[Tone, str]", "tuple[str, Tone]")  # the same types, moved
+
+
+def test_inspect_and_diff_show_a_datetime_in_its_time_zone(tmp_path: Path) -> None:
+    berlin = dt.datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Berlin"), fold=1)
+    fixed = berlin.astimezone(dt.timezone(dt.timedelta(hours=1)))  # the same instant
+    store = Store(tmp_path, {"zoned": {"at": berlin}, "fixed": {"at": fixed}})
+    shown = orjson.loads(store.out("inspect", "zoned", "--path", "data.at", "--json"))
+    assert shown == "2026-10-25T02:30:00+01:00[Europe/Berlin]"
+    stored = store.out("inspect", "zoned", "--path", "data", "--stored")
+    assert orjson.loads(stored) == {
+        "at": {"$ne": "datetime", "v": "2026-10-25T02:30:00+01:00[Europe/Berlin]"}
+    }
+    assert store.out("diff", "zoned", "fixed", "--path", "data").splitlines() == [
+        '~ at: "2026-10-25T02:30:00+01:00[Europe/Berlin]" -> "2026-10-25T02:30:00+01:00"'
+    ]
