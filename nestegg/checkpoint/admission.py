@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import misfit
-from nestegg.checkpoint.codec import unseal_value
+from nestegg.checkpoint.codec import same_stored, unseal_json
 from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
 from nestegg.checkpoint.ownership import owner_alive, run_state
@@ -102,13 +102,14 @@ def existing_run(
 
 def same_input(run: RunRecord, sealed_input: bytes) -> bool:
     """Whether ``run`` was started with the input sealed as ``sealed_input``: the stored
-    bytes compared first, the decoded values when they differ (the keys of a dict in
-    another order)."""
+    bytes compared first, then what they hold as the codec stores values
+    (:func:`~nestegg.checkpoint.codec.same_stored`: the keys of a dict or the items of a
+    set in another order, a NaN among them)."""
     stored = bytes(run.input)
     if stored == sealed_input:
         return True
     where = f"input of run {run.run_id!r}"
-    return bool(unseal_value(stored, where) == unseal_value(sealed_input, "input"))
+    return same_stored(unseal_json(stored, where), unseal_json(sealed_input, "input"))
 
 
 def check_pipeline(run: RunRecord, pipeline: str, outcome: str = "") -> None:

@@ -398,6 +398,37 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+_UNORDERED = ("set", "frozenset")
+
+
+def sets_in_order(tree: Any, *, maps: bool = False) -> Any:
+    """A :func:`to_jsonable` tree with the items of each set in it sorted by their JSON
+    (with ``maps``, each map's entries too): the same text for equal values in every
+    process (``nestegg inspect --stored`` prints it)."""
+    if type(tree) is list:
+        return [sets_in_order(item, maps=maps) for item in tree]
+    if type(tree) is not dict:
+        return tree
+    tag = tree.get(TAG)  # the codec escapes a dict of one's own with this key
+    if tag in _UNORDERED or (maps and tag == "map"):
+        items = [sets_in_order(item, maps=maps) for item in tree["v"]]
+        return {TAG: tag, "v": sorted(items, key=orjson.dumps)}
+    return {k: sets_in_order(v, maps=maps) for k, v in tree.items()}
+
+
+def same_stored(first: Any, second: Any) -> bool:
+    """Whether two trees as :func:`to_jsonable` writes them (or as stored JSON reads back)
+    hold one value: a dict's keys, a map's entries and a set's items in any order; two
+    NaNs are one value (tagged alike), ``1`` and ``true`` two, as are ``1.0`` and
+    ``1.00`` as Decimals (what is stored tells them apart)."""
+    same = orjson.dumps(first) == orjson.dumps(second)
+    return same or _unordered_json(first) == _unordered_json(second)
+
+
+def _unordered_json(tree: Any) -> bytes:
+    return orjson.dumps(sets_in_order(tree, maps=True), option=orjson.OPT_SORT_KEYS)
+
+
 def encode_value(value: Any, path: str = "data") -> bytes:
     """A user value as JSON bytes (tagged where needed); ``path`` names it (``input``,
     ``data``, ``result of fetch``).

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg.checkpoint.codec import KeptEnum
+from nestegg.checkpoint.codec import KeptEnum, same_stored, to_jsonable
 from nestegg.cli.paths import Key, encoded, format_path
 from nestegg.cli.render import to_json
 from nestegg.constants import CLI_VALUE_ITEMS
@@ -95,10 +94,17 @@ def _identity(key: Key) -> Key:
 
 
 def _same(old: Any, new: Any) -> bool:
-    """Equal and of one type; two NaNs are the same value here (NaN != NaN in Python)."""
+    """Of one type and stored alike (:func:`~nestegg.checkpoint.codec.same_stored`): two
+    NaNs are the same value here (NaN != NaN in Python, and a Decimal sNaN cannot be
+    compared), a set's items in another order too."""
     if type(old) is not type(new):
         return False
-    return bool(old == new) or (isinstance(old, float) and math.isnan(old) and math.isnan(new))
+    if type(old) in _PLAIN:
+        return bool(old == new)
+    return same_stored(to_jsonable(old), to_jsonable(new))
+
+
+_PLAIN = (str, int, bool, type(None))
 
 
 def types_told(old: Any, new: Any, old_text: str, new_text: str) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from nestegg.checkpoint.codec import TAG, from_jsonable, to_jsonable
+from nestegg.checkpoint.codec import from_jsonable, sets_in_order, to_jsonable
 from nestegg.errors import CheckpointSerializationError
 
 _TOKEN = re.compile(r"\[(-?\d+)\]|\['(.*?)'\]|([^.\[\]]+)")
@@ -101,22 +101,6 @@ def format_path(keys: list[Key]) -> str:
         else:
             parts.append(_bracketed(key))
     return "".join(parts)
-
-
-_SET_TAGS = ("set", "frozenset")
-
-
-def sets_in_order(tree: Any) -> Any:
-    """A :func:`to_jsonable` tree with the items of each set in it sorted by their JSON:
-    the same text for equal values in every process (``inspect --stored`` prints it)."""
-    if type(tree) is list:
-        return [sets_in_order(item) for item in tree]
-    if type(tree) is not dict:
-        return tree
-    if tree.get(TAG) in _SET_TAGS:  # the codec escapes a dict of one's own with this key
-        items = [sets_in_order(item) for item in tree["v"]]
-        return {TAG: tree[TAG], "v": sorted(items, key=orjson.dumps)}
-    return {k: sets_in_order(v) for k, v in tree.items()}
 
 
 def encoded(value: Any) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.codec import enums_kept, to_jsonable
+from nestegg.checkpoint.codec import enums_kept, sets_in_order, to_jsonable
 from nestegg.checkpoint.event_log import step_facts_for
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import common
@@ -15,7 +15,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
-from nestegg.cli.paths import PathNotFoundError, select, sets_in_order
+from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import (
     Output,
     counted,

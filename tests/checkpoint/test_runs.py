@@ -4,6 +4,7 @@ manual checkpoints."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -11,13 +12,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from pathlib import Path
 
+import orjson
 import pytest
 
 import nestegg
 from nestegg import Clutch, get_context
-from nestegg.checkpoint.codec import encode_value, seal
+from nestegg.checkpoint.admission import same_input
+from nestegg.checkpoint.codec import TAG, encode_value, seal
 from nestegg.checkpoint.formats import parse_failure
 from nestegg.checkpoint.heartbeat import heartbeats
 from nestegg.checkpoint.ownership import host_id, process_start_token
@@ -43,6 +47,7 @@ from nestegg.errors import (
     RunNotFoundError,
     RunWaiting,
 )
+from nestegg.testing.builders import make_run
 
 from .conftest import Flaky, Pipeline, Tamper, config, replace_agent, stored_view, wait_for
 
@@ -167,6 +172,36 @@ async def test_same_input_is_recognised_in_any_key_order_and_as_a_model(
         await clutch.run({"customer": "alice", "amount": 2.5}, run_id="k")
     with pytest.raises(RunExistsError, match="different input"):
         await clutch.run({"customer": "alice", "amount": 1.5, "x": None}, run_id="k")
+
+
+async def test_the_same_input_with_a_nan_in_it_gives_the_completed_result_in_any_key_order(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    """NaN != NaN and a Decimal sNaN cannot be compared at all: the input is compared as
+    the codec stores it, where two NaNs are one value."""
+    clutch = Clutch("nans", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def echo(data: dict[str, object]) -> dict[str, object]:
+        return {"seen": sorted(data)}
+
+    given = {"a": 1, "n": float("nan"), "d": Decimal("NaN"), "s": Decimal("sNaN")}
+    first = await clutch.run(given, run_id="nan")
+    swapped = {"s": Decimal("sNaN"), "d": Decimal("NaN"), "n": float("nan"), "a": 1}
+    assert await clutch.run(swapped, run_id="nan") == first
+    with pytest.raises(RunExistsError, match="different input"):
+        await clutch.run({**swapped, "a": True}, run_id="nan")  # 1 and True: two inputs
+    with pytest.raises(RunExistsError, match="different input"):
+        await clutch.run({**swapped, "d": Decimal("sNaN")}, run_id="nan")
+
+
+def test_an_input_whose_set_another_process_iterates_in_another_order_is_the_same() -> None:
+    def sealed(*items: str) -> bytes:
+        return seal(orjson.dumps({"tags": {TAG: "set", "v": list(items)}, "n": 1}))
+
+    run = dataclasses.replace(make_run("r"), input=sealed("x", "y", "z"))
+    assert same_input(run, sealed("z", "x", "y"))
+    assert not same_input(run, sealed("x", "y"))
 
 
 async def test_a_model_as_the_result_is_its_dict_one_in_it_is_the_model_until_stored(

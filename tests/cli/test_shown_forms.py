@@ -289,6 +289,25 @@ def test_a_nan_key_is_one_key_to_diff(tmp_path: Path) -> None:
     assert store.out("diff", first, last, "--path", "data") == "no differences\n"
 
 
+def test_diff_takes_a_decimal_nan_for_itself_and_compares_a_signalling_one(
+    tmp_path: Path,
+) -> None:
+    nans = {"d": Decimal("NaN"), "s": Decimal("sNaN"), "f": math.nan, "t": (Decimal("NaN"),)}
+    assert diff_values(nans, {**nans, "d": Decimal("NaN"), "s": Decimal("sNaN")}) == []
+    changes = diff_values(
+        {"d": Decimal("1.0"), "s": Decimal("sNaN")}, {"d": Decimal("1.00"), "s": Decimal("NaN")}
+    )
+    assert [(c.path, str(c.old), str(c.new)) for c in changes] == [
+        ("d", "1.0", "1.00"),  # equal numbers, not the same stored value
+        ("s", "sNaN", "NaN"),  # an sNaN raises when compared
+    ]
+
+    store = Store(tmp_path, {"nans": nans})
+    first, last = store.checkpoints("nans")[0], store.checkpoints("nans")[-1]
+    assert store.out("diff", last, last) == "no differences\n"
+    assert store.out("diff", first, last, "--path", "data") == "no differences\n"
+
+
 SETS = {
     "tags": {"delta", "alpha", "charlie", "bravo"},
     "pairs": {("b", 2), ("a", 1)},
