@@ -302,6 +302,24 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
             "redis-py does not take the value of the query option 'ssl_cert_reqs': Invalid SSL "
             "Certificate Requirements Flag: bogus\n",
         ),
+        (
+            "sqlite:///x.db?max_pending_commits=64&max_pending_commits=3",
+            "the query option max_pending_commits is there twice: give it once\n",
+        ),
+        (
+            "postgresql://app:s3cret@db/app?table_prefix=a_&table_prefix=b_",
+            "the query option table_prefix is there twice: give it once\n",
+        ),
+        (
+            "sqlite:///x.db#part",
+            "it has a fragment ('#part'), which no store reads (a '#' in a file name or a "
+            "password is written %23)\n",
+        ),
+        (
+            "redis://:s3cret@cache:6379/0?prefix=a:#b",
+            "it has a fragment ('#b'), which no store reads (a '#' in a file name or a "
+            "password is written %23)\n",
+        ),
         *(
             (f"{base}?max_pending_commits={value}", f"{PENDING_TAKES}, got {value!r}\n")
             for base, value in (

@@ -68,12 +68,18 @@ def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     if not scheme:
         raise ConfigurationError(f"store URL {without_password(url)!r}: {NO_SCHEME}")
     cls = store_class(scheme)
+    if "#" in url:
+        raise ConfigurationError(
+            f"store URL {without_password(url)!r}: it has a fragment "
+            f"({'#' + url.partition('#')[2]!r}), which no store reads (a '#' in a file name "
+            "or a password is written %23)"
+        )
     options: dict[str, str | bool | int] = (
         {"read_only": True} if read_only and scheme in READ_ONLY_SCHEMES else {}
     )
     given = url
     for name in URL_OPTIONS.get(scheme, ()):
-        url, value = _take_query_option(url, name)
+        url, value = _take_query_option(url, name, given)
         if value is not None:
             options[name] = _pending_limit(given, value) if name == PENDING else value
     store: CheckpointStorage = cls.from_url(url, **options)
@@ -91,23 +97,30 @@ def _pending_limit(url: str, value: str) -> int:
     )
 
 
-def _take_query_option(url: str, name: str) -> tuple[str, str | None]:
-    """``url`` without the query option ``name``, and its value (None: not there); the
-    rest kept as written, byte for byte (libpq reads ``+`` as itself; ``urlunsplit`` would
-    turn ``sqlite:////abs.db`` into ``sqlite://abs.db``)."""
-    body, hash_, fragment = url.partition("#")
-    head, _, query = body.partition("?")
+def _take_query_option(url: str, name: str, given: str) -> tuple[str, str | None]:
+    """``url`` (which has no fragment) without the query option ``name``, and its value
+    (None: not there); the rest kept as written, byte for byte (libpq reads ``+`` as
+    itself; ``urlunsplit`` would turn ``sqlite:////abs.db`` into ``sqlite://abs.db``).
+
+    Raises:
+        ConfigurationError: the option is there twice (``given``, the URL, named).
+    """
+    head, _, query = url.partition("?")
     kept, value = [], None
     for pair in query.split("&") if query else []:
         key, _, raw = pair.partition("=")
-        if unquote(key) == name:
+        if unquote(key) != name:
+            kept.append(pair)
+        elif value is None:
             value = unquote(raw)
         else:
-            kept.append(pair)
+            raise ConfigurationError(
+                f"store URL {without_password(given)!r}: the query option {name} is there "
+                "twice: give it once"
+            )
     if value is None:
         return url, None
-    rest = "?" + "&".join(kept) if kept else ""
-    return f"{head}{rest}{hash_}{fragment}", value
+    return head + ("?" + "&".join(kept) if kept else ""), value
 
 
 def home_path() -> Path:

@@ -26,7 +26,12 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
-from nestegg.checkpoint.stores.postgres.errors import driver_errors, is_final, nestegg_error
+from nestegg.checkpoint.stores.postgres.errors import (
+    driver_errors,
+    is_final,
+    nestegg_error,
+    one_line,
+)
 from nestegg.checkpoint.stores.retry import backoff_delay
 from nestegg.client_logs import quiet_unless_configured
 from nestegg.errors import ConfigurationError, StorageUnavailableError
@@ -125,10 +130,8 @@ def check_conninfo(conninfo: object) -> None:
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:
-        # libpq ends its message with a newline (some have more lines): one line here
-        reason = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise ConfigurationError(
-            f"PostgreSQL store URL {describe(conninfo)!r}: {reason} (libpq takes its "
+            f"PostgreSQL store URL {describe(conninfo)!r}: {one_line(error)} (libpq takes its "
             "connection options there, such as ?sslmode=require; the store's table prefix: "
             "table_prefix=)"
         ) from None

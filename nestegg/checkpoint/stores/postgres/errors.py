@@ -93,6 +93,12 @@ _SSL_PROTOCOL_BOUNDS = {
 }
 
 
+def one_line(exc: psycopg.Error) -> str:
+    """libpq's message in one line: its lines (``Connection refused`` then ``Is the server
+    running ...``, indented) joined with semicolons."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
 def bad_option(exc: psycopg.Error) -> str | None:
     """The connection option whose value libpq refused in ``exc`` (``sslmode`` for
     ``invalid sslmode value: "bogus"``), else None. libpq's text is all there is: psycopg
@@ -122,20 +128,21 @@ def nestegg_error(
     first connection (:func:`~nestegg.checkpoint.stores.postgres.connection.probe`), where
     a refusal for good (:func:`is_final`) is a StoreRefusedError. An error inside a session
     goes by the tables alone, whatever its text says."""
+    reason = one_line(exc)
     if option := bad_option(exc):
         return ConfigurationError(
             f"PostgreSQL store URL {where!r}: libpq does not take the value of the connection "
-            f"option {option!r}: {exc}"
+            f"option {option!r}: {reason}"
         )
     if connecting and is_final(exc):
         return StoreRefusedError(
-            f"PostgreSQL at {where} refused the store's settings: {exc} (check the user, "
+            f"PostgreSQL at {where} refused the store's settings: {reason} (check the user, "
             "password and database of the store URL)"
         )
     cls = error_class(exc)
     if cls is StorageUnavailableError:
-        return StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {exc}")
-    return cls(f"PostgreSQL at {where} failed: {exc}")
+        return StorageUnavailableError(f"PostgreSQL at {where} is unavailable: {reason}")
+    return cls(f"PostgreSQL at {where} failed: {reason}")
 
 
 @contextmanager
