@@ -12,9 +12,14 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nestegg.checkpoint.codec import decode_value, encode_value, enums_kept, to_jsonable
+from nestegg.checkpoint.codec import (
+    decode_value,
+    encode_value,
+    enums_kept,
+    sets_in_order,
+    to_jsonable,
+)
 from nestegg.checkpoint.given import from_given
-from nestegg.cli.paths import sets_in_order
 from nestegg.cli.render import cut_at, dump_json
 
 
