@@ -32,7 +32,10 @@ with it on, it shows what the collector's pauses add to the commit latency's tai
 the collector's reach first (``gc.freeze()``, as a service may do once it has started);
 ``--gc-threshold N`` sets the collector's first threshold to N allocations
 (``gc.set_threshold``; Python's default is 700), so that fewer objects of the steps under way
-live through a young collection and reach the oldest generation.
+live through a young collection and reach the oldest generation. ``--switch-interval MS``
+sets the interpreter's switch interval (``sys.setswitchinterval``; Python's default is 5 ms):
+how long a thread that waits for the GIL, as SQLite's writer thread does after each
+statement while the event loop runs, waits before it asks the loop's thread to let go.
 
 ``--pending N none`` runs each row with the stores' ``max_pending_commits`` at N and with no
 limit (the default), side by side, alternated in each repetition: a row then also shows the
@@ -49,7 +52,8 @@ dropped afterwards). Servers: ``NESTEGG_TEST_PG_URL`` (default
 
     .venv-bench/bin/python bench/concurrent_runs.py [--stores sqlite postgres redis]
         [--runs 1 100 1000 10000] [--total 20000] [--idle 10000] [--reps 3] [--think 0]
-        [--held 0] [--no-gc | --gc-freeze] [--gc-threshold N] [--pending none 64]
+        [--held 0] [--no-gc | --gc-freeze] [--gc-threshold N] [--switch-interval MS]
+        [--pending none 64]
 """
 
 from __future__ import annotations
@@ -421,6 +425,8 @@ def pending_setting(text: str) -> int | None:
 
 async def main(args: argparse.Namespace) -> None:
     dump_tasks_on_sigusr1()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval / 1000)
     tables = []
     for store_name in args.stores:
         table = Table(
@@ -431,6 +437,11 @@ async def main(args: argparse.Namespace) -> None:
             + (
                 f", the collector's first threshold {args.gc_threshold:,}"
                 if args.gc_threshold is not None
+                else ""
+            )
+            + (
+                f", switch interval {args.switch_interval:g} ms"
+                if args.switch_interval is not None
                 else ""
             ),
             [
@@ -535,6 +546,11 @@ if __name__ == "__main__":
         "--gc-threshold",
         type=positive,
         help="the rows with gc.set_threshold(N): N allocations between young collections",
+    )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="the rows with sys.setswitchinterval(MS / 1000) (Python's default: 5 ms)",
     )
     collector.add_argument(
         "--gc-freeze",
