@@ -233,7 +233,11 @@ class NestEggGroup(TyperGroup):
             sys.stderr.write("error: aborted\n")
             code = EXIT_FAILED
         except Exception as error:
-            code = _report(error, debug)
+            if type(error).__name__ == "NoArgsIsHelpError":  # `nestegg`, nothing after it
+                sys.stderr.write(error.ctx.get_help() + "\n")  # type: ignore[attr-defined]
+                code = EXIT_USAGE
+            else:
+                code = _report(error, debug)
         if standalone_mode:
             sys.exit(code)
         return code

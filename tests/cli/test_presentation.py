@@ -24,7 +24,7 @@ from nestegg import Clutch
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores import open_store
 from nestegg.cli.render import MAX_CELL_WIDTH, Output, escaped
-from nestegg.constants import EXIT_OK, HOME_ENV, STORE_ENV
+from nestegg.constants import EXIT_OK, EXIT_USAGE, HOME_ENV, STORE_ENV
 from tests.cli.pipeline_app import POLICY
 from tests.cli.test_subprocess import ROOT
 from tests.cli.test_subprocess import nestegg as run_nestegg
@@ -56,6 +56,13 @@ async def _store_runs(url: str, runs: dict[str, Any]) -> None:
 def test_version(tmp_path: Path) -> None:
     result = run_nestegg(tmp_path, "--version")
     assert (result.returncode, result.stdout) == (EXIT_OK, f"nestegg {nestegg.__version__}\n")
+
+
+def test_nestegg_alone_prints_its_help_as_help_does_and_exits_2(tmp_path: Path) -> None:
+    alone = run_nestegg(tmp_path)
+    assert alone.returncode == EXIT_USAGE and alone.stdout == ""
+    assert alone.stderr == run_nestegg(tmp_path, "--help").stdout  # lines kept, not one
+    assert alone.stderr.startswith("Usage: nestegg [OPTIONS] COMMAND [ARGS]...\n")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
