@@ -160,11 +160,16 @@ def select(value: Any, path: str) -> Any:
     return current
 
 
+_KEYS_NAMED = 10
+"""The keys of a dict a missing path's error names at most."""
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, dict):
         shown = str if all(isinstance(k, str) for k in value) else _bracketed
-        names = ", ".join(shown(k) for k in list(value)[:10])
-        return f"keys {names}" if names else "no keys"
+        names = ", ".join(shown(k) for k in list(value)[:_KEYS_NAMED])
+        more = len(value) - _KEYS_NAMED
+        return (f"keys {names}" + (f" and {more} more" if more > 0 else "")) if names else "no keys"
     if isinstance(value, list | tuple | set | frozenset):
         return f"{len(value)} items"
     return f"a {type(value).__name__}"

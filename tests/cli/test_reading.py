@@ -18,6 +18,7 @@ import pytest
 from nestegg import Clutch, Handover, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 from nestegg.checkpoint.stores import open_store
+from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointFallbackWarning
 from tests.checkpoint.conftest import Tamper
@@ -300,6 +301,16 @@ def test_inspect_whole_state_and_a_path(cli: Cli, filled_any: Filled) -> None:
         "Acme: 3 items"
     )
     assert json_of(cli("inspect", filled_any.ok, "--store", url, "--path", "data.items.0")) == 1
+
+
+def test_a_missing_path_names_ten_keys_of_the_dict_and_counts_the_others() -> None:
+    state = {"data": {f"k{n}": n for n in range(12)}, "turn": 1}
+    with pytest.raises(PathNotFoundError) as missing:
+        select(state, "data.nope")
+    named = ", ".join(f"k{n}" for n in range(10))
+    assert str(missing.value) == f"no 'data.nope' in the state (data has keys {named} and 2 more)"
+    with pytest.raises(PathNotFoundError, match=r"\(the state has keys data, turn\)$"):
+        select(state, "nope")
 
 
 def test_inspect_errors(cli: Cli, filled: Filled) -> None:
