@@ -353,7 +353,9 @@ class Checkpointer(RunWriter):
         return False, None
 
     def signal_received(self, name: str, timed_out: bool) -> None:
-        """Queue the event saying that the wait for ``name`` ended (it came, or timed out)."""
+        """Queue the event saying that the wait for ``name`` ended (it came, or timed out),
+        after the start of the step it ended in, if that is not written yet."""
+        self._take_start(self.pending)
         self.event(SIGNAL_RECEIVED, self.clock(), {"signal": name, "timed_out": timed_out})
 
     async def suspend(self, signal: str | None, deadline: float | None) -> None:

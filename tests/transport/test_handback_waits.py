@@ -65,7 +65,7 @@ async def test_a_cancelled_waiting_run_handed_back_waits_again_as_a_local_resume
     cancelled = kinds.index("run_cancelled")
     assert kinds[cancelled:] == [
         *["run_cancelled", "run_resumed", "step_started", "run_waiting"],
-        *["run_resumed", "signal_received", "step_started", "step_completed", "run_completed"],
+        *["run_resumed", "step_started", "signal_received", "step_completed", "run_completed"],
     ], kinds
     resumed = [body for kind, body in handed if kind == "run_resumed"]
     assert [body["previous"] for body in resumed] == ["cancelled", "waiting"]
@@ -100,8 +100,8 @@ async def test_a_waiting_run_whose_wait_is_over_is_handed_back_and_continued_onc
     kinds = _kinds(log)
     waited = kinds.index("run_waiting")
     assert kinds[waited:] == [
-        *["run_waiting", "run_resumed", "signal_received"],
-        *["step_started", "step_completed", "run_completed"],
+        *["run_waiting", "run_resumed", "step_started"],
+        *["signal_received", "step_completed", "run_completed"],
     ], kinds
     resumed = next(body for kind, body in log if kind == "run_resumed")
     assert (resumed["previous"], resumed["seq"]) == ("waiting", 0)
@@ -143,7 +143,7 @@ async def test_the_inspectors_resume_button_answers_202_for_a_waiting_run_that_e
     kinds = _kinds(await event_log(store, "button"))
     resumed = kinds.index("run_resumed")
     assert kinds[resumed:] == (
-        ["run_resumed", "signal_received", "step_started", "step_failed", "run_failed"]
+        ["run_resumed", "step_started", "signal_received", "step_failed", "run_failed"]
         if then == "fails"
         else ["run_resumed", "step_started", "run_waiting"]
     ), kinds

@@ -55,10 +55,14 @@ async def test_a_wait_releases_the_run_and_a_signal_resumes_it(
     result = await other.signal("r1", "approval", APPROVED)
     assert result["status"] == "approved" and result["by"] == "ann" and result["settled"]
     assert _quotes(tmp_path) == 1
-    kinds = [event.kind for event in await other.events("r1")]
+    events = await other.events("r1")
+    kinds = [event.kind for event in events]
     assert kinds.count("run_waiting") == 1 and kinds.count("signal_received") == 1
     assert kinds.index("run_waiting") < kinds.index("signal_received")
     assert kinds[-1] == "run_completed"
+    resumed = kinds[kinds.index("run_waiting") :]  # the step the signal came in began first
+    assert resumed.index("step_started") < resumed.index("signal_received")
+    assert [event.at for event in events] == sorted(event.at for event in events)
 
 
 async def test_a_signal_sent_before_the_wait_is_received_at_once(
