@@ -171,7 +171,13 @@ class StoredRuns(PipelineBase):
         return (await self._checkpointing().cancel(run_id)).done
 
     async def delete_run(self, run_id: str) -> bool:
-        """Delete a run and everything stored of it; False if there was none."""
+        """Delete a run of this pipeline and everything stored of it; False if there was
+        none.
+
+        Raises:
+            ConfigurationError: the run belongs to another pipeline (nothing is deleted).
+            RunLockedError: a live process executes the run (nothing is deleted).
+        """
         return await self._checkpointing().delete_run(run_id)
 
     async def cleanup(self) -> dict[str, int]:

@@ -9,9 +9,7 @@ import asyncio
 from typing import Any
 
 from nestegg.agents import check_name, to_plain
-from nestegg.checkpoint.admission import (
-    existing_run,
-)
+from nestegg.checkpoint.admission import check_pipeline, existing_run
 from nestegg.checkpoint.cancels import Cancellation, cancel_run
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.config import CheckpointConfig
@@ -292,9 +290,16 @@ class RunStore:
     # ----------------------------------------------------------------- cleanup
 
     async def delete_run(self, run_id: str) -> bool:
-        """Delete a run and everything of it."""
+        """Delete a run of this pipeline and everything of it; False if there was none.
+
+        Raises:
+            ConfigurationError: the run belongs to another pipeline (nothing is deleted).
+            RunLockedError: a live process executes the run (nothing is deleted).
+        """
         store = await self.ready()
         run = await store.get_run(check_name(run_id, "run id"))
+        if run is not None:
+            check_pipeline(run, self.clutch.name, ": it was not deleted")
         if run is not None and owner_alive(run, self.config.clock()):
             raise RunLockedError(f"run {run_id!r} is executing; it cannot be deleted", run_id)
         return await store.delete_run(run_id)

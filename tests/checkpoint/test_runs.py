@@ -533,6 +533,21 @@ async def test_delete_run_removes_everything_of_the_run(
     assert await pipeline.clutch.run([], run_id="kept") == ["a", "b", "c"]
 
 
+async def test_delete_run_of_another_pipelines_run_is_refused_and_deletes_nothing(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    p, q = Pipeline(checkpoint_store, name="p"), Pipeline(checkpoint_store, name="q")
+    assert await q.clutch.run([], run_id="q1") == ["a", "b", "c"]
+    before = await stored_view(checkpoint_store, "q1")
+
+    with pytest.raises(ConfigurationError) as refused:
+        await p.clutch.delete_run("q1")
+    assert str(refused.value) == "run 'q1' belongs to pipeline 'q', not 'p': it was not deleted"
+    assert await stored_view(checkpoint_store, "q1") == before
+    assert await p.clutch.delete_run("never") is False
+    assert await q.clutch.delete_run("q1") is True
+
+
 # -------------------------------------------------------------------- recovery
 
 
