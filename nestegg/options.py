@@ -3,6 +3,8 @@ a count that is an int (``True`` would be 1)."""
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from nestegg.errors import ConfigurationError
 
 
@@ -27,13 +29,22 @@ def check_count(given: object, option: str, where: str, *, or_none: bool = False
     Raises:
         ConfigurationError: anything else, naming ``where``, ``option`` and the value.
     """
-    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+    if not is_count(given):
         takes = "a positive integer or None" if or_none else "a positive integer"
-        raise ConfigurationError(
-            f"{where} takes {option}= {takes}, got {option}={given!r}"
-            + (" (a bool, not a number)" if isinstance(given, bool) else "")
-        )
+        raise ConfigurationError(f"{where} takes {option}= {takes}, got {option}={shown(given)}")
     return given
 
 
-__all__ = ["check_count", "check_flag"]
+def is_count(given: object, least: int = 1) -> TypeGuard[int]:
+    """Whether ``given`` is an int of at least ``least``; a bool is not one (``True``
+    would be 1)."""
+    return isinstance(given, int) and not isinstance(given, bool) and given >= least
+
+
+def shown(given: object) -> str:
+    """``given`` as a refusal of a count names it: its repr, and of a bool, that it is
+    not a number (``True (a bool, not a number)``)."""
+    return repr(given) + (" (a bool, not a number)" if isinstance(given, bool) else "")
+
+
+__all__ = ["check_count", "check_flag", "is_count", "shown"]

@@ -24,6 +24,7 @@ from nestegg.context import ClutchContext, ClutchState
 from nestegg.definition import PipelineDefinition, Selector
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
+from nestegg.options import is_count, shown
 from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, StepListeners, until_started
 
@@ -100,8 +101,8 @@ class PipelineBase(PipelineDefinition):
                 f"strategy must be a nestegg.Strategy (one of "
                 f"{', '.join(s.name for s in Strategy)}), got {strategy!r}"
             )
-        if not isinstance(max_turns, int) or max_turns < 0:
-            raise ConfigurationError(f"max_turns must be an int >= 0, got {max_turns!r}")
+        if not is_count(max_turns, least=0):
+            raise ConfigurationError(f"max_turns must be an int >= 0, got {shown(max_turns)}")
         for hook_name, hook in (
             ("on_request", on_request),
             ("on_response", on_response),

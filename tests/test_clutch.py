@@ -316,6 +316,14 @@ class TestDefinitionErrors:
         with pytest.raises(ConfigurationError, match="max_turns"):
             Clutch("p", max_turns=max_turns)
 
+    @pytest.mark.parametrize("max_turns", [True, False])
+    def test_max_turns_is_not_a_bool(self, max_turns: bool) -> None:
+        with pytest.raises(ConfigurationError) as refused:
+            Clutch("p", max_turns=max_turns)
+        assert str(refused.value) == (
+            f"max_turns must be an int >= 0, got {max_turns!r} (a bool, not a number)"
+        )
+
     @pytest.mark.parametrize("hook", ["on_request", "on_response", "on_step"])
     def test_hooks_must_be_async(self, hook: str) -> None:
         def not_async(*args: Any) -> None:

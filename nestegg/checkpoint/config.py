@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from nestegg.constants import DEFAULT_LEASE
 from nestegg.errors import ConfigurationError
+from nestegg.options import is_count, shown
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -51,16 +52,15 @@ class CheckpointPolicy:
     durability: Durability = "sync"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.every_n_steps, int) or self.every_n_steps < 1:
+        if not is_count(self.every_n_steps):
             raise ConfigurationError(
-                f"CheckpointPolicy.every_n_steps must be an int >= 1, got {self.every_n_steps!r}"
+                "CheckpointPolicy.every_n_steps must be an int >= 1, got "
+                f"{shown(self.every_n_steps)}"
             )
-        if self.keep_latest is not None and (
-            not isinstance(self.keep_latest, int) or self.keep_latest < 1
-        ):
+        if self.keep_latest is not None and not is_count(self.keep_latest):
             raise ConfigurationError(
-                f"CheckpointPolicy.keep_latest must be an int >= 1 or None, got "
-                f"{self.keep_latest!r}"
+                "CheckpointPolicy.keep_latest must be an int >= 1 or None, got "
+                f"{shown(self.keep_latest)}"
             )
         for name in ("ttl", "min_interval"):
             value = getattr(self, name)

@@ -37,6 +37,7 @@ from nestegg.errors import (
     StorageUnavailableError,
     TransportError,
 )
+from nestegg.options import is_count, shown
 from nestegg.transport import tracing
 from nestegg.transport.base import (
     ConsumerSetup,
@@ -126,8 +127,8 @@ class Worker:
         misfit_grace: float | None = None,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if not is_count(concurrency):
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {shown(concurrency)}")
         if grace < 0:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {grace!r}")
         if misfit_grace is not None and not misfit_grace >= 0:

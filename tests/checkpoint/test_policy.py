@@ -368,6 +368,23 @@ def test_bad_policy_values_raise_configuration_error_naming_the_field(
 
 
 @pytest.mark.parametrize(
+    ("field", "value", "takes"),
+    [
+        ("every_n_steps", True, "an int >= 1"),
+        ("every_n_steps", False, "an int >= 1"),
+        ("keep_latest", True, "an int >= 1 or None"),
+        ("keep_latest", False, "an int >= 1 or None"),
+    ],
+)
+def test_a_bool_is_not_a_count_of_the_policy(field: str, value: bool, takes: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        CheckpointPolicy(**{field: value})
+    assert str(refused.value) == (
+        f"CheckpointPolicy.{field} must be {takes}, got {value!r} (a bool, not a number)"
+    )
+
+
+@pytest.mark.parametrize(
     ("field", "value"),
     [("policy", {"every_n_steps": 1}), ("lease", timedelta(0)), ("lease", 30)],
 )

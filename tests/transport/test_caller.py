@@ -90,6 +90,11 @@ async def test_a_worker_refuses_unknown_agents_and_bad_concurrency(
             Worker(chain, chain.transport, agents=["ping", "pang"])
         with pytest.raises(ConfigurationError, match="concurrency must be an int >= 1"):
             Worker(chain, chain.transport, concurrency=0)
+        with pytest.raises(ConfigurationError) as refused:
+            Worker(chain, chain.transport, concurrency=True)
+        assert str(refused.value) == (
+            "concurrency must be an int >= 1, got True (a bool, not a number)"
+        )
     finally:
         await chain.stop()
 
