@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from nestegg.agents import check_name
 from nestegg.constants import DEFAULT_LEASE
 from nestegg.errors import ConfigurationError
 from nestegg.options import is_count, shown
@@ -104,6 +105,12 @@ class CheckpointConfig:
             ``min_interval`` of the policy and stored timestamps are measured by;
             ``time.time`` unless a test passes a fake one.
 
+    Raises:
+        ConfigurationError: a value out of range, naming the field.
+        InvalidIdentifierError: ``run_id`` is not None and no run can have it (not a
+            string, empty, a path separator, '..', a control character: the rule of
+            ``run(input, run_id=...)``), naming the field.
+
     Example:
         >>> CheckpointConfig(storage=FileCheckpointStorage(Path("./checkpoints")),
         ...                  policy=CheckpointPolicy(keep_latest=3))
@@ -132,6 +139,8 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"CheckpointConfig.policy must be a CheckpointPolicy, got {self.policy!r}"
             )
+        if self.run_id is not None:
+            check_name(self.run_id, "CheckpointConfig.run_id")
         if not isinstance(self.lease, timedelta) or self.lease.total_seconds() <= 0:
             raise ConfigurationError(
                 f"CheckpointConfig.lease must be a positive timedelta, got {self.lease!r}"

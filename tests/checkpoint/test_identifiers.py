@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nestegg import Clutch
+from nestegg.agents import check_name
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import MAX_NAME_LENGTH
@@ -67,9 +68,9 @@ def tree(root: Path) -> list[str]:
     )
 
 
-def spied_pipeline(store: CheckpointStorage, run_id: str | None = None) -> tuple[Pipeline, Spy]:
+def spied_pipeline(store: CheckpointStorage) -> tuple[Pipeline, Spy]:
     spy = Spy(store)
-    return Pipeline(spy, run_id=run_id), spy  # type: ignore[arg-type]
+    return Pipeline(spy), spy  # type: ignore[arg-type]
 
 
 def operations(clutch: Clutch, bad: str) -> dict[str, Callable[[], Awaitable[Any]]]:
@@ -106,18 +107,24 @@ async def test_a_bad_run_id_is_refused_before_the_store_is_touched(
     assert await checkpoint_store.list_runs() == []
 
 
-@pytest.mark.parametrize("bad", BAD_IDS[:4] + BAD_IDS[-2:], ids=lambda v: repr(v[:20]))
-async def test_a_bad_configured_run_id_is_refused_before_the_store_is_touched(
-    bad: str, checkpoint_store: CheckpointStorage, store_root: Path
-) -> None:
-    pipeline, spy = spied_pipeline(checkpoint_store, run_id=bad)
-    files = tree(store_root)
-    with pytest.raises(InvalidIdentifierError):
-        await pipeline.clutch.run([])
-    with pytest.raises(InvalidIdentifierError):
-        await pipeline.clutch.resume_latest()
-    assert spy.used() == []
-    assert tree(store_root) == files
+@pytest.mark.parametrize("bad", [*BAD_IDS, 5, b"r1"], ids=lambda v: repr(v)[:20])
+def test_a_bad_configured_run_id_is_refused_when_the_config_is_built(bad: Any) -> None:
+    with pytest.raises(InvalidIdentifierError) as refused:
+        CheckpointConfig(run_id=bad)
+    with pytest.raises(InvalidIdentifierError) as by_run:
+        check_name(bad, "run id")  # the rule and the error of run(input, run_id=...)
+    assert str(refused.value) == str(by_run.value).replace("run id", "CheckpointConfig.run_id", 1)
+
+
+def test_a_configured_run_id_error_names_the_field() -> None:
+    with pytest.raises(InvalidIdentifierError) as refused:
+        CheckpointConfig(run_id="a/b")
+    assert str(refused.value) == (
+        "CheckpointConfig.run_id 'a/b' contains a path separator '/' at index 1 (a path "
+        "separator, '..' or a control character is not allowed)"
+    )
+    assert CheckpointConfig(run_id=None).run_id is None
+    assert CheckpointConfig(run_id="rün-1").run_id == "rün-1"
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=lambda v: repr(v[:20]))
