@@ -139,11 +139,6 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
         raise ConfigurationError(
             f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
         )
-    if isinstance(thread_ids, str | bytes):
-        raise ConfigurationError(
-            f"prune takes a list of thread ids, not one id ({thread_ids!r}, whose characters "
-            f"would each be a thread): prune([{thread_ids!r}])"
-        )
     # any id: a thread an older version wrote (an empty id, one holding a NUL) goes too
     thread_ids = await core.stored_ids([str(thread_id) for thread_id in thread_ids])
     await core.flush()

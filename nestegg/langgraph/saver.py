@@ -24,7 +24,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.threads import ThreadStore
 from nestegg.errors import ConfigurationError, StorageUnavailableError
-from nestegg.langgraph.arguments import check_config, check_list, check_put, check_put_writes
+from nestegg.langgraph.arguments import (
+    check_config,
+    check_ids,
+    check_list,
+    check_put,
+    check_put_writes,
+    check_thread_id_given,
+)
 from nestegg.langgraph.core import ThreadCheckpoints
 from nestegg.langgraph.linear import DEFAULT_PACK_EVERY
 from nestegg.langgraph.loop import LoopThread, loop_of
@@ -253,7 +260,9 @@ class NestEggSaver(BaseCheckpointSaver[str]):
 
         Raises:
             ConfigurationError: a config or ``before`` that is not a dict, a filter that is
-                not a dict, a limit that is not None or an int of at least 0.
+                not a dict, a limit that is not None or an int of at least 0, a
+                ``checkpoint_ns`` or ``checkpoint_id`` (of ``config`` or ``before``) that
+                is neither None nor a str.
         """
         check_list("list", config, filter, before, limit)
         found = self._run(
@@ -344,37 +353,64 @@ class NestEggSaver(BaseCheckpointSaver[str]):
             await self._arun(self._core.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread with everything of it."""
+        """Delete a thread with everything of it (ConfigurationError for None)."""
+        check_thread_id_given("delete_thread", "thread_id", thread_id)
         self._run(self._core.delete_thread(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""
+        check_thread_id_given("adelete_thread", "thread_id", thread_id)
         await self._arun(self._core.delete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) made by those runs, in every thread."""
+        """Delete the checkpoints (and their writes) made by those runs, in every thread.
+
+        Raises:
+            ConfigurationError: ``run_ids`` that is not a list of ids (one id as a str,
+                None), or a list holding None (nothing is deleted).
+        """
+        run_ids = check_ids("delete_for_runs", "run_ids", run_ids, "run")
         self._run(self._core.delete_for_runs(run_ids))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async :meth:`delete_for_runs`."""
+        run_ids = check_ids("adelete_for_runs", "run_ids", run_ids, "run")
         await self._arun(self._core.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of one thread into another."""
+        """Copy every checkpoint and write of one thread into another.
+
+        Raises:
+            ConfigurationError: a thread id that is None (nothing is copied).
+        """
+        _check_copy("copy_thread", source_thread_id, target_thread_id)
         self._run(self._core.copy_thread(source_thread_id, target_thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`copy_thread`."""
+        _check_copy("acopy_thread", source_thread_id, target_thread_id)
         await self._arun(self._core.copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's newest checkpoint and what it needs;
-        ``delete``: delete the threads."""
+        ``delete``: delete the threads.
+
+        Raises:
+            ConfigurationError: an unknown strategy, ``thread_ids`` that is not a list of
+                ids (one id as a str, None), or a list holding None (nothing is deleted).
+        """
+        thread_ids = check_ids("prune", "thread_ids", thread_ids, "thread")
         self._run(prune(self._core, thread_ids, strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`."""
+        thread_ids = check_ids("aprune", "thread_ids", thread_ids, "thread")
         await self._arun(prune(self._core, thread_ids, strategy))
+
+
+def _check_copy(method: str, source_thread_id: Any, target_thread_id: Any) -> None:
+    check_thread_id_given(method, "source_thread_id", source_thread_id)
+    check_thread_id_given(method, "target_thread_id", target_thread_id)
 
 
 async def _done() -> None:

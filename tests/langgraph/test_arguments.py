@@ -86,6 +86,114 @@ REFUSED: dict[str, tuple[Call, str]] = {
     ),
 }
 
+NS = "a str (a checkpoint namespace; '' is the root)"
+CID = "None or a str (a checkpoint id; None and '' name none)"
+TID = "a thread id (a str; a UUID or a number is taken as str() of it)"
+KEY = "config['configurable']"
+
+
+def _conf(**fields: Any) -> Any:
+    return {"configurable": {"thread_id": "t", "checkpoint_ns": ""} | fields}
+
+
+ID_REFUSED: dict[str, tuple[Call, str]] = {
+    "get_tuple ns int": (
+        lambda s, c: s.get_tuple(_conf(checkpoint_ns=5)),
+        f"get_tuple takes {KEY}['checkpoint_ns']= {NS}, got {KEY}['checkpoint_ns']=5",
+    ),
+    "get_tuple ns None": (
+        lambda s, c: s.get_tuple(_conf(checkpoint_ns=None)),
+        f"get_tuple takes {KEY}['checkpoint_ns']= {NS}, got {KEY}['checkpoint_ns']=None",
+    ),
+    "get_tuple thread None": (
+        lambda s, c: s.get_tuple(_conf(thread_id=None)),
+        f"get_tuple takes {KEY}['thread_id']= {TID}, got {KEY}['thread_id']=None",
+    ),
+    "get_tuple checkpoint_id int": (
+        lambda s, c: s.get_tuple(_conf(checkpoint_id=5)),
+        f"get_tuple takes {KEY}['checkpoint_id']= {CID}, got {KEY}['checkpoint_id']=5",
+    ),
+    "list ns int": (
+        lambda s, c: list(s.list(_conf(checkpoint_ns=5))),
+        f"list takes {KEY}['checkpoint_ns']= {NS} or None (every namespace), "
+        f"got {KEY}['checkpoint_ns']=5",
+    ),
+    "list checkpoint_id int": (
+        lambda s, c: list(s.list(_conf(checkpoint_id=5))),
+        f"list takes {KEY}['checkpoint_id']= {CID}, got {KEY}['checkpoint_id']=5",
+    ),
+    "list before checkpoint_id int": (
+        lambda s, c: list(s.list(CFG, before={"configurable": {"checkpoint_id": 5}})),
+        f"list takes before['configurable']['checkpoint_id']= {CID}, "
+        "got before['configurable']['checkpoint_id']=5",
+    ),
+    "list every thread before checkpoint_id int": (
+        lambda s, c: list(s.list(None, before={"configurable": {"checkpoint_id": 5}})),
+        f"list takes before['configurable']['checkpoint_id']= {CID}, ",
+    ),
+    "put thread None": (
+        lambda s, c: s.put(_conf(thread_id=None), empty_checkpoint(), {}, {}),
+        f"put takes {KEY}['thread_id']= {TID}, got {KEY}['thread_id']=None",
+    ),
+    "put ns int": (
+        lambda s, c: s.put(_conf(checkpoint_ns=5), empty_checkpoint(), {}, {}),
+        f"put takes {KEY}['checkpoint_ns']= {NS}, got {KEY}['checkpoint_ns']=5",
+    ),
+    "put parent id int": (
+        lambda s, c: s.put(_conf(checkpoint_id=5), empty_checkpoint(), {}, {}),
+        f"put takes {KEY}['checkpoint_id']= {CID}, got {KEY}['checkpoint_id']=5",
+    ),
+    "put_writes checkpoint_id int": (
+        lambda s, c: s.put_writes(_conf(checkpoint_id=5), [("ch", 1)], "task"),
+        f"put_writes takes {KEY}['checkpoint_id']= {CID}, got {KEY}['checkpoint_id']=5",
+    ),
+    "put_writes ns int": (
+        lambda s, c: s.put_writes(
+            c | {"configurable": c["configurable"] | {"checkpoint_ns": 5}}, [("ch", 1)], "task"
+        ),
+        f"put_writes takes {KEY}['checkpoint_ns']= {NS}, got {KEY}['checkpoint_ns']=5",
+    ),
+    "delete_for_runs None": (
+        lambda s, c: s.delete_for_runs(None),  # type: ignore[arg-type]
+        "delete_for_runs takes run_ids= a list of run ids, got run_ids=None",
+    ),
+    "delete_for_runs one id": (
+        lambda s, c: s.delete_for_runs("abc"),
+        "delete_for_runs takes run_ids= a list of run ids, got run_ids='abc' (one id, not a "
+        "list: each of its characters would be a run id; delete_for_runs(['abc']))",
+    ),
+    "delete_for_runs int": (
+        lambda s, c: s.delete_for_runs(5),  # type: ignore[arg-type]
+        "delete_for_runs takes run_ids= a list of run ids, got run_ids=5",
+    ),
+    "delete_for_runs holding None": (
+        lambda s, c: s.delete_for_runs(["r", None]),  # type: ignore[list-item]
+        "delete_for_runs takes run_ids= a list of run ids, got run_ids=['r', None] "
+        "(run_ids[1] is None)",
+    ),
+    "copy_thread target None": (
+        lambda s, c: s.copy_thread("t", None),  # type: ignore[arg-type]
+        f"copy_thread takes target_thread_id= {TID}, got target_thread_id=None",
+    ),
+    "copy_thread source None": (
+        lambda s, c: s.copy_thread(None, "t2"),  # type: ignore[arg-type]
+        f"copy_thread takes source_thread_id= {TID}, got source_thread_id=None",
+    ),
+    "delete_thread None": (
+        lambda s, c: s.delete_thread(None),  # type: ignore[arg-type]
+        f"delete_thread takes thread_id= {TID}, got thread_id=None",
+    ),
+    "prune None": (
+        lambda s, c: s.prune(None),  # type: ignore[arg-type]
+        "prune takes thread_ids= a list of thread ids, got thread_ids=None",
+    ),
+    "prune holding None": (
+        lambda s, c: s.prune([None], strategy="delete"),  # type: ignore[list-item]
+        "prune takes thread_ids= a list of thread ids, got thread_ids=[None] "
+        "(thread_ids[0] is None)",
+    ),
+}
+
 
 def _newest(saver: NestEggSaver) -> Any:
     found = saver.get_tuple(CFG)
@@ -99,10 +207,24 @@ def _newest(saver: NestEggSaver) -> Any:
 def test_an_argument_of_the_wrong_shape_is_refused_by_name_and_nothing_changes(
     saver_factory: SaverFactory, defer_writes: bool, case: str
 ) -> None:
-    saver = seeded_saver(saver_factory, defer_writes)
+    _refused_and_nothing_changes(seeded_saver(saver_factory, defer_writes), REFUSED[case])
+
+
+@pytest.mark.parametrize("case", list(ID_REFUSED))
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_an_id_of_the_wrong_type_is_refused_by_name_on_every_store(
+    saver_factory: SaverFactory, case: str
+) -> None:
+    """A config's id, a list of ids or a thread id of a type the saver does not read it as
+    is one ConfigurationError on every store (not a TypeError from inside one, not a
+    quiet empty answer, not a thread named "None")."""
+    _refused_and_nothing_changes(seeded_saver(saver_factory, True), ID_REFUSED[case])
+
+
+def _refused_and_nothing_changes(saver: NestEggSaver, case: tuple[Call, str]) -> None:
     config = _newest(saver)
     before = saver._run(stored_rows(saver.storage))
-    call, message = REFUSED[case]
+    call, message = case
     with pytest.raises(ConfigurationError) as refused:
         call(saver, config)
     assert str(refused.value).startswith(f"NestEggSaver.{message}")
@@ -143,6 +265,32 @@ async def test_the_async_methods_refuse_the_same_arguments(saver_factory: SaverF
     with pytest.raises(ConfigurationError, match=r"^NestEggSaver\.alist takes limit="):
         [item async for item in saver.alist(CFG, limit=-1)]
     assert await saver.aget_tuple(CFG) is None
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_the_async_methods_refuse_ids_of_the_wrong_type(saver_factory: SaverFactory) -> None:
+    saver = saver_factory()
+    await saver.aput(CFG, empty_checkpoint(), {}, {})
+    before = await saver._arun(stored_rows(saver.storage))
+    for call, refused in (
+        (saver.aget_tuple(_conf(checkpoint_ns=5)), "aget_tuple takes config['configurable']"),
+        (_alist(saver, before={"configurable": {"checkpoint_id": 5}}), "alist takes before["),
+        (saver.aput(_conf(thread_id=None), empty_checkpoint(), {}, {}), "aput takes config["),
+        (saver.aput_writes(_conf(checkpoint_id=5), [], "task"), "aput_writes takes config["),
+        (saver.adelete_for_runs("abc"), "adelete_for_runs takes run_ids="),  # type: ignore[arg-type]
+        (saver.adelete_for_runs(None), "adelete_for_runs takes run_ids="),  # type: ignore[arg-type]
+        (saver.acopy_thread("t", None), "acopy_thread takes target_thread_id="),  # type: ignore[arg-type]
+        (saver.adelete_thread(None), "adelete_thread takes thread_id="),  # type: ignore[arg-type]
+        (saver.aprune("t"), "aprune takes thread_ids="),
+    ):
+        with pytest.raises(ConfigurationError) as error:
+            await call
+        assert str(error.value).startswith(f"NestEggSaver.{refused}")
+    assert await saver._arun(stored_rows(saver.storage)) == before
+
+
+async def _alist(saver: NestEggSaver, **options: Any) -> list[Any]:
+    return [item async for item in saver.alist(CFG, **options)]
 
 
 @pytest.mark.parametrize("saver_factory", kinds("memory", "sqlite"), indirect=True)

@@ -163,7 +163,9 @@ def test_bad_settings_are_refused_by_name() -> None:
     with pytest.raises(ConfigurationError, match="prune strategy 'all'"):
         saver.prune(["t"], strategy="all")
     assert saver._run(_rows(store, "t", CHECKPOINT)) == before  # nothing changed
-    with pytest.raises(ConfigurationError, match=r"not one id \('t'.*prune\(\['t'\]\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"got thread_ids='t' \(one id, not a list.*prune\(\['t'\]\)"
+    ):
         saver.prune("t", strategy="delete")  # one id, not the thread of each of its letters
     assert saver._run(_rows(store, "t", CHECKPOINT)) == before
     saver.close()
