@@ -47,6 +47,8 @@ FORK_FIELDS = {"data"}
 """What a fork request's JSON body may hold."""
 PRUNE_FIELDS = ("keep", "older_than", "status", "pipeline", "dry_run")
 """What a prune request's JSON body may hold."""
+NO_FIELD = "no field (send no body, or {})"
+"""What a resume, cancel or delete request's JSON body may hold, as its refusal says."""
 START_SECONDS = 5.0
 """How long a resume waits for the run to be claimed, and a fork for the new run to be
 stored (or for either to fail)."""
@@ -176,7 +178,7 @@ async def resume(request: Request) -> JSONResponse:
     JSON or holds a field is refused (400), as the fork's and prune's are."""
     if (refusal := _check(request, needs_app=True)) is not None:
         return refusal
-    await _body(request, "resume", (), "no field (send no body, or {})")
+    await _body(request, "resume", (), NO_FIELD)
     store = store_of(request)
     run = await get_run(store, request.path_params["run_id"])
     clutch: Clutch = request.app.state.settings.clutch
@@ -251,18 +253,21 @@ async def cancel_run(request: Request) -> JSONResponse:
     does (:func:`~nestegg.cli.cancel.cancel_stored`): 200 with what its ``--json`` prints
     and the line it prints (``message``); ``cancelled`` is false for a run cancelled
     already, which is left as it is. A completed or failed run is refused (409), an
-    unknown one is 404; nothing changes then."""
+    unknown one is 404, a body as a resume's refuses (400); nothing changes then."""
     if (refusal := _check(request)) is not None:
         return refusal
+    await _body(request, "cancel", (), NO_FIELD)
     summary = await cancel_stored(store_of(request), request.path_params["run_id"], now_of(request))
     return JSONResponse({**summary, "message": cancel_line(summary)})
 
 
 @takes()
 async def delete(request: Request) -> JSONResponse:
-    """Delete a run and everything of it, unless a live process executes it (409)."""
+    """Delete a run and everything of it, unless a live process executes it (409); it
+    takes no body, or ``{}``, as a resume: another is refused (400), nothing deleted."""
     if (refusal := _check(request)) is not None:
         return refusal
+    await _body(request, "delete", (), NO_FIELD)
     store = store_of(request)
     run = await get_run(store, request.path_params["run_id"])
     if owner_alive(run, now_of(request)):
