@@ -25,10 +25,11 @@ from nestegg.checkpoint.codec import (
     TAG,
     DuplicateKeys,
     EnumKeyNotRebuilt,
+    encode_value,
     from_jsonable,
     rebuild_given,
 )
-from nestegg.errors import ConfigurationError
+from nestegg.errors import CheckpointSerializationError, ConfigurationError
 
 _SHOWN_CHARS = 120
 """How much of a given value an error shows."""
@@ -241,13 +242,28 @@ def from_given(value: Any, what: str) -> Any:
             not what its tag holds: invalid base64, a date not in ISO 8601, ...); a map with
             one key twice, a set or frozenset with one item twice; or a dict's key holding
             an enum of no module this process imported (a value is then its plain value, a
-            key is not: it could be another key of the dict).
+            key is not: it could be another key of the dict); data the codec cannot store,
+            with its message: nested deeper than it writes, or over ``RECORD_MAX_BYTES``
+            encoded (``cannot store data: it is 73,400,322 bytes encoded, over ...``).
     """
-    if type(value) not in (dict, list):
-        return value
+    rebuilt = _rebuilt(value, what) if type(value) in (dict, list) else value
+    if rebuilt is not None:  # None: no data given
+        try:  # refused now, as bad input: what the fork would store fails the same way
+            encode_value(rebuilt, "data")
+        except CheckpointSerializationError as error:
+            raise ConfigurationError(str(error)) from None
+    return rebuilt
+
+
+def _rebuilt(value: dict[str, Any] | list[Any], what: str) -> Any:
+    """:func:`from_given` of a dict or a list: rebuilt, or ConfigurationError saying why not."""
     try:
         _check(value, "data")
         return rebuild_given(value)
+    except RecursionError:  # what Python's stack does not hold, the codec does not write
+        detail = "nested too deeply"
+        refused = CheckpointSerializationError("data", type(value).__qualname__, detail)
+        raise ConfigurationError(str(refused)) from None
     except _Refused as refused:
         raise ConfigurationError(
             f"{what} holds {_shown(refused.given)} at {refused.path}, which is not a value "

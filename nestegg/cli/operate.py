@@ -326,7 +326,11 @@ def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
     else:
         return None, ""
     refuse_key_twice(raw, what)  # orjson kept the last value
-    if (at := cut_at(given)) is not None:
+    try:
+        at = cut_at(given)
+    except RecursionError:  # too deep to be stored: from_given refuses it, as the inspector's
+        at = None
+    if at is not None:
         raise ConfigurationError(
             f"{what} holds at {at} a value nestegg inspect cut (it cuts long strings, lists "
             "and dicts unless --full, saying how much it left out): the fork would run with "

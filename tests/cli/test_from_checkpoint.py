@@ -357,6 +357,11 @@ CUT_ITEM = "… (5 more items; --full shows all)"
          "--data is not JSON (…: line 1 column 2 (char 1)): quote a string as '\"text\"'"),
         (["--data-file", "bad.json"], EXIT_USAGE,
          "--data-file bad.json is not JSON: …: line 1 column 2 (char 1)"),
+        (["--data", "[" * 300 + "1" + "]" * 300], EXIT_USAGE,  # deeper than the codec writes
+         "cannot store the value at data: type list is not serializable (Recursion limit "
+         "reached)"),
+        (["--data", "[" * 600 + "1" + "]" * 600], EXIT_USAGE,  # than Python's stack holds
+         "cannot store the value at data: type list is not serializable (nested too deeply)"),
         (["--data-file", "missing.json"], EXIT_USAGE,
          "cannot read --data-file missing.json: No such file or directory"),
         (["--data", "{}", "--data-file", "bad.json"], EXIT_USAGE,

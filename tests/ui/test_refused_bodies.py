@@ -1,11 +1,15 @@
 """Request bodies the inspector's writes refuse (400) before anything changes: a cancel's
-or a delete's body, as a resume's is read."""
+or a delete's body, as a resume's is read, and fork data the codec cannot store."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
+import pytest
+
+from nestegg.checkpoint import codec
 from nestegg.checkpoint.records import RunRecord
 from tests.ui.conftest import Ui
 from tests.ui.pipelines import start_waiting
@@ -66,3 +70,36 @@ def test_a_cancel_with_a_body_it_does_not_take_is_refused_and_cancels_nothing(ui
             assert done.status_code == 200 and done.json()["cancelled"] is True
     finally:
         ui.write("DELETE", f"/api/runs/{waiting}")
+
+
+def _nested(depth: int) -> str:
+    """A fork's request body whose data is ``depth`` lists deep."""
+    return '{"data": ' + "[" * depth + "1" + "]" * depth + "}"
+
+
+def _second_checkpoint(ui: Ui) -> str:
+    page = ui.client.get(f"/runs/{ui.filled.ok}").text
+    return re.findall(r'class="cp" href="/checkpoints/([^"?]+)"', page)[1]
+
+
+def test_fork_data_the_codec_cannot_store_is_refused_and_stores_nothing(
+    ui: Ui, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 500, with a RecursionError logged at 500 deep; nothing is stored either way
+    checkpoint, before = _second_checkpoint(ui), _run_ids(ui)
+    unstorable = "cannot store the value at data: type list is not serializable"
+    for body, error in (
+        (_nested(300), f"{unstorable} (Recursion limit reached)"),  # deeper than orjson writes
+        (_nested(500), f"{unstorable} (nested too deeply)"),  # than Python's stack holds
+    ):
+        refused: Any = ui.write("POST", f"/api/checkpoints/{checkpoint}/fork", content=body)
+        assert (refused.status_code, refused.json()) == (400, {"error": error})
+    monkeypatch.setattr(codec, "RECORD_MAX_BYTES", 1000)  # as 64 MiB is, with less to send
+    big: Any = ui.write("POST", f"/api/checkpoints/{checkpoint}/fork", json={"data": "a" * 1000})
+    assert (big.status_code, big.json()) == (
+        400,
+        {"error": "cannot store data: it is 1,002 bytes encoded, over the 1,000 bytes a store "
+         "takes at once"},
+    )  # fmt: skip
+    assert _run_ids(ui) == before
+    assert not ui.client.app.state.background  # type: ignore[attr-defined]
