@@ -41,8 +41,9 @@ class WaitingRecorder(Protocol):
 
     clock: Callable[[], float]
 
-    async def read_signal(self, name: str) -> tuple[bool, Any]:
-        """Whether a signal of that name is stored for the run, and its value."""
+    async def read_signal(self, name: str, by: float | None = None) -> tuple[bool, Any]:
+        """Whether a signal of that name is stored for the run (by ``by``, if given), and
+        its value."""
 
     def signal_received(self, name: str, timed_out: bool) -> None:
         """Note in the timeline that the wait for ``name`` ended."""
@@ -105,7 +106,7 @@ async def wait_for(name: str, *, timeout: timedelta | float | None = None, type:
     deadline = await _recorded(execution, WAIT_DEADLINE, digest, deadline_now)
 
     async def receive() -> dict[str, Any]:
-        found, value = await recorder.read_signal(name)
+        found, value = await recorder.read_signal(name, deadline)  # the deadline came first
         if found:
             try:  # checked before it is journaled: a fitting one may replace it
                 _check(name, value, type, adapter)

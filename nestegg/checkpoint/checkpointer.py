@@ -345,10 +345,11 @@ class Checkpointer(RunWriter):
 
     # ---------------------------------------------------------------- waiting
 
-    async def read_signal(self, name: str) -> tuple[bool, Any]:
-        """Whether the signal ``name`` is stored for this run, and its value."""
+    async def read_signal(self, name: str, by: float | None = None) -> tuple[bool, Any]:
+        """Whether the signal ``name`` is stored for this run, stored by ``by`` if given (a
+        signal that came after a wait's deadline did not end it), and its value."""
         for signal in await self.store.read_signals(self.run_id):
-            if signal.name == name:
+            if signal.name == name and (by is None or signal.at <= by):
                 return True, parse_signal(signal.body, f"signal {name!r} of run {self.run_id!r}")
         return False, None
 

@@ -140,6 +140,28 @@ async def test_a_passed_deadline_resumed_by_recover_raises_in_the_agent(
     assert await store.read_signals("r5") == []
 
 
+async def test_a_signal_stored_after_the_deadline_does_not_end_the_wait(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    """The deadline came first: the wait timed out then, whatever was stored since."""
+    clock = FakeClock()
+    clutch = build(await open_store(), clock=clock, timeout=2 * DAY)
+    with pytest.raises(RunWaiting):
+        await clutch.run(_input(tmp_path), run_id="late")
+    clock.advance(2 * DAY + 1)
+    await clutch.signal("late", "approval", APPROVED, resume=False)
+    outcome = await clutch.recover()
+    assert outcome["late"]["status"] == "expired"  # SignalTimeoutError in the agent
+    received = [e.data for e in await clutch.events("late") if e.kind == "signal_received"]
+    assert received == [{"signal": "approval", "timed_out": True}]
+    on_time = build(await open_store(), clock=clock, timeout=2 * DAY)
+    with pytest.raises(RunWaiting):
+        await on_time.run(_input(tmp_path), run_id="on-time")
+    clock.advance(2 * DAY)  # stored at the deadline itself: in time
+    await on_time.signal("on-time", "approval", APPROVED, resume=False)
+    assert (await on_time.recover())["on-time"]["status"] == "approved"
+
+
 async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
     open_store: Opener, tmp_path: Path
 ) -> None:
