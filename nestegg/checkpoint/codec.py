@@ -5,9 +5,9 @@ Decimal, bytes, Enum, tuple, set, non-string keys, big ints, NaN) are written as
 object ``{"$ne": tag, "v": ...}`` and rebuilt on reading, so what ``model_dump()`` produces
 comes back equal. A datetime or time in an IANA time zone (``zoneinfo.ZoneInfo``) keeps its
 zone: its ISO 8601 text is followed by the zone's name in brackets, as RFC 9557 writes it
-(:func:`iso_text`), and it reads back in that zone, with the fold its offset tells.
-Anything else fails with :class:`CheckpointSerializationError` naming the value's path and
-type.
+(:func:`~nestegg.checkpoint.iso_times.iso_text`), and it reads back in that zone, with the
+fold its offset tells. Anything else fails with :class:`CheckpointSerializationError`
+naming the value's path and type.
 
 Every stored record is *sealed*: ``{"crc":"<8 hex>","body":<json>}``, still readable JSON,
 whose checksum (CRC-32 of the body bytes) is checked on every read.
@@ -26,7 +26,6 @@ import math
 import sys
 import uuid
 import zlib
-import zoneinfo
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from enum import Enum
@@ -36,6 +35,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from nestegg.checkpoint.iso_times import datetime_from, iso_text, time_from
 from nestegg.constants import RECORD_MAX_BYTES
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -98,57 +98,6 @@ def _encode_scalar(value: Any, path: str) -> Any:
     if isinstance(value, BaseModel):
         return to_jsonable(value.model_dump(), path)
     raise CheckpointSerializationError(path, type(value).__qualname__)
-
-
-def iso_text(value: dt.datetime | dt.date | dt.time) -> str:
-    """``value`` in ISO 8601; a datetime or time whose time zone is an IANA zone
-    (``zoneinfo.ZoneInfo`` with a key) with the zone's name after it in brackets, as RFC
-    9557 writes it (``2026-10-25T02:30:00+01:00[Europe/Berlin]``): its offset alone would
-    read back as a fixed offset, which names no zone, knows no daylight saving time and
-    changes what adding a day gives. Any other time zone is kept as its UTC offset."""
-    text = value.isoformat()
-    zone = getattr(value, "tzinfo", None)
-    if isinstance(zone, zoneinfo.ZoneInfo) and zone.key:  # no key: read from a file
-        return f"{text}[{zone.key}]"
-    return text
-
-
-def _zoned(text: str) -> tuple[str, zoneinfo.ZoneInfo | None]:
-    """``text`` as :func:`iso_text` writes it: its ISO 8601 part and its zone, if named.
-
-    Raises:
-        ValueError: a zone name that is not one (``zoneinfo``'s error).
-        KeyError: a zone this machine's time zone database lacks
-            (``zoneinfo.ZoneInfoNotFoundError``).
-    """
-    if not text.endswith("]"):
-        return text, None
-    iso, bracket, key = text[:-1].rpartition("[")
-    if not bracket:
-        raise ValueError(f"{text!r} has a ']' without its '['")
-    return iso, zoneinfo.ZoneInfo(key)
-
-
-def _datetime_from(text: str) -> dt.datetime:
-    """A datetime :func:`iso_text` wrote: in its zone, if one is named, with the fold
-    whose offset is the one written (the second 02:30 of a night the clocks go back)."""
-    iso, zone = _zoned(text)
-    value = dt.datetime.fromisoformat(iso)
-    if zone is None:
-        return value
-    if value.tzinfo is None:
-        raise ValueError(f"{text!r} names a zone but gives no UTC offset")
-    for fold in (0, 1):
-        local = value.replace(tzinfo=zone, fold=fold)
-        if local.utcoffset() == value.utcoffset():
-            return local
-    return value.astimezone(zone)  # the zone's rules changed since: the same instant
-
-
-def _time_from(text: str) -> dt.time:
-    iso, zone = _zoned(text)
-    value = dt.time.fromisoformat(iso)
-    return value if zone is None else value.replace(tzinfo=zone)
 
 
 def _big_int(value: int, path: str) -> dict[str, Any]:
@@ -316,9 +265,9 @@ def _given_key(raw: Any) -> Any:
 
 
 _DECODERS: dict[str, Any] = {
-    "datetime": _datetime_from,
+    "datetime": datetime_from,
     "date": dt.date.fromisoformat,
-    "time": _time_from,
+    "time": time_from,
     "timedelta": lambda v: dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2]),
     "uuid": uuid.UUID,
     "decimal": Decimal,

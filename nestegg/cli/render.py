@@ -41,7 +41,8 @@ from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 
-from nestegg.checkpoint.codec import TAG, KeptEnum, iso_text, to_jsonable
+from nestegg.checkpoint.codec import TAG, KeptEnum, to_jsonable
+from nestegg.checkpoint.iso_times import iso_text
 from nestegg.cli.paths import format_path, set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
