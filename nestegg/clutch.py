@@ -221,16 +221,20 @@ class Clutch(StoredRuns):
                 raises at once (``over`` set), saying that ``recover()`` or
                 ``resume_latest(run_id)`` continues the run.
             TimeoutError: not finished within ``timeout``.
-            ConfigurationError: the Clutch has no checkpointing.
+            ConfigurationError: the Clutch has no checkpointing, or the run belongs to
+                another pipeline.
 
         Example:
             >>> result = await clutch.result("run-0193...", timeout=60)
         """
+        from nestegg.checkpoint.admission import check_pipeline
         from nestegg.transport.caller import wait_result
 
         book = self._checkpointing()
         store = await book.ready()
         run_id = check_name(run_id, "run id")
+        if (run := await store.get_run(run_id)) is not None:  # never another's result
+            check_pipeline(run, self.name, ": its result is not this pipeline's")
         on_workers = self.transport is not None
         return await wait_result(
             store, run_id, timeout, clock=book.config.clock, on_workers=on_workers

@@ -548,6 +548,19 @@ async def test_delete_run_of_another_pipelines_run_is_refused_and_deletes_nothin
     assert await q.clutch.delete_run("q1") is True
 
 
+async def test_result_of_another_pipelines_run_is_refused(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    p, q = Pipeline(checkpoint_store, name="p"), Pipeline(checkpoint_store, name="q")
+    assert await q.clutch.run([], run_id="q1") == ["a", "b", "c"]
+    with pytest.raises(ConfigurationError) as refused:
+        await p.clutch.result("q1", timeout=5)
+    assert str(refused.value) == (
+        "run 'q1' belongs to pipeline 'q', not 'p': its result is not this pipeline's"
+    )
+    assert await q.clutch.result("q1", timeout=5) == ["a", "b", "c"]
+
+
 # -------------------------------------------------------------------- recovery
 
 
