@@ -208,6 +208,10 @@ def press_resume(
             if run.status == until and run.event_seq > read.event_seq:
                 break
             time.sleep(0.05)
+        # Its transport's and store's tasks end here, not when the client's loop ends and
+        # cancels what is left (a broker client's task there could hold that end).
+        client.portal.call(clutch.stop)  # type: ignore[union-attr]
+        client.portal.call(ui_store.close)  # type: ignore[union-attr]
         return answer.status_code, answer.json(), run.status
 
 
