@@ -29,6 +29,7 @@ from nestegg.checkpoint.codec import (
     from_jsonable,
     rebuild_given,
 )
+from nestegg.checkpoint.iso_times import zone_named
 from nestegg.errors import CheckpointSerializationError, ConfigurationError
 
 _SHOWN_CHARS = 120
@@ -142,7 +143,7 @@ def _check_zoned(tag: str) -> Callable[[Any, str], bool]:
         try:
             return _rebuilds({TAG: tag, "v": given})
         except zoneinfo.ZoneInfoNotFoundError:
-            zone = given[given.rfind("[") + 1 : -1]
+            zone = zone_named(given)[1]
             reason = (
                 f"its time zone {_shown(zone)} is not in this machine's time zone database: "
                 'name an IANA time zone, as "Europe/Berlin"'

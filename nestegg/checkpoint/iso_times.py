@@ -28,12 +28,23 @@ def _zoned(text: str) -> tuple[str, zoneinfo.ZoneInfo | None]:
         KeyError: a zone this machine's time zone database lacks
             (``zoneinfo.ZoneInfoNotFoundError``).
     """
+    iso, key = zone_named(text)
+    return iso, None if key is None else zoneinfo.ZoneInfo(key)
+
+
+def zone_named(text: str) -> tuple[str, str | None]:
+    """``text`` as :func:`iso_text` writes it: its ISO 8601 part and the name of its zone
+    (None: none named).
+
+    Raises:
+        ValueError: a ``]`` without its ``[``.
+    """
     if not text.endswith("]"):
         return text, None
     iso, bracket, key = text[:-1].rpartition("[")
     if not bracket:
         raise ValueError(f"{text!r} has a ']' without its '['")
-    return iso, zoneinfo.ZoneInfo(key)
+    return iso, key
 
 
 def datetime_from(text: str) -> dt.datetime:
@@ -59,4 +70,4 @@ def time_from(text: str) -> dt.time:
     return value if zone is None else value.replace(tzinfo=zone)
 
 
-__all__ = ["datetime_from", "iso_text", "time_from"]
+__all__ = ["datetime_from", "iso_text", "time_from", "zone_named"]

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nestegg.errors import ConfigurationError
+from nestegg.options import is_count
 
 CONFIG = "a RunnableConfig (a dict: {'configurable': {'thread_id': ...}})"
 CHECKPOINT_KEYS = ("id", "channel_values", "channel_versions")
@@ -146,5 +147,5 @@ def check_list(method: str, config: Any, filter: Any, before: Any, limit: Any) -
     check_config(method, before, "before", optional=True, listing=True)
     if filter is not None and not isinstance(filter, Mapping):
         raise _refuse(method, "filter", "None or a dict of metadata key -> value", filter)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+    if limit is not None and not is_count(limit, least=0):
         raise _refuse(method, "limit", LIMIT, limit)
