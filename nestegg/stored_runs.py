@@ -25,7 +25,12 @@ class StoredRuns(PipelineBase):
     """A pipeline's stored runs, read and kept (the base of :class:`~nestegg.Clutch`)."""
 
     async def history(self, run_id: str) -> RunHistory:
-        """A run's steps and checkpoints with their parents, and the runs forked from it."""
+        """A run's steps and checkpoints with their parents, and the runs forked from it.
+
+        Raises:
+            RunNotFoundError: no such run.
+            ConfigurationError: the run belongs to another pipeline.
+        """
         return await self._checkpointing().history(run_id)
 
     async def list_runs(self, status: str | None = None) -> list[RunInfo]:
@@ -44,6 +49,7 @@ class StoredRuns(PipelineBase):
 
         Raises:
             RunNotFoundError: no such run.
+            ConfigurationError: the run belongs to another pipeline.
         """
         return await self._checkpointing().list_checkpoints(run_id)
 
@@ -52,6 +58,7 @@ class StoredRuns(PipelineBase):
 
         Raises:
             CheckpointNotFoundError: no such checkpoint.
+            ConfigurationError: the checkpoint's run belongs to another pipeline.
         """
         return await self._checkpointing().get_checkpoint(checkpoint_id)
 
@@ -60,6 +67,7 @@ class StoredRuns(PipelineBase):
 
         Raises:
             RunNotFoundError: no such run.
+            ConfigurationError: the run belongs to another pipeline.
         """
         return await self._checkpointing().events(run_id, since_seq)
 

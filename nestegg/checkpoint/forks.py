@@ -167,7 +167,7 @@ async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
     A checkpoint's parent is the stored one before it; the first one's is the checkpoint
     the run was forked from, which pruning or deleting the parent run may have removed.
     """
-    run = await book.get_run_record(check_name(run_id, "run id"))
+    run = await book.own_run_record(run_id, ": its history is not this pipeline's")
     records = await book.store.load_steps(run.run_id)
     steps = []
     for record in records:

@@ -123,6 +123,17 @@ class RunStore:
             raise run_not_found(run_id)
         return run
 
+    async def own_run_record(self, run_id: str, outcome: str) -> RunRecord:
+        """The stored run ``run_id`` of this pipeline (``outcome``: what a refusal adds).
+
+        Raises:
+            RunNotFoundError: no such run.
+            ConfigurationError: the run belongs to another pipeline.
+        """
+        run = await self.get_run_record(check_name(run_id, "run id"))
+        check_pipeline(run, self.clutch.name, outcome)
+        return run
+
     async def get_checkpoint_record(self, checkpoint_id: str) -> CheckpointRecord:
         """The stored checkpoint ``checkpoint_id``.
 
@@ -260,19 +271,21 @@ class RunStore:
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         """A run's checkpoints, oldest first (RunNotFoundError for no such run)."""
-        run_id = (await self.get_run_record(check_name(run_id, "run id"))).run_id
+        run_id = (await self.own_run_record(run_id, ": its checkpoints are not listed")).run_id
         store = await self.ready()
         return [CheckpointInfo.from_record(c) for c in await store.list_checkpoints(run_id)]
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointState:
         """The state a checkpoint restores."""
         record = await self.get_checkpoint_record(checkpoint_id)
-        run = await self.get_run_record(record.run_id)
+        run = await self.own_run_record(
+            record.run_id, f": checkpoint {record.checkpoint_id!r} is not this pipeline's"
+        )
         return await load_state(self.store, run, record)
 
     async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
         """A run's events after ``since_seq`` (RunNotFoundError for no such run)."""
-        run_id = (await self.get_run_record(check_name(run_id, "run id"))).run_id
+        run_id = (await self.own_run_record(run_id, ": its events are not this pipeline's")).run_id
         store = await self.ready()
         return await read_events(store, run_id, since_seq)
 

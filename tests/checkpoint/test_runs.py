@@ -561,6 +561,32 @@ async def test_result_of_another_pipelines_run_is_refused(
     assert await q.clutch.result("q1", timeout=5) == ["a", "b", "c"]
 
 
+async def test_reads_of_another_pipelines_run_are_refused(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    p, q = Pipeline(checkpoint_store, name="p"), Pipeline(checkpoint_store, name="q")
+    assert await q.clutch.run([], run_id="q1") == ["a", "b", "c"]
+    checkpoint = (await q.clutch.list_checkpoints("q1"))[-1]
+    refusals = {
+        "events": ("its events are not this pipeline's", p.clutch.events("q1")),
+        "history": ("its history is not this pipeline's", p.clutch.history("q1")),
+        "list_checkpoints": ("its checkpoints are not listed", p.clutch.list_checkpoints("q1")),
+        "get_checkpoint": (
+            f"checkpoint {checkpoint.checkpoint_id!r} is not this pipeline's",
+            p.clutch.get_checkpoint(checkpoint.checkpoint_id),
+        ),
+    }
+    for name, (outcome, read) in refusals.items():
+        with pytest.raises(ConfigurationError) as refused:
+            await read
+        assert str(refused.value) == f"run 'q1' belongs to pipeline 'q', not 'p': {outcome}", name
+    assert (await q.clutch.history("q1")).run.run_id == "q1"
+    assert [e.kind for e in await q.clutch.events("q1")][-1] == "run_completed"
+    assert (await q.clutch.get_checkpoint(checkpoint.checkpoint_id)).data == ["a", "b", "c"]
+    with pytest.raises(RunNotFoundError):
+        await p.clutch.events("never")
+
+
 # -------------------------------------------------------------------- recovery
 
 
