@@ -42,6 +42,7 @@ from nestegg.context import current_context
 from nestegg.errors import ConfigurationError
 from nestegg.journal_results import rebuild_result, underlying
 from nestegg.module_names import stable_module_name
+from nestegg.options import is_count, shown
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -82,8 +83,8 @@ class RetryPolicy:
 
 
 def _check_attempts(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"RetryPolicy.attempts must be an int >= 1, got {value!r}")
+    if not is_count(value):
+        raise ConfigurationError(f"RetryPolicy.attempts must be an int >= 1, got {shown(value)}")
 
 
 def _check_backoff(value: object) -> None:

@@ -1407,6 +1407,10 @@ async def test_retry_backoff_doubles_between_attempts() -> None:
         ({"attempts": 2.5}, "RetryPolicy.attempts must be an int >= 1, got 2.5"),
         ({"attempts": "3"}, "RetryPolicy.attempts must be an int >= 1, got '3'"),
         (
+            {"attempts": True},
+            "RetryPolicy.attempts must be an int >= 1, got True (a bool, not a number)",
+        ),
+        (
             {"backoff": -0.5},
             "RetryPolicy.backoff must be a finite number of seconds >= 0, got -0.5",
         ),
