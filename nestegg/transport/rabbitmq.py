@@ -364,8 +364,12 @@ class RabbitMQTransport:
 
     async def close(self) -> None:
         """Close the connection (unacked messages go back to their queues); the next use
-        connects again."""
-        connection, self._connection, self._publisher = self._connection, None, None
+        connects again. A connection being opened meanwhile is waited for and closed too:
+        left open, its reconnection task would outlive this close, and could hold the end
+        of the event loop (aio-pika's reconnection goes on when a cancel meets it in a
+        connection attempt)."""
+        async with self._lock:  # an opening under way ends first (its CONNECT_TIMEOUT)
+            connection, self._connection, self._publisher = self._connection, None, None
         self._consumers.clear()
         if connection is not None:
             with contextlib.suppress(AMQPError, ConnectionError, OSError, TimeoutError):

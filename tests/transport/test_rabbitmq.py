@@ -55,6 +55,19 @@ async def test_the_connection_closes_when_its_last_use_ends(transport: Any) -> N
         assert connection_open(transport) and transport._connection is not first
 
 
+async def test_a_close_while_the_connection_opens_closes_it_too(transport: Any) -> None:
+    opening = asyncio.ensure_future(transport.publish("c", StepMessage("r", 1, 1)))
+    for _ in range(100):
+        if transport._lock.locked():  # the connection opens
+            break
+        await asyncio.sleep(0)
+    assert transport._lock.locked()
+    await transport.close()
+    await asyncio.gather(opening, return_exceptions=True)  # published, or closed under it
+    left = [t for t in asyncio.all_tasks() if "connection_factory" in repr(t.get_coro())]
+    assert not connection_open(transport) and not left  # no reconnection task goes on
+
+
 async def test_a_consumer_keeps_the_connection_when_a_callers_use_ends(transport: Any) -> None:
     deliveries = transport.consume(["c"], hold=5.0)
     try:
