@@ -100,10 +100,20 @@ def _at_after_host(url: str, netloc: str) -> bool:
 
 def redis_database_problem(url: str) -> str | None:
     """What is wrong with a ``redis://`` URL's database part (None: nothing): none, or a
-    number, where redis-py would read ``/abc`` as database 0."""
-    path = unquote(urlsplit(url).path).strip("/")
+    number, where redis-py would read ``/abc`` as database 0; given once, in the path
+    (``/3``) or the query (``?db=3``), where redis-py would take one of the two."""
+    parts = urlsplit(url)
+    path = unquote(parts.path).strip("/")
     if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
         return f"the database is a number from 0 (redis://host:6379/0), got {path!r}"
+    places = [f"/{path}"] if path else []
+    places += [f"?db={value}" for name, value in parse_qsl(parts.query, True) if name == "db"]
+    if len(places) > 1:
+        times = "twice" if len(places) == 2 else f"{len(places)} times"
+        return (
+            f"the database is given {times} ({' and '.join(places)}): give it once, in the "
+            "path (redis://host:6379/3) or as ?db=3"
+        )
     return None
 
 

@@ -29,9 +29,28 @@ def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
     assert "s3cret" not in without_password(url) and "pa/ss" not in without_password(url)
 
 
-@pytest.mark.parametrize("url", ["redis://h:6379", "redis://h:6379/", "redis://h/15"])
+@pytest.mark.parametrize(
+    "url",
+    ["redis://h:6379", "redis://h:6379/", "redis://h/15", "redis://h?db=3", "redis://h/?db=3"],
+)
 def test_a_redis_database_that_is_a_number_or_none_is_fine(url: str) -> None:
     assert redis_database_problem(url) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "places"),
+    [
+        ("redis://127.0.0.1:6379/0?db=3", "twice (/0 and ?db=3)"),
+        ("redis://h?db=1&ssl=1&db=2", "twice (?db=1 and ?db=2)"),
+        ("redis://h/1?db=1&db=2", "3 times (/1 and ?db=1 and ?db=2)"),
+    ],
+)
+def test_a_redis_database_given_more_than_once_is_named(url: str, places: str) -> None:
+    # redis-py would take one of them and say nothing
+    assert redis_database_problem(url) == (
+        f"the database is given {places}: give it once, in the path (redis://host:6379/3) "
+        "or as ?db=3"
+    )
 
 
 @pytest.mark.parametrize("database", ["abc", "-1", "1.5", "٣", str(2**31)])

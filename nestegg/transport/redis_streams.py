@@ -332,7 +332,7 @@ def _client(url: str) -> Any:
 
     Raises:
         ConfigurationError: a URL redis-py cannot use (its reason: a bad host, port,
-            scheme or database number).
+            scheme or database number, or a database given twice).
     """
     check_url(url, ("redis", "rediss", "unix"))
     problem = redis_database_problem(url) if not url.startswith("unix:") else None

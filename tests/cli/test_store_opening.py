@@ -295,6 +295,7 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
     ("url", "reason"),
     [
         ("redis://:s3cret@cache:6379/abc", "the database is a number from 0"),
+        ("redis://:s3cret@cache:6379/0?db=3", "the database is given twice (/0 and ?db=3)"),
         ("redis://cache:6379/0?socket_timout=5", "unknown query option 'socket_timout'"),
         ("postgresql://app:s3cret@db/app?sslmod=require", "invalid URI query parameter"),
         (

@@ -112,6 +112,11 @@ USER = UNREADABLE_USER
             "(redis://host:6379/0), got 'abc'",
         ),
         (
+            "redis://127.0.0.1:6379/0?db=3",  # redis-py would take one of the two
+            "bad transport URL 'redis://127.0.0.1:6379/0?db=3': the database is given twice "
+            "(/0 and ?db=3): give it once, in the path (redis://host:6379/3) or as ?db=3",
+        ),
+        (
             "amqps://guest:guest@127.0.0.1:tls/",
             f"bad transport URL 'amqps://guest@127.0.0.1:tls/': {UNREADABLE}",
         ),

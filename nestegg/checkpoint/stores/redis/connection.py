@@ -235,7 +235,7 @@ class RedisConnection:
 
 def _check_database(url: str) -> None:
     """Raises ConfigurationError for a store URL whose host or port cannot be read, or
-    whose database is not a number."""
+    whose database is not a number or is given twice (``/0?db=3``)."""
     problem = host_problem(url) or redis_database_problem(url)
     if problem is not None:
         raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
