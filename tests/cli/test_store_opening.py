@@ -299,6 +299,10 @@ def test_a_store_url_whose_host_cannot_be_read_is_named_once_without_its_passwor
         ("redis://cache:6379/0?socket_timout=5", "unknown query option 'socket_timout'"),
         ("postgresql://app:s3cret@db/app?sslmod=require", "invalid URI query parameter"),
         (
+            "postgresql://app:s3cret@db/app?connect_timeout=abc",
+            "the option connect_timeout takes a whole number of seconds from 0, got 'abc'\n",
+        ),
+        (
             "rediss://:s3cret@cache:6379/0?ssl_cert_reqs=bogus",
             "redis-py does not take the value of the query option 'ssl_cert_reqs': Invalid SSL "
             "Certificate Requirements Flag: bogus\n",

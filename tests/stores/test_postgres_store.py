@@ -198,6 +198,22 @@ def test_a_url_option_libpq_does_not_take_is_refused_naming_it() -> None:
     PostgresCheckpointStorage("postgresql://x@127.0.0.1/x?sslmode=require&application_name=a")
 
 
+@pytest.mark.parametrize("timeout", ["abc", "-3", "2.5", "", "\u0663"])
+def test_a_connect_timeout_that_is_no_whole_number_of_seconds_is_refused(timeout: str) -> None:
+    # the store's own connect_timeout stood in for it, and nothing was said
+    url = f"postgresql://x@127.0.0.1/x?connect_timeout={timeout}"
+    with pytest.raises(ConfigurationError) as raised:
+        PostgresCheckpointStorage(url.replace("x@", "x:s3cret@"))
+    assert str(raised.value) == (
+        f"PostgreSQL store URL {url!r}: the option connect_timeout takes a whole number of "
+        f"seconds from 0, got {timeout!r}"
+    )
+    with pytest.raises(ConfigurationError, match="the option connect_timeout takes"):
+        PostgresCheckpointStorage(f"host=127.0.0.1 connect_timeout='{timeout}'")
+    PostgresCheckpointStorage("postgresql://x@127.0.0.1/x?connect_timeout=0")
+    PostgresCheckpointStorage("host=127.0.0.1 connect_timeout=10")
+
+
 def test_a_url_option_libpq_does_not_take_is_refused_in_one_line() -> None:
     url = "postgresql://x@127.0.0.1/x?max_pending_commits=8"
     with pytest.raises(ConfigurationError) as raised:

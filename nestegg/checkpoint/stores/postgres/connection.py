@@ -119,7 +119,9 @@ def check_conninfo(conninfo: object) -> None:
     """Raises ConfigurationError for a URL (or ``key=value`` string) that libpq cannot
     read, as one with an option it does not know (``?sslmod=require``) or a bad host or
     port, naming it and libpq's reason (psycopg would raise ``ProgrammingError`` at the
-    first connection), or for a value that is not a string."""
+    first connection), or a ``connect_timeout`` that is not a whole number of seconds from
+    0 (the store's own ``connect_timeout`` would stand in for it unsaid), or for a value
+    that is not a string."""
     if not isinstance(conninfo, str):
         raise ConfigurationError(
             f"PostgresCheckpointStorage needs a postgresql:// URL (a str) or a pool, got "
@@ -128,13 +130,19 @@ def check_conninfo(conninfo: object) -> None:
     if "://" in conninfo and (problem := host_problem(conninfo)) is not None:
         raise ConfigurationError(f"PostgreSQL store URL {without_password(conninfo)!r}: {problem}")
     try:
-        conninfo_to_dict(conninfo)
+        options = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:
         raise ConfigurationError(
             f"PostgreSQL store URL {describe(conninfo)!r}: {one_line(error)} (libpq takes its "
             "connection options there, such as ?sslmode=require; the store's table prefix: "
             "table_prefix=)"
         ) from None
+    timeout = str(options.get("connect_timeout", 0))
+    if not (timeout.isascii() and timeout.isdigit()):
+        raise ConfigurationError(
+            f"PostgreSQL store URL {describe(conninfo)!r}: the option connect_timeout takes "
+            f"a whole number of seconds from 0, got {timeout!r}"
+        )
 
 
 async def probe(url: str, where: str, connect_timeout: float) -> None:

@@ -120,7 +120,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
     Raises:
         MissingDependencyError: psycopg or psycopg_pool is not installed.
         InvalidIdentifierError: a bad ``table_prefix``.
-        ConfigurationError: neither ``url`` nor ``pool``, or bad pool sizes.
+        ConfigurationError: neither ``url`` nor ``pool``, bad pool sizes, or a ``url``
+            libpq cannot read or whose ``connect_timeout`` is no whole number of seconds.
 
     Example:
         >>> store = PostgresCheckpointStorage("postgresql://app@db:5432/app", max_size=20)
