@@ -1,8 +1,9 @@
 """Checks of the options a caller passes: a flag that is a bool (``"no"`` would be true),
-a count that is an int (``True`` would be 1)."""
+a count that is an int (``True`` would be 1, ``2.0`` is a float)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeGuard
 
 from nestegg.errors import ConfigurationError
@@ -41,10 +42,15 @@ def is_count(given: object, least: int = 1) -> TypeGuard[int]:
     return isinstance(given, int) and not isinstance(given, bool) and given >= least
 
 
-def shown(given: object) -> str:
-    """``given`` as a refusal of a count names it: its repr, and of a bool, that it is
-    not a number (``True (a bool, not a number)``)."""
-    return repr(given) + (" (a bool, not a number)" if isinstance(given, bool) else "")
+def shown(given: object, written: Callable[[object], str] = repr) -> str:
+    """``given`` as a refusal of a count names it: ``written`` (its repr; a request's
+    JSON body: as JSON writes it), and of a bool or a float, what it is
+    (``True (a bool, not a number)``, ``1e+29 (a float, not an integer)``)."""
+    if isinstance(given, bool):
+        return f"{written(given)} (a bool, not a number)"
+    if isinstance(given, float):
+        return f"{written(given)} (a float, not an integer)"
+    return written(given)
 
 
 __all__ = ["check_count", "check_flag", "is_count", "shown"]

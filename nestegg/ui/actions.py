@@ -36,7 +36,7 @@ from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import CANCELLED, FINISHED
 from nestegg.errors import ConfigurationError, RunLockedError
-from nestegg.options import is_count
+from nestegg.options import is_count, shown
 from nestegg.transport.handback import HANDED_BACK
 from nestegg.ui.pages import now_of, store_of, takes
 from nestegg.ui.queries import checkpoint_run
@@ -285,7 +285,7 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
             raise ConfigurationError(f"{name} must be a string, got {_shown(body[name])}")
     keep, older, status = body.get("keep"), body.get("older_than"), body.get("status")
     if keep is not None and not is_count(keep):
-        raise ConfigurationError(f"keep must be a whole number >= 1, got {_shown(keep)}")
+        raise ConfigurationError(f"keep must be a whole number >= 1, got {shown(keep, _shown)}")
     if keep is None and not older:
         raise ConfigurationError("prune needs keep and/or older_than")
     if status is not None:
@@ -296,7 +296,7 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(str(error)) from error
     statuses = [status] if status else list(FINISHED)
     return {"keep": keep, "older_than": age, "statuses": statuses,
-            "pipeline": body.get("pipeline") or None}  # fmt: skip
+            "pipeline": body.get("pipeline")}  # fmt: skip
 
 
 @takes()

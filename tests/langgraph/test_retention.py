@@ -193,7 +193,11 @@ BAD_SETTINGS = [
         True,
         "takes pack_every= a positive integer, got pack_every=True (a bool, not a number)",
     ),
-    ("pack_every", 2.0, "takes pack_every= a positive integer, got pack_every=2.0"),
+    (
+        "pack_every",
+        2.0,
+        "takes pack_every= a positive integer, got pack_every=2.0 (a float, not an integer)",
+    ),
     (
         "keep_latest",
         True,

@@ -713,20 +713,34 @@ PRUNE_REFUSALS = [
     ({"pipeline": 5}, "pipeline must be a string, got 5"),
     ({"older_than": False}, "older_than must be a string, got false"),
     ({"status": ["failed"]}, 'status must be a string, got ["failed"]'),
-    ({"keep": True}, "keep must be a whole number >= 1, got true"),  # as JSON writes them
-    ({"keep": "2"}, 'keep must be a whole number >= 1, got "2"'),
     ({"status": "done"}, 'unknown status "done"; one of '),
     ({"older_than": "soon"}, 'bad duration "soon": use a number and a unit'),
     ({"older_than": "9999999999d"}, 'bad duration "9999999999d": the longest taken is 999999999d'),
 ]
+WHOLE_PRUNE_REFUSALS = [
+    # as JSON writes them, a bool or a float named as what it is
+    ({"keep": True}, "keep must be a whole number >= 1, got true (a bool, not a number)"),
+    ({"keep": "2"}, 'keep must be a whole number >= 1, got "2"'),
+    ({"keep": 1e29}, "keep must be a whole number >= 1, got 1e+29 (a float, not an integer)"),
+    ({"keep": 2.0}, "keep must be a whole number >= 1, got 2.0 (a float, not an integer)"),
+]
 
 
 def test_a_prune_with_a_field_it_does_not_take_is_refused_and_deletes_nothing(ui: Ui) -> None:
-    for body, error in PRUNE_REFUSALS:  # a misspelt dry_run must not prune
+    for body, error in PRUNE_REFUSALS + WHOLE_PRUNE_REFUSALS:  # a misspelt dry_run must not prune
         refused: Any = ui.write("POST", "/api/prune", json={"keep": 1, **body})
         assert refused.status_code == 400, body
         assert refused.json()["error"].startswith(error)
+        if (body, error) in WHOLE_PRUNE_REFUSALS:
+            assert refused.json() == {"error": error}
         assert len(_checkpoints(ui, ui.filled.ok)) == 3
+
+
+def test_a_prune_of_the_pipeline_named_empty_leaves_the_other_pipelines(ui: Ui) -> None:
+    done: Any = ui.write("POST", "/api/prune", json={"keep": 1, "pipeline": ""})
+    assert done.status_code == 200, done.text  # the pipeline "" (a Clutch may be named so)
+    assert done.json()["deleted_checkpoints"] == 0
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3  # not every pipeline's runs
 
 
 def test_a_prune_older_than_the_longest_duration_is_refused_and_deletes_nothing(ui: Ui) -> None:
