@@ -74,12 +74,19 @@ def _check(request: Request, needs_app: bool = False) -> JSONResponse | None:
 
 async def _body(request: Request, what: str, fields: Collection[str], takes: str) -> dict[str, Any]:
     """The JSON object the ``what`` request carries (none: ``{}``); ConfigurationError for
-    a body that is not one, holds a field not in ``fields`` (``takes`` says what it takes)
-    or a field twice, or whose ``data`` has an object with a key twice, before anything is
-    read or started."""
+    a body that is not one (not UTF-8 either: the byte that is not, named), holds a field
+    not in ``fields`` (``takes`` says what it takes) or a field twice, or whose ``data``
+    has an object with a key twice, before anything is read or started."""
     raw = await request.body()
     if not raw:
         return {}
+    try:
+        raw.decode()  # orjson would say "surrogates not allowed" of any byte not UTF-8
+    except UnicodeDecodeError as error:
+        raise ConfigurationError(
+            f"the request body is not UTF-8 JSON: byte {error.start} "
+            f"({raw[error.start]:#04x}) is not UTF-8"
+        ) from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as error:

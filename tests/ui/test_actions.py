@@ -388,6 +388,11 @@ def test_a_resume_with_a_body_it_does_not_take_is_refused_and_starts_nothing(ui:
             'unknown field "x" in the resume request: it takes no field (send no body, or {})',
         ),
         (b"resume", "the request body is not JSON: "),
+        (  # orjson's words were "str is not valid UTF-8: surrogates not allowed"
+            '{"x": "caf\u00e9"}'.encode("latin-1"),
+            "the request body is not UTF-8 JSON: byte 10 (0xe9) is not UTF-8",
+        ),
+        (b"\xff\xfe{\x00}\x00", "the request body is not UTF-8 JSON: byte 0 (0xff) is not UTF-8"),
         (b"[]", "the request body must be a JSON object, got a JSON array: []"),
         (b"42", "the request body must be a JSON object, got a number: 42"),
         (b'"go"', 'the request body must be a JSON object, got a JSON string: "go"'),
