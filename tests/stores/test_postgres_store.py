@@ -324,6 +324,21 @@ async def test_an_unreachable_server_is_storage_unavailable_quickly() -> None:
     assert time.monotonic() - started < 10
 
 
+async def test_a_urls_connect_timeout_is_the_stores_unless_one_is_given() -> None:
+    store = PostgresCheckpointStorage("postgresql://postgres@127.0.0.1:1/test?connect_timeout=2")
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageUnavailableError, match="Connection refused"):
+            await store.get_run("run-1")  # a refused connection is retried for 2 s, not 10
+    finally:
+        await store.close()
+    assert 1.5 < time.monotonic() - started < 8
+    given = "postgresql://x@127.0.0.1/x?connect_timeout=2"
+    assert PostgresCheckpointStorage(given, connect_timeout=5)._connect_timeout == 5
+    for url in ("postgresql://x@127.0.0.1/x", "postgresql://x@127.0.0.1/x?connect_timeout=0"):
+        assert PostgresCheckpointStorage(url)._connect_timeout == 10  # 0 waits for ever: none
+
+
 @pytest.mark.parametrize(
     ("where", "cause", "expected"),
     [

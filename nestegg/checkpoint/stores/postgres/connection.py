@@ -120,8 +120,7 @@ def check_conninfo(conninfo: object) -> None:
     read, as one with an option it does not know (``?sslmod=require``) or a bad host or
     port, naming it and libpq's reason (psycopg would raise ``ProgrammingError`` at the
     first connection), or a ``connect_timeout`` that is not a whole number of seconds from
-    0 (the store's own ``connect_timeout`` would stand in for it unsaid), or for a value
-    that is not a string."""
+    0, or for a value that is not a string."""
     if not isinstance(conninfo, str):
         raise ConfigurationError(
             f"PostgresCheckpointStorage needs a postgresql:// URL (a str) or a pool, got "
@@ -143,6 +142,13 @@ def check_conninfo(conninfo: object) -> None:
             f"PostgreSQL store URL {describe(conninfo)!r}: the option connect_timeout takes "
             f"a whole number of seconds from 0, got {timeout!r}"
         )
+
+
+def url_connect_timeout(conninfo: str) -> int | None:
+    """The ``connect_timeout`` a checked URL (or ``key=value`` string) gives in seconds,
+    if it gives one from 1 (libpq's 0, wait for ever, is not a store's timeout)."""
+    seconds = int(conninfo_to_dict(conninfo).get("connect_timeout") or 0)
+    return seconds or None
 
 
 async def probe(url: str, where: str, connect_timeout: float) -> None:

@@ -51,6 +51,7 @@ from nestegg.checkpoint.stores.postgres.connection import (
     describe,
     on_cursor,
     open_pool,
+    url_connect_timeout,
 )
 from nestegg.checkpoint.stores.postgres.errors import driver_errors
 from nestegg.checkpoint.stores.postgres.migrations import (
@@ -102,7 +103,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
             mode).
         connect_timeout: seconds an operation waits for a connection and the server's
             answer, retries included, before ``StorageUnavailableError`` (a query still
-            unanswered then is abandoned and its connection dropped).
+            unanswered then is abandoned and its connection dropped); None: the ``url``'s
+            ``?connect_timeout=`` if it gives one from 1, else 10.
         retries: retries (with backoff) of reads and commits after a connection failure,
             none starting later than ``connect_timeout`` after the first try; a commit
             is idempotent under its fence, so repeating it is safe.
@@ -137,7 +139,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
         min_size: int = PG_POOL_MIN_SIZE,
         max_size: int = PG_POOL_MAX_SIZE,
         prepare_threshold: int | None = PG_PREPARE_THRESHOLD,
-        connect_timeout: float = STORE_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
         retries: int = STORE_RETRIES,
         read_only: bool = False,
         max_pending_commits: int | None = MAX_PENDING_COMMITS,
@@ -153,6 +155,9 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
             )
         if url is not None:
             check_conninfo(url)
+        if connect_timeout is None:  # the URL's ?connect_timeout=, else the default
+            given = url_connect_timeout(url) if url is not None else None
+            connect_timeout = STORE_CONNECT_TIMEOUT if given is None else given
         self._url = url
         self._pool: Any = pool
         self._owns_pool = pool is None
