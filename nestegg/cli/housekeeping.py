@@ -18,7 +18,7 @@ from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import CommandError, StoreOption, app, run_with_store, store_url
-from nestegg.cli.json_input import read_json_text
+from nestegg.cli.json_input import STANDARD_STREAM, read_json_text
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import (
     CHECKPOINTS,
@@ -259,7 +259,8 @@ def export_command(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to export.", show_default=False)],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+        Path | None,
+        typer.Option("--output", "-o", help="Write here instead of stdout (-: stdout)."),
     ] = None,
     store: StoreOption = None,
 ) -> None:
@@ -272,7 +273,7 @@ def export_command(
         return await export_run(opened, run_id)
 
     document = export_text(run_with_store(ctx, store, work, read_only=True))
-    if output is None:
+    if output is None or str(output) == STANDARD_STREAM:
         sys.stdout.buffer.write(document)
         sys.stdout.flush()
         return

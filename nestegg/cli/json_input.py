@@ -16,6 +16,9 @@ from nestegg.constants import EXIT_USAGE
 
 _NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
+STANDARD_STREAM = "-"
+"""The file name that means stdin (a file read) or stdout (a file written)."""
+
 
 def _non_finite(error: orjson.JSONDecodeError, what: str, advice: str) -> CommandError | None:
     """The refusal of a bare NaN, Infinity or -Infinity where ``error`` was met (None: it
@@ -59,7 +62,7 @@ def read_json_text(source: str, named: str | None = None, advice: str = "") -> t
     """As :func:`read_json`: the value, and the text it was read from."""
     where = source if named is None else f"{named} {source}"
     try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        raw = sys.stdin.buffer.read() if source == STANDARD_STREAM else Path(source).read_bytes()
     except OSError as error:
         raise CommandError(f"cannot read {where}: {error.strerror or error}", EXIT_USAGE) from error
     try:

@@ -310,6 +310,19 @@ def test_an_import_of_checkpoint_ids_the_store_has_changes_nothing(tmp_path: Pat
     assert sorted(row["run_id"] for row in listed) == ["bad", "gone", "ok"]
 
 
+def test_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path) -> None:
+    # -o - wrote a file named '-' in the current directory
+    source = asyncio.run(fill(f"sqlite:///{tmp_path / 'source.db'}")).url
+    plain = nestegg(tmp_path, "export", "ok", "-s", source)
+    dashed = nestegg(tmp_path, "export", "ok", "-o", "-", "-s", source)
+    assert (dashed.returncode, dashed.stdout, dashed.stderr) == (0, plain.stdout, "")
+    assert not (ROOT / "-").exists()
+    target = f"file://{tmp_path / 'target'}"
+    imported = nestegg(tmp_path, "import", "-", "-s", target, stdin=dashed.stdout)
+    assert imported.returncode == 0, imported.stderr
+    assert nestegg(tmp_path, "export", "ok", "-s", target).stdout == plain.stdout
+
+
 def test_log_records_are_shown_with_their_level(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "recover", "--app", "tests.cli.logging_app:none")
     assert result.stderr.splitlines() == [
