@@ -35,7 +35,7 @@ from nestegg.cli.housekeeping import apply_prune, parse_duration, plan_prune
 from nestegg.cli.reading import get_run
 from nestegg.clutch import Clutch
 from nestegg.constants import CANCELLED, FINISHED
-from nestegg.errors import ConfigurationError, RunLockedError
+from nestegg.errors import ConfigurationError, RunLockedError, RunWaiting
 from nestegg.options import is_count, shown
 from nestegg.transport.handback import HANDED_BACK
 from nestegg.ui.pages import now_of, store_of, takes
@@ -136,6 +136,9 @@ def _start(request: Request, work: Awaitable[Any], what: str) -> asyncio.Task[An
     async def guarded() -> Any:
         try:
             return await work
+        except RunWaiting as waiting:  # stored waiting, as nestegg resume says it (exit 5)
+            log.info("%s: %s", what, waiting)
+            raise
         except Exception as error:
             log.warning("%s failed: %s", what, error)
             raise

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import html
+import logging
 import os
 import re
 import time
@@ -494,6 +495,30 @@ def test_resume_of_a_run_that_still_waits_is_refused_until_its_signal_is_stored(
         started: Any = ui.write("POST", "/api/runs/signal/resume")
         assert started.status_code == 202
         _wait_for(ui, "signal", "completed")
+
+
+def test_a_fork_or_resume_whose_run_waits_is_logged_as_a_wait_not_a_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # it was logged "warning: fork of checkpoint '...' failed: run '...' waits for signal"
+    caplog.set_level(logging.INFO, logger="nestegg.ui")
+    with _waiting_ui(tmp_path, signal=False) as (ui, _, clutch):
+        checkpoints = ui.client.portal.call(clutch.list_checkpoints, "signal")  # type: ignore[union-attr]
+        forked: Any = ui.write("POST", f"/api/checkpoints/{checkpoints[0].checkpoint_id}/fork")
+        assert forked.status_code == 201, forked.text
+        run_id = forked.json()["run_id"]
+        _wait_for(ui, run_id, "waiting")
+        assert ui.write("POST", "/api/runs/signal/cancel").status_code == 200
+        resumed: Any = ui.write("POST", "/api/runs/signal/resume")
+        assert resumed.status_code == 202, resumed.text
+        _wait_for(ui, "signal", "waiting")
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "nestegg.ui"]
+    waits = f"waits for signal {SIGNAL!r}"
+    assert [level for level, _ in logged] == [logging.INFO, logging.INFO], logged
+    assert logged[0][1].startswith(
+        f"fork of checkpoint {checkpoints[0].checkpoint_id!r}: run {run_id!r} {waits}"
+    )
+    assert logged[1][1].startswith(f"resume of run 'signal': run 'signal' {waits}")
 
 
 LOST_ENRICH = (
