@@ -21,10 +21,11 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.clutch import Clutch
 from nestegg.errors import (
@@ -127,7 +128,10 @@ class SentPaths:
     """Gives the routes a path that is not UTF-8 (``/runs/%ED%A0%80``) with lone
     surrogates for those bytes, as the command gets such an argument, so that an id in it
     is refused as the command refuses it (400, ``run id '\\udced...' is not valid Unicode
-    text``); the server's decoding made them U+FFFD, an id no run has (404)."""
+    text``); the server's decoding made them U+FFFD, an id no run has (404). An id that
+    holds an encoded slash (``/runs/a%2Fb``), which that decoding made two segments of
+    (404, ``no page at /runs/a/b``), is refused so too (400, ``run id 'a/b' contains '/'
+    ...``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -135,12 +139,44 @@ class SentPaths:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = scope.get("raw_path") if scope["type"] == "http" else None
         if raw:
-            sent = unquote_to_bytes(raw.decode("latin-1"))
+            sent = [unquote_to_bytes(part.decode("latin-1")) for part in raw.split(b"/")]
             try:
-                sent.decode()
+                b"/".join(sent).decode()
             except UnicodeDecodeError:
-                scope = {**scope, "path": sent.decode("utf-8", "surrogateescape")}
+                scope = {**scope, "path": b"/".join(sent).decode("utf-8", "surrogateescape")}
+            segments = [segment.decode("utf-8", "surrogateescape") for segment in sent]
+            if (refused := _slashed_id(scope, segments)) is not None:
+                response = await _error(Request(scope), refused)
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+ID_PARAMETERS = {"run_id": "run id", "checkpoint_id": "checkpoint id", "seq": "step"}
+"""The path parameters that hold an id, and what a refusal of one calls it."""
+
+
+def _slashed_id(scope: Scope, segments: list[str]) -> InvalidIdentifierError | None:
+    """The refusal of the first segment of the path sent (``segments``, decoded) that
+    holds a slash where a route takes an id; None when none does (or no route takes the
+    path with each such segment as one: ``/nowhere/a%2Fb`` stays 404)."""
+    slashed = [i for i, segment in enumerate(segments) if "/" in segment]
+    if not slashed:
+        return None
+    stand_ins = [f"\0{i}" if i in slashed else segment for i, segment in enumerate(segments)]
+    probe = {**scope, "path": "/".join(stand_ins)}
+    for route in scope["app"].routes:
+        matched, child = route.matches(probe) if isinstance(route, Route) else (Match.NONE, {})
+        if matched is Match.NONE:
+            continue
+        named = {value: name for name, value in child["path_params"].items()}
+        for i in slashed:
+            if named.get(stand_ins[i]) in ID_PARAMETERS:
+                try:
+                    check_name(segments[i], ID_PARAMETERS[named[stand_ins[i]]])
+                except InvalidIdentifierError as error:
+                    return error
+    return None
 
 
 def status_for(error: BaseException) -> int:
@@ -248,8 +284,8 @@ def create_app(settings: UISettings) -> Starlette:
         ],
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(SentPaths),
             Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts)),
+            Middleware(SentPaths),
         ],
         exception_handlers={HTTPException: _error, NestEggError: _error, Exception: _error},
         lifespan=lifespan,

@@ -239,6 +239,40 @@ def test_an_id_or_filter_the_command_refuses_is_400_saying_why(ui: Ui) -> None:
     assert len(CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ui.filled.ok}").text)) == 3
 
 
+NOT_ALLOWED = "(a path separator, '..' or a control character is not allowed)"
+
+
+def test_an_id_with_an_encoded_slash_is_400_as_the_command_refuses_it(ui: Ui) -> None:
+    # The server decodes %2F before routing: /runs/a%2Fb was /runs/a/b, "no page" (404).
+    ok = ui.filled.ok
+    slash = f"contains a path separator '/' at index 1 {NOT_ALLOWED}"
+    for path, message in (
+        ("/runs/a%2Fb", f"run id 'a/b' {slash}"),
+        ("/runs/..%2Fx", f"run id '../x' contains '..' at index 0 {NOT_ALLOWED}"),
+        ("/runs/a%2fb/steps/1", f"run id 'a/b' {slash}"),
+        (f"/runs/{ok}/steps/1%2F2", f"step '1/2' {slash}"),
+        ("/checkpoints/a%2Fb", f"checkpoint id 'a/b' {slash}"),
+    ):
+        page = ui.client.get(path)
+        assert (page.status_code, _error_text(page)) == (400, message), path
+    for method, path, named in (
+        ("GET", "/runs/a%2Fb/live", "run id"),
+        ("GET", "/events/runs/a%2Fb", "run id"),
+        ("POST", "/api/runs/a%2Fb/resume", "run id"),
+        ("POST", "/api/runs/a%2Fb/cancel", "run id"),
+        ("DELETE", "/api/runs/a%2Fb", "run id"),
+        ("POST", "/api/checkpoints/a%2Fb/fork", "checkpoint id"),
+    ):
+        answer: Any = ui.write(method, path)
+        refused = (answer.status_code, answer.json())
+        assert refused == (400, {"error": f"{named} 'a/b' {slash}"}), (method, path)
+    # An address that takes no id there is no page, as the segments sent unencoded are.
+    for path in ("/nowhere/a%2Fb", "/runs/a/b", f"/runs/{ok}/steps/1/2"):
+        missing = ui.client.get(path)
+        assert missing.status_code == 404, path
+    assert _error_text(ui.client.get("/nowhere/a%2Fb")) == "no page at /nowhere/a/b"
+
+
 def _address(route: Route, run_id: str, checkpoint_id: str) -> tuple[str, str]:
     """A method and a path that ``route`` serves, on the given run and checkpoint."""
     path = route.path.replace("{run_id:str}", run_id).replace("{seq:str}", "1")
@@ -320,7 +354,7 @@ def test_each_bad_address_gets_a_page_saying_what_was_wrong(ui: Ui) -> None:
         "/diff?a=1&b=2&a=3": (
             400, "unknown parameters 'a', 'b'; this address takes old, new, token"
         ),
-        "/runs/a%2Fb": (404, "no page at /runs/a/b"),  # a run id holds no slash
+        "/runs/a/b": (404, "no page at /runs/a/b"),  # a slash sent unencoded: no such page
         "/no/such/page": (404, "no page at /no/such/page"),
     }  # fmt: skip
     for path, (status, message) in cases.items():
