@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, open_store
+from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, in_memory, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.registry import BY_SCHEME
@@ -57,7 +57,8 @@ from nestegg.urls import without_password
 T = TypeVar("T")
 
 STORE_HELP = (
-    "Store URL: sqlite:///file.db, file:///dir, postgresql://..., redis://..., memory://. "
+    "Store URL: sqlite:///file.db, file:///dir, postgresql://..., redis://... (not one in "
+    "memory: memory://, sqlite://). "
     f"Default: ${STORE_ENV}, else the embedded default (SQLite at "
     f"$NESTEGG_HOME/{DEFAULT_DB_NAME}, NESTEGG_HOME defaulting to ~/.nestegg)."
 )
@@ -295,7 +296,8 @@ def store_url(ctx: typer.Context, store: str | None) -> str | None:
     (the embedded default).
 
     Raises:
-        CommandError: an empty --store (bad usage; leave it out for the default).
+        CommandError: an empty --store, or a store in memory (bad usage; leave it out for
+            the default).
     """
     settings = ctx.find_object(Settings) or Settings()
     for given in (store, settings.store):
@@ -305,7 +307,16 @@ def store_url(ctx: typer.Context, store: str | None) -> str | None:
                 f"${STORE_ENV} or the default store",
                 EXIT_USAGE,
             )
-    return store or settings.store or os.environ.get(STORE_ENV) or None
+    chosen = store or settings.store or os.environ.get(STORE_ENV) or None
+    if chosen is not None and in_memory(chosen):
+        raise CommandError(
+            f"store URL {without_password(chosen)!r} from {_origin(chosen)} names a store in "
+            "memory, which lives only inside the process that made it: a command's would be "
+            "new and empty, and gone when it ends; give a store in a file instead, such as "
+            "sqlite:///runs.db",
+            EXIT_USAGE,
+        )
+    return chosen
 
 
 def explicit_store(ctx: typer.Context, store: str | None) -> bool:

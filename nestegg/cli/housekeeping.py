@@ -17,7 +17,7 @@ from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli.app import CommandError, StoreOption, app, run_with_store, store_url
+from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
 from nestegg.cli.json_input import STANDARD_STREAM, read_json_text
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import (
@@ -324,7 +324,4 @@ def import_command(
     run = run_with_store(ctx, store, work)
     parts = {k: len(document[k]) for k in ("steps", "checkpoints", "events", "journal")}
     counts = ", ".join(counted(n, IMPORTED_NOUNS[k]) for k, n in parts.items())
-    out = Output()
-    out.line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")
-    if (store_url(ctx, store) or "").startswith("memory:"):
-        out.note("warning: memory:// keeps nothing after the command ends: the run is gone now")
+    Output().line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")

@@ -362,7 +362,6 @@ def test_a_store_url_holds_back_steps_as_its_store_does(cli: Cli, filled_any: Fi
     [
         ("sqlite:///x.db?prefix=app:", "unknown query option 'prefix'"),
         ("file:///no/store?foo=1", "unknown query option 'foo'"),
-        ("memory://?x=1", "unknown query option 'x'"),
         (
             "sqlite:x.db",
             "sqlite: is followed by '//' and the path: sqlite:///x.db for 'x.db' in the current "
@@ -453,13 +452,43 @@ def test_an_empty_store_option_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists()
 
 
-def test_import_into_memory_warns(tmp_path: Path, filled_doc: Path) -> None:
-    result = nestegg(tmp_path, "import", str(filled_doc), "--store", "memory://")
-    assert result.returncode == EXIT_OK, result.stderr
-    assert "memory:// keeps nothing after the command ends" in result.stderr
-    other = nestegg(tmp_path, "import", str(filled_doc), "--store", _url("sqlite", tmp_path))
-    assert "warning" not in other.stderr
-    assert other.stdout.endswith("1 journal entry\n")
+IN_MEMORY = (
+    "names a store in memory, which lives only inside the process that made it: a "
+    "command's would be new and empty, and gone when it ends; give a store in a file "
+    "instead, such as sqlite:///runs.db"
+)
+APP = ("--app", "tests.cli.pipeline_app:pipeline")
+CHANGING = (
+    ["delete", "ok", "--yes"],
+    ["prune", "--keep", "1", "--yes"],
+    ["cancel", "ok"],
+    ["signal", "ok", "go", "1"],
+    ["resume", "ok", *APP],
+    ["fork", "ok", *APP],
+    ["recover", *APP],
+    ["ui"],
+)
+
+
+def test_a_store_in_memory_is_refused_by_every_command(tmp_path: Path, filled_doc: Path) -> None:
+    # nestegg runs --store sqlite:// printed "no runs", exit 0: a new, empty store
+    importing = ["import", str(filled_doc)]
+    for args in (*READING, *THREAD_COMMANDS, importing, *CHANGING):
+        result = nestegg(tmp_path, *args, "--store", "sqlite://")
+        assert (result.returncode, result.stdout) == (EXIT_USAGE, ""), (args, result.stderr)
+        assert result.stderr == f"error: store URL 'sqlite://' from --store {IN_MEMORY}\n"
+    for url in ("sqlite:///:memory:", "memory://", "sqlite://?max_pending_commits=8"):
+        for args in (["runs"], importing, ["--store", url, "runs"]):
+            result = nestegg(tmp_path, *args, "--store", url)
+            assert result.returncode == EXIT_USAGE, (url, args, result.stderr)
+            assert result.stderr == f"error: store URL {url!r} from --store {IN_MEMORY}\n"
+    from_env = nestegg(tmp_path, "runs", NESTEGG_STORE="memory://")
+    assert from_env.returncode == EXIT_USAGE
+    assert from_env.stderr == f"error: store URL 'memory://' from ${STORE_ENV} {IN_MEMORY}\n"
+    assert not (tmp_path / "home").exists()
+    # A store in a file of that name is one.
+    named = nestegg(tmp_path, "runs", "--store", f"sqlite:///{tmp_path / ':memory:'}")
+    assert named.returncode == EXIT_NOT_FOUND, named.stderr
 
 
 @pytest.fixture

@@ -86,6 +86,21 @@ def open_store(url: str, *, read_only: bool = False) -> CheckpointStorage:
     return store
 
 
+def in_memory(url: str) -> bool:
+    """Whether ``url`` names a store kept in memory, in the process that opens it:
+    ``memory://``, or SQLite's ``sqlite://`` and ``sqlite:///:memory:``."""
+    from nestegg.checkpoint.stores.sqlite.store import MEMORY_PATH
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a URL no store takes: opening it says why
+        return False
+    if parts.scheme == "memory":
+        return True
+    in_sqlite = parts.scheme == "sqlite" and parts.netloc in ("", "localhost")
+    return in_sqlite and unquote(parts.path) in ("", f"/{MEMORY_PATH}")
+
+
 def _pending_limit(url: str, value: str) -> int:
     """``?max_pending_commits=``'s value: a positive integer, as the constructor takes it
     (no limit is the option left out)."""
@@ -157,6 +172,7 @@ __all__ = [
     "default_home",
     "default_store",
     "home_path",
+    "in_memory",
     "open_store",
     "store_class",
 ]
