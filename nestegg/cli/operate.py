@@ -156,6 +156,38 @@ async def _spinner(
                 await watcher
 
 
+@contextlib.asynccontextmanager
+async def _told_when_handed_back(out: Output, clutch: Clutch, run_id: str) -> AsyncIterator[None]:
+    """With a Clutch with a transport: one line on stderr once the run is handed back to
+    its workers, since the command then waits for a worker (and waits on, silent, when
+    none runs)."""
+    if clutch.transport is None:
+        yield
+        return
+    from nestegg.transport.handback import HANDED_BACK
+
+    handed_back = asyncio.Event()
+    token = HANDED_BACK.set(handed_back)
+
+    async def tell() -> None:
+        await handed_back.wait()
+        out.note(
+            f"run {run_id} was handed back to the workers of pipeline {clutch.name!r}: waiting "
+            "for its result (a worker runs it: nestegg worker with this --app; --here runs it "
+            "in this process instead)"
+        )
+
+    teller = asyncio.ensure_future(tell())
+    try:
+        yield
+    finally:
+        HANDED_BACK.reset(token)
+        if not handed_back.is_set():
+            teller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await teller
+
+
 FromOption = Annotated[
     str | None,
     typer.Option(
@@ -231,7 +263,10 @@ def resume_command(
         async with bound(clutch, store_url(ctx, store)) as opened:
             before = await get_run(opened, run_id)
             try:
-                async with _spinner(out, opened, run_id):
+                async with (
+                    _spinner(out, opened, run_id),
+                    _told_when_handed_back(out, clutch, run_id),
+                ):
                     result, from_step = await _resume_from(
                         opened, clutch, before, from_checkpoint, here
                     )

@@ -107,6 +107,12 @@ async def test_nestegg_resume_with_the_app_hands_a_failed_run_back_to_the_worker
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    assert done.stderr == (  # what the command waits for (and would wait for, silent, with no
+        # worker running)
+        "run cli was handed back to the workers of pipeline 'flaky': waiting for its result "
+        "(a worker runs it: nestegg worker with this --app; --here runs it in this process "
+        "instead)\n"
+    )
     summary = json.loads(done.stdout)
     assert (summary["status"], summary["previous_status"], summary["steps"]) == (
         "completed",
