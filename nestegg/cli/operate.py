@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.forks import fork_id_taken
 from nestegg.checkpoint.given import from_given, refuse_key_twice
+from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
@@ -286,7 +288,7 @@ def resume_command(
         summary = {
             "run_id": run_id,
             "status": after.status,
-            "previous_status": before.status,
+            "previous_status": run_state(before, time.time()),  # as show says it
             "previous_steps": before.step_seq,
             "steps": after.step_seq,
             "result": result,

@@ -158,7 +158,7 @@ def test_a_killed_run_whose_model_changed_is_refused_by_resume_and_left_interrup
     resumed = _nestegg(tmp_path, env, "resume", "m1", "--app", "docs:clutch")
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert resumed.stdout.startswith("run m1 completed: 2 steps (was running at step"), resumed
+    assert resumed.stdout.startswith("run m1 completed: 2 steps (was interrupted at step"), resumed
     assert '"title":"t drafted reviewed"' in resumed.stdout
     assert log.read_text().splitlines()[len(ran) :] == (
         ["review"] if hang == "review" else ["draft", "review"]
