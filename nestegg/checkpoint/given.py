@@ -22,6 +22,7 @@ import orjson
 
 from nestegg.checkpoint.codec import (
     DAMAGED_TAG,
+    INT_MAX_DIGITS,
     TAG,
     DuplicateKeys,
     EnumKeyNotRebuilt,
@@ -185,10 +186,22 @@ def _check_map(given: Any, path: str) -> bool:
     return True
 
 
+def _check_int(given: Any, path: str) -> bool:
+    """An int's digits; more of them than Python reads back are refused as such."""
+    if not isinstance(given, str):
+        return False
+    digits = given.removeprefix("-")
+    if digits.isascii() and digits.isdigit() and len(digits) > INT_MAX_DIGITS:
+        reason = f"its value has {len(digits):,} digits, more than Python reads back"
+        raise _Refused(path, {TAG: "int", "v": "..."}, f"{reason} ({INT_MAX_DIGITS:,})")
+    return _rebuilds({TAG: "int", "v": given})
+
+
 _CHECKS: dict[str, Callable[[Any, str], bool]] = {
     "datetime": _check_zoned("datetime"),
     "time": _check_zoned("time"),
     "timedelta": _check_timedelta,
+    "int": _check_int,
     "enum": _check_enum,
     "tuple": _check_items,
     "set": _check_items,

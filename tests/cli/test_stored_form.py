@@ -269,6 +269,10 @@ def test_a_bare_nan_says_how_to_give_it(tmp_path: Path) -> None:
          "microseconds], three integers)"),
         ({"$ne": "map", "v": [[[1], 2]]}, "at data.<key>, which is not a value the codec "
          "writes (a list, a dict or a set is no dict's key)"),
+        ({"n": {"$ne": "int", "v": "7" * 5000}}, '{"$ne":"int","v":"..."} at data.n, which is '
+         "not a value the codec writes (its value has 5,000 digits, more than Python reads "
+         "back (4,300))"),
+        ({"n": {"$ne": "int", "v": "1.5"}}, "(its value is not an integer's digits as a string"),
     ],
 )  # fmt: skip
 def test_a_malformed_tag_is_refused_in_plain_words_naming_where(given: Any, says: str) -> None:
