@@ -161,8 +161,8 @@ async def _spinner(
 @contextlib.asynccontextmanager
 async def _told_when_handed_back(out: Output, clutch: Clutch, run_id: str) -> AsyncIterator[None]:
     """With a Clutch with a transport: one line on stderr once the run is handed back to
-    its workers, since the command then waits for a worker (and waits on, silent, when
-    none runs)."""
+    its workers, since the command then waits for a worker to run it, for as long as none
+    runs."""
     if clutch.transport is None:
         yield
         return
