@@ -233,11 +233,13 @@ class Clutch(StoredRuns):
         book = self._checkpointing()
         store = await book.ready()
         run_id = check_name(run_id, "run id")
-        if (run := await store.get_run(run_id)) is not None:  # never another's result
+
+        def own(run: RunRecord) -> None:  # every look at the run: never another's result
             check_pipeline(run, self.name, ": its result is not this pipeline's")
+
         on_workers = self.transport is not None
         return await wait_result(
-            store, run_id, timeout, clock=book.config.clock, on_workers=on_workers
+            store, run_id, timeout, seen=own, clock=book.config.clock, on_workers=on_workers
         )
 
     async def serve(
@@ -444,6 +446,7 @@ class Clutch(StoredRuns):
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.pipeline import Pipeline
+    from nestegg.checkpoint.records import RunRecord
 
     def _fills_pipeline(clutch: Clutch) -> Pipeline:
         """mypy proves here that a Clutch is what checkpointing needs."""
