@@ -115,12 +115,17 @@ def describe(conninfo: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
-def check_conninfo(conninfo: object) -> None:
-    """Raises ConfigurationError for a URL (or ``key=value`` string) that libpq cannot
-    read, as one with an option it does not know (``?sslmod=require``) or a bad host or
-    port, naming it and libpq's reason (psycopg would raise ``ProgrammingError`` at the
-    first connection), or a ``connect_timeout`` that is not a whole number of seconds from
-    0, or for a value that is not a string."""
+def check_conninfo(conninfo: object) -> int | None:
+    """The ``connect_timeout`` a URL (or ``key=value`` string) gives in seconds, if it
+    gives one from 1 (libpq's 0, wait for ever, is not a store's timeout).
+
+    Raises:
+        ConfigurationError: a URL libpq cannot read, as one with an option it does not know
+            (``?sslmod=require``) or a bad host or port, naming it and libpq's reason
+            (psycopg would raise ``ProgrammingError`` at the first connection); a
+            ``connect_timeout`` that is not a whole number of seconds from 0; a value that
+            is not a string.
+    """
     if not isinstance(conninfo, str):
         raise ConfigurationError(
             f"PostgresCheckpointStorage needs a postgresql:// URL (a str) or a pool, got "
@@ -142,13 +147,7 @@ def check_conninfo(conninfo: object) -> None:
             f"PostgreSQL store URL {describe(conninfo)!r}: the option connect_timeout takes "
             f"a whole number of seconds from 0, got {timeout!r}"
         )
-
-
-def url_connect_timeout(conninfo: str) -> int | None:
-    """The ``connect_timeout`` a checked URL (or ``key=value`` string) gives in seconds,
-    if it gives one from 1 (libpq's 0, wait for ever, is not a store's timeout)."""
-    seconds = int(conninfo_to_dict(conninfo).get("connect_timeout") or 0)
-    return seconds or None
+    return int(timeout) or None
 
 
 async def probe(url: str, where: str, connect_timeout: float) -> None:

@@ -51,7 +51,6 @@ from nestegg.checkpoint.stores.postgres.connection import (
     describe,
     on_cursor,
     open_pool,
-    url_connect_timeout,
 )
 from nestegg.checkpoint.stores.postgres.errors import driver_errors
 from nestegg.checkpoint.stores.postgres.migrations import (
@@ -153,10 +152,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
                 f"PostgresCheckpointStorage pool sizes need 1 <= min_size <= max_size, got "
                 f"min_size={min_size}, max_size={max_size}"
             )
-        if url is not None:
-            check_conninfo(url)
-        if connect_timeout is None:  # the URL's ?connect_timeout=, else the default
-            given = url_connect_timeout(url) if url is not None else None
+        given = check_conninfo(url) if url is not None else None  # its ?connect_timeout=
+        if connect_timeout is None:
             connect_timeout = STORE_CONNECT_TIMEOUT if given is None else given
         self._url = url
         self._pool: Any = pool
