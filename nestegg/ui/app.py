@@ -140,10 +140,11 @@ class SentPaths:
         raw = scope.get("raw_path") if scope["type"] == "http" else None
         if raw:
             sent = [unquote_to_bytes(part.decode("latin-1")) for part in raw.split(b"/")]
+            whole = b"/".join(sent)
             try:
-                b"/".join(sent).decode()
+                whole.decode()
             except UnicodeDecodeError:
-                scope = {**scope, "path": b"/".join(sent).decode("utf-8", "surrogateescape")}
+                scope = {**scope, "path": whole.decode("utf-8", "surrogateescape")}
             segments = [segment.decode("utf-8", "surrogateescape") for segment in sent]
             if (refused := _slashed_id(scope, segments)) is not None:
                 response = await _error(Request(scope), refused)
