@@ -121,7 +121,8 @@ class StoredRuns(PipelineBase):
             name: the signal's name.
             value: its value (stored like step data: JSON, a pydantic model's dict).
             replace: store ``value`` even if a signal of that name was sent already (a
-                step that received the earlier value keeps it).
+                step that received the earlier value keeps it); it keeps the time the
+                first came, so a wait that signal reached by its deadline stays met.
             resume: resume the run here when it waits for this signal; False only stores
                 it, for ``recover()`` or a worker's sweeper to pick up.
             timeout: seconds to wait for the resumed run (None: no limit).

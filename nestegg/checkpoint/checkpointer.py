@@ -347,7 +347,8 @@ class Checkpointer(RunWriter):
 
     async def read_signal(self, name: str, by: float | None = None) -> tuple[bool, Any]:
         """Whether the signal ``name`` is stored for this run, stored by ``by`` if given (a
-        signal that came after a wait's deadline did not end it), and its value."""
+        signal that came after a wait's deadline did not end it; a replaced one counts
+        from when its name first came), and its value."""
         for signal in await self.store.read_signals(self.run_id):
             if signal.name == name and (by is None or signal.at <= by):
                 return True, parse_signal(signal.body, f"signal {name!r} of run {self.run_id!r}")

@@ -169,7 +169,7 @@ async def store_signal(
     pipeline: str | None = None,
 ) -> None:
     """Store a signal for a run, checked and encoded like step data; nothing is stored
-    when a check fails.
+    when a check fails. A replacement keeps the time its name first came.
 
     Raises:
         InvalidIdentifierError: a bad signal name.
@@ -193,8 +193,23 @@ async def store_signal(
         )
     if run.status == COMPLETED and not replace:  # replace: for a resume from a checkpoint
         raise SignalRefusedError(run_id, name)
-    if not await store.put_signal(SignalRecord(run_id, name, clock(), body), replace):
+    if not await _put_signal(store, SignalRecord(run_id, name, clock(), body), replace):
         raise SignalExistsError(run_id, name)
+
+
+async def _put_signal(store: CheckpointStorage, signal: SignalRecord, replace: bool) -> bool:
+    """Store ``signal``; a replacement keeps the time its name first came (the deadline
+    rule reads it: a wait a signal reached in time stays met, one it missed stays timed
+    out). A signal, once stored, is only ever replaced, so that time never changes."""
+    if await store.put_signal(signal):
+        return True
+    if not replace:
+        return False
+    stored = await store.read_signals(signal.run_id)  # a run deleted since: put_signal says so
+    first = next((s.at for s in stored if s.name == signal.name), signal.at)
+    return await store.put_signal(
+        SignalRecord(signal.run_id, signal.name, first, signal.body), replace=True
+    )
 
 
 __all__ = [

@@ -1,5 +1,6 @@
 """The store contract, signals: stored once per name and run, replaced on request, read
-by any handle, deleted with their run; storing one is not fenced."""
+by any handle, deleted with their run; storing one is not fenced. A replacement sent the
+way nestegg sends one keeps the time its name first came."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import asyncio
 import pytest
 
 from nestegg.checkpoint.codec import seal_json
+from nestegg.checkpoint.formats import parse_signal
 from nestegg.checkpoint.records import SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.waiting import store_signal
 from nestegg.constants import COMPLETED
-from nestegg.errors import RunNotFoundError
+from nestegg.errors import RunNotFoundError, SignalExistsError
 from nestegg.testing.builders import OWNER, T0, create, make_commit
 from nestegg.testing.fixtures import StoreFactory
 
@@ -41,6 +44,28 @@ async def test_replace_overwrites_a_signal(store: CheckpointStorage) -> None:
     newer = _signal(run.run_id, "b", 3, at=T0 + 5)
     assert await store.put_signal(newer, replace=True) is True
     assert await store.read_signals(run.run_id) == [_signal(run.run_id, "a", 2), newer]
+
+
+async def test_a_replaced_signal_keeps_the_time_its_name_first_came(
+    store: CheckpointStorage, store_factory: StoreFactory
+) -> None:
+    # The deadline rule of wait_for reads that time: replacing a signal that came in time
+    # must not make it late.
+    run = await create(store)
+
+    async def send(name: str, value: object, at: float, replace: bool) -> None:
+        await store_signal(store, run.run_id, name, value, replace=replace, clock=lambda: at)
+
+    await send("approval", "first", T0 + 1, replace=False)
+    await send("approval", "second", T0 + 9, replace=True)
+    await send("other", "only", T0 + 5, replace=True)  # none before: it is the first
+    with pytest.raises(SignalExistsError):
+        await send("approval", "third", T0 + 12, replace=False)
+    read = await (await store_factory()).read_signals(run.run_id)
+    assert [(s.name, s.at, parse_signal(s.body, s.name)) for s in read] == [
+        ("approval", T0 + 1, "second"),
+        ("other", T0 + 5, "only"),
+    ]
 
 
 async def test_a_signal_needs_its_run(store: CheckpointStorage) -> None:

@@ -162,6 +162,30 @@ async def test_a_signal_stored_after_the_deadline_does_not_end_the_wait(
     assert (await on_time.recover())["on-time"]["status"] == "approved"
 
 
+async def test_a_signal_replaced_after_the_deadline_keeps_a_wait_met_in_time(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    """A replacement keeps the time its name first came: met in time stays met, late stays
+    late."""
+    clock = FakeClock()
+    clutch = build(await open_store(), clock=clock, timeout=2 * DAY)
+    for run_id in ("unfit", "stored", "late"):
+        with pytest.raises(RunWaiting):
+            await clutch.run(_input(tmp_path), run_id=run_id)
+    with pytest.raises(nestegg.SignalValueError):  # in time, not an Approval: the step fails
+        await clutch.signal("unfit", "approval", {"approved": "maybe"})
+    await clutch.signal("stored", "approval", {"approved": False, "by": "x"}, resume=False)
+    clock.advance(2 * DAY + 1)
+    await clutch.signal("late", "approval", {"approved": False, "by": "x"}, resume=False)
+    clock.advance(1)
+    for run_id in ("unfit", "stored", "late"):
+        await clutch.signal(run_id, "approval", APPROVED, replace=True, resume=False)
+    assert (await clutch.resume_latest("unfit"))["status"] == "approved"
+    outcomes = await clutch.recover()
+    assert outcomes["stored"]["status"] == "approved" and outcomes["stored"]["by"] == "ann"
+    assert outcomes["late"]["status"] == "expired"
+
+
 async def test_a_durable_sleep_is_resumed_when_due_and_not_before(
     open_store: Opener, tmp_path: Path
 ) -> None:
