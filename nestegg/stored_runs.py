@@ -138,8 +138,9 @@ class StoredRuns(PipelineBase):
                 ``resume`` is not a bool (nothing is stored).
             RunNotFoundError: no such run.
             CheckpointSerializationError: a value that cannot be stored.
-            EventLogDamagedError: with ``resume``, the run waits and its event log is torn
-                (what it waits for is unknown): nothing is stored.
+            EventLogDamagedError: with ``resume``, the run waits, its deadline has not
+                passed and its event log is torn (what it waits for is unknown): nothing is
+                stored. Past its deadline such a run is resumed, its wait over.
 
         Example:
             >>> result = await clutch.signal(run_id, "approval", {"approved": True})

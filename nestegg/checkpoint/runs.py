@@ -37,12 +37,7 @@ from nestegg.checkpoint.views import (
     run_input,
     run_result,
 )
-from nestegg.checkpoint.waiting import (
-    signal_came,
-    store_signal,
-    wait_of,
-    wait_to_resume,
-)
+from nestegg.checkpoint.waiting import signal_came, signal_resumes, store_signal
 from nestegg.constants import (
     COMPLETED,
     RUN_RESUMED,
@@ -461,25 +456,25 @@ class CheckpointedRuns(RunStore):
 
         Returns the run's result when resumed here (None otherwise); raises RunWaiting when
         the resumed run waits again, and EventLogDamagedError, the signal not stored, when
-        the run waits and its event log is torn (what it waits for is unknown).
+        the run waits, its deadline has not passed and its event log is torn (what it
+        waits for is unknown; past its deadline such a run is resumed, its wait over).
         """
         store = await self.ready()
+        clock = self.config.clock
         if resume and (run := await store.get_run(run_id)) is not None:
-            await wait_to_resume(store, run, f"its signal {name!r} not stored")
+            await signal_resumes(store, run, name, clock(), f"its signal {name!r} not stored")
         await store_signal(
             store,
             run_id,
             name,
             value,
             replace=replace,
-            clock=self.config.clock,
+            clock=clock,
             pipeline=self.clutch.name,
         )
         if not resume:
             return None
-        run = await self.get_run_record(run_id)
-        wait = await wait_of(store, run)
-        if wait is None or wait.signal != name:
+        if not await signal_resumes(store, await self.get_run_record(run_id), name, clock()):
             return None
         try:
             return await self.resume_latest(run_id, StepListeners(), reopen_cancelled=False)

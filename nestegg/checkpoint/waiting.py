@@ -92,6 +92,27 @@ async def wait_to_resume(
         raise log_damaged(run.run_id, error, "what it waits for", outcome) from None
 
 
+async def signal_resumes(
+    store: CheckpointStorage, run: RunRecord, name: str, now: float, outcome: str = ""
+) -> bool:
+    """Whether the signal ``name``, sent with ``resume``, resumes ``run``: the run waits for
+    it, or its deadline has passed and what it waits for cannot be read (its event log is
+    torn): its wait is over whatever it was, and the resume goes on as ``recover()``'s
+    would, as it does for a run whose log is whole.
+
+    Raises:
+        EventLogDamagedError: what the run waits for cannot be read and its deadline has
+            not passed (``outcome``: what else the refusal did not do).
+    """
+    try:
+        wait = await wait_of(store, run)
+    except CheckpointCorruptedError as error:
+        if wait_due(run, now):
+            return True
+        raise log_damaged(run.run_id, error, "what it waits for", outcome) from None
+    return wait is not None and wait.signal == name
+
+
 async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> bool:
     """Whether a signal ``name`` is stored for the run."""
     return any(signal.name == name for signal in await store.read_signals(run_id))
@@ -218,6 +239,7 @@ __all__ = [
     "resumable_now",
     "resumable_or_torn",
     "signal_came",
+    "signal_resumes",
     "signal_stored",
     "still_waiting",
     "store_signal",

@@ -9,7 +9,7 @@ import typer
 
 from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.waiting import store_signal, wait_to_resume
+from nestegg.checkpoint.waiting import signal_resumes, store_signal
 from nestegg.cli.app import (
     REPLACE_FLAG,
     JsonOption,
@@ -68,12 +68,13 @@ def signal_command(
         async def resume() -> dict[str, Any]:
             async with bound(clutch, store_url(ctx, store)) as opened:
                 run = await get_run(opened, run_id)
-                wait = await wait_to_resume(opened, run, f"its signal {name!r} not stored")
+                outcome = f"its signal {name!r} not stored"
+                resumes = await signal_resumes(opened, run, name, time.time(), outcome)
                 try:
                     result = await clutch.signal(run_id, name, data, replace=replace)
                 except RunWaiting as waiting:  # as resume says it: exit 5
                     raise waits_error(waiting, RESUMED_AND_WAITS, options) from waiting
-            if wait is None or wait.signal != name:
+            if not resumes:
                 return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
             return {"run_id": run_id, "signal": name, "stored": True, "result": result}
 

@@ -17,7 +17,7 @@ from nestegg import RunWaiting
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_USAGE, EXIT_WAITING
-from tests.cli.conftest import Cli
+from tests.cli.conftest import Cli, damage_newest_event_batch, tear
 from tests.cli.test_subprocess import nestegg
 from tests.waits.pipeline import build, build_sleeper, entries, quotes
 
@@ -369,3 +369,20 @@ def test_an_exported_waiting_run_keeps_its_signals(tmp_path: Path) -> None:
     recovered = orjson.loads(cli("recover", "--app", APP, "-s", target, "--json").stdout)
     assert recovered["runs"][0]["result"]["status"] == "approved"
     assert quotes(ledger) == 1
+
+
+def test_a_signal_with_app_resumes_a_run_past_its_deadline_whose_event_log_is_torn(
+    tmp_path: Path,
+) -> None:
+    # its wait is over whatever it waited for: resumed and timed out, as a whole one is
+    cli = Cli(tmp_path / "home")
+    url = f"sqlite:///{tmp_path / 'waits.db'}"
+    for run_id in ("torn", "whole"):
+        asyncio.run(_start(url, run_id, tmp_path / "ledger", timeout=0.05))
+    damage_newest_event_batch(url, "torn", tear)
+    time.sleep(0.1)  # past the deadline
+    for run_id in ("whole", "torn"):
+        sent = cli("signal", run_id, "approval", APPROVED, "--app", APP, "-s", url, "--json")
+        assert sent.exit_code == 0, sent.stderr
+        summary = orjson.loads(sent.stdout)
+        assert (summary["stored"], summary["result"]["status"]) == (True, "expired")

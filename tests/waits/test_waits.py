@@ -517,3 +517,31 @@ async def test_a_waiting_run_whose_event_log_is_torn_is_refused_and_recover_goes
         assert await _untouched_state(store, "torn") == before
     finally:
         await store.close()
+
+
+async def test_a_signal_resumes_a_run_past_its_deadline_whose_event_log_is_torn_as_any(
+    tmp_path: Path,
+) -> None:
+    """Past its deadline a run's wait is over, whatever it waited for: the signal is stored
+    and the run goes on timed out, torn log or not (before it, the torn one is refused)."""
+    url, clock = f"sqlite:///{tmp_path / 'runs.db'}", FakeClock()
+    store = open_store(url)
+    for run_id in ("torn", "whole", "early"):
+        with pytest.raises(RunWaiting):
+            await build(store, clock=clock, timeout=2 * DAY).run(_input(tmp_path), run_id=run_id)
+    await store.close()
+    for run_id in ("torn", "early"):
+        damage_newest_event_batch(url, run_id, tear)
+    store = open_store(url)
+    clutch = build(store, clock=clock, timeout=2 * DAY)
+    try:
+        with pytest.raises(EventLogDamagedError, match="its signal 'approval' not stored"):
+            await clutch.signal("early", "approval", APPROVED)
+        assert await store.read_signals("early") == []
+        clock.advance(2 * DAY + 1)
+        for run_id in ("whole", "torn"):
+            outcome = await clutch.signal(run_id, "approval", APPROVED)
+            assert outcome["status"] == "expired"  # SignalTimeoutError in the agent
+            assert [s.name for s in await store.read_signals(run_id)] == ["approval"]
+    finally:
+        await store.close()
