@@ -261,11 +261,14 @@ def _prune(
             out.line(thread_id)
         out.note(f"would {action}: {counted(len(targets), THREADS)} (dry run, nothing changed)")
         return
-    confirm_or_stop(f"{action} {counted(len(targets), LANGGRAPH_THREADS)}?", yes)
+    threads = counted(len(targets), LANGGRAPH_THREADS)
+    keeping = "" if delete else " to the latest checkpoint of each namespace"
+    # as prune asks: the verb first, then what it takes ("Delete 2 runs and 1 checkpoint?")
+    confirm_or_stop(f"{'Delete' if delete else 'Prune'} {threads}{keeping}?", yes)
     from nestegg.langgraph import NestEggSaver
 
     with NestEggSaver(open_selected(store_url(ctx, store)), close_storage=True) as saver:
         saver.prune(targets, strategy=strategy)
     for thread_id in targets:
         out.line(thread_id)
-    out.note(f"{'deleted' if delete else 'pruned'} {counted(len(targets), LANGGRAPH_THREADS)}")
+    out.note(f"{'deleted' if delete else 'pruned'} {threads}")

@@ -70,6 +70,12 @@ def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
     assert dry.stderr == (  # counts agree with their nouns, not "1 thread(s)"
         "would prune to their latest checkpoints: 1 thread (dry run, nothing changed)\n"
     )
+    # asked as prune asks, the verb first (it was "prune to their latest checkpoints 1 ...?")
+    asked = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", stdin="n\n")
+    assert asked.returncode == EXIT_FAILED
+    assert asked.stderr.startswith(
+        "Prune 1 LangGraph thread to the latest checkpoint of each namespace? [y/N]:"
+    )
     assert _json(tmp_path, "--store", store, "thread", "chat-1", "--json").__len__() == 7
 
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
@@ -108,7 +114,7 @@ def test_prune_delete_removes_threads_and_unconfirmed_changes_nothing(
     for answer in ("n\n", ""):  # a no, and stdin's end (no answer), said alike
         refused = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", stdin=answer)
         assert refused.returncode == EXIT_FAILED, answer
-        assert "delete 2 LangGraph threads?" in refused.stdout + refused.stderr
+        assert "Delete 2 LangGraph threads? [y/N]:" in refused.stdout + refused.stderr
         assert refused.stderr.endswith("error: nothing was changed (not confirmed)\n")
         assert len(_json(tmp_path, "--store", store, "threads", "--json")) == 2  # type: ignore[arg-type]
     done = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--yes")
