@@ -302,7 +302,7 @@ DAMAGED_TAG = (KeyError, TypeError, ValueError, IndexError, ArithmeticError)
 def rebuild_given(value: Any) -> Any:
     """JSON someone gave rebuilt as :func:`from_jsonable` rebuilds what the codec stored,
     importing no module (an enum of one not imported is its plain value), keeping every
-    entry of a map; :func:`nestegg.checkpoint.given.from_given` says what is wrong.
+    entry of a map; :func:`nestegg.checkpoint.given.given_data` says what is wrong.
 
     Raises:
         EnumKeyNotRebuilt: a dict's key holds an enum of no module this process imported.

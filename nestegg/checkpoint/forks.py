@@ -11,6 +11,7 @@ from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.admission import fork_start
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
 from nestegg.checkpoint.formats import checkpoint_body, event_body
+from nestegg.checkpoint.given import GivenData
 from nestegg.checkpoint.ownership import current_owner
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -52,9 +53,10 @@ async def start_fork(
     run_id: str | None,
     listeners: StepListeners,
 ) -> tuple[RunRecord, PreparedRun, list[str], Any]:
-    """Store a new run forked from ``checkpoint_id`` (with ``data`` replaced unless None);
-    the stored run, what its execution starts from, its kept checkpoints and its input
-    (``CheckpointedRuns.fork`` drives it).
+    """Store a new run forked from ``checkpoint_id`` (with ``data`` replaced unless None;
+    a :class:`~nestegg.checkpoint.given.GivenData`, data someone gave, is stored as the JSON
+    its check encoded); the stored run, what its execution starts from, its kept
+    checkpoints and its input (``CheckpointedRuns.fork`` drives it).
 
     Everything that can fail is checked before the first write, as a resume does, so a
     fork that raises stores nothing. The new run gets copies of the parent's step records
@@ -66,7 +68,10 @@ async def start_fork(
     record = await book.get_checkpoint_record(checkpoint_id)
     parent = await book.get_run_record(record.run_id)
     state, copied = await fork_start(book.store, book.clutch, parent, record)
-    replaced = encode_value(to_plain(data), "data") if data is not None else None
+    if isinstance(data, GivenData):  # checked and encoded when it was given
+        replaced: bytes | None = data.encoded
+    else:
+        replaced = encode_value(to_plain(data), "data") if data is not None else None
     if replaced is None and state.data_inline:  # a fork stored before its data was copied
         replaced = encode_value(state.data, "data")
     steps = [_copy_step(step, new_id, replaced, state.data_seq) for step in copied]

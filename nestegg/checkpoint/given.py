@@ -16,6 +16,7 @@ import json
 import re
 import zoneinfo
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -245,10 +246,32 @@ def _unrebuilt(value: Any, path: str) -> tuple[str, Any] | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class GivenData:
+    """Data someone gave, rebuilt (``value``), and its JSON as the codec stores it
+    (``encoded``), made when it was checked: a fork given it stores that JSON, so the data
+    is encoded once, not once to check it and again to store it."""
+
+    value: Any
+    encoded: bytes
+
+
 def from_given(value: Any, what: str) -> Any:
     """JSON someone gave, ``what`` (``"--data"``), rebuilt as the codec rebuilds what it
-    stores: a dict of one's own with a ``"$ne"`` key is given as the codec writes it,
-    tagged (``{"$ne": "map", "v": [["$ne", ...]]}``).
+    stores (:func:`given_data`'s value; None: no data given).
+
+    Raises:
+        ConfigurationError: what :func:`given_data` refuses, as it says it.
+    """
+    given = given_data(value, what)
+    return None if given is None else given.value
+
+
+def given_data(value: Any, what: str) -> GivenData | None:
+    """JSON someone gave, ``what`` (``"--data"``), rebuilt as the codec rebuilds what it
+    stores, with the JSON it is stored as (None: no data given, JSON's null): a dict of
+    one's own with a ``"$ne"`` key is given as the codec writes it, tagged
+    (``{"$ne": "map", "v": [["$ne", ...]]}``).
 
     Raises:
         ConfigurationError: naming ``what`` and the path: a tagged object the codec does not
@@ -261,16 +284,16 @@ def from_given(value: Any, what: str) -> Any:
             encoded (``cannot store data: it is 73,400,322 bytes encoded, over ...``).
     """
     rebuilt = _rebuilt(value, what) if type(value) in (dict, list) else value
-    if rebuilt is not None:  # None: no data given
-        try:  # refused now, as bad input: what the fork would store fails the same way
-            encode_value(rebuilt, "data")
-        except CheckpointSerializationError as error:
-            raise ConfigurationError(str(error)) from None
-    return rebuilt
+    if rebuilt is None:
+        return None
+    try:  # refused now, as bad input, and kept: the fork stores this JSON
+        return GivenData(rebuilt, encode_value(rebuilt, "data"))
+    except CheckpointSerializationError as error:
+        raise ConfigurationError(str(error)) from None
 
 
 def _rebuilt(value: dict[str, Any] | list[Any], what: str) -> Any:
-    """:func:`from_given` of a dict or a list: rebuilt, or ConfigurationError saying why not."""
+    """:func:`given_data` of a dict or a list: rebuilt, or ConfigurationError saying why not."""
     try:
         _check(value, "data")
         return rebuild_given(value)

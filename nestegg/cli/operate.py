@@ -15,7 +15,7 @@ import typer
 from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.forks import fork_id_taken
-from nestegg.checkpoint.given import from_given, refuse_key_twice
+from nestegg.checkpoint.given import given_data, refuse_key_twice
 from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import RunRecord, new_run_id
 from nestegg.checkpoint.stores.base import CheckpointStorage
@@ -343,7 +343,7 @@ _NON_FINITE_ADVICE = (
 
 def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
     """The JSON --data or --data-file gives and what names it (None: neither; the
-    checkpoint's is kept), for :func:`from_given` to rebuild once the app is imported (an
+    checkpoint's is kept), for :func:`given_data` to rebuild once the app is imported (an
     enum of its module is rebuilt then).
 
     Raises:
@@ -365,7 +365,7 @@ def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
     refuse_key_twice(raw, what)  # orjson kept the last value
     try:
         at = cut_at(given)
-    except RecursionError:  # too deep to be stored: from_given refuses it, as the inspector's
+    except RecursionError:  # too deep to be stored: given_data refuses it, as the inspector's
         at = None
     if at is not None:
         raise ConfigurationError(
@@ -425,7 +425,7 @@ def fork_command(
     clutch = load_app(ctx, app_spec, store, out)
     # rebuilt as the codec rebuilds what it stores ({"$ne": "map", "v": [[1, "a"]]} is
     # {1: "a"}, as nestegg show writes it); a tag the codec does not write is refused
-    replaced = from_given(*given)
+    replaced = given_data(*given)  # encoded once: the fork stores the JSON checked
     options = app_options(ctx, app_spec, store, clutch)
 
     async def work() -> dict[str, Any]:

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse
 
 from nestegg.cancellation import cancel
 from nestegg.checkpoint.admission import check_not_owned, executed_by, fork_start, resume_refusal
-from nestegg.checkpoint.given import from_given, refuse_key_twice
+from nestegg.checkpoint.given import given_data, refuse_key_twice
 from nestegg.checkpoint.ownership import current_owner, owner_alive
 from nestegg.checkpoint.records import new_run_id
 from nestegg.checkpoint.stores.common import check_status
@@ -238,7 +238,7 @@ async def fork(request: Request) -> JSONResponse:
     body = await _body(
         request, "fork", FORK_FIELDS, '{"data": ...} (absent: the checkpoint\'s data)'
     )
-    data = from_given(body.get("data"), "the fork's data")
+    data = given_data(body.get("data"), "the fork's data")  # encoded once, stored so
     checkpoint_id = request.path_params["checkpoint_id"]
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)

@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage
+from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage, forks, given
+from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from tests.cli import pipeline_app
@@ -320,6 +321,26 @@ def test_the_app_clutch_is_left_as_it_was(cli: Cli, filled: Filled) -> None:
     assert cli("recover", "--app", APP, "--store", filled.url).exit_code == 0
     assert pipeline_app.pipeline._checkpoint_config is config
     assert config is not None and config.storage is None
+
+
+def test_fork_encodes_the_data_given_once(
+    cli: Cli, filled: Filled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it was encoded to check it, then again to store it
+    encoded: list[Any] = []
+
+    def counted(value: Any, path: str = "data") -> bytes:
+        encoded.append(value)
+        return encode_value(value, path)
+
+    for module in (given, forks):
+        monkeypatch.setattr(module, "encode_value", counted)
+    first = json_of(cli("checkpoints", filled.ok, "--store", filled.url, "--json"))[0]
+    data = '{"name": "Acme", "size": 3}'
+    args = ["fork", first["checkpoint_id"], "--app", APP, "--data", data, "--json"]
+    forked = json_of(cli(*args, "--store", filled.url))
+    assert forked["status"] == "completed"
+    assert encoded == [{"name": "Acme", "size": 3}]
 
 
 WAITING_APP = "tests.ui.pipelines:waiting_app"
