@@ -7,7 +7,8 @@ with each key once, a set of items each once, ...), or it is refused naming wher
 (its path from ``data``, as ``nestegg inspect --path`` takes it) and what it should be, in
 plain words. A JSON object with a key twice, whose last value the JSON reader keeps, is
 refused so too (:func:`refuse_key_twice`, given the text read), as is one in other plain
-JSON someone gives (``nestegg signal``'s value, a file ``nestegg import`` reads).
+JSON someone gives (``nestegg signal``'s value, a file ``nestegg import`` reads and each
+record in it).
 """
 
 from __future__ import annotations
@@ -380,19 +381,30 @@ def _key_twice(
     return next((f for f in found if f), None)
 
 
+def _is_orjson_text(raw: str | bytes) -> bool:
+    """Whether ``raw`` is orjson's own text of what it reads: then each object in it has
+    each key once (of a key twice, that text would hold one)."""
+    try:
+        return orjson.dumps(orjson.loads(raw)) == (raw.encode() if isinstance(raw, str) else raw)
+    except (ValueError, TypeError):  # not JSON orjson reads (or writes): the full check says
+        return False
+
+
 def refuse_key_twice(
     raw: str | bytes, what: str, field: str | None = None, plain: bool = False
 ) -> None:
     """Refuse the JSON text someone gave, ``what`` (``"--data"``), if an object in it has a
     key twice: orjson, which read it, keeps the last value and says nothing. With
     ``field``, ``raw`` is a request body whose field ``field`` holds the data. ``plain``:
-    ``raw`` is plain JSON (a signal's value, an export), not data in the codec's tagged
-    form, and paths are named from its top (``steps[3]``, ``the top level``), not from
-    ``data``.
+    ``raw`` is plain JSON (a signal's value, an export, a record of one), not data in the
+    codec's tagged form, and paths are named from its top (``steps[3]``, ``the top
+    level``), not from ``data``.
 
     Raises:
         ConfigurationError: naming ``what``, the path of the object and the key.
     """
+    if _is_orjson_text(raw):  # as nestegg writes JSON (a record of an export): a third of the time
+        return
     try:  # the stdlib's reader, which hands each object's pairs over: fast when all is well
         json.loads(raw, object_pairs_hook=_once)
         return

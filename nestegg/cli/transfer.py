@@ -19,9 +19,10 @@ Times are UNIX seconds (exact floats). Every stored payload (``input``, ``result
 ``error`` and each ``body``) is the sealed record exactly as stored, as a JSON string of
 its UTF-8 text (itself readable JSON: ``{"crc": ..., "body": ...}``); a record that is not
 UTF-8 (only a damaged one) is written as ``{"base64": "..."}``. Importing checks every
-field of every record and every checksum first, and that a step's ``agent`` and a
-checkpoint's ``seq`` are what their bodies hold (:mod:`~nestegg.cli.record_copies`), and
-writes nothing if one fails.
+field of every record and every checksum first, that no object in a record's JSON has a key
+twice (:mod:`~nestegg.cli.record_bodies`), and that a step's ``agent`` and a checkpoint's
+``seq`` are what their bodies hold (:mod:`~nestegg.cli.record_copies`), and writes nothing
+if one fails.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from nestegg.checkpoint.records import (
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.cli.reading import get_run
+from nestegg.cli.record_bodies import key_twice
 from nestegg.cli.record_copies import copy_mismatch
 from nestegg.constants import (
     EXPORT_FORMAT,
@@ -421,8 +423,8 @@ def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
 
     Raises:
         ExportFormatError: the document is not an export, or holds what no run can, or a
-            field that copies what a record's body holds (a step's agent, a checkpoint's
-            seq) and is not what it holds.
+            record whose JSON has an object with a key twice, or a field that copies what a
+            record's body holds (a step's agent, a checkpoint's seq) and is not what it holds.
         InvalidIdentifierError: an id that ``run()`` would refuse.
         CheckpointCorruptedError: a record in it fails its checksum.
     """
@@ -431,6 +433,8 @@ def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
     verify(run, commit)
     for signal in signals:
         unseal(signal.body, f"signal {signal.name!r} of run {run.run_id!r}")
+    if (twice := key_twice(run, commit, signals)) is not None:  # before a body is read
+        raise ExportFormatError(twice)
     if (mismatch := copy_mismatch(commit)) is not None:
         raise ExportFormatError(mismatch)
     return run, commit, signals

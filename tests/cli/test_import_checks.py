@@ -15,9 +15,10 @@ import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.codec import seal, unseal
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli.transfer import export_run, import_run
+from nestegg.cli.transfer import ExportFormatError, export_run, import_run
 from nestegg.constants import EXIT_USAGE, MAX_NAME_LENGTH
 from nestegg.errors import CheckpointExistsError, InvalidIdentifierError
 from nestegg.testing import fixtures as store_fixtures
@@ -66,6 +67,30 @@ def _signal(**fields: Any) -> Edit:
 def _signal_twice(document: dict[str, Any]) -> None:
     _signal()(document)
     document["signals"].append({**document["signals"][0], "at": 2.0})
+
+
+def _in_body(*keys: Any, old: str, new: str) -> Edit:
+    """An edit of the sealed record at ``keys``, sealed again: its checksum is right."""
+
+    def edit(document: dict[str, Any]) -> None:
+        target = document
+        for key in keys[:-1]:
+            target = target[key]
+        body = unseal(target[keys[-1]].encode(), "the edited record")
+        assert old.encode() in body
+        target[keys[-1]] = seal(body.replace(old.encode(), new.encode(), 1)).decode()
+
+    return edit
+
+
+def _key_twice(keys: tuple[Any, ...], key: str, first: str, at: str = "") -> tuple[Edit, str]:
+    """The record at ``keys`` given ``key`` twice (``first`` put before it, in the dict at
+    ``at`` of its body), and the start of its refusal, naming the record, the path and key."""
+    place = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+    old = f'"{key}":'
+    edit = _in_body(*keys, old=old, new=first + old)
+    path = f"body.{at}" if at else "body"
+    return edit, f'{place} holds a dict at {path} with one key twice ("{key}" is there twice)'
 
 
 def _without(key: str, index: int, field: str) -> Edit:
@@ -126,6 +151,16 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
     "signal time": (_signal(at="now"), "signals[0].at must be UNIX seconds"),
     "signal twice": (_signal_twice, "signals[1]: name 'go' appears twice"),
     "signals not a list": (_set("signals", value=5), "signals must be a JSON list, got 5"),
+    # an object of a record's JSON with a key twice, whose last value the reader keeps
+    "a key twice in the input": _key_twice(("run", "input"), "name", '"name":"x",'),
+    "a key twice in a step": _key_twice(
+        ("steps", 1, "body"), "size", '"size":"small",', "data.tags"
+    ),
+    "a key twice in a checkpoint": _key_twice(
+        ("checkpoints", 0, "body"), "index", '"index":0,', "position"
+    ),
+    "a key twice in an event": _key_twice(("events", 1, "body"), "seq", '"seq":1,'),
+    "a key twice in a journal entry": _key_twice(("journal", 0, "body"), "result", '"result":"",'),
     # a field that copies what the record's sealed body holds must still hold the same
     "agent not its body's": (
         _set("steps", 0, "agent", value="nope-agent"),
@@ -192,14 +227,20 @@ def any_url(any_url: str) -> str:
     return any_url
 
 
-async def test_an_import_refuses_a_checkpoint_id_another_run_of_the_store_has(
-    store: CheckpointStorage,
-) -> None:
+async def _run_and_a_copy(store: CheckpointStorage) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The export of a run "ok" stored in ``store``, and a copy of it as run "copy"."""
     clutch = build("cli-test", CheckpointConfig(storage=store, policy=POLICY))
     await clutch.run({"name": "Acme"}, run_id="ok")
     document = await export_run(store, "ok")
     copied = copy.deepcopy(document)
-    copied["run"]["run_id"] = "copy"  # the checkpoint ids kept: they are ok's
+    copied["run"]["run_id"] = "copy"
+    return document, copied
+
+
+async def test_an_import_refuses_a_checkpoint_id_another_run_of_the_store_has(
+    store: CheckpointStorage,
+) -> None:
+    document, copied = await _run_and_a_copy(store)  # the checkpoint ids kept: they are ok's
     taken = document["checkpoints"][0]["checkpoint_id"]
     with pytest.raises(CheckpointExistsError) as refused:
         await import_run(store, copied)
@@ -210,6 +251,24 @@ async def test_an_import_refuses_a_checkpoint_id_another_run_of_the_store_has(
     assert (refused.value.checkpoint_id, refused.value.run_id) == (taken, "ok")
     assert await export_run(store, "ok") == document  # ok keeps every checkpoint
     assert await store.get_run("copy") is None
+
+
+async def test_import_run_refuses_a_key_twice_in_a_record_and_writes_nothing(
+    store: CheckpointStorage,
+) -> None:
+    # the record was imported, and read back with the last of the two values alone
+    document, copied = await _run_and_a_copy(store)
+    copied["checkpoints"] = []  # their ids are ok's: refused for that otherwise
+    edit = _in_body("steps", 0, "body", old='"data":{"name"', new='"data":{"name":"x","name"')
+    edit(copied)
+    with pytest.raises(ExportFormatError) as refused:
+        await import_run(store, copied)
+    assert str(refused.value) == (
+        'steps[0].body holds a dict at body.data with one key twice ("name" is there twice): '
+        "a dict has each key once; give each key once"
+    )
+    assert await store.get_run("copy") is None  # nothing written
+    assert await export_run(store, "ok") == document
 
 
 def test_a_refused_import_leaves_the_target_store_as_it_was(

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.codec import seal, unseal
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import (
     EXIT_FAILED,
@@ -33,6 +34,7 @@ TIMEOUT = 60
 CHILD = """
 import asyncio, sys
 from nestegg.checkpoint import CheckpointConfig
+from nestegg.checkpoint.codec import seal, unseal
 from nestegg.checkpoint.stores import open_store
 from tests.cli.pipeline_app import POLICY, build
 
@@ -265,6 +267,33 @@ def test_an_import_refuses_a_key_twice_and_imports_nothing(tmp_path: Path) -> No
     compact = nestegg(tmp_path, "import", "-", "-s", target, stdin=orjson.dumps(document).decode())
     assert compact.returncode == 0, compact.stderr
     assert nestegg(tmp_path, "export", "ok", "-s", target).stdout == exported
+
+
+def test_an_import_refuses_a_key_twice_in_a_record_and_changes_nothing(tmp_path: Path) -> None:
+    # the record's checksum held (made again after the edit): the step was imported, and
+    # read back with "page" alone, its first "name" lost
+    source = asyncio.run(fill(f"sqlite:///{tmp_path / 'source.db'}")).url
+    document = orjson.loads(nestegg(tmp_path, "export", "ok", "-s", source).stdout)
+    body = unseal(document["steps"][0]["body"].encode(), "step 1")
+    document["steps"][0]["body"] = seal(body.replace(b'{"name"', b'{"name":"x","name"', 1)).decode()
+    path = tmp_path / "twice.json"
+    path.write_bytes(orjson.dumps(document))
+    target = asyncio.run(fill(f"sqlite:///{tmp_path / 'target.db'}", "-kept")).url
+    runs = ("ok-kept", "bad-kept", "gone-kept")
+
+    def stored() -> list[str]:
+        return [nestegg(tmp_path, "export", run, "-s", target).stdout for run in runs]
+
+    before = stored()
+    refused = nestegg(tmp_path, "import", str(path), "-s", target)
+    assert (refused.returncode, refused.stdout) == (EXIT_USAGE, "")
+    assert refused.stderr == (
+        f"error: {path}: steps[0].body holds a dict at body.data with one key twice "
+        '("name" is there twice): a dict has each key once; give each key once\n'
+    )
+    listed = orjson.loads(nestegg(tmp_path, "runs", "--json", "-s", target).stdout)
+    assert sorted(row["run_id"] for row in listed) == sorted(runs)  # no run added
+    assert stored() == before
 
 
 def test_an_import_refuses_a_copy_its_record_body_does_not_hold(tmp_path: Path) -> None:
