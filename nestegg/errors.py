@@ -206,14 +206,38 @@ class SignalError(RunError):
 
 class SignalExistsError(SignalError):
     """A signal of that name was already sent to the run (pass ``replace=True`` to send
-    another value)."""
+    another value).
+
+    Attributes:
+        awaited: the run waits for that signal, so no step has received it yet.
+        late: it came after the deadline of that wait, which times out when the run is
+            resumed (a replacement keeps the time the first came).
+    """
+
+    def __init__(
+        self, run_id: str, signal: str, *, awaited: bool = False, late: bool = False
+    ) -> None:
+        self.awaited, self.late = awaited, late
+        super().__init__(run_id, signal)
 
     def advice(self, replace: str) -> str:
         """The message, naming ``replace`` as the way to send another value."""
+        head = f"run {self.run_id!r} has a signal {self.signal!r} already"
+        if self.awaited and self.late:
+            return (
+                f"{head}, which no step has received: it came after the deadline of the "
+                "run's wait for it, so that wait times out when the run is resumed (a new "
+                f"value keeps the time the first came); pass {replace} to send another value"
+            )
+        if self.awaited:
+            return (
+                f"{head}, which no step has received yet: the run waits for it and receives "
+                f"it when resumed; pass {replace} to send another value instead"
+            )
         return (
-            f"run {self.run_id!r} has a signal {self.signal!r} already; a signal is "
-            f"sent once per run and name: pass {replace} to send another value (a step that "
-            "received the first one keeps it)"
+            f"{head}; a signal is sent once per run and name: pass {replace} to send another "
+            "value (a step that received the first one keeps it; a wait that has not "
+            "received it yet gets the new one)"
         )
 
 

@@ -463,7 +463,7 @@ class CheckpointedRuns(RunStore):
         clock = self.config.clock
         if resume and (run := await store.get_run(run_id)) is not None:
             await signal_resumes(store, run, name, clock(), f"its signal {name!r} not stored")
-        await store_signal(
+        await store_signal(  # a warning when the run waits for something else, or too late
             store,
             run_id,
             name,

@@ -9,8 +9,10 @@ resume that has to read that event refuses a run whose event log is torn
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from nestegg.agents import check_name, to_plain
@@ -19,6 +21,7 @@ from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
+from nestegg.checkpoint.views import to_datetime
 from nestegg.constants import COMPLETED, NO_DEADLINE, RUN_WAITING, WAITING
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -28,6 +31,8 @@ from nestegg.errors import (
     SignalExistsError,
     SignalRefusedError,
 )
+
+log = logging.getLogger("nestegg")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +118,97 @@ async def signal_resumes(
     return wait is not None and wait.signal == name
 
 
+async def wait_known(store: CheckpointStorage, run: RunRecord | None) -> Wait | None:
+    """What ``run`` waits for (:func:`wait_of`); None when it does not wait, when there is
+    no run, or when its event log is torn (what it waits for is unknown)."""
+    if run is None:
+        return None
+    try:
+        return await wait_of(store, run)
+    except CheckpointCorruptedError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalNote:
+    """What a signal meant to its run when it was stored: what the run waited for then
+    (``wait``, None: it did not wait, or that is unknown) and whether the run waited for
+    this very signal past the wait's deadline (``timed_out``: the signal came too late to
+    end the wait, which times out when the run is resumed)."""
+
+    run_id: str
+    name: str
+    wait: Wait | None
+    timed_out: bool
+
+    @property
+    def awaited(self) -> bool:
+        """Whether the run waited for this signal."""
+        return self.wait is not None and self.wait.signal == self.name
+
+    def warning(self) -> str | None:
+        """What an operator should hear: the run waits for something else (the signal is
+        kept for a wait for it), or its wait for this one had timed out; None when the
+        signal meets a wait or is stored before the run waits."""
+        wait, name = self.wait, self.name
+        if wait is None or (self.awaited and not self.timed_out):
+            return None
+        if self.awaited and wait.deadline is not None:
+            return (
+                f"run {self.run_id!r} waited for signal {name!r} until {_iso(wait.deadline)}, "
+                "which passed before the signal was stored: its wait timed out, and the step "
+                "goes on as on a timeout (wait_for raises SignalTimeoutError)"
+            )
+        what = f"signal {wait.signal!r}" if wait.signal is not None else "a timer"
+        return (
+            f"run {self.run_id!r} waits for {what}, not {name!r}: {name!r} is stored and read "
+            "only by a wait for it"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Its facts for a command's ``--json``: what the run waits for (``waits_for``,
+        as ``nestegg runs`` gives it; None: it did not wait) and ``timed_out``."""
+        wait = self.wait
+        waits_for = (
+            None
+            if wait is None
+            else {"signal": wait.signal, "deadline": to_datetime(wait.deadline)}
+        )
+        return {"waits_for": waits_for, "timed_out": self.timed_out}
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+async def signal_note(
+    store: CheckpointStorage, run_id: str, name: str, wait: Wait | None
+) -> SignalNote:
+    """The :class:`SignalNote` of the signal ``name`` just stored for ``run_id``, whose run
+    waited for ``wait`` (:func:`wait_known`, read before the signal was stored): the
+    signal's stored time (its name's first, for a replacement) against that wait's
+    deadline, as ``wait_for`` judges it."""
+    timed_out = False
+    if wait is not None and wait.signal == name and wait.deadline is not None:
+        timed_out = not await signal_in_time(store, run_id, name, wait.deadline)
+    return SignalNote(run_id, name, wait, timed_out)
+
+
 async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> bool:
     """Whether a signal ``name`` is stored for the run."""
     return any(signal.name == name for signal in await store.read_signals(run_id))
+
+
+async def signal_in_time(
+    store: CheckpointStorage, run_id: str, name: str, deadline: float | None
+) -> bool:
+    """Whether a signal ``name`` is stored for the run by ``deadline`` (None: none), so
+    that a wait for it with that deadline receives it: one stored later does not end the
+    wait (its time is when its name first came, a replacement keeping it)."""
+    return any(
+        signal.name == name and (deadline is None or signal.at <= deadline)
+        for signal in await store.read_signals(run_id)
+    )
 
 
 async def signal_came(store: CheckpointStorage, waiting: RunWaiting) -> bool:
@@ -188,9 +281,15 @@ async def store_signal(
     replace: bool,
     clock: Callable[[], float],
     pipeline: str | None = None,
-) -> None:
+) -> SignalNote:
     """Store a signal for a run, checked and encoded like step data; nothing is stored
     when a check fails. A replacement keeps the time its name first came.
+
+    Returns:
+        What the signal meant to the run (:class:`SignalNote`), its warning logged through
+        the ``nestegg`` logger: a run that waits for something else, or whose wait for this
+        signal had timed out, is not resumed by it, and a silent store would let the
+        operator believe it is.
 
     Raises:
         InvalidIdentifierError: a bad signal name.
@@ -200,7 +299,8 @@ async def store_signal(
         SignalRefusedError: the run completed (and not ``replace``): nothing would read
             the signal. The check and the write are two calls: a run that completes
             between them keeps the signal, unread.
-        SignalExistsError: a signal of that name was sent already (and not ``replace``).
+        SignalExistsError: a signal of that name was sent already (and not ``replace``),
+            saying whether the run waits for it (so no step received it).
     """
     check_name(name, "signal name")
     body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
@@ -214,8 +314,14 @@ async def store_signal(
         )
     if run.status == COMPLETED and not replace:  # replace: for a resume from a checkpoint
         raise SignalRefusedError(run_id, name)
-    if not await _put_signal(store, SignalRecord(run_id, name, clock(), body), replace):
-        raise SignalExistsError(run_id, name)
+    wait = await wait_known(store, run)
+    stored = await _put_signal(store, SignalRecord(run_id, name, clock(), body), replace)
+    note = await signal_note(store, run_id, name, wait)
+    if not stored:
+        raise SignalExistsError(run_id, name, awaited=note.awaited, late=note.timed_out)
+    if (words := note.warning()) is not None:
+        log.warning(words)
+    return note
 
 
 async def _put_signal(store: CheckpointStorage, signal: SignalRecord, replace: bool) -> bool:
@@ -234,16 +340,20 @@ async def _put_signal(store: CheckpointStorage, signal: SignalRecord, replace: b
 
 
 __all__ = [
+    "SignalNote",
     "Wait",
     "log_damaged",
     "resumable_now",
     "resumable_or_torn",
     "signal_came",
+    "signal_in_time",
+    "signal_note",
     "signal_resumes",
     "signal_stored",
     "still_waiting",
     "store_signal",
     "wait_due",
+    "wait_known",
     "wait_of",
     "wait_to_resume",
 ]

@@ -104,8 +104,13 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
 
 def waits_for(waiting: RunWaiting) -> dict[str, Any]:
     """What a run waits for, as ``runs --status waiting`` gives it: ``signal`` (None for a
-    timer) and ``deadline``."""
-    return {"signal": waiting.signal, "deadline": to_datetime(waiting.deadline)}
+    timer) and ``deadline``; ``received`` and ``due`` false, the run waiting (again)."""
+    return {
+        "signal": waiting.signal,
+        "deadline": to_datetime(waiting.deadline),
+        "received": False,
+        "due": False,
+    }
 
 
 def _wait_ender(run_id: str, wait: dict[str, Any], options: str) -> str:

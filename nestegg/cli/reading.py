@@ -36,7 +36,7 @@ from nestegg.checkpoint.views import (
     run_result,
     to_datetime,
 )
-from nestegg.checkpoint.waiting import wait_of
+from nestegg.checkpoint.waiting import signal_in_time, wait_due, wait_of
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -109,14 +109,16 @@ def run_row(
     }
 
 
-async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
+async def complete_row(
+    store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
+) -> None:
     """Fill in what ``row`` (:func:`run_row`) reads beyond the run record: a waiting run's
-    ``waits_for``; for a run cancelled from outside, ``cancelled_by`` (the canceller: host,
-    pid, process start) and as its ``owner`` the one that last ran it, which the
-    canceller's claim replaced in the store (None: none had it, it was queued). A run
-    whose last events are damaged keeps its stored owner, its canceller unknown, and a
-    waiting one's wait is unknown: ``{"unreadable": why}``."""
-    await add_wait(store, run, row)
+    ``waits_for`` (:func:`add_wait`); for a run cancelled from outside, ``cancelled_by``
+    (the canceller: host, pid, process start) and as its ``owner`` the one that last ran
+    it, which the canceller's claim replaced in the store (None: none had it, it was
+    queued). A run whose last events are damaged keeps its stored owner, its canceller
+    unknown, and a waiting one's wait is unknown: ``{"unreadable": why}``."""
+    await add_wait(store, run, row, now)
     try:
         cancel = await cancelled_by(store, run)
     except CheckpointCorruptedError as error:
@@ -126,16 +128,38 @@ async def complete_row(store: CheckpointStorage, run: RunRecord, row: dict[str, 
         row["owner"], row["cancelled_by"] = cancel.get("previous_owner"), cancel.get("by")
 
 
-async def add_wait(store: CheckpointStorage, run: RunRecord, row: dict[str, Any]) -> None:
+async def add_wait(
+    store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
+) -> None:
     """Fill in a waiting run's row what it waits for: the signal (None: a timer) and the
-    deadline (None: none); ``{"unreadable": why}`` when its last events are damaged."""
+    deadline (None: none), and whether that wait is over at ``now``, so that the run only
+    needs resuming (:func:`wait_is_over`): ``received`` (its signal is stored by the
+    deadline: the wait gets it) and ``due`` (its deadline or timer passed). What the
+    command and the web inspector say of a wait both come from here. Reads a few of the
+    run's last events and, for a signal, its signals: two reads per waiting run, none for
+    another. ``{"unreadable": why}`` when its last events are damaged."""
     try:
         wait = await wait_of(store, run)
     except CheckpointCorruptedError as error:
         row["waits_for"] = {"unreadable": str(error)}
         return
-    if wait is not None:
-        row["waits_for"] = {"signal": wait.signal, "deadline": to_datetime(wait.deadline)}
+    if wait is None:
+        return
+    received = wait.signal is not None and await signal_in_time(
+        store, run.run_id, wait.signal, wait.deadline
+    )
+    row["waits_for"] = {
+        "signal": wait.signal,
+        "deadline": to_datetime(wait.deadline),
+        "received": received,
+        "due": wait_due(run, now),
+    }
+
+
+def wait_is_over(wait: dict[str, Any] | None) -> bool:
+    """Whether a row's ``waits_for`` (:func:`add_wait`) says its wait is over: the run goes
+    on once resumed (by ``nestegg resume``, ``recover`` or a worker's sweep)."""
+    return bool(wait and (wait.get("received") or wait.get("due")))
 
 
 def shown_status(row: dict[str, Any]) -> str:
@@ -224,7 +248,7 @@ async def list_run_rows(
     for run in runs:
         checkpoints = await store.list_checkpoints(run.run_id)
         rows.append(run_row(run, checkpoints[-1] if checkpoints else None, now))
-        await complete_row(store, run, rows[-1])
+        await complete_row(store, run, rows[-1], now)
     return rows
 
 
@@ -305,7 +329,7 @@ async def run_details(
     for row in steps:
         row["checkpoints"] = by_seq.get(row["seq"], [])
     row = run_row(run, checkpoints[-1] if checkpoints else None, now, full_error=True)
-    await complete_row(store, run, row)
+    await complete_row(store, run, row, now)
     error = row["error"] or {}
     failed = (
         {k: error.get(k) for k in ERROR_SUMMARY_KEYS}

@@ -9,7 +9,13 @@ import typer
 
 from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.waiting import signal_resumes, store_signal
+from nestegg.checkpoint.waiting import (
+    SignalNote,
+    signal_note,
+    signal_resumes,
+    store_signal,
+    wait_known,
+)
 from nestegg.cli.app import (
     REPLACE_FLAG,
     JsonOption,
@@ -24,6 +30,7 @@ from nestegg.cli.json_input import parse_json
 from nestegg.cli.operate import RESUMED_AND_WAITS, app_options, load_app, waits_error
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import Output, to_json
+from nestegg.cli.runs import app_placeholder, resume_hint
 from nestegg.errors import RunWaiting
 
 
@@ -56,33 +63,47 @@ def signal_command(
     refuse_key_twice(value, "the signal's value", plain=True)  # orjson kept the last value
     if app_spec is None:
 
-        async def store_only(opened: CheckpointStorage) -> dict[str, Any]:
-            await store_signal(opened, run_id, name, data, replace=replace, clock=time.time)
-            return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
+        async def store_only(opened: CheckpointStorage) -> tuple[dict[str, Any], SignalNote]:
+            note = await store_signal(opened, run_id, name, data, replace=replace, clock=time.time)
+            summary = {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
+            return summary | note.summary(), note
 
-        summary = run_with_store(ctx, store, store_only, existing=True)
+        summary, note = run_with_store(ctx, store, store_only, existing=True)
+        options = app_placeholder(ctx, store)
     else:
         clutch = load_app(ctx, app_spec, store, out)
         options = app_options(ctx, app_spec, store, clutch)
 
-        async def resume() -> dict[str, Any]:
+        async def resume() -> tuple[dict[str, Any], SignalNote]:
             async with bound(clutch, store_url(ctx, store)) as opened:
                 run = await get_run(opened, run_id)
                 outcome = f"its signal {name!r} not stored"
                 resumes = await signal_resumes(opened, run, name, time.time(), outcome)
-                try:
+                wait = await wait_known(opened, run)
+                try:  # it warns, as the library does, of a signal the run will not take
                     result = await clutch.signal(run_id, name, data, replace=replace)
                 except RunWaiting as waiting:  # as resume says it: exit 5
                     raise waits_error(waiting, RESUMED_AND_WAITS, options) from waiting
-            if not resumes:
-                return {"run_id": run_id, "signal": name, "stored": True, "resumed": False}
-            return {"run_id": run_id, "signal": name, "stored": True, "result": result}
+                note = await signal_note(opened, run_id, name, wait)
+            summary = {"run_id": run_id, "signal": name, "stored": True} | note.summary()
+            return (summary | ({"result": result} if resumes else {"resumed": False})), note
 
-        summary = run_async(resume)
+        summary, note = run_async(resume)
     if as_json:
         out.json(summary)
     elif "result" in summary:
         out.line(f"signal {name!r} stored; run {run_id} resumed")
         out.line(f"result: {to_json(summary['result'], indent=False)}")
     else:
-        out.line(f"signal {name!r} stored for run {run_id}")
+        out.line(f"signal {name!r} stored for run {run_id}{_still_to_resume(note, options)}")
+
+
+def _still_to_resume(note: SignalNote, options: str) -> str:
+    """What a run the signal was stored for, and not resumed, still needs: a run that
+    waits for it goes on once resumed (``options``: the --app and --store to give)."""
+    if not note.awaited:
+        return ""
+    how = resume_hint(note.run_id, options)
+    if note.timed_out:
+        return f"; its wait for it timed out: {how}"
+    return f"; it waits for it: {how}"

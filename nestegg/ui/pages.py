@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.paths import PathNotFoundError, select
+from nestegg.cli.runs import placeholder_options
 from nestegg.clutch import Clutch
 from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError
@@ -40,11 +41,14 @@ def now_of(request: Request) -> float:
 
 
 def _flags(request: Request) -> dict[str, Any]:
-    """What the templates offer: writes, and resume and fork (they need the Clutch)."""
+    """What the templates offer: writes, and resume and fork (they need the Clutch); the
+    options a command the page suggests needs (``app_options``: the pipeline's --app, and
+    the --store this page reads)."""
     settings = request.app.state.settings
     return {
         "writes": settings.allow_writes,
         "can_run": settings.allow_writes and settings.clutch is not None,
+        "app_options": placeholder_options(settings.store_url),  # the store the page reads
     }
 
 

@@ -138,24 +138,17 @@ async def flagged(
     store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
 ) -> dict[str, Any]:
     """The row with the status people see (``interrupted``, ``queued``), whether it needs
-    a look, for a run cancelled from outside who cancelled it (see
-    :func:`reading.complete_row`), and for a waiting run what it waits for (a few of its
-    last events read) and whether that wait is over: ``received`` (its signal is stored)
-    or ``due`` (its deadline or timer passed), when a resume goes on."""
+    a look, for a run cancelled from outside who cancelled it, and for a waiting run what
+    it waits for and whether that wait is over (see :func:`reading.complete_row`)."""
     row["shown_status"] = reading.shown_status(row)
     row["flag"] = row["shown_status"] in (INTERRUPTED, WAITING)
-    await reading.complete_row(store, run, row)
-    if (wait := row["waits_for"]) is not None and "unreadable" not in wait:
-        signal = wait["signal"]
-        wait["received"] = bool(signal) and await signal_stored(store, run.run_id, signal)
-        wait["due"] = wait_due(run, now)
+    await reading.complete_row(store, run, row, now)
     return row
 
 
 def wait_over(row: dict[str, Any]) -> bool:
     """Whether a row of :func:`flagged` shows its run's wait as over (a resume goes on)."""
-    wait = row.get("waits_for")
-    return bool(wait and (wait.get("received") or wait.get("due")))
+    return reading.wait_is_over(row.get("waits_for"))
 
 
 def waits_token(over: Iterable[str]) -> str:

@@ -116,7 +116,8 @@ def test_waiting_runs_are_flagged_with_what_they_wait_for(ui: Ui) -> None:
         pending = re.search(r'<tr class="pending waiting" data-pending="1".*?</tr>', page, re.S)
         assert pending and "approve" in pending.group(0)  # the step that waits, not committed
         assert "1 call journaled" in pending.group(0)  # the wait's deadline
-        assert f"nestegg signal {signal_run} approval VALUE" in page
+        # the whole command: without --app it would only store the signal
+        assert f"nestegg signal {signal_run} approval VALUE --app MODULE:CLUTCH" in page
         ui.client.portal.call(  # type: ignore[union-attr]
             lambda: waiting_pipeline(store).signal(signal_run, SIGNAL, "yes", resume=False)
         )

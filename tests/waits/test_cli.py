@@ -125,7 +125,7 @@ def test_a_signal_with_app_whose_run_waits_again_exits_5_as_resume_does(
         signal = ("signal", run_id, "approval", APPROVED, "--app", APP, "-s", url, *extra)
         again = nestegg(tmp_path, *signal)
         assert again.returncode == EXIT_WAITING
-        waits = {"signal": "payout", "deadline": None}
+        waits = {"signal": "payout", "deadline": None, "received": False, "due": False}
         told = {"run_id": run_id, "status": "waiting", "waits_for": waits}
         error = again.stderr.removeprefix("error: ").removesuffix("\n")
         if extra:  # --json: the error and what the run waits for, on stdout
@@ -217,7 +217,8 @@ def test_operators_list_signal_and_recover_waiting_runs(tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.stderr
     assert "waiting (signal 'approval')" in listed.stdout
     rows = orjson.loads(cli("runs", "--status", "waiting", "--json", "-s", url).stdout)
-    assert [r["waits_for"] for r in rows] == [{"signal": "approval", "deadline": None}] * 2
+    waits = {"signal": "approval", "deadline": None, "received": False, "due": False}
+    assert [r["waits_for"] for r in rows] == [waits] * 2
 
     shown = cli("show", "w1", "-s", url)
     assert "waiting, 2 calls journaled" in shown.stdout  # the quote and the deadline
@@ -303,7 +304,7 @@ def test_signal_errors_advise_the_commands_replace_option(tmp_path: Path) -> Non
     assert again.stderr == (
         "error: run 'r1' has a signal 'approval' already; a signal is sent once per run and "
         "name: pass --replace to send another value (a step that received the first one "
-        "keeps it)\n"
+        "keeps it; a wait that has not received it yet gets the new one)\n"
     )
     replaced = nestegg(tmp_path, "signal", "r1", "approval", APPROVED, "--replace", "-s", url)
     assert replaced.returncode == 0, replaced.stderr
