@@ -78,6 +78,12 @@ def not_finished(limit: float) -> str:
     )
 
 
+WAIT_LONGER = "to wait longer, pass timeout=None (as long as the run takes) or a larger timeout"
+"""How a caller whose wait for a run's result timed out waits longer: the end of the
+TimeoutError of ``run(timeout=)`` and ``task.result(timeout=)``, whose default of 30 s
+(eggai-clutch's) is short for a pipeline of LLM calls."""
+
+
 def outcome_hint(run_id: str) -> str:
     """How to get the outcome of the stored run ``run_id`` after a wait timed out."""
     return f"await clutch.result({run_id!r}) for its outcome"
@@ -166,7 +172,7 @@ class ClutchTask:
             why = self._late(limit)
             if isinstance(why, Exception):  # what the run's transport says held it
                 raise why from None
-            raise TimeoutError(why) from None
+            raise TimeoutError(f"{why}; {WAIT_LONGER}") from None
 
     async def stream(
         self, queue: asyncio.Queue[StepEvent] | None = None

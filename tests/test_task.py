@@ -199,7 +199,8 @@ class TestTimeout:
             await task.result(timeout=timedelta(milliseconds=20))
         assert str(info.value) == (
             "the run did not finish within 0.02 s; it goes on while this event loop runs "
-            "(no store keeps its outcome: only the task of submit() gives it, awaited again)"
+            "(no store keeps its outcome: only the task of submit() gives it, awaited again); "
+            "to wait longer, pass timeout=None (as long as the run takes) or a larger timeout"
         )
         release.set()
         assert await task.result(timeout=WAIT_S) == "in_done"
@@ -211,13 +212,15 @@ class TestTimeout:
                 lambda release: MemoryCheckpointStorage(),
                 "run 'r1' did not finish within 0.02 s; it goes on while this event loop runs: "
                 "await clutch.result('r1') for its outcome (if the loop ends first, the run is "
-                "stored as cancelled, and resume_latest('r1') continues it)",
+                "stored as cancelled, and resume_latest('r1') continues it); to wait longer, "
+                "pass timeout=None (as long as the run takes) or a larger timeout",
             ),
             (
                 SlowToStore,
                 "run 'r1' was not stored within 0.02 s (its write to the store took longer); "
                 "it goes on while this event loop runs: once it is stored, "
-                "await clutch.result('r1') for its outcome",
+                "await clutch.result('r1') for its outcome; to wait longer, pass timeout=None "
+                "(as long as the run takes) or a larger timeout",
             ),
         ],
         ids=["stored", "not-stored"],

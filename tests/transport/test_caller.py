@@ -655,7 +655,8 @@ async def test_a_run_that_no_worker_takes_times_out_saying_so(deployment: Deploy
     assert str(late.value) == (
         "no worker took the first step of run 'unserved' within 0.5 s: is a worker of "
         "pipeline 'chain' running (nestegg worker module:attr)? The run is stored, and a "
-        "worker that starts takes it: await clutch.result('unserved') for its outcome"
+        "worker that starts takes it: await clutch.result('unserved') for its outcome; to "
+        "wait longer, pass timeout=None (as long as the run takes) or a larger timeout"
     )
 
 
@@ -675,7 +676,8 @@ async def test_a_run_that_a_worker_took_times_out_saying_it_goes_on(
         await worker.stop()
     assert str(late.value) == (
         "run 'slow-one' did not finish within 1.5 s (0 steps committed by the workers so "
-        "far); it goes on: await clutch.result('slow-one') for its outcome"
+        "far); it goes on: await clutch.result('slow-one') for its outcome; to wait longer, "
+        "pass timeout=None (as long as the run takes) or a larger timeout"
     )
 
 
