@@ -11,8 +11,9 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from nestegg import Clutch, Handover, StepEvent, Strategy, Terminate, get_context
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
-from nestegg.constants import MAX_NAME_LENGTH
+from nestegg.constants import DEFAULT_DB_NAME, HOME_ENV, MAX_NAME_LENGTH
 from nestegg.errors import ConfigurationError, InvalidIdentifierError, NestEggError
 
 
@@ -737,6 +738,23 @@ class TestStream:
 
 
 class TestPipelines:
+    async def test_only_a_clutch_given_checkpoint_stores_its_runs_in_the_default_store(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """As the README's first example says: without checkpoint= nothing is stored (as
+        in eggai-clutch); CheckpointConfig() stores in the embedded SQLite store."""
+        monkeypatch.setenv(HOME_ENV, str(tmp_path))
+        plain = Clutch("plain")
+        plain.agent()(echo)
+        assert await plain.run("in") == "in"
+        assert list(tmp_path.iterdir()) == []  # no store opened, no file written
+        stored = Clutch("stored", checkpoint=CheckpointConfig())
+        stored.agent()(echo)
+        async with stored:
+            await stored.run("in", run_id="r1")
+            assert [run.run_id for run in await stored.list_runs()] == ["r1"]
+        assert (tmp_path / DEFAULT_DB_NAME).is_file()
+
     async def test_three_stage_pipeline(self) -> None:
         clutch = Clutch("pipeline")
 
