@@ -38,6 +38,7 @@ from nestegg.cli.runs import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     CANCELLED,
+    COMPLETED,
     EXIT_FAILED,
     EXIT_USAGE,
     EXIT_WAITING,
@@ -249,9 +250,10 @@ def resume_command(
 ) -> None:
     """Resume one run with the app's Clutch.
 
-    It continues from its newest valid checkpoint; a failed run retries the failed step,
-    a completed one just prints its stored result. The run executes in this process,
-    with the store of the app's Clutch if it names one, else with the --store one; when
+    It continues from its newest valid checkpoint; a failed run retries the failed step;
+    a completed one is not run again: it says so and prints its stored result. The run
+    executes in this process, with the store of the app's Clutch if it names one, else
+    with the --store one; when
     the app's Clutch has a transport, it is handed back to its workers instead (a failed
     run reopened) and the command waits for its result: --here runs it in this process.
 
@@ -296,6 +298,8 @@ def resume_command(
             "previous_status": run_state(before, time.time()),  # as show says it
             "previous_steps": before.step_seq,
             "steps": after.step_seq,
+            # a completed run's resume returns its stored result and runs nothing
+            "resumed": before.status != COMPLETED or from_checkpoint is not None,
             "result": result,
         }
         if from_checkpoint is not None:
@@ -306,16 +310,25 @@ def resume_command(
     if as_json:
         out.json(summary)
         return
+    out.line(_resumed_line(summary, from_checkpoint))
+    out.line(f"result: {to_json(summary['result'], indent=False)}")
+
+
+def _resumed_line(summary: dict[str, Any], from_checkpoint: str | None) -> str:
+    """What ``nestegg resume`` says of the run its ``summary`` tells: what it is now and
+    was, or that it was completed already and nothing ran."""
+    run_id, steps = summary["run_id"], counted(summary["steps"], STEPS)
+    if not summary["resumed"]:
+        return f"run {run_id} was completed already ({steps}): nothing to resume"
     resumed = (
         f"; resumed from checkpoint {from_checkpoint} at step {summary['from_step']}"
         if from_checkpoint is not None
         else ""
     )
-    out.line(
-        f"run {run_id} {summary['status']}: {counted(summary['steps'], STEPS)} "
+    return (
+        f"run {run_id} {summary['status']}: {steps} "
         f"(was {summary['previous_status']} at step {summary['previous_steps']}{resumed})"
     )
-    out.line(f"result: {to_json(summary['result'], indent=False)}")
 
 
 DataOption = Annotated[

@@ -213,6 +213,7 @@ def test_resume_from_a_checkpoint_of_a_failed_run_as_json(stored: Stored) -> Non
         "previous_status": "failed",
         "previous_steps": 1,
         "steps": 3,
+        "resumed": True,
         "result": {"trail": ["draft", "review", "publish"]},
         "from_checkpoint": stored.failed_first,
         "from_step": 1,

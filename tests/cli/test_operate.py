@@ -59,9 +59,29 @@ def test_resume_json_and_a_completed_run(cli: Cli, filled: Filled) -> None:
         "previous_status": "completed",
         "previous_steps": 3,
         "steps": 3,
+        "resumed": False,
         "result": {"name": "Acme", "page": "page of Acme", "items": [1, 2, 3],
                    "tags": {"size": "big"}, "report": "Acme: 3 items"},
     }  # fmt: skip
+
+
+def test_resume_of_a_completed_run_says_nothing_was_resumed(cli: Cli, filled: Filled) -> None:
+    before = json_of(cli("show", filled.ok, "--store", filled.url, "--json"))
+    result = cli("resume", filled.ok, "--app", APP, "--store", filled.url)
+    assert result.exit_code == 0, result.stderr  # idempotent: the run is what was asked
+    assert result.stdout.splitlines()[0] == (
+        f"run {filled.ok} was completed already (3 steps): nothing to resume"
+    )
+    assert json_of(cli("show", filled.ok, "--store", filled.url, "--json")) == before
+
+
+def test_resume_json_of_a_failed_run_says_it_was_resumed(cli: Cli, filled: Filled) -> None:
+    summary = json_of(cli("resume", filled.bad, "--app", APP, "--store", filled.url, "--json"))
+    assert (summary["previous_status"], summary["status"], summary["resumed"]) == (
+        "failed",
+        "completed",
+        True,
+    )
 
 
 def test_resume_that_fails_again_exits_1(cli: Cli, filled: Filled) -> None:
@@ -311,7 +331,7 @@ def test_an_app_with_its_own_store_ignores_store(cli: Cli, filled: Filled, tmp_p
     result = cli("resume", "own-1", "--app", spec, "--store", filled.url, **env)
     assert result.exit_code == 0, result.stderr
     assert result.stderr == f"note: the Clutch at {spec} names its own store; --store is ignored\n"
-    assert result.stdout.startswith("run own-1 completed: 3 steps")
+    assert result.stdout.startswith("run own-1 was completed already (3 steps)")
     quiet = cli("resume", "own-1", "--app", spec, NESTEGG_STORE=filled.url, **env)
     assert (quiet.exit_code, quiet.stderr) == (0, "")
 
