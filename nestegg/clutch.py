@@ -433,6 +433,10 @@ class Clutch(StoredRuns):
         Raises:
             CheckpointNotFoundError: no such checkpoint.
             RunExistsError: ``run_id`` is taken.
+            IncompatibleCheckpointError: the checkpoint continues with an agent this
+                Clutch no longer has, or (IncompatibleDataError) ``data`` (None: the
+                checkpoint's) does not fit the pydantic model of the agent it goes to;
+                nothing is stored, as a resume refuses such data.
 
         Example:
             >>> await clutch.fork(checkpoints[-2].checkpoint_id, data={"draft": "v2"})

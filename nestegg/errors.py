@@ -396,10 +396,11 @@ class IncompatibleDataError(IncompatibleCheckpointError):
     """The data a resume continues with (a step's output, or the run's input) no longer
     fits the pydantic model of the agent it goes to (or of the selector): the model
     changed since it was stored. Raised before the run is claimed, so nothing stored
-    changes; the run resumes once the model fits the data again.
+    changes; the run resumes once the model fits the data again. A fork whose data (given,
+    or its checkpoint's) does not fit is refused so too, before its run is stored.
 
     Attributes:
-        run_id: the run.
+        run_id: the run (of a fork: the run of its checkpoint).
         step: the step that stored the data (0: the run's input).
         agent: the agent whose model it no longer fits (None: the selector's). The agent
             is there: unlike the base class's, it is not missing.
@@ -407,6 +408,8 @@ class IncompatibleDataError(IncompatibleCheckpointError):
         reason: why, as pydantic says it (``pages: Field required``).
         waited: on workers, the seconds the step was set aside for a worker whose model
             fits it before the run was failed for it (None: nothing was changed).
+        fork_of: the checkpoint of a refused fork (None: a resume's refusal).
+        given: a fork's data was given (``data=``, ``--data``), not its checkpoint's.
     """
 
     def __init__(
@@ -417,6 +420,9 @@ class IncompatibleDataError(IncompatibleCheckpointError):
         model: str,
         reason: str,
         waited: float | None = None,
+        *,
+        fork_of: str | None = None,
+        given: bool = False,
     ) -> None:
         data = f"the stored data of step {step}" if step else "the run's input"
         whose = f"agent {agent!r}" if agent is not None else "the selector"
@@ -426,16 +432,31 @@ class IncompatibleDataError(IncompatibleCheckpointError):
             else f"no worker whose model fits took the step within {waited:.0f} s, so the "
             "run failed"
         )
-        super().__init__(
-            f"run {run_id!r}: {data} no longer fits the model {model} of {whose} "
-            f"({reason}); {outcome}: resume it once the model fits the data again",
-            agent,
-        )
+        if fork_of is None:
+            message = (
+                f"run {run_id!r}: {data} no longer fits the model {model} of {whose} "
+                f"({reason}); {outcome}: resume it once the model fits the data again"
+            )
+        elif given:
+            message = (
+                f"fork of checkpoint {fork_of!r} of run {run_id!r}: the data given does not "
+                f"fit the model {model} of {whose} ({reason}); nothing was stored: give "
+                "data that fits it"
+            )
+        else:
+            message = (
+                f"fork of checkpoint {fork_of!r} of run {run_id!r}: {data} no longer fits "
+                f"the model {model} of {whose} ({reason}); nothing was stored: give data "
+                "that fits it, or fork once the model fits the data again"
+            )
+        super().__init__(message, agent)
         self.run_id = run_id
         self.step = step
         self.model = model
         self.reason = reason
         self.waited = waited
+        self.fork_of = fork_of
+        self.given = given
 
 
 class StorageError(NestEggError):

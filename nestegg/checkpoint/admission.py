@@ -9,9 +9,10 @@ exactly what the service would."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nestegg.agents import misfit
+from nestegg.agents import misfit, to_plain
 from nestegg.checkpoint.codec import same_stored, unseal_json
 from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
@@ -181,24 +182,48 @@ def restored_cursor(
     return cursor
 
 
-def check_data(pipeline: Pipeline, cursor: Cursor, state: CheckpointState) -> None:
+def check_data(
+    pipeline: Pipeline, cursor: Cursor, state: CheckpointState, fork: ForkData | None = None
+) -> None:
     """Refuse to continue from ``state`` when its data no longer fits the model of the
     agent it goes to next (``cursor``, restored to ``state``, names it; of the selector
-    when it picks that agent), as that agent's step would be failed for it.
+    when it picks that agent), as that agent's step would be failed for it. The one
+    check of a resume and of a fork (``fork``: the checkpoint it starts from and the data
+    it was given), so both refuse alike before anything is stored.
 
     Raises:
         IncompatibleDataError: naming the run, the step that stored the data (or the
-            run's input), the agent, the model and pydantic's reason.
+            run's input; for a fork, its checkpoint and whether its data was given), the
+            agent, the model and pydantic's reason.
     """
     upcoming = state.next_agent if state.next_agent is not None else cursor.upcoming()
     if upcoming is None or state.turn >= pipeline.max_turns:
         return  # nothing runs: the data is the run's result
     agent = None if upcoming is Undecided.SELECTOR else upcoming
     model = pipeline.input_type(agent)
-    reason = misfit(state.data, model)
+    data = state.data if fork is None or not fork.given else fork.data
+    reason = misfit(data, model)
     if reason is not None:
         name = getattr(model, "__name__", repr(model))
-        raise IncompatibleDataError(state.run_id, state.data_seq, agent, name, reason)
+        raise IncompatibleDataError(
+            state.run_id,
+            state.data_seq,
+            agent,
+            name,
+            reason,
+            fork_of=None if fork is None else fork.checkpoint_id,
+            given=fork is not None and fork.given,
+        )
+
+
+@dataclass(frozen=True)
+class ForkData:
+    """What a fork from checkpoint ``checkpoint_id`` continues with: ``data`` if
+    ``given``, else the checkpoint's."""
+
+    checkpoint_id: str
+    given: bool
+    data: Any = None
 
 
 def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
@@ -381,30 +406,44 @@ def check_fork(
     _check_fork_state(pipeline, run, state)
 
 
-def _check_fork_state(pipeline: Pipeline, run: RunRecord, state: CheckpointState) -> None:
-    """The checks of :func:`check_fork` after the pipeline's: its definition, its agents."""
+def _check_fork_state(
+    pipeline: Pipeline, run: RunRecord, state: CheckpointState, data: Any = None
+) -> Cursor:
+    """The checks of :func:`check_fork` after the pipeline's: its definition, its agents;
+    the cursor restored for a context of ``data`` (None: the state's)."""
     pipeline.validate()
-    restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+    given = state.data if data is None else data
+    return restored_cursor(pipeline, pipeline.new_context(run.run_id, given), state)
 
 
 async def fork_start(
-    store: CheckpointStorage, pipeline: Pipeline, run: RunRecord, checkpoint: CheckpointRecord
+    store: CheckpointStorage,
+    pipeline: Pipeline,
+    run: RunRecord,
+    checkpoint: CheckpointRecord,
+    data: Any = None,
 ) -> tuple[CheckpointState, list[StepRecord]]:
     """The checks of :func:`check_fork` before a fork by ``pipeline`` from ``checkpoint``
-    of ``run`` stores its new run, and where it starts: the state the checkpoint restores
-    and the step records up to it. The pipeline is checked before anything of the
-    checkpoint is read: another pipeline's state is refused unread. Reads, writes nothing.
+    of ``run`` stores its new run, then that the data it continues with (``data``, as
+    ``Clutch.fork`` takes it; None: the checkpoint's) fits the model of the agent it goes
+    to (:func:`check_data`, as a resume checks it); and where it starts: the state the
+    checkpoint restores and the step records up to it. The pipeline is checked before
+    anything of the checkpoint is read: another pipeline's state is refused unread.
+    Reads, writes nothing.
 
     Raises:
         ConfigurationError: ``run`` belongs to another pipeline, or ``pipeline``'s
             definition does not hold.
         CheckpointCorruptedError: the checkpoint or a step record it needs is damaged.
         IncompatibleCheckpointError: the checkpoint continues with an agent ``pipeline``
-            no longer has.
+            no longer has, or (IncompatibleDataError) the data does not fit the model of
+            the agent it goes to.
     """
     check_fork_pipeline(run, checkpoint.checkpoint_id, pipeline.name)
     state, steps = await load_state_and_steps(store, run, checkpoint)
-    _check_fork_state(pipeline, run, state)
+    plain = to_plain(data)
+    cursor = _check_fork_state(pipeline, run, state, plain)
+    check_data(pipeline, cursor, state, ForkData(checkpoint.checkpoint_id, data is not None, plain))
     return state, steps
 
 

@@ -433,9 +433,9 @@ def fork_command(
     the --store one); its id (--run-id, else a new one) and result are printed.
 
     A fork that cannot start (an unknown checkpoint, a checkpoint of another pipeline's run,
-    one that continues with an agent the Clutch no longer has, a --run-id a run has already)
-    stores nothing. A fork that fails in a step stays, failed: nestegg resume NEW_RUN_ID
-    --app ... retries it.
+    one that continues with an agent the Clutch no longer has, data that does not fit the
+    model of the agent it goes to, a --run-id a run has already) stores nothing. A fork
+    that fails in a step stays, failed: nestegg resume NEW_RUN_ID --app ... retries it.
     """
     out = Output(as_json)
     given = _fork_data(data, data_file)

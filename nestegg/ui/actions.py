@@ -243,7 +243,7 @@ async def fork(request: Request) -> JSONResponse:
     clutch: Clutch = request.app.state.settings.clutch
     store = store_of(request)
     parent, record = await checkpoint_run(store, checkpoint_id)
-    await fork_start(store, clutch, parent, record)  # the pipeline before the state is read
+    await fork_start(store, clutch, parent, record, data)  # the pipeline before the state
     run_id = new_run_id()
     task = _start(
         request,

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import nestegg
 from nestegg import Clutch, Handover, Strategy, Terminate, get_context
@@ -30,6 +31,7 @@ from nestegg.errors import (
     CheckpointSerializationError,
     ConfigurationError,
     IncompatibleCheckpointError,
+    IncompatibleDataError,
     InvalidIdentifierError,
     RunExistsError,
     RunNotFoundError,
@@ -688,6 +690,54 @@ async def test_a_fork_without_the_next_agent_raises_incompatible_and_stores_noth
     assert shrunk.calls == []
     assert await shrunk.clutch.list_interrupted() == []
     assert await stored_everything(checkpoint_store) == before
+
+
+class Notes(BaseModel):
+    notes: list[str]
+
+
+def typed_clutch(store: CheckpointStorage, ran: list[str]) -> Clutch:
+    """Two agents that take a Notes model; ``ran`` gets their names as they run."""
+    clutch = Clutch("typed", strategy=Strategy.SEQUENTIAL, checkpoint=config(store))
+
+    @clutch.agent()
+    async def first(data: Notes) -> Notes:
+        ran.append("first")
+        return Notes(notes=[*data.notes, "first"])
+
+    @clutch.agent()
+    async def second(data: Notes) -> Notes:
+        ran.append("second")
+        return Notes(notes=[*data.notes, "second"])
+
+    return clutch
+
+
+async def test_a_fork_with_data_the_next_agents_model_refuses_raises_and_stores_nothing(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    """As a resume of data that no longer fits: refused before the fork's run is stored."""
+    ran: list[str] = []
+    clutch = typed_clutch(checkpoint_store, ran)
+    await clutch.run({"notes": []}, run_id="orig")
+    [after_first] = [c for c in await clutch.list_checkpoints("orig") if c.seq == 1]
+    before, ran_before = await stored_everything(checkpoint_store), list(ran)
+    message = (
+        f"fork of checkpoint {after_first.checkpoint_id!r} of run 'orig': the data given "
+        "does not fit the model Notes of agent 'second' (notes: Input should be a valid "
+        "list); nothing was stored: give data that fits it"
+    )
+    with pytest.raises(IncompatibleDataError, match=f"^{re.escape(message)}$") as refused:
+        await clutch.fork(after_first.checkpoint_id, data={"notes": "x"}, run_id="f2")
+    assert (refused.value.run_id, refused.value.agent, refused.value.fork_of) == (
+        "orig",
+        "second",
+        after_first.checkpoint_id,
+    )
+    assert await stored_everything(checkpoint_store) == before
+    assert ran == ran_before
+    fitting = await clutch.fork(after_first.checkpoint_id, Notes(notes=["mine"]), run_id="f2")
+    assert fitting == {"notes": ["mine", "second"]}
 
 
 # ---------------------------------------------------------------------- history

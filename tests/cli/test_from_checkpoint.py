@@ -36,6 +36,8 @@ APP_SOURCE = """
 import os
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from nestegg import Clutch, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
 
@@ -72,6 +74,25 @@ def build(name="rewind", agents=(draft, review, publish), storage=None):
 pipeline = build()
 other = build("other")
 without_review = build(agents=(draft, publish))
+
+
+class Trail(BaseModel):
+    trail: list[str]
+
+
+class Signed(Trail):
+    owner: str
+
+
+def _typed(model):
+    async def review(data: model):
+        return _step("review", data.model_dump())
+
+    return build(agents=(draft, review, publish))
+
+
+typed = _typed(Trail)  # review takes a Trail
+signed = _typed(Signed)  # review's model wants an owner no stored data has
 """
 
 
@@ -403,6 +424,32 @@ def test_fork_refuses_a_checkpoint_and_stores_nothing(
     checkpoint, message = _named(stored, checkpoint, message)
     args = ["fork", checkpoint, "--app", app, "--data", '{"trail": []}']
     _refused(stored, args, code, message)
+
+
+@pytest.mark.parametrize(
+    ("app", "data", "message"),
+    [
+        ("typed", ["--data", '{"trail": "notalist"}'],
+         "fork of checkpoint 'DONE' of run 'done': the data given does not fit the model "
+         "Trail of agent 'review' (trail: Input should be a valid list); nothing was stored: "
+         "give data that fits it"),
+        ("signed", [],
+         "fork of checkpoint 'DONE' of run 'done': the stored data of step 1 no longer fits "
+         "the model Signed of agent 'review' (owner: Field required); nothing was stored: "
+         "give data that fits it, or fork once the model fits the data again"),
+    ],
+    ids=["given", "the-checkpoints"],
+)  # fmt: skip
+def test_fork_with_data_the_next_agents_model_refuses_stores_nothing(
+    stored: Stored, app: str, data: list[str], message: str
+) -> None:
+    """As nestegg resume refuses data that no longer fits: before the new run is stored."""
+    checkpoint, message = _named(stored, "DONE", message)
+    args = ["fork", checkpoint, "--app", f"{APP_MODULE}:{app}", "--run-id", "f2", *data]
+    _refused(stored, args, EXIT_FAILED, message)
+    fitting = nestegg(stored, *args[:6], "--data", '{"trail": ["draft"], "owner": "me"}')
+    assert fitting.returncode == EXIT_OK, fitting.stderr
+    assert list(_forks(stored)) == ["f2"]
 
 
 def test_fork_with_a_run_id_gives_the_new_run_that_id(stored: Stored) -> None:
