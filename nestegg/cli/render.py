@@ -439,12 +439,16 @@ class Output:
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
 
-    def pairs(self, items: Sequence[tuple[str, str]]) -> None:
-        """``name: value`` lines, names aligned (on a terminal, long values are cut to fit)."""
+    def pairs(self, items: Sequence[tuple[str, str | list[str]]]) -> None:
+        """``name: value`` lines, names aligned (on a terminal, long values are cut to fit).
+        A value given as lines (an error whose message has several, as pydantic's) shows
+        its first beside the name and the others under it, indented to the values."""
         width = max((len(name) for name, _ in items), default=0)
         room = max(MIN_COLUMN_WIDTH, self.console.width - width - 2)
         for name, value in items:
-            value = escaped(value)
-            if self.terminal:  # a terminal gets one line per item
-                value = clip(value, room)
-            self.line(f"{name + ':':<{width + 1}} {value}")
+            for index, line in enumerate([value] if isinstance(value, str) else value):
+                shown = escaped(line)
+                if self.terminal:  # a terminal gets one line per line of a value
+                    shown = clip(shown, room)
+                label = f"{name}:" if index == 0 else ""
+                self.line(f"{label:<{width + 1}} {shown}")

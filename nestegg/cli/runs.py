@@ -236,7 +236,7 @@ def _some(run_ids: list[str]) -> str:
 
 def _show_summary(out: Output, details: dict[str, Any]) -> None:
     run = details["run"]
-    items = [
+    items: list[tuple[str, str | list[str]]] = [
         ("run", run["run_id"]),
         ("pipeline", run["pipeline"]),
         ("status", _status_cell(run)),
@@ -251,8 +251,8 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
     if run["status"] == "completed":
         items.append(("result", to_json(details["result"], indent=False)))
     error = run["error"]
-    if error:
-        items.append(("error", f"{error.get('type')}: {error.get('message')}"))
+    if error:  # its lines kept (pydantic's are several), each escaped
+        items.append(("error", f"{error.get('type')}: {error.get('message')}".split("\n")))
     out.pairs(items)
 
 

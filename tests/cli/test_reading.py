@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from nestegg import Clutch, Handover, Strategy
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy
@@ -164,6 +165,45 @@ def test_show_summary_and_timeline(cli: Cli, filled: Filled) -> None:
     assert timeline[1].split()[:2] == ["1", "fetch"] and "completed" in timeline[1]
     failed = timeline[2].split()  # the failed step shows when it started and how long it ran
     assert failed[:2] == ["2", "enrich"] and failed[2] != "-" and failed[-1] == "failed"
+
+
+class Ticket(BaseModel):
+    id: int
+
+
+async def _fail_with_model_error(url: str) -> None:
+    """Run 'typed' of a pipeline whose agent's model refuses the input: failed with
+    pydantic's message of several lines."""
+    store = open_store(url)
+    clutch = Clutch("typed", checkpoint=CheckpointConfig(storage=store, policy=POLICY))
+
+    @clutch.agent()
+    async def classify(ticket: Ticket) -> Ticket:
+        return ticket
+
+    try:
+        with pytest.raises(ValidationError):
+            await clutch.run({"id": "notint\x1b[2J"}, run_id="typed")
+    finally:
+        await store.close()
+
+
+def test_show_prints_an_error_of_several_lines_indented_under_its_first(
+    cli: Cli, local_url: str
+) -> None:
+    asyncio.run(_fail_with_model_error(local_url))
+    text = cli("show", "typed", "--store", local_url).stdout
+    lines = text.split("timeline\n", 1)[0].splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("error:"))
+    assert lines[at] == "error:    ValidationError: 1 validation error for Ticket"
+    assert lines[at + 1] == "          id"
+    assert lines[at + 2].startswith(
+        "            Input should be a valid integer, unable to parse string as an integer "
+        "[type=int_parsing, input_value='notint\\x1b[2J', input_type=str]"  # escaped
+    )
+    assert lines[at + 3].startswith("              For further information visit ")
+    stored = json_of(cli("show", "typed", "--store", local_url, "--json"))["run"]["error"]
+    assert stored["message"].startswith("1 validation error for Ticket\nid\n  Input should")
 
 
 def test_show_json(cli: Cli, filled_any: Filled) -> None:
