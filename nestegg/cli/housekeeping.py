@@ -103,6 +103,8 @@ class PrunePlan:
 
     runs: list[RunRecord] = field(default_factory=list)
     checkpoints: dict[str, list[str]] = field(default_factory=dict)
+    matched: int = 0
+    """Runs the filters (pipeline, statuses) matched, those a live process executes too."""
 
     @property
     def checkpoint_count(self) -> int:
@@ -132,8 +134,8 @@ async def plan_prune(
     """
     now = time.time()
     runs = await store.list_runs(pipeline=check_pipeline_filter(pipeline), statuses=statuses)
+    plan = PrunePlan(matched=len(runs))
     runs = [run for run in runs if not owner_alive(run, now)]
-    plan = PrunePlan()
     if older_than is not None:
         cutoff = now - older_than.total_seconds()
         plan.runs = [run for run in runs if run.updated_at < cutoff]
@@ -163,6 +165,18 @@ def _print_plan(out: Output, plan: PrunePlan, keep: int | None) -> None:
         out.line(f"run {run.run_id} ({run.pipeline}, {run.status}, {counted(run.step_seq, STEPS)})")
     for run_id, ids in plan.checkpoints.items():
         out.line(f"{counted(len(ids), CHECKPOINTS)} of run {run_id} (keeping the newest {keep})")
+
+
+async def _nothing_to_prune(store: CheckpointStorage, plan: PrunePlan, pipeline: str | None) -> str:
+    """What an empty prune says: that --pipeline names no run at all, when it does not
+    (asked only then, of one run at most), else that nothing is to prune."""
+    if (
+        pipeline is not None
+        and not plan.matched
+        and not await store.list_runs(pipeline=pipeline, limit=1)
+    ):
+        return f"no runs of pipeline {pipeline!r}"
+    return "nothing to prune"
 
 
 @app.command("prune")
@@ -195,10 +209,10 @@ def prune_command(
     Only finished runs unless --status says otherwise (--status running means interrupted
     runs); runs a live process executes are never touched.
     """
+    statuses = check_status(status) or list(FINISHED)  # a bad value named before the rest
     if keep is None and older_than is None:
         raise CommandError("prune needs --keep N and/or --older-than DURATION", EXIT_USAGE)
     age = parse_duration(older_than) if older_than is not None else None
-    statuses = check_status(status) or list(FINISHED)
     out = Output()
 
     async def work(opened: CheckpointStorage) -> None:
@@ -207,7 +221,7 @@ def prune_command(
         )
         total = f"{counted(len(plan.runs), RUNS)} and {counted(plan.checkpoint_count, CHECKPOINTS)}"
         if not plan.runs and not plan.checkpoints:
-            out.line("nothing to prune")
+            out.line(await _nothing_to_prune(opened, plan, pipeline))
             return
         _print_plan(out, plan, keep)
         if dry_run:

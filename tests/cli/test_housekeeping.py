@@ -142,6 +142,25 @@ def test_prune_usage(cli: Cli, filled: Filled) -> None:
     assert cli("prune", "--keep", "0", "-s", filled.url).exit_code == EXIT_USAGE
 
 
+def test_prune_names_a_bad_status_before_asking_for_keep_or_older_than(
+    cli: Cli, filled: Filled
+) -> None:
+    bad = cli("prune", "--status", "bogus", "--dry-run", "-s", filled.url)
+    assert (bad.exit_code, bad.stdout) == (EXIT_USAGE, "")
+    assert bad.stderr.startswith("error: unknown status 'bogus'"), bad.stderr
+    assert "--keep" not in bad.stderr
+
+
+def test_prune_of_a_pipeline_without_runs_says_so(cli: Cli, filled: Filled) -> None:
+    url = filled.url
+    none = cli("prune", "--older-than", "1s", "--pipeline", "nosuch", "--dry-run", "-s", url)
+    assert (none.exit_code, none.stdout) == (0, "no runs of pipeline 'nosuch'\n")
+    kept = cli("prune", "--older-than", "1h", "--pipeline", "cli-test", "--dry-run", "-s", url)
+    assert kept.stdout == "nothing to prune\n"  # it has runs, none to prune
+    args = ("prune", "--older-than", "0s", "--status", "cancelled", "--pipeline", "cli-test")
+    assert cli(*args, "--dry-run", "-s", url).stdout == "nothing to prune\n"  # none cancelled
+
+
 @pytest.mark.parametrize("older_than", ["1000000000d", "99999999999d"])
 def test_prune_older_than_the_longest_duration_is_bad_usage(
     cli: Cli, filled: Filled, tmp_path: Path, older_than: str
