@@ -34,7 +34,7 @@ from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.json_input import parse_json, read_json_text
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
-from nestegg.cli.runs import wait_text
+from nestegg.cli.wait_words import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     CANCELLED,

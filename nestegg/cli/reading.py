@@ -36,7 +36,7 @@ from nestegg.checkpoint.views import (
     run_result,
     to_datetime,
 )
-from nestegg.checkpoint.waiting import signal_in_time, wait_due, wait_of
+from nestegg.cli.wait_words import add_wait
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -126,40 +126,6 @@ async def complete_row(
         return
     if cancel is not None:
         row["owner"], row["cancelled_by"] = cancel.get("previous_owner"), cancel.get("by")
-
-
-async def add_wait(
-    store: CheckpointStorage, run: RunRecord, row: dict[str, Any], now: float
-) -> None:
-    """Fill in a waiting run's row what it waits for: the signal (None: a timer) and the
-    deadline (None: none), and whether that wait is over at ``now``, so that the run only
-    needs resuming (:func:`wait_is_over`): ``received`` (its signal is stored by the
-    deadline: the wait gets it) and ``due`` (its deadline or timer passed). What the
-    command and the web inspector say of a wait both come from here. Reads a few of the
-    run's last events and, for a signal, its signals: two reads per waiting run, none for
-    another. ``{"unreadable": why}`` when its last events are damaged."""
-    try:
-        wait = await wait_of(store, run)
-    except CheckpointCorruptedError as error:
-        row["waits_for"] = {"unreadable": str(error)}
-        return
-    if wait is None:
-        return
-    received = wait.signal is not None and await signal_in_time(
-        store, run.run_id, wait.signal, wait.deadline
-    )
-    row["waits_for"] = {
-        "signal": wait.signal,
-        "deadline": to_datetime(wait.deadline),
-        "received": received,
-        "due": wait_due(run, now),
-    }
-
-
-def wait_is_over(wait: dict[str, Any] | None) -> bool:
-    """Whether a row's ``waits_for`` (:func:`add_wait`) says its wait is over: the run goes
-    on once resumed (by ``nestegg resume``, ``recover`` or a worker's sweep)."""
-    return bool(wait and (wait.get("received") or wait.get("due")))
 
 
 def shown_status(row: dict[str, Any]) -> str:

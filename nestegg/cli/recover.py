@@ -31,7 +31,7 @@ from nestegg.cli.operate import (
     waits_for,
 )
 from nestegg.cli.render import RUNS, Output, counted
-from nestegg.cli.runs import wait_text
+from nestegg.cli.wait_words import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     CLI_RECOVER_CONCURRENCY,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Annotated, Any
 
@@ -14,15 +13,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
-from nestegg.cli.app import (
-    CommandError,
-    JsonOption,
-    StoreOption,
-    app,
-    explicit_store,
-    run_with_store,
-    store_url,
-)
+from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import (
@@ -35,6 +26,7 @@ from nestegg.cli.render import (
     to_json,
     when,
 )
+from nestegg.cli.wait_words import app_placeholder, named_some, resume_hint, wait_is_over, wait_text
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
@@ -52,7 +44,6 @@ from nestegg.constants import (
     STATUSES,
 )
 from nestegg.pipeline import check_pipeline_filter
-from nestegg.urls import without_password
 
 FullOption = Annotated[
     bool,
@@ -91,49 +82,6 @@ def _owner_cell(row: dict[str, Any]) -> str:
     by = row["cancelled_by"]
     shown = owner_text(row["owner"])
     return f"{shown} (cancelled by {canceller_text(by)})" if by else shown
-
-
-def wait_text(wait: dict[str, Any]) -> str:
-    """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer;
-    once that wait is over (see :func:`reading.add_wait`), that the run only needs
-    resuming (``signal 'approval' received: resume it``); ``unknown`` when its event log
-    cannot be read."""
-    if "unreadable" in wait:
-        return "for something unknown"
-    signal, deadline = wait["signal"], wait["deadline"]
-    if wait.get("received"):
-        return f"signal {signal!r} received: resume it"
-    if wait.get("due"):
-        if signal is None:
-            return f"timer due since {when(deadline)}: resume it"
-        return f"no signal {signal!r} by its deadline: resume it"
-    what = f"signal {signal!r}" if signal is not None else "timer"
-    return f"{what} until {when(deadline)}" if deadline else what
-
-
-APP_PLACEHOLDER = "--app MODULE:CLUTCH"
-"""The --app of the pipeline's Clutch, in a command a reading command suggests."""
-
-
-def app_placeholder(ctx: typer.Context, store: str | None) -> str:
-    """The options of a command that runs the pipeline, for a reading command that knows
-    no Clutch: :func:`placeholder_options` with the --store given."""
-    return placeholder_options(store_url(ctx, store) if explicit_store(ctx, store) else None)
-
-
-def placeholder_options(url: str | None) -> str:
-    """:data:`APP_PLACEHOLDER`, and ``--store url`` (its password left out) unless None."""
-    if url:
-        return f"{APP_PLACEHOLDER} --store {shlex.quote(without_password(url))}"
-    return APP_PLACEHOLDER
-
-
-def resume_hint(run_id: str, options: str) -> str:
-    """How a waiting run whose wait is over goes on (``options``: its --app and --store)."""
-    return (
-        f"resume it with nestegg resume {shlex.quote(run_id)} {options} (or nestegg recover "
-        f"{options}), or a worker of its pipeline takes it"
-    )
 
 
 def _status_cell(row: dict[str, Any]) -> str:
@@ -213,25 +161,14 @@ def runs_command(
         out.note("no runs")
     else:
         out.table(RUN_COLUMNS, [_run_cells(r) for r in rows], status_column=2, whole=(0, 2, 3))
-        over = [r["run_id"] for r in rows if reading.wait_is_over(r["waits_for"])]
+        over = [r["run_id"] for r in rows if wait_is_over(r["waits_for"])]
         if over:
             options = app_placeholder(ctx, store)
             out.note(
-                f"note: the wait of {_some(over)} is over: resume one with nestegg resume "
+                f"note: the wait of {named_some(over)} is over: resume one with nestegg resume "
                 f"RUN {options}, all with nestegg recover {options}, or a worker of its "
                 "pipeline takes it"
             )
-
-
-NAMED_AT_MOST = 10
-"""Runs a note of ``runs`` names at most; it counts the others."""
-
-
-def _some(run_ids: list[str]) -> str:
-    """``run_ids`` joined, the first :data:`NAMED_AT_MOST` of them and how many more."""
-    named = ", ".join(run_ids[:NAMED_AT_MOST])
-    more = len(run_ids) - NAMED_AT_MOST
-    return f"{named} and {more:,} more" if more > 0 else named
 
 
 def _show_summary(out: Output, details: dict[str, Any]) -> None:
@@ -324,7 +261,7 @@ def show_command(
         out.json(details)
         return
     _show_summary(out, details)
-    if reading.wait_is_over(details["run"]["waits_for"]):
+    if wait_is_over(details["run"]["waits_for"]):
         out.line(f"its wait is over: {resume_hint(run_id, app_placeholder(ctx, store))}")
     _show_timeline(out, details)
 

@@ -30,7 +30,7 @@ from nestegg.cli.json_input import parse_json
 from nestegg.cli.operate import RESUMED_AND_WAITS, app_options, load_app, waits_error
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import Output, to_json
-from nestegg.cli.runs import app_placeholder, resume_hint
+from nestegg.cli.wait_words import app_placeholder, resume_hint
 from nestegg.errors import RunWaiting
 
 

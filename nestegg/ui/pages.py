@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.cli.runs import placeholder_options
+from nestegg.cli.wait_words import placeholder_options
 from nestegg.clutch import Clutch
 from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError

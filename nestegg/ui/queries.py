@@ -25,6 +25,7 @@ from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_resu
 from nestegg.checkpoint.waiting import signal_stored, wait_due, wait_of
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
+from nestegg.cli.wait_words import wait_is_over
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     COMPLETED,
@@ -148,7 +149,7 @@ async def flagged(
 
 def wait_over(row: dict[str, Any]) -> bool:
     """Whether a row of :func:`flagged` shows its run's wait as over (a resume goes on)."""
-    return reading.wait_is_over(row.get("waits_for"))
+    return wait_is_over(row.get("waits_for"))
 
 
 def waits_token(over: Iterable[str]) -> str:

@@ -219,8 +219,8 @@ def test_runs_and_show_say_when_a_wait_is_over_and_how_the_run_goes_on(tmp_path:
 
 def test_the_note_of_runs_names_ten_runs_and_counts_the_others() -> None:
     # a listing of hundreds of runs whose wait is over made a note of hundreds of ids
-    from nestegg.cli.runs import _some
+    from nestegg.cli.wait_words import named_some
 
     ids = [f"r{i}" for i in range(12)]
-    assert _some(ids) == "r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 and 2 more"
-    assert _some(ids[:10]) == ", ".join(ids[:10])
+    assert named_some(ids) == "r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 and 2 more"
+    assert named_some(ids[:10]) == ", ".join(ids[:10])
