@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from nestegg.agents import misfit, to_plain
 from nestegg.checkpoint.codec import same_stored, unseal_json
 from nestegg.checkpoint.formats import parse_event, parse_failure
+from nestegg.checkpoint.given import GivenData
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
 from nestegg.checkpoint.ownership import owner_alive, run_state
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord, StepRecord
@@ -426,10 +427,11 @@ async def fork_start(
     """The checks of :func:`check_fork` before a fork by ``pipeline`` from ``checkpoint``
     of ``run`` stores its new run, then that the data it continues with (``data``, as
     ``Clutch.fork`` takes it; None: the checkpoint's) fits the model of the agent it goes
-    to (:func:`check_data`, as a resume checks it); and where it starts: the state the
-    checkpoint restores and the step records up to it. The pipeline is checked before
-    anything of the checkpoint is read: another pipeline's state is refused unread.
-    Reads, writes nothing.
+    to (:func:`check_data`, as a resume checks it; a
+    :class:`~nestegg.checkpoint.given.GivenData`, data someone gave, by its value); and
+    where it starts: the state the checkpoint restores and the step records up to it. The
+    pipeline is checked before anything of the checkpoint is read: another pipeline's
+    state is refused unread. Reads, writes nothing.
 
     Raises:
         ConfigurationError: ``run`` belongs to another pipeline, or ``pipeline``'s
@@ -441,7 +443,7 @@ async def fork_start(
     """
     check_fork_pipeline(run, checkpoint.checkpoint_id, pipeline.name)
     state, steps = await load_state_and_steps(store, run, checkpoint)
-    plain = to_plain(data)
+    plain = to_plain(data.value if isinstance(data, GivenData) else data)
     cursor = _check_fork_state(pipeline, run, state, plain)
     check_data(pipeline, cursor, state, ForkData(checkpoint.checkpoint_id, data is not None, plain))
     return state, steps

@@ -67,8 +67,7 @@ async def start_fork(
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()
     record = await book.get_checkpoint_record(checkpoint_id)
     parent = await book.get_run_record(record.run_id)
-    given = data.value if isinstance(data, GivenData) else data
-    state, copied = await fork_start(book.store, book.clutch, parent, record, given)
+    state, copied = await fork_start(book.store, book.clutch, parent, record, data)
     if isinstance(data, GivenData):  # checked and encoded when it was given
         replaced: bytes | None = data.encoded
     else:
