@@ -381,7 +381,7 @@ def _key_twice(
     return next((f for f in found if f), None)
 
 
-def _is_orjson_text(raw: str | bytes) -> bool:
+def is_orjson_text(raw: str | bytes) -> bool:
     """Whether ``raw`` is orjson's own text of what it reads: then each object in it has
     each key once (of a key twice, that text would hold one)."""
     try:
@@ -403,8 +403,6 @@ def refuse_key_twice(
     Raises:
         ConfigurationError: naming ``what``, the path of the object and the key.
     """
-    if _is_orjson_text(raw):  # as nestegg writes JSON (a record of an export): a third of the time
-        return
     try:  # the stdlib's reader, which hands each object's pairs over: fast when all is well
         json.loads(raw, object_pairs_hook=_once)
         return
