@@ -9,8 +9,8 @@ writer thread, which writes every batch of more than ``SQLITE_INLINE_BATCH_COMMI
 commits (``commit_batch``, timed there with ``time.thread_time()``). Per row: steps/s,
 the process's CPU a step (all threads, as ``concurrent_runs.py`` counts it), the loop
 thread's CPU a step, the batches the writer wrote and their mean size, the writer's CPU a
-commit, its wall time a batch (more than its CPU: the time it waited for the GIL), and the
-p99 step commit. Medians of ``--reps``.
+commit, the median wall time of a batch (more than its CPU: the time it waited for the
+GIL), and the p99 step commit. Medians of ``--reps``.
 
     .venv-bench/bin/python bench/sqlite_threads.py [--runs 1000] [--total 20000]
         [--reps 3] [--pending 64 none] [--gc-threshold 20000]

@@ -350,7 +350,7 @@ class Checkpointer(RunWriter):
         signal that came after a wait's deadline did not end it; a replaced one counts
         from when its name first came), and its value."""
         for signal in await self.store.read_signals(self.run_id):
-            if signal.name == name and (by is None or signal.at <= by):
+            if signal.name == name and signal.came_by(by):
                 return True, parse_signal(signal.body, f"signal {name!r} of run {self.run_id!r}")
         return False, None
 

@@ -139,6 +139,12 @@ class SignalRecord:
     at: float
     body: bytes
 
+    def came_by(self, deadline: float | None) -> bool:
+        """Whether it came by ``deadline`` (None: there is none), so that a wait for it
+        with that deadline receives it; the one rule of a signal's lateness. ``at`` is
+        when its name first came: a replacement keeps it."""
+        return deadline is None or self.at <= deadline
+
 
 @dataclass(slots=True)
 class Commit:

@@ -206,7 +206,7 @@ async def signal_in_time(
     that a wait for it with that deadline receives it: one stored later does not end the
     wait (its time is when its name first came, a replacement keeping it)."""
     return any(
-        signal.name == name and (deadline is None or signal.at <= deadline)
+        signal.name == name and signal.came_by(deadline)
         for signal in await store.read_signals(run_id)
     )
 

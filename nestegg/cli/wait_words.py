@@ -1,7 +1,10 @@
 """How the commands word a wait: what a waiting run waits for, whether that wait is over
 (its signal stored by the deadline, its deadline or timer passed: the run only needs
-resuming), and the command that resumes it. ``runs``, ``show``, ``signal``, ``resume``,
-``recover`` and the web inspector all say it from here."""
+resuming), and the command that resumes it. ``runs``, ``show``, ``signal``, ``resume``
+and ``recover`` word it from here, and the inspector's pages read a wait with
+:func:`add_wait`; the inspector's live views keep what they read of a wait between
+looks and judge it over the same way (its signal stored, or its deadline passed: a
+signal stored late is past the deadline too)."""
 
 from __future__ import annotations
 

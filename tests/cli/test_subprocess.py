@@ -34,7 +34,6 @@ TIMEOUT = 60
 CHILD = """
 import asyncio, sys
 from nestegg.checkpoint import CheckpointConfig
-from nestegg.checkpoint.codec import seal, unseal
 from nestegg.checkpoint.stores import open_store
 from tests.cli.pipeline_app import POLICY, build
 
