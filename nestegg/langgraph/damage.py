@@ -4,7 +4,6 @@ thread rest on one."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -12,7 +11,6 @@ from nestegg.checkpoint.stores.threads import BLOB, WRITE, ThreadRow, ThreadStor
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph.rows import (
     DELTA,
-    PACK,
     BlobBody,
     CheckpointBody,
     WriteBody,
@@ -80,21 +78,20 @@ async def damaged_checkpoints(
 def _channel_damage(
     ns: str, body: CheckpointBody, blobs: dict[str, BlobBody], bad: dict[str, str]
 ) -> str | None:
-    """Why a channel value of ``body`` cannot be read: a damaged row among those its read
-    decodes (its own; for a delta, those of its chain and its channel's packs)."""
+    """Why a channel value of ``body`` cannot be read: a damaged row on the chain its read
+    decodes (its own; for a delta, its deltas back to its pack and the packs before that
+    one), followed as :func:`nestegg.langgraph.linear.rebuild` follows it; a damaged row of
+    another branch, or a later pack, is no reason."""
     if not bad:
         return None
-    keys = sorted(bad)
     for channel, version in body.versions.items():
         key = blob_key(ns, channel, version)
-        ranges = [(key, key + "\x01")]
         blob = blobs.get(key)
-        if blob is not None and blob.kind == DELTA:
-            if blob.depth:
-                ranges.append((blob_key(ns, channel, blob.anchor or ""), key))
-            ranges.append(prefix_range(blob_key(ns, channel, PACK)))
-        for low, high in ranges:
-            at = bisect.bisect_left(keys, low)
-            if at < len(keys) and keys[at] < high:
-                return f"channel {channel!r}: {bad[keys[at]]}"
+        base = blob.base if blob is not None and blob.kind == DELTA else None
+        while key not in bad and base is not None:
+            key = blob_key(ns, channel, base)
+            blob = blobs.get(key)
+            base = None if blob is None else blob.base
+        if key in bad:
+            return f"channel {channel!r}: {bad[key]}"
     return None

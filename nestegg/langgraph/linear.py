@@ -139,18 +139,24 @@ def rebuild(
     version: str,
     rows: Sequence[ThreadRow],
 ) -> tuple[Any, Latest]:
-    """The value of a delta ``target`` from ``rows`` of its channel (its chain's deltas
-    and packs; rows of other branches are ignored)."""
-    by_version = {split_key(row.key)[-1]: BlobBody.unpack(row.body) for row in rows}
+    """The value of a delta ``target`` from ``rows`` of its channel, which hold its chain
+    (its deltas back to its pack, and the packs before that one) among others.
+
+    Only the rows of the chain are decoded (and so checked), each once: ``rows`` also holds
+    other branches' deltas and later packs, and a damaged one of those must not refuse a
+    checkpoint that does not rest on it.
+    """
+    bodies = {split_key(row.key)[-1]: row.body for row in rows}
     pieces: list[BlobBody] = [target]
     current, pack, packed = target, None, 0
     while current.base is not None:
-        base = by_version.get(current.base)
-        if base is None:
+        body = bodies.get(current.base)
+        if body is None:
             raise CheckpointCorruptedError(
                 f"the channel value at version {version} misses its earlier piece "
                 f"{current.base}: it was deleted while a later checkpoint needed it"
             )
+        base = BlobBody.unpack(body)
         if pack is None and base.kind == PACK:
             pack, packed = current.base, base.items
         pieces.append(base)

@@ -16,8 +16,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadChange, ThreadRow
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph import NestEggSaver
+from nestegg.langgraph.inspect import thread_checkpoints
 from nestegg.langgraph.rows import SEAL_BYTES, SEALED, prefix_range
 from tests.langgraph.conftest import SaverFactory, kinds, thread_config
+from tests.langgraph.graphs import build_loop, loop_config
 
 TORN = "cannot be read: unexpected end of file"
 SEAL = r"fails its checksum \(stored [0-9a-f]{8}, computed [0-9a-f]{8}\): it was altered or torn"
@@ -127,3 +129,41 @@ async def test_the_async_reads_name_it_too(saver_factory: SaverFactory) -> None:
         await saver.aget_tuple(config)
     with pytest.raises(CheckpointCorruptedError, match="channel 'items': the LangGraph channel"):
         [item async for item in saver.alist(config)]
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_damaged_pack_refuses_only_the_checkpoints_that_rest_on_it(
+    saver_factory: SaverFactory,
+) -> None:
+    """A channel's pack row is needed by the checkpoints of its branch from the version that
+    wrote it on: older ones, and a fork from before it, read as before; ``list(before=)``
+    the first refused one lists them; ``nestegg thread`` marks the same ones damaged."""
+    saver = saver_factory(pack_every=2)  # packs at steps 0, 2 and 4
+    graph = build_loop(saver, 4)
+    graph.invoke({"items": [], "turn": 0}, loop_config("t", 4))
+    step = {t.metadata["step"]: t for t in saver.list(thread_config("t"))}
+    graph.update_state(step[1].config, {"items": ["fork"]})
+    saver._run(saver._core.flush())
+    whole = {t.config["configurable"]["checkpoint_id"]: t for t in saver.list(thread_config("t"))}
+    needing = {
+        cid
+        for cid, t in whole.items()
+        if t.metadata["source"] == "loop" and t.metadata["step"] >= 2
+    }
+    pack = "items\x1fpack" + step[2].checkpoint["channel_versions"]["items"]
+    _change(saver, BLOB, pack, _flip)
+    refused: dict[str, str] = {}
+    for cid, before in whole.items():
+        if cid not in needing:
+            assert saver.get_tuple(thread_config("t", cid)) == before
+            continue
+        with pytest.raises(CheckpointCorruptedError) as error:
+            saver.get_tuple(thread_config("t", cid))
+        where = f"LangGraph thread 't', checkpoint '{cid}', channel 'items': "
+        expected = re.escape(where + "the LangGraph channel value row ") + SEAL
+        assert re.fullmatch(expected, str(error.value)), str(error.value)
+        refused[cid] = str(error.value)
+    older = [t for cid, t in whole.items() if cid < step[2].config["configurable"]["checkpoint_id"]]
+    assert list(saver.list(thread_config("t"), before=step[2].config)) == older
+    shown = saver._run(thread_checkpoints(saver.storage, "t"))
+    assert {c["checkpoint_id"]: c["damage"] for c in shown if not c["valid"]} == refused
