@@ -74,6 +74,23 @@ def test_ttl_deletes_threads_not_written_for_that_long_on_the_write_path() -> No
     saver.close()
 
 
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_pruned_thread_keeps_the_time_of_its_last_write_and_its_ttl(
+    saver_factory: SaverFactory,
+) -> None:
+    now = [1_000_000.0]
+    saver = saver_factory(ttl=timedelta(hours=1), clock=lambda: now[0])
+    _run(saver, "old", 3)
+    now[0] += 1800
+    saver.prune(["old"])  # deletes checkpoints and values: no write of the thread
+    [info] = saver._run(saver.storage.list_threads())
+    assert (info.thread_id, info.updated_at) == ("old", 1_000_000.0)
+    now[0] += 1900  # "old" last written 3700 s ago, pruned 1900 s ago
+    _run(saver, "new", 3)
+    assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
+    assert saver.get_tuple({"configurable": {"thread_id": "new"}}) is not None
+
+
 def test_prune_keep_latest_keeps_the_pieces_a_delta_is_built_from() -> None:
     saver = NestEggSaver(MemoryCheckpointStorage(), pack_every=16)
     result = _run(saver, "t", 10)

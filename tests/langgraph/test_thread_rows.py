@@ -1,6 +1,6 @@
 """The ThreadStore capability itself on every store: what one change does when it keeps and
-replaces rows at once (the saver's commit of a checkpoint with its task's writes); and the
-saver's ``setup``."""
+replaces rows at once (the saver's commit of a checkpoint with its task's writes), which
+changes move a thread's time; and the saver's ``setup``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadChange, ThreadRow
+from nestegg.checkpoint.stores.threads import (
+    BLOB,
+    CHECKPOINT,
+    WRITE,
+    ThreadChange,
+    ThreadRow,
+    ThreadStore,
+)
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.rows import prefix_range
 from tests.langgraph.conftest import SaverFactory, kinds
@@ -87,6 +94,37 @@ async def test_a_long_thread_id_is_kept_listed_copied_and_deleted(
     ]
     assert await store.delete_threads([long_ascii, long_utf8]) == 2
     assert {info.thread_id for info in await store.list_threads()} == {short, long_ascii + "!"}
+
+
+async def _updated_at(store: ThreadStore, thread_id: str) -> float:
+    [info] = [i for i in await store.list_threads() if i.thread_id == thread_id]
+    return info.updated_at
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_change_that_only_deletes_leaves_the_thread_time_and_a_put_moves_it(
+    saver_factory: SaverFactory,
+) -> None:
+    """The thread's time is its last write: the saver's ttl and ``threads prune
+    --older-than`` read it, and a prune (deletes alone) must not make a thread new again."""
+    store = saver_factory().storage
+    await store.setup()
+    rows = [ThreadRow(CHECKPOINT, key, b"c") for key in ("a", "b", "c")]
+    await store.apply_thread_change("t", ThreadChange(put=rows), 1000.0)
+    assert await _updated_at(store, "t") == 1000.0
+
+    pruned = ThreadChange(delete=[(CHECKPOINT, "a", "c"), (BLOB, "", "z")])
+    await store.apply_thread_change("t", pruned, 5000.0)
+    assert [r.key for r in await store.scan_thread_rows("t", CHECKPOINT, "", "z")] == ["c"]
+    assert await _updated_at(store, "t") == 1000.0
+    await store.apply_thread_change("t", ThreadChange(), 5000.0)  # nothing at all
+    assert await _updated_at(store, "t") == 1000.0
+
+    await store.apply_thread_change("t", ThreadChange(put_new=[ThreadRow(WRITE, "w", b"")]), 6000.0)
+    assert await _updated_at(store, "t") == 6000.0
+    put_and_delete = ThreadChange(put=rows[:1], delete=[(CHECKPOINT, "c", "d")])
+    await store.apply_thread_change("t", put_and_delete, 7000.0)
+    assert await _updated_at(store, "t") == 7000.0
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

@@ -57,7 +57,8 @@ class MemoryThreadRows:
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
         apply_change(self._threads().setdefault(thread_id, {}), change)
-        self.__thread_times[thread_id] = now
+        if change.writes:
+            self.__thread_times[thread_id] = now
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]

@@ -92,10 +92,17 @@ class ThreadChange:
     delete: Sequence[tuple[str, str, str]] = ()
     """(kind, low, high): the rows of ``kind`` with ``low <= key < high``."""
 
+    @property
+    def writes(self) -> bool:
+        """Whether the change puts rows (``put`` or ``put_new``): only then is it a write of
+        the thread, which moves its ``updated_at``; one that only deletes rows (a prune,
+        the collection of unneeded values) is not."""
+        return bool(self.put or self.put_new)
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadInfo:
-    """A thread as listed: its id, when it was last changed (epoch seconds), its rows."""
+    """A thread as listed: its id, when rows were last put in it (epoch seconds), its rows."""
 
     thread_id: str
     updated_at: float
@@ -110,8 +117,11 @@ class ThreadStore(Protocol):
     """
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
-        """Apply ``change`` to the thread and set its ``updated_at`` to ``now`` (a store
-        may leave it alone when it is less than a second older)."""
+        """Apply ``change`` to the thread; when it :attr:`~ThreadChange.writes`, set the
+        thread's ``updated_at`` to ``now`` (a store may leave it alone when it is less than
+        a second older). A change that only deletes leaves it: the saver's ``ttl`` and
+        ``nestegg threads prune --older-than`` read it as the thread's last write, which a
+        prune is not."""
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]
@@ -131,7 +141,7 @@ class ThreadStore(Protocol):
         """Rows of ``kind`` with ``low <= key < high``, in key order (or reversed)."""
 
     async def list_threads(self) -> list[ThreadInfo]:
-        """Every thread with rows, most recently changed first."""
+        """Every thread with rows, most recently written first."""
 
     async def delete_threads(self, thread_ids: Sequence[str]) -> int:
         """Delete those threads with all their rows; how many existed."""

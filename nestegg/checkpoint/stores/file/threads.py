@@ -88,7 +88,8 @@ def _replay(state: _State, line: bytes) -> None:
 
     change = ThreadChange(rows(record["p"]), rows(record["n"]), [tuple(d) for d in record["d"]])
     apply_change(state.rows, change)
-    state.updated_at = record["t"]
+    if change.writes:  # a line that only deletes is no write of the thread
+        state.updated_at = record["t"]
 
 
 class FileThreadRows(FileRoot):

@@ -1,6 +1,6 @@
 """LangGraph thread rows of the PostgreSQL store: two tables of its own (schema version 4).
 
-``{prefix}lg_threads`` holds one row per thread (its last change), ``{prefix}lg_rows`` the
+``{prefix}lg_threads`` holds one row per thread (its last write), ``{prefix}lg_rows`` the
 rows keyed by (thread, kind, key); the columns use the "C" collation, so keys compare
 byte by byte as the :class:`~nestegg.checkpoint.stores.threads.ThreadStore` contract asks.
 """
@@ -99,7 +99,7 @@ class PostgresThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        if not change.delete and not _overlap(change):
+        if change.writes and not change.delete and not _overlap(change):
             await self._put_thread_rows(thread_id, change, now)
             return
 
@@ -117,7 +117,8 @@ class PostgresThreadRows:
                         await cursor.executemany(
                             q(name), [(thread_id, r.kind, r.key, r.body) for r in rows]
                         )
-                await cursor.execute(q("touch"), (thread_id, now))
+                if change.writes:  # a change that only deletes is no write of the thread
+                    await cursor.execute(q("touch"), (thread_id, now))
 
         await self._with_connection(apply, idempotent=True)
 

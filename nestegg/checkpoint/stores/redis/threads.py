@@ -1,6 +1,6 @@
 """LangGraph thread rows of the Redis store: keys of their own under the store's prefix.
 
-- ``{prefix}lg:threads``: sorted set, thread id -> time of its last change
+- ``{prefix}lg:threads``: sorted set, thread id -> time of its last write
 - ``{prefix}lg:{thread}:{kind}``: hash, row key -> body
 - ``{prefix}lg:{thread}:{kind}:keys``: sorted set of the row keys, all scored 0, so a lex
   range gives them in byte order (the order the ThreadStore contract asks for)
@@ -16,7 +16,8 @@ from typing import Any
 from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadChange, ThreadInfo, ThreadRow
 
 # KEYS: hash and key index of each kind (in ROW_KINDS order), then the threads set.
-# ARGV: thread id, now, then deletes, put_new and put, each a count and triples.
+# ARGV: thread id, now, then deletes, put_new and put, each a count and triples. The
+# thread's time moves only when the change puts rows (ThreadChange.writes).
 APPLY = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -31,8 +32,10 @@ for _ = 1, n do
   end
   i = i + 3
 end
+local wrote = false
 for pass = 1, 2 do
   n = tonumber(ARGV[i]); i = i + 1
+  if n > 0 then wrote = true end
   for _ = 1, n do
     local k = tonumber(ARGV[i])
     local h, z = KEYS[2 * k - 1], KEYS[2 * k]
@@ -43,7 +46,7 @@ for pass = 1, 2 do
     i = i + 3
   end
 end
-redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+if wrote then redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1]) end
 return 1
 """
 

@@ -1,6 +1,6 @@
 """LangGraph thread rows of the SQLite store: two tables of their own (schema version 4).
 
-``lg_threads`` holds one row per thread (its last change), ``lg_rows`` the rows, keyed by
+``lg_threads`` holds one row per thread (its last write), ``lg_rows`` the rows, keyed by
 (thread, kind, key); SQLite compares TEXT byte by byte, which is the key order the
 :class:`~nestegg.checkpoint.stores.threads.ThreadStore` contract asks for.
 """
@@ -41,7 +41,8 @@ def _apply(conn: sqlite3.Connection, thread_id: str, change: ThreadChange, now: 
         conn.executemany(_DELETE_RANGE, [(thread_id, *d) for d in change.delete])
         conn.executemany(_PUT_NEW, [(thread_id, r.kind, r.key, r.body) for r in change.put_new])
         conn.executemany(_PUT, [(thread_id, r.kind, r.key, r.body) for r in change.put])
-        conn.execute(_TOUCH, (thread_id, now))
+        if change.writes:  # a change that only deletes is no write of the thread
+            conn.execute(_TOUCH, (thread_id, now))
 
 
 def _fetch(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
