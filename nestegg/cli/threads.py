@@ -213,27 +213,39 @@ def prune_command(
     inspect = _langgraph()
     cutoff = time.time() - parse_duration(older_than).total_seconds() if older_than else None
 
-    async def chosen(opened: CheckpointStorage) -> tuple[list[str], list[str]]:
+    async def chosen(opened: CheckpointStorage) -> tuple[list[str], list[str], list[str]]:
         threads = _threads(opened)
         await _stored_if_refused(threads, thread_ids or [], where)
         summaries = await inspect.thread_summaries(threads)
         wanted = dict.fromkeys(thread_ids or [])
         stored = {s["thread_id"] for s in summaries}
-        targets = [
+        matched = [
             s["thread_id"]
             for s in summaries
             if (not wanted or s["thread_id"] in wanted)
             and (cutoff is None or s["updated_at"].timestamp() < cutoff)
         ]
-        return targets, [t for t in wanted if t not in stored]
+        targets = matched if delete else await inspect.threads_to_prune(threads, matched)
+        return matched, targets, [t for t in wanted if t not in stored]
 
-    targets, missing = _with_threads(ctx, store, chosen, refused, existing=True)
+    matched, targets, missing = _with_threads(ctx, store, chosen, refused, existing=True)
     not_found = _not_found(missing)
     if missing and len(missing) == len(set(thread_ids or [])):
         raise not_found  # none of the named threads: nothing to prune
-    _prune(ctx, store, targets, delete=delete, dry_run=dry_run, yes=yes)
+    if matched and not targets:
+        Output(False).note(
+            f"nothing to prune: {_holding(len(matched))} only the latest checkpoint of each "
+            "namespace"
+        )
+    else:
+        _prune(ctx, store, targets, delete=delete, dry_run=dry_run, yes=yes)
     if missing:
         raise not_found  # after pruning those that are there
+
+
+def _holding(count: int) -> str:
+    """Who holds nothing to prune: ``the thread holds`` or ``the 7 threads hold``."""
+    return "the thread holds" if count == 1 else f"the {count} threads hold"
 
 
 def _not_found(missing: list[str]) -> CommandError:

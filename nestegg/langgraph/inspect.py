@@ -11,6 +11,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from nestegg.checkpoint.stores.threads import CHECKPOINT, ThreadStore
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph.damage import damaged_checkpoints
+from nestegg.langgraph.retention import superseded
 from nestegg.langgraph.rows import CheckpointBody, prefix_range, split_key
 
 
@@ -35,6 +36,13 @@ async def thread_summaries(store: ThreadStore) -> list[dict[str, Any]]:
             }
         )
     return summaries
+
+
+async def threads_to_prune(store: ThreadStore, thread_ids: list[str]) -> list[str]:
+    """Those of ``thread_ids`` that a prune to the latest checkpoints changes: the ones
+    holding a checkpoint a newer one of its namespace supersedes (one with a single
+    checkpoint per namespace has nothing to prune)."""
+    return [thread_id for thread_id in thread_ids if await superseded(store, thread_id)]
 
 
 def _metadata(serde: JsonPlusSerializer, body: CheckpointBody) -> dict[str, Any] | None:

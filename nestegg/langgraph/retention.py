@@ -147,12 +147,19 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
             core.forget(thread_id)
         await core.store.delete_threads(list(thread_ids))
         return
-    low, high = prefix_range("")
     for thread_id in dict.fromkeys(thread_ids):
-        rows = await core.store.scan_thread_rows(thread_id, CHECKPOINT, low, high)
-        newest: dict[str, str] = {}
-        for row in rows:  # key order: the last one of a namespace is its newest
-            newest[split_key(row.key)[0]] = row.key
-        doomed = [row.key for row in rows if row.key not in newest.values()]
+        doomed = await superseded(core.store, thread_id)
         if doomed:
             await core.drop_checkpoints(thread_id, doomed)
+
+
+async def superseded(store: ThreadStore, thread_id: str) -> list[str]:
+    """The checkpoint row keys of the thread that a newer checkpoint of their namespace
+    supersedes: what ``prune`` with ``keep_latest`` drops (a thread without any has
+    nothing to prune)."""
+    rows = await store.scan_thread_rows(thread_id, CHECKPOINT, *prefix_range(""))
+    newest: dict[str, str] = {}
+    for row in rows:  # key order: the last one of a namespace is its newest
+        newest[split_key(row.key)[0]] = row.key
+    kept = set(newest.values())
+    return [row.key for row in rows if row.key not in kept]

@@ -3,6 +3,7 @@ LangGraph threads a graph left in a SQLite store."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -88,6 +89,51 @@ def test_prune_keeps_the_latest_checkpoint_and_the_values_it_needs(
         assert latest is not None and len(latest.checkpoint["channel_values"]["items"]) == 5
 
 
+def test_prune_counts_only_threads_with_something_to_prune(tmp_path: Path, store: str) -> None:
+    # it counted every thread it took, one already at one checkpoint per namespace too
+    # ("pruned 1 LangGraph thread" where nothing was removed)
+    first = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
+    assert (first.stdout, first.stderr) == ("chat-1\n", "pruned 1 LangGraph thread\n")
+    again = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
+    assert again.returncode == 0 and again.stdout == ""
+    assert again.stderr == (
+        "nothing to prune: the thread holds only the latest checkpoint of each namespace\n"
+    )
+    dry = nestegg(tmp_path, "--store", store, "threads", "prune", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout == "chat-2\n"
+    assert dry.stderr == (
+        "would prune to their latest checkpoints: 1 thread (dry run, nothing changed)\n"
+    )
+    every = nestegg(tmp_path, "--store", store, "threads", "prune", "--yes")
+    assert (every.stdout, every.stderr) == ("chat-2\n", "pruned 1 LangGraph thread\n")
+    for args in (["--dry-run"], ["--yes"]):
+        none = nestegg(tmp_path, "--store", store, "threads", "prune", *args)
+        assert none.returncode == 0 and none.stdout == ""
+        assert none.stderr == (
+            "nothing to prune: the 2 threads hold only the latest checkpoint of each namespace\n"
+        )
+    deleted = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--dry-run")
+    assert sorted(deleted.stdout.split()) == ["chat-1", "chat-2"]  # --delete takes them all
+
+
+def test_a_pruned_thread_stays_as_old_as_its_last_write(tmp_path: Path) -> None:
+    # a prune set the thread's time to its own: --older-than never reached it again
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with NestEggSaver.from_url(url, clock=lambda: time.time() - 3600) as saver:
+        build_loop(saver, 3).invoke({"items": [], "turn": 0}, loop_config("k1", 3))
+    before = _json(tmp_path, "--store", url, "threads", "--json")
+    pruned = nestegg(
+        tmp_path, "--store", url, "threads", "prune", "k1", "--older-than", "30m", "--yes"
+    )
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stderr.endswith("pruned 1 LangGraph thread\n")
+    after = _json(tmp_path, "--store", url, "threads", "--json")
+    assert after[0]["updated_at"] == before[0]["updated_at"]  # type: ignore[index]
+    options = ("--older-than", "30m", "--delete", "--dry-run")
+    old = nestegg(tmp_path, "--store", url, "threads", "prune", *options)
+    assert old.returncode == 0 and old.stdout == "k1\n"
+
+
 def test_prune_of_named_threads_that_are_not_there_exits_3_naming_them(
     tmp_path: Path, store: str
 ) -> None:
@@ -152,7 +198,9 @@ def test_control_characters_of_stored_ids_are_printed_escaped(tmp_path: Path) ->
     url = f"sqlite:///{tmp_path / 'odd.db'}"
     with NestEggSaver.from_url(url) as saver:
         config = {"configurable": {"thread_id": ODD_ID, "checkpoint_ns": ODD_NS}}
-        saver.put(config, empty_checkpoint(), {}, {})  # type: ignore[arg-type]
+        for checkpoint_id in ("1", "2"):  # two: prune has one to take
+            checkpoint = {**empty_checkpoint(), "id": checkpoint_id}
+            saver.put(config, checkpoint, {}, {})  # type: ignore[arg-type]
     listed = nestegg(tmp_path, "--store", url, "threads")
     assert listed.returncode == 0, listed.stderr
     assert "chat\\x1b[31m\\nred\\x7f" in listed.stdout and "sub\\x07ns" in listed.stdout
