@@ -103,8 +103,9 @@ class PrunePlan:
 
     runs: list[RunRecord] = field(default_factory=list)
     checkpoints: dict[str, list[str]] = field(default_factory=dict)
-    matched: int = 0
-    """Runs the filters (pipeline, statuses) matched, those a live process executes too."""
+    note: str | None = None
+    """``no runs of pipeline 'nosuch'`` when the pipeline filter names no stored run at all
+    (of any status): what the command and the web inspector say of such a prune."""
 
     @property
     def checkpoint_count(self) -> int:
@@ -113,10 +114,11 @@ class PrunePlan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as plain data."""
-        return {
+        plan: dict[str, Any] = {
             "runs": [r.run_id for r in self.runs],
             "checkpoints": {run_id: ids for run_id, ids in self.checkpoints.items()},
         }
+        return plan if self.note is None else {**plan, "note": self.note}
 
 
 async def plan_prune(
@@ -127,14 +129,18 @@ async def plan_prune(
     statuses: list[str],
     pipeline: str | None,
 ) -> PrunePlan:
-    """What to delete; runs a live process executes are never part of it.
+    """What to delete; runs a live process executes are never part of it. A ``pipeline``
+    that names no stored run (asked only when no run matched, of one run at most) gives
+    the plan its note.
 
     Raises:
         InvalidIdentifierError: a ``pipeline`` no pipeline can have (nothing is deleted).
     """
     now = time.time()
     runs = await store.list_runs(pipeline=check_pipeline_filter(pipeline), statuses=statuses)
-    plan = PrunePlan(matched=len(runs))
+    plan = PrunePlan()
+    if pipeline is not None and not runs and not await store.list_runs(pipeline=pipeline, limit=1):
+        plan.note = f"no runs of pipeline {pipeline!r}"
     runs = [run for run in runs if not owner_alive(run, now)]
     if older_than is not None:
         cutoff = now - older_than.total_seconds()
@@ -165,18 +171,6 @@ def _print_plan(out: Output, plan: PrunePlan, keep: int | None) -> None:
         out.line(f"run {run.run_id} ({run.pipeline}, {run.status}, {counted(run.step_seq, STEPS)})")
     for run_id, ids in plan.checkpoints.items():
         out.line(f"{counted(len(ids), CHECKPOINTS)} of run {run_id} (keeping the newest {keep})")
-
-
-async def _nothing_to_prune(store: CheckpointStorage, plan: PrunePlan, pipeline: str | None) -> str:
-    """What an empty prune says: that --pipeline names no run at all, when it does not
-    (asked only then, of one run at most), else that nothing is to prune."""
-    if (
-        pipeline is not None
-        and not plan.matched
-        and not await store.list_runs(pipeline=pipeline, limit=1)
-    ):
-        return f"no runs of pipeline {pipeline!r}"
-    return "nothing to prune"
 
 
 @app.command("prune")
@@ -221,7 +215,7 @@ def prune_command(
         )
         total = f"{counted(len(plan.runs), RUNS)} and {counted(plan.checkpoint_count, CHECKPOINTS)}"
         if not plan.runs and not plan.checkpoints:
-            out.line(await _nothing_to_prune(opened, plan, pipeline))
+            out.line(plan.note or "nothing to prune")
             return
         _print_plan(out, plan, keep)
         if dry_run:

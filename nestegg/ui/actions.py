@@ -296,10 +296,10 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
     keep, older, status = body.get("keep"), body.get("older_than"), body.get("status")
     if keep is not None and not is_count(keep):
         raise ConfigurationError(f"keep must be a whole number >= 1, got {shown(keep, _shown)}")
+    if status is not None:  # named before the rest, as nestegg prune names it
+        check_status(status, shown=_shown)
     if keep is None and not older:
         raise ConfigurationError("prune needs keep and/or older_than")
-    if status is not None:
-        check_status(status, shown=_shown)
     try:
         age = parse_duration(str(older), _shown) if older else None
     except CommandError as error:
@@ -312,9 +312,10 @@ def _prune_options(body: dict[str, Any]) -> dict[str, Any]:
 @takes()
 async def prune(request: Request) -> JSONResponse:
     """Delete old runs (``older_than``) and surplus checkpoints (``keep``), as ``nestegg
-    prune`` does; ``dry_run`` only lists them. A body with another field, or a field of
-    the wrong type, is refused (400) before anything is deleted: a misspelt ``dry_run``
-    must not prune."""
+    prune`` does; ``dry_run`` only lists them; a ``pipeline`` that names no stored run
+    adds the ``note`` the command prints. A body with another field, or a field of the
+    wrong type, is refused (400) before anything is deleted: a misspelt ``dry_run`` must
+    not prune; a ``status`` that is not one is named first, as the command names it."""
     if (refusal := _check(request)) is not None:
         return refusal
     body = await _body(request, "prune", PRUNE_FIELDS, ", ".join(PRUNE_FIELDS))

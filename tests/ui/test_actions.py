@@ -766,6 +766,28 @@ def test_a_prune_with_a_field_it_does_not_take_is_refused_and_deletes_nothing(ui
         assert len(_checkpoints(ui, ui.filled.ok)) == 3
 
 
+def test_a_prune_names_a_bad_status_first_as_the_command_does(ui: Ui) -> None:
+    # it said "prune needs keep and/or older_than", where nestegg prune names the status
+    refused: Any = ui.write("POST", "/api/prune", json={"status": "bogus"})
+    assert refused.status_code == 400
+    error = 'unknown status "bogus"; one of running, completed, failed, cancelled, waiting'
+    assert refused.json() == {"error": error}
+
+
+def test_a_prune_of_a_pipeline_with_no_run_says_so(ui: Ui) -> None:
+    # it answered empty lists and no word, where nestegg prune says there is no such run
+    for dry_run in (True, False):
+        body = {"pipeline": "nosuch", "older_than": "1s", "dry_run": dry_run}
+        done: Any = ui.write("POST", "/api/prune", json=body)
+        assert done.status_code == 200, done.text
+        assert done.json()["note"] == "no runs of pipeline 'nosuch'"
+        assert done.json()["runs"] == [] and done.json()["checkpoints"] == {}
+    body = {"pipeline": "cli-test", "older_than": "1000d", "dry_run": True}
+    known: Any = ui.write("POST", "/api/prune", json=body)
+    assert known.status_code == 200 and "note" not in known.json()
+    assert len(_checkpoints(ui, ui.filled.ok)) == 3
+
+
 def test_a_prune_of_the_pipeline_named_empty_leaves_the_other_pipelines(ui: Ui) -> None:
     done: Any = ui.write("POST", "/api/prune", json={"keep": 1, "pipeline": ""})
     assert done.status_code == 200, done.text  # the pipeline "" (a Clutch may be named so)
