@@ -220,13 +220,13 @@ def prune_command(
         wanted = dict.fromkeys(thread_ids or [])
         stored = {s["thread_id"] for s in summaries}
         matched = [
-            s["thread_id"]
+            s
             for s in summaries
             if (not wanted or s["thread_id"] in wanted)
             and (cutoff is None or s["updated_at"].timestamp() < cutoff)
         ]
-        targets = matched if delete else await inspect.threads_to_prune(threads, matched)
-        return matched, targets, [t for t in wanted if t not in stored]
+        targets = [s["thread_id"] for s in matched if delete or s["superseded"]]
+        return [s["thread_id"] for s in matched], targets, [t for t in wanted if t not in stored]
 
     matched, targets, missing = _with_threads(ctx, store, chosen, refused, existing=True)
     not_found = _not_found(missing)
@@ -234,8 +234,8 @@ def prune_command(
         raise not_found  # none of the named threads: nothing to prune
     if matched and not targets:
         Output(False).note(
-            f"nothing to prune: {_holding(len(matched))} only the latest checkpoint of each "
-            "namespace"
+            f"nothing to prune: no checkpoint of {_these(len(matched))} is superseded by a "
+            "newer one of its namespace"
         )
     else:
         _prune(ctx, store, targets, delete=delete, dry_run=dry_run, yes=yes)
@@ -243,9 +243,10 @@ def prune_command(
         raise not_found  # after pruning those that are there
 
 
-def _holding(count: int) -> str:
-    """Who holds nothing to prune: ``the thread holds`` or ``the 7 threads hold``."""
-    return "the thread holds" if count == 1 else f"the {count} threads hold"
+def _these(count: int) -> str:
+    """The threads taken, when none holds anything to prune: ``the thread`` or ``the 7
+    threads``."""
+    return "the thread" if count == 1 else f"the {count:,} threads"
 
 
 def _not_found(missing: list[str]) -> CommandError:

@@ -11,7 +11,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from nestegg.checkpoint.stores.threads import CHECKPOINT, ThreadStore
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph.damage import damaged_checkpoints
-from nestegg.langgraph.retention import superseded
+from nestegg.langgraph.retention import superseded_keys
 from nestegg.langgraph.rows import CheckpointBody, prefix_range, split_key
 
 
@@ -20,7 +20,9 @@ def _time(seconds: float) -> dt.datetime:
 
 
 async def thread_summaries(store: ThreadStore) -> list[dict[str, Any]]:
-    """Every thread, most recently written first: id, checkpoints, namespaces, last write."""
+    """Every thread, most recently written first: id, checkpoints, namespaces, last write,
+    and how many of its checkpoints a prune to the latest of each namespace drops
+    (``superseded``)."""
     summaries = []
     for info in await store.list_threads():
         rows = await store.scan_thread_rows(info.thread_id, CHECKPOINT, *prefix_range(""))
@@ -33,16 +35,10 @@ async def thread_summaries(store: ThreadStore) -> list[dict[str, Any]]:
                 "namespaces": namespaces,
                 "latest_checkpoint": latest,
                 "updated_at": _time(info.updated_at),
+                "superseded": len(superseded_keys(rows)),
             }
         )
     return summaries
-
-
-async def threads_to_prune(store: ThreadStore, thread_ids: list[str]) -> list[str]:
-    """Those of ``thread_ids`` that a prune to the latest checkpoints changes: the ones
-    holding a checkpoint a newer one of its namespace supersedes (one with a single
-    checkpoint per namespace has nothing to prune)."""
-    return [thread_id for thread_id in thread_ids if await superseded(store, thread_id)]
 
 
 def _metadata(serde: JsonPlusSerializer, body: CheckpointBody) -> dict[str, Any] | None:

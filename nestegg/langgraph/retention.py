@@ -14,6 +14,7 @@ from nestegg.checkpoint.stores.threads import (
     BLOB,
     CHECKPOINT,
     ThreadChange,
+    ThreadRow,
     ThreadStore,
 )
 from nestegg.errors import ConfigurationError
@@ -155,9 +156,15 @@ async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: st
 
 async def superseded(store: ThreadStore, thread_id: str) -> list[str]:
     """The checkpoint row keys of the thread that a newer checkpoint of their namespace
-    supersedes: what ``prune`` with ``keep_latest`` drops (a thread without any has
-    nothing to prune)."""
+    supersedes (:func:`superseded_keys` of its checkpoint rows)."""
     rows = await store.scan_thread_rows(thread_id, CHECKPOINT, *prefix_range(""))
+    return superseded_keys(rows)
+
+
+def superseded_keys(rows: Sequence[ThreadRow]) -> list[str]:
+    """The keys of those of a thread's checkpoint ``rows`` (in key order) that a newer
+    checkpoint of their namespace supersedes: what ``prune`` with ``keep_latest`` drops
+    (a thread without any has nothing to prune)."""
     newest: dict[str, str] = {}
     for row in rows:  # key order: the last one of a namespace is its newest
         newest[split_key(row.key)[0]] = row.key

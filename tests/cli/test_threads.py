@@ -97,7 +97,8 @@ def test_prune_counts_only_threads_with_something_to_prune(tmp_path: Path, store
     again = nestegg(tmp_path, "--store", store, "threads", "prune", "chat-1", "--yes")
     assert again.returncode == 0 and again.stdout == ""
     assert again.stderr == (
-        "nothing to prune: the thread holds only the latest checkpoint of each namespace\n"
+        "nothing to prune: no checkpoint of the thread is superseded by a newer one of its "
+        "namespace\n"
     )
     dry = nestegg(tmp_path, "--store", store, "threads", "prune", "--dry-run")
     assert dry.returncode == 0 and dry.stdout == "chat-2\n"
@@ -110,7 +111,8 @@ def test_prune_counts_only_threads_with_something_to_prune(tmp_path: Path, store
         none = nestegg(tmp_path, "--store", store, "threads", "prune", *args)
         assert none.returncode == 0 and none.stdout == ""
         assert none.stderr == (
-            "nothing to prune: the 2 threads hold only the latest checkpoint of each namespace\n"
+            "nothing to prune: no checkpoint of the 2 threads is superseded by a newer one of its "
+            "namespace\n"
         )
     deleted = nestegg(tmp_path, "--store", store, "threads", "prune", "--delete", "--dry-run")
     assert sorted(deleted.stdout.split()) == ["chat-1", "chat-2"]  # --delete takes them all
@@ -289,6 +291,12 @@ def test_a_thread_with_writes_but_no_checkpoint_is_shown_as_listed(
     assert shown.returncode == 0, shown.stderr
     assert (
         "thread 'w' has no checkpoint, only writes waiting for one" in shown.stderr + shown.stdout
+    )
+    pruned = nestegg(tmp_path, "--store", store, "threads", "prune", "w", "--yes")
+    assert (pruned.returncode, pruned.stdout) == (0, "")  # it said the thread held the latest
+    assert pruned.stderr == (
+        "nothing to prune: no checkpoint of the thread is superseded by a newer one of its "
+        "namespace\n"
     )
 
 
