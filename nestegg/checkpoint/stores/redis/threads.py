@@ -16,8 +16,8 @@ from typing import Any
 from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadChange, ThreadInfo, ThreadRow
 
 # KEYS: hash and key index of each kind (in ROW_KINDS order), then the threads set.
-# ARGV: thread id, now, then deletes, put_new and put, each a count and triples. The
-# thread's time moves only when the change puts rows (ThreadChange.writes).
+# ARGV: thread id, its new time ('' when the change does not move it: ThreadChange.writes),
+# then deletes, put_new and put, each a count and triples.
 APPLY = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -32,10 +32,8 @@ for _ = 1, n do
   end
   i = i + 3
 end
-local wrote = false
 for pass = 1, 2 do
   n = tonumber(ARGV[i]); i = i + 1
-  if n > 0 then wrote = true end
   for _ = 1, n do
     local k = tonumber(ARGV[i])
     local h, z = KEYS[2 * k - 1], KEYS[2 * k]
@@ -46,7 +44,7 @@ for pass = 1, 2 do
     i = i + 3
   end
 end
-if wrote then redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1]) end
+if ARGV[2] ~= '' then redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1]) end
 return 1
 """
 
@@ -120,7 +118,7 @@ class RedisThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        args: list[Any] = [thread_id, repr(now), len(change.delete)]
+        args: list[Any] = [thread_id, repr(now) if change.writes else "", len(change.delete)]
         for kind, low, high in change.delete:
             args += [ROW_KINDS.index(kind) + 1, low, high]
         for rows in (change.put_new, change.put):
