@@ -202,8 +202,7 @@ def check_data(
         return  # nothing runs: the data is the run's result
     agent = None if upcoming is Undecided.SELECTOR else upcoming
     model = pipeline.input_type(agent)
-    data = state.data if fork is None or not fork.given else fork.data
-    reason = misfit(data, model)
+    reason = misfit(state.data if fork is None else fork.data, model)
     if reason is not None:
         name = getattr(model, "__name__", repr(model))
         raise IncompatibleDataError(
@@ -219,12 +218,12 @@ def check_data(
 
 @dataclass(frozen=True)
 class ForkData:
-    """What a fork from checkpoint ``checkpoint_id`` continues with: ``data`` if
-    ``given``, else the checkpoint's."""
+    """What a fork from checkpoint ``checkpoint_id`` continues with: ``data``, the data
+    given (``given``) or else the checkpoint's."""
 
     checkpoint_id: str
     given: bool
-    data: Any = None
+    data: Any
 
 
 def fork_without_start(run: RunRecord) -> CheckpointCorruptedError:
@@ -404,17 +403,16 @@ def check_fork(
             no longer has.
     """
     check_fork_pipeline(run, checkpoint_id, pipeline.name)
-    _check_fork_state(pipeline, run, state)
+    _check_fork_state(pipeline, run, state, state.data)
 
 
 def _check_fork_state(
-    pipeline: Pipeline, run: RunRecord, state: CheckpointState, data: Any = None
+    pipeline: Pipeline, run: RunRecord, state: CheckpointState, data: Any
 ) -> Cursor:
     """The checks of :func:`check_fork` after the pipeline's: its definition, its agents;
-    the cursor restored for a context of ``data`` (None: the state's)."""
+    the cursor restored for a context of ``data``, what the fork continues with."""
     pipeline.validate()
-    given = state.data if data is None else data
-    return restored_cursor(pipeline, pipeline.new_context(run.run_id, given), state)
+    return restored_cursor(pipeline, pipeline.new_context(run.run_id, data), state)
 
 
 async def fork_start(
@@ -443,9 +441,12 @@ async def fork_start(
     """
     check_fork_pipeline(run, checkpoint.checkpoint_id, pipeline.name)
     state, steps = await load_state_and_steps(store, run, checkpoint)
-    plain = to_plain(data.value if isinstance(data, GivenData) else data)
-    cursor = _check_fork_state(pipeline, run, state, plain)
-    check_data(pipeline, cursor, state, ForkData(checkpoint.checkpoint_id, data is not None, plain))
+    given = data is not None
+    continued = (
+        to_plain(data.value if isinstance(data, GivenData) else data) if given else state.data
+    )
+    cursor = _check_fork_state(pipeline, run, state, continued)
+    check_data(pipeline, cursor, state, ForkData(checkpoint.checkpoint_id, given, continued))
     return state, steps
 
 
