@@ -15,6 +15,7 @@ from nestegg.langgraph.rows import (
     CheckpointBody,
     WriteBody,
     blob_key,
+    chain_keys,
     checkpoint_key,
     prefix_range,
     split_key,
@@ -87,11 +88,7 @@ def _channel_damage(
     for channel, version in body.versions.items():
         key = blob_key(ns, channel, version)
         blob = blobs.get(key)
-        base = blob.base if blob is not None and blob.kind == DELTA else None
-        while key not in bad and base is not None:
-            key = blob_key(ns, channel, base)
-            blob = blobs.get(key)
-            base = None if blob is None else blob.base
-        if key in bad:
-            return f"channel {channel!r}: {bad[key]}"
+        read = chain_keys(blobs, key) if blob is not None and blob.kind == DELTA else [key]
+        if (damaged := next((k for k in read if k in bad), None)) is not None:
+            return f"channel {channel!r}: {bad[damaged]}"
     return None

@@ -23,6 +23,7 @@ from nestegg.langgraph.rows import (
     BlobBody,
     CheckpointBody,
     blob_key,
+    chain_keys,
     prefix_range,
     split_key,
 )
@@ -124,13 +125,10 @@ class Retention:
 
 
 def _mark_chain(blobs: dict[str, BlobBody], key: str, needed: set[str]) -> None:
-    while key not in needed and key in blobs:
-        needed.add(key)
-        blob = blobs[key]
-        if blob.base is None:
+    for piece in chain_keys(blobs, key):
+        if piece in needed or piece not in blobs:
             return
-        ns, channel, _ = split_key(key)
-        key = blob_key(ns, channel, blob.base)
+        needed.add(piece)
 
 
 async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: str) -> None:

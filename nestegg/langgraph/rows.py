@@ -18,6 +18,7 @@ it is.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,3 +222,17 @@ class WriteBody:
     def unpack(cls, body: bytes) -> WriteBody:
         m = _unpack(body, "write")
         return cls(m["task"], m["i"], m["ch"], (m["t"], m["d"]), m.get("path", ""))
+
+
+def chain_keys(blobs: Mapping[str, BlobBody], key: str) -> Iterator[str]:
+    """``key``, then the keys of the rows its value rests on, each piece's ``base`` in
+    turn (a delta's back to its pack, then the packs before that one), as far as
+    ``blobs``, rows decoded already, holds them: the chain
+    :func:`nestegg.langgraph.linear.rebuild` reads."""
+    ns, channel, _ = split_key(key)
+    while True:
+        yield key
+        blob = blobs.get(key)
+        if blob is None or blob.base is None:
+            return
+        key = blob_key(ns, channel, blob.base)
