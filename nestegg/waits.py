@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
-from nestegg.agents import check_name
+from nestegg.agents import check_name, validation_problems
 from nestegg.context import current_context
 from nestegg.durations import seconds, seconds_or_none
 from nestegg.errors import ConfigurationError, SignalTimeoutError, SignalValueError
@@ -158,8 +158,8 @@ def _check(name: str, value: Any, type: Any, adapter: TypeAdapter[Any] | None) -
     try:
         return adapter.validate_python(value)
     except ValidationError as error:
-        reason = str(error.errors()[0].get("msg"))
-        raise SignalValueError(name, str(getattr(type, "__name__", type)), reason) from None
+        type_name = str(getattr(type, "__name__", type))
+        raise SignalValueError(name, type_name, validation_problems(error)) from None
 
 
 async def sleep(duration: timedelta | float) -> None:

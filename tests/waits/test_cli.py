@@ -296,8 +296,9 @@ def test_signal_errors_advise_the_commands_replace_option(tmp_path: Path) -> Non
     )
     assert unfit.returncode == 1 and unfit.stdout == ""
     assert unfit.stderr == (
-        "error: the value of signal 'approval' does not fit Approval: Input should be a valid "
-        "boolean, unable to interpret input (send another with --replace, then resume the run)\n"
+        "error: the value of signal 'approval' does not fit Approval: approved: Input should be "
+        "a valid boolean, unable to interpret input; by: Field required (send another with "
+        "--replace, then resume the run)\n"
     )
     again = nestegg(tmp_path, "signal", "r1", "approval", APPROVED, "-s", url)
     assert again.returncode == 1 and again.stdout == ""
