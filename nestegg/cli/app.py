@@ -158,10 +158,12 @@ def _report(error: BaseException, debug: bool) -> int:
 
 def _error_object(error: BaseException, line: str, code: int) -> dict[str, Any]:
     """What ``--json`` writes of a command that failed: the ``error`` line, the
-    ``exit_code``, the library error's ``type`` and the command's ``details``."""
+    ``exit_code``, the library error's ``type`` (the one the command's error was raised
+    from: ``RunWaiting`` for a run that waits) and the command's ``details``."""
     found: dict[str, Any] = {"error": line, "exit_code": code}
-    if isinstance(error, NestEggError):
-        found["type"] = type(error).__name__
+    raised = error if isinstance(error, NestEggError) else error.__cause__
+    if isinstance(raised, NestEggError):
+        found["type"] = type(raised).__name__
     if isinstance(error, CommandError):
         found.update(error.details)
     return found

@@ -75,6 +75,7 @@ def test_resume_of_a_run_whose_wait_is_not_over_runs_nothing_and_exits_5(tmp_pat
     assert told == {
         "error": timer.stderr.removeprefix("error: ").removesuffix("\n"),
         "exit_code": EXIT_WAITING,
+        "type": "RunWaiting",
         "run_id": "s1",
         "status": "waiting",
     }
@@ -132,6 +133,7 @@ def test_a_signal_with_app_whose_run_waits_again_exits_5_as_resume_does(
             assert orjson.loads(again.stdout) == {
                 "error": error,
                 "exit_code": EXIT_WAITING,
+                "type": "RunWaiting",
                 **told,
             }
         else:
