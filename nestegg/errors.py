@@ -147,6 +147,9 @@ class RunWaiting(RunError):
             timer is due), not this process's (``recover()`` does).
         over: whether its wait is over (its signal stored, its deadline or timer passed)
             and the run waits only for a process to continue it.
+        unreadable: why what the run waits for cannot be read (its event log is
+            damaged: ``signal`` is None, and only its deadline is known); None when it
+            can.
     """
 
     def __init__(
@@ -157,9 +160,13 @@ class RunWaiting(RunError):
         *,
         on_workers: bool = False,
         over: bool = False,
+        unreadable: str | None = None,
     ) -> None:
         what = f"for signal {signal!r}" if signal is not None else "for its timer"
         until = f" until {_when(deadline)}" if deadline is not None else ""
+        if unreadable is not None:  # no timer: what it waits for is unknown
+            what = "for something unknown"
+            until += f" (its event log is damaged: {unreadable})"
         if over:
             message = (
                 f"run {run_id!r} waited {what}{until} and its wait is over: recover() or "
@@ -179,6 +186,7 @@ class RunWaiting(RunError):
         self.deadline = deadline
         self.on_workers = on_workers
         self.over = over
+        self.unreadable = unreadable
 
 
 REPLACE_OPTION = "replace=True"

@@ -38,10 +38,14 @@ log = logging.getLogger("nestegg")
 @dataclass(frozen=True, slots=True)
 class Wait:
     """What a waiting run waits for: a signal (None for a timer), until ``deadline``
-    (None: no deadline)."""
+    (None: no deadline); ``unreadable``: why that cannot be read (its ``run_waiting``
+    event, or its event log, is damaged), None when it can. An unreadable wait is no
+    timer: its ``signal`` is None because its name is unknown, and only its deadline
+    (the run's ``lease_until``) is known."""
 
     signal: str | None
     deadline: float | None
+    unreadable: str | None = None
 
 
 def wait_due(run: RunRecord, now: float) -> bool:
@@ -49,19 +53,28 @@ def wait_due(run: RunRecord, now: float) -> bool:
     return run.status == WAITING and run.lease_until is not None and run.lease_until <= now
 
 
+def _deadline(run: RunRecord) -> float | None:
+    return None if run.lease_until in (None, NO_DEADLINE) else run.lease_until
+
+
 async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
-    """What the waiting ``run`` waits for (None when it does not wait)."""
+    """What the waiting ``run`` waits for (None when it does not wait); a ``run_waiting``
+    event that cannot be parsed gives a wait whose ``unreadable`` says why.
+
+    Raises:
+        CheckpointCorruptedError: the run's event log is torn (:func:`wait_known` gives
+            that as an unreadable wait too).
+    """
     if run.status != WAITING:
         return None
-    deadline = None if run.lease_until in (None, NO_DEADLINE) else run.lease_until
+    deadline = _deadline(run)
     for record in reversed(await store.read_events(run.run_id, max(run.event_seq - 8, 0))):
         if record.kind == RUN_WAITING:
+            where = f"event {record.seq} of run {run.run_id!r}"
             try:
-                signal = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}").get(
-                    "signal"
-                )
-            except CheckpointCorruptedError:
-                break
+                signal = parse_event(record.body, where).get("signal")
+            except CheckpointCorruptedError as error:
+                return Wait(None, deadline, str(error))
             return Wait(signal if isinstance(signal, str) else None, deadline)
     return Wait(None, deadline)
 
@@ -102,8 +115,9 @@ async def signal_resumes(
 ) -> bool:
     """Whether the signal ``name``, sent with ``resume``, resumes ``run``: the run waits for
     it, or its deadline has passed and what it waits for cannot be read (its event log is
-    torn): its wait is over whatever it was, and the resume goes on as ``recover()``'s
-    would, as it does for a run whose log is whole.
+    torn, or its ``run_waiting`` event damaged): its wait is over whatever it was, and the
+    resume goes on as ``recover()``'s would, as it does for a run whose log is whole (the
+    signal's :class:`SignalNote` says that its name could not be checked).
 
     Raises:
         EventLogDamagedError: what the run waits for cannot be read and its deadline has
@@ -115,6 +129,8 @@ async def signal_resumes(
         if wait_due(run, now):
             return True
         raise log_damaged(run.run_id, error, "what it waits for", outcome) from None
+    if wait is not None and wait.unreadable is not None:  # its run_waiting event damaged
+        return wait_due(run, now)
     return wait is not None and wait.signal == name
 
 
@@ -132,27 +148,37 @@ async def wait_known(store: CheckpointStorage, run: RunRecord | None) -> Wait | 
 @dataclass(frozen=True, slots=True)
 class SignalNote:
     """What a signal meant to its run when it was stored: what the run waited for then
-    (``wait``, None: it did not wait, or that is unknown) and whether the run waited for
-    this very signal past the wait's deadline (``timed_out``: the signal came too late to
-    end the wait, which times out when the run is resumed)."""
+    (``wait``, None: it did not wait, or its event log is torn) and whether the signal
+    came past that wait's deadline (``late``), judged when it matters: for a wait for
+    this very signal (the signal came too late to end the wait, which times out when the
+    run is resumed: :attr:`timed_out`), and for a wait that cannot be read (its wait was
+    over, whatever it waited for)."""
 
     run_id: str
     name: str
     wait: Wait | None
-    timed_out: bool
+    late: bool
 
     @property
     def awaited(self) -> bool:
         """Whether the run waited for this signal."""
         return self.wait is not None and self.wait.signal == self.name
 
+    @property
+    def timed_out(self) -> bool:
+        """Whether the run waited for this signal past the wait's deadline."""
+        return self.awaited and self.late
+
     def warning(self) -> str | None:
         """What an operator should hear: the run waits for something else (the signal is
-        kept for a wait for it), or its wait for this one had timed out; None when the
+        kept for a wait for it), its wait for this one had timed out, or what it waits
+        for cannot be read, so that the signal's name could not be checked; None when the
         signal meets a wait or is stored before the run waits."""
         wait, name = self.wait, self.name
         if wait is None or (self.awaited and not self.timed_out):
             return None
+        if wait.unreadable is not None:
+            return self._unchecked(wait)
         if self.awaited and wait.deadline is not None:
             return (
                 f"run {self.run_id!r} waited for signal {name!r} until {_iso(wait.deadline)}, "
@@ -165,15 +191,34 @@ class SignalNote:
             "only by a wait for it"
         )
 
+    def _unchecked(self, wait: Wait) -> str:
+        """The warning of a signal to a run whose wait cannot be read."""
+        name = self.name
+        head = (
+            f"what run {self.run_id!r} waits for cannot be read (its event log is damaged: "
+            f"{wait.unreadable}), so whether it waits for signal {name!r} could not be checked"
+        )
+        if self.late and wait.deadline is not None:
+            return (
+                f"{head}; its deadline, {_iso(wait.deadline)}, passed before the signal was "
+                "stored: its wait is over whatever it was, and a resume goes on (a wait for a "
+                "signal times out)"
+            )
+        return f"{head}: {name!r} is stored and read only by a wait for it"
+
     def summary(self) -> dict[str, Any]:
         """Its facts for a command's ``--json``: what the run waits for (``waits_for``,
-        as ``nestegg runs`` gives it; None: it did not wait) and ``timed_out``."""
+        as ``nestegg runs`` gives it; None: it did not wait; ``{"unreadable": why,
+        "deadline": …}`` when that cannot be read) and ``timed_out``."""
         wait = self.wait
-        waits_for = (
-            None
-            if wait is None
-            else {"signal": wait.signal, "deadline": to_datetime(wait.deadline)}
-        )
+        waits_for: dict[str, Any] | None = None
+        if wait is not None:
+            what = (
+                {"signal": wait.signal}
+                if wait.unreadable is None
+                else {"unreadable": wait.unreadable}
+            )
+            waits_for = what | {"deadline": to_datetime(wait.deadline)}
         return {"waits_for": waits_for, "timed_out": self.timed_out}
 
 
@@ -187,11 +232,16 @@ async def signal_note(
     """The :class:`SignalNote` of the signal ``name`` just stored for ``run_id``, whose run
     waited for ``wait`` (:func:`wait_known`, read before the signal was stored): the
     signal's stored time (its name's first, for a replacement) against that wait's
-    deadline, as ``wait_for`` judges it."""
-    timed_out = False
-    if wait is not None and wait.signal == name and wait.deadline is not None:
-        timed_out = not await signal_in_time(store, run_id, name, wait.deadline)
-    return SignalNote(run_id, name, wait, timed_out)
+    deadline, as ``wait_for`` judges it, for a wait for this signal or one that cannot be
+    read."""
+    late = False
+    if (
+        wait is not None
+        and (wait.signal == name or wait.unreadable is not None)
+        and wait.deadline is not None
+    ):
+        late = not await signal_in_time(store, run_id, name, wait.deadline)
+    return SignalNote(run_id, name, wait, late)
 
 
 async def signal_stored(store: CheckpointStorage, run_id: str, name: str) -> bool:
@@ -248,6 +298,8 @@ async def still_waiting(
     again (``on_workers``: saying that a worker's sweep resumes it). None when the run
     does not wait or can go on, or when what it waits for cannot be read (its
     ``run_waiting`` event damaged or missing, and no deadline): its step then finds out.
+    A damaged ``run_waiting`` event with a deadline gives a RunWaiting that says what the
+    run waits for is unknown (its ``unreadable``), not that it waits for a timer.
 
     Raises:
         EventLogDamagedError: the run waits, its deadline has not passed, and its event log
@@ -258,7 +310,9 @@ async def still_waiting(
     wait = await wait_to_resume(store, run) or Wait(None, None)
     if wait.signal is None and wait.deadline is None:  # a timer always has its due time
         return None
-    return RunWaiting(run.run_id, wait.signal, wait.deadline, on_workers=on_workers)
+    return RunWaiting(
+        run.run_id, wait.signal, wait.deadline, on_workers=on_workers, unreadable=wait.unreadable
+    )
 
 
 async def wait_over(store: CheckpointStorage, run: RunRecord) -> RunWaiting:
@@ -269,7 +323,7 @@ async def wait_over(store: CheckpointStorage, run: RunRecord) -> RunWaiting:
         EventLogDamagedError: its event log is torn (what it waited for cannot be read).
     """
     wait = await wait_to_resume(store, run) or Wait(None, None)
-    return RunWaiting(run.run_id, wait.signal, wait.deadline, over=True)
+    return RunWaiting(run.run_id, wait.signal, wait.deadline, over=True, unreadable=wait.unreadable)
 
 
 async def store_signal(

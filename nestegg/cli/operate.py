@@ -34,7 +34,7 @@ from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.json_input import parse_json, read_json_text
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
-from nestegg.cli.wait_words import wait_text
+from nestegg.cli.wait_words import unreadable_text, wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
     CANCELLED,
@@ -105,21 +105,22 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
 
 def waits_for(waiting: RunWaiting) -> dict[str, Any]:
     """What a run waits for, as ``runs --status waiting`` gives it: ``signal`` (None for a
-    timer) and ``deadline``; ``received`` and ``due`` false, the run waiting (again)."""
-    return {
-        "signal": waiting.signal,
-        "deadline": to_datetime(waiting.deadline),
-        "received": False,
-        "due": False,
-    }
+    timer) and ``deadline``, or ``unreadable`` and ``deadline`` when what it waits for
+    cannot be read; ``received`` and ``due`` false, the run waiting (again)."""
+    deadline = to_datetime(waiting.deadline)
+    if waiting.unreadable is not None:
+        return {"unreadable": waiting.unreadable, "deadline": deadline, "due": False}
+    return {"signal": waiting.signal, "deadline": deadline, "received": False, "due": False}
 
 
 def _wait_ender(run_id: str, wait: dict[str, Any], options: str) -> str:
     """The command that ends the wait of ``run_id`` (:func:`waits_for`'s ``wait``)."""
-    if wait["signal"] is None:
+    if wait.get("signal") is None:
+        unreadable = unreadable_text(wait)
+        due = "the timer is due" if unreadable is None else "its deadline passes"
         return (
-            f"it goes on once the timer is due: nestegg resume {shlex.quote(run_id)} {options}"
-            f" (or nestegg recover {options})"
+            f"{'' if unreadable is None else f'{unreadable}; '}it goes on once {due}: "
+            f"nestegg resume {shlex.quote(run_id)} {options} (or nestegg recover {options})"
         )
     how = f"send it with: nestegg signal {shlex.quote(run_id)} {shlex.quote(wait['signal'])}"
     how += f" VALUE {options}"

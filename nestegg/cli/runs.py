@@ -26,7 +26,14 @@ from nestegg.cli.render import (
     to_json,
     when,
 )
-from nestegg.cli.wait_words import app_placeholder, named_some, resume_hint, wait_is_over, wait_text
+from nestegg.cli.wait_words import (
+    app_placeholder,
+    named_some,
+    resume_hint,
+    unreadable_text,
+    wait_is_over,
+    wait_text,
+)
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
@@ -161,6 +168,12 @@ def runs_command(
         out.note("no runs")
     else:
         out.table(RUN_COLUMNS, [_run_cells(r) for r in rows], status_column=2, whole=(0, 2, 3))
+        unknown = [r["run_id"] for r in rows if unreadable_text(r["waits_for"])]
+        if unknown:
+            out.note(
+                f"note: the wait of {named_some(unknown)} cannot be read, its event log "
+                "damaged: nestegg show RUN says why"
+            )
         over = [r["run_id"] for r in rows if wait_is_over(r["waits_for"])]
         if over:
             options = app_placeholder(ctx, store)
@@ -261,6 +274,8 @@ def show_command(
         out.json(details)
         return
     _show_summary(out, details)
+    if (unreadable := unreadable_text(details["run"]["waits_for"])) is not None:
+        out.line(unreadable)
     if wait_is_over(details["run"]["waits_for"]):
         out.line(f"its wait is over: {resume_hint(run_id, app_placeholder(ctx, store))}")
     _show_timeline(out, details)

@@ -32,7 +32,9 @@ async def add_wait(
     deadline: the wait gets it) and ``due`` (its deadline or timer passed). What the
     command and the web inspector say of a wait both come from here. Reads a few of the
     run's last events and, for a signal, its signals: two reads per waiting run, none for
-    another. ``{"unreadable": why}`` when its last events are damaged."""
+    another. ``{"unreadable": why}`` when its last events are damaged;
+    ``{"unreadable": why, "deadline": …, "due": …}`` when its ``run_waiting`` event is:
+    no timer, and its deadline, known from the run, still ends the wait."""
     try:
         wait = await wait_of(store, run)
     except CheckpointCorruptedError as error:
@@ -40,14 +42,18 @@ async def add_wait(
         return
     if wait is None:
         return
+    deadline, due = to_datetime(wait.deadline), wait_due(run, now)
+    if wait.unreadable is not None:
+        row["waits_for"] = {"unreadable": wait.unreadable, "deadline": deadline, "due": due}
+        return
     received = wait.signal is not None and await signal_in_time(
         store, run.run_id, wait.signal, wait.deadline
     )
     row["waits_for"] = {
         "signal": wait.signal,
-        "deadline": to_datetime(wait.deadline),
+        "deadline": deadline,
         "received": received,
-        "due": wait_due(run, now),
+        "due": due,
     }
 
 
@@ -60,10 +66,11 @@ def wait_is_over(wait: dict[str, Any] | None) -> bool:
 def wait_text(wait: dict[str, Any]) -> str:
     """What a waiting run waits for: ``signal 'approval' until <when>``, or its timer;
     once that wait is over (see :func:`add_wait`), that the run only needs
-    resuming (``signal 'approval' received: resume it``); ``unknown`` when its event log
-    cannot be read."""
+    resuming (``signal 'approval' received: resume it``); ``something unknown`` when
+    that cannot be read (never a timer: :func:`unreadable_text` says why), its deadline
+    still said. Short enough for a table cell."""
     if "unreadable" in wait:
-        return "for something unknown"
+        return _unknown_text(wait)
     signal, deadline = wait["signal"], wait["deadline"]
     if wait.get("received"):
         return f"signal {signal!r} received: resume it"
@@ -73,6 +80,25 @@ def wait_text(wait: dict[str, Any]) -> str:
         return f"no signal {signal!r} by its deadline: resume it"
     what = f"signal {signal!r}" if signal is not None else "timer"
     return f"{what} until {when(deadline)}" if deadline else what
+
+
+def _unknown_text(wait: dict[str, Any]) -> str:
+    what, deadline = "something unknown", wait.get("deadline")
+    if wait.get("due"):
+        return f"{what}, its deadline passed: resume it"
+    return f"{what} until {when(deadline)}" if deadline else what
+
+
+def unreadable_text(wait: dict[str, Any] | None) -> str | None:
+    """Why what a waiting run waits for cannot be read (its row's ``waits_for``, see
+    :func:`add_wait`), in the words of ``show`` and of the errors of ``resume`` and
+    ``recover``; None when it can."""
+    why = wait.get("unreadable") if wait else None
+    return (
+        None
+        if why is None
+        else f"what it waits for cannot be read (its event log is damaged: {why})"
+    )
 
 
 APP_PLACEHOLDER = "--app MODULE:CLUTCH"

@@ -192,6 +192,12 @@ def tear(body: bytes) -> bytes:
     return body[: len(body) // 2]
 
 
+def alter(body: bytes) -> bytes:
+    """A batch body whose last byte is changed (for :func:`damage_newest_event_batch`): the
+    log reads, its last event's body does not (altered, it is refused as torn)."""
+    return body[:-1] + bytes([body[-1] ^ 0x01])
+
+
 def stored_as_is(url: str, run_id: str) -> list[list[Any]]:
     """The rows the SQLite store at ``url`` holds of the run: its record, signals,
     checkpoints and event batches (as stored: a torn log cannot be read past its damage)."""

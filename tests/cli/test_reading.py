@@ -26,6 +26,7 @@ from tests.checkpoint.conftest import Tamper
 from tests.cli.conftest import (
     Cli,
     Filled,
+    alter,
     damage_newest_event_batch,
     fill,
     json_of,
@@ -599,10 +600,6 @@ def test_checkpoints_name_the_agent_under_way_and_the_one_a_failed_run_resumes_w
     assert _next_cells(cli, url, "next")[-1] == ENDED
 
 
-def _flip_last_byte(body: bytes) -> bytes:
-    return body[:-1] + bytes([body[-1] ^ 0x01])
-
-
 def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unknown(
     cli: Cli, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -610,7 +607,7 @@ def test_a_cancelled_run_whose_event_log_is_damaged_is_listed_its_canceller_unkn
     filled = asyncio.run(fill(url))
     assert cli("cancel", filled.gone, "-s", url).exit_code == 0
     # the run_cancelled event's body altered: the log reads, the event does not
-    damage_newest_event_batch(url, filled.gone, _flip_last_byte)
+    damage_newest_event_batch(url, filled.gone, alter)
     shown = cli("show", filled.gone, "-s", url)
     assert shown.exit_code == 0 and "(cancelled by unknown)" in shown.stdout
     # a torn batch: the log itself cannot be read
@@ -677,10 +674,14 @@ def test_a_waiting_run_whose_event_log_is_torn_is_listed_its_wait_unknown(
     assert [line.split()[0] for line in table.stdout.splitlines()[1:]] == [
         "w1", filled.gone, filled.bad, filled.ok,
     ]  # fmt: skip
-    assert "waiting (for something unknown)" in table.stdout
+    assert "waiting (something unknown)" in table.stdout
+    assert table.stderr == (
+        "note: the wait of w1 cannot be read, its event log damaged: nestegg show RUN says why\n"
+    )
     rows = {row["run_id"]: row for row in json_of(cli("runs", "--json", "-s", url))}
     assert rows["w1"]["waits_for"] == {"unreadable": why}
     shown = cli("show", "w1", "-s", url)
     assert shown.exit_code == 0, shown.stderr
-    assert "waiting (for something unknown)" in shown.stdout
+    assert "waiting (something unknown)" in shown.stdout
+    assert f"what it waits for cannot be read (its event log is damaged: {why})" in shown.stdout
     assert f"step in flight: unreadable ({why})" in shown.stdout

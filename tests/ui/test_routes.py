@@ -21,7 +21,13 @@ from nestegg.checkpoint.records import Commit, JournalRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.ui import UISettings
 from nestegg.ui.queries import RunsWatch
-from tests.cli.conftest import damage_newest_event_batch, fill, leave_waiting, store_url_for
+from tests.cli.conftest import (
+    alter,
+    damage_newest_event_batch,
+    fill,
+    leave_waiting,
+    store_url_for,
+)
 from tests.cli.pipeline_app import POLICY, build, pipeline
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
@@ -467,7 +473,7 @@ def test_runs_whose_event_log_is_torn_are_listed_and_shown(
         page = client.get("/")
         assert page.status_code == 200
         row = html.unescape(_row(page.text, "w1"))
-        assert "waits for something unknown: " + why.format("w1") in row
+        assert f"waits for something unknown (its event log is damaged: {why.format('w1')})" in row
         assert all(_listed(page.text, run_id) for run_id in (filled.ok, filled.bad, filled.gone))
         for run_id, shown in (("w1", "waiting"), (filled.gone, "interrupted")):
             run = client.get(f"/runs/{run_id}")
@@ -502,3 +508,28 @@ def test_runs_whose_event_log_is_torn_are_listed_and_shown(
             await store.close()
 
     assert {entry[0]: entry[-1] for entry in asyncio.run(watched())}["w1"] is False
+
+
+def test_a_wait_whose_event_is_damaged_shows_as_unknown_not_as_a_timer(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # a timer's run_waiting event altered: the table and the page said "waits for a timer"
+    url = next(store_url_for("sqlite", request, tmp_path))
+
+    async def start() -> None:
+        store = open_store(url)
+        try:
+            await start_waiting(store, "nap", nap=True)
+        finally:
+            await store.close()
+
+    asyncio.run(start())
+    damage_newest_event_batch(url, "nap", alter)
+    with client_for(UISettings(store_url=url)) as client:
+        row = html.unescape(_row(client.get("/").text, "nap"))
+        page = html.unescape(client.get("/runs/nap").text)
+    for shown in (row, page):
+        assert "waits for something unknown until 20" in shown
+        assert "(its event log is damaged: event " in shown
+        assert "of run 'nap' is torn or not a nestegg record)" in shown
+        assert "timer" not in shown
