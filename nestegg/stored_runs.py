@@ -123,11 +123,14 @@ class StoredRuns(PipelineBase):
             replace: store ``value`` even if a signal of that name was sent already (a
                 step that received the earlier value keeps it); it keeps the time the
                 first came, so a wait that signal reached by its deadline stays met.
-            resume: resume the run here when it waits for this signal (or, its event log
-                torn, when its deadline has passed: its wait is over whatever it was);
-                False only stores it, for ``recover()`` or a worker's sweeper to pick up.
-                A signal the run does not wait for now, or one that comes after its wait's
-                deadline, is stored with a warning on the ``nestegg`` logger saying so.
+            resume: resume the run here when it waits for this signal (or, what it waits
+                for unreadable, its event log torn or its ``run_waiting`` event damaged,
+                when its deadline has passed: its wait is over whatever it was); False
+                only stores it, for ``recover()`` or a worker's sweeper to pick up. A
+                signal the run does not wait for now, one that comes after its wait's
+                deadline, or one whose name could not be checked (what the run waits for
+                cannot be read) is stored with a warning on the ``nestegg`` logger saying
+                so.
             timeout: seconds to wait for the resumed run (None: no limit).
 
         Returns:

@@ -457,7 +457,8 @@ class CheckpointedRuns(RunStore):
         Returns the run's result when resumed here (None otherwise); raises RunWaiting when
         the resumed run waits again, and EventLogDamagedError, the signal not stored, when
         the run waits, its deadline has not passed and its event log is torn (what it
-        waits for is unknown; past its deadline such a run is resumed, its wait over).
+        waits for is unknown; past its deadline such a run is resumed, its wait over, the
+        signal's warning saying that its name could not be checked).
         """
         store = await self.ready()
         clock = self.config.clock

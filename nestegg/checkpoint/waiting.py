@@ -135,24 +135,25 @@ async def signal_resumes(
 
 
 async def wait_known(store: CheckpointStorage, run: RunRecord | None) -> Wait | None:
-    """What ``run`` waits for (:func:`wait_of`); None when it does not wait, when there is
-    no run, or when its event log is torn (what it waits for is unknown)."""
+    """What ``run`` waits for (:func:`wait_of`), a torn event log given as a wait that
+    cannot be read (its ``unreadable`` saying why, its deadline the run's); None when it
+    does not wait or there is no run."""
     if run is None:
         return None
     try:
         return await wait_of(store, run)
-    except CheckpointCorruptedError:
-        return None
+    except CheckpointCorruptedError as error:
+        return Wait(None, _deadline(run), str(error))
 
 
 @dataclass(frozen=True, slots=True)
 class SignalNote:
     """What a signal meant to its run when it was stored: what the run waited for then
-    (``wait``, None: it did not wait, or its event log is torn) and whether the signal
-    came past that wait's deadline (``late``), judged when it matters: for a wait for
-    this very signal (the signal came too late to end the wait, which times out when the
-    run is resumed: :attr:`timed_out`), and for a wait that cannot be read (its wait was
-    over, whatever it waited for)."""
+    (``wait``, None: it did not wait) and whether the signal came past that wait's
+    deadline (``late``), judged when it matters: for a wait for this very signal (the
+    signal came too late to end the wait, which times out when the run is resumed:
+    :attr:`timed_out`), and for a wait that cannot be read, its event log torn or its
+    ``run_waiting`` event damaged (its wait was over, whatever it waited for)."""
 
     run_id: str
     name: str

@@ -117,7 +117,8 @@ async def complete_row(
     (the canceller: host, pid, process start) and as its ``owner`` the one that last ran
     it, which the canceller's claim replaced in the store (None: none had it, it was
     queued). A run whose last events are damaged keeps its stored owner, its canceller
-    unknown, and a waiting one's wait is unknown: ``{"unreadable": why}``."""
+    unknown (``{"unreadable": why}``), and a waiting one's wait is unknown
+    (``{"unreadable": why, "deadline": …, "due": …}``)."""
     await add_wait(store, run, row, now)
     try:
         cancel = await cancelled_by(store, run)

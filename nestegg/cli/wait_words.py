@@ -16,10 +16,9 @@ import typer
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.views import to_datetime
-from nestegg.checkpoint.waiting import signal_in_time, wait_due, wait_of
+from nestegg.checkpoint.waiting import signal_in_time, wait_due, wait_known
 from nestegg.cli.app import explicit_store, store_url
 from nestegg.cli.render import when
-from nestegg.errors import CheckpointCorruptedError
 from nestegg.urls import without_password
 
 
@@ -32,14 +31,10 @@ async def add_wait(
     deadline: the wait gets it) and ``due`` (its deadline or timer passed). What the
     command and the web inspector say of a wait both come from here. Reads a few of the
     run's last events and, for a signal, its signals: two reads per waiting run, none for
-    another. ``{"unreadable": why}`` when its last events are damaged;
-    ``{"unreadable": why, "deadline": …, "due": …}`` when its ``run_waiting`` event is:
-    no timer, and its deadline, known from the run, still ends the wait."""
-    try:
-        wait = await wait_of(store, run)
-    except CheckpointCorruptedError as error:
-        row["waits_for"] = {"unreadable": str(error)}
-        return
+    another. ``{"unreadable": why, "deadline": …, "due": …}`` when what it waits for
+    cannot be read (its ``run_waiting`` event, or its last events, are damaged): no
+    timer, and its deadline, known from the run, still ends the wait."""
+    wait = await wait_known(store, run)
     if wait is None:
         return
     deadline, due = to_datetime(wait.deadline), wait_due(run, now)

@@ -22,7 +22,7 @@ from nestegg.checkpoint.ownership import run_state
 from nestegg.checkpoint.records import CheckpointRecord, EventRecord, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
 from nestegg.checkpoint.views import CheckpointState, Event, run_input, run_result, to_datetime
-from nestegg.checkpoint.waiting import signal_stored, wait_due, wait_of
+from nestegg.checkpoint.waiting import signal_stored, wait_due, wait_known
 from nestegg.cli import reading
 from nestegg.cli.diff import diff_values
 from nestegg.cli.wait_words import wait_is_over
@@ -192,10 +192,7 @@ class RunsWatch:
         if key in known:
             signal, received = known[key]
         else:
-            try:
-                wait = await wait_of(self.store, run)
-            except CheckpointCorruptedError:  # its log is damaged: only its deadline counts
-                wait = None
+            wait = await wait_known(self.store, run)  # unreadable: only its deadline counts
             signal, received = (wait.signal if wait else None), False
         if signal and not received:
             received = await signal_stored(self.store, run.run_id, signal)

@@ -679,7 +679,7 @@ def test_a_waiting_run_whose_event_log_is_torn_is_listed_its_wait_unknown(
         "note: the wait of w1 cannot be read, its event log damaged: nestegg show RUN says why\n"
     )
     rows = {row["run_id"]: row for row in json_of(cli("runs", "--json", "-s", url))}
-    assert rows["w1"]["waits_for"] == {"unreadable": why}
+    assert rows["w1"]["waits_for"] == {"unreadable": why, "deadline": None, "due": False}
     shown = cli("show", "w1", "-s", url)
     assert shown.exit_code == 0, shown.stderr
     assert "waiting (something unknown)" in shown.stdout

@@ -385,8 +385,20 @@ def test_a_signal_with_app_resumes_a_run_past_its_deadline_whose_event_log_is_to
         asyncio.run(_start(url, run_id, tmp_path / "ledger", timeout=0.05))
     damage_newest_event_batch(url, "torn", tear)
     time.sleep(0.1)  # past the deadline
+    why = "the event log of run 'torn' is damaged (a torn batch)"
+    # its wait is over, as runs says it of the whole one (it said "for something unknown")
+    listed = cli("runs", "-s", url)
+    torn = next(line for line in listed.stdout.splitlines() if line.startswith("torn "))
+    assert "waiting (something unknown, its deadline passed: resume it)" in torn
+    assert "\nnote: the wait of whole, torn is over: resume one with nestegg resume" in (
+        listed.stderr
+    )
+    rows = {row["run_id"]: row for row in orjson.loads(cli("runs", "--json", "-s", url).stdout)}
+    assert rows["torn"]["waits_for"]["unreadable"] == why and rows["torn"]["waits_for"]["due"]
     for run_id in ("whole", "torn"):
         sent = cli("signal", run_id, "approval", APPROVED, "--app", APP, "-s", url, "--json")
         assert sent.exit_code == 0, sent.stderr
         summary = orjson.loads(sent.stdout)
         assert (summary["stored"], summary["result"]["status"]) == (True, "expired")
+    # what it waited for could not be read, nor the signal's name checked (it said null)
+    assert summary["waits_for"]["unreadable"] == why and summary["waits_for"]["deadline"]

@@ -3,6 +3,7 @@ handle plays the other process. (tests/waits/test_processes.py uses real process
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -520,10 +521,12 @@ async def test_a_waiting_run_whose_event_log_is_torn_is_refused_and_recover_goes
 
 
 async def test_a_signal_resumes_a_run_past_its_deadline_whose_event_log_is_torn_as_any(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past its deadline a run's wait is over, whatever it waited for: the signal is stored
-    and the run goes on timed out, torn log or not (before it, the torn one is refused)."""
+    and the run goes on timed out, torn log or not (before it, the torn one is refused),
+    the warning saying that the torn run's wait could not be read, so neither the
+    signal's name (it said nothing)."""
     url, clock = f"sqlite:///{tmp_path / 'runs.db'}", FakeClock()
     store = open_store(url)
     for run_id in ("torn", "whole", "early"):
@@ -540,8 +543,20 @@ async def test_a_signal_resumes_a_run_past_its_deadline_whose_event_log_is_torn_
         assert await store.read_signals("early") == []
         clock.advance(2 * DAY + 1)
         for run_id in ("whole", "torn"):
-            outcome = await clutch.signal(run_id, "approval", APPROVED)
+            with caplog.at_level(logging.WARNING, logger="nestegg"):
+                outcome = await clutch.signal(run_id, "approval", APPROVED)
             assert outcome["status"] == "expired"  # SignalTimeoutError in the agent
             assert [s.name for s in await store.read_signals(run_id)] == ["approval"]
     finally:
         await store.close()
+    whole, torn = (record.getMessage() for record in caplog.records)
+    assert whole.startswith("run 'whole' waited for signal 'approval' until ")
+    assert torn.startswith(
+        "what run 'torn' waits for cannot be read (its event log is damaged: the event log "
+        "of run 'torn' is damaged (a torn batch)), so whether it waits for signal 'approval' "
+        "could not be checked; its deadline, "
+    )
+    assert torn.endswith(
+        "passed before the signal was stored: its wait is over whatever it was, and a resume "
+        "goes on (a wait for a signal times out)"
+    )
