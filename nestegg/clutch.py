@@ -125,7 +125,7 @@ class Clutch(StoredRuns):
         return await self._launch(
             lambda lst: book.run(input_data, chosen, lst, stored.set),
             listeners,
-            LocalLate(chosen, stored),
+            LocalLate(chosen, stored, book.store),
             stored if until_published else None,
         )
 
@@ -145,7 +145,8 @@ class Clutch(StoredRuns):
         Raises:
             TimeoutError: the run did not finish within ``timeout``; its message says that
                 it goes on, and with checkpointing how to get its outcome
-                (``clutch.result(run_id)``).
+                (``clutch.result(run_id)``), or that its cancel was requested from outside
+                (``nestegg cancel``), which takes effect at its next commit.
             TransportError: with a transport, the broker failed or did not answer before
                 the run's first step was published (also when ``timeout`` ended while a
                 RabbitMQ connection waited for its AMQP handshake); the run is stored and

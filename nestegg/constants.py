@@ -109,6 +109,9 @@ CANCEL_SETTLE_SECONDS = 0.5
 """How long a process that lost its run (or its claim) to another claim reads the run
 again to learn whether that claim was a cancel's, which stores the cancel just after."""
 CANCEL_SETTLE_POLL_SECONDS = 0.01
+CANCEL_LOOK_SECONDS = 1.0
+"""How long a wait for a run's result that timed out reads the run, at most, to say that
+its cancel was requested (a store that takes longer leaves that unsaid)."""
 NO_DEADLINE = 253402300799.0
 """The lease_until of a run that waits for its signal without a deadline (9999-12-31)."""
 

@@ -26,7 +26,7 @@ from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
 from nestegg.options import is_count, shown
 from nestegg.strategies import Cursor, Strategy, make_cursor
-from nestegg.task import ClutchTask, StepListeners, until_started
+from nestegg.task import ClutchTask, Late, StepListeners, until_started
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.config import CheckpointConfig
@@ -363,7 +363,7 @@ class PipelineBase(PipelineDefinition):
         self,
         work: Callable[[StepListeners], Coroutine[Any, Any, Any]],
         listeners: StepListeners,
-        late: Callable[[float], str | Exception] | None = None,
+        late: Late | None = None,
         started: asyncio.Event | None = None,
     ) -> ClutchTask:
         self.validate()

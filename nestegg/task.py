@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Generator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 from nestegg.cancellation import cancel
 from nestegg.durations import seconds_or_none
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
 
 RESULT_STEP = "_result"
 
@@ -70,7 +73,12 @@ async def until_started(task: asyncio.Task[Any], started: asyncio.Event) -> None
         task.result()  # its error, if it raised one
 
 
-def not_finished(limit: float) -> str:
+Late = Callable[[float], Awaitable[str | Exception]]
+"""Why a wait for a run's result timed out after so many seconds: the message of its
+TimeoutError, or the error to raise instead."""
+
+
+async def not_finished(limit: float) -> str:
     """Why a wait for the result of a run without a store timed out."""
     return (
         f"the run did not finish within {limit:g} s; it goes on while this event loop runs "
@@ -90,23 +98,33 @@ def outcome_hint(run_id: str) -> str:
 
 
 class LocalLate:
-    """Why a wait for the result of ``run_id``, checkpointed and executed in this process,
-    timed out after ``limit`` seconds (``stored``: set once the run is stored). An object,
-    not a closure: one object a run instead of a function, its cells and their tuple."""
+    """Why a wait for the result of ``run_id``, checkpointed in ``store`` and executed in
+    this process, timed out after ``limit`` seconds (``stored``: set once the run is
+    stored). An object, not a closure: one object a run instead of a function, its cells
+    and their tuple."""
 
-    __slots__ = ("run_id", "stored")
+    __slots__ = ("run_id", "store", "stored")
 
-    def __init__(self, run_id: str, stored: asyncio.Event) -> None:
+    def __init__(self, run_id: str, stored: asyncio.Event, store: CheckpointStorage) -> None:
         self.run_id = run_id
         self.stored = stored
+        self.store = store
 
-    def __call__(self, limit: float) -> str:
+    async def __call__(self, limit: float) -> str:
         run_id = self.run_id
         if not self.stored.is_set():
             return (
                 f"run {run_id!r} was not stored within {limit:g} s (its write to the store "
                 "took longer); it goes on while this event loop runs: once it is stored, "
                 f"{outcome_hint(run_id)}"
+            )
+        from nestegg.checkpoint.cancels import cancel_requested  # checkpoint imports task
+
+        if await cancel_requested(self.store, run_id):  # by nestegg cancel, say
+            return (
+                f"run {run_id!r} did not finish within {limit:g} s: its cancel was requested, "
+                "and takes effect at its next commit, where this process stops it, the step "
+                f"under way not recorded (resume_latest({run_id!r}) continues it on purpose)"
             )
         return (
             f"run {run_id!r} did not finish within {limit:g} s; it goes on while this event "
@@ -130,7 +148,7 @@ class ClutchTask:
         task_id: str,
         task: asyncio.Task[Any],
         listeners: StepListeners,
-        late: Callable[[float], str | Exception] | None = None,
+        late: Late | None = None,
     ) -> None:
         self.id = task_id
         self._task = task
@@ -150,7 +168,9 @@ class ClutchTask:
 
         Raises:
             TimeoutError: not finished in time (the run goes on); its message says so (with
-                a transport: whether a worker took the run's first step).
+                a transport: whether a worker took the run's first step; checkpointed and
+                executed here: that its cancel was requested from outside, when it was,
+                which takes effect at its next commit).
             TransportError: with a transport, the run is stored and its first step waits
                 for a broker connection that does not open (a RabbitMQ port that does not
                 answer the AMQP handshake): the error a connection's opening that times
@@ -169,7 +189,7 @@ class ClutchTask:
         except TimeoutError:
             if limit is None or not deadline.expired():
                 raise  # the run's own TimeoutError
-            why = self._late(limit)
+            why = await self._late(limit)
             if isinstance(why, Exception):  # what the run's transport says held it
                 raise why from None
             raise TimeoutError(f"{why}; {WAIT_LONGER}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 
 from nestegg import Clutch, ClutchTask, StepEvent, Strategy, get_context, handover
 from nestegg.checkpoint import CheckpointConfig, open_store
+from nestegg.checkpoint.cancels import cancel_run
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, StaleOwnerError
 
 WAIT_S = 5.0
 """Upper bound for waiting on something that happens right away (never reached when green)."""
@@ -259,6 +261,35 @@ class TestTimeout:
 
         asyncio.run(time_out())  # returns at the TimeoutError: the loop ends, the run is cancelled
         assert asyncio.run(resume()) == (["cancelled"], "in_done")
+
+    @pytest.mark.parametrize("how", ["submit", "run"])
+    async def test_a_timeout_of_a_run_cancelled_from_outside_says_the_cancel_is_requested(
+        self, how: str
+    ) -> None:
+        # it said only that the run goes on, the cancel (nestegg cancel from another
+        # process) waiting for the step's next commit
+        release, started = asyncio.Event(), asyncio.Event()
+        store = MemoryCheckpointStorage()
+        clutch = gated_clutch(release, started, CheckpointConfig(store))
+        task = await clutch.submit("in", run_id="r1") if how == "submit" else None
+        waited = asyncio.ensure_future(
+            task.result(timeout=0.2) if task else clutch.run("in", timeout=0.2, run_id="r1")
+        )
+        await asyncio.wait_for(started.wait(), WAIT_S)
+        await cancel_run(store, "r1", time.time(), lease_seconds=30)  # from another process
+        with pytest.raises(TimeoutError) as info:
+            await waited
+        assert type(info.value) is TimeoutError  # eggai-clutch's callers catch it
+        assert str(info.value) == (
+            "run 'r1' did not finish within 0.2 s: its cancel was requested, and takes effect "
+            "at its next commit, where this process stops it, the step under way not "
+            "recorded (resume_latest('r1') continues it on purpose); to wait longer, pass "
+            "timeout=None (as long as the run takes) or a larger timeout"
+        )
+        release.set()
+        if task is not None:  # at that commit
+            with pytest.raises(StaleOwnerError, match=r"^run 'r1' was cancelled from outside"):
+                await task.result(timeout=WAIT_S)
 
     async def test_a_timeout_error_of_the_run_itself_is_raised_as_it_is(self) -> None:
         clutch = Clutch("p")

@@ -27,6 +27,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.constants import (
     CANCEL_CLAIM_TRIES,
+    CANCEL_LOOK_SECONDS,
     CANCEL_SETTLE_POLL_SECONDS,
     CANCEL_SETTLE_SECONDS,
     CANCELLED,
@@ -156,6 +157,18 @@ async def cancelled_by(store: CheckpointStorage, run: RunRecord) -> dict[str, An
         payload = parse_event(record.body, f"event {record.seq} of run {run.run_id!r}")
         return payload if payload.get("outside") else None
     return None
+
+
+async def cancel_requested(store: CheckpointStorage, run_id: str) -> bool:
+    """Whether a cancel of ``run_id`` was requested from outside while this process runs
+    it: the run is stored cancelled, which its owner here learns at its next commit. One
+    read, of CANCEL_LOOK_SECONDS at most; False when the store does not answer so."""
+    try:
+        async with asyncio.timeout(CANCEL_LOOK_SECONDS):
+            run = await store.get_run(run_id)
+    except (NestEggError, TimeoutError):  # the caller's own error stands
+        return False
+    return run is not None and run.status == CANCELLED
 
 
 async def cancel_note(store: CheckpointStorage, run_id: str, *, settle: bool = False) -> str | None:

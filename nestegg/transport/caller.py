@@ -124,7 +124,7 @@ class RemoteProgress:
         """Note the run as a look at the store found it."""
         self.seen = run
 
-    def late(self, limit: float) -> str | TransportError:
+    async def late(self, limit: float) -> str | TransportError:
         """Why the run's result did not come within ``limit`` seconds: the message of a
         TimeoutError, or the TransportError of a broker connection whose opening holds
         the stored run's first step (what the caller gets once the opening times out)."""
