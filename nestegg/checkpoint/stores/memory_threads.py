@@ -54,6 +54,12 @@ class MemoryThreadRows:
             self.__thread_rows, self.__thread_times = {}, {}
             return self.__thread_rows
 
+    def _drop_thread(self, thread_id: str) -> bool:
+        """Forget the thread, its rows and its time; whether it had rows."""
+        had_rows = bool(self._threads().pop(thread_id, None))
+        self.__thread_times.pop(thread_id, None)
+        return had_rows
+
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
         apply_change(self._threads().setdefault(thread_id, {}), change)
@@ -91,9 +97,7 @@ class MemoryThreadRows:
 
     async def delete_threads(self, thread_ids: Sequence[str]) -> int:
         """See ThreadStore."""
-        threads = self._threads()
-        gone = [tid for tid in dict.fromkeys(thread_ids) if threads.pop(tid, None)]
-        return len(gone)
+        return sum(self._drop_thread(tid) for tid in dict.fromkeys(thread_ids))
 
     async def copy_thread(self, source_id: str, target_id: str, now: float) -> bool:
         """See ThreadStore."""
