@@ -21,6 +21,7 @@ from nestegg.checkpoint.records import CheckpointRecord, Commit, RunRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.file.format import decode_record, encode_commit, encode_record
+from nestegg.checkpoint.stores.threads import CHECKPOINT, KEY_END, ThreadChange, ThreadRow
 from nestegg.constants import FILE_LEFTOVER_SECONDS, FILE_UNREADABLE_REASON
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -489,3 +490,23 @@ def test_a_file_is_refused_when_the_store_is_built(tmp_path: Path) -> None:
         f"FileCheckpointStorage path {str(tmp_path / 'plain')!r} is a file: it needs the path "
         "of a directory"
     )
+
+
+# --- LangGraph thread logs ----------------------------------------------------------------
+
+
+async def test_a_thread_log_removed_and_written_anew_is_read_anew_by_another_handle(
+    tmp_path: Path,
+) -> None:
+    """A handle remembers how far it read a thread's log. Once another removes the log and
+    writes a new one (which may take the old one's inode), the handle reads the new log
+    from its start, not on from where it had stopped in the old one."""
+    reader, writer = FileCheckpointStorage(tmp_path), FileCheckpointStorage(tmp_path)
+    old = [ThreadRow(CHECKPOINT, "a", b"old")]
+    await writer.apply_thread_change("t", ThreadChange(put=old), 1.0)
+    assert await reader.scan_thread_rows("t", CHECKPOINT, "", KEY_END) == old
+    for n in range(3):
+        assert await writer.delete_threads(["t"]) == 1
+        new = [ThreadRow(CHECKPOINT, key, b"new" * 40 * n) for key in "bcd"]
+        await writer.apply_thread_change("t", ThreadChange(put=new), 1.0)
+        assert await reader.scan_thread_rows("t", CHECKPOINT, "", KEY_END) == new

@@ -3,8 +3,10 @@
 ``{root}/lg-threads/{thread id as hex}.log`` holds one JSON line per change (deletes,
 rows to add, rows to replace, its time; bodies in base64), appended and fsynced under an
 exclusive lock, so a change is there whole or (a torn last line, cut off) not at all. A
-read replays the log (only the lines added since the last read of the same file); a log
-that holds mostly replaced or deleted rows is rewritten (atomically) on a write. A thread id
+read replays the log (only the lines added since the last read of the same file: the first
+line of a log starts with a random tag, ``g``, which tells a new log from the one read
+before); a log that holds mostly replaced or deleted rows is rewritten (atomically) on a
+write. A thread id
 whose hex would make too long a file name (over 125 bytes of UTF-8) names its log
 ``~{sha256 of the id}.log`` instead, and each of its lines carries the id.
 """
@@ -15,6 +17,7 @@ import base64
 import fcntl
 import hashlib
 import os
+import secrets
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +49,9 @@ NAME_MAX = 255
 """The longest file name (bytes) of common file systems (ext4, XFS, APFS, btrfs)."""
 COMPACT_MIN_BYTES = 1 << 20
 """A log is rewritten once it is this large and at least twice its live rows."""
+HEAD_BYTES = 64
+"""The start of a log a handle keeps to tell it from a new log at the same inode: it holds
+the random tag of the log's first line."""
 
 
 @dataclass
@@ -55,6 +61,15 @@ class _State:
     offset: int = 0
     inode: int = -1
     live_bytes: int = 0
+    head: bytes = b""
+
+
+def _continues(fd: int, stat: os.stat_result, state: _State) -> bool:
+    """Whether the log open as ``fd`` is the one ``state`` was read from, grown since: the
+    same inode, no shorter, the same start (a new log may take a removed one's inode)."""
+    if state.inode != stat.st_ino or stat.st_size < state.offset:
+        return False
+    return os.pread(fd, len(state.head), 0) == state.head
 
 
 def _log_name(thread_id: str) -> str:
@@ -69,11 +84,14 @@ def _is_hashed(thread_id: str) -> bool:
     return _log_name(thread_id).startswith(HASHED_MARK)
 
 
-def _encode(change: ThreadChange, now: float, thread_id: str) -> bytes:
+def _encode(change: ThreadChange, now: float, thread_id: str, *, first: bool = False) -> bytes:
+    """The log line of ``change``; the ``first`` of a log starts with a random tag."""
+
     def rows(items: Sequence[ThreadRow]) -> list[list[str]]:
         return [[r.kind, r.key, base64.b64encode(r.body).decode()] for r in items]
 
-    record: dict[str, Any] = {"t": now, "d": [list(d) for d in change.delete]}
+    record: dict[str, Any] = {"g": secrets.token_hex(8)} if first else {}
+    record |= {"t": now, "d": [list(d) for d in change.delete]}
     if _is_hashed(thread_id):
         record["id"] = thread_id
     record |= {"n": rows(change.put_new), "p": rows(change.put)}
@@ -120,13 +138,15 @@ class FileThreadRows(FileRoot):
                 with open(path, "rb") as f:
                     stat = os.fstat(f.fileno())
                     state = states.get(thread_id)
-                    if state is None or state.inode != stat.st_ino or stat.st_size < state.offset:
+                    if state is None or not _continues(f.fileno(), stat, state):
                         state = _State(inode=stat.st_ino)
                     f.seek(state.offset)
                     data = f.read()
             except FileNotFoundError:
                 states.pop(thread_id, None)
                 return _State()
+            if not state.offset:
+                state.head = data[:HEAD_BYTES]
             end = data.rfind(b"\n") + 1  # a torn last line is not read
             for line in data[:end].splitlines():
                 _replay(state, line)
@@ -141,14 +161,15 @@ class FileThreadRows(FileRoot):
         with open(path, "ab") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             existed = path.stat().st_size > 0
-            append_durably(path, _encode(change, now, thread_id))
+            append_durably(path, _encode(change, now, thread_id, first=not existed))
             if not existed:
                 sync_directory(path.parent)
             state = self._read(thread_id)
             if state.offset > COMPACT_MIN_BYTES and state.offset > 3 * state.live_bytes:
                 snapshot = [ThreadRow(k, key, body) for (k, key), body in state.rows.items()]
                 snapshot_change = ThreadChange(put=snapshot)
-                write_atomically(path, _encode(snapshot_change, state.updated_at, thread_id))
+                line = _encode(snapshot_change, state.updated_at, thread_id, first=True)
+                write_atomically(path, line)
                 sync_directory(path.parent)
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
