@@ -10,8 +10,17 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
+import os
+import sqlite3
 import uuid
+from contextlib import closing
 
+from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.file.threads import THREADS_DIR
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadStore
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.rows import prefix_range
@@ -76,6 +85,31 @@ async def stored_rows(store: ThreadStore) -> dict[str, list[Any]]:
         ]
         stored[info.thread_id] = rows
     return stored
+
+
+async def thread_entries(store: ThreadStore) -> set[str]:
+    """The threads ``store`` keeps an entry of where its listing looks, listed or not: a row
+    of ``lg_threads`` (SQLite, PostgreSQL), a member of the threads' sorted set (Redis), a
+    log (file), rows or a time (memory)."""
+    if isinstance(store, MemoryCheckpointStorage):
+        return set(store._threads()) | set(store._MemoryThreadRows__thread_times)
+    if isinstance(store, FileCheckpointStorage):
+        logs = store.root / THREADS_DIR
+        names = os.listdir(logs) if logs.exists() else []
+        return {store._thread_of(name) or name for name in names}
+    if isinstance(store, SQLiteCheckpointStorage):
+        with closing(sqlite3.connect(store.path)) as conn:
+            return {thread_id for (thread_id,) in conn.execute("SELECT thread_id FROM lg_threads")}
+    if isinstance(store, RedisCheckpointStorage):
+        return {m.decode() for m in await store._client.zrange(store._threads_key(), 0, -1)}
+    assert isinstance(store, PostgresCheckpointStorage)
+
+    async def fetch(cursor: Any) -> set[str]:
+        await cursor.execute(f'SELECT thread_id FROM "{store.table_prefix}lg_threads"')
+        return {thread_id for (thread_id,) in await cursor.fetchall()}
+
+    entries: set[str] = await store._with_connection(fetch, idempotent=True)
+    return entries
 
 
 def seeded_saver(saver_factory: SaverFactory, defer_writes: bool) -> NestEggSaver:

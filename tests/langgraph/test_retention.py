@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
@@ -17,7 +18,7 @@ from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, ThreadStore
 from nestegg.errors import ConfigurationError
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.rows import prefix_range
-from tests.langgraph.conftest import SaverFactory, kinds
+from tests.langgraph.conftest import SaverFactory, kinds, thread_config, thread_entries
 from tests.langgraph.graphs import build_loop, loop_config
 
 
@@ -89,6 +90,22 @@ def test_a_pruned_thread_keeps_the_time_of_its_last_write_and_its_ttl(
     _run(saver, "new", 3)
     assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
     assert saver.get_tuple({"configurable": {"thread_id": "new"}}) is not None
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_thread_delete_for_runs_empties_leaves_no_entry_behind(
+    saver_factory: SaverFactory,
+) -> None:
+    """Its checkpoints, their writes and values gone, the thread's entry goes too: not
+    listed, no ttl or ``threads prune`` would ever take it."""
+    saver = saver_factory()
+    cp = empty_checkpoint() | {"channel_values": {"items": ["a"]}}
+    cp["channel_versions"] = {"items": "1"}
+    for thread_id, run_id in (("t", "r1"), ("kept", "r2")):
+        config = saver.put(thread_config(thread_id), cp, {"run_id": run_id}, {"items": "1"})
+        saver.put_writes(config, [("items", ["b"])], "task-1")
+    saver.delete_for_runs(["r1"])
+    assert saver._run(thread_entries(saver.storage)) == {"kept"}
 
 
 def test_prune_keep_latest_keeps_the_pieces_a_delta_is_built_from() -> None:

@@ -5,20 +5,12 @@ changes move a thread's time, what a thread deleted leaves behind (nothing); and
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from nestegg.checkpoint.stores.file.threads import THREADS_DIR
-from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
-from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
-from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
-from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.threads import (
     BLOB,
     CHECKPOINT,
@@ -29,7 +21,7 @@ from nestegg.checkpoint.stores.threads import (
 )
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.rows import prefix_range
-from tests.langgraph.conftest import SaverFactory, kinds
+from tests.langgraph.conftest import SaverFactory, kinds, thread_entries
 
 EVERY_BYTE = bytes(range(256)) * 4
 """A body no text encoding would carry unchanged."""
@@ -136,34 +128,6 @@ async def test_a_change_that_only_deletes_leaves_the_thread_time_and_a_put_moves
     assert await _updated_at(store, "t") == 7000.0
 
 
-async def _entries(store: ThreadStore) -> set[str]:
-    """The threads ``store`` keeps an entry of where its listing looks, listed or not: a row
-    of ``lg_threads`` (SQLite, PostgreSQL), a member of the threads' sorted set (Redis), a
-    log (file), rows or a time (memory)."""
-    if isinstance(store, MemoryCheckpointStorage):
-        return set(store._threads()) | set(store._MemoryThreadRows__thread_times)
-    if isinstance(store, FileCheckpointStorage):
-        logs = store.root / THREADS_DIR
-        return (
-            {store._thread_of(name) or name for name in os.listdir(logs)}
-            if logs.exists()
-            else set()
-        )
-    if isinstance(store, SQLiteCheckpointStorage):
-        with closing(sqlite3.connect(store.path)) as conn:
-            return {thread_id for (thread_id,) in conn.execute("SELECT thread_id FROM lg_threads")}
-    if isinstance(store, RedisCheckpointStorage):
-        return {m.decode() for m in await store._client.zrange(store._threads_key(), 0, -1)}
-    assert isinstance(store, PostgresCheckpointStorage)
-
-    async def fetch(cursor: Any) -> set[str]:
-        await cursor.execute(f'SELECT thread_id FROM "{store.table_prefix}lg_threads"')
-        return {thread_id for (thread_id,) in await cursor.fetchall()}
-
-    entries: set[str] = await store._with_connection(fetch, idempotent=True)
-    return entries
-
-
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
 async def test_a_deleted_thread_leaves_no_entry_behind(saver_factory: SaverFactory) -> None:
     """delete_threads takes a thread's entry, its time with it, as well as its rows: the
@@ -174,8 +138,39 @@ async def test_a_deleted_thread_leaves_no_entry_behind(saver_factory: SaverFacto
     for thread_id in ("t", "kept"):
         await store.apply_thread_change(thread_id, change, 1000.0)
     assert await store.delete_threads(["t", "t", "absent"]) == 1
-    assert await _entries(store) == {"kept"}
+    assert await thread_entries(store) == {"kept"}
     assert [info.thread_id for info in await store.list_threads()] == ["kept"]
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+async def test_a_thread_its_deletes_empty_leaves_no_entry_behind(
+    saver_factory: SaverFactory,
+) -> None:
+    """A change that only deletes and leaves the thread without rows (a prune, the values
+    collected, delete_for_runs) takes its entry too: the saver's ttl and ``threads prune``
+    go by the listing, which shows no empty thread, so an entry left would stay for ever."""
+    store = saver_factory().storage
+    await store.setup()
+    rows = [
+        ThreadRow(CHECKPOINT, "c", b"c"),
+        ThreadRow(BLOB, "b", b"b"),
+        ThreadRow(WRITE, "w", b"w"),
+    ]
+    for thread_id in ("t", "kept"):
+        await store.apply_thread_change(thread_id, ThreadChange(put=rows), 1000.0)
+    everything = [(kind, *prefix_range("")) for kind in (CHECKPOINT, BLOB)]
+    await store.apply_thread_change("t", ThreadChange(delete=everything), 2000.0)
+    assert await thread_entries(store) == {"t", "kept"}  # its write is left: still a thread
+
+    await store.apply_thread_change("t", ThreadChange(delete=[(WRITE, "w", "x")]), 3000.0)
+    await store.apply_thread_change("never", ThreadChange(delete=everything), 3000.0)
+    await store.apply_thread_change("never", ThreadChange(), 3000.0)
+    assert await thread_entries(store) == {"kept"}
+    assert await store.delete_threads(["t", "never"]) == 0
+
+    await store.apply_thread_change("t", ThreadChange(put_new=rows[:1]), 4000.0)
+    listed = [(info.thread_id, info.updated_at, info.rows) for info in await store.list_threads()]
+    assert listed == [("t", 4000.0, 1), ("kept", 1000.0, 3)]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

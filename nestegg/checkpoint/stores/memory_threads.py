@@ -62,8 +62,11 @@ class MemoryThreadRows:
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""
-        apply_change(self._threads().setdefault(thread_id, {}), change)
-        if change.writes:
+        rows = self._threads().setdefault(thread_id, {})
+        apply_change(rows, change)
+        if not rows:  # emptied by its deletes (or never filled): no entry left behind
+            self._drop_thread(thread_id)
+        elif change.writes:
             self.__thread_times[thread_id] = now
 
     async def get_thread_rows(

@@ -121,7 +121,9 @@ class ThreadStore(Protocol):
         thread's ``updated_at`` to ``now`` (a store may leave it alone when it is less than
         a second older). A change that only deletes leaves it: the saver's ``ttl`` and
         ``nestegg threads prune --older-than`` read it as the thread's last write, which a
-        prune is not."""
+        prune is not. One that leaves the thread without rows takes its entry (its time,
+        its place in the listing's table) too: the listing shows no empty thread, so
+        nothing that goes by it (the ``ttl``, ``threads prune``) would ever take the entry."""
 
     async def get_thread_rows(
         self, thread_id: str, kind: str, keys: Sequence[str]

@@ -2,12 +2,12 @@
 
 ``{root}/lg-threads/{thread id as hex}.log`` holds one JSON line per change (deletes,
 rows to add, rows to replace, its time; bodies in base64), appended and fsynced under an
-exclusive lock, so a change is there whole or (a torn last line, cut off) not at all. A
-read replays the log (only the lines added since the last read of the same file: the first
-line of a log starts with a random tag, ``g``, which tells a new log from the one read
-before); a log that holds mostly replaced or deleted rows is rewritten (atomically) on a
-write. A thread id
-whose hex would make too long a file name (over 125 bytes of UTF-8) names its log
+exclusive lock, so a change is there whole or (a torn last line, cut off) not at all; a
+change that leaves the thread without rows removes its log. A read replays the log (only
+the lines added since the last read of the same file: the first line of a log starts with
+a random tag, ``g``, which tells a new log from the one read before); a log that holds
+mostly replaced or deleted rows is rewritten (atomically) on a write. A thread id whose hex
+would make too long a file name (over 125 bytes of UTF-8) names its log
 ``~{sha256 of the id}.log`` instead, and each of its lines carries the id.
 """
 
@@ -29,6 +29,7 @@ import orjson
 from nestegg.checkpoint.stores.file.io import (
     append_durably,
     make_private_dirs,
+    same_file,
     sync_directory,
     write_atomically,
 )
@@ -156,21 +157,34 @@ class FileThreadRows(FileRoot):
             return state
 
     def _apply(self, thread_id: str, change: ThreadChange, now: float) -> None:
-        make_private_dirs(self._threads_dir())
         path = self._thread_path(thread_id)
-        with open(path, "ab") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            existed = path.stat().st_size > 0
-            append_durably(path, _encode(change, now, thread_id, first=not existed))
-            if not existed:
-                sync_directory(path.parent)
-            state = self._read(thread_id)
-            if state.offset > COMPACT_MIN_BYTES and state.offset > 3 * state.live_bytes:
-                snapshot = [ThreadRow(k, key, body) for (k, key), body in state.rows.items()]
-                snapshot_change = ThreadChange(put=snapshot)
-                line = _encode(snapshot_change, state.updated_at, thread_id, first=True)
-                write_atomically(path, line)
-                sync_directory(path.parent)
+        if not change.writes and not path.exists():
+            return  # deletes in a thread without rows: nothing to change
+        make_private_dirs(self._threads_dir())
+        while True:
+            with open(path, "ab") as lock:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+                if same_file(lock.fileno(), path):
+                    self._apply_locked(path, thread_id, change, now)
+                    return
+            # the log was removed (emptied, deleted) or rewritten while this waited: again
+
+    def _apply_locked(self, path: Path, thread_id: str, change: ThreadChange, now: float) -> None:
+        existed = path.stat().st_size > 0
+        append_durably(path, _encode(change, now, thread_id, first=not existed))
+        if not existed:
+            sync_directory(path.parent)
+        state = self._read(thread_id)
+        if not state.rows:  # emptied by its deletes: no log left behind
+            path.unlink()
+            self._thread_states().pop(thread_id, None)
+            sync_directory(path.parent)
+        elif state.offset > COMPACT_MIN_BYTES and state.offset > 3 * state.live_bytes:
+            snapshot = [ThreadRow(k, key, body) for (k, key), body in state.rows.items()]
+            snapshot_change = ThreadChange(put=snapshot)
+            line = _encode(snapshot_change, state.updated_at, thread_id, first=True)
+            write_atomically(path, line)
+            sync_directory(path.parent)
 
     async def apply_thread_change(self, thread_id: str, change: ThreadChange, now: float) -> None:
         """See ThreadStore."""

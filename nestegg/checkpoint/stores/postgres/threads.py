@@ -31,6 +31,12 @@ _QUERIES = {
     "WHERE {lg_threads}.updated_at < EXCLUDED.updated_at - 1",
     "touch": "INSERT INTO {lg_threads} (thread_id, updated_at) VALUES (%s, %s) "
     "ON CONFLICT (thread_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
+    # A change that only deletes takes the thread's entry if it leaves no row: the entry
+    # locked first (a write under way keeps it, or puts it back once this one commits),
+    # then looked at with a snapshot that sees every write committed before.
+    "lock_thread": "SELECT 1 FROM {lg_threads} WHERE thread_id = %s FOR UPDATE",
+    "forget_empty": "DELETE FROM {lg_threads} WHERE thread_id = %s "
+    "AND NOT EXISTS (SELECT 1 FROM {lg_rows} WHERE thread_id = %s)",
     "delete_range": "DELETE FROM {lg_rows} WHERE thread_id = %s AND kind = %s "
     "AND key >= %s AND key < %s",
     "put": "INSERT INTO {lg_rows} (thread_id, kind, key, body) VALUES (%s, %s, %s, %s) "
@@ -119,6 +125,9 @@ class PostgresThreadRows:
                         )
                 if change.writes:  # a change that only deletes is no write of the thread
                     await cursor.execute(q("touch"), (thread_id, now))
+                else:  # and may empty it: then its entry goes too
+                    await cursor.execute(q("lock_thread"), (thread_id,))
+                    await cursor.execute(q("forget_empty"), (thread_id, thread_id))
 
         await self._with_connection(apply, idempotent=True)
 

@@ -17,7 +17,8 @@ from nestegg.checkpoint.stores.threads import ROW_KINDS, ThreadChange, ThreadInf
 
 # KEYS: hash and key index of each kind (in ROW_KINDS order), then the threads set.
 # ARGV: thread id, its new time ('' when the change does not move it: ThreadChange.writes),
-# then deletes, put_new and put, each a count and triples.
+# then deletes, put_new and put, each a count and triples. A change that only deletes and
+# leaves no row (Redis drops an emptied hash) takes the thread out of the threads set.
 APPLY = """
 local i = 3
 local n = tonumber(ARGV[i]); i = i + 1
@@ -44,7 +45,11 @@ for pass = 1, 2 do
     i = i + 3
   end
 end
-if ARGV[2] ~= '' then redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1]) end
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+elseif redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
+  redis.call('ZREM', KEYS[7], ARGV[1])
+end
 return 1
 """
 

@@ -18,6 +18,10 @@ from nestegg.constants import SQLITE_THREAD_ROWS_TABLE as ROWS
 from nestegg.constants import SQLITE_THREADS_TABLE as THREADS
 
 _TOUCH = f"INSERT OR REPLACE INTO {THREADS} (thread_id, updated_at) VALUES (?, ?)"
+_FORGET_EMPTY = (
+    f"DELETE FROM {THREADS} WHERE thread_id = ? "
+    f"AND NOT EXISTS (SELECT 1 FROM {ROWS} WHERE thread_id = ?)"
+)
 _DELETE_RANGE = f"DELETE FROM {ROWS} WHERE thread_id = ? AND kind = ? AND key >= ? AND key < ?"
 _PUT = f"INSERT OR REPLACE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
 _PUT_NEW = f"INSERT OR IGNORE INTO {ROWS} (thread_id, kind, key, body) VALUES (?, ?, ?, ?)"
@@ -43,6 +47,8 @@ def _apply(conn: sqlite3.Connection, thread_id: str, change: ThreadChange, now: 
         conn.executemany(_PUT, [(thread_id, r.kind, r.key, r.body) for r in change.put])
         if change.writes:  # a change that only deletes is no write of the thread
             conn.execute(_TOUCH, (thread_id, now))
+        else:  # and may empty it: then its entry goes too
+            conn.execute(_FORGET_EMPTY, (thread_id, thread_id))
 
 
 def _fetch(conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
