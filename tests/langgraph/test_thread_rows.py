@@ -141,6 +141,12 @@ async def test_a_deleted_thread_leaves_no_entry_behind(saver_factory: SaverFacto
     assert await thread_entries(store) == {"kept"}
     assert [info.thread_id for info in await store.list_threads()] == ["kept"]
 
+    # a thread of writes alone (a run that failed before its first checkpoint) is one too
+    writes = ThreadChange(put=[ThreadRow(WRITE, "w", b"w")])
+    await store.apply_thread_change("writes", writes, 1000.0)
+    assert await store.delete_threads(["writes"]) == 1
+    assert await thread_entries(store) == {"kept"}
+
 
 @pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
 async def test_a_thread_its_deletes_empty_leaves_no_entry_behind(

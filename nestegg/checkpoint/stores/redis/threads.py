@@ -197,8 +197,8 @@ class RedisThreadRows:
 
         async def delete() -> int:
             async with client.pipeline(transaction=True) as pipe:
-                for thread_id in ids:
-                    pipe.exists(self._kind_keys(thread_id, "checkpoint")[0])
+                for thread_id in ids:  # a row of any kind: a thread of writes alone is one
+                    pipe.exists(*self._row_keys(thread_id))
                 for thread_id in ids:
                     pipe.delete(*self._row_keys(thread_id))
                 pipe.zrem(self._threads_key(), *ids)
