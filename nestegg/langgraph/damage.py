@@ -41,6 +41,19 @@ def naming(thread_id: str, ns: str, checkpoint_id: str, part: str = "") -> Itera
         raise CheckpointCorruptedError(f"{where}: {exc}") from exc
 
 
+def decode_values(rows: Sequence[ThreadRow]) -> tuple[dict[str, BlobBody], dict[str, str]]:
+    """The channel value ``rows`` decoded, by key, and those that cannot be, by key, with
+    why."""
+    blobs: dict[str, BlobBody] = {}
+    bad: dict[str, str] = {}
+    for row in rows:
+        try:
+            blobs[row.key] = BlobBody.unpack(row.body)
+        except CheckpointCorruptedError as exc:
+            bad[row.key] = str(exc)
+    return blobs, bad
+
+
 async def damaged_checkpoints(
     store: ThreadStore, thread_id: str, checkpoints: Sequence[ThreadRow]
 ) -> dict[str, str]:
@@ -48,13 +61,7 @@ async def damaged_checkpoints(
     the thread) whose row, a channel value row a read of it decodes, or a pending write's
     row is damaged; each row of the thread is decoded once, without the graph's serializer.
     """
-    blobs: dict[str, BlobBody] = {}
-    bad: dict[str, str] = {}
-    for row in await store.scan_thread_rows(thread_id, BLOB, *prefix_range("")):
-        try:
-            blobs[row.key] = BlobBody.unpack(row.body)
-        except CheckpointCorruptedError as exc:
-            bad[row.key] = str(exc)
+    blobs, bad = decode_values(await store.scan_thread_rows(thread_id, BLOB, *prefix_range("")))
     bad_writes: dict[str, str] = {}
     for row in await store.scan_thread_rows(thread_id, WRITE, *prefix_range("")):
         try:

@@ -6,7 +6,7 @@ checkpoint's value is built from them)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,8 @@ from nestegg.checkpoint.stores.threads import (
     ThreadRow,
     ThreadStore,
 )
-from nestegg.errors import ConfigurationError
+from nestegg.errors import CheckpointCorruptedError, ConfigurationError
+from nestegg.langgraph.damage import decode_values
 from nestegg.langgraph.rows import (
     SEP,
     BlobBody,
@@ -104,31 +105,58 @@ class Retention:
         return expired
 
     async def collect(self, core: ThreadCheckpoints, thread_id: str) -> int:
-        """Delete the channel values of the thread that no checkpoint needs; how many."""
+        """Delete the channel values of the thread that no checkpoint needs; how many. A
+        damaged row fails nothing and loses nothing that may be needed (:func:`_needed`)."""
         store = core.store
         low, high = prefix_range("")
         checkpoints = await store.scan_thread_rows(thread_id, CHECKPOINT, low, high)
-        blobs = {
-            row.key: BlobBody.unpack(row.body)
-            for row in await store.scan_thread_rows(thread_id, BLOB, low, high)
-        }
-        needed: set[str] = set()
-        for row in checkpoints:
-            ns = split_key(row.key)[0]
-            for channel, version in CheckpointBody.unpack(row.body).versions.items():
-                _mark_chain(blobs, blob_key(ns, channel, version), needed)
-        doomed = [key for key in blobs if key not in needed]
+        blobs, bad = decode_values(await store.scan_thread_rows(thread_id, BLOB, low, high))
+        needed = _needed(checkpoints, blobs, bad)
+        doomed = [key for key in [*blobs, *bad] if not needed(key)]
         if doomed:
             change = ThreadChange(delete=[(BLOB, key, key + "\x01") for key in doomed])
             await store.apply_thread_change(thread_id, change, self.clock())
         return len(doomed)
 
 
-def _mark_chain(blobs: dict[str, BlobBody], key: str, needed: set[str]) -> None:
+def _needed(
+    checkpoints: Sequence[ThreadRow], blobs: dict[str, BlobBody], bad: Collection[str]
+) -> Callable[[str], bool]:
+    """Whether a channel value row (by key) may be read by a read of one of ``checkpoints``,
+    given the values ``blobs`` decoded and the keys of those ``bad`` (damaged): the rows of
+    each one's chain; and every value of the namespace of a damaged checkpoint (which it
+    needs cannot be told) or of the channel of a damaged value a chain runs into (what
+    pieces lie before it cannot be told)."""
+    chains: set[str] = set()
+    whole: set[tuple[str, ...]] = set()
+    for row in checkpoints:
+        ns = split_key(row.key)[0]
+        try:
+            versions = CheckpointBody.unpack(row.body).versions
+        except CheckpointCorruptedError:
+            whole.add((ns,))
+            continue
+        for channel, version in versions.items():
+            if _mark_chain(blobs, blob_key(ns, channel, version), chains) in bad:
+                whole.add((ns, channel))
+
+    def needed(key: str) -> bool:
+        ns, channel, _ = split_key(key)
+        return key in chains or (ns,) in whole or (ns, channel) in whole
+
+    return needed
+
+
+def _mark_chain(blobs: dict[str, BlobBody], key: str, needed: set[str]) -> str | None:
+    """Add the chain of ``key`` to ``needed``; the piece it stops at, not decoded (missing
+    or damaged), if any."""
     for piece in chain_keys(blobs, key):
-        if piece in needed or piece not in blobs:
-            return
+        if piece in needed:
+            return None
+        if piece not in blobs:
+            return piece
         needed.add(piece)
+    return None
 
 
 async def prune(core: ThreadCheckpoints, thread_ids: Sequence[str], strategy: str) -> None:

@@ -2,7 +2,8 @@
 refused by name on every store: get_tuple and list raise CheckpointCorruptedError naming
 the thread, the namespace (if any), the checkpoint and the channel (or the pending write)
 whose row cannot be read, never a value built from it. Rows are sealed with a CRC-32; rows
-an earlier version wrote, without one, read as before (and a torn one is refused too)."""
+an earlier version wrote, without one, read as before (and a torn one is refused too). A
+prune, and keep_latest as it writes, go on past a damaged row, keeping what it may need."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadCha
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph import NestEggSaver
 from nestegg.langgraph.inspect import thread_checkpoints
-from nestegg.langgraph.rows import SEAL_BYTES, SEALED, prefix_range
+from nestegg.langgraph.rows import SEAL_BYTES, SEALED, BlobBody, prefix_range
 from tests.langgraph.conftest import SaverFactory, kinds, thread_config
 from tests.langgraph.graphs import build_loop, loop_config
 
@@ -167,3 +168,70 @@ def test_a_damaged_pack_refuses_only_the_checkpoints_that_rest_on_it(
     assert list(saver.list(thread_config("t"), before=step[2].config)) == older
     shown = saver._run(thread_checkpoints(saver.storage, "t"))
     assert {c["checkpoint_id"]: c["damage"] for c in shown if not c["valid"]} == refused
+
+
+def _blob_keys(saver: NestEggSaver, thread_id: str) -> set[str]:
+    rows = saver._run(saver.storage.scan_thread_rows(thread_id, BLOB, *prefix_range("")))
+    return {row.key for row in rows}
+
+
+PRUNE_CASES = ["latest value", "latest checkpoint", "superseded value", "superseded checkpoint"]
+
+
+@pytest.mark.parametrize("damaged", PRUNE_CASES)
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_a_prune_keeps_what_a_damaged_row_may_need_and_prunes_the_rest(
+    saver_factory: SaverFactory, damaged: str
+) -> None:
+    """A damaged row fails no prune. The prune keeps what it cannot tell no kept checkpoint
+    needs: the values of the namespace of a damaged checkpoint it keeps, those of the
+    channel of a damaged value a kept checkpoint rests on (the pieces of its chain cannot be
+    told); the rest goes as from an intact thread, rows that only superseded checkpoints
+    needed too, damaged or not. Thread ``clean`` is a copy left intact."""
+    saver = saver_factory(pack_every=2)
+    build_loop(saver, 4).invoke({"items": [], "turn": 0}, loop_config("t", 4))
+    saver.copy_thread("t", "clean")
+    step = {t.metadata["step"]: t for t in saver.list(thread_config("t"))}
+    stored = _blob_keys(saver, "t")
+    latest, superseded = step[4], step[0]
+    kind, part = {
+        "latest value": (BLOB, "items\x1f" + latest.checkpoint["channel_versions"]["items"]),
+        "latest checkpoint": (CHECKPOINT, latest.checkpoint["id"]),
+        "superseded value": (BLOB, "turn\x1f" + superseded.checkpoint["channel_versions"]["turn"]),
+        "superseded checkpoint": (CHECKPOINT, superseded.checkpoint["id"]),
+    }[damaged]
+    _change(saver, kind, part, _flip)
+
+    saver.prune(["t", "clean"])
+    assert len(saver._run(saver.storage.scan_thread_rows("t", CHECKPOINT, *prefix_range("")))) == 1
+    clean = _blob_keys(saver, "clean")
+    kept = {
+        "latest value": clean | {key for key in stored if "\x1fitems\x1f" in key},
+        "latest checkpoint": stored,
+    }.get(damaged, clean)
+    assert _blob_keys(saver, "t") == kept
+    if damaged.startswith("superseded"):  # all that was damaged is gone
+        whole = saver.get_tuple(thread_config("clean"))
+        assert whole is not None
+        assert saver.get_tuple(thread_config("t")).checkpoint == whole.checkpoint  # type: ignore[union-attr]
+    else:  # refused as before
+        with pytest.raises(CheckpointCorruptedError, match=r"^LangGraph thread 't', checkpoint"):
+            saver.get_tuple(thread_config("t"))
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_keep_latest_goes_on_past_a_damaged_row_no_later_step_needs(
+    saver_factory: SaverFactory,
+) -> None:
+    """The values of the checkpoints ``keep_latest`` drops are collected as new ones are
+    written: a damaged one among them fails no step (it made every collection raise), and
+    goes with them."""
+    saver = saver_factory(keep_latest=2, pack_every=2)
+    graph = build_loop(saver, 3)
+    graph.invoke({"items": [], "turn": 0}, loop_config("t", 3))
+    older = list(saver.list(thread_config("t")))[1]
+    _change(saver, BLOB, "turn\x1f" + older.checkpoint["channel_versions"]["turn"], _flip)
+    result = graph.invoke({"items": [], "turn": 0}, loop_config("t", 3))
+    assert len(result["items"]) == 6
+    rows = saver._run(saver.storage.scan_thread_rows("t", BLOB, *prefix_range("")))
+    assert all(BlobBody.unpack(row.body) for row in rows)  # the damaged one went
