@@ -77,6 +77,7 @@ CHECKPOINTS = ("checkpoint", "checkpoints")
 EVENTS = ("event", "events")
 JOURNAL_ENTRIES = ("journal entry", "journal entries")
 THREADS = ("thread", "threads")
+ROWS = ("row", "rows")
 LANGGRAPH_THREADS = ("LangGraph thread", "LangGraph threads")
 
 

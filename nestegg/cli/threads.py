@@ -20,7 +20,15 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
-from nestegg.cli.render import CHECKPOINTS, LANGGRAPH_THREADS, THREADS, Output, counted, when
+from nestegg.cli.render import (
+    CHECKPOINTS,
+    LANGGRAPH_THREADS,
+    ROWS,
+    THREADS,
+    Output,
+    counted,
+    when,
+)
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.errors import InvalidIdentifierError, MissingDependencyError
 
@@ -285,3 +293,23 @@ def _prune(
     for thread_id in targets:
         out.line(thread_id)
     out.note(f"{'deleted' if delete else 'pruned'} {threads}")
+    if not delete:
+        _note_kept_damage(ctx, store, targets)
+
+
+def _note_kept_damage(ctx: typer.Context, store: str | None, thread_ids: list[str]) -> None:
+    """Name the pruned threads that hold rows that cannot be read: a prune keeps them, and
+    what they may need."""
+    from nestegg.langgraph.damage import damaged_rows
+
+    async def work(opened: CheckpointStorage) -> dict[str, int]:
+        threads = _threads(opened)
+        return {thread_id: await damaged_rows(threads, thread_id) for thread_id in thread_ids}
+
+    for thread_id, count in run_with_store(ctx, store, work, read_only=True).items():
+        if count:
+            Output(False).note(
+                f"note: kept {counted(count, ROWS)} of thread {thread_id!r} that cannot be "
+                "read (altered or torn) and what they may need; nestegg thread marks DAMAGED "
+                "the checkpoints that need them"
+            )

@@ -1,13 +1,13 @@
 """Damaged LangGraph rows: where one was read (the thread, namespace, checkpoint and
-channel a CheckpointCorruptedError from a row's decoding names), and which checkpoints of a
-thread rest on one."""
+channel a CheckpointCorruptedError from a row's decoding names), which checkpoints of a
+thread rest on one, and how many a thread holds."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from nestegg.checkpoint.stores.threads import BLOB, WRITE, ThreadRow, ThreadStore
+from nestegg.checkpoint.stores.threads import BLOB, CHECKPOINT, WRITE, ThreadRow, ThreadStore
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph.rows import (
     DELTA,
@@ -39,6 +39,20 @@ def naming(thread_id: str, ns: str, checkpoint_id: str, part: str = "") -> Itera
     except CheckpointCorruptedError as exc:
         where = place(thread_id, ns, checkpoint_id, part)
         raise CheckpointCorruptedError(f"{where}: {exc}") from exc
+
+
+async def damaged_rows(store: ThreadStore, thread_id: str) -> int:
+    """How many rows of the thread (checkpoints, channel values, pending writes) cannot be
+    read."""
+    unpacks = {CHECKPOINT: CheckpointBody.unpack, BLOB: BlobBody.unpack, WRITE: WriteBody.unpack}
+    count = 0
+    for kind, unpack in unpacks.items():
+        for row in await store.scan_thread_rows(thread_id, kind, *prefix_range("")):
+            try:
+                unpack(row.body)
+            except CheckpointCorruptedError:
+                count += 1
+    return count
 
 
 def decode_values(rows: Sequence[ThreadRow]) -> tuple[dict[str, BlobBody], dict[str, str]]:

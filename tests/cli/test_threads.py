@@ -341,14 +341,21 @@ def test_threads_prune_takes_one_an_older_version_stored_under_an_empty_id(
     assert {r["thread_id"]: r["checkpoints"] for r in rows} == {"chat-1": 7}  # type: ignore[union-attr, index]
 
 
-def test_thread_marks_checkpoints_whose_rows_are_damaged(tmp_path: Path, store: str) -> None:
+def _tear_items(store: str, thread_id: str) -> int:
+    """Cut 3 bytes off each row of channel ``items`` of the thread; how many rows."""
     import sqlite3
 
-    with sqlite3.connect(store.removeprefix("sqlite:///")) as db:  # items' rows torn
-        db.execute(
+    with sqlite3.connect(store.removeprefix("sqlite:///")) as db:
+        torn = db.execute(
             "update lg_rows set body = substr(body, 1, length(body) - 3) "
-            "where thread_id = 'chat-2' and kind = 'blob' and instr(key, 'items') > 0"
+            "where thread_id = ? and kind = 'blob' and instr(key, 'items') > 0",
+            (thread_id,),
         )
+        return torn.rowcount
+
+
+def test_thread_marks_checkpoints_whose_rows_are_damaged(tmp_path: Path, store: str) -> None:
+    _tear_items(store, "chat-2")
     rows = _json(tmp_path, "--store", store, "thread", "chat-2", "--json")
     assert isinstance(rows, list)
     assert [r["valid"] for r in rows] == [False, False, False, True]
@@ -370,3 +377,21 @@ def test_thread_marks_checkpoints_whose_rows_are_damaged(tmp_path: Path, store: 
     )
     ok = _json(tmp_path, "--store", store, "thread", "chat-1", "--json")
     assert isinstance(ok, list) and all(r["valid"] and r["damage"] is None for r in ok)
+
+
+def test_prune_goes_on_past_damaged_rows_keeping_them_and_says_so(
+    tmp_path: Path, store: str
+) -> None:
+    # a damaged row made the prune of its thread fail
+    torn = _tear_items(store, "chat-2")
+    done = nestegg(tmp_path, "--store", store, "threads", "prune", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["chat-2", "chat-1"]  # most recently written first
+    assert done.stderr == (
+        "pruned 2 LangGraph threads\n"
+        f"note: kept {torn} rows of thread 'chat-2' that cannot be read (altered or torn) and "
+        "what they may need; nestegg thread marks DAMAGED the checkpoints that need them\n"
+    )
+    rows = _json(tmp_path, "--store", store, "thread", "chat-2", "--json")
+    assert [r["valid"] for r in rows] == [False]  # type: ignore[union-attr, index]
+    assert len(_json(tmp_path, "--store", store, "thread", "chat-1", "--json")) == 1  # type: ignore[arg-type]
