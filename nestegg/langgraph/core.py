@@ -32,6 +32,7 @@ from nestegg.checkpoint.stores.threads import (
     check_thread_id,
     unstorable_character,
 )
+from nestegg.errors import CheckpointCorruptedError
 from nestegg.langgraph import limits
 from nestegg.langgraph.damage import naming
 from nestegg.langgraph.deferred import DeferredWrites
@@ -461,7 +462,7 @@ class ThreadCheckpoints:
         for info in await self.store.list_threads():
             low, high = prefix_range("")
             rows = await self.store.scan_thread_rows(info.thread_id, CHECKPOINT, low, high)
-            doomed = [r.key for r in rows if CheckpointBody.unpack(r.body).run_id in wanted]
+            doomed = [r.key for r in rows if _run_of(r) in wanted]
             if doomed:
                 await self.drop_checkpoints(info.thread_id, doomed)
 
@@ -482,6 +483,15 @@ class ThreadCheckpoints:
     def forget(self, thread_id: str) -> None:
         self.latest.forget(thread_id)
         self.retention.forget(thread_id)
+
+
+def _run_of(row: ThreadRow) -> str | None:
+    """The run of a checkpoint row; None for a damaged one (whose run cannot be told: it
+    stays)."""
+    try:
+        return CheckpointBody.unpack(row.body).run_id
+    except CheckpointCorruptedError:
+        return None
 
 
 def _checkpoint_rows(ns: str, checkpoint_ids: Sequence[str]) -> list[tuple[str, str, str]]:

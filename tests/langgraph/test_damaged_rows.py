@@ -235,3 +235,24 @@ def test_keep_latest_goes_on_past_a_damaged_row_no_later_step_needs(
     assert len(result["items"]) == 6
     rows = saver._run(saver.storage.scan_thread_rows("t", BLOB, *prefix_range("")))
     assert all(BlobBody.unpack(row.body) for row in rows)  # the damaged one went
+
+
+@pytest.mark.parametrize("saver_factory", kinds(), indirect=True)
+def test_delete_for_runs_goes_on_past_a_damaged_checkpoint_keeping_it(
+    saver_factory: SaverFactory,
+) -> None:
+    """Whose run a damaged checkpoint is cannot be told: it stays, and fails nothing (one
+    anywhere in the store made every delete_for_runs raise)."""
+    saver = saver_factory()
+    config = thread_config("t")
+    for run_id in ("r1", "r2"):  # two checkpoints of one value
+        cp = empty_checkpoint() | {"channel_values": {"items": ["a"]}}
+        cp["channel_versions"] = {"items": "1"}
+        config = saver.put(config, cp, {"run_id": run_id}, {"items": "1"})
+    damaged = config["configurable"]["checkpoint_id"]  # r2's
+    _change(saver, CHECKPOINT, damaged, _flip)
+    values = _blob_keys(saver, "t")
+    saver.delete_for_runs(["r1", "r2"])
+    rows = saver._run(saver.storage.scan_thread_rows("t", CHECKPOINT, *prefix_range("")))
+    assert [row.key.split("\x1f")[-1] for row in rows] == [damaged]
+    assert _blob_keys(saver, "t") == values  # which it needs cannot be told either
