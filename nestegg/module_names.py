@@ -11,11 +11,13 @@ of ``sys.path`` (``python examples/demo.py`` -> ``examples.demo``).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 MAIN = "__main__"
 STARTED = (MAIN, "__mp_main__")
@@ -106,3 +108,25 @@ def loaded_module_of(qualified: str) -> str | None:
         if name in sys.modules or started_module(name) is not None:
             return name
     return None
+
+
+def named_object(module: str, qualname: str, *, importing: bool = False) -> Any:
+    """What ``qualname`` names in the module recorded as ``module`` (a name
+    :func:`stable_module_name` gave: the started module is found by it too), or None.
+
+    Only a module loaded in this process is looked in, unless ``importing`` allows it to
+    be imported: a name read from stored data imports nothing by itself.
+
+    Example:
+        >>> named_object("nestegg.errors", "JournaledCallError")
+        <class 'nestegg.errors.JournaledCallError'>
+    """
+    try:
+        target: Any = started_module(module) or (
+            importlib.import_module(module) if importing else sys.modules[module]
+        )
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError, KeyError):
+        return None
+    return target

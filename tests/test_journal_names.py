@@ -22,7 +22,7 @@ from nestegg import Clutch
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import ConfigurationError
 from nestegg.journal import function_name
-from nestegg.module_names import importable_name, main_module_name
+from nestegg.module_names import importable_name, main_module_name, named_object
 from tests.checkpoint import conftest as checkpointed
 from tests.checkpoint.conftest import Flaky, config
 from tests.test_journal import journal_of
@@ -44,6 +44,21 @@ def test_a_file_is_named_as_imported_from_the_highest_root_holding_it(tmp_path: 
     assert importable_name(demo, ["/nowhere"]) is None
     assert importable_name(tmp_path / "my-scripts" / "run.py", [str(tmp_path)]) is None
     assert importable_name(tmp_path / "tool.pyw", [str(tmp_path)]) is None
+
+
+def test_a_named_object_is_looked_up_in_loaded_modules_unless_importing_is_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "never_loaded.py").write_text("class Found(Exception): ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "never_loaded", raising=False)
+
+    assert named_object("never_loaded", "Found") is None
+    assert "never_loaded" not in sys.modules  # a stored name imports nothing by itself
+    assert named_object("nestegg.errors", "JournaledCallError.__init__") is not None
+    assert named_object("nestegg.errors", "NoSuchError") is None
+    found = named_object("never_loaded", "Found", importing=True)
+    assert isinstance(found, type) and found.__module__ == "never_loaded"
 
 
 def test_an_empty_root_is_the_current_directory(

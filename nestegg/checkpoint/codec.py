@@ -21,7 +21,6 @@ import contextvars
 import dataclasses
 import datetime as dt
 import functools
-import importlib
 import math
 import sys
 import uuid
@@ -42,7 +41,7 @@ from nestegg.errors import (
     CheckpointSerializationError,
     RecordTooLargeError,
 )
-from nestegg.module_names import stable_module_name, started_module
+from nestegg.module_names import named_object, stable_module_name
 
 TAG = "$ne"
 _INT_LIMIT = 2**63
@@ -212,14 +211,7 @@ def _restore_enum(spec: list[Any]) -> Any:
         return KeptEnum(str(where), orjson.dumps(raw).decode())
     value = from_jsonable(raw)
     module, _, qualname = str(where).partition(":")
-    try:
-        target: Any = started_module(module) or (
-            importlib.import_module(module) if _imports_allowed.get() else sys.modules[module]
-        )
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError, KeyError):
-        target = None
+    target = named_object(module, qualname, importing=_imports_allowed.get())
     if isinstance(target, type) and issubclass(target, Enum):
         return target(value)
     if _in_given_key.get():
