@@ -1274,7 +1274,11 @@ async def test_a_failed_call_is_journaled_and_replayed_as_journaled_call_error(
     with pytest.raises(ValueError, match="quota exceeded"):
         await clutch.run([], run_id="job")
     [entry] = await journal_of(checkpoint_store, "job", 1)
-    assert entry["error"] == {"type": "ValueError", "message": "quota exceeded"}
+    assert entry["error"] == {
+        "type": "ValueError",
+        "module": "builtins",
+        "message": "quota exceeded",
+    }
     assert "result" not in entry
 
     message = f"{COMPLETE} failed: ValueError: quota exceeded"

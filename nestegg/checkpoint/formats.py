@@ -10,9 +10,12 @@ byte; tests/checkpoint/test_formats.py pins them):
   ``"data"`` last when the checkpoint holds the current data itself (a fork's replaced
   data that no step record holds).
 - **journal entry**: ``{"function","args","started","duration","result"}`` or
-  ``{"function","args","started","duration","error":{"type","message"}}``: when the call
-  began (epoch seconds) and how long it took (seconds, retries included). Entries written
-  before those two were recorded lack them; :func:`parse_journal` reads them as None.
+  ``{"function","args","started","duration","error":{"type","module","message"}}``: when
+  the call began (epoch seconds) and how long it took (seconds, retries included); a
+  failure's exception class by its qualified name and its module (named as
+  :func:`~nestegg.module_names.stable_module_name` names it), and its message. Entries
+  written before the times were recorded lack them; :func:`parse_journal` reads them as
+  None. Failures written before the module was recorded lack it.
 - **event**: the event's payload, a JSON object. A step's facts are stored once, in its
   step record: ``step_completed`` carries only ``{"seq"}`` and readers take the step's
   ``agent``, ``outcome`` and ``duration`` from its record (:func:`completed_event`; events
@@ -37,6 +40,7 @@ from nestegg.checkpoint.codec import seal, unseal_json, unseal_value
 from nestegg.checkpoint.records import Commit, EventRecord, RunRecord
 from nestegg.constants import FAILED, RUN_FAILED, RUN_STARTED, TRACE_KEY
 from nestegg.errors import CheckpointCorruptedError
+from nestegg.module_names import stable_module_name
 
 # ------------------------------------------------------------------ checkpoints
 
@@ -114,8 +118,11 @@ def journal_error_body(
     function: str, digest: str, error: BaseException, started: float, duration: float
 ) -> bytes:
     """The sealed journal entry of a call that began at ``started``, took ``duration``
-    seconds and failed for good (its error's type and message)."""
-    failure = {"type": type(error).__qualname__, "message": str(error)}
+    seconds and failed for good (its error's class, by qualified name and module, and its
+    message)."""
+    kind = type(error)
+    module = stable_module_name(kind.__module__)
+    failure = {"type": kind.__qualname__, "module": module, "message": str(error)}
     entry = {"function": function, "args": digest, "started": started, "duration": duration}
     return seal(orjson.dumps({**entry, "error": failure}))
 

@@ -142,6 +142,10 @@ def test_a_checkpoint_body_is_byte_for_byte_as_stored() -> None:
     )
 
 
+class Refused(Exception):
+    """An exception class of a module (not a builtin)."""
+
+
 def test_journal_entries_are_byte_for_byte_as_stored() -> None:
     value = encode_value({"n": 1}, "result")
     result = journal_result_body("mod.fn", "abc123", value, 1700000000.25, 0.125)
@@ -152,7 +156,11 @@ def test_journal_entries_are_byte_for_byte_as_stored() -> None:
     error = journal_error_body("mod.fn", "abc123", ValueError("bad"), 1700000000.5, 2.0)
     assert unseal(error, "entry") == (
         b'{"function":"mod.fn","args":"abc123","started":1700000000.5,"duration":2.0,'
-        b'"error":{"type":"ValueError","message":"bad"}}'
+        b'"error":{"type":"ValueError","module":"builtins","message":"bad"}}'
+    )
+    local = journal_error_body("mod.fn", "abc123", Refused("no"), 1700000000.5, 2.0)
+    assert unseal(local, "entry").endswith(
+        b'"error":{"type":"Refused","module":"tests.checkpoint.test_formats","message":"no"}}'
     )
     parsed = parse_journal(result, "entry")
     assert (parsed["result"], parsed["started"], parsed["duration"]) == (
