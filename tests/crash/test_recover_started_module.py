@@ -107,6 +107,14 @@ def _kill_when(process: subprocess.Popen[bytes], log: Path, line: str) -> None:
     assert process.returncode == -signal.SIGKILL
 
 
+def _killed_at(cwd: Path, env: dict[str, str], args: list[str], log: Path, line: str) -> None:
+    """Start ``python *args`` in ``cwd`` and SIGKILL it as soon as ``log`` holds ``line``."""
+    child = subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _kill_when(child, log, line)
+
+
 def _recovered(cwd: Path, env: dict[str, str], app: str, run_id: str) -> dict[str, object]:
     """Recover through the command; the run's row as ``nestegg runs --json`` gives it."""
     recovered = _nestegg(cwd, env, "recover", "--app", app)
@@ -128,14 +136,7 @@ def test_a_killed_run_started_as_a_module_or_a_file_is_recovered_by_the_command(
     (tmp_path / "flows" / "mod.py").write_text(FLOW)
     log = tmp_path / "paid.log"
     env = _env(tmp_path, **{LOG_ENV: str(log)})
-    child = subprocess.Popen(
-        [sys.executable, *start, "flow-1"],
-        cwd=tmp_path,
-        env={**env, HANG_ENV: "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when(child, log, "hang")
+    _killed_at(tmp_path, {**env, HANG_ENV: "1"}, [*start, "flow-1"], log, "hang")
     assert _lines(log) == ["expensive 1", "lookup 1", "expensive e-1", "hang"]
 
     row = _recovered(tmp_path, env, "flows.mod:clutch", "flow-1")
@@ -181,14 +182,7 @@ def test_a_run_resumed_with_its_module_named_otherwise_fails_and_says_how_to_go_
     log = tmp_path / "paid.log"
     env = _env(tmp_path, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     env[LOG_ENV] = str(log)
-    child = subprocess.Popen(
-        [sys.executable, "pipe.py", "k1"],
-        cwd=scratch,
-        env={**env, HANG_ENV: "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when(child, log, "hang")
+    _killed_at(scratch, {**env, HANG_ENV: "1"}, ["pipe.py", "k1"], log, "hang")
     paid = ["expensive 1", "lookup 1", "expensive e-1", "hang"]
     assert _lines(log) == paid
 

@@ -19,7 +19,7 @@ from tests.crash.test_recover_started_module import (
     ROOT,
     TIMEOUT,
     _env,
-    _kill_when,
+    _killed_at,
     _nestegg,
 )
 
@@ -113,14 +113,7 @@ def test_a_killed_run_whose_model_changed_is_refused_by_resume_and_left_interrup
     log = tmp_path / "ran.log"
     env = _env(tmp_path, **{LOG_ENV: str(log)})
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
-    child = subprocess.Popen(
-        [sys.executable, "docs.py", "m1"],
-        cwd=tmp_path,
-        env={**env, "FLOW_HANG": hang},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _kill_when(child, log, hang)  # a real kill, in the step
+    _killed_at(tmp_path, {**env, "FLOW_HANG": hang}, ["docs.py", "m1"], log, hang)  # in the step
     before = _stored(tmp_path, env, "m1")
     assert (before[2]["status"], before[2]["interrupted"]) == ("running", True)
     flow.write_text(FLOW.replace(ORIGINAL, CHANGED))  # a required field more
