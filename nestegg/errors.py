@@ -518,10 +518,22 @@ class ModuleNameMismatchError(NonDeterminismError):
 
 
 class JournaledCallError(JournalError):
-    """A journaled call failed for good; replaying it raises this with the original error."""
+    """A journaled call failed for good; replaying it raises this with the original error.
+
+    The replay is also an instance of the original exception class when this process has
+    it loaded (see :mod:`nestegg.journal_failures`), so the ``except`` clauses that caught
+    the call's failure catch its replay.
+
+    Attributes:
+        function: the journaled function's name.
+        error_type: the original exception's type name (``ValueError``).
+        error_message: the original exception's message.
+    """
 
     def __init__(self, function: str, error_type: str, message: str) -> None:
-        super().__init__(f"{function} failed: {error_type}: {message}")
+        # Not super().__init__: a replay's class has the original class among its bases,
+        # whose __init__ takes arguments of its own.
+        Exception.__init__(self, f"{function} failed: {error_type}: {message}")
         self.function = function
         self.error_type = error_type
         self.error_message = message

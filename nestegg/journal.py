@@ -374,7 +374,9 @@ async def call(
             or ``retry`` is not one of the allowed values; nothing is called or journaled.
         NonDeterminismError: the journal recorded another call at this position, or a
             result that cannot be rebuilt as ``fn``'s return annotation.
-        JournaledCallError: replaying a call that failed for good.
+        JournaledCallError: replaying a call that failed for good; an instance of the
+            failure's exception class too, so that the ``except`` clauses that caught
+            the failure catch it (see :mod:`nestegg.journal_failures`).
 
     Example:
         >>> answer = await nestegg.call(llm.complete, prompt)

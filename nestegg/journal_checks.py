@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nestegg.errors import JournaledCallError, ModuleNameMismatchError, NonDeterminismError
+from nestegg.errors import ModuleNameMismatchError, NonDeterminismError
+from nestegg.journal_failures import replayed_failure
 from nestegg.module_names import loaded_module_of
 
 
@@ -25,7 +26,8 @@ def replay_entry(
     Raises:
         ModuleNameMismatchError: the same function, its module named otherwise.
         NonDeterminismError: another call, or other arguments.
-        JournaledCallError: the recorded call failed for good.
+        JournaledCallError: the recorded call failed for good (an instance of its
+            exception class too, when it can be: see :mod:`nestegg.journal_failures`).
     """
     journaled = str(recorded.get("function"))
     if journaled != function or recorded.get("args") != digest:
@@ -40,7 +42,7 @@ def replay_entry(
         raise NonDeterminismError(said + _likely_cause(journaled != function))
     error = recorded.get("error")
     if error is not None:
-        raise JournaledCallError(function, str(error.get("type")), str(error.get("message")))
+        raise replayed_failure(function, error)
     return recorded.get("result")
 
 

@@ -1296,30 +1296,55 @@ async def test_a_failed_call_is_journaled_and_replayed_as_journaled_call_error(
     assert info.error["type"] == "JournaledCallError"
 
 
-async def test_an_agent_can_catch_the_replayed_failure(checkpoint_store: CheckpointStorage) -> None:
+class QuotaExceeded(LookupError):
+    """An API client's error class, with an ``__init__`` of its own."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"over {limit} calls")
+
+
+@pytest.mark.parametrize(
+    ("error", "caught_as"),
+    [
+        (ValueError("not found"), ValueError),
+        (TimeoutError("slow API"), OSError),
+        (KeyError("k"), LookupError),
+        (QuotaExceeded(10), QuotaExceeded),
+        (TimeoutError("slow API"), (TimeoutError, JournaledCallError)),
+    ],
+    ids=["ValueError", "TimeoutError", "KeyError", "class-of-a-module", "either"],
+)
+async def test_a_replayed_failure_is_caught_by_the_except_clause_that_caught_the_call(
+    checkpoint_store: CheckpointStorage,
+    error: Exception,
+    caught_as: type[Exception] | tuple[type[Exception], ...],
+) -> None:
     llm = FakeLLM()
-    llm.failures["q"] = [TimeoutError("slow API")]
+    llm.failures["q"] = [error]
     fail = [True]
-    caught: list[str] = []
+    caught: list[tuple[str, str, bool]] = []
     clutch = Clutch("fallback", checkpoint=config(checkpoint_store))
 
     @clutch.agent()
     async def asker(data: list[str]) -> list[str]:
         try:
             reply: str = await nestegg.call(llm.complete, "q")
-        except (TimeoutError, JournaledCallError) as error:
-            caught.append(type(error).__name__)
+        except caught_as as failure:
+            replayed = isinstance(failure, JournaledCallError)
+            caught.append((type(failure).__name__, str(failure), replayed))
             reply = "fallback"
         if fail[0]:
-            raise Flaky("asker failed")
+            raise Flaky("asker failed after its call")
         return [*data, reply]
 
     with pytest.raises(Flaky):
         await clutch.run([], run_id="job")
     fail[0] = False
     assert await clutch.resume_latest("job") == ["fallback"]
-    assert caught == ["TimeoutError", "JournaledCallError"]
-    assert llm.prompts == ["q"]
+    assert llm.prompts == ["q"]  # replayed, not called again
+    kind = type(error).__qualname__
+    replayed = ("JournaledCallError", f"{COMPLETE} failed: {kind}: {error}", True)
+    assert caught == [(kind, str(error), False), replayed]
 
 
 async def test_rerun_calls_again_after_a_recorded_failure(

@@ -15,7 +15,8 @@ byte; tests/checkpoint/test_formats.py pins them):
   failure's exception class by its qualified name and its module (named as
   :func:`~nestegg.module_names.stable_module_name` names it), and its message. Entries
   written before the times were recorded lack them; :func:`parse_journal` reads them as
-  None. Failures written before the module was recorded lack it.
+  None. Failures written before the module was recorded lack it (their replay cannot
+  find their class: see :mod:`nestegg.journal_failures`).
 - **event**: the event's payload, a JSON object. A step's facts are stored once, in its
   step record: ``step_completed`` carries only ``{"seq"}`` and readers take the step's
   ``agent``, ``outcome`` and ``duration`` from its record (:func:`completed_event`; events
