@@ -34,6 +34,7 @@ from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
 from nestegg.cli.json_input import parse_json, read_json_text
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
+from nestegg.cli.replayed import replayed_failure_error
 from nestegg.cli.wait_words import unreadable_text, wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
@@ -46,6 +47,7 @@ from nestegg.constants import (
 )
 from nestegg.errors import (
     ConfigurationError,
+    JournaledCallError,
     ModuleNameMismatchError,
     NestEggError,
     RunExistsError,
@@ -264,6 +266,9 @@ def resume_command(
 
     A waiting run whose wait is not over (its signal not stored, its deadline or timer
     not passed) is not run: the command says what it waits for and exits 5.
+
+    A journaled call that failed for good is not called again: its failure is replayed.
+    A run that fails again so exits 1 naming the fork that calls it again.
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
@@ -290,6 +295,8 @@ def resume_command(
                     f"nestegg resume {shlex.quote(run_id)} {again}",
                     EXIT_FAILED,
                 ) from error
+            except JournaledCallError as error:
+                raise await replayed_failure_error(clutch, run_id, error, options) from error
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)

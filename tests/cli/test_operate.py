@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage, forks, g
 from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.stores import open_store
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
-from tests.cli import pipeline_app
+from tests.cli import failed_call_app, pipeline_app
 from tests.cli.conftest import (
     Cli,
     Filled,
@@ -36,6 +37,7 @@ from tests.cli.pipeline_app import (
 
 APP = "tests.cli.pipeline_app:pipeline"
 GATED = "tests.cli.pipeline_app:gated"
+FAILED_CALL_APP = "tests.cli.failed_call_app:pipeline"
 
 
 def test_resume_a_failed_run(cli: Cli, filled_any: Filled) -> None:
@@ -89,6 +91,56 @@ def test_resume_that_fails_again_exits_1(cli: Cli, filled: Filled) -> None:
     assert result.exit_code == EXIT_FAILED
     assert result.stderr == f"error: run {filled.bad!r} failed: RuntimeError: enrich broke\n"
     assert "Traceback" not in result.output
+
+
+async def _failed_for_good(url: str, run_id: str) -> None:
+    """A run of ``priced`` whose journaled call failed for good (both attempts)."""
+    store = open_store(url)
+    try:
+        with pytest.raises(ConnectionError, match="attempt 2"):
+            await failed_call_app.build(CheckpointConfig(storage=store)).run(
+                {"item": "lamp"}, run_id=run_id
+            )
+    finally:
+        await store.close()
+
+
+def test_resume_of_a_run_a_call_failed_for_good_says_it_replayed_and_how_to_call_again(
+    cli: Cli, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(failed_call_app, "CALLS", [])
+    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "1")
+    asyncio.run(_failed_for_good(local_url, "priced-1"))
+    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "0")  # the API works again
+    checkpoints = json_of(cli("checkpoints", "priced-1", "--store", local_url, "--json"))
+    newest = checkpoints[-1]["checkpoint_id"]
+    options = f"--app {FAILED_CALL_APP} --store {shlex.quote(local_url)}"
+
+    for _ in range(2):  # every resume replays it
+        result = cli("resume", "priced-1", "--app", FAILED_CALL_APP, "--store", local_url)
+
+        assert result.exit_code == EXIT_FAILED, result.output
+        assert result.stderr == (
+            "error: run 'priced-1' failed: tests.cli.failed_call_app.price failed: "
+            "ConnectionError: no price for lamp (attempt 2), replayed from the run's journal: "
+            "the call failed for good when it was made, and a resume replays its failure "
+            "rather than calling it again; to call it again, fork the run from the checkpoint "
+            f"before it: nestegg fork {newest} {options} (the steps after that checkpoint run "
+            "again, their journaled calls too), or give the call replay='rerun'\n"
+        )
+        assert failed_call_app.CALLS == ["lamp", "lamp"]  # not called again
+    as_json = cli("resume", "priced-1", "--app", FAILED_CALL_APP, "--store", local_url, "--json")
+    replayed = orjson.loads(as_json.stdout)
+    assert (replayed["replayed"], replayed["fork_from"]) == (
+        "tests.cli.failed_call_app.price",
+        newest,
+    )
+
+    forked = cli("fork", newest, "--run-id", "priced-2", *options.split())
+
+    assert forked.exit_code == 0, forked.output
+    assert forked.stdout.startswith("run priced-2 completed: 2 steps"), forked.stdout
+    assert failed_call_app.CALLS == ["lamp", "lamp", "lamp"]  # the call made again
 
 
 def test_resume_of_a_run_its_on_request_hook_refused_awaits_the_hook_again(
