@@ -66,8 +66,11 @@ class Recorder(Protocol):
     def step_started(self, seq: int, agent: str, started: float) -> None:
         """Note that a step started (its start may be written while it runs)."""
 
-    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
-        """Record that a step raised; the run is marked failed."""
+    async def step_failed(
+        self, seq: int, agent: str | None, error: BaseException, started: float
+    ) -> None:
+        """Record that a step raised (its agent, or the selector picking it: ``agent``
+        None); the run is marked failed."""
 
     async def finish(self, result: Any, data_seq: int) -> None:
         """Record the run's result."""
@@ -117,7 +120,9 @@ class NullRecorder:
     def step_started(self, seq: int, agent: str, started: float) -> None:
         return None
 
-    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
+    async def step_failed(
+        self, seq: int, agent: str | None, error: BaseException, started: float
+    ) -> None:
         return None
 
     async def finish(self, result: Any, data_seq: int) -> None:
@@ -334,12 +339,22 @@ class RunExecution:
         if name is not None:
             self.pending_agent = None
         else:
-            self._calls_go_to(self.seq + 1, -1, -1)
-            try:
-                name = await self.cursor.next_agent()
-            finally:
-                self._calls_go_to(None)
+            name = await self._choose()
         return self.agents.get(name) if name is not None else None
+
+    async def _choose(self) -> str | None:
+        """The agent the cursor names next; a selector that raises fails the step whose
+        agent it was picking, as the agent's own error would."""
+        seq = self.seq + 1
+        started = self.recorder.clock()
+        self._calls_go_to(seq, -1, -1)
+        try:
+            return await self.cursor.next_agent()
+        except Exception as error:
+            await self._step_failed(seq, None, error, started)
+            raise
+        finally:
+            self._calls_go_to(None)
 
     async def _call(self, agent: AgentNode, data: Any) -> Any:
         self._calls_go_to(self.seq + 1)
@@ -370,12 +385,12 @@ class RunExecution:
             output, outcome, target = to_plain(signal.data), OUTCOME_HANDOVER, signal.agent
             produced = signal.data is not None
         except Exception as error:
-            await self._step_failed(seq, agent, error, started)
+            await self._step_failed(seq, agent.name, error, started)
             raise
         try:
             stored = self.recorder.encode_output(output) if produced else None
         except Exception as error:
-            await self._step_failed(seq, agent, error, started)
+            await self._step_failed(seq, agent.name, error, started)
             raise
         if outcome == OUTCOME_COMPLETED:
             stop = not self.cursor.completed(agent.name)
@@ -395,22 +410,23 @@ class RunExecution:
                 self._result(seq, agent, outcome, stored, timing, target)
             )
         except Exception as error:
-            await self._step_failed(seq, agent, error, started)
+            await self._step_failed(seq, agent.name, error, started)
             raise
         if self.listeners.queues:
             self.listeners.publish(StepEvent(agent.name, ctx.data))
         return stop
 
     async def _step_failed(
-        self, seq: int, agent: AgentNode, error: Exception, started: float
+        self, seq: int, agent: str | None, error: Exception, started: float
     ) -> None:
-        """Record that step ``seq`` failed with ``error``, unless the store was unavailable
+        """Record that step ``seq`` (of ``agent``; None: the selector picking its agent)
+        failed with ``error``, unless the store was unavailable
         or refused its settings (a commit, a journaled call's, a read): the run then stays
         as last committed, resumable (a worker gives its step back), instead of failing
         for a store that may answer the next try; a commit it could not confirm may even
         have been stored. A store's other errors (a record it refuses) fail the step."""
         if not isinstance(error, (StorageUnavailableError, StoreRefusedError)):
-            await self.recorder.step_failed(seq, agent.name, error, started)
+            await self.recorder.step_failed(seq, agent, error, started)
 
     def _result(
         self,

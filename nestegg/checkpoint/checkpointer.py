@@ -16,6 +16,7 @@ from typing import Any
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.formats import (
     NO_METADATA,
+    SELECTOR_HOOK,
     Snapshot,
     checkpoint_body,
     checkpoint_pruned_body,
@@ -277,13 +278,18 @@ class Checkpointer(RunWriter):
                 request.set_result(checkpoint_id)
         await self._expire()
 
-    async def step_failed(self, seq: int, agent: str, error: BaseException, started: float) -> None:
-        """Record the failure and a checkpoint of the last good state; status failed."""
+    async def step_failed(
+        self, seq: int, agent: str | None, error: BaseException, started: float
+    ) -> None:
+        """Record the failure of step ``seq`` (of ``agent``; None: of the selector picking
+        its agent, ``"hook": "selector"``) and a checkpoint of the last good state; status
+        failed."""
         if isinstance(error, StaleOwnerError):  # the run is another's now: nothing to record
             await self._stop()
             return
         now = self.clock()
-        detail = failure_detail(error, agent, seq, started, now)
+        hook = SELECTOR_HOOK if agent is None else None
+        detail = failure_detail(error, agent, seq, started, now, hook=hook)
         self._take_start(self.pending)
         self.event(STEP_FAILED, now, detail)
         await self._stop_with(FAILED, RUN_FAILED, failure_body(detail, error))

@@ -24,7 +24,9 @@ byte; tests/checkpoint/test_formats.py pins them):
   (``{"seq","agent"}``) and ``step_failed`` (:func:`failure_detail`) carry what no step
   record holds: the step in flight, or the attempt that failed, has none.
 - **signal**: the signal's value, JSON (stored like step data).
-- **failure** (a failed run's error): ``{"type","message","agent"}``, then for a failed step
+- **failure** (a failed run's error): ``{"type","message","agent"}``, ``"hook"`` when no
+  agent raised it (``"on_request"``; ``"selector"`` with ``"agent": null``: the selector
+  raised while it picked the step's agent), then for a failed step
   ``"seq","started","duration"`` and ``"traceback"`` (the step's ``step_failed`` event
   carries the same fields but the traceback).
 """
@@ -263,6 +265,8 @@ def completed_event(payload: dict[str, Any], step: dict[str, Any] | None) -> dic
 
 TRACEBACK_CHARS = 8000
 """The end of a failed step's traceback kept in the run's error."""
+SELECTOR_HOOK = "selector"
+"""The ``"hook"`` of a step's failure that the selector raised while it picked the agent."""
 
 
 def failure_detail(
