@@ -6,11 +6,12 @@ run in, and the check that they fit together (``validate``). The base of
 from __future__ import annotations
 
 import inspect
+import reprlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from nestegg.agents import AgentNode, input_type_of, to_typed
-from nestegg.errors import ConfigurationError
+from nestegg.errors import ConfigurationError, InvalidIdentifierError
 from nestegg.journal import function_name
 from nestegg.journal_results import underlying
 from nestegg.strategies import Strategy
@@ -104,7 +105,9 @@ class PipelineDefinition:
         """Register the async function that picks the next agent (SELECTOR strategy).
 
         The selector gets the current data and returns the next agent's name (None
-        stops the run). Journaled calls it makes (``await nestegg.call(...)``, durable
+        stops the run; a name no agent has stops it too). A selector that raises, or
+        returns what is neither a str nor None (InvalidIdentifierError), fails the run as
+        an agent that raises does. Journaled calls it makes (``await nestegg.call(...)``, durable
         functions) are journaled in the step whose agent it is picking, at positions
         -1, -2, ... that the agent's own calls (0, 1, ...) never take: when that step
         runs again, the selector gets its recorded answers back and picks the same agent.
@@ -142,6 +145,23 @@ class PipelineDefinition:
             return f
 
         return register(fn) if fn is not None else register
+
+    async def _select(self, data: Any) -> str | None:
+        """The selector's pick for ``data``: the next agent's name, None to stop.
+
+        Raises:
+            InvalidIdentifierError: the selector returned what is neither a str nor None
+                (naming it, and what it returned).
+        """
+        assert self._selector is not None
+        picked = await self._selector(to_typed(data, self._selector_input_type))
+        if picked is None or isinstance(picked, str):
+            return picked
+        raise InvalidIdentifierError(
+            f"selector {function_name(self._selector)} returned {reprlib.repr(picked)} "
+            f"(a {type(picked).__name__}), not the name of an agent: a selector returns the "
+            "name of the agent to run next (a str), or None to stop"
+        )
 
     def _get_order(self) -> list[str]:
         return self._explicit_order if self._explicit_order else self._agent_order

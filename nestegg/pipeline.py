@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Self
 
 from nestegg import telemetry_attempts
-from nestegg.agents import AgentNode, to_plain, to_typed
+from nestegg.agents import AgentNode, to_plain
 from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.context import ClutchContext, ClutchState
 from nestegg.definition import PipelineDefinition, Selector
@@ -169,8 +169,7 @@ class PipelineBase(PipelineDefinition):
         """The strategy's cursor for the run of ``ctx`` (at its start; ``restore`` moves it)."""
 
         async def choose() -> str | None:
-            assert self._selector is not None
-            return await self._selector(to_typed(ctx.data, self._selector_input_type))
+            return await self._select(ctx.data)
 
         order = self._get_order()
         return make_cursor(self.strategy, order, self._agents, choose if self._selector else None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, NoReturn
+
+from nestegg.errors import InvalidIdentifierError
 
 
 class Terminate(Exception):
@@ -34,12 +37,21 @@ class Handover(Exception):
 
     A hand-over to an agent the Clutch does not know stops the pipeline.
 
+    Raises:
+        InvalidIdentifierError: ``agent`` is not a str (the agent's error then fails its
+            step).
+
     Example:
         >>> async def triage(data):
         ...     raise Handover("billing", data)
     """
 
     def __init__(self, agent: str, data: Any = None) -> None:
+        if not isinstance(agent, str):
+            raise InvalidIdentifierError(
+                f"Handover({reprlib.repr(agent)}) names no agent: hand over to an agent by "
+                "its name (a str)"
+            )
         self.agent = agent
         self.data = data
         super().__init__()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nestegg import Handover, Terminate, handover
-from nestegg.errors import NestEggError
+from nestegg.errors import InvalidIdentifierError, NestEggError
 
 
 class TestTerminate:
@@ -38,6 +38,13 @@ class TestHandover:
     def test_is_an_exception_but_not_an_error_of_the_tree(self) -> None:
         assert issubclass(Handover, Exception)
         assert not issubclass(Handover, NestEggError)
+
+    @pytest.mark.parametrize("agent", [["billing"], None, 3])
+    def test_an_agent_that_is_no_str_is_refused_by_name(self, agent: object) -> None:
+        with pytest.raises(InvalidIdentifierError, match=r"^Handover\(.+\) names no agent"):
+            Handover(agent)  # type: ignore[arg-type]
+        with pytest.raises(InvalidIdentifierError, match="by its name \\(a str\\)"):
+            handover(agent)  # type: ignore[arg-type]
 
     def test_handover_function_raises_the_signal(self) -> None:
         with pytest.raises(Handover) as info:

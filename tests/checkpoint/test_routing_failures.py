@@ -1,6 +1,8 @@
-"""A SELECTOR run whose selector raises fails as when an agent raises: stored failed with
-the error, its step_failed and run_failed events written, the caller given the error, and
-neither recover() nor a later run of its id taking it as interrupted."""
+"""The code of yours that picks the next agent fails a run as an agent that raises does: a
+selector that raises, or names the next agent by what is no str (as does a hand-over), leaves
+the run stored failed with the error, its step_failed and run_failed events written, the
+caller given the error, and neither recover() nor a later run of its id taking it as
+interrupted."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from nestegg import Clutch, Strategy
+from nestegg import Clutch, Handover, Strategy
 from nestegg.checkpoint.formats import parse_event, parse_failure
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import FAILED, RUN_FAILED, RUN_STARTED, STEP_FAILED
-from nestegg.errors import RunExistsError, RunFailedError
+from nestegg.errors import InvalidIdentifierError, RunExistsError, RunFailedError
 
 from .conftest import Flaky, config
 
@@ -100,3 +102,50 @@ async def test_a_selector_that_raises_before_the_first_step_fails_the_run(
     picking.breaks_at = None  # on_request passed: its resume does not await it again
     assert await picking.clutch.resume_latest("first") == {"n": 3}
     assert picking.requests == 1
+
+
+async def test_a_selector_that_names_no_agent_by_a_str_fails_the_run_by_name(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch = Clutch("listing", strategy=Strategy.SELECTOR, checkpoint=config(checkpoint_store))
+
+    @clutch.selector
+    async def pick(data: dict[str, int]) -> Any:
+        return ["count"] if data["n"] == 1 else "count"
+
+    clutch.agent()(count)
+    with pytest.raises(InvalidIdentifierError) as refused:
+        await clutch.run({"n": 0}, run_id="listed")
+    assert str(refused.value) == (
+        f"selector {__name__}.{pick.__qualname__} returned ['count'] (a list), not the name "
+        "of an agent: a selector returns the name of the agent to run next (a str), or "
+        "None to stop"
+    )
+    failure = await stored_failure(checkpoint_store, "listed")
+    assert (
+        failure.items() >= {"type": "InvalidIdentifierError", "hook": "selector", "seq": 2}.items()
+    )
+    assert await clutch.recover() == {}
+
+
+async def test_a_handover_to_what_is_no_str_fails_the_step_by_name(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    clutch = Clutch("handing", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def first(data: dict[str, int]) -> dict[str, int]:
+        raise Handover(["second"], data)
+
+    @clutch.agent()
+    async def second(data: dict[str, int]) -> dict[str, int]:
+        return data
+
+    with pytest.raises(InvalidIdentifierError) as refused:
+        await clutch.run({"n": 0}, run_id="handed")
+    assert str(refused.value) == (
+        "Handover(['second']) names no agent: hand over to an agent by its name (a str)"
+    )
+    failure = await stored_failure(checkpoint_store, "handed")
+    assert failure.items() >= {"type": "InvalidIdentifierError", "agent": "first"}.items()
+    assert await clutch.recover() == {}
