@@ -25,7 +25,7 @@ from nestegg.constants import (
     HOME_ENV,
     STORE_ENV,
 )
-from tests.cli import escape_app
+from tests.cli import escape_app, selector_app
 from tests.cli.conftest import fill
 from tests.cli.pipeline_app import FAIL_ENV, KILL_ENV
 
@@ -105,6 +105,46 @@ def test_a_killed_run_is_listed_and_recovered(tmp_path: Path, kind: str) -> None
         for line in nestegg(tmp_path, "events", "killed", "--json", "-s", url).stdout.splitlines()
     ]
     assert "run_resumed" in kinds and kinds[-1] == "run_completed"
+
+
+SELECTOR_CHILD = """
+import asyncio, sys
+from tests.cli.selector_app import pipeline
+
+asyncio.run(pipeline.run({"n": 0}, run_id=sys.argv[1], timeout=30))
+"""
+SELECTOR_APP = "tests.cli.selector_app:pipeline"
+
+
+def test_a_run_whose_selector_raises_is_stored_failed_and_not_recovered_again(
+    tmp_path: Path,
+) -> None:
+    failing, killing = {selector_app.FAIL_ENV: "1"}, {selector_app.KILL_ENV: "1"}
+    ended = {}
+    for run_id, env in (("raised", failing), ("killed", killing)):  # in the default store
+        child = subprocess.run(
+            [sys.executable, "-c", SELECTOR_CHILD, run_id],
+            cwd=ROOT, env=_env(tmp_path, **env), capture_output=True, text=True,
+            timeout=TIMEOUT,
+        )  # fmt: skip
+        ended[run_id] = child.returncode
+    assert ended == {"raised": 1, "killed": -signal.SIGKILL}
+
+    # "raised" failed in its process; "killed" is interrupted, and its selector raises when
+    # recover resumes it: stored failed, it is not left to the next recover
+    recovered = nestegg(tmp_path, "recover", "--app", SELECTOR_APP, **failing)
+    assert recovered.returncode == EXIT_FAILED, recovered.stderr
+    assert "killed" in recovered.stdout and "raised" not in recovered.stdout
+    again = nestegg(tmp_path, "recover", "--app", SELECTOR_APP, **failing)
+    assert (again.returncode, again.stdout) == (
+        0, "no interrupted runs of pipeline 'cli-selector'\n"
+    )  # fmt: skip
+    for run_id in ("raised", "killed"):
+        shown = orjson.loads(nestegg(tmp_path, "show", run_id, "--json").stdout)
+        assert shown["run"]["status"] == "failed"
+        error = shown["run"]["error"]
+        assert (error["type"], error["message"]) == ("LookupError", "no route at n=1")
+        assert (error["agent"], error["hook"], error["seq"]) == (None, "selector", 2)
 
 
 def test_python_dash_m_nestegg_and_errors_from_a_process(tmp_path: Path) -> None:
