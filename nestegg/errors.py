@@ -121,17 +121,26 @@ class RunFailedError(RunError):
 
     Attributes:
         run_id: the run.
-        agent: the agent whose step failed (None when not known).
+        agent: the agent whose step failed (None when not known, or no agent raised).
         error_type: the original exception's type name (``ValueError``).
         error_message: the original exception's message.
+        hook: what raised instead of an agent (``"selector"``, ``"on_request"``), else None.
     """
 
-    def __init__(self, run_id: str, agent: str | None, error_type: str, error_message: str) -> None:
-        where = f" in agent {agent!r}" if agent else ""
+    def __init__(
+        self,
+        run_id: str,
+        agent: str | None,
+        error_type: str,
+        error_message: str,
+        hook: str | None = None,
+    ) -> None:
+        where = f" in agent {agent!r}" if agent else f" in {hook}" if hook else ""
         super().__init__(f"run {run_id!r} failed{where}: {error_type}: {error_message}", run_id)
         self.agent = agent
         self.error_type = error_type
         self.error_message = error_message
+        self.hook = hook
 
 
 class RunWaiting(RunError):

@@ -51,7 +51,7 @@ from nestegg.constants import (
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
 from nestegg.strategies import Undecided, upcoming_at
 
-ERROR_SUMMARY_KEYS = ("type", "message", "agent", "seq")
+ERROR_SUMMARY_KEYS = ("type", "message", "agent", "hook", "seq")
 
 
 async def get_run(store: CheckpointStorage, run_id: str) -> RunRecord:

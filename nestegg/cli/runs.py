@@ -232,7 +232,8 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
     failed = details["failed_step"]
     if failed:
         started, duration = when(failed["started"]), seconds(failed["duration"])
-        rows.append([str(failed["seq"]), str(failed["agent"]), started, duration, "failed", ""])
+        raised = failed["agent"] or failed["hook"]  # the agent, or the selector picking it
+        rows.append([str(failed["seq"]), str(raised), started, duration, "failed", ""])
     in_flight = details["step_in_flight"]
     if in_flight and "unreadable" not in in_flight:
         rows.append(_in_flight_row(in_flight, reading.shown_status(details["run"])))

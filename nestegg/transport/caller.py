@@ -68,12 +68,13 @@ def failure_of(run: RunRecord) -> RunFailedError:
     detail: dict[str, Any] = {}
     if run.error is not None:
         detail = unseal_json(run.error, f"error of run {run.run_id!r}") or {}
-    agent = detail.get("agent")
+    agent, hook = detail.get("agent"), detail.get("hook")
     return RunFailedError(
         run.run_id,
         str(agent) if agent else None,
         str(detail.get("type", "Exception")),
         str(detail.get("message", "")),
+        str(hook) if hook else None,
     )
 
 

@@ -79,8 +79,10 @@ async def test_a_selector_that_raises_fails_the_run_with_its_error(
     assert await picking.clutch.list_interrupted() == [] and await picking.clutch.recover() == {}
     with pytest.raises(RunExistsError, match="status 'failed'"):
         await picking.clutch.run({"n": 0}, run_id="broke")
-    with pytest.raises(RunFailedError, match="Flaky: no route at n=2"):
+    with pytest.raises(RunFailedError) as failed:
         await picking.clutch.result("broke", timeout=1)
+    assert (failed.value.agent, failed.value.hook) == (None, "selector")
+    assert str(failed.value) == "run 'broke' failed in selector: Flaky: no route at n=2"
 
     picking.breaks_at = None  # fixed: its resume asks the selector again at step 3
     assert await picking.clutch.resume_latest("broke") == {"n": 3}

@@ -36,6 +36,7 @@ from tests.cli.conftest import (
     tear,
 )
 from tests.cli.pipeline_app import POLICY, build
+from tests.cli.selector_app import fail_in_the_selector
 from tests.stores.test_sqlite_blocks import rewrite_block
 
 RUN_KEYS = {
@@ -220,7 +221,7 @@ def test_show_json(cli: Cli, filled_any: Filled) -> None:
     failed = json_of(cli("show", filled_any.bad, "--store", filled_any.url, "--json"))
     started, duration = failed["failed_step"].pop("started"), failed["failed_step"].pop("duration")
     assert failed["failed_step"] == {"type": "RuntimeError", "message": "enrich broke",
-                                     "agent": "enrich", "seq": 2}  # fmt: skip
+                                     "agent": "enrich", "hook": None, "seq": 2}  # fmt: skip
     assert started is not None and duration >= 0
     assert "traceback" in failed["run"]["error"]
 
@@ -496,6 +497,21 @@ def test_show_marks_the_steps_of_a_block_with_a_damaged_head(cli: Cli, tmp_path:
     shown = text.split("timeline\n", 1)[1].splitlines()[1:]
     assert [line.split()[0] for line in shown] == [str(n) for n in range(236, 266)]
     assert "damaged" in shown[0] and "damaged" not in shown[-1]
+
+
+def test_a_step_the_selector_failed_names_the_selector(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'picked.db'}"
+    asyncio.run(fail_in_the_selector(open_store(url), "picked"))
+    failed = {"type": "LookupError", "message": "no route at n=1", "agent": None,
+              "hook": "selector", "seq": 2}  # fmt: skip
+    details = json_of(cli("show", "picked", "--store", url, "--json"))
+    step = details["failed_step"]
+    assert step.pop("started") is not None and step.pop("duration") >= 0
+    assert step == failed
+    assert json_of(cli("runs", "--store", url, "--json"))[0]["error"] == failed
+    timeline = cli("show", "picked", "--store", url).stdout.split("timeline\n", 1)[1]
+    row = timeline.splitlines()[-1].split()
+    assert (row[:2], row[-1]) == (["2", "selector"], "failed")
 
 
 def _next_cells(cli: Cli, url: str, run_id: str) -> list[str]:

@@ -19,6 +19,7 @@ from nestegg.checkpoint.codec import seal
 from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Commit, JournalRecord
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.ui import UISettings
 from nestegg.ui.queries import RunsWatch
 from tests.cli.conftest import (
@@ -29,6 +30,7 @@ from tests.cli.conftest import (
     store_url_for,
 )
 from tests.cli.pipeline_app import POLICY, build, pipeline
+from tests.cli.selector_app import fail_in_the_selector
 from tests.ui.conftest import TOKEN, Ui, call_cells, client_for
 from tests.ui.pipelines import SIGNAL, start_waiting, waiting_pipeline
 
@@ -147,6 +149,15 @@ def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
     assert len(CHECKPOINT_LINK.findall(page.text)) == 3
     failed = ui.client.get(f"/runs/{ui.filled.bad}").text
     assert "RuntimeError: enrich broke" in failed and "step 2 (enrich) failed" in failed
+
+
+def test_a_step_the_selector_failed_names_the_selector() -> None:
+    store = MemoryCheckpointStorage()
+    asyncio.run(fail_in_the_selector(store, "picked"))
+    with client_for(UISettings(store=store)) as client:
+        page = client.get("/runs/picked").text
+    assert "step 2 (selector) failed: LookupError: no route at n=1" in page
+    assert 'no route at n=1 <span class="muted">(step 2, selector)</span>' in page
 
 
 def test_a_step_shows_its_journaled_calls_with_their_durations(ui: Ui) -> None:
