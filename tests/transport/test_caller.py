@@ -596,6 +596,49 @@ async def test_a_selector_pipeline_routes_each_step_to_a_worker_hosting_its_agen
 
 
 @pytest.mark.server
+async def test_a_selector_that_raises_on_a_worker_fails_the_run_and_no_sweep_takes_it_up(
+    deployment: Deployment,
+) -> None:
+    from nestegg import Strategy
+    from tests.transport.apps import config, transport
+
+    asked: list[int] = []
+
+    def build() -> Clutch:
+        clutch = Clutch("picker", Strategy.SELECTOR, transport=transport(), checkpoint=config())
+
+        @clutch.selector
+        async def choose(data: dict[str, Any]) -> str | None:
+            asked.append(data["n"])
+            if data["n"] >= 1:
+                raise LookupError(f"no route at n={data['n']}")
+            return "step"
+
+        @clutch.agent()
+        async def step(data: dict[str, Any]) -> dict[str, Any]:
+            return {"n": data["n"] + 1}
+
+        return clutch
+
+    caller, worker = build(), build()
+    try:
+        async with serving(worker, sweep_interval=0.1, sweep_after=0.2):
+            with pytest.raises(RunFailedError) as failed:
+                await caller.run({"n": 0}, run_id="broken-pick", timeout=20)
+            await asyncio.sleep(0.5)  # sweeps that would find it
+        store = caller.checkpointed_runs().store
+        run = await store.get_run("broken-pick")
+        kinds = [event.kind for event in await store.read_events("broken-pick")]
+    finally:
+        await caller.stop()
+        await worker.stop()
+    assert str(failed.value) == "run 'broken-pick' failed in selector: LookupError: no route at n=1"
+    assert run is not None and (run.status, run.step_seq) == ("failed", 1)
+    assert kinds[-2:] == ["step_failed", "run_failed"]
+    assert asked == [0, 1]  # asked once at step 2: not again by a sweep
+
+
+@pytest.mark.server
 async def test_workers_time_claims_steps_and_releases_by_the_checkpoint_clock(
     deployment: Deployment,
 ) -> None:
