@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import misfit, to_plain
 from nestegg.checkpoint.codec import same_stored, unseal_json
-from nestegg.checkpoint.formats import parse_event, parse_failure
+from nestegg.checkpoint.formats import REQUEST_HOOK, parse_event, parse_failure
 from nestegg.checkpoint.given import GivenData
 from nestegg.checkpoint.loader import load_latest, load_state_and_steps
 from nestegg.checkpoint.ownership import owner_alive, run_state
@@ -343,7 +343,7 @@ async def request_pending(store: CheckpointStorage, run: RunRecord, state: Check
         return False
     if run.status == FAILED and run.error is not None:
         try:
-            return parse_failure(run.error, "error").get("hook") == "on_request"
+            return parse_failure(run.error, "error").get("hook") == REQUEST_HOOK
         except CheckpointCorruptedError:  # unreadable: what its events say decides
             pass
     elif run.status not in (RUNNING, CANCELLED):

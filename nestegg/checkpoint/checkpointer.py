@@ -11,10 +11,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NoReturn
 
 from nestegg.checkpoint.codec import encode_value, seal
 from nestegg.checkpoint.formats import (
+    CHECKPOINT_HOOK,
     NO_METADATA,
     SELECTOR_HOOK,
     Snapshot,
@@ -25,6 +26,7 @@ from nestegg.checkpoint.formats import (
     failure_body,
     failure_commit,
     failure_detail,
+    hook_failure_body,
     journal_error_body,
     journal_result_body,
     parse_journal,
@@ -233,8 +235,10 @@ class Checkpointer(RunWriter):
         if self.requests:
             requests, self.requests = self.requests, []
             checkpoint_id = self._add_checkpoint(REASON_MANUAL, self.last_good, None)
+            saved, self.saved = self.saved, []  # reported once stored, below
             try:
                 await self._commit_or_fail()
+                await self._notify_or_fail(saved)
             except Exception as error:  # the requests get the error the run stops with
                 if isinstance(error, RecordTooLargeError):  # stored failed: it ends here
                     await self._stop()
@@ -245,6 +249,20 @@ class Checkpointer(RunWriter):
             for request in requests:
                 if not request.done():
                     request.set_result(checkpoint_id)
+
+    async def _notify_or_fail(self, saved: list[CheckpointInfo]) -> None:
+        """Report the stored checkpoints ``saved`` to ``on_checkpoint`` outside a step; if
+        it raises, the run fails with its error (:meth:`_hook_failed`)."""
+        try:
+            await self._notify(saved)
+        except Exception as error:
+            await self._hook_failed(error)
+
+    async def _hook_failed(self, error: Exception) -> NoReturn:
+        """Store the run failed with the error ``on_checkpoint`` raised outside a step
+        (``"hook": "on_checkpoint"``), then raise it."""
+        await self._stop_with(FAILED, RUN_FAILED, hook_failure_body(error, CHECKPOINT_HOOK))
+        raise error
 
     async def checkpoint_now(self, reason: str, pending_agent: str | None) -> str:
         """A checkpoint now (from inside an agent) or at the next step boundary (outside)."""
@@ -261,7 +279,11 @@ class Checkpointer(RunWriter):
         return checkpoint_id
 
     async def finish(self, result: Any, data_seq: int) -> None:
-        """Record the result, a final checkpoint and the completed status."""
+        """Record the result, a final checkpoint and the completed status (failed when
+        ``on_checkpoint`` raised behind the run: its error is raised)."""
+        await self._drain()
+        if self.hook_error is not None:
+            await self._hook_failed(self.hook_error)
         final_result = seal(encode_value(result, "result"))
         if self.last_good.seq != self.checkpointed_seq or not self.kept:
             self._add_checkpoint(REASON_FINAL, self.last_good, None)

@@ -25,8 +25,9 @@ byte; tests/checkpoint/test_formats.py pins them):
   record holds: the step in flight, or the attempt that failed, has none.
 - **signal**: the signal's value, JSON (stored like step data).
 - **failure** (a failed run's error): ``{"type","message","agent"}``, ``"hook"`` when no
-  agent raised it (``"on_request"``; ``"selector"`` with ``"agent": null``: the selector
-  raised while it picked the step's agent), then for a failed step
+  agent raised it (``"on_request"``; ``"on_checkpoint"``, for a checkpoint taken outside a
+  step; ``"selector"`` with ``"agent": null``: the selector raised while it picked the
+  step's agent), then for a failed step
   ``"seq","started","duration"`` and ``"traceback"`` (the step's ``step_failed`` event
   carries the same fields but the traceback).
 """
@@ -267,6 +268,10 @@ TRACEBACK_CHARS = 8000
 """The end of a failed step's traceback kept in the run's error."""
 SELECTOR_HOOK = "selector"
 """The ``"hook"`` of a step's failure that the selector raised while it picked the agent."""
+REQUEST_HOOK = "on_request"
+"""The ``"hook"`` of a run's failure that its ``on_request`` hook raised."""
+CHECKPOINT_HOOK = "on_checkpoint"
+"""The ``"hook"`` of a run's failure that its ``on_checkpoint`` hook raised outside a step."""
 
 
 def failure_detail(
@@ -290,9 +295,15 @@ def failure_detail(
     return detail
 
 
+def hook_failure_body(error: BaseException, hook: str) -> bytes:
+    """The sealed error of a run that its ``hook`` (REQUEST_HOOK, CHECKPOINT_HOOK) failed
+    with ``error``, outside a step."""
+    return failure_body(failure_detail(error, None, hook=hook), error)
+
+
 def refusal_body(error: BaseException) -> bytes:
     """The sealed error of a run its ``on_request`` hook refused with ``error``."""
-    return failure_body(failure_detail(error, None, hook="on_request"), error)
+    return hook_failure_body(error, REQUEST_HOOK)
 
 
 def failure_body(detail: dict[str, Any], error: BaseException | None = None) -> bytes:

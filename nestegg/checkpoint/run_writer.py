@@ -90,6 +90,9 @@ class RunWriter:
         self.queue: asyncio.Queue[tuple[Commit, list[CheckpointInfo]]] | None = None
         self.writer: asyncio.Task[None] | None = None
         self.writer_error: BaseException | None = None
+        self.hook_error: Exception | None = None
+        """What ``on_checkpoint`` raised (it is called no more): behind the run
+        (``durability="async"``), the run's next flush or its end raises it."""
         self.heartbeat: Heartbeat | None = None
         self._leased_at = time.monotonic()
         """When the lease was last set (monotonic): the heartbeat renews it a third of the
@@ -275,9 +278,7 @@ class RunWriter:
             await self._settle_start()
         commit = self._take_pending()
         saved, self.saved = self.saved, []
-        if self.writer is not None and self.queue is not None:
-            await self.queue.join()
-            self._raise_writer_error()
+        await self._drain()
         await self.commit(commit)
         await self._notify(saved)
 
@@ -286,6 +287,8 @@ class RunWriter:
             await self._commit_now()
         elif self.durability == "async":
             self._raise_writer_error()
+            if self.hook_error is not None:  # fails the step, as in a commit of its own
+                raise self.hook_error
             if self.queue is None:
                 self.queue = asyncio.Queue()
                 self.writer = asyncio.get_running_loop().create_task(self._write_behind())
@@ -300,20 +303,36 @@ class RunWriter:
             try:
                 if self.writer_error is None:
                     await self.commit(commit)
-                    await self._notify(saved)
+                    with contextlib.suppress(Exception):  # kept in hook_error, not the store's
+                        await self._notify(saved)
             except Exception as error:
                 self.writer_error = error
             finally:
                 self.queue.task_done()
+
+    async def _drain(self) -> None:
+        """Wait until the writes behind the run are stored (and their checkpoints
+        reported); raise the store's error if one failed."""
+        if self.writer is not None and self.queue is not None:
+            await self.queue.join()
+            self._raise_writer_error()
 
     def _raise_writer_error(self) -> None:
         if self.writer_error is not None:
             raise self.writer_error
 
     async def _notify(self, saved: list[CheckpointInfo]) -> None:
+        """Call ``on_checkpoint`` with each of ``saved``, stored; once it raised, its error
+        is kept (``hook_error``) and it is called no more."""
         if self.on_checkpoint is not None:
             for info in saved:
-                await self.on_checkpoint(info)
+                if self.hook_error is not None:
+                    return
+                try:
+                    await self.on_checkpoint(info)
+                except Exception as error:
+                    self.hook_error = error
+                    raise
 
     @property
     def ended(self) -> bool:

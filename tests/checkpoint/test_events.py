@@ -11,7 +11,9 @@ import pytest
 import nestegg
 from nestegg import Clutch
 from nestegg.checkpoint import CheckpointInfo, Event
+from nestegg.checkpoint.formats import parse_failure
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.constants import FAILED
 from nestegg.errors import ConfigurationError, RunNotFoundError
 
 from .conftest import Flaky, Pipeline, config, wait_for
@@ -266,6 +268,58 @@ async def test_on_checkpoint_sees_manual_checkpoints(checkpoint_store: Checkpoin
     await clutch.run("x", run_id="manual-hook")
     assert [(i.checkpoint_id, i.reason) for i in received][:1] == [(taken[0], "agent")]
     assert [i.reason for i in received] == ["agent", "final"]
+
+
+async def stored_failure(store: CheckpointStorage, run_id: str) -> dict[str, Any]:
+    """The stored error of the failed run ``run_id``."""
+    run = await store.get_run(run_id)
+    assert run is not None and run.status == FAILED and run.error is not None
+    return parse_failure(run.error, "error")
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.parametrize("at", [2, 4])
+async def test_an_on_checkpoint_that_raises_fails_the_run_with_its_error(
+    checkpoint_store: CheckpointStorage, durability: str, at: int
+) -> None:
+    async def on_checkpoint(info: CheckpointInfo) -> None:
+        if info.seq == at:
+            raise Flaky(f"hook broke at {info.seq}")
+
+    names = ("a", "b", "c", "d")
+    pipeline = Pipeline(checkpoint_store, names, durability=durability, on_checkpoint=on_checkpoint)
+    with pytest.raises(Flaky, match=f"hook broke at {at}"):
+        await pipeline.clutch.run([], run_id="hooked")
+    failure = await stored_failure(checkpoint_store, "hooked")
+    assert (failure["type"], failure["message"]) == ("Flaky", f"hook broke at {at}")
+    assert kinds(await pipeline.clutch.events("hooked"))[-1] == "run_failed"
+    assert await pipeline.clutch.recover() == {}
+
+
+async def test_an_on_checkpoint_that_raises_for_a_checkpoint_asked_from_outside_fails_the_run(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    async def on_checkpoint(info: CheckpointInfo) -> None:
+        if info.reason == "manual":
+            raise Flaky("hook broke")
+
+    pipeline = Pipeline(
+        checkpoint_store, ("a", "b"), every_n_steps=100, on_checkpoint=on_checkpoint
+    )
+    release = pipeline.gate("a")
+    task = await pipeline.clutch.submit([], run_id="asked")
+    await wait_for(pipeline.entered["a"])
+    request = asyncio.ensure_future(pipeline.clutch.checkpoint())
+    await asyncio.sleep(0.05)
+    release.set()
+    with pytest.raises(Flaky, match="hook broke"):
+        await asyncio.wait_for(request, 5)
+    with pytest.raises(Flaky, match="hook broke"):
+        await task.result(timeout=5)
+    failure = await stored_failure(checkpoint_store, "asked")
+    assert (failure["agent"], failure["hook"]) == (None, "on_checkpoint")
+    assert kinds(await pipeline.clutch.events("asked"))[-1] == "run_failed"
+    assert pipeline.calls == ["a"] and await pipeline.clutch.recover() == {}
 
 
 def test_on_checkpoint_must_be_async(checkpoint_store: CheckpointStorage) -> None:
