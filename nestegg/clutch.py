@@ -349,9 +349,11 @@ class Clutch(StoredRuns):
                 cancelled since it was read, or is cancelled and ``reopen_cancelled`` is false.
         """
         book = self._checkpointing()
-        again = reopen_cancelled
+        again, late = reopen_cancelled, LocalLate(None, asyncio.Event(), book.store)
         task = await self._launch(
-            lambda lst: book.resume(checkpoint_id, lst, reopen_cancelled=again), StepListeners()
+            lambda lst: book.resume(checkpoint_id, lst, reopen_cancelled=again, named=late.named),
+            StepListeners(),
+            late,
         )
         return await task.result(timeout=timeout)
 
@@ -407,9 +409,13 @@ class Clutch(StoredRuns):
                 StepListeners(),
             )
         else:
+            late = LocalLate(None, asyncio.Event(), book.store)
             task = await self._launch(
-                lambda lst: book.resume_latest(run_id, lst, reopen_cancelled=again),
+                lambda lst: book.resume_latest(
+                    run_id, lst, reopen_cancelled=again, named=late.named
+                ),
                 StepListeners(),
+                late,
             )
         return await task.result(timeout=timeout)
 
@@ -443,8 +449,11 @@ class Clutch(StoredRuns):
             >>> await clutch.fork(checkpoints[-2].checkpoint_id, data={"draft": "v2"})
         """
         book = self._checkpointing()
+        late = LocalLate(None, asyncio.Event(), book.store)
         task = await self._launch(
-            lambda lst: book.fork(checkpoint_id, data, run_id, lst), StepListeners()
+            lambda lst: book.fork(checkpoint_id, data, run_id, lst, late.named),
+            StepListeners(),
+            late,
         )
         return await task.result(timeout=timeout)
 

@@ -101,17 +101,28 @@ class LocalLate:
     """Why a wait for the result of ``run_id``, checkpointed in ``store`` and executed in
     this process, timed out after ``limit`` seconds (``stored``: set once the run is
     stored). An object, not a closure: one object a run instead of a function, its cells
-    and their tuple."""
+    and their tuple. A resume's or a fork's run is named once read (:meth:`named`)."""
 
     __slots__ = ("run_id", "store", "stored")
 
-    def __init__(self, run_id: str, stored: asyncio.Event, store: CheckpointStorage) -> None:
+    def __init__(self, run_id: str | None, stored: asyncio.Event, store: CheckpointStorage) -> None:
         self.run_id = run_id
         self.stored = stored
         self.store = store
 
+    def named(self, run_id: str) -> None:
+        """The run goes on stored as ``run_id`` (a resume's run, read; a fork's, stored)."""
+        self.run_id = run_id
+        self.stored.set()
+
     async def __call__(self, limit: float) -> str:
         run_id = self.run_id
+        if run_id is None:  # a resume or fork that had not read or stored its run yet
+            return (
+                f"the run was not read or stored within {limit:g} s (the store took "
+                "longer); it goes on while this event loop runs: clutch.list_runs() "
+                "names it once it is stored"
+            )
         if not self.stored.is_set():
             return (
                 f"run {run_id!r} was not stored within {limit:g} s (its write to the store "

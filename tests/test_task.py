@@ -262,6 +262,73 @@ class TestTimeout:
         asyncio.run(time_out())  # returns at the TimeoutError: the loop ends, the run is cancelled
         assert asyncio.run(resume()) == (["cancelled"], "in_done")
 
+    async def test_a_timed_out_resume_or_fork_names_its_stored_run(self) -> None:
+        # they said "no store keeps its outcome", as of a run without checkpoints
+        release, started = asyncio.Event(), asyncio.Event()
+        clutch = Clutch("gated", checkpoint=CheckpointConfig(MemoryCheckpointStorage()))
+
+        @clutch.agent()
+        async def first(data: str) -> str:
+            return data
+
+        @clutch.agent()
+        async def second(data: str) -> str:
+            started.set()
+            await release.wait()
+            return data + "_done"
+
+        for run_id in ("r1", "r2"):
+            started.clear()
+            task = await clutch.submit(run_id, run_id=run_id)
+            await asyncio.wait_for(started.wait(), WAIT_S)
+            task.cancel()  # stored cancelled, its first step checkpointed
+            with pytest.raises(asyncio.CancelledError):
+                await task.result(timeout=WAIT_S)
+        checkpoint = (await clutch.list_checkpoints("r2"))[-1].checkpoint_id
+        waits = {
+            "r1": lambda: clutch.resume_latest("r1", timeout=0.05),
+            "r2": lambda: clutch.resume(checkpoint, timeout=0.05),
+            "f2": lambda: clutch.fork(checkpoint, run_id="f2", timeout=0.05),
+        }
+        for run_id, wait in waits.items():
+            with pytest.raises(TimeoutError) as info:
+                await wait()
+            assert str(info.value) == (
+                f"run {run_id!r} did not finish within 0.05 s; it goes on while this event "
+                f"loop runs: await clutch.result({run_id!r}) for its outcome (if the loop ends "
+                f"first, the run is stored as cancelled, and resume_latest({run_id!r}) "
+                "continues it); to wait longer, pass timeout=None (as long as the run takes) "
+                "or a larger timeout"
+            )
+        release.set()
+        for run_id, result in (("r1", "r1_done"), ("r2", "r2_done"), ("f2", "r2_done")):
+            assert await clutch.result(run_id, timeout=WAIT_S) == result
+
+    async def test_a_fork_timed_out_before_its_run_is_stored_says_so(self) -> None:
+        stores = asyncio.Event()
+        stores.set()
+        clutch = Clutch("echo", checkpoint=CheckpointConfig(SlowToStore(stores)))
+
+        @clutch.agent()
+        async def echo(data: str) -> str:
+            return data + "_done"
+
+        assert await clutch.run("in", run_id="r1") == "in_done"
+        checkpoint = (await clutch.list_checkpoints("r1"))[0].checkpoint_id
+        stores.clear()
+        with pytest.raises(TimeoutError) as info:
+            await clutch.fork(checkpoint, run_id="f1", timeout=0.05)
+        assert str(info.value) == (
+            "the run was not read or stored within 0.05 s (the store took longer); it goes on "
+            "while this event loop runs: clutch.list_runs() names it once it is stored; to "
+            "wait longer, pass timeout=None (as long as the run takes) or a larger timeout"
+        )
+        stores.set()
+        async with asyncio.timeout(WAIT_S):
+            while len(await clutch.list_runs()) < 2:  # stored once the store answers
+                await asyncio.sleep(0.001)
+        assert await clutch.result("f1", timeout=WAIT_S) == "in_done"
+
     @pytest.mark.parametrize("how", ["submit", "run"])
     async def test_a_timeout_of_a_run_cancelled_from_outside_says_the_cancel_is_requested(
         self, how: str

@@ -253,7 +253,12 @@ class CheckpointedRuns(RunStore):
     # ------------------------------------------------------------------ resuming
 
     async def resume_latest(
-        self, run_id: str | None, listeners: StepListeners, *, reopen_cancelled: bool = True
+        self,
+        run_id: str | None,
+        listeners: StepListeners,
+        *,
+        reopen_cancelled: bool = True,
+        named: Callable[[str], None] | None = None,
     ) -> Any:
         """Resume a run from its newest valid checkpoint (or its input).
 
@@ -266,10 +271,12 @@ class CheckpointedRuns(RunStore):
         again when the run starts from its input and the store says the hook never passed
         (see :func:`~nestegg.checkpoint.admission.request_pending`). A cancelled run is
         reopened only with ``reopen_cancelled`` (RunFinishedError); one cancelled after it
-        was read never is.
+        was read never is. ``named`` is told the run's id once it is read.
         """
         chosen = self.resumed_id(run_id)
         run = await self.get_run_record(chosen)
+        if named is not None:
+            named(chosen)
         if run.status == COMPLETED:
             check_pipeline(run, self.clutch.name)  # another pipeline's result is not ours
             return run_result(run)
@@ -293,16 +300,24 @@ class CheckpointedRuns(RunStore):
             return run_result(await self.get_run_record(chosen))
 
     async def resume(
-        self, checkpoint_id: str, listeners: StepListeners, *, reopen_cancelled: bool = True
+        self,
+        checkpoint_id: str,
+        listeners: StepListeners,
+        *,
+        reopen_cancelled: bool = True,
+        named: Callable[[str], None] | None = None,
     ) -> Any:
         """Resume the run of ``checkpoint_id`` from that checkpoint.
 
         The steps recorded after it are dropped with their journaled calls: they run again
         and call again. With no step recorded after it, the step that was under way replays
-        its calls, as :meth:`resume_latest` does; a cancelled run too, as there.
+        its calls, as :meth:`resume_latest` does; a cancelled run too, as there. ``named``
+        is told the run's id once it is read.
         """
         record = await self.get_checkpoint_record(checkpoint_id)
         run = await self.get_run_record(record.run_id)
+        if named is not None:
+            named(run.run_id)
         check_not_owned(run, self.config.clock())
         state = await load_state(self.store, run, record)
         kept = [
@@ -402,10 +417,16 @@ class CheckpointedRuns(RunStore):
     # ------------------------------------------------------------------- forking
 
     async def fork(
-        self, checkpoint_id: str, data: Any, run_id: str | None, listeners: StepListeners
+        self,
+        checkpoint_id: str,
+        data: Any,
+        run_id: str | None,
+        listeners: StepListeners,
+        named: Callable[[str], None] | None = None,
     ) -> Any:
         """Start a new run from ``checkpoint_id`` (with ``data`` replaced unless None) and
-        drive it; its result. A fork that raises stores nothing (see forks.py).
+        drive it; its result. A fork that raises stores nothing (see forks.py). ``named``
+        is told the new run's id once it is stored.
 
         Raises:
             CheckpointNotFoundError: no such checkpoint.
@@ -417,6 +438,8 @@ class CheckpointedRuns(RunStore):
         started, start, kept, input_data = await start_fork(
             self, checkpoint_id, data, run_id, listeners
         )
+        if named is not None:
+            named(started.run_id)
         return await self.execute(started, start, kept, [], input_data)
 
     async def history(self, run_id: str) -> RunHistory:
