@@ -116,6 +116,20 @@ def _everything_commit(run: RunRecord, fence: int, prune: list[str]) -> Any:
     )
 
 
+async def test_a_journal_entry_written_again_replaces_the_first(
+    store: CheckpointStorage,
+) -> None:
+    """A call made again at its position (``replay="rerun"``, a failed run's resume) is
+    journaled over its first outcome: the store keeps one entry per position, the last."""
+    run = await create(store)
+    rid = run.run_id
+    first, other = make_journal(rid, 2, 0), make_journal(rid, 2, 1)
+    await store.commit(make_commit(run, journal=[first, other]))
+    again = JournalRecord(rid, 2, 0, seal_json({"function": "fetch", "again": True}))
+    await store.commit(make_commit(run, journal=[again]))
+    assert await store.read_journal(rid, 2) == [again, other]
+
+
 @pytest.mark.parametrize("fence_delta", [-1, 1])
 async def test_stale_fence_commit_changes_nothing(
     store: CheckpointStorage, fence_delta: int
