@@ -211,6 +211,18 @@ async def fail_then_resume(clutch: Clutch, fail: list[bool]) -> Any:
     return await clutch.resume_latest("job")
 
 
+async def cancel_in_step(clutch: Clutch, called: asyncio.Event) -> None:
+    """Start run ``job``, cancel it once ``called`` is set in its step, and check that it
+    is stored cancelled: its resume replays the step's calls, failures included."""
+    task = await clutch.submit([], run_id="job")
+    await wait_for(called)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [info] = await clutch.list_runs()
+    assert info.status == "cancelled"
+
+
 class Reply(BaseModel):
     text: str
 
@@ -291,14 +303,7 @@ async def test_a_cancelled_step_replays_the_calls_it_made(
         await gate.wait()
         return [*data, reply]
 
-    task = await clutch.submit([], run_id="job")
-    await wait_for(called)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    [info] = await clutch.list_runs()
-    assert info.status == "cancelled"
-
+    await cancel_in_step(clutch, called)
     gate.set()
     assert await clutch.resume_latest("job") == [answer("slow")]
     assert llm.prompts == ["slow"]
@@ -1269,10 +1274,19 @@ async def test_a_failed_call_is_journaled_and_replayed_as_journaled_call_error(
 ) -> None:
     llm = FakeLLM()
     llm.failures["q"] = [ValueError("quota exceeded")]
-    clutch = one_agent(checkpoint_store, lambda: nestegg.call(llm.complete, "q"))
+    called, gate = asyncio.Event(), asyncio.Event()
+    clutch = Clutch("solo", checkpoint=config(checkpoint_store))
 
-    with pytest.raises(ValueError, match="quota exceeded"):
-        await clutch.run([], run_id="job")
+    @clutch.agent()
+    async def solo(data: list[str]) -> list[str]:
+        try:
+            return [await nestegg.call(llm.complete, "q")]
+        except ValueError:  # interrupted before the failure fails the step
+            called.set()
+            await gate.wait()
+            raise
+
+    await cancel_in_step(clutch, called)
     [entry] = await journal_of(checkpoint_store, "job", 1)
     assert entry["error"] == {
         "type": "ValueError",
@@ -1281,6 +1295,7 @@ async def test_a_failed_call_is_journaled_and_replayed_as_journaled_call_error(
     }
     assert "result" not in entry
 
+    gate.set()
     message = f"{COMPLETE} failed: ValueError: quota exceeded"
     with pytest.raises(JournaledCallError, match=re.escape(message)) as raised:
         await clutch.resume_latest("job")
@@ -1321,7 +1336,7 @@ async def test_a_replayed_failure_is_caught_by_the_except_clause_that_caught_the
 ) -> None:
     llm = FakeLLM()
     llm.failures["q"] = [error]
-    fail = [True]
+    called, gate = asyncio.Event(), asyncio.Event()
     caught: list[tuple[str, str, bool]] = []
     clutch = Clutch("fallback", checkpoint=config(checkpoint_store))
 
@@ -1333,13 +1348,12 @@ async def test_a_replayed_failure_is_caught_by_the_except_clause_that_caught_the
             replayed = isinstance(failure, JournaledCallError)
             caught.append((type(failure).__name__, str(failure), replayed))
             reply = "fallback"
-        if fail[0]:
-            raise Flaky("asker failed after its call")
+        called.set()
+        await gate.wait()
         return [*data, reply]
 
-    with pytest.raises(Flaky):
-        await clutch.run([], run_id="job")
-    fail[0] = False
+    await cancel_in_step(clutch, called)
+    gate.set()
     assert await clutch.resume_latest("job") == ["fallback"]
     assert llm.prompts == ["q"]  # replayed, not called again
     kind = type(error).__qualname__
@@ -1387,7 +1401,7 @@ async def test_retry_makes_the_attempts_before_recording_the_result(
     assert llm.prompts == ["q"] * 3
 
 
-async def test_retry_records_the_last_failure_when_the_attempts_run_out(
+async def test_retry_records_the_last_failure_and_a_resume_of_the_failed_run_calls_again(
     checkpoint_store: CheckpointStorage,
 ) -> None:
     llm = FakeLLM()
@@ -1398,9 +1412,52 @@ async def test_retry_records_the_last_failure_when_the_attempts_run_out(
     with pytest.raises(ConnectionError, match="reset 2"):
         await clutch.run([], run_id="job")
     assert llm.prompts == ["q", "q"]
-    with pytest.raises(JournaledCallError, match="ConnectionError: reset 2"):
-        await clutch.resume_latest("job")
-    assert llm.prompts == ["q", "q"]
+    [entry] = await journal_of(checkpoint_store, "job", 1)
+    assert entry["error"]["message"] == "reset 2"
+    assert await clutch.resume_latest("job") == [answer("q")]  # its attempts again
+    assert llm.prompts == ["q"] * 4
+    [entry] = await journal_of(checkpoint_store, "job", 1)
+    assert entry["result"] == answer("q") and "error" not in entry
+
+
+@pytest.mark.parametrize("resume", ["latest", "checkpoint"])
+async def test_a_failed_runs_resume_calls_again_from_the_first_failure_of_its_failed_step(
+    checkpoint_store: CheckpointStorage, resume: str
+) -> None:
+    llm = FakeLLM()
+    llm.failures["b"] = [ValueError("b is down")]
+    llm.failures["c"] = [ConnectionError("c is down")]
+    once = RetryPolicy(attempts=1)
+    clutch = Clutch("outage", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        paid: str = await nestegg.call(llm.complete, "a", retry=once)
+        try:
+            fell: str = await nestegg.call(llm.complete, "b", retry=once)
+        except ValueError:
+            fell = "fallback"
+        last: str = await nestegg.call(llm.complete, "c", retry=once)
+        return [*data, paid, fell, last]
+
+    with pytest.raises(ConnectionError, match="c is down"):
+        await clutch.run([], run_id="job")
+    assert llm.prompts == ["a", "b", "c"]
+    if resume == "latest":
+        result = await clutch.resume_latest("job")
+    else:
+        [checkpoint] = await clutch.list_checkpoints("job")
+        result = await clutch.resume(checkpoint.checkpoint_id)
+
+    assert result == [answer("a"), answer("b"), answer("c")]
+    assert llm.prompts == ["a", "b", "c", "b", "c"]  # "a" replayed, not paid again
+    entries = await journal_of(checkpoint_store, "job", 1)
+    assert [(e["position"], e.get("result")) for e in entries] == [
+        (0, answer("a")),
+        (1, answer("b")),
+        (2, answer("c")),
+    ]
+    assert not any("error" in e for e in entries)
 
 
 async def test_retry_leaves_errors_it_is_not_for_to_be_recorded_at_once(

@@ -29,6 +29,7 @@ from nestegg.checkpoint.formats import (
     hook_failure_body,
     journal_error_body,
     journal_result_body,
+    journaled_failure,
     parse_journal,
     parse_signal,
     refusal_body,
@@ -78,11 +79,21 @@ class Checkpointer(RunWriter):
     # ------------------------------------------------------------------- journal
 
     async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
-        """The recorded call at ``position`` of ``step`` (only steps that may be re-runs)."""
+        """The recorded call at ``position`` of ``step`` (only steps that may be re-runs).
+
+        In the step a resumed failed run failed in (:attr:`failed_step`), the calls from
+        its first journaled failure on are not replayed: they are made again, their new
+        outcomes journaled over the old, and the calls before it replay. The step's output
+        was never recorded, so nothing after it depends on its failed calls, and running
+        it again from its first failure is a fresh attempt, deterministic up to there (the
+        calls an outage made fail are made once it is over). An interrupted run's step
+        replays its failures, as every replayed step does."""
         if step > self.replay_until:
             return None
         if self._journal_step != step:
             records = await self.store.read_journal(self.run_id, step)
+            if step == self.failed_step:
+                records = self._before_first_failure(records)
             self._journal = {r.position: r for r in records}
             self._journal_step = step
         record = self._journal.get(position)
@@ -90,6 +101,17 @@ class Checkpointer(RunWriter):
             return None
         where = f"journal entry {step}/{position} of run {self.run_id!r}"
         return parse_journal(record.body, where, values=True)
+
+    def _before_first_failure(self, records: list[JournalRecord]) -> list[JournalRecord]:
+        """The entries of ``records`` (one step's) made before its first failure, in the
+        order of the calls: the selector's (-1, -2, ...), then the agent's (0, 1, ...)."""
+        kept = []
+        for record in sorted(records, key=_call_order):
+            where = f"journal entry {record.step}/{record.position} of run {self.run_id!r}"
+            if journaled_failure(record.body, where):
+                break
+            kept.append(record)
+        return kept
 
     async def journal_result(
         self, step: int, position: int, function: str, digest: str, result: Any, timed: Timed
@@ -417,3 +439,9 @@ class Checkpointer(RunWriter):
             await self.store.expire_runs(FINISHED, cutoff, self.pipeline)
         except Exception as error:
             log.warning("expiring old runs failed: %s", error)
+
+
+def _call_order(record: JournalRecord) -> tuple[bool, int]:
+    """Where ``record``'s call came in its step: the selector's calls (positions -1, -2,
+    ...) before the agent's (0, 1, ...)."""
+    return record.position >= 0, abs(record.position)

@@ -153,6 +153,15 @@ def parse_journal(sealed: bytes, where: str, *, values: bool = False) -> dict[st
     return entry
 
 
+def journaled_failure(sealed: bytes, where: str) -> bool:
+    """Whether a sealed journal entry holds a call's final failure (not its result).
+
+    Raises:
+        CheckpointCorruptedError: damaged, or not a journal entry.
+    """
+    return "error" in parse_journal(sealed, where)
+
+
 # ----------------------------------------------------------------------- events
 
 

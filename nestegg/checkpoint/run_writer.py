@@ -104,6 +104,9 @@ class RunWriter:
         self.journals = True
         self.keeps_position = True
         self.replay_until = 0
+        self.failed_step: int | None = None
+        """The step a failed run failed in, when this resumes it: its journal replays only
+        up to its first failure (see :meth:`Checkpointer.journal_entry`)."""
         self._journal_step = -1
         self._journal: dict[int, JournalRecord] = {}
         self._unstarted: int | None = None

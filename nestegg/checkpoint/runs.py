@@ -40,6 +40,7 @@ from nestegg.checkpoint.views import (
 from nestegg.checkpoint.waiting import signal_came, signal_resumes, store_signal
 from nestegg.constants import (
     COMPLETED,
+    FAILED,
     RUN_RESUMED,
     RUN_STARTED,
     RUNNING,
@@ -140,14 +141,18 @@ class CheckpointedRuns(RunStore):
         *,
         truncate_after: int | None = None,
         replay_until: int = 0,
+        failed_step: int | None = None,
         request_again: bool = False,
     ) -> Any:
         """Build the execution of the owned ``run`` from ``start`` with its checkpointer and
         drive it; the opening commit writes ``events`` and the truncation, which keeps the
-        journal of the steps up to ``replay_until``. A new run awaits ``on_request``, and
-        so does a resume with ``request_again`` (it starts the run from its input)."""
+        journal of the steps up to ``replay_until`` (that of ``failed_step``, the step a
+        resumed failed run failed in, replays up to its first failure). A new run awaits
+        ``on_request``, and so does a resume with ``request_again`` (it starts the run from
+        its input)."""
         recorder = self.new_checkpointer(run, start.base, kept)
         recorder.replay_until = replay_until
+        recorder.failed_step = failed_step
         execution = self.new_execution(start, recorder)
         active_runs[run.run_id] = run.fence
         try:
@@ -263,15 +268,16 @@ class CheckpointedRuns(RunStore):
         """Resume a run from its newest valid checkpoint (or its input).
 
         The steps recorded after that checkpoint, and the one under way, run again and
-        replay their journaled calls. A waiting run goes on once its wait is over (its
-        signal stored, its deadline or timer passed); before that it raises RunWaiting and
-        nothing runs. A fork has no input to fall back to: without a valid
-        checkpoint (its writing stopped between the run and its first commit, or every
-        checkpoint is damaged) it raises CheckpointCorruptedError. ``on_request`` is awaited
-        again when the run starts from its input and the store says the hook never passed
-        (see :func:`~nestegg.checkpoint.admission.request_pending`). A cancelled run is
-        reopened only with ``reopen_cancelled`` (RunFinishedError); one cancelled after it
-        was read never is. ``named`` is told the run's id once it is read.
+        replay their journaled calls; the step a failed run failed in replays them up to its
+        first failure and makes that call, and those after it, again. A waiting run goes on
+        once its wait is over (its signal stored, its deadline or timer passed); before that
+        it raises RunWaiting and nothing runs. A fork has no input to fall back to: without
+        a valid checkpoint (its writing stopped between the run and its first commit, or
+        every checkpoint is damaged) it raises CheckpointCorruptedError. ``on_request`` is
+        awaited again when the run starts from its input and the store says the hook never
+        passed (see :func:`~nestegg.checkpoint.admission.request_pending`). A cancelled run
+        is reopened only with ``reopen_cancelled`` (RunFinishedError); one cancelled after
+        it was read never is. ``named`` is told the run's id once it is read.
         """
         chosen = self.resumed_id(run_id)
         run = await self.get_run_record(chosen)
@@ -388,7 +394,9 @@ class CheckpointedRuns(RunStore):
         reopen_cancelled: bool = True,
     ) -> Any:
         """Claim ``run`` and continue it from ``state``: the steps after it are dropped;
-        those up to ``replay_until`` keep their journal entries and replay them. With
+        those up to ``replay_until`` keep their journal entries and replay them (a failed
+        run's failed step, up to its first failure: see
+        :meth:`~nestegg.checkpoint.checkpointer.Checkpointer.journal_entry`). With
         ``request_again``, ``on_request`` is awaited before its first step. Its data is
         checked against the model of the agent it goes to before the claim; a cancelled
         run is reopened only with ``reopen_cancelled``."""
@@ -411,6 +419,7 @@ class CheckpointedRuns(RunStore):
             run_input(run),
             truncate_after=state.seq,
             replay_until=replay_until,
+            failed_step=run.step_seq + 1 if run.status == FAILED else None,
             request_again=request_again,
         )
 

@@ -267,8 +267,10 @@ def resume_command(
     A waiting run whose wait is not over (its signal not stored, its deadline or timer
     not passed) is not run: the command says what it waits for and exits 5.
 
-    A journaled call that failed for good is not called again: its failure is replayed.
-    A run that fails again so exits 1 naming the fork that calls it again.
+    The failed step of a failed run replays its journaled calls up to the first that
+    failed for good, and makes that call and those after it again. An interrupted run
+    replays such failures; one that fails on a replayed failure exits 1 saying that
+    resuming it again makes the call again.
     """
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
@@ -296,7 +298,7 @@ def resume_command(
                     EXIT_FAILED,
                 ) from error
             except JournaledCallError as error:
-                raise await replayed_failure_error(clutch, run_id, error, options) from error
+                raise replayed_failure_error(run_id, error, options) from error
             except Exception as error:
                 raise _failure(run_id, error) from error
             after = await get_run(opened, run_id)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,9 @@ import pytest
 from nestegg.checkpoint import CheckpointConfig, FileCheckpointStorage, forks, given
 from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.stores import open_store
+from nestegg.cli.replayed import replayed_failure_error
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.errors import JournaledCallError
 from tests.cli import failed_call_app, pipeline_app
 from tests.cli.conftest import (
     Cli,
@@ -105,42 +106,40 @@ async def _failed_for_good(url: str, run_id: str) -> None:
         await store.close()
 
 
-def test_resume_of_a_run_a_call_failed_for_good_says_it_replayed_and_how_to_call_again(
+def test_resume_of_a_run_a_call_failed_for_good_makes_the_call_again(
     cli: Cli, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(failed_call_app, "CALLS", [])
     monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "1")
     asyncio.run(_failed_for_good(local_url, "priced-1"))
-    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "0")  # the API works again
-    checkpoints = json_of(cli("checkpoints", "priced-1", "--store", local_url, "--json"))
-    newest = checkpoints[-1]["checkpoint_id"]
-    options = f"--app {FAILED_CALL_APP} --store {shlex.quote(local_url)}"
+    resume = ("resume", "priced-1", "--app", FAILED_CALL_APP, "--store", local_url)
 
-    for _ in range(2):  # every resume replays it
-        result = cli("resume", "priced-1", "--app", FAILED_CALL_APP, "--store", local_url)
+    still_down = cli(*resume)  # its attempts made again: a fresh failure, not a replay
 
-        assert result.exit_code == EXIT_FAILED, result.output
-        assert result.stderr == (
-            "error: run 'priced-1' failed: tests.cli.failed_call_app.price failed: "
-            "ConnectionError: no price for lamp (attempt 2), replayed from the run's journal: "
-            "the call failed for good when it was made, and a resume replays its failure "
-            "rather than calling it again; to call it again, fork the run from the checkpoint "
-            f"before it: nestegg fork {newest} {options} (the steps after that checkpoint run "
-            "again, their journaled calls too), or give the call replay='rerun'\n"
-        )
-        assert failed_call_app.CALLS == ["lamp", "lamp"]  # not called again
-    as_json = cli("resume", "priced-1", "--app", FAILED_CALL_APP, "--store", local_url, "--json")
-    replayed = orjson.loads(as_json.stdout)
-    assert (replayed["replayed"], replayed["fork_from"]) == (
-        "tests.cli.failed_call_app.price",
-        newest,
+    assert still_down.exit_code == EXIT_FAILED, still_down.output
+    assert still_down.stderr == (
+        "error: run 'priced-1' failed: ConnectionError: no price for lamp (attempt 4)\n"
     )
+    assert failed_call_app.CALLS == ["lamp"] * 4
+    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "0")  # the API works again
 
-    forked = cli("fork", newest, "--run-id", "priced-2", *options.split())
+    result = cli(*resume)
 
-    assert forked.exit_code == 0, forked.output
-    assert forked.stdout.startswith("run priced-2 completed: 2 steps"), forked.stdout
-    assert failed_call_app.CALLS == ["lamp", "lamp", "lamp"]  # the call made again
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("run priced-1 completed: 2 steps"), result.stdout
+    assert failed_call_app.CALLS == ["lamp"] * 5
+
+
+def test_a_replayed_failure_says_that_resuming_the_failed_run_makes_the_call_again() -> None:
+    error = JournaledCallError("pipe.lookup", "ValueError", "not found")
+    refused = replayed_failure_error("r 1", error, "--app pipe:clutch")
+    assert refused.exit_code == EXIT_FAILED
+    assert str(refused) == (
+        "run 'r 1' failed: pipe.lookup failed: ValueError: not found, replayed from the "
+        "run's journal (the call failed for good before the run was interrupted); the run "
+        "is failed now, and resuming it makes the call again: "
+        "nestegg resume 'r 1' --app pipe:clutch"
+    )
 
 
 def test_resume_of_a_run_its_on_request_hook_refused_awaits_the_hook_again(
