@@ -67,6 +67,7 @@ from nestegg.transport.verdicts import (
     Claim,
     Resumes,
     Verdict,
+    failed_step,
     judge,
     repoint_fence,
     resumed_by,
@@ -312,6 +313,7 @@ class StepRunner:
             seq = state.seq  # below the run's after a damaged checkpoint: a valid one's
             checkpoint_id = state.checkpoint.checkpoint_id if state.checkpoint else None
         recorder.replay_until = claimed.step_seq + 1
+        recorder.failed_step = await failed_step(self.book.store, claim)
         trace = delivery.message.trace  # the caller's, kept for the sweeper's messages
         if seq < claimed.step_seq or how is not None:  # say what this resumes, and whose
             events = await resumed_by(self.book.store, claim, checkpoint_id, seq, trace)

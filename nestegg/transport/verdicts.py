@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from nestegg.checkpoint.formats import parse_event
 from nestegg.checkpoint.ownership import resumption
 from nestegg.checkpoint.records import EventRecord, RunRecord
-from nestegg.constants import RUN_INTERRUPTED, RUN_RESUMED, RUNNING, WAITING
+from nestegg.constants import FAILED, RUN_INTERRUPTED, RUN_RESUMED, RUNNING, WAITING
 from nestegg.errors import CheckpointCorruptedError
 from nestegg.transport.base import StepMessage
 
@@ -140,13 +140,35 @@ async def handed_back(store: CheckpointStorage, run: RunRecord, seq: int) -> boo
     ``seq``, when its newest valid checkpoint is older than its last step, are dropped by
     the claim's opening commit). A torn last event counts as no hand-back (the claim
     says what it resumes)."""
+    resumed = await _hand_back(store, run)
+    return resumed is not None and resumed.get("seq") == seq
+
+
+async def _hand_back(store: CheckpointStorage, run: RunRecord) -> dict[str, Any] | None:
+    """The payload of the ``run_resumed`` that ends ``run``'s log (as read), if it does and
+    it can be read: a hand-back's, that no claim took since."""
     last = await last_event(store, run)
     if last is None or last.kind != RUN_RESUMED:
-        return False
+        return None
     try:
-        return parse_event(last.body, "a hand-back").get("seq") == seq
+        return parse_event(last.body, "a hand-back")
     except CheckpointCorruptedError:
-        return False
+        return None
+
+
+async def failed_step(store: CheckpointStorage, claim: Claim) -> int | None:
+    """The step a claim takes up again in a failed run handed back by a resume on workers
+    (its last step's next), whose journal then replays up to its first failure (see
+    :meth:`~nestegg.checkpoint.checkpointer.Checkpointer.journal_entry`), as a local
+    resume of a failed run does; None for any other claim. Its log is read only for a run
+    that holds an error, as a failed run reopened does."""
+    read = claim.read
+    if claim.resumes is not None or read.error is None:
+        return None
+    resumed = await _hand_back(store, read)
+    if resumed is None or resumed.get("previous") != FAILED:
+        return None
+    return claim.run.step_seq + 1
 
 
 class Claim(NamedTuple):

@@ -199,6 +199,29 @@ def _noting(name: str) -> Callable[[dict[str, Any]], Any]:
     return agent
 
 
+@nestegg.durable(retry=nestegg.RetryPolicy(attempts=1))
+async def model_call(run_id: str) -> str:
+    """Counts its calls per run in Redis (``<run>:model``); fails while the flag file
+    ``NESTEGG_TEST_FLAG`` names exists: a model's API that is down."""
+    await counter().hincrby(f"{prefix()}effects", f"{run_id}:model", 1)
+    _fail_if_flagged("model_call")
+    return "answer"
+
+
+def make_outage() -> Clutch:
+    """One agent, ``ask``: a journaled side effect, then a journaled model call that fails
+    for good (no retry) while the flag file exists."""
+    outage = Clutch("outage", transport=transport(), checkpoint=config())
+
+    @outage.agent()
+    async def ask(data: dict[str, Any]) -> dict[str, Any]:
+        run_id = get_context().state.clutch_id
+        await side_effect(run_id, 1)
+        return {**data, "answer": await model_call(run_id), "by": os.getpid()}
+
+    return outage
+
+
 def make_slow(*, here: bool = False, **hooks: Any) -> Clutch:
     """A first step that takes NESTEGG_TEST_SLOW seconds after its side effect; ``here``:
     run in its own process (no transport); ``hooks``: ``on_request`` and the like."""
@@ -348,14 +371,15 @@ def make_typed_without_second() -> Clutch:
 
 
 def __getattr__(name: str) -> Clutch:
-    """``apps:approving``, ``apps:chain``, ``apps:flaky``, ``apps:slow``, ``apps:split``,
-    ``apps:split_without_third``, ``apps:split_on_postgres``, ``apps:split_as_user``,
-    ``apps:typed``, ``apps:typed_strict``, ``apps:typed_without_second``: built from the
-    environment on use."""
+    """``apps:approving``, ``apps:chain``, ``apps:flaky``, ``apps:outage``, ``apps:slow``,
+    ``apps:split``, ``apps:split_without_third``, ``apps:split_on_postgres``,
+    ``apps:split_as_user``, ``apps:typed``, ``apps:typed_strict``,
+    ``apps:typed_without_second``: built from the environment on use."""
     makers = {
         "approving": make_approving,
         "chain": make_chain,
         "flaky": make_flaky,
+        "outage": make_outage,
         "slow": make_slow,
         "split": make_split,
         "split_without_third": make_split_without_third,

@@ -15,7 +15,7 @@ import pytest
 
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.errors import IncompatibleDataError, RunFailedError
-from tests.transport.apps import make_flaky, make_typed, make_typed_strict
+from tests.transport.apps import make_flaky, make_outage, make_typed, make_typed_strict
 from tests.transport.conftest import ROOT, Deployment
 from tests.transport.test_workers import _effects_sync, event_log
 
@@ -86,6 +86,31 @@ async def test_resume_latest_hands_a_failed_run_back_to_the_workers(
         await flaky.stop()
     assert result["judge"] == result["report"] == worker_pid  # run by the worker, not here
     await _check_completed_once(deployment, store, "again", result)
+
+
+async def test_a_failed_run_handed_back_makes_its_failed_call_again_on_a_worker(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a worker replayed the journaled failure: the run failed again at once, never called
+    flag = tmp_path / "flag"
+    flag.touch()
+    monkeypatch.setenv("NESTEGG_TEST_FLAG", str(flag))
+    worker = deployment.start_worker("outage")
+    outage = make_outage()
+    try:
+        with pytest.raises(RunFailedError, match="model_call failed"):
+            await outage.run({}, run_id="down", timeout=30)
+        flag.unlink()  # the API is back
+        result = await asyncio.wait_for(outage.resume_latest("down"), 30)
+    finally:
+        await outage.stop()
+    assert result == {"answer": "answer", "by": worker.process.pid}
+    effects = _effects_sync(deployment)
+    # the failed call made again, the paid one before it replayed
+    assert {key: n for key, n in effects.items() if key.startswith("down:")} == {
+        "down:1": 1,
+        "down:model": 2,
+    }
 
 
 async def test_nestegg_resume_with_the_app_hands_a_failed_run_back_to_the_workers(
