@@ -272,6 +272,10 @@ STORE_RETRIES = 4
 STORE_RETRY_BASE_DELAY = 0.1
 STORE_RETRY_MAX_DELAY = 2.0
 REDIS_MAX_CONNECTIONS = 50
+REDIS_TRANSPORT_CONNECTIONS = 100
+"""The connections of a Redis Streams transport's pool unless its URL says
+(``?max_connections=``): a publish while all are in use waits for one (20 s at most,
+redis-py's pool timeout, ``?timeout=``), and a consumer's blocking read holds one."""
 SERVER_BATCHES_IN_FLIGHT = 4
 """Group commit on a server store: batches of commits under way at once, each on its own
 connection (see nestegg.checkpoint.stores.group)."""

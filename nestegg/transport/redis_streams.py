@@ -34,6 +34,7 @@ from redis.exceptions import (
 )
 
 from nestegg.cancellation import raise_if_cancel_requested
+from nestegg.constants import REDIS_TRANSPORT_CONNECTIONS
 from nestegg.errors import BrokerRefusedError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
 from nestegg.urls import query_problem, redis_database_problem, value_problem, without_password
@@ -328,7 +329,11 @@ class RedisStreamsTransport:
 
 
 def _client(url: str) -> Any:
-    """redis-py's client for ``url`` (it connects when first used).
+    """redis-py's client for ``url`` (it connects when first used), on a blocking pool: a
+    publish while every connection is in use (more runs submitted at once than the pool
+    holds, ``max_connections``: REDIS_TRANSPORT_CONNECTIONS unless the URL's
+    ``?max_connections=`` says) waits for one, as the Redis store's pool does, where
+    redis-py's plain pool raised MaxConnectionsError at once.
 
     Raises:
         ConfigurationError: a URL redis-py cannot use (its reason: a bad host, port,
@@ -339,10 +344,12 @@ def _client(url: str) -> Any:
     if problem is not None:
         raise bad_url(url, problem)
     try:
-        client = aioredis.Redis.from_url(url)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_TRANSPORT_CONNECTIONS
+        )
     except ValueError as error:
         raise bad_url(url, error) from None
-    pool = client.connection_pool
+    client = aioredis.Redis.from_pool(pool)
     problem = query_problem(url, type(pool), pool.connection_class)
     if problem is not None:
         raise bad_url(url, f"{problem} (redis-py takes its connection options there)")

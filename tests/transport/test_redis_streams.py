@@ -49,6 +49,20 @@ async def test_a_message_is_delivered_once_and_gone_when_acked(redis_url: str, p
         await transport.close()
 
 
+async def test_more_publishes_at_once_than_the_pool_holds_wait_for_a_connection(
+    redis_url: str, prefix: str
+) -> None:
+    # redis-py's plain pool raised MaxConnectionsError past its 100 connections: a caller
+    # that submitted 1,000 runs at once failed most of them
+    transport = RedisStreamsTransport(f"{redis_url}?max_connections=4", prefix=prefix)
+    try:
+        messages = [StepMessage(f"r{n}", 1, 1, "a") for n in range(50)]
+        await asyncio.gather(*(transport.publish("c", message) for message in messages))
+        assert await transport.client.xlen(transport.key("c")) == 50
+    finally:
+        await transport.close()
+
+
 async def test_a_gone_consumers_message_goes_to_another_after_hold_unless_kept_alive(
     redis_url: str, prefix: str
 ) -> None:
