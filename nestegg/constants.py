@@ -312,8 +312,11 @@ CLI_VALUE_ITEMS = 100
 """Steps `nestegg show` lists (the newest) unless --all."""
 CLI_POLL_INTERVAL = 1.0
 """Seconds between polls of `nestegg events --follow`."""
-CLI_RECOVER_CONCURRENCY = 4
-"""Runs `nestegg recover` resumes at once unless --concurrency says otherwise."""
+CLI_RECOVER_CONCURRENCY = 100
+"""Runs `nestegg recover` resumes at once unless --concurrency says otherwise: each takes
+about as long as it took to run (its steps wait on a model), so at 4, the default before,
+the thousands of runs a process held when it died took most of an hour to come back;
+`clutch.recover()` resumes them all at once."""
 EXPORT_FORMAT = "nestegg-run"
 EXPORT_VERSION = 1
 
