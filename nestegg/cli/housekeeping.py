@@ -42,8 +42,15 @@ from nestegg.constants import (
 from nestegg.errors import RunLockedError
 from nestegg.pipeline import check_pipeline_filter
 
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+"""The units of a duration, the largest first: the order a sum of them is written in."""
+_DURATION = re.compile("".join(rf"(?:([0-9]+(?:\.[0-9]+)?){unit})?" for unit in _UNIT_SECONDS))
+"""A number of ASCII digits (``\\d`` and ``float`` take other scripts' digits too) and a
+unit, or a sum of them, each unit once, the largest first."""
+_DURATION_FORMS = (
+    "use a number (digits 0-9) and a unit s, m, h, d or w, or a sum of such, each unit "
+    "once, the largest first (e.g. 7d, 1.5h, 1d12h)"
+)
 
 IMPORTED_NOUNS = {
     "steps": STEPS,
@@ -58,20 +65,20 @@ DryRunOption = Annotated[
 
 
 def parse_duration(text: str, shown: Callable[[object], str] = repr) -> timedelta:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h`` (``shown`` writes
-    ``text`` in the error: JSON for a JSON body's), up to LONGEST_DURATION_DAYS days.
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or sums like ``1d12h``, each unit once and
+    the largest first (``shown`` writes ``text`` in the error: JSON for a JSON body's), up
+    to LONGEST_DURATION_DAYS days.
 
     Raises:
-        CommandError: (bad usage) anything else, or a longer duration.
+        CommandError: (bad usage) anything else (``1s1s``, ``12h1d``, digits other than
+            0-9), or a longer duration.
     """
     compact = text.replace(" ", "").lower()
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise CommandError(
-            f"bad duration {shown(text)}: use a number and a unit s, m, h, d or w (e.g. 7d, 12h)",
-            EXIT_USAGE,
-        )
-    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    match = _DURATION.fullmatch(compact) if compact else None
+    if match is None:
+        raise CommandError(f"bad duration {shown(text)}: {_DURATION_FORMS}", EXIT_USAGE)
+    numbers = zip(match.groups(), _UNIT_SECONDS.values(), strict=True)
+    seconds = sum(float(number) * unit for number, unit in numbers if number is not None)
     if seconds > LONGEST_DURATION_DAYS * _UNIT_SECONDS["d"]:
         raise CommandError(
             f"bad duration {shown(text)}: the longest taken is {LONGEST_DURATION_DAYS}d",

@@ -48,11 +48,29 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "7", "d", "7y", "-1d", "1d x", "7dd"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "7", "d", "7y", "-1d", "1d x", "7dd", "1s1s", "1d2d", "12h1d", "\u0661s", "1d\u0662h",
+     "\uff11s", "1.\u0665h"],
+)  # fmt: skip
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(CommandError, match="bad duration") as caught:
         parse_duration(text)
     assert caught.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("older_than", ["1s1s", "\u0661s"])
+def test_prune_refuses_a_unit_twice_and_digits_other_than_ascii(
+    cli: Cli, filled: Filled, older_than: str
+) -> None:
+    # both were taken: 1s1s as 2s, an Arabic-Indic one as 1s (a regex's \d and float() read it)
+    refused = cli("prune", "--older-than", older_than, "--yes", "-s", filled.url)
+    assert (refused.exit_code, refused.stdout) == (EXIT_USAGE, "")
+    assert refused.stderr == (
+        f"error: bad duration {older_than!r}: use a number (digits 0-9) and a unit s, m, h, "
+        "d or w, or a sum of such, each unit once, the largest first (e.g. 7d, 1.5h, 1d12h)\n"
+    )
+    assert _ids(cli, filled.url) == {filled.ok, filled.bad, filled.gone}
 
 
 @pytest.mark.parametrize("text", ["1000000000d", "99999999999d", "142857143w", "9" * 400 + "s"])

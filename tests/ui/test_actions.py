@@ -744,7 +744,7 @@ PRUNE_REFUSALS = [
     ({"older_than": False}, "older_than must be a string, got false"),
     ({"status": ["failed"]}, 'status must be a string, got ["failed"]'),
     ({"status": "done"}, 'unknown status "done"; one of '),
-    ({"older_than": "soon"}, 'bad duration "soon": use a number and a unit'),
+    ({"older_than": "soon"}, 'bad duration "soon": use a number (digits 0-9) and a unit'),
     ({"older_than": "9999999999d"}, 'bad duration "9999999999d": the longest taken is 999999999d'),
 ]
 WHOLE_PRUNE_REFUSALS = [
