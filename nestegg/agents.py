@@ -109,21 +109,22 @@ def _unsafe_part(name: str) -> str | None:
     return f"contains {part} at index {index}"
 
 
-def _edge_list(agent: str, edges: Any) -> list[str]:
-    """``edges`` as a list of agent names; ConfigurationError for anything else."""
-    if edges is None:
-        return []
-    if isinstance(edges, str) or not isinstance(edges, list | tuple):
+def agent_names(given: object, what: str, option: str) -> list[str]:
+    """``given`` (a list or tuple of strings) as a list of agent names.
+
+    Raises:
+        ConfigurationError: anything else, ``what`` naming where it was given (a string
+            alone: how to write it as the list, ``option=[...]``).
+    """
+    if isinstance(given, str) or not isinstance(given, list | tuple):
         raise ConfigurationError(
-            f"edges of agent {agent!r} must be a list of agent names, got {edges!r}"
-            + (f" (write edges=[{edges!r}])" if isinstance(edges, str) else "")
+            f"{what} must be a list of agent names, got {given!r}"
+            + (f" (write {option}=[{given!r}])" if isinstance(given, str) else "")
         )
-    wrong = [edge for edge in edges if not isinstance(edge, str)]
+    wrong = [name for name in given if not isinstance(name, str)]
     if wrong:
-        raise ConfigurationError(
-            f"edges of agent {agent!r} must be agent names (strings), got {wrong[0]!r}"
-        )
-    return list(edges)
+        raise ConfigurationError(f"{what} must be agent names (strings), got {wrong[0]!r}")
+    return list(given)
 
 
 class AgentNode:
@@ -136,5 +137,6 @@ class AgentNode:
             raise ConfigurationError(f"agent {name!r} must be an async function (async def)")
         self.name = check_name(name, "agent name")
         self.handler = handler
-        self.edges: list[str] = _edge_list(name, edges)
+        where = f"edges of agent {name!r}"
+        self.edges: list[str] = [] if edges is None else agent_names(edges, where, "edges")
         self.input_type = input_type_of(handler)

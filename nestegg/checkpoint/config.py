@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
-from nestegg.agents import check_name
+from nestegg.agents import agent_names, check_name
 from nestegg.constants import DEFAULT_LEASE
 from nestegg.errors import ConfigurationError
 from nestegg.options import is_count, shown
@@ -28,7 +28,8 @@ class CheckpointPolicy:
 
     Args:
         every_n_steps: checkpoint after every N-th step (1: after each step).
-        on_agent_complete: agent names after which a checkpoint is always taken.
+        on_agent_complete: agent names (a list, tuple or set) after which a checkpoint
+            is always taken.
         keep_latest: keep the newest N checkpoints per run (None: keep all).
         ttl: delete whole finished runs after this long without activity.
         min_interval: never two policy checkpoints closer than this (final and manual
@@ -46,7 +47,7 @@ class CheckpointPolicy:
     """
 
     every_n_steps: int = 1
-    on_agent_complete: tuple[str, ...] | list[str] | None = None
+    on_agent_complete: tuple[str, ...] | list[str] | set[str] | frozenset[str] | None = None
     keep_latest: int | None = 3
     ttl: timedelta | None = None
     min_interval: timedelta | None = None
@@ -77,14 +78,11 @@ class CheckpointPolicy:
                 f"CheckpointPolicy.durability must be one of {DURABILITIES}, "
                 f"got {self.durability!r}"
             )
-        agents = self.on_agent_complete
-        if agents is not None:
-            if isinstance(agents, str) or not all(isinstance(a, str) for a in agents):
-                raise ConfigurationError(
-                    "CheckpointPolicy.on_agent_complete must be a list of agent names, "
-                    f"got {agents!r}"
-                )
-            object.__setattr__(self, "on_agent_complete", tuple(agents))
+        if (given := self.on_agent_complete) is not None:
+            unordered = isinstance(given, set | frozenset)  # the order does not matter here
+            where = "CheckpointPolicy.on_agent_complete"
+            named = agent_names(list(given) if unordered else given, where, "on_agent_complete")
+            object.__setattr__(self, "on_agent_complete", tuple(named))
 
 
 @dataclass(frozen=True)

@@ -358,6 +358,9 @@ async def test_ttl_never_expires_a_running_run(checkpoint_store: CheckpointStora
         ("durability", None),
         ("on_agent_complete", "summarize"),
         ("on_agent_complete", [1, 2]),
+        ("on_agent_complete", 5),
+        ("on_agent_complete", {"summarize": 1}),
+        ("on_agent_complete", (name for name in ["a"])),
     ],
 )
 def test_bad_policy_values_raise_configuration_error_naming_the_field(
@@ -365,6 +368,28 @@ def test_bad_policy_values_raise_configuration_error_naming_the_field(
 ) -> None:
     with pytest.raises(ConfigurationError, match=rf"CheckpointPolicy\.{field}\b"):
         CheckpointPolicy(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (5, "must be a list of agent names, got 5"),  # was: 'int' object is not iterable
+        ("b", "must be a list of agent names, got 'b' (write on_agent_complete=['b'])"),
+        (["a", None], "must be agent names (strings), got None"),
+    ],
+)
+def test_on_agent_complete_that_is_not_a_list_of_names_is_named(value: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        CheckpointPolicy(on_agent_complete=value)
+    assert str(refused.value) == f"CheckpointPolicy.on_agent_complete {message}"
+
+
+def test_on_agent_complete_takes_a_list_a_tuple_or_a_set_of_names() -> None:
+    for given in (["a", "b"], ("a", "b"), {"a", "b"}, frozenset({"a", "b"})):
+        assert sorted(CheckpointPolicy(on_agent_complete=given).on_agent_complete or ()) == [
+            "a",
+            "b",
+        ]
 
 
 @pytest.mark.parametrize(
