@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import reprlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, overload
 
 from nestegg.agents import AgentNode, input_type_of, to_typed
@@ -169,18 +169,27 @@ class PipelineDefinition:
     def _to_typed(self, data: Any, target_type: type | None) -> Any:
         return to_typed(data, target_type)
 
+    def check_registered(self, names: Iterable[str], where: str) -> None:
+        """Refuse the first of ``names`` that is not a registered agent.
+
+        Raises:
+            ConfigurationError: ``order= names agent 'x', which is not registered on Clutch
+                'p' (known: [...])``, ``where`` naming what named it.
+        """
+        for name in names:
+            if name not in self._agents:
+                raise ConfigurationError(
+                    f"{where} names agent {name!r}, which is not registered on Clutch "
+                    f"{self.name!r} (known: {sorted(self._agents)})"
+                )
+
     def validate(self) -> None:
         """Check the definition: names in ``order=`` and ``edges=`` exist.
 
         Raises:
             ConfigurationError: naming the unknown agent and where it was named.
         """
-        for name in self._explicit_order or []:
-            if name not in self._agents:
-                raise ConfigurationError(
-                    f"order= names agent {name!r}, which is not registered on Clutch "
-                    f"{self.name!r} (known: {sorted(self._agents)})"
-                )
+        self.check_registered(self._explicit_order or [], "order=")
         for node in self._agents.values():
             for edge in node.edges:
                 if edge not in self._agents:

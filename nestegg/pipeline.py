@@ -130,6 +130,19 @@ class PipelineBase(PipelineDefinition):
         self._transport_held = contextlib.AsyncExitStack()
         """The transport's connection held in use by ``async with clutch`` (Clutch)."""
 
+    def validate(self) -> None:
+        """Check the definition (names in ``order=`` and ``edges=`` exist) and that the
+        agents the checkpoint policy's ``on_agent_complete`` names do: when a run starts,
+        resumes or is forked, before anything is stored.
+
+        Raises:
+            ConfigurationError: naming the unknown agent and where it was named.
+        """
+        super().validate()
+        if self._checkpoint_config is not None:
+            named = self._checkpoint_config.policy.on_agent_complete or ()
+            self.check_registered(named, "CheckpointPolicy.on_agent_complete")
+
     # ------------------------------------------ the seam used by checkpointing
 
     @property

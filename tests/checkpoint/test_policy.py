@@ -94,6 +94,22 @@ async def test_on_agent_complete_forces_a_checkpoint_after_the_named_agents(
     assert [seq for seq, _ in await seqs_and_reasons(both, "both")] == [1, 4, 5, 7]
 
 
+async def test_on_agent_complete_naming_no_agent_is_refused_before_anything_is_stored(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # it was taken silently: no checkpoint was ever forced, as a misspelled name says none
+    pipeline = Pipeline(checkpoint_store, ("a", "b"), on_agent_complete=["b", "nosuch"])
+    for start in (pipeline.clutch.run, pipeline.clutch.submit):
+        with pytest.raises(ConfigurationError) as refused:
+            await start([], run_id="named")
+        assert str(refused.value) == (
+            "CheckpointPolicy.on_agent_complete names agent 'nosuch', which is not "
+            "registered on Clutch 'pipeline' (known: ['a', 'b'])"
+        )
+    assert pipeline.calls == []
+    assert await checkpoint_store.list_runs() == []
+
+
 # -------------------------------------------------------------------------- keep
 
 
