@@ -58,3 +58,17 @@ def test_a_store_path_that_is_not_text_is_refused_naming_the_store(
     assert str(refused.value) == (
         f"{make.__name__} needs the path of its {needs} (a str or a pathlib.Path), got {path!r}"
     )
+
+
+@pytest.mark.parametrize(
+    ("make", "needs"),
+    [
+        (SQLiteCheckpointStorage, "a database file (such as 'nestegg.db')"),
+        (FileCheckpointStorage, "a directory ('.' for the current one)"),
+    ],
+)
+def test_an_empty_store_path_is_refused_as_empty(make: Any, needs: str) -> None:
+    # SQLite said "path '' is a directory" (Path('') is '.'); the file store used '.'
+    with pytest.raises(ConfigurationError) as refused:
+        make("")
+    assert str(refused.value) == f"{make.__name__} path is empty: it needs the path of {needs}"

@@ -126,7 +126,7 @@ def commit_outcome(commit: Commit, stored: int | None) -> StaleOwnerError | RunN
 def store_path(path: object, store: str, needs: Literal["file", "directory"]) -> Path:
     """``path`` (a str or an os.PathLike of one, ``~`` expanded) for a store of a database
     ``file`` or of a ``directory``, checked when the store is built rather than at its first
-    use: a value of another type, or a path that exists as the other kind.
+    use: a value of another type, an empty path, or a path that exists as the other kind.
 
     Raises:
         ConfigurationError: naming the store, the value and what it needs.
@@ -135,6 +135,12 @@ def store_path(path: object, store: str, needs: Literal["file", "directory"]) ->
     if not isinstance(named, str):
         raise ConfigurationError(
             f"{store} needs the path of its {needs} (a str or a pathlib.Path), got {path!r}"
+        )
+    if not named:  # Path("") is the current directory: a path left out, not that one
+        example = "such as 'nestegg.db'" if needs == "file" else "'.' for the current one"
+        raise ConfigurationError(
+            f"{store} path is empty: it needs the path of a "
+            f"{'database file' if needs == 'file' else 'directory'} ({example})"
         )
     checked = Path(named).expanduser()
     if needs == "file" and checked.is_dir():
