@@ -48,7 +48,8 @@ class PipelineDefinition:
         reloaded) replaces the agent of its name, in place, with its edges.
 
         Raises:
-            ConfigurationError: the function is not async, or its name is another
+            ConfigurationError: what is registered is not a function with a ``__name__``
+                (naming it) or not async, or its name is another
                 registered function's (naming both), or it is registered already with
                 other edges (registering it again with the same edges does nothing).
             InvalidIdentifierError: its name is not a safe identifier.
@@ -57,7 +58,13 @@ class PipelineDefinition:
             return self.agent()(edges)
 
         def register(fn: F) -> F:
-            node = AgentNode(fn.__name__, fn, edges)
+            name = getattr(fn, "__name__", None)
+            if not isinstance(name, str):  # 5, a partial: nothing to name the agent by
+                raise ConfigurationError(
+                    f"Clutch {self.name!r}: agent() registers an async function (async def), "
+                    f"named by its __name__; got {fn!r}"
+                )
+            node = AgentNode(name, fn, edges)
             if self._registered(node):
                 return fn
             self._agents[node.name] = node  # a redefined function's replaces it in place

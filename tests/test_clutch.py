@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -341,6 +342,17 @@ class TestDefinitionErrors:
 
         with pytest.raises(ConfigurationError, match=r"'sync_agent'.*async"):
             clutch.agent()(sync_agent)
+        assert clutch.agent_names == ()
+
+    @pytest.mark.parametrize("given", [5, None, "echo", functools.partial(echo)])
+    def test_an_agent_that_is_no_named_function_is_refused_naming_it(self, given: Any) -> None:
+        clutch = Clutch("p")
+        with pytest.raises(ConfigurationError) as refused:  # was AttributeError: __name__
+            clutch.agent()(given)
+        assert str(refused.value) == (
+            "Clutch 'p': agent() registers an async function (async def), named by its "
+            f"__name__; got {given!r}"
+        )
         assert clutch.agent_names == ()
 
     async def test_selector_must_be_async(self) -> None:
