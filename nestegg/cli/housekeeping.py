@@ -18,7 +18,12 @@ from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
-from nestegg.cli.json_input import STANDARD_STREAM, read_json_text
+from nestegg.cli.json_input import (
+    STANDARD_STREAM,
+    read_json_text,
+    refuse_empty_path,
+    source_name,
+)
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import (
     CHECKPOINTS,
@@ -274,7 +279,7 @@ def export_command(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to export.", show_default=False)],
     output: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--output", "-o", help="Write here instead of stdout (-: stdout)."),
     ] = None,
     store: StoreOption = None,
@@ -284,16 +289,19 @@ def export_command(
     The document holds the run and everything of it (format: docs/cli.md).
     """
 
+    if output is not None:  # a str: Path('') would be the current directory
+        refuse_empty_path(output, "--output", "standard output")
+
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return await export_run(opened, run_id)
 
     document = export_text(run_with_store(ctx, store, work, read_only=True))
-    if output is None or str(output) == STANDARD_STREAM:
+    if output is None or output == STANDARD_STREAM:
         sys.stdout.buffer.write(document)
         sys.stdout.flush()
         return
     try:
-        output.write_bytes(document)
+        Path(output).write_bytes(document)
     except OSError as error:
         raise CommandError(f"cannot write {output}: {error.strerror or error}") from error
     Output().note(f"exported run {run_id} to {output}")
@@ -327,11 +335,12 @@ def import_command(
     Exactly as it was: same ids and records; checksums are checked first.
     """
     document, raw = read_json_text(source)
-    _refuse_key_twice(raw, document, source)
+    named = source_name(source)
+    _refuse_key_twice(raw, document, named)
     try:  # checked before the store is opened: a file refused leaves no store behind
         read = read_export(document)
     except ExportFormatError as error:
-        raise CommandError(f"{source}: {error}", EXIT_USAGE) from error
+        raise CommandError(f"{named}: {error}", EXIT_USAGE) from error
 
     async def work(opened: CheckpointStorage) -> RunRecord:
         return await import_run(opened, document, read)

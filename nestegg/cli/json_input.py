@@ -48,23 +48,48 @@ def parse_json(text: str, what: str, advice: str = "") -> Any:
         ) from None
 
 
+def source_name(source: str, named: str | None = None) -> str:
+    """How errors name the file ``source`` given as the option ``named`` (None: an
+    argument, named by its path alone): ``-`` is standard input."""
+    where = "standard input" if source == STANDARD_STREAM else source
+    return where if named is None else f"{named} {where}"
+
+
+def refuse_empty_path(path: str, named: str | None, stream: str) -> None:
+    """Refuse an empty ``path`` given as the option ``named`` (None: an argument), which
+    ``Path`` would take for the current directory; ``stream``: what ``-`` stands for.
+
+    Raises:
+        CommandError: (bad usage) ``the path given to --output is empty: ...``.
+    """
+    if not path:
+        given = f"given to {named}" if named is not None else "given"
+        raise CommandError(
+            f"the path {given} is empty: give a file's path, or - for {stream}", EXIT_USAGE
+        )
+
+
 def read_json(source: str, named: str | None = None, advice: str = "") -> Any:
     """The value in the file ``source`` (``-``: stdin), given as the option ``named``
     (None: an argument, named by its path alone); ``advice`` as :func:`parse_json`'s.
 
     Raises:
-        CommandError: (bad usage) the file cannot be read, or is not JSON.
+        CommandError: (bad usage) the path is empty, the file cannot be read, or is empty
+            or not JSON.
     """
     return read_json_text(source, named, advice)[0]
 
 
 def read_json_text(source: str, named: str | None = None, advice: str = "") -> tuple[Any, bytes]:
     """As :func:`read_json`: the value, and the text it was read from."""
-    where = source if named is None else f"{named} {source}"
+    refuse_empty_path(source, named, "standard input")
+    where = source_name(source, named)
     try:
         raw = sys.stdin.buffer.read() if source == STANDARD_STREAM else Path(source).read_bytes()
     except OSError as error:
         raise CommandError(f"cannot read {where}: {error.strerror or error}", EXIT_USAGE) from error
+    if not raw.strip():
+        raise CommandError(f"{where} is empty: it holds no JSON", EXIT_USAGE)
     try:
         return orjson.loads(raw), raw
     except orjson.JSONDecodeError as error:

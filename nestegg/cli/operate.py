@@ -31,7 +31,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
-from nestegg.cli.json_input import parse_json, read_json_text
+from nestegg.cli.json_input import parse_json, read_json_text, source_name
 from nestegg.cli.reading import get_checkpoint, get_run
 from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
 from nestegg.cli.replayed import replayed_failure_error
@@ -386,7 +386,7 @@ def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
         raw: str | bytes = data
         given, what = parse_json(data, "--data", _NON_FINITE_ADVICE), "--data"
     elif data_file is not None:
-        what = f"--data-file {data_file}"
+        what = source_name(data_file, "--data-file")
         given, raw = read_json_text(data_file, "--data-file", _NON_FINITE_ADVICE)
     else:
         return None, ""

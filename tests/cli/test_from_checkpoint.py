@@ -386,6 +386,8 @@ CUT_ITEM = "… (5 more items; --full shows all)"
          "cannot store the value at data: type list is not serializable (nested too deeply)"),
         (["--data-file", "missing.json"], EXIT_USAGE,
          "cannot read --data-file missing.json: No such file or directory"),
+        (["--data-file", ""], EXIT_USAGE,  # it read the current directory: Is a directory
+         "the path given to --data-file is empty: give a file's path, or - for standard input"),
         (["--data", "{}", "--data-file", "bad.json"], EXIT_USAGE,
          "give --data or --data-file, not both"),
     ],

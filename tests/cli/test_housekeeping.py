@@ -269,6 +269,44 @@ def test_export_to_a_file_and_import_from_stdin(cli: Cli, filled: Filled, tmp_pa
         "delete it first\n"  # fmt: skip
 
 
+def test_export_and_import_refuse_an_empty_path_as_bad_usage(
+    cli: Cli, filled: Filled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Path('') is the current directory: cannot write .: Is a directory (exit 1)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    exported = cli("export", filled.ok, "-o", "", "-s", filled.url)
+    assert (exported.exit_code, exported.stdout) == (EXIT_USAGE, "")
+    assert exported.stderr == (
+        "error: the path given to --output is empty: give a file's path, or - for standard output\n"
+    )
+    imported = cli("import", "", "-s", f"sqlite:///{here / 'target.db'}")
+    assert (imported.exit_code, imported.stdout) == (EXIT_USAGE, "")
+    assert imported.stderr == (
+        "error: the path given is empty: give a file's path, or - for standard input\n"
+    )
+    assert list(here.iterdir()) == []  # no file written, no store made
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("", "standard input is empty: it holds no JSON"),  # was: - is not JSON: Input is ...
+        (" \n", "standard input is empty: it holds no JSON"),
+        ("{draft", "standard input is not JSON: "),
+        ('{"format": "other"}', "standard input: not a nestegg-run export"),
+    ],
+)
+def test_import_from_standard_input_names_it(
+    cli: Cli, tmp_path: Path, given: str, message: str
+) -> None:
+    result = cli("import", "-", "-s", f"sqlite:///{tmp_path / 'target.db'}", input=given)
+    assert (result.exit_code, result.stdout) == (EXIT_USAGE, "")
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert not (tmp_path / "target.db").exists()
+
+
 def test_import_refuses_bad_documents(cli: Cli, filled: Filled, tmp_path: Path) -> None:
     document = orjson.loads(cli("export", filled.ok, "--store", filled.url).stdout)
     target = f"sqlite:///{tmp_path / 'target.db'}"

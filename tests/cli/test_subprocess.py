@@ -300,7 +300,7 @@ def test_an_import_refuses_a_key_twice_and_imports_nothing(tmp_path: Path) -> No
             f"twice): {once}\n"
         )
         piped = nestegg(tmp_path, "import", "-", "-s", target, stdin=text)
-        assert piped.stderr == refused.stderr.replace(str(path), "-", 1)
+        assert piped.stderr == refused.stderr.replace(str(path), "standard input", 1)
     assert not (tmp_path / "target").exists()  # nothing imported, no store made
     # an export written otherwise (compact, not as nestegg export writes it) is read again
     compact = nestegg(tmp_path, "import", "-", "-s", target, stdin=orjson.dumps(document).decode())
