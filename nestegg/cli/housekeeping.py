@@ -44,7 +44,7 @@ from nestegg.constants import (
     LARGEST_NUMBER,
     LONGEST_DURATION_DAYS,
 )
-from nestegg.errors import RunLockedError
+from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError, RunLockedError
 from nestegg.pipeline import check_pipeline_filter
 
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -341,6 +341,10 @@ def import_command(
         read = read_export(document)
     except ExportFormatError as error:
         raise CommandError(f"{named}: {error}", EXIT_USAGE) from error
+    except InvalidIdentifierError as error:  # an id or signal name of the file: named so too
+        raise InvalidIdentifierError(f"{named}: {error}") from error
+    except CheckpointCorruptedError as error:
+        raise CheckpointCorruptedError(f"{named}: {error}") from error
 
     async def work(opened: CheckpointStorage) -> RunRecord:
         return await import_run(opened, document, read)

@@ -184,7 +184,8 @@ def test_a_step_body_altered_into_text_is_damaged_as_for_a_checksum(
     exported = cli("export", "txt", "-o", str(tmp_path / "txt.json"), "--store", url)
     assert exported.exit_code == 0, exported.stderr  # as stored, as for a checksum failure
     imported = cli("import", str(tmp_path / "txt.json"), "--store", f"{url}.copy")
-    assert (imported.exit_code, imported.stderr) == (EXIT_FAILED, damaged)
+    in_file = damaged.replace("error: ", f"error: {tmp_path / 'txt.json'}: ")  # the file's
+    assert (imported.exit_code, imported.stderr) == (EXIT_FAILED, in_file)
 
 
 def test_import_nestegg_does_not_import_typer_or_rich() -> None:

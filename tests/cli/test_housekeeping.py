@@ -322,7 +322,9 @@ def test_import_refuses_bad_documents(cli: Cli, filled: Filled, tmp_path: Path) 
     path.write_bytes(orjson.dumps(document))
     damaged = cli("import", str(path), "-s", target)
     assert damaged.exit_code == EXIT_FAILED
-    assert f"step 2 of run {filled.ok!r} failed its checksum" in damaged.stderr
+    assert damaged.stderr.startswith(
+        f"error: {path}: step 2 of run {filled.ok!r} failed its checksum"
+    )
     assert not (tmp_path / "target.db").exists()  # refused before the store was opened
 
 

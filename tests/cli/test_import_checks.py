@@ -148,6 +148,7 @@ BAD_EDITS: dict[str, tuple[Edit, str]] = {
         "checkpoints[1]: checkpoint_id",
     ),
     "signal name": (_signal(name=None), "signals[0].name must be a non-empty string"),
+    "signal name a path": (_signal(name="a/b"), "signals[0].name 'a/b' contains"),
     "signal time": (_signal(at="now"), "signals[0].at must be UNIX seconds"),
     "signal twice": (_signal_twice, "signals[1]: name 'go' appears twice"),
     "signals not a list": (_set("signals", value=5), "signals must be a JSON list, got 5"),
@@ -188,6 +189,7 @@ def test_import_refuses_what_run_would_refuse(
         result = cli("import", str(path), "--store", any_url)
         assert result.exit_code == EXIT_USAGE, (result.stdout, result.stderr)
         assert message in result.stderr and len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith(f"error: {path}: ")  # ids and names too: the file's
         listed = json_of(cli("runs", "--json", "--limit", "1000", "--store", any_url))
         assert not [row for row in listed if row["run_id"] in ids]  # nothing written
     finally:
