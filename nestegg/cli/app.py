@@ -384,7 +384,9 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
     try:
         store = _embedded_for_reading(url)
     except (ValueError, TypeError) as error:
-        raise CommandError(_bad_url(str(url), error), EXIT_USAGE) from error
+        if not url:  # the default store's home is a file: no URL to name
+            raise
+        raise CommandError(_bad_url(url, error), EXIT_USAGE) from error
     if store is None:  # a server store: its setup() then creates, migrates and marks nothing
         return open_selected(url, read_only=read_only)
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"

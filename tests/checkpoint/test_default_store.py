@@ -139,6 +139,26 @@ async def test_a_home_that_cannot_be_made_is_storage_unavailable(
         await clutch.run(1, run_id="r1")
 
 
+async def test_a_home_that_is_a_file_is_named_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.write_text("")
+    monkeypatch.setenv(HOME_ENV, str(home))
+    clutch = Clutch("homeless", checkpoint=CheckpointConfig())
+
+    @clutch.agent()
+    async def a(data: int) -> int:
+        return data
+
+    with pytest.raises(ConfigurationError) as refused:  # was: [Errno 17] File exists
+        await clutch.run(1, run_id="r1")
+    assert str(refused.value) == (
+        f"NESTEGG_HOME {str(home)!r} is a file, not a directory: it names the directory the "
+        "default store keeps its database (nestegg.db) in"
+    )
+
+
 def test_a_url_given_as_storage_is_refused_with_the_way_to_open_it() -> None:
     with pytest.raises(ConfigurationError, match=r"storage=open_store\('sqlite:///x.db'\)"):
         CheckpointConfig(storage="sqlite:///x.db")  # type: ignore[arg-type]

@@ -269,6 +269,21 @@ def test_a_home_that_cannot_be_created_is_reported_as_through_a_url(
     assert by_default.stderr.startswith(f"error: cannot open the SQLite database {home}")
 
 
+def test_a_home_that_is_a_file_is_named_so(tmp_path: Path, filled_doc: Path) -> None:
+    # it was StorageUnavailableError ... [Errno 17] File exists (exit 4), or for a reading
+    # command: no store at .../nestegg.db (exit 3)
+    home = tmp_path / "home"
+    home.write_text("a file")
+    for args, stdin in ((["import", "-"], filled_doc.read_text()), (["runs"], None)):
+        result = nestegg(tmp_path, *args, stdin=stdin, NESTEGG_HOME=str(home))
+        assert (result.returncode, result.stdout) == (EXIT_USAGE, ""), result.stderr
+        assert result.stderr == (
+            f"error: NESTEGG_HOME {str(home)!r} is a file, not a directory: it names the "
+            "directory the default store keeps its database (nestegg.db) in\n"
+        )
+    assert home.read_text() == "a file"
+
+
 def test_a_bad_store_from_the_environment_names_the_value_and_where(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "runs", NESTEGG_STORE="bogus")
     assert result.returncode == EXIT_USAGE

@@ -139,8 +139,22 @@ def _take_query_option(url: str, name: str, given: str) -> tuple[str, str | None
 
 
 def home_path() -> Path:
-    """``$NESTEGG_HOME``, else ``~/.nestegg``, without creating it."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+    """``$NESTEGG_HOME``, else ``~/.nestegg``, without creating it.
+
+    Raises:
+        ConfigurationError: it is there and is not a directory (a file), naming it and
+            where it came from.
+    """
+    given = os.environ.get(HOME_ENV)
+    home = Path(given or DEFAULT_HOME).expanduser()
+    if home.exists() and not home.is_dir():
+        named = f"{HOME_ENV} {given!r}" if given else f"{DEFAULT_HOME} ({str(home)!r})"
+        what = "a file, not a directory" if home.is_file() else "not a directory"
+        raise ConfigurationError(
+            f"{named} is {what}: it names the directory the default store keeps its "
+            f"database ({DEFAULT_DB_NAME}) in"
+        )
+    return home
 
 
 def default_home() -> Path:
@@ -156,6 +170,7 @@ def default_store() -> CheckpointStorage:
     Raises:
         StorageUnavailableError: the home cannot be created (said as for the database
             through its URL).
+        ConfigurationError: the home is a file (:func:`home_path`).
     """
     try:
         home = default_home()
