@@ -176,6 +176,7 @@ METAVARS = {
     "source": "FILE",
     "app": "MODULE:ATTR",
     "poll_interval": "SECONDS",
+    "grace": "SECONDS",
     "since": "SEQ",
     "limit": "N",
     "keep": "N",

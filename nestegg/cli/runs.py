@@ -26,6 +26,7 @@ from nestegg.cli.render import (
     to_json,
     when,
 )
+from nestegg.cli.seconds import seconds_parser
 from nestegg.cli.wait_words import (
     app_placeholder,
     named_some,
@@ -441,7 +442,8 @@ def events_command(
         bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
     ] = False,
     poll_interval: Annotated[
-        float, typer.Option(min=0.01, help="Seconds between polls with --follow.")
+        float,
+        typer.Option(parser=seconds_parser(0.01), help="Seconds between polls with --follow."),
     ] = CLI_POLL_INTERVAL,
     as_json: JsonOption = False,
     store: StoreOption = None,

@@ -12,6 +12,7 @@ from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import CommandError, app, describe_store, run_async
 from nestegg.cli.apps import import_app
+from nestegg.cli.seconds import seconds_parser
 from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
 from nestegg.telemetry import store_name
@@ -34,7 +35,9 @@ def worker_command(
     ] = None,
     grace: Annotated[
         float,
-        typer.Option(min=0, help="Seconds steps under way get to finish after SIGTERM."),
+        typer.Option(
+            parser=seconds_parser(0), help="Seconds steps under way get to finish after SIGTERM."
+        ),
     ] = 30.0,
 ) -> None:
     """Run the steps of a pipeline's runs from its transport until SIGTERM or Ctrl-C.

@@ -47,6 +47,31 @@ def test_bad_usage_exits_2_with_one_line(cli: Cli, args: list[str]) -> None:
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # nan was "Input should be greater than or equal to 0.01"; inf, 1e3 and other
+        # scripts' digits were taken
+        (["events", "r", "-f", "--poll-interval", "nan"], "'nan' is not a number of seconds"),
+        (["events", "r", "-f", "--poll-interval", "inf"], "'inf' is not a number of seconds"),
+        (["events", "r", "-f", "--poll-interval", "\u0661"], "'\u0661' is not a number of"),
+        (["events", "r", "-f", "--poll-interval", "0.001"], "0.001 is less than 0.01 seconds"),
+        (["events", "r", "-f", "--poll-interval", "-1"], "-1 is less than 0.01 seconds"),
+        (["worker", "x:y", "--grace", "nan"], "'nan' is not a number of seconds"),
+        (["worker", "x:y", "--grace", "-1"], "-1 is less than 0 seconds"),
+        (["worker", "x:y", "--grace", "9" * 12], "999999999999 seconds is more than 100 years"),
+    ],
+)
+def test_seconds_given_to_an_option_are_digits_in_range(
+    cli: Cli, args: list[str], message: str
+) -> None:
+    result = cli(*args)
+    assert (result.exit_code, result.stdout) == (EXIT_USAGE, "")
+    option = args[-2]
+    assert result.stderr.startswith(f"error: Invalid value for '{option}': {message}")
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_usage_error_names_the_help(cli: Cli) -> None:
     result = cli("runs", "--bogus")
     assert result.stderr == "error: No such option: --bogus (see 'nestegg runs --help')\n"
