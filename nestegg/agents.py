@@ -67,6 +67,9 @@ UNSAFE_CHARACTERS = {
     "\r": "a carriage return (U+000D)",
 }
 """What :func:`check_name` refuses in a name, as its message names each."""
+NOT_ALLOWED = "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"
+"""What :func:`check_name` refuses in a name (of its characters: UNSAFE_CHARACTERS; a tab,
+ESC or a bidi control is taken), as the end of its refusal says it."""
 
 
 def check_name(name: str, what: str) -> str:
@@ -88,10 +91,7 @@ def check_name(name: str, what: str) -> str:
             ) from None
     found = _unsafe_part(name)
     if found is not None:
-        raise InvalidIdentifierError(
-            f"{what} {name!r} {found} (a path separator, '..' or a control character is not "
-            "allowed)"
-        )
+        raise InvalidIdentifierError(f"{what} {name!r} {found} {NOT_ALLOWED}")
     return name
 
 

@@ -169,10 +169,14 @@ class TestCheckName:
     def test_a_bad_name_says_what_it_holds_and_where(self, name: str, found: str) -> None:
         with pytest.raises(InvalidIdentifierError) as refused:
             check_name(name, "run id")
-        assert str(refused.value) == (
-            f"run id {name!r} {found} (a path separator, '..' or a control character is not "
-            "allowed)"
+        assert str(refused.value) == (  # it said "or a control character", which is taken
+            f"run id {name!r} {found} (a path separator, '..', a NUL, a line feed or a "
+            "carriage return is not allowed)"
         )
+
+    @pytest.mark.parametrize("name", ["a\tb", "a\x1bb", "a\u202eb", "a\x7fb", "a\u2028b"])
+    def test_other_control_characters_are_taken_as_the_refusal_says(self, name: str) -> None:
+        assert check_name(name, "run id") == name
 
     @pytest.mark.parametrize("name", [None, 3, b"bytes"])
     def test_non_strings(self, name: Any) -> None:

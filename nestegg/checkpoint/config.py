@@ -106,7 +106,7 @@ class CheckpointConfig:
     Raises:
         ConfigurationError: a value out of range, naming the field.
         InvalidIdentifierError: ``run_id`` is not None and no run can have it (not a
-            string, empty, a path separator, '..', a control character: the rule of
+            string, empty, a path separator, '..', a NUL, a line break: the rule of
             ``run(input, run_id=...)``), naming the field.
 
     Example:

@@ -570,12 +570,12 @@ async def test_a_fork_to_a_taken_run_id_raises_run_exists_and_stores_nothing(
         (
             "../escape",
             "run id '../escape' contains '..' at index 0 "
-            "(a path separator, '..' or a control character is not allowed)",
+            "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)",
         ),
         (
             "a/b",
             "run id 'a/b' contains a path separator '/' at index 1 "
-            "(a path separator, '..' or a control character is not allowed)",
+            "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)",
         ),
         ("", "run id must be a non-empty string, got ''"),
         ("r" * 201, "is 201 characters long; at most 200 are allowed"),
@@ -853,7 +853,7 @@ async def test_history_of_an_unknown_or_malformed_run_raises(
         await pipeline.clutch.history("nope")
     message = (
         "run id '../x' contains '..' at index 0 "
-        "(a path separator, '..' or a control character is not allowed)"
+        "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"
     )
     with pytest.raises(InvalidIdentifierError, match=re.escape(message)):
         await pipeline.clutch.history("../x")

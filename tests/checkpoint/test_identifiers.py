@@ -121,7 +121,7 @@ def test_a_configured_run_id_error_names_the_field() -> None:
         CheckpointConfig(run_id="a/b")
     assert str(refused.value) == (
         "CheckpointConfig.run_id 'a/b' contains a path separator '/' at index 1 (a path "
-        "separator, '..' or a control character is not allowed)"
+        "separator, '..', a NUL, a line feed or a carriage return is not allowed)"
     )
     assert CheckpointConfig(run_id=None).run_id is None
     assert CheckpointConfig(run_id="rün-1").run_id == "rün-1"

@@ -251,7 +251,7 @@ def test_resume_from_a_checkpoint_of_a_failed_run_as_json(stored: Stored) -> Non
         ("done", "nope", APP, EXIT_NOT_FOUND, "no checkpoint 'nope' in the store"),
         ("done", "../x", APP, EXIT_USAGE,
          "checkpoint id '../x' contains '..' at index 0 "
-         "(a path separator, '..' or a control character is not allowed)"),
+         "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"),
         ("nope", "DONE", APP, EXIT_NOT_FOUND, "no run 'nope' in the store"),
         ("done", "DONE", f"{APP_MODULE}:other", EXIT_USAGE,
          "run 'done' belongs to pipeline 'rewind', not 'other'"),
@@ -412,7 +412,7 @@ def test_fork_refuses_bad_data_and_stores_nothing(
         ("nope", APP, EXIT_NOT_FOUND, "no checkpoint 'nope' in the store"),
         ("../x", APP, EXIT_USAGE,
          "checkpoint id '../x' contains '..' at index 0 "
-         "(a path separator, '..' or a control character is not allowed)"),
+         "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"),
         ("DONE", f"{APP_MODULE}:other", EXIT_USAGE,
          "checkpoint 'DONE' belongs to pipeline 'rewind', not 'other'"),
         ("FAILED", f"{APP_MODULE}:without_review", EXIT_FAILED,
@@ -476,7 +476,7 @@ def test_fork_with_a_run_id_gives_the_new_run_that_id(stored: Stored) -> None:
         ("failed", EXIT_FAILED, "run 'failed' exists; choose another --run-id"),
         ("../x", EXIT_USAGE,
          "run id '../x' contains '..' at index 0 "
-         "(a path separator, '..' or a control character is not allowed)"),
+         "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"),
         ("", EXIT_USAGE, "run id must be a non-empty string, got ''"),
     ],
 )  # fmt: skip

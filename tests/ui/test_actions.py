@@ -192,13 +192,13 @@ def test_cancel_of_a_finished_unknown_or_bad_run_is_refused_and_changes_nothing(
     assert bad.status_code == 400
     assert bad.json()["error"] == (
         "run id 'a..b' contains '..' at index 1 "
-        "(a path separator, '..' or a control character is not allowed)"
+        "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"
     )
     nul: Any = ui.write("POST", "/api/runs/a%00b/cancel")
     assert (nul.status_code, nul.json()["error"]) == (
         400,
         "run id 'a\\x00b' contains a NUL (U+0000) at index 1 "
-        "(a path separator, '..' or a control character is not allowed)",
+        "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)",
     )
     gone = ui.filled.gone
     for token in (None, "wrong"):

@@ -257,7 +257,7 @@ def test_an_id_or_filter_the_command_refuses_is_400_saying_why(ui: Ui) -> None:
     assert len(CHECKPOINT_LINK.findall(ui.client.get(f"/runs/{ui.filled.ok}").text)) == 3
 
 
-NOT_ALLOWED = "(a path separator, '..' or a control character is not allowed)"
+NOT_ALLOWED = "(a path separator, '..', a NUL, a line feed or a carriage return is not allowed)"
 
 
 def test_an_id_with_an_encoded_slash_is_400_as_the_command_refuses_it(ui: Ui) -> None:

@@ -132,8 +132,8 @@ class FileCheckpointStorage(FileThreadRows):
         path: the root directory; created (0700) on first use.
 
     Raises:
-        InvalidIdentifierError: a run or checkpoint id with a path separator, ``..`` or a
-            control character, or too long (checked before the disk is touched);
+        InvalidIdentifierError: a run or checkpoint id with a path separator, ``..``, a
+            NUL or a line break, or too long (checked before the disk is touched);
             ``get_checkpoint`` returns None for such an id instead, as every store does
             for an id it does not hold.
         StorageUnavailableError: the root cannot be read or written.
