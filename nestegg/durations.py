@@ -25,9 +25,18 @@ def seconds(value: timedelta | float, what: str) -> float:
         or not 0 <= counted <= MAX_SECONDS  # False for NaN
     ):
         raise ConfigurationError(
-            f"{what} must be a timedelta or a number of seconds from 0 to 100 years, got {value!r}"
+            f"{what} must be a timedelta or a number of seconds from 0 to 100 years, "
+            f"got {_shown(value)}"
         )
     return float(counted)
+
+
+def _shown(value: object) -> str:
+    """``value`` as a refusal names it: a timedelta in seconds (``-5 s``, where its repr,
+    ``datetime.timedelta(days=-1, seconds=86395)``, hides the sign); else its repr."""
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g} s"
+    return repr(value)
 
 
 def seconds_or_none(value: timedelta | float | None, what: str) -> float | None:
