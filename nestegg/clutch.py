@@ -48,7 +48,10 @@ class Clutch(StoredRuns):
             If it raises, the caller gets its exception and a checkpointed run is stored
             failed with it (``"hook": "on_request"`` in the stored error), not left for
             recover.
-        on_response: awaited with the request and ``{"clutch_id", "result", ...}`` at the end.
+        on_response: awaited with two dicts once a run completes: the request
+            (``{"clutch_id", "input"}``, as ``on_request`` gets it) and the response
+            (``{"_clutch_response": True, "clutch_id", "result"}``); not for a run that
+            fails, waits or is cancelled.
         on_step: awaited with ``(agent_name, input, output)`` after each agent returns.
         checkpoint: a CheckpointConfig to checkpoint every step to a store (None: in memory).
         on_checkpoint: awaited with a CheckpointInfo after each checkpoint is stored.
