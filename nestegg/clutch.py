@@ -60,7 +60,8 @@ class Clutch(StoredRuns):
         InvalidIdentifierError: with ``checkpoint=`` or ``transport=``, ``name`` is no
             string or holds a NUL or a lone surrogate (naming it and why).
         ConfigurationError: ``checkpoint`` is neither a CheckpointConfig nor None,
-            ``strategy`` is not a Strategy, or a hook is not async; a
+            ``strategy`` is not a Strategy, or a hook is not async or cannot take what it
+            is awaited with (naming both); a
             transport without checkpointing or with the memory store; a transport URL of an
             unknown scheme or that cannot be parsed (a bad host, port or database).
         MissingDependencyError: the broker's client is not installed.

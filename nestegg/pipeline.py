@@ -109,8 +109,8 @@ class PipelineBase(PipelineDefinition):
             ("on_step", on_step),
             ("on_checkpoint", on_checkpoint),
         ):
-            if hook is not None and not inspect.iscoroutinefunction(hook):
-                raise ConfigurationError(f"{hook_name} must be an async function")
+            if hook is not None:
+                _check_hook(hook_name, hook)
         self.name = name
         self.strategy = strategy
         self.max_turns = max_turns
@@ -383,6 +383,37 @@ class PipelineBase(PipelineDefinition):
         if started is not None:
             await until_started(task, started)
         return ClutchTask(f"task-{id(task):x}", task, listeners, late)
+
+
+HOOK_ARGUMENTS = {
+    "on_request": ("request",),
+    "on_response": ("request", "response"),
+    "on_step": ("agent_name", "input", "output"),
+    "on_checkpoint": ("info",),
+}
+"""What each hook of a Clutch is awaited with, in order."""
+
+
+def _check_hook(hook_name: str, hook: Callable[..., Any]) -> None:
+    """Refuse a hook that is not async, or that cannot take what it is awaited with (a
+    TypeError at the end of a run, its steps done)."""
+    if not inspect.iscoroutinefunction(hook):
+        raise ConfigurationError(f"{hook_name} must be an async function")
+    arguments = HOOK_ARGUMENTS[hook_name]
+    try:
+        signature = inspect.signature(hook)
+        signature.bind(*arguments)
+    except ValueError:  # no signature to read: it is called as it is
+        return
+    except TypeError:
+        bare = signature.replace(  # its parameters as written, without annotations
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise ConfigurationError(
+            f"{hook_name} is awaited with ({', '.join(arguments)}), which "
+            f"{getattr(hook, '__name__', hook)}{bare} cannot take"
+        ) from None
 
 
 def _transport(name: str, transport: Any, checkpoint: CheckpointConfig | None) -> Any:

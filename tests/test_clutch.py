@@ -334,6 +334,45 @@ class TestDefinitionErrors:
         with pytest.raises(ConfigurationError, match=hook):
             Clutch("p", **{hook: not_async})
 
+    @pytest.mark.parametrize(
+        ("hook", "arguments"),
+        [
+            ("on_request", "request"),
+            ("on_response", "request, response"),
+            ("on_step", "agent_name, input, output"),
+            ("on_checkpoint", "info"),
+        ],
+    )
+    def test_a_hook_that_cannot_take_its_arguments_is_refused_when_built(
+        self, hook: str, arguments: str
+    ) -> None:
+        # an on_response of one parameter failed once the run had completed:
+        # TypeError: hr() takes 1 positional argument but 2 were given
+        async def hr(r: Any, s: Any, t: Any, u: Any) -> None:
+            return None
+
+        async def one(r: Any) -> None:
+            return None
+
+        taken = hr if arguments.count(",") == 0 else one
+        with pytest.raises(ConfigurationError) as refused:
+            Clutch("p", **{hook: taken})
+        shown = "hr(r, s, t, u)" if taken is hr else "one(r)"
+        assert (
+            str(refused.value) == f"{hook} is awaited with ({arguments}), which {shown} cannot take"
+        )
+
+    async def test_a_hook_of_any_form_that_takes_its_arguments_is_taken(self) -> None:
+        async def variadic(*args: Any) -> None:
+            return None
+
+        async def defaults(request: Any, response: Any = None, extra: int = 0) -> None:
+            return None
+
+        for hook in ("on_request", "on_response", "on_step", "on_checkpoint"):
+            Clutch("p", **{hook: variadic})
+        Clutch("p", on_request=defaults, on_response=defaults)
+
     def test_agent_must_be_async(self) -> None:
         clutch = Clutch("p")
 
