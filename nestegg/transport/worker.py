@@ -129,7 +129,7 @@ class Worker:
     ) -> None:
         if not is_count(concurrency):
             raise ConfigurationError(f"concurrency must be an int >= 1, got {shown(concurrency)}")
-        if grace < 0:
+        if not grace >= 0:  # NaN too, as the command's --grace refuses it
             raise ConfigurationError(f"grace must be >= 0 seconds, got {grace!r}")
         if misfit_grace is not None and not misfit_grace >= 0:
             raise ConfigurationError(f"misfit_grace must be >= 0 seconds, got {misfit_grace!r}")

@@ -95,6 +95,10 @@ async def test_a_worker_refuses_unknown_agents_and_bad_concurrency(
         assert str(refused.value) == (
             "concurrency must be an int >= 1, got True (a bool, not a number)"
         )
+        for grace in (-1.0, float("nan")):  # NaN was taken: no comparison is true of it
+            with pytest.raises(ConfigurationError) as refused:
+                Worker(chain, chain.transport, grace=grace)
+            assert str(refused.value) == f"grace must be >= 0 seconds, got {grace!r}"
     finally:
         await chain.stop()
 
