@@ -349,7 +349,7 @@ class RunExecution:
         started = self.recorder.clock()
         self._calls_go_to(seq, -1, -1)
         try:
-            return await self.cursor.next_agent()
+            return await self.cursor.next_agent(self.ctx.data)
         except Exception as error:
             await self._step_failed(seq, None, error, started)
             raise

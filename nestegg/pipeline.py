@@ -178,14 +178,10 @@ class PipelineBase(PipelineDefinition):
         state = ClutchState(run_id, self.strategy.value, list(self._get_order()))
         return ClutchContext(data=data, source="input", state=state)
 
-    def new_cursor(self, ctx: ClutchContext) -> Cursor:
-        """The strategy's cursor for the run of ``ctx`` (at its start; ``restore`` moves it)."""
-
-        async def choose() -> str | None:
-            return await self._select(ctx.data)
-
-        order = self._get_order()
-        return make_cursor(self.strategy, order, self._agents, choose if self._selector else None)
+    def new_cursor(self) -> Cursor:
+        """The strategy's cursor for a run at its start (``restore`` moves it)."""
+        choose = self._select if self._selector else None
+        return make_cursor(self.strategy, self._get_order(), self._agents, choose)
 
     def new_execution(
         self,
@@ -211,7 +207,7 @@ class PipelineBase(PipelineDefinition):
         """
         return RunExecution(
             ctx=ctx,
-            cursor=cursor if cursor is not None else self.new_cursor(ctx),
+            cursor=cursor if cursor is not None else self.new_cursor(),
             agents=self._agents,
             max_turns=self.max_turns,
             recorder=recorder,

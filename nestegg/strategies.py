@@ -27,7 +27,8 @@ class Strategy(Enum):
     SELECTOR = "selector"
 
 
-Choose = Callable[[], Awaitable[str | None]]
+Choose = Callable[[Any], Awaitable[str | None]]
+"""The selector, asked with the current data: the agent to run next, None to stop."""
 
 
 class Undecided(Enum):
@@ -43,8 +44,9 @@ Upcoming = str | Undecided | None
 class Cursor(Protocol):
     """Where a run goes next."""
 
-    async def next_agent(self) -> str | None:
-        """The agent to run now, or None to stop."""
+    async def next_agent(self, data: Any) -> str | None:
+        """The agent to run now, or None to stop (``data``: the current data, which a
+        selector is asked with)."""
 
     def completed(self, agent: str) -> bool:
         """Move past ``agent`` after it returned; False stops the run."""
@@ -80,7 +82,7 @@ class OrderCursor:
         self.wrap = wrap
         self.index = 0
 
-    async def next_agent(self) -> str | None:
+    async def next_agent(self, data: Any) -> str | None:
         if self.wrap:
             return self.order[self.index % len(self.order)] if self.order else None
         return self.order[self.index] if self.index < len(self.order) else None
@@ -130,7 +132,7 @@ class GraphCursor:
         self.agents = agents
         self.node: str | None = order[0] if order else None
 
-    async def next_agent(self) -> str | None:
+    async def next_agent(self, data: Any) -> str | None:
         return self.node if self.node in self.agents else None
 
     def completed(self, agent: str) -> bool:
@@ -171,12 +173,12 @@ class SelectorCursor:
         self.choose = choose
         self.forced: str | None = None
 
-    async def next_agent(self) -> str | None:
+    async def next_agent(self, data: Any) -> str | None:
         agent: str | None
         if self.forced is not None:
             agent, self.forced = self.forced, None
         elif self.choose is not None:
-            agent = await self.choose()
+            agent = await self.choose(data)
         else:
             return None
         return agent if agent in self.agents else None

@@ -672,13 +672,13 @@ class TestCursors:
         assert cursor.position() == {"index": 1, "agent": "b"}
         cursor.completed("b")
         assert cursor.position() == {"index": 2, "agent": None}
-        assert await cursor.next_agent() is None
+        assert await cursor.next_agent(None) is None
 
     async def test_round_robin_wraps_and_keeps_counting(self) -> None:
         cursor = OrderCursor(["a", "b"], {"a": 1, "b": 2}, wrap=True)
         names = []
         for _ in range(5):
-            name = await cursor.next_agent()
+            name = await cursor.next_agent(None)
             assert name is not None
             names.append(name)
             cursor.completed(name)
@@ -688,12 +688,12 @@ class TestCursors:
     async def test_order_restore_follows_the_named_agent_when_the_order_changed(self) -> None:
         cursor = OrderCursor(["a", "new", "b"], {"a": 1, "new": 2, "b": 3}, wrap=False)
         cursor.restore({"index": 1, "agent": "b"})
-        assert await cursor.next_agent() == "b"
+        assert await cursor.next_agent(None) == "b"
 
     async def test_round_robin_restore_keeps_the_rotation(self) -> None:
         cursor = OrderCursor(["a", "b", "c"], {"a": 1, "b": 2, "c": 3}, wrap=True)
         cursor.restore({"index": 7, "agent": "b"})
-        assert await cursor.next_agent() == "b"
+        assert await cursor.next_agent(None) == "b"
 
     def test_order_restore_of_a_lost_agent_is_incompatible(self) -> None:
         cursor = OrderCursor(["a"], {"a": 1}, wrap=False)
@@ -717,9 +717,9 @@ class TestCursors:
         assert cursor.position() == {"node": "b"}
         fresh = GraphCursor(["a", "b"], agents)
         fresh.restore(cursor.position())
-        assert await fresh.next_agent() == "b"
+        assert await fresh.next_agent(None) == "b"
         assert not fresh.completed("b")
-        assert await fresh.next_agent() is None
+        assert await fresh.next_agent(None) is None
 
     def test_graph_restore_of_a_lost_node_is_incompatible(self) -> None:
         cursor = GraphCursor(["a"], {"a": object()})
@@ -728,7 +728,7 @@ class TestCursors:
         assert lost.value.agent == "gone"
 
     async def test_selector_forced_agent_survives_a_restore(self) -> None:
-        async def never() -> str | None:
+        async def never(data: Any) -> str | None:
             return None
 
         cursor = SelectorCursor({"a": 1, "b": 2}, never)
@@ -736,8 +736,20 @@ class TestCursors:
         assert cursor.position() == {"forced": "b"}
         fresh = SelectorCursor({"a": 1, "b": 2}, never)
         fresh.restore(cursor.position())
-        assert await fresh.next_agent() == "b"
-        assert await fresh.next_agent() is None
+        assert await fresh.next_agent(None) == "b"
+        assert await fresh.next_agent(None) is None
+
+    async def test_the_selector_is_asked_with_the_data_next_agent_is_given(self) -> None:
+        asked: list[Any] = []
+
+        async def choose(data: Any) -> str | None:
+            asked.append(data)
+            return "b" if data == "to b" else "ghost"
+
+        cursor = SelectorCursor({"a": 1, "b": 2}, choose)
+        assert await cursor.next_agent("to b") == "b"
+        assert await cursor.next_agent({"k": 1}) is None  # an unknown name stops
+        assert asked == ["to b", {"k": 1}]
 
     def test_selector_restore_of_a_lost_agent_is_incompatible(self) -> None:
         cursor = SelectorCursor({"a": 1}, None)
@@ -748,7 +760,7 @@ class TestCursors:
     async def test_upcoming_is_the_agent_next_agent_gives_and_a_stored_position_says_it(
         self,
     ) -> None:
-        async def choose() -> str | None:
+        async def choose(data: Any) -> str | None:
             return "a"
 
         leaf = type("Node", (), {"edges": []})()
@@ -763,7 +775,7 @@ class TestCursors:
             for _ in range(3):
                 upcoming = cursor.upcoming()
                 assert upcoming == upcoming_at(cursor.position())
-                assert await cursor.next_agent() == upcoming
+                assert await cursor.next_agent(None) == upcoming
                 seen.append(upcoming)
                 if upcoming is None:
                     break

@@ -49,7 +49,6 @@ from nestegg.strategies import Undecided
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.pipeline import Pipeline
-    from nestegg.context import ClutchContext
     from nestegg.strategies import Cursor
 
 
@@ -154,21 +153,18 @@ def check_checkpoint_run(checkpoint: CheckpointRecord, run_id: str) -> None:
         )
 
 
-def restored_cursor(
-    pipeline: Pipeline, ctx: ClutchContext, state: CheckpointState, of_run: str | None = None
-) -> Cursor:
-    """``pipeline``'s cursor for the run of ``ctx``, moved to where ``state`` continues.
+def restored_cursor(pipeline: Pipeline, state: CheckpointState, of_run: str) -> Cursor:
+    """``pipeline``'s cursor, moved to where ``state`` continues.
 
     Args:
-        of_run: the run ``state``'s checkpoint belongs to, named by the error (None: the
-            run of ``ctx``; a fork's is its parent).
+        of_run: the run ``state``'s checkpoint belongs to, named by the error (a fork's
+            is its parent).
 
     Raises:
         IncompatibleCheckpointError: ``state`` continues with an agent ``pipeline`` no
             longer has (``run 'x': the checkpoint continues with agent ...``).
     """
-    run_id = of_run if of_run is not None else ctx.state.clutch_id
-    cursor = pipeline.new_cursor(ctx)
+    cursor = pipeline.new_cursor()
     try:
         if state.position is not None:
             cursor.restore(state.position)
@@ -179,7 +175,7 @@ def restored_cursor(
                 state.next_agent,
             )
     except IncompatibleCheckpointError as lost:
-        raise IncompatibleCheckpointError(f"run {run_id!r}: {lost}", lost.agent) from None
+        raise IncompatibleCheckpointError(f"run {of_run!r}: {lost}", lost.agent) from None
     return cursor
 
 
@@ -312,7 +308,7 @@ async def resume_start(
     if (waiting := await still_waiting(store, run, now)) is not None:
         raise waiting
     state, checkpoints = await resume_point(store, run)
-    cursor = restored_cursor(pipeline, pipeline.new_context(run.run_id, state.data), state)
+    cursor = restored_cursor(pipeline, state, run.run_id)
     check_data(pipeline, cursor, state)
     return state, checkpoints
 
@@ -403,16 +399,14 @@ def check_fork(
             no longer has.
     """
     check_fork_pipeline(run, checkpoint_id, pipeline.name)
-    _check_fork_state(pipeline, run, state, state.data)
+    _check_fork_state(pipeline, run, state)
 
 
-def _check_fork_state(
-    pipeline: Pipeline, run: RunRecord, state: CheckpointState, data: Any
-) -> Cursor:
+def _check_fork_state(pipeline: Pipeline, run: RunRecord, state: CheckpointState) -> Cursor:
     """The checks of :func:`check_fork` after the pipeline's: its definition, its agents;
-    the cursor restored for a context of ``data``, what the fork continues with."""
+    the cursor restored to where the fork continues."""
     pipeline.validate()
-    return restored_cursor(pipeline, pipeline.new_context(run.run_id, data), state)
+    return restored_cursor(pipeline, state, run.run_id)
 
 
 async def fork_start(
@@ -445,7 +439,7 @@ async def fork_start(
     continued = (
         to_plain(data.value if isinstance(data, GivenData) else data) if given else state.data
     )
-    cursor = _check_fork_state(pipeline, run, state, continued)
+    cursor = _check_fork_state(pipeline, run, state)
     check_data(pipeline, cursor, state, ForkData(checkpoint.checkpoint_id, given, continued))
     return state, steps
 

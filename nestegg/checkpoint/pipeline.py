@@ -44,8 +44,8 @@ class Pipeline(Protocol):
     def new_context(self, run_id: str, data: Any) -> ClutchContext:
         """A fresh context of run ``run_id`` holding ``data``."""
 
-    def new_cursor(self, ctx: ClutchContext) -> Cursor:
-        """The strategy's cursor for the run of ``ctx``."""
+    def new_cursor(self) -> Cursor:
+        """The strategy's cursor for a run at its start."""
 
     def new_execution(
         self,

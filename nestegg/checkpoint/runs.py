@@ -114,7 +114,7 @@ class CheckpointedRuns(RunStore):
     def fresh_start(self, run_id: str, data: Any, listeners: StepListeners) -> PreparedRun:
         """Where a new run ``run_id`` of input ``data`` starts: before its first step."""
         ctx = self.clutch.new_context(run_id, data)
-        cursor = self.clutch.new_cursor(ctx)
+        cursor = self.clutch.new_cursor()
         base = Snapshot(0, 0, 0, "input", cursor.position(), NO_METADATA)
         return PreparedRun(ctx, cursor, base, 0, 0, None, listeners)
 
@@ -368,7 +368,7 @@ class CheckpointedRuns(RunStore):
         if state.stored_history is not None:
             ctx.state.defer_history(state.stored_history.decode)
         ctx.metadata.update(state.metadata)
-        cursor = restored_cursor(self.clutch, ctx, state, of_run)
+        cursor = restored_cursor(self.clutch, state, of_run if of_run is not None else run.run_id)
         base = Snapshot(
             state.seq,
             state.turn,
