@@ -6,10 +6,15 @@ import asyncio
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from nestegg import Clutch, ClutchContext, ClutchState, Strategy, get_context
-from nestegg.context import current_context
-from nestegg.errors import NestEggError, NoActiveContextError
+from nestegg.context import current_context, set_context
+from nestegg.errors import ConfigurationError, NestEggError, NoActiveContextError
+
+
+class Ticket(BaseModel):
+    text: str
 
 
 class TestOutsideARun:
@@ -234,6 +239,68 @@ class TestStateObjects:
         ctx = ClutchContext(data=None, source="input", state=state)
         assert state.turn == 0 and state.history == []
         assert ctx.metadata == {}
+
+
+class TestBuiltLikeEggaiClutch:
+    """The constructors take eggai-clutch 0.2.2's defaults, so an agent's unit test builds
+    the context it gives the agent (with ``set_context``) as it did there."""
+
+    def test_a_state_with_no_arguments(self) -> None:
+        state = ClutchState()
+        assert (state.strategy, state.members, state.turn, state.history) == (
+            "sequential",
+            [],
+            0,
+            [],
+        )
+        assert len(state.clutch_id) == 32 and int(state.clutch_id, 16) >= 0
+        assert ClutchState().clutch_id != state.clutch_id
+
+    def test_a_state_copies_the_history_it_is_given(self) -> None:
+        given = [{"source": "input", "data": 1}]
+        state = ClutchState(clutch_id="r", strategy="graph", members=["a"], turn=1, history=given)
+        state.history.append({"source": "a", "data": 2})
+        assert given == [{"source": "input", "data": 1}] and len(state.history) == 2
+
+    def test_a_context_of_data_alone(self) -> None:
+        ctx = ClutchContext({"key": "value"})
+        assert ctx.data == {"key": "value"} and ctx.source == "input"
+        assert ctx.metadata == {} and ctx.state.turn == 0 and ctx.state.history == []
+        assert ctx.run_id == ctx.state.clutch_id
+
+    def test_to_dict_dumps_a_model_and_from_dict_takes_it_back(self) -> None:
+        state = ClutchState(clutch_id="r", members=["a"], turn=2, history=[{"source": "x"}])
+        ctx = ClutchContext(Ticket(text="hi"), "a", state, {"m": 1})
+        raw = ctx.to_dict()
+        assert raw["data"] == {"text": "hi"} and raw["source"] == "a"
+        back = ClutchContext.from_dict(raw)
+        assert back.to_dict() == raw
+        assert ClutchContext.from_dict({**raw, "metadata": None}).metadata == {}
+        del raw["metadata"]
+        assert ClutchContext.from_dict(raw).metadata == {}
+
+    @pytest.mark.parametrize(
+        ("raw", "message"),
+        [
+            ({"data": 1}, "no 'source', 'state'"),
+            ({"data": 1, "source": "a", "state": ["x"]}, "got a list"),
+            ({"data": 1, "source": "a", "state": {"turns": 1}}, "unknown keys \\['turns'\\]"),
+        ],
+    )
+    def test_from_dict_names_what_is_wrong(self, raw: dict[str, Any], message: str) -> None:
+        with pytest.raises(ConfigurationError, match=message):
+            ClutchContext.from_dict(raw)
+
+    async def test_an_agent_tested_alone_reads_the_context_it_is_given(self) -> None:
+        async def agent(data: str) -> str:
+            ctx = get_context()
+            return f"{data} by {ctx.metadata['user']} at turn {ctx.state.turn}"
+
+        set_context(ClutchContext("hello", metadata={"user": "u1"}))
+        try:
+            assert await agent("hi") == "hi by u1 at turn 0"
+        finally:
+            set_context(None)
 
 
 class TestDeferredHistory:
