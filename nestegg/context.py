@@ -1,7 +1,10 @@
-"""The per-run context an agent can read with :func:`get_context`.
+"""The context an agent reads with :func:`get_context`: one per step, as in eggai-clutch.
 
-One context object lives for the whole run and is updated in place at every step, so a
-step costs O(1) no matter how long the history is.
+Every step gets a new :class:`ClutchContext` (:meth:`ClutchContext.next`), so a context an
+agent keeps says forever what its step saw. The states of a run's steps share one list of
+history entries, which is only appended to: each state knows how many of them are its
+history, so a step costs O(1) no matter how long the history is, and only a state read
+after a later step was added copies its part of the list.
 """
 
 from __future__ import annotations
@@ -17,6 +20,35 @@ from nestegg.errors import ConfigurationError, NoActiveContextError
 if TYPE_CHECKING:
     from nestegg.execution import RunExecution
 
+Entry = dict[str, Any]
+"""A history entry: ``{"source": ..., "data": ...}``."""
+
+
+class _Entries:
+    """The history entries the states of a run's steps share, appended to only.
+
+    A resumed run's earlier entries, decoded when first read (``earlier``), go before the
+    ones appended here; ``base`` counts them once they are in.
+    """
+
+    __slots__ = ("base", "earlier", "items")
+
+    def __init__(
+        self, items: list[Entry], earlier: Callable[[], list[Entry]] | None = None
+    ) -> None:
+        self.items = items
+        self.earlier = earlier
+        self.base = 0
+
+    def read(self) -> list[Entry]:
+        """Every entry, the earlier ones decoded first if they were not yet."""
+        if self.earlier is not None:
+            entries = self.earlier()  # raises again on the next read if it fails
+            self.earlier = None
+            self.items[:0] = entries
+            self.base = len(entries)
+        return self.items
+
 
 class ClutchState:
     """Bookkeeping of a run: id, strategy, members, turn and history.
@@ -28,7 +60,7 @@ class ClutchState:
     (:meth:`defer_history`), so resuming a long run does not decode it all.
     """
 
-    __slots__ = ("_earlier", "_history", "clutch_id", "members", "strategy", "turn")
+    __slots__ = ("_entries", "_length", "clutch_id", "members", "strategy", "turn")
 
     def __init__(
         self,
@@ -42,32 +74,45 @@ class ClutchState:
         self.strategy = strategy
         self.members = members if members is not None else []
         self.turn = turn
-        self._history: list[dict[str, Any]] = list(history) if history is not None else []
-        self._earlier: Callable[[], list[dict[str, Any]]] | None = None
+        self._entries = _Entries(list(history) if history is not None else [])
+        self._length: int | None = None  # None: the entries are all its own
 
     @property
     def history(self) -> list[dict[str, Any]]:
         """The entries ``{"source": ..., "data": ...}`` before the current data, oldest
-        first."""
-        if self._earlier is not None:
-            entries = self._earlier()  # raises again on the next read if it fails
-            self._earlier = None
-            self._history[:0] = entries
-        return self._history
+        first: those of this state's step, also when read after later steps."""
+        entries = self._entries
+        items = entries.read()
+        if self._length is None:
+            return items
+        own = items[: entries.base + self._length]  # a later step's state shares the rest
+        self._entries, self._length = _Entries(own), None
+        return own
 
     @history.setter
     def history(self, entries: list[dict[str, Any]]) -> None:
-        self._history = entries
-        self._earlier = None
+        self._entries, self._length = _Entries(list(entries)), None
 
     def defer_history(self, earlier: Callable[[], list[dict[str, Any]]]) -> None:
-        """Put the entries ``earlier()`` returns before the history when it is first read."""
-        self.history = []
-        self._earlier = earlier
+        """Make the history the entries ``earlier()`` returns, called when it is first read."""
+        self._entries, self._length = _Entries([], earlier), None
 
-    def record(self, entry: dict[str, Any]) -> None:
-        """Append ``entry`` to the history (without reading deferred entries)."""
-        self._history.append(entry)
+    def _following(self, entry: dict[str, Any]) -> ClutchState:
+        """The state of the next step: this one's history and ``entry``, a turn later.
+
+        This state keeps its history: the two share the entries, and it counts its own.
+        O(1), unless this state was followed before (its entries are copied first).
+        """
+        if self._length is not None:
+            _ = self.history  # followed before: go on from a copy of its entries
+        entries = self._entries
+        items = entries.items
+        self._length = len(items) - entries.base  # the entries appended here are its own
+        items.append(entry)
+        state = ClutchState.__new__(ClutchState)
+        state.clutch_id, state.strategy, state.members = self.clutch_id, self.strategy, self.members
+        state.turn, state._entries, state._length = self.turn + 1, entries, None
+        return state
 
     def model_dump(self) -> dict[str, Any]:
         """The state as a plain dict."""
@@ -112,12 +157,16 @@ class ClutchContext:
         """The id of the run (same as ``state.clutch_id``)."""
         return self.state.clutch_id
 
-    def advance(self, source: str, data: Any) -> None:
-        """Record the current data in the history and make ``data`` from ``source`` current."""
-        self.state.record({"source": self.source, "data": self.data})
-        self.state.turn += 1
-        self.source = source
-        self.data = data
+    def next(self, source: str, data: Any) -> ClutchContext:
+        """The context of the next step: ``data`` from ``source``, this context's data
+        (a pydantic model's as its ``model_dump()``) and source appended to the history, a
+        turn later, a copy of the metadata.
+
+        This context keeps what it has (data, source, turn, history, metadata), so one an
+        agent kept still says what its step saw. O(1) in the length of the history.
+        """
+        state = self.state._following({"source": self.source, "data": to_plain(self.data)})
+        return ClutchContext(data, source, state, dict(self.metadata), self._execution)
 
     def to_dict(self) -> dict[str, Any]:
         """The context as a plain dict (a pydantic model's data as its ``model_dump()``)."""

@@ -1,7 +1,8 @@
 """The step loop of one run: ask the cursor for an agent, run it, record the step.
 
-Per step the loop does O(1) work besides the agent: the context is updated in place and
-the recorder writes only what the step produced.
+Per step the loop does O(1) work besides the agent: the step's context shares the history
+with the one before (``ClutchContext.next``) and the recorder writes only what the step
+produced.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class RunExecution:
         data_seq: int = 0,
         next_agent: str | None = None,
     ) -> None:
-        self.ctx = ctx
+        self.ctx = ctx  # the current step's: each step's output makes a new one (next)
         self.cursor = cursor
         self.agents = agents
         self.max_turns = max_turns
@@ -258,12 +259,11 @@ class RunExecution:
 
     async def execute(self) -> Any:
         """Run steps until the strategy stops, max_turns is reached or an agent terminates."""
-        ctx = self.ctx
-        set_context(ctx)
+        set_context(self.ctx)
         step = telemetry.step_runner(self)
         task = asyncio.current_task()
         try:
-            while ctx.state.turn < self.max_turns:
+            while self.ctx.state.turn < self.max_turns:
                 raise_if_cancel_requested(task)  # a cancellation a library lost in a step
                 await self.recorder.boundary()
                 agent = await self._next_agent()
@@ -278,8 +278,8 @@ class RunExecution:
             raise
         finally:
             self.current_agent = None
-        await self.recorder.finish(ctx.data, self.data_seq)
-        return ctx.data
+        await self.recorder.finish(self.ctx.data, self.data_seq)
+        return self.ctx.data
 
     # ------------------------------------------------ one step (distributed mode)
 
@@ -298,8 +298,7 @@ class RunExecution:
         A cancellation is not recorded: the worker releases the run and it stays
         resumable from its last committed step.
         """
-        ctx = self.ctx
-        set_context(ctx)
+        set_context(self.ctx)
         try:
             ended = await self._one(hosts)
         except WaitSuspended as wait:
@@ -310,14 +309,13 @@ class RunExecution:
             return ended
         if not ended:
             return STEP_DONE
-        await self.recorder.finish(ctx.data, self.data_seq)
+        await self.recorder.finish(self.ctx.data, self.data_seq)
         return RUN_DONE
 
     async def _one(self, hosts: Callable[[str], bool]) -> bool | str:
         """Run the next step if this process hosts its agent: whether the run ended, or
         the name of the agent it does not host."""
-        ctx = self.ctx
-        ended = ctx.state.turn >= self.max_turns
+        ended = self.ctx.state.turn >= self.max_turns
         if not ended:
             await self.recorder.boundary()
             agent = await self._next_agent()
@@ -325,7 +323,7 @@ class RunExecution:
                 self.pending_agent = agent.name
                 return agent.name
             ended = agent is None or await telemetry.step_runner(self)(agent)
-            ended = ended or ctx.state.turn >= self.max_turns
+            ended = ended or self.ctx.state.turn >= self.max_turns
         return ended
 
     async def _suspend(self, wait: WaitSuspended) -> NoReturn:
@@ -399,7 +397,8 @@ class RunExecution:
         else:
             stop = True
         if produced:
-            ctx.advance(agent.name, output)
+            self.ctx = ctx = ctx.next(agent.name, output)
+            set_context(ctx)
             self.data_seq = seq
         self.seq = seq
         self.last_outcome = outcome

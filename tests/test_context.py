@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from nestegg import Clutch, ClutchContext, ClutchState, Strategy, get_context
+from nestegg.checkpoint import CheckpointConfig, MemoryCheckpointStorage
 from nestegg.context import current_context, set_context
 from nestegg.errors import ConfigurationError, NestEggError, NoActiveContextError
 
@@ -188,26 +189,117 @@ class TestInsideARun:
         assert ids[0] == ids[1]
 
 
-class TestStateObjects:
-    def test_advance_appends_the_previous_data_and_counts_a_turn(self) -> None:
-        state = ClutchState("run-1", "sequential", ["a", "b"])
-        ctx = ClutchContext(data="in", source="input", state=state)
-        ctx.advance("a", "out_a")
-        ctx.advance("b", "out_b")
-        assert ctx.data == "out_b" and ctx.source == "b"
-        assert state.turn == 2
-        assert state.history == [
-            {"source": "input", "data": "in"},
-            {"source": "a", "data": "out_a"},
-        ]
+def entry(source: str, data: Any) -> dict[str, Any]:
+    return {"source": source, "data": data}
 
-    def test_advance_keeps_the_same_history_list(self) -> None:
-        state = ClutchState("run-1", "round_robin", ["a"])
-        history = state.history
-        ctx = ClutchContext(data=0, source="input", state=state)
-        for i in range(10):
-            ctx.advance("a", i)
-        assert state.history is history and len(history) == 10
+
+def steps(ctx: ClutchContext, outputs: range) -> list[ClutchContext]:
+    """``ctx`` and the contexts of the steps of agent "a" after it that gave ``outputs``."""
+    contexts = [ctx]
+    for output in outputs:
+        contexts.append(contexts[-1].next("a", output))
+    return contexts
+
+
+class TestKeptContexts:
+    """Each step gets its own context, as in eggai-clutch: one an agent keeps (to log it
+    later, say) goes on saying what its step saw: data, source, turn, history, metadata."""
+
+    @staticmethod
+    def pipeline(kept: list[ClutchContext], fail: list[bool], **options: Any) -> Clutch:
+        clutch = Clutch("kept", strategy=Strategy.ROUND_ROBIN, max_turns=4, **options)
+
+        @clutch.agent()
+        async def count(data: int) -> int:
+            ctx = get_context()
+            ctx.metadata["seen"] = ctx.metadata.get("seen", 0) + 1
+            if fail and fail.pop():
+                raise ValueError("failed on purpose")
+            kept.append(ctx)
+            return data + 1
+
+        return clutch
+
+    @staticmethod
+    def what_each_step_saw(kept: list[ClutchContext]) -> list[Any]:
+        return [(c.data, c.source, c.state.turn, c.state.history, c.metadata) for c in kept]
+
+    def expected(self) -> list[Any]:
+        inputs = [entry("input", 0)] + [entry("count", n) for n in (1, 2, 3)]
+        return [(n, "count" if n else "input", n, inputs[:n], {"seen": n + 1}) for n in range(4)]
+
+    async def test_a_kept_context_says_what_its_step_saw(self) -> None:
+        kept: list[ClutchContext] = []
+        assert await self.pipeline(kept, []).run(0) == 4
+        assert self.what_each_step_saw(kept) == self.expected()
+        assert len({id(ctx) for ctx in kept}) == 4
+
+    async def test_a_kept_context_of_a_resumed_run_reads_its_history_after_the_run(
+        self,
+    ) -> None:
+        store = MemoryCheckpointStorage()
+        kept: list[ClutchContext] = []
+        failing = self.pipeline(kept, [True, False, False], checkpoint=CheckpointConfig(store))
+        with pytest.raises(ValueError, match="on purpose"):
+            await failing.run(0, run_id="r")
+        resumed: list[ClutchContext] = []
+        clutch = self.pipeline(resumed, [], checkpoint=CheckpointConfig(store))
+        assert await clutch.resume_latest("r") == 4
+        # no agent read the history while the run went on: the earlier entries are read now
+        assert self.what_each_step_saw(kept + resumed) == self.expected()
+
+
+class TestStateObjects:
+    def test_next_appends_the_previous_data_and_counts_a_turn(self) -> None:
+        ctx = ClutchContext("in", state=ClutchState("run-1", "sequential", ["a", "b"]))
+        after = ctx.next("a", "out_a").next("b", "out_b")
+        assert (after.data, after.source, after.state.turn) == ("out_b", "b", 2)
+        assert after.state.history == [entry("input", "in"), entry("a", "out_a")]
+        assert (after.run_id, after.state.strategy, after.state.members) == (
+            "run-1",
+            "sequential",
+            ["a", "b"],
+        )
+        assert (ctx.data, ctx.source, ctx.state.turn, ctx.state.history) == ("in", "input", 0, [])
+
+    def test_a_context_read_after_later_steps_says_what_its_step_saw(self) -> None:
+        contexts = steps(ClutchContext(0), range(1, 6))
+        expected = [entry("input", 0)] + [entry("a", n) for n in range(1, 5)]
+        for ctx in [*contexts[::2], *reversed(contexts)]:  # out of order, each twice or more
+            turn = ctx.state.turn
+            assert (ctx.data, ctx.state.history) == (turn, expected[:turn])
+            assert ctx.source == ("a" if turn else "input")
+
+    def test_the_current_steps_share_one_history_list(self) -> None:
+        ctx = ClutchContext(0)
+        history = ctx.state.history
+        for output in range(1, 1001):
+            ctx = ctx.next("a", output)
+        assert ctx.state.history is history and len(history) == 1000
+
+    def test_a_context_followed_twice_goes_two_ways(self) -> None:
+        first, second = steps(ClutchContext("in"), range(1, 2))
+        third = second.next("a", "x")
+        other = second.next("b", "y")  # second was followed already
+        assert third.state.history == [entry("input", "in"), entry("a", 1)]
+        assert other.state.history == [entry("input", "in"), entry("a", 1)]
+        assert other.next("c", "z").state.history[-1] == entry("b", "y")
+        assert third.next("c", "z").state.history[-1] == entry("a", "x")
+        assert first.state.history == [] and second.state.history == [entry("input", "in")]
+
+    def test_metadata_is_copied_to_the_next_step(self) -> None:
+        ctx = ClutchContext("in", metadata={"tokens": 1})
+        after = ctx.next("a", "out")
+        after.metadata["tokens"] = 2
+        ctx.metadata["late"] = True
+        assert ctx.metadata == {"tokens": 1, "late": True}
+        assert after.metadata == {"tokens": 2}
+        assert after.next("b", "x").metadata == {"tokens": 2}
+
+    def test_the_history_holds_a_models_dump(self) -> None:
+        after = ClutchContext(Ticket(text="hi")).next("a", Ticket(text="re"))
+        assert after.state.history == [entry("input", {"text": "hi"})]
+        assert after.data == Ticket(text="re")
 
     def test_model_dump_is_a_copy(self) -> None:
         state = ClutchState("run-1", "graph", ["a"], turn=1, history=[{"source": "x", "data": 1}])
@@ -304,30 +396,44 @@ class TestBuiltLikeEggaiClutch:
 
 
 class TestDeferredHistory:
-    def test_deferred_entries_are_read_once_on_first_use_and_come_first(self) -> None:
-        state = ClutchState("run", "sequential", ["a"])
-        reads: list[int] = []
+    EARLIER = (entry("input", 0), entry("a", 1))
+
+    def deferred(self, reads: list[int]) -> ClutchState:
+        state = ClutchState("run", "sequential", ["a"], turn=2)
 
         def earlier() -> list[dict[str, Any]]:
             reads.append(1)
-            return [{"source": "input", "data": 0}, {"source": "a", "data": 1}]
+            return list(self.EARLIER)
 
         state.defer_history(earlier)
-        state.record({"source": "a", "data": 2})
+        return state
+
+    def test_deferred_entries_are_read_once_on_first_use_and_come_first(self) -> None:
+        reads: list[int] = []
+        state = ClutchContext(2, "a", self.deferred(reads)).next("a", 3).state
         assert reads == []
-        assert state.history == [
-            {"source": "input", "data": 0},
-            {"source": "a", "data": 1},
-            {"source": "a", "data": 2},
-        ]
-        assert len(state.history) == 3
+        assert state.history == [*self.EARLIER, entry("a", 2)]
+        assert len(state.history) == 3 and state.turn == 3
+        assert reads == [1]
+
+    @pytest.mark.parametrize("order", ["oldest first", "newest first"])
+    def test_contexts_of_a_resumed_run_read_the_deferred_entries_before_their_own(
+        self, order: str
+    ) -> None:
+        reads: list[int] = []
+        contexts = steps(ClutchContext(2, "a", self.deferred(reads)), range(3, 6))
+        if order == "newest first":
+            contexts.reverse()
+        for ctx in contexts:
+            mine = [entry("a", n) for n in range(2, ctx.data)]
+            assert ctx.state.history == [*self.EARLIER, *mine]
         assert reads == [1]
 
     def test_a_failed_read_of_deferred_entries_fails_again_instead_of_dropping_them(
         self,
     ) -> None:
         state = ClutchState("run", "sequential", ["a"])
-        outcomes: list[Any] = [ValueError("damaged"), [{"source": "input", "data": 0}]]
+        outcomes: list[Any] = [ValueError("damaged"), [entry("input", 0)]]
 
         def earlier() -> list[dict[str, Any]]:
             outcome = outcomes.pop(0)
@@ -336,14 +442,16 @@ class TestDeferredHistory:
             return list(outcome)
 
         state.defer_history(earlier)
-        state.record({"source": "a", "data": 1})
+        first = ClutchContext(1, "a", state)
+        after = first.next("a", 2)
         with pytest.raises(ValueError, match="damaged"):
-            _ = state.history
-        assert state.history == [{"source": "input", "data": 0}, {"source": "a", "data": 1}]
+            _ = first.state.history
+        assert after.state.history == [entry("input", 0), entry("a", 1)]
+        assert first.state.history == [entry("input", 0)]
 
     def test_assigning_the_history_drops_deferred_entries(self) -> None:
         state = ClutchState("run", "sequential", ["a"])
-        state.defer_history(lambda: [{"source": "input", "data": 0}])
-        state.history = [{"source": "x", "data": 1}]
-        assert state.history == [{"source": "x", "data": 1}]
-        assert state.model_dump()["history"] == [{"source": "x", "data": 1}]
+        state.defer_history(lambda: [entry("input", 0)])
+        state.history = [entry("x", 1)]
+        assert state.history == [entry("x", 1)]
+        assert state.model_dump()["history"] == [entry("x", 1)]

@@ -5,7 +5,9 @@ source and data to the history and counts a turn); an agent reads ``data``, ``so
 ``state.turn``, ``state.history``, ``state.members``, ``state.strategy`` and
 ``metadata``. The same pipelines, run by eggai-clutch 0.2.2, gave the contexts in
 ``context_parity_eggai_clutch_0_2_2.json``; nestegg must give the same, in plain runs and
-in runs that failed and were resumed from a checkpoint.
+in runs that failed and were resumed from a checkpoint. ``seen`` is what each agent read
+when it began; ``kept`` what the context it kept said once the run was over (its step's
+data, source, turn and history, and the metadata its agent wrote).
 
 The file is recorded by running this module with eggai-clutch 0.2.2 installed (``make
 bench`` installs it into .venv-bench), from the repository's root::
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import sys
 from pathlib import Path
@@ -40,9 +43,8 @@ KINDS = ("plain", "handover", "handover_nodata", "terminate", "terminate_none")
 STRATEGIES = ("sequential", "round_robin", "graph", "selector")
 
 
-def seen(lib: Any, tag: str) -> list[Any]:
-    """What the running agent (or selector) ``tag`` sees of its context."""
-    ctx = lib.get_context()
+def seen(ctx: Any, tag: str) -> list[Any]:
+    """What the agent (or selector) ``tag`` sees of its context ``ctx``."""
     state = ctx.state
     return copy.deepcopy(
         [tag, ctx.source, ctx.data, state.turn, list(state.history), list(state.members),
@@ -50,19 +52,35 @@ def seen(lib: Any, tag: str) -> list[Any]:
     )  # fmt: skip
 
 
+def watch(lib: Any, log: list[Any], kept: list[tuple[str, Any]] | None, tag: str) -> None:
+    """Log what the agent (or selector) ``tag`` sees now, and keep its context in ``kept``."""
+    ctx = lib.get_context()
+    log.append(seen(ctx, tag))
+    if kept is not None:
+        kept.append((tag, ctx))
+
+
 def build(
-    lib: Any, strategy: str, kind: str, log: list[Any], fail_at: int = 0, **options: Any
+    lib: Any,
+    strategy: str,
+    kind: str,
+    log: list[Any],
+    fail_at: int = 0,
+    kept: list[tuple[str, Any]] | None = None,
+    **options: Any,
 ) -> Any:
     """Three agents a, b, c run by ``strategy``; ``kind`` says what a and b signal.
 
-    ``fail_at``: the agent call (1-based) that raises Flaky (0: none).
+    ``fail_at``: the agent call (1-based) that raises Flaky (0: none); ``kept``: gets
+    each agent's (and the selector's) tag and context, for :func:`views` after the run.
     """
+    look = functools.partial(watch, lib, log, kept)
     chosen = lib.Strategy(strategy)
     clutch = lib.Clutch("parity", strategy=chosen, max_turns=6, **options)
     graph = chosen is lib.Strategy.GRAPH
 
     def enter(tag: str) -> None:
-        log.append(seen(lib, tag))
+        look(tag)
         if fail_at and sum(entry[0] != "select" for entry in log) == fail_at:
             log.pop()
             raise Flaky(f"{tag} failed on purpose")
@@ -96,7 +114,7 @@ def build(
 
         @clutch.selector
         async def select(data):  # no annotation: eggai-clutch fails on Any
-            log.append(seen(lib, "select"))
+            look("select")
             return ["a", "b", "c", None][min(lib.get_context().state.turn, 3)]
 
     return clutch
@@ -121,14 +139,21 @@ def eggai_lib() -> Any:
     )
 
 
+def views(kept: list[tuple[str, Any]]) -> list[Any]:
+    """What the contexts ``kept`` say now."""
+    return [seen(ctx, tag) for tag, ctx in kept]
+
+
 async def record(lib: Any) -> dict[str, Any]:
-    """Every scenario's result and the contexts its agents saw, run by ``lib``."""
+    """Every scenario's result, the contexts its agents saw and what the contexts they kept
+    said after the run, run by ``lib``."""
     recorded: dict[str, Any] = {}
     for strategy in STRATEGIES:
         for kind in KINDS:
             log: list[Any] = []
-            result = await build(lib, strategy, kind, log).run({"input": 0})
-            recorded[f"{strategy}/{kind}"] = {"result": result, "seen": log}
+            kept: list[tuple[str, Any]] = []
+            result = await build(lib, strategy, kind, log, kept=kept).run({"input": 0})
+            recorded[f"{strategy}/{kind}"] = {"result": result, "seen": log, "kept": views(kept)}
     return recorded
 
 
@@ -161,12 +186,14 @@ async def test_a_resumed_run_restores_the_contexts_eggai_clutch_gives(
         with pytest.raises(Flaky):
             await failing.run({"input": 0}, run_id=run_id)
         log: list[Any] = []
-        resumed = build(lib, strategy, kind, log, checkpoint=config(checkpoint_store))
+        kept: list[tuple[str, Any]] = []
+        resumed = build(lib, strategy, kind, log, kept=kept, checkpoint=config(checkpoint_store))
         assert await resumed.resume_latest(run_id) == reference["result"]
         # The resumed run starts at the failed call (or the selector's choice of it) and
         # sees from there on what the uninterrupted run saw.
         assert log[0] in (agent_calls[fail_at - 1], *reference["seen"])
         assert json.loads(json.dumps(log)) == reference["seen"][-len(log) :]
+        assert json.loads(json.dumps(views(kept))) == reference["kept"][-len(kept) :]
         assert len([e for e in log if e[0] != "select"]) == len(agent_calls) - fail_at + 1
 
 
