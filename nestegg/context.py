@@ -233,7 +233,9 @@ def get_context() -> ClutchContext:
     """
     ctx = _current.get()
     if ctx is None:
-        raise NoActiveContextError("get_context() was called outside a running agent")
+        raise NoActiveContextError(
+            "No active Clutch context: get_context() was called outside a running agent"
+        )
     return ctx
 
 

@@ -23,6 +23,10 @@ class TestOutsideARun:
         with pytest.raises(NoActiveContextError, match="outside"):
             get_context()
 
+    def test_the_message_begins_as_eggai_clutchs(self) -> None:
+        with pytest.raises(RuntimeError, match=r"^No active Clutch context: get_context"):
+            get_context()
+
     def test_the_error_is_a_runtime_error_of_the_tree(self) -> None:
         assert issubclass(NoActiveContextError, RuntimeError)
         assert issubclass(NoActiveContextError, NestEggError)
