@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -134,7 +135,16 @@ class TestToPlain:
     def test_model_is_dumped(self) -> None:
         assert to_plain(InputModel(query="q")) == {"query": "q"}
 
-    @pytest.mark.parametrize("value", ["s", 1, None, [1, 2], {"k": InputModel(query="q")}])
+    def test_a_model_of_a_model_is_dumped(self) -> None:
+        class Subclass(InputModel):
+            extra: int = 2
+
+        assert to_plain(Subclass(query="q")) == {"query": "q", "extra": 2}
+
+    @pytest.mark.parametrize(
+        "value",
+        ["s", 1, 1.5, True, None, [1, 2], (1,), {"k": InputModel(query="q")}, OrderedDict(k=1)],
+    )
     def test_other_values_are_unchanged(self, value: Any) -> None:
         assert to_plain(value) is value
 
