@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import date
 from typing import Any
 
 import pytest
@@ -16,6 +17,12 @@ from nestegg.errors import ConfigurationError, NestEggError, NoActiveContextErro
 
 class Ticket(BaseModel):
     text: str
+
+
+class Dated(BaseModel):
+    text: str
+    on: date
+    ticket: Ticket
 
 
 class TestOutsideARun:
@@ -251,6 +258,53 @@ class TestKeptContexts:
         assert await clutch.resume_latest("r") == 4
         # no agent read the history while the run went on: the earlier entries are read now
         assert self.what_each_step_saw(kept + resumed) == self.expected()
+
+
+class TestModelHistory:
+    """The history holds a pydantic model's ``model_dump()``, as eggai-clutch's does (a date
+    stays a date), in a plain run and in a resumed one, whose entries come from the store."""
+
+    @staticmethod
+    def pipeline(histories: list[Any], fail: list[bool], **options: Any) -> Clutch:
+        clutch = Clutch("dated", **options)
+
+        @clutch.agent()
+        async def draft(data: Dated) -> Dated:
+            return data.model_copy(update={"text": "draft"})
+
+        @clutch.agent()
+        async def review(data: Dated) -> Dated:
+            histories.append(list(get_context().state.history))
+            if fail and fail.pop():
+                raise ValueError("failed on purpose")
+            return data.model_copy(update={"text": "reviewed"})
+
+        @clutch.agent()
+        async def publish(data: Dated) -> Dated:
+            histories.append(list(get_context().state.history))
+            return data
+
+        return clutch
+
+    async def test_the_entries_are_model_dumps_in_plain_and_resumed_runs(self) -> None:
+        given = Dated(text="in", on=date(2024, 1, 2), ticket=Ticket(text="t"))
+        dumped = {"on": date(2024, 1, 2), "ticket": {"text": "t"}}
+        inputs = [
+            entry("input", {"text": "in", **dumped}),
+            entry("draft", {"text": "draft", **dumped}),
+        ]
+        result = {"text": "reviewed", **dumped}
+        plain: list[Any] = []
+        assert await self.pipeline(plain, []).run(given) == result
+        assert plain == [inputs[:1], inputs]  # what review, then publish, saw
+        store = MemoryCheckpointStorage()
+        failing = self.pipeline([], [True], checkpoint=CheckpointConfig(store))
+        with pytest.raises(ValueError, match="on purpose"):
+            await failing.run(given, run_id="r")
+        resumed: list[Any] = []
+        clutch = self.pipeline(resumed, [], checkpoint=CheckpointConfig(store))
+        assert await clutch.resume_latest("r") == result
+        assert resumed == plain
 
 
 class TestStateObjects:
