@@ -22,14 +22,21 @@ from tests.transport.test_workers import _effects_sync, event_log
 pytestmark = [pytest.mark.crash, pytest.mark.server]
 
 
+def _flagged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The flag file whose presence makes the test apps' agents and calls fail
+    (``NESTEGG_TEST_FLAG``), made; the test removes it once the run may go on."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    monkeypatch.setenv("NESTEGG_TEST_FLAG", str(flag))
+    return flag
+
+
 async def _failed_on_a_worker(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_id: str
 ) -> tuple[Path, int]:
     """A run of ``flaky`` failed at its step 2 on a worker (the flag file exists), that
     flag file (removed by the test: the run can go on) and the worker's pid."""
-    flag = tmp_path / "flag"
-    flag.touch()
-    monkeypatch.setenv("NESTEGG_TEST_FLAG", str(flag))
+    flag = _flagged(monkeypatch, tmp_path)
     worker = deployment.start_worker("flaky")
     flaky = make_flaky()
     try:
@@ -92,9 +99,7 @@ async def test_a_failed_run_handed_back_makes_its_failed_call_again_on_a_worker(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # a worker replayed the journaled failure: the run failed again at once, never called
-    flag = tmp_path / "flag"
-    flag.touch()
-    monkeypatch.setenv("NESTEGG_TEST_FLAG", str(flag))
+    flag = _flagged(monkeypatch, tmp_path)
     worker = deployment.start_worker("outage")
     outage = make_outage()
     try:
