@@ -33,6 +33,7 @@ from typing_extensions import TypedDict
 
 import nestegg
 from nestegg import Clutch, RetryPolicy, Strategy, get_context
+from nestegg.checkpoint import checkpointer as checkpointer_module
 from nestegg.checkpoint.codec import unseal_value
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.errors import (
@@ -1458,6 +1459,86 @@ async def test_a_failed_runs_resume_calls_again_from_the_first_failure_of_its_fa
         (2, answer("c")),
     ]
     assert not any("error" in e for e in entries)
+
+
+async def test_a_failed_runs_resume_interrupted_midway_leaves_no_entry_of_the_failed_attempt(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    """The resume of a failed run drops its failed step's entries from the first failure on
+    before it calls again: interrupted after it made the failed call again (which now
+    succeeds and takes the step another way), the next resume replays what this attempt
+    made, not what the failed attempt made after its failure."""
+    llm = FakeLLM()
+    llm.failures["b"] = [ValueError("b is down")]
+    llm.failures["d"] = [ConnectionError("d is down")]
+    once = RetryPolicy(attempts=1)
+    called, gate = asyncio.Event(), asyncio.Event()
+    attempts: list[int] = []
+    running: list[asyncio.Task[Any] | None] = []
+    clutch = Clutch("outage", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        attempts.append(1)
+        paid: str = await nestegg.call(llm.complete, "a", retry=once)
+        try:
+            reply: str = await nestegg.call(llm.complete, "b", retry=once)
+        except ValueError:  # the failed attempt's way: "c", then "d", which fails the run
+            await nestegg.call(llm.complete, "c", retry=once)
+            await nestegg.call(llm.complete, "d", retry=once)
+            return [*data, paid, "fallback"]
+        if len(attempts) == 2:  # the failed run's resume: stop it here, "b" made again
+            running.append(asyncio.current_task())
+            called.set()
+            await gate.wait()
+        other: str = await nestegg.call(llm.complete, "x", retry=once)
+        return [*data, paid, reply, other]
+
+    with pytest.raises(ConnectionError, match="d is down"):
+        await clutch.run([], run_id="job")
+    resumed = asyncio.ensure_future(clutch.resume_latest("job"))
+    await wait_for(called)
+    assert running[0] is not None
+    running[0].cancel()  # the step's task: the run is cancelled there
+    with pytest.raises(asyncio.CancelledError):
+        await resumed
+    [info] = await clutch.list_runs()
+    assert info.status == "cancelled"
+    entries = await journal_of(checkpoint_store, "job", 1)
+    assert [(e["position"], e.get("result")) for e in entries] == [
+        (0, answer("a")),
+        (1, answer("b")),
+    ]
+
+    gate.set()
+    assert await clutch.resume_latest("job") == [answer("a"), answer("b"), answer("x")]
+    assert llm.prompts == ["a", "b", "c", "d", "b", "x"]  # "a" and the new "b" paid once
+
+
+async def test_a_failed_step_whose_kept_entries_outgrow_one_commit_writes_them_after_it(
+    checkpoint_store: CheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entries before the first failure that do not fit in the resume's opening commit
+    are written just after it: replayed, not paid again."""
+    llm = FakeLLM()
+    llm.failures["d"] = [ConnectionError("d is down")]
+    once = RetryPolicy(attempts=1)
+    clutch = Clutch("outage", checkpoint=config(checkpoint_store))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        replies = [await nestegg.call(llm.complete, p, retry=once) for p in "abcd"]
+        return [*data, *replies]
+
+    with pytest.raises(ConnectionError, match="d is down"):
+        await clutch.run([], run_id="job")
+    monkeypatch.setattr(checkpointer_module, "COMMIT_MAX_BYTES", 1)  # none fits
+    assert await clutch.resume_latest("job") == [answer(p) for p in "abcd"]
+    assert llm.prompts == ["a", "b", "c", "d", "d"]
+    entries = await journal_of(checkpoint_store, "job", 1)
+    assert [(e["position"], e.get("result")) for e in entries] == [
+        (n, answer(p)) for n, p in enumerate("abcd")
+    ]
 
 
 async def test_retry_leaves_errors_it_is_not_for_to_be_recorded_at_once(

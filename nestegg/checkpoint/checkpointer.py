@@ -49,6 +49,7 @@ from nestegg.constants import (
     CANCELLED,
     CHECKPOINT_PRUNED,
     CHECKPOINT_SAVED,
+    COMMIT_MAX_BYTES,
     COMPLETED,
     FAILED,
     FINISHED,
@@ -78,22 +79,63 @@ class Checkpointer(RunWriter):
 
     # ------------------------------------------------------------------- journal
 
+    async def start(
+        self,
+        truncate_after: int | None = None,
+        journal_after: int | None = None,
+        *,
+        fresh: bool = False,
+    ) -> None:
+        """:meth:`RunWriter.start`; the resume of a failed run also drops, in its opening
+        commit, the entries of its failed step from the first failure on (see
+        :meth:`_redo_failed_step`)."""
+        step = self.failed_step
+        keeps = journal_after if journal_after is not None else truncate_after
+        later = None
+        if step is not None and (keeps is None or keeps >= step):
+            later = await self._redo_failed_step(step)
+        if later is not None and step is not None:
+            journal_after = step - 1  # the step's journal goes; its kept entries come back
+            if truncate_after is None:  # no step or checkpoint is past the last completed
+                truncate_after = step - 1
+        await super().start(truncate_after, journal_after, fresh=fresh)
+        for record in later or ():  # what did not fit in the opening commit
+            await self.store.commit(Commit(self.run_id, self.fence, journal=[record]))
+
+    async def _redo_failed_step(self, step: int) -> list[JournalRecord] | None:
+        """Queue the entries of failed ``step``'s journal up to its first failure for the
+        opening commit, which drops the step's whole journal first; None if the step has
+        no entry from a failure on (nothing to drop). Without this, an attempt interrupted
+        after it made a failed call again would later replay the failed attempt's entries
+        past that call, which another way through the step, taken since, meets as a change
+        of its calls. The kept entries that do not fit in one commit are returned, to be
+        written just after it (a crash between loses them: their calls are made again)."""
+        records = await self.store.read_journal(self.run_id, step)
+        kept = self._before_first_failure(records)
+        self._journal, self._journal_step = {r.position: r for r in kept}, step
+        if len(kept) == len(records):
+            return None
+        size, later = self.pending.size(), list[JournalRecord]()
+        for record in kept:
+            size += len(record.body)
+            (self.pending.journal if size <= COMMIT_MAX_BYTES else later).append(record)
+        return later
+
     async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
         """The recorded call at ``position`` of ``step`` (only steps that may be re-runs).
 
         In the step a resumed failed run failed in (:attr:`failed_step`), the calls from
-        its first journaled failure on are not replayed: they are made again, their new
-        outcomes journaled over the old, and the calls before it replay. The step's output
-        was never recorded, so nothing after it depends on its failed calls, and running
-        it again from its first failure is a fresh attempt, deterministic up to there (the
-        calls an outage made fail are made once it is over). An interrupted run's step
-        replays its failures, as every replayed step does."""
+        its first journaled failure on are not replayed: the opening commit dropped their
+        entries (:meth:`start`), so they are made again and journaled anew, and the calls
+        before it replay. The step's output was never recorded, so nothing after it
+        depends on its failed calls, and running it again from its first failure is a
+        fresh attempt, deterministic up to there (the calls an outage made fail are made
+        once it is over). An interrupted run's step replays its failures, as every
+        replayed step does."""
         if step > self.replay_until:
             return None
         if self._journal_step != step:
             records = await self.store.read_journal(self.run_id, step)
-            if step == self.failed_step:
-                records = self._before_first_failure(records)
             self._journal = {r.position: r for r in records}
             self._journal_step = step
         record = self._journal.get(position)

@@ -326,6 +326,8 @@ class StepRunner:
         elif claimed.event_seq == 0:  # written with the first step's start, call or commit
             recorder.event(RUN_STARTED, recorder.clock(), opening_payload(trace))
             await recorder.start(fresh=True)
+        elif recorder.failed_step is not None:  # its opening commit drops the failed calls
+            await recorder.start()
         else:
             recorder.begin()
         return execution, recorder
