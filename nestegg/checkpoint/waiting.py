@@ -18,7 +18,7 @@ from typing import Any
 from nestegg.agents import check_name, to_plain
 from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.formats import parse_event, signal_body
-from nestegg.checkpoint.records import RunRecord, SignalRecord
+from nestegg.checkpoint.records import EventRecord, RunRecord, SignalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import to_datetime
@@ -68,15 +68,26 @@ async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
     if run.status != WAITING:
         return None
     deadline = _deadline(run)
-    for record in reversed(await store.read_events(run.run_id, max(run.event_seq - 8, 0))):
+    since = max(run.event_seq - 8, 0)  # it is the waiting commit's last event
+    record = await _last_waiting(store, run.run_id, since)
+    if record is None and since > 0:  # events came after it: the whole log
+        record = await _last_waiting(store, run.run_id, 0)
+    if record is None:
+        return Wait(None, deadline, f"run {run.run_id!r} has no {RUN_WAITING} event")
+    where = f"event {record.seq} of run {run.run_id!r}"
+    try:
+        signal = parse_event(record.body, where).get("signal")
+    except CheckpointCorruptedError as error:
+        return Wait(None, deadline, str(error))
+    return Wait(signal if isinstance(signal, str) else None, deadline)
+
+
+async def _last_waiting(store: CheckpointStorage, run_id: str, since: int) -> EventRecord | None:
+    """The last ``run_waiting`` event of ``run_id`` after event ``since``, if any."""
+    for record in reversed(await store.read_events(run_id, since)):
         if record.kind == RUN_WAITING:
-            where = f"event {record.seq} of run {run.run_id!r}"
-            try:
-                signal = parse_event(record.body, where).get("signal")
-            except CheckpointCorruptedError as error:
-                return Wait(None, deadline, str(error))
-            return Wait(signal if isinstance(signal, str) else None, deadline)
-    return Wait(None, deadline)
+            return record
+    return None
 
 
 def log_damaged(

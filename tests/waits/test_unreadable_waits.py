@@ -14,10 +14,13 @@ import orjson
 import pytest
 
 from nestegg import RunWaiting
+from nestegg.checkpoint.formats import event_body
+from nestegg.checkpoint.records import EventRecord
 from nestegg.checkpoint.stores import open_store
-from nestegg.checkpoint.waiting import wait_of
-from nestegg.constants import EXIT_WAITING
+from nestegg.checkpoint.waiting import Wait, wait_of
+from nestegg.constants import EXIT_WAITING, NO_DEADLINE, RUN_WAITING, WAITING
 from nestegg.testing import FakeClock
+from nestegg.testing.builders import create, make_commit, make_event
 from tests.cli.conftest import Cli, alter, damage_newest_event_batch
 from tests.cli.test_subprocess import nestegg
 from tests.waits.pipeline import build, build_sleeper
@@ -141,3 +144,27 @@ def test_runs_show_signal_and_resume_say_the_wait_is_unknown(tmp_path: Path) -> 
         f"{WHY.format('s1')}); it goes on once its deadline passes: nestegg resume s1 --app "
         f"{OTHER_APP} --store {url} (or nestegg recover --app {OTHER_APP} --store {url})\n"
     )
+
+
+async def test_a_wait_is_read_past_events_after_it_and_a_missing_one_is_unknown(
+    tmp_path: Path,
+) -> None:
+    # it was read from the last 8 events only: a run_waiting further back was a timer
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        payload = {"signal": "approval", "deadline": None, "steps": 0}
+        for run_id, events in (("far", 12), ("none", 0)):
+            run = await create(store, run_id=run_id, status=WAITING, lease_until=NO_DEADLINE)
+            waiting = [EventRecord(run_id, 1, 0.0, RUN_WAITING, event_body(payload))]
+            later = [make_event(run_id, seq) for seq in range(2, events + 1)]
+            commit = make_commit(run, events=[*waiting, *later] if events else later)
+            commit.event_seq = events
+            await store.commit(commit)
+        far, missing = await store.get_run("far"), await store.get_run("none")
+        assert far is not None and missing is not None
+        assert await wait_of(store, far) == Wait("approval", None)
+        assert await wait_of(store, missing) == Wait(
+            None, None, "run 'none' has no run_waiting event"
+        )
+    finally:
+        await store.close()
