@@ -31,6 +31,7 @@ from nestegg.cli.operate import (
     waits_for,
 )
 from nestegg.cli.render import RUNS, Output, counted
+from nestegg.cli.replayed import replayed_failure
 from nestegg.cli.wait_words import wait_text
 from nestegg.clutch import Clutch
 from nestegg.constants import (
@@ -42,6 +43,7 @@ from nestegg.constants import (
 from nestegg.errors import (
     EventLogDamagedError,
     IncompatibleCheckpointError,
+    JournaledCallError,
     RunLockedError,
     RunWaiting,
 )
@@ -56,6 +58,8 @@ changed."""
 def _recover_detail(outcome: dict[str, Any], options: str) -> str:
     """The DETAIL cell of a run ``nestegg recover`` resumed."""
     wait = outcome.get("waits_for")
+    if "replayed" in outcome:
+        return replayed_failure(outcome["run_id"], outcome["error"], options)
     if wait is None:
         return str(outcome.get("error", ""))
     ender = _wait_ender(outcome["run_id"], wait, options)
@@ -84,6 +88,8 @@ async def _resume_each(
                 outcome["event_log"] = "damaged"
             except Exception as error:
                 outcome = {"run_id": run_id, "outcome": "failed", "error": error_line(error)}
+                if isinstance(error, JournaledCallError):  # replayed: the next resume calls
+                    outcome["replayed"] = error.function
             advance()
             return outcome
 

@@ -88,14 +88,19 @@ async def fill(url: str, suffix: str = "", opened: CheckpointStorage | None = No
                     await clutch.run({"name": run_id}, run_id=run_id)
         finally:
             del os.environ[FAIL_ENV]
-        run = await store.get_run(filled.gone)
-        assert run is not None
-        now = time.time()
-        dead = Owner(host=host_id(), pid=GONE_PID, started="gone")
-        await store.claim_run(filled.gone, run.fence, dead, now + 30, now, reopen=True)
+        await leave_interrupted(store, filled.gone)
     finally:
         await store.close()
     return filled
+
+
+async def leave_interrupted(store: CheckpointStorage, run_id: str) -> None:
+    """Make run ``run_id`` interrupted: claimed by a process of this host that is gone."""
+    run = await store.get_run(run_id)
+    assert run is not None
+    now = time.time()
+    dead = Owner(host=host_id(), pid=GONE_PID, started="gone")
+    await store.claim_run(run_id, run.fence, dead, now + 30, now, reopen=True)
 
 
 def _postgres_database(pg_url: str) -> Iterator[str]:

@@ -22,6 +22,7 @@ from tests.cli.conftest import (
     Filled,
     fill,
     json_of,
+    leave_interrupted,
     leave_torn,
     queue,
     store_url_for,
@@ -128,6 +129,47 @@ def test_resume_of_a_run_a_call_failed_for_good_makes_the_call_again(
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("run priced-1 completed: 2 steps"), result.stdout
     assert failed_call_app.CALLS == ["lamp"] * 5
+
+
+def test_recover_of_a_run_that_fails_on_a_replayed_failure_says_its_resume_calls_again(
+    cli: Cli, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # recover said only the error, not that the run is failed now and calls again
+    monkeypatch.setattr(failed_call_app, "CALLS", [])
+    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "1")
+    asyncio.run(_failed_for_good(local_url, "priced-1"))
+
+    async def interrupted() -> None:  # its failure journaled, its process gone
+        store = open_store(local_url)
+        try:
+            await leave_interrupted(store, "priced-1")
+        finally:
+            await store.close()
+
+    asyncio.run(interrupted())
+    monkeypatch.setenv(failed_call_app.CALL_FAILS_ENV, "0")
+    recover = ("recover", "--app", FAILED_CALL_APP, "--store", local_url)
+
+    result = cli(*recover, "--json")
+
+    assert result.exit_code == EXIT_FAILED, result.output
+    [outcome] = orjson.loads(result.stdout)["runs"]
+    assert outcome == {
+        "run_id": "priced-1",
+        "outcome": "failed",
+        "error": "tests.cli.failed_call_app.price failed: ConnectionError: no price for lamp "
+        "(attempt 2)",
+        "replayed": "tests.cli.failed_call_app.price",
+    }
+    assert failed_call_app.CALLS == ["lamp"] * 2  # replayed, not made again
+    asyncio.run(interrupted())  # again, for the table
+    shown = " ".join(cli(*recover).stdout.split())  # the table's lines joined
+    assert shown.endswith(
+        "replayed from the run's journal (the call failed for good before the run was "
+        "interrupted); the run is failed now, and resuming it makes the call again: "
+        f"nestegg resume priced-1 --app {FAILED_CALL_APP} --store {local_url} "
+        "recovered 0 of 1 run; 1 failed, 0 taken by another process"
+    ), shown
 
 
 def test_a_replayed_failure_says_that_resuming_the_failed_run_makes_the_call_again() -> None:
