@@ -237,6 +237,12 @@ end
 return {run_id, value}
 """
 
+LIST_CHECKPOINTS = """
+-- KEYS: the run's checkpoint order, the run's checkpoints. One round trip and one command
+-- for the client to send (a MULTI/EXEC pipeline costs it several times the CPU).
+return {redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('HGETALL', KEYS[2])}
+"""
+
 PUT_SIGNAL = """
 -- KEYS: run, the run's signals. ARGV: name, "<at> <body>", replace ('1' or '0').
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end

@@ -150,6 +150,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         self._delete_run = register(redis_layout.DELETE_RUN)
         self._delete_checkpoints = register(redis_layout.DELETE_CHECKPOINTS)
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
+        self._list_checkpoints = register(redis_layout.LIST_CHECKPOINTS)
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
         self._run_key_kinds = [self._key(kind).encode() for kind in RUN_KEY_KINDS]
@@ -172,6 +173,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             self._delete_run,
             self._delete_checkpoints,
             self._get_checkpoint,
+            self._list_checkpoints,
             self._read_journal,
             self._put_signal,
         )
@@ -369,19 +371,10 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         return [step_from_member(run_id, member) for member in members]
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        async def fetch() -> tuple[list[bytes], list[bytes | None]]:
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.zrange(self._key("checkpoint_order:", run_id), 0, -1)
-                pipe.hgetall(self._key("checkpoints:", run_id))
-                ids, values = await pipe.execute()
-            return ids, [values.get(i) for i in ids]
-
-        ids, values = await self._call(fetch, idempotent=True)
-        return [
-            checkpoint_from_value(i.decode(), run_id, value)
-            for i, value in zip(ids, values, strict=True)
-            if value is not None
-        ]
+        keys = [self._key("checkpoint_order:", run_id), self._key("checkpoints:", run_id)]
+        ids, flat = await self._script(self._list_checkpoints, keys, [])
+        values = dict(zip(flat[::2], flat[1::2], strict=True))
+        return [checkpoint_from_value(i.decode(), run_id, values[i]) for i in ids if i in values]
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         keys = [self._key("checkpoint:", checkpoint_id)]
