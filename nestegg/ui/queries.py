@@ -280,6 +280,9 @@ async def run_window(
                    "unreadable": str(damage)}  # fmt: skip
     elif latest:
         pending = await _pending(store, run, events, row["shown_status"])
+        failed = row["error"] or {}
+        if pending is not None and failed.get("seq") == pending["seq"]:
+            pending["duration"] = failed.get("duration")  # as nestegg show times it
     return {
         "pending": pending,
         "events_damage": None if damage is None else str(damage),
@@ -314,7 +317,8 @@ async def _pending(
         return None
     started = start.at if start is not None and data.get("seq") == seq else None
     return {"seq": seq, "agent": data.get("agent") if started else None, "status": status,
-            "started": to_datetime(started) if started else None, "calls": calls}  # fmt: skip
+            "started": to_datetime(started) if started else None, "calls": calls,
+            "duration": None}  # fmt: skip
 
 
 def range_text(window: dict[str, Any]) -> str:

@@ -20,6 +20,8 @@ from nestegg.checkpoint.ownership import host_id
 from nestegg.checkpoint.records import Commit, JournalRecord
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
+from nestegg.cli import reading
+from nestegg.cli.render import seconds
 from nestegg.ui import UISettings
 from nestegg.ui.queries import RunsWatch
 from tests.cli.conftest import (
@@ -149,6 +151,28 @@ def test_a_run_page_shows_summary_timeline_and_checkpoints(ui: Ui) -> None:
     assert len(CHECKPOINT_LINK.findall(page.text)) == 3
     failed = ui.client.get(f"/runs/{ui.filled.bad}").text
     assert "RuntimeError: enrich broke" in failed and "step 2 (enrich) failed" in failed
+
+
+def test_a_failed_step_shows_the_duration_nestegg_show_prints(ui: Ui) -> None:
+    # The failed step's row gives how long its attempt ran, as the command's timeline does,
+    # from the run's stored error; not the mark of an unknown duration.
+    page = ui.client.get(f"/runs/{ui.filled.bad}").text
+    row = re.search(r'<tr class="pending failed" data-pending="2".*?</tr>', page, re.S)
+    assert row, page
+    cell = re.search(r'<td class="dur"><span class="t">([^<]*)</span>', row.group(0))
+    assert cell, row.group(0)
+    if ui.kind != "memory":
+        details = asyncio.run(_run_details(ui.filled.url, ui.filled.bad))
+        assert cell.group(1) == seconds(details["failed_step"]["duration"])
+    assert re.fullmatch(r"\d+(µs|ms|\.\d+s|s)", cell.group(1)), cell.group(1)
+
+
+async def _run_details(url: str, run_id: str) -> dict[str, Any]:
+    store = open_store(url, read_only=True)
+    try:
+        return await reading.run_details(store, run_id, None, time.time())
+    finally:
+        await store.close()
 
 
 def test_a_step_the_selector_failed_names_the_selector() -> None:
