@@ -28,6 +28,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, import_app, own_store
+from nestegg.cli.operate import app_options
 from nestegg.cli.render import Output
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE
 from nestegg.errors import MissingDependencyError
@@ -109,8 +110,9 @@ def ui_command(
     token = secrets.token_urlsafe(24)
     hosts = ["127.0.0.1", "localhost", "[::1]", host] if local else ["*"]
     settings = UISettings(
-        store_url=url, clutch=clutch, allow_writes=allow_writes, token=token, hosts=hosts
-    )
+        store_url=url, clutch=clutch, allow_writes=allow_writes, token=token, hosts=hosts,
+        app_options=app_options(ctx, app_spec, store, clutch) if app_spec and clutch else None,
+    )  # fmt: skip
     shown = url_host(host)
     out = Output()
     described = describe_store(url)

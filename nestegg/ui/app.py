@@ -81,6 +81,9 @@ class UISettings:
         token: the secret a write must carry in ``X-Nestegg-Token``.
         hosts: the Host header values served (``*``: any).
         clock: the time leases are judged by (``time.time``; a test passes a FakeClock).
+        app_options: the options of the commands the pages suggest that run the pipeline
+            (``--app module:attr``, and ``--store`` when the Clutch needs it): ``nestegg
+            ui --app`` passes its own; None: ``--app MODULE:CLUTCH``, to be filled in.
     """
 
     store_url: str | None = None
@@ -90,6 +93,7 @@ class UISettings:
     token: str = ""
     hosts: Sequence[str] = field(default=LOOPBACK_HOSTS)
     clock: Callable[[], float] = time.time
+    app_options: str | None = None
 
 
 SECURITY_HEADERS = [

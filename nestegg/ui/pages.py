@@ -43,12 +43,12 @@ def now_of(request: Request) -> float:
 def _flags(request: Request) -> dict[str, Any]:
     """What the templates offer: writes, and resume and fork (they need the Clutch); the
     options a command the page suggests needs (``app_options``: the pipeline's --app, and
-    the --store this page reads)."""
+    the --store this page reads; ``--app MODULE:CLUTCH`` when no --app was given)."""
     settings = request.app.state.settings
     return {
         "writes": settings.allow_writes,
         "can_run": settings.allow_writes and settings.clutch is not None,
-        "app_options": placeholder_options(settings.store_url),  # the store the page reads
+        "app_options": settings.app_options or placeholder_options(settings.store_url),
     }
 
 

@@ -29,6 +29,7 @@ from tests.cli.test_store_opening import (
 )
 from tests.servers import delete_redis_keys, drop_postgres_tables
 from tests.ui.browser import ROOT, child_env, stop, ui_server
+from tests.ui.pipelines import start_waiting
 
 TIMEOUT = 60
 
@@ -103,6 +104,27 @@ def test_with_allow_writes_it_prints_the_token_and_the_url_that_keeps_it(
     with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
         assert len(server.token) >= 20
         assert f"{server.base}/?token={server.token}" in "".join(server.output)
+
+
+def test_with_an_app_the_commands_the_pages_suggest_carry_it(tmp_path: Path) -> None:
+    # they said --app MODULE:CLUTCH though the server was given the app
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    async def waiting() -> None:
+        store = open_store(url)
+        try:
+            await start_waiting(store, "w1", nap=False)
+        finally:
+            await store.close()
+
+    asyncio.run(waiting())
+    app = "tests.ui.pipelines:waiting_app"
+    with ui_server(tmp_path / "home", "--app", app, "--store", url, "--allow-writes") as server:
+        status, page = _get(f"{server.base}/runs/w1")
+    assert status == 200
+    assert f"nestegg signal w1 approval VALUE --app {app} --store {url}</code>" in page
+    with ui_server(tmp_path / "home", "--store", url) as server:  # no app: to be filled in
+        assert "approval VALUE --app MODULE:CLUTCH --store" in _get(f"{server.base}/runs/w1")[1]
 
 
 def test_an_app_naming_its_own_store_serves_that_store(tmp_path: Path) -> None:
