@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -117,6 +118,32 @@ def redis_database_problem(url: str) -> str | None:
     return None
 
 
+_REDIS_SECONDS = ("timeout", "socket_timeout", "socket_connect_timeout")
+"""redis-py's URL options that are seconds to wait: for a free pool connection, for an
+answer, for a connection to be made."""
+
+
+def redis_option_problem(url: str) -> str | None:
+    """What is wrong with a ``redis://`` URL's numbers that redis-py takes as they are
+    (None: nothing): a wait (``?timeout=``, ``?socket_timeout=``,
+    ``?socket_connect_timeout=``) is a number of seconds above 0, where redis-py takes 0, a
+    negative number or NaN and then gives up every wait at once (a worker retrying a
+    "timeout" for ever); ``?max_connections=`` is a whole number from 1, where redis-py
+    reads 0 as its own default. A value redis-py cannot read at all is its parser's to
+    tell."""
+    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if name in _REDIS_SECONDS:
+            try:
+                seconds = float(value)
+            except ValueError:
+                continue
+            if math.isnan(seconds) or seconds <= 0:
+                return f"?{name}= is a number of seconds above 0 (such as {name}=20), got {value!r}"
+        elif name == "max_connections" and value.strip().isdigit() and int(value) == 0:
+            return f"?max_connections= is a whole number from 1, got {value!r}"
+    return None
+
+
 def query_problem(url: str, *takers: type) -> str | None:
     """What is wrong with ``url``'s query (None: nothing): the options none of ``takers``
     (classes whose ``__init__``, with their bases', takes the URL's options as keyword
@@ -192,6 +219,7 @@ __all__ = [
     "host_problem",
     "query_problem",
     "redis_database_problem",
+    "redis_option_problem",
     "slashes_problem",
     "without_password",
 ]

@@ -37,7 +37,13 @@ from nestegg.cancellation import raise_if_cancel_requested
 from nestegg.constants import REDIS_TRANSPORT_CONNECTIONS
 from nestegg.errors import BrokerRefusedError, TransportError
 from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
-from nestegg.urls import query_problem, redis_database_problem, value_problem, without_password
+from nestegg.urls import (
+    query_problem,
+    redis_database_problem,
+    redis_option_problem,
+    value_problem,
+    without_password,
+)
 
 log = logging.getLogger("nestegg")
 
@@ -340,7 +346,8 @@ def _client(url: str) -> Any:
             scheme or database number, or a database given twice).
     """
     check_url(url, ("redis", "rediss", "unix"))
-    problem = redis_database_problem(url) if not url.startswith("unix:") else None
+    problem = None if url.startswith("unix:") else redis_database_problem(url)
+    problem = problem or redis_option_problem(url)
     if problem is not None:
         raise bad_url(url, problem)
     try:

@@ -454,6 +454,28 @@ def test_a_url_option_value_redis_py_does_not_take_is_refused_naming_it(
     RedisCheckpointStorage("rediss://127.0.0.1:6379/0?ssl_cert_reqs=optional&protocol=3")
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("timeout=-1", "?timeout= is a number of seconds above 0 (such as timeout=20), got '-1'"),
+        (
+            "socket_timeout=nan",
+            "?socket_timeout= is a number of seconds above 0 (such as socket_timeout=20), "
+            "got 'nan'",
+        ),
+        ("max_connections=0", "?max_connections= is a whole number from 1, got '0'"),
+    ],
+)
+def test_a_wait_or_pool_size_redis_py_would_misuse_is_refused_naming_it(
+    query: str, reason: str
+) -> None:
+    # redis-py takes them, then gives up every command at once (a StorageUnavailableError
+    # retried for ever) or, for a pool of 0, uses its default size
+    with pytest.raises(ConfigurationError) as refused:
+        RedisCheckpointStorage(f"redis://127.0.0.1:6379/0?{query}")
+    assert str(refused.value) == f"Redis store URL 'redis://127.0.0.1:6379/0?{query}': {reason}"
+
+
 async def test_a_database_the_server_does_not_have_is_a_configuration_error(
     redis_url: str,
 ) -> None:

@@ -136,6 +136,39 @@ def test_a_url_that_cannot_be_parsed_is_a_configuration_error_naming_it(
     assert str(bad.value) == message  # the password left out
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("timeout=0", "?timeout= is a number of seconds above 0 (such as timeout=20), got '0'"),
+        ("timeout=-1", "?timeout= is a number of seconds above 0 (such as timeout=20), got '-1'"),
+        (
+            "timeout=nan",
+            "?timeout= is a number of seconds above 0 (such as timeout=20), got 'nan'",
+        ),
+        (
+            "socket_timeout=-1",
+            "?socket_timeout= is a number of seconds above 0 (such as socket_timeout=20), got '-1'",
+        ),
+        (
+            "socket_connect_timeout=0",
+            "?socket_connect_timeout= is a number of seconds above 0 (such as "
+            "socket_connect_timeout=20), got '0'",
+        ),
+        ("max_connections=0", "?max_connections= is a whole number from 1, got '0'"),
+    ],
+)
+def test_a_redis_wait_or_pool_size_redis_py_would_misuse_is_refused_naming_it(
+    query: str, reason: str
+) -> None:
+    # redis-py takes them: a publish then gives up at once on a busy pool, a worker retries
+    # a "timeout" for ever, and a pool of 0 is its default of 100
+    url = f"redis://:s3cret@127.0.0.1:6379/0?{query}"
+    with pytest.raises(ConfigurationError) as bad:
+        transport_from_url(url)
+    assert str(bad.value) == f"bad transport URL 'redis://127.0.0.1:6379/0?{query}': {reason}"
+    transport_from_url("redis://127.0.0.1:6379/0?timeout=0.5&socket_timeout=inf&max_connections=1")
+
+
 def test_a_transport_given_a_url_of_another_broker_says_so() -> None:
     from nestegg.transport.rabbitmq import RabbitMQTransport
 

@@ -30,6 +30,7 @@ from nestegg.urls import (
     host_problem,
     query_problem,
     redis_database_problem,
+    redis_option_problem,
     value_problem,
     without_password,
 )
@@ -234,9 +235,10 @@ class RedisConnection:
 
 
 def _check_database(url: str) -> None:
-    """Raises ConfigurationError for a store URL whose host or port cannot be read, or
-    whose database is not a number or is given twice (``/0?db=3``)."""
-    problem = host_problem(url) or redis_database_problem(url)
+    """Raises ConfigurationError for a store URL whose host or port cannot be read, whose
+    database is not a number or is given twice (``/0?db=3``), or whose wait or pool size
+    redis-py would take and never use as meant (``?socket_timeout=0``)."""
+    problem = host_problem(url) or redis_database_problem(url) or redis_option_problem(url)
     if problem is not None:
         raise ConfigurationError(f"Redis store URL {without_password(url)!r}: {problem}")
 
