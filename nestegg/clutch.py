@@ -280,7 +280,8 @@ class Clutch(StoredRuns):
                 and it consumes them (``nestegg worker`` prints its start line then).
 
         Raises:
-            ConfigurationError: no transport, an unknown agent, a bad concurrency.
+            ConfigurationError: no transport, an unknown agent, a bad concurrency, grace,
+                sweep_interval (not above 0), sweep_after or misfit_grace (below 0, NaN).
 
         Example:
             >>> await clutch.serve(concurrency=8, agents=["classify"])

@@ -79,10 +79,15 @@ def hosted_agents(clutch: Clutch, agents: Sequence[str] | None) -> frozenset[str
     """The agents a worker runs: ``agents`` (checked against the Clutch) or all of them.
 
     Raises:
-        ConfigurationError: an agent the Clutch does not have, or none at all.
+        ConfigurationError: an agent the Clutch does not have, none at all, or a str
+            in place of a list.
     """
     if agents is None:
         chosen = frozenset(clutch.agent_names)
+    elif isinstance(agents, str):  # its letters would be taken for agent names
+        raise ConfigurationError(
+            f"agents is a list of agent names, got the str {agents!r} (agents=[{agents!r}])"
+        )
     else:
         unknown = sorted(set(agents) - set(clutch.agent_names))
         if unknown:
@@ -133,6 +138,10 @@ class Worker:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {grace!r}")
         if misfit_grace is not None and not misfit_grace >= 0:
             raise ConfigurationError(f"misfit_grace must be >= 0 seconds, got {misfit_grace!r}")
+        if sweep_interval is not None and not sweep_interval > 0:  # 0: a sweep loop that spins
+            raise ConfigurationError(f"sweep_interval must be > 0 seconds, got {sweep_interval!r}")
+        if sweep_after is not None and not sweep_after >= 0:  # NaN: no run is ever swept
+            raise ConfigurationError(f"sweep_after must be >= 0 seconds, got {sweep_after!r}")
         self.clutch = clutch
         self.transport = transport
         self.concurrency = concurrency

@@ -103,6 +103,33 @@ async def test_a_worker_refuses_unknown_agents_and_bad_concurrency(
         await chain.stop()
 
 
+@pytest.mark.server
+async def test_a_worker_refuses_sweeps_that_would_spin_or_never_come(
+    deployment: Deployment,
+) -> None:
+    # sweep_interval=0 swept the store in a loop that took a core (1,000 scans in 4 s);
+    # NaN was taken: no comparison is true of it, so a sweep_after of NaN swept nothing
+    chain = make_chain()
+    assert chain.transport is not None
+    try:
+        for interval in (0.0, -1.0, float("nan")):
+            with pytest.raises(ConfigurationError) as refused:
+                Worker(chain, chain.transport, sweep_interval=interval)
+            assert str(refused.value) == f"sweep_interval must be > 0 seconds, got {interval!r}"
+        for after in (-5.0, float("nan")):
+            with pytest.raises(ConfigurationError) as refused:
+                Worker(chain, chain.transport, sweep_after=after)
+            assert str(refused.value) == f"sweep_after must be >= 0 seconds, got {after!r}"
+        with pytest.raises(ConfigurationError) as refused:
+            Worker(chain, chain.transport, agents="ping")
+        assert str(refused.value) == (
+            "agents is a list of agent names, got the str 'ping' (agents=['ping'])"
+        )
+        Worker(chain, chain.transport, sweep_interval=0.02, sweep_after=0.0)
+    finally:
+        await chain.stop()
+
+
 @contextlib.asynccontextmanager
 async def serving(clutch: Clutch, **options: Any) -> AsyncIterator[asyncio.Task[None]]:
     """``clutch.serve(**options)`` in this process for the duration."""
