@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 _PASSWORD_OPTION = re.compile(r"(?i)([?&]password=)[^&#]*")
@@ -160,8 +160,13 @@ def query_problem(url: str, *takers: type) -> str | None:
             except (TypeError, ValueError):
                 continue
             taken.update(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
+    return unknown_options(url, taken)
+
+
+def unknown_options(url: str, known: Collection[str]) -> str | None:
+    """What is wrong with ``url``'s query (None: nothing): the options not in ``known``."""
     query = parse_qs(urlsplit(url).query, keep_blank_values=True)
-    unknown = [name for name in query if name not in taken]
+    unknown = [name for name in query if name not in known]
     if not unknown:
         return None
     names = ", ".join(repr(name) for name in unknown)
@@ -221,5 +226,6 @@ __all__ = [
     "redis_database_problem",
     "redis_option_problem",
     "slashes_problem",
+    "unknown_options",
     "without_password",
 ]

@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
@@ -42,8 +42,8 @@ from yarl import URL
 
 from nestegg.client_logs import quiet_unless_configured
 from nestegg.errors import BrokerRefusedError, ConfigurationError, TransportError
-from nestegg.transport.base import Delivery, StepMessage, check_url
-from nestegg.urls import without_password
+from nestegg.transport.base import Delivery, StepMessage, bad_url, check_url
+from nestegg.urls import unknown_options, without_password
 
 MAX_QUEUE_NAME_BYTES = 255
 """The longest queue name RabbitMQ takes (AMQP 0-9-1's short string), in UTF-8 bytes."""
@@ -132,6 +132,40 @@ class RabbitDelivery:
         await self.ack()
 
 
+AMQP_OPTIONS = frozenset(
+    {"auth", "cafile", "cadata", "capath", "certfile", "keyfile", "no_verify_ssl", "name"}
+    | {"heartbeat", "timeout", "interleave", "happy_eyeballs_delay"}
+    | {"reconnect_interval", "fail_fast"}
+)
+"""The query options of an AMQP URL that aiormq and aio-pika's robust connection read."""
+
+
+def amqp_query_problem(url: str) -> str | None:
+    """What is wrong with an AMQP URL's query (None: nothing): an option the clients do not
+    read (a typo they would ignore), or a number they would read as another: aiormq takes
+    a ``?heartbeat=`` or ``?timeout=`` it cannot read as 0 (heartbeats off; no time to
+    connect), a heartbeat out of range as 0 too."""
+    problem = unknown_options(url, AMQP_OPTIONS)
+    if problem is not None:
+        return problem
+    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        whole = value.isascii() and value.isdigit()
+        if name == "heartbeat" and not (whole and int(value) < 65535):
+            return f"?heartbeat= is a whole number of seconds from 0 (off) to 65534, got {value!r}"
+        if name == "timeout" and not (whole and int(value) > 0):
+            return f"?timeout= is a whole number of seconds from 1, got {value!r}"
+        if name == "reconnect_interval" and not _positive(value):
+            return f"?reconnect_interval= is a number of seconds above 0, got {value!r}"
+    return None
+
+
+def _positive(text: str) -> bool:
+    try:
+        return text.isascii() and float(text) > 0  # NaN is not above 0
+    except ValueError:
+        return False
+
+
 class RabbitMQTransport:
     """The RabbitMQ transport (``pip install 'nestegg[rabbitmq]'``).
 
@@ -149,6 +183,9 @@ class RabbitMQTransport:
 
     def __init__(self, url: str = "amqp://guest:guest@localhost/", *, prefix: str = "") -> None:
         check_url(url, ("amqp", "amqps"))
+        problem = amqp_query_problem(url)
+        if problem is not None:
+            raise bad_url(url, problem)
         self.url = url
         self.prefix = prefix
         self._connection: AbstractRobustConnection | None = None

@@ -169,6 +169,38 @@ def test_a_redis_wait_or_pool_size_redis_py_would_misuse_is_refused_naming_it(
     transport_from_url("redis://127.0.0.1:6379/0?timeout=0.5&socket_timeout=inf&max_connections=1")
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("bogus=1", "unknown query option 'bogus'"),
+        ("heartbeet=30&x=1", "unknown query options 'heartbeet', 'x'"),
+        (
+            "heartbeat=-1",
+            "?heartbeat= is a whole number of seconds from 0 (off) to 65534, got '-1'",
+        ),
+        (
+            "heartbeat=65535",
+            "?heartbeat= is a whole number of seconds from 0 (off) to 65534, got '65535'",
+        ),
+        ("timeout=0", "?timeout= is a whole number of seconds from 1, got '0'"),
+        ("timeout=1.5", "?timeout= is a whole number of seconds from 1, got '1.5'"),
+        (
+            "reconnect_interval=nan",
+            "?reconnect_interval= is a number of seconds above 0, got 'nan'",
+        ),
+    ],
+)
+def test_an_amqp_option_the_clients_would_ignore_or_misread_is_refused_naming_it(
+    query: str, reason: str
+) -> None:
+    # aiormq ignored an unknown option and read a heartbeat or timeout it could not read as 0
+    url = f"amqp://guest:s3cret@127.0.0.1:5672/?{query}"
+    with pytest.raises(ConfigurationError) as bad:
+        transport_from_url(url)
+    assert str(bad.value) == f"bad transport URL 'amqp://guest@127.0.0.1:5672/?{query}': {reason}"
+    transport_from_url("amqp://g@h/?heartbeat=0&timeout=5&name=w1&reconnect_interval=0.5")
+
+
 def test_a_transport_given_a_url_of_another_broker_says_so() -> None:
     from nestegg.transport.rabbitmq import RabbitMQTransport
 
