@@ -138,10 +138,13 @@ def resumption(
     takeover), after a ``run_started`` (with ``trace``) when the run's log is empty (its
     owner died before writing it). A run ``released`` by its owner in a step (a worker's
     drain, which wrote its ``run_interrupted`` then) is resumed as an interrupted one,
-    without a second ``run_interrupted``."""
+    without a second ``run_interrupted``; a run queued for workers that none took (running,
+    no owner ever) as a queued one, no owner having died in it."""
     resumed: dict[str, Any] = {"checkpoint_id": checkpoint_id, "seq": seq, "previous": run.status}
     events: list[tuple[str, dict[str, Any]]] = [(RUN_RESUMED, resumed)]
-    if interrupted or released:
+    if not released and run_state(run, 0.0) == QUEUED:
+        resumed["previous"] = QUEUED
+    elif interrupted or released:
         lost = interruption(run)
         if not released:
             events.insert(0, (RUN_INTERRUPTED, lost))

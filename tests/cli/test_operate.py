@@ -368,7 +368,14 @@ def test_recover_leaves_the_runs_queued_for_workers_to_them(cli: Cli, filled: Fi
     )
     resumed = cli("resume", "q1", "--app", APP, "--store", url)  # on purpose: it runs here
     assert resumed.exit_code == 0, resumed.stderr
-    assert resumed.stdout.startswith("run q1 completed: 3 steps")
+    assert resumed.stdout.startswith("run q1 completed: 3 steps (was queued at step 0)")
+    # its log says so too: it said run_interrupted (owner null), previous interrupted
+    lines = cli("events", "q1", "--store", url, "--json").stdout.splitlines()
+    opening = [orjson.loads(line) for line in lines[:2]]
+    assert [(e["kind"], e["data"].get("previous")) for e in opening] == [
+        ("run_started", None),
+        ("run_resumed", "queued"),
+    ]
 
 
 def test_recover_tells_a_queued_run_in_its_summary(cli: Cli, filled: Filled) -> None:
