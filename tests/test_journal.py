@@ -33,15 +33,20 @@ from typing_extensions import TypedDict
 
 import nestegg
 from nestegg import Clutch, RetryPolicy, Strategy, get_context
+from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint import checkpointer as checkpointer_module
 from nestegg.checkpoint.codec import unseal_value
+from nestegg.checkpoint.records import Commit, JournalRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.errors import (
+    CheckpointCorruptedError,
     CheckpointSerializationError,
     ConfigurationError,
     JournaledCallError,
     ModuleNameMismatchError,
     NonDeterminismError,
+    StorageError,
 )
 from nestegg.journal import argument_hash, function_name
 from nestegg.journal_checks import replay_entry
@@ -1461,13 +1466,16 @@ async def test_a_failed_runs_resume_calls_again_from_the_first_failure_of_its_fa
     assert not any("error" in e for e in entries)
 
 
+@pytest.mark.parametrize("overflow", [False, True])
 async def test_a_failed_runs_resume_interrupted_midway_leaves_no_entry_of_the_failed_attempt(
-    checkpoint_store: CheckpointStorage,
+    checkpoint_store: CheckpointStorage, monkeypatch: pytest.MonkeyPatch, overflow: bool
 ) -> None:
     """The resume of a failed run drops its failed step's entries from the first failure on
     before it calls again: interrupted after it made the failed call again (which now
     succeeds and takes the step another way), the next resume replays what this attempt
-    made, not what the failed attempt made after its failure."""
+    made, not what the failed attempt made after its failure. With ``overflow`` the entries
+    kept do not fit in the opening commit: written just after it, they replay all the same
+    ("a" is not paid again)."""
     llm = FakeLLM()
     llm.failures["b"] = [ValueError("b is down")]
     llm.failures["d"] = [ConnectionError("d is down")]
@@ -1496,6 +1504,8 @@ async def test_a_failed_runs_resume_interrupted_midway_leaves_no_entry_of_the_fa
 
     with pytest.raises(ConnectionError, match="d is down"):
         await clutch.run([], run_id="job")
+    if overflow:
+        monkeypatch.setattr(checkpointer_module, "COMMIT_MAX_BYTES", 1)
     resumed = asyncio.ensure_future(clutch.resume_latest("job"))
     await wait_for(called)
     assert running[0] is not None
@@ -1515,30 +1525,74 @@ async def test_a_failed_runs_resume_interrupted_midway_leaves_no_entry_of_the_fa
     assert llm.prompts == ["a", "b", "c", "d", "b", "x"]  # "a" and the new "b" paid once
 
 
-async def test_a_failed_step_whose_kept_entries_outgrow_one_commit_writes_them_after_it(
-    checkpoint_store: CheckpointStorage, monkeypatch: pytest.MonkeyPatch
+class _JournalHiccup(MemoryCheckpointStorage):
+    """A memory store whose next commit that carries journal entries alone fails once."""
+
+    hiccup = False
+
+    async def commit(self, commit: Commit) -> None:
+        if self.hiccup and commit.journal and not commit.events and commit.truncate_after is None:
+            self.hiccup = False
+            raise StorageError("the store hiccupped")
+        await super().commit(commit)
+
+
+async def test_a_failed_runs_resume_whose_later_entries_fail_to_be_written_leaves_no_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The entries before the first failure that do not fit in the resume's opening commit
-    are written just after it: replayed, not paid again."""
+    # its heartbeat went on renewing the lease: the run looked held by a live process
     llm = FakeLLM()
     llm.failures["d"] = [ConnectionError("d is down")]
+    store = _JournalHiccup()
+    lease = dt.timedelta(seconds=0.3)
+    clutch = Clutch("outage", checkpoint=CheckpointConfig(storage=store, lease=lease))
+
+    @clutch.agent()
+    async def asker(data: list[str]) -> list[str]:
+        once = RetryPolicy(attempts=1)
+        return [*data, *[await nestegg.call(llm.complete, p, retry=once) for p in "abcd"]]
+
+    with pytest.raises(ConnectionError, match="d is down"):
+        await clutch.run([], run_id="job")
+    monkeypatch.setattr(checkpointer_module, "COMMIT_MAX_BYTES", 1)  # kept ones come after
+    store.hiccup = True
+    with pytest.raises(StorageError, match="hiccupped"):
+        await clutch.resume_latest("job")
+    before = await store.get_run("job")
+    await asyncio.sleep(0.5)  # more than a renewal's interval, a third of the lease
+    after = await store.get_run("job")
+    assert before is not None and after is not None
+    assert after.lease_until == before.lease_until  # no renewal: its lease runs out
+    await asyncio.sleep(0.3)
+    assert await clutch.resume_latest("job") == [answer(p) for p in "abcd"]
+    # the entries the hiccup lost are made again, as after a crash there
+    assert llm.prompts == ["a", "b", "c", "d", "a", "b", "c", "d"]
+
+
+async def test_a_failed_runs_resume_with_a_damaged_entry_in_its_failed_step_fails_it_again(
+    checkpoint_store: CheckpointStorage,
+) -> None:
+    # it raised before its opening commit: the run stayed claimed by this process
+    llm = FakeLLM()
+    llm.failures["b"] = [ConnectionError("b is down")]
     once = RetryPolicy(attempts=1)
     clutch = Clutch("outage", checkpoint=config(checkpoint_store))
 
     @clutch.agent()
     async def asker(data: list[str]) -> list[str]:
-        replies = [await nestegg.call(llm.complete, p, retry=once) for p in "abcd"]
-        return [*data, *replies]
+        return [*data, *[await nestegg.call(llm.complete, p, retry=once) for p in "ab"]]
 
-    with pytest.raises(ConnectionError, match="d is down"):
+    with pytest.raises(ConnectionError, match="b is down"):
         await clutch.run([], run_id="job")
-    monkeypatch.setattr(checkpointer_module, "COMMIT_MAX_BYTES", 1)  # none fits
-    assert await clutch.resume_latest("job") == [answer(p) for p in "abcd"]
-    assert llm.prompts == ["a", "b", "c", "d", "d"]
-    entries = await journal_of(checkpoint_store, "job", 1)
-    assert [(e["position"], e.get("result")) for e in entries] == [
-        (n, answer(p)) for n, p in enumerate("abcd")
-    ]
+    run = await checkpoint_store.get_run("job")
+    assert run is not None
+    garbage = JournalRecord("job", 1, 0, b"not a journal entry")
+    await checkpoint_store.commit(Commit("job", run.fence, journal=[garbage]))
+    with pytest.raises(CheckpointCorruptedError, match="journal entry 1/0 of run 'job'"):
+        await clutch.resume_latest("job")
+    [info] = await clutch.list_runs()
+    assert info.status == "failed"
+    assert llm.prompts == ["a", "b"]
 
 
 async def test_retry_leaves_errors_it_is_not_for_to_be_recorded_at_once(

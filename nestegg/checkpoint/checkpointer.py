@@ -66,7 +66,7 @@ from nestegg.constants import (
     STEP_FAILED,
     WAITING,
 )
-from nestegg.errors import RecordTooLargeError, StaleOwnerError
+from nestegg.errors import CheckpointCorruptedError, RecordTooLargeError, StaleOwnerError
 from nestegg.recording import StepResult, Timed
 
 log = logging.getLogger("nestegg")
@@ -99,27 +99,41 @@ class Checkpointer(RunWriter):
             if truncate_after is None:  # no step or checkpoint is past the last completed
                 truncate_after = step - 1
         await super().start(truncate_after, journal_after, fresh=fresh)
-        for record in later or ():  # what did not fit in the opening commit
-            await self.store.commit(Commit(self.run_id, self.fence, journal=[record]))
+        try:
+            for batch in later or ():  # what did not fit in the opening commit
+                await self.store.commit(Commit(self.run_id, self.fence, journal=batch))
+        except BaseException:  # as when the opening commit fails: no heartbeat left behind
+            if self.heartbeat is not None:
+                await self.heartbeat.stop()
+                self.heartbeat = None
+            raise
 
-    async def _redo_failed_step(self, step: int) -> list[JournalRecord] | None:
+    async def _redo_failed_step(self, step: int) -> list[list[JournalRecord]] | None:
         """Queue the entries of failed ``step``'s journal up to its first failure for the
         opening commit, which drops the step's whole journal first; None if the step has
-        no entry from a failure on (nothing to drop). Without this, an attempt interrupted
-        after it made a failed call again would later replay the failed attempt's entries
-        past that call, which another way through the step, taken since, meets as a change
-        of its calls. The kept entries that do not fit in one commit are returned, to be
-        written just after it (a crash between loses them: their calls are made again)."""
+        no entry from a failure on (nothing to drop), or one that cannot be read (the step
+        meets it when it replays it, and fails as before). Without this, an attempt
+        interrupted after it made a failed call again would later replay the failed
+        attempt's entries past that call, which another way through the step, taken since,
+        meets as a change of its calls. The kept entries that do not fit in the opening
+        commit are returned in batches that each fit in one, to be written just after it
+        (a crash between loses them: their calls are made again)."""
         records = await self.store.read_journal(self.run_id, step)
-        kept = self._before_first_failure(records)
+        try:
+            kept = self._before_first_failure(records)
+        except CheckpointCorruptedError:
+            return None
         self._journal, self._journal_step = {r.position: r for r in kept}, step
         if len(kept) == len(records):
             return None
-        size, later = self.pending.size(), list[JournalRecord]()
+        size, batches = self.pending.size(), [self.pending.journal]
         for record in kept:
             size += len(record.body)
-            (self.pending.journal if size <= COMMIT_MAX_BYTES else later).append(record)
-        return later
+            if size > COMMIT_MAX_BYTES and (batches[-1] or len(batches) == 1):
+                size = len(record.body)
+                batches.append([])
+            batches[-1].append(record)
+        return batches[1:]
 
     async def journal_entry(self, step: int, position: int) -> dict[str, Any] | None:
         """The recorded call at ``position`` of ``step`` (only steps that may be re-runs).
@@ -136,6 +150,8 @@ class Checkpointer(RunWriter):
             return None
         if self._journal_step != step:
             records = await self.store.read_journal(self.run_id, step)
+            if step == self.failed_step:  # what start() kept (a damaged entry raises here)
+                records = self._before_first_failure(records)
             self._journal = {r.position: r for r in records}
             self._journal_step = step
         record = self._journal.get(position)
