@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -19,6 +19,9 @@ from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError
 from nestegg.pipeline import check_pipeline_filter
 from nestegg.ui import queries
+
+if TYPE_CHECKING:  # the application imports this module
+    from nestegg.ui.app import UISettings
 
 TOKEN_PARAMETER = "token"
 """Taken by every HTML page: the page's script keeps the write token and drops it from the
@@ -42,14 +45,24 @@ def now_of(request: Request) -> float:
 
 def _flags(request: Request) -> dict[str, Any]:
     """What the templates offer: writes, and resume and fork (they need the Clutch); the
-    options a command the page suggests needs (``app_options``: the pipeline's --app, and
-    the --store this page reads; ``--app MODULE:CLUTCH`` when no --app was given)."""
+    options a command the page suggests needs (``app_options(pipeline)``: the pipeline's
+    --app, and the --store this page reads; ``--app MODULE:CLUTCH`` when no --app of that
+    pipeline was given)."""
     settings = request.app.state.settings
     return {
         "writes": settings.allow_writes,
         "can_run": settings.allow_writes and settings.clutch is not None,
-        "app_options": settings.app_options or placeholder_options(settings.store_url),
+        "app_options": functools.partial(_app_options, settings),
     }
+
+
+def _app_options(settings: UISettings, pipeline: str) -> str:
+    """The options of a command that runs a run of ``pipeline``: those ``nestegg ui --app``
+    gave, for its Clutch's pipeline; else ``--app MODULE:CLUTCH``, to be filled in."""
+    clutch = settings.clutch
+    if settings.app_options and clutch is not None and clutch.name == pipeline:
+        return settings.app_options
+    return placeholder_options(settings.store_url)
 
 
 def _runner(request: Request) -> Clutch | None:

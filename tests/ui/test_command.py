@@ -123,6 +123,10 @@ def test_with_an_app_the_commands_the_pages_suggest_carry_it(tmp_path: Path) -> 
         status, page = _get(f"{server.base}/runs/w1")
     assert status == 200
     assert f"nestegg signal w1 approval VALUE --app {app} --store {url}</code>" in page
+    other = "tests.cli.pipeline_app:pipeline"  # another pipeline's Clutch: not this run's
+    with ui_server(tmp_path / "home", "--app", other, "--store", url, "--allow-writes") as server:
+        page = _get(f"{server.base}/runs/w1")[1]
+    assert f"w1 approval VALUE --app MODULE:CLUTCH --store {url}</code>" in page
     with ui_server(tmp_path / "home", "--store", url) as server:  # no app: to be filled in
         assert "approval VALUE --app MODULE:CLUTCH --store" in _get(f"{server.base}/runs/w1")[1]
 
