@@ -39,7 +39,8 @@ log = logging.getLogger("nestegg")
 class Wait:
     """What a waiting run waits for: a signal (None for a timer), until ``deadline``
     (None: no deadline); ``unreadable``: why that cannot be read (its ``run_waiting``
-    event, or its event log, is damaged), None when it can. An unreadable wait is no
+    event, or its event log, is damaged, or it has no ``run_waiting`` event), None when
+    it can. An unreadable wait is no
     timer: its ``signal`` is None because its name is unknown, and only its deadline
     (the run's ``lease_until``) is known."""
 
@@ -59,7 +60,8 @@ def _deadline(run: RunRecord) -> float | None:
 
 async def wait_of(store: CheckpointStorage, run: RunRecord) -> Wait | None:
     """What the waiting ``run`` waits for (None when it does not wait); a ``run_waiting``
-    event that cannot be parsed gives a wait whose ``unreadable`` says why.
+    event that cannot be parsed, or none in its log, gives a wait whose ``unreadable`` says
+    why.
 
     Raises:
         CheckpointCorruptedError: the run's event log is torn (:func:`wait_known` gives
