@@ -16,7 +16,7 @@ import typer
 from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
-from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of
 from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
 from nestegg.cli.json_input import (
     STANDARD_STREAM,
@@ -159,10 +159,9 @@ async def plan_prune(
         plan.runs = [run for run in runs if run.updated_at < cutoff]
     if keep is not None:
         going = {run.run_id for run in plan.runs}
-        for run in runs:
-            if run.run_id in going:
-                continue
-            checkpoints = await store.list_checkpoints(run.run_id)
+        kept = [run for run in runs if run.run_id not in going]
+        listed = await checkpoints_of(store, [run.run_id for run in kept])
+        for run, checkpoints in zip(kept, listed, strict=True):
             surplus = [c.checkpoint_id for c in checkpoints[: max(0, len(checkpoints) - keep)]]
             if surplus:
                 plan.checkpoints[run.run_id] = surplus

@@ -25,7 +25,7 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.step_blocks import unpack_block
 from nestegg.checkpoint.step_formats import parse_step
-from nestegg.checkpoint.stores.base import CheckpointStorage, load_history
+from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of, load_history
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import (
     CheckpointInfo,
@@ -211,9 +211,9 @@ async def list_run_rows(
     runs = await store.list_runs(pipeline=pipeline, statuses=statuses, limit=fetch_limit)
     if shown:
         runs = [run for run in runs if run_state(run, now) == shown][:limit]
+    listed = await checkpoints_of(store, [run.run_id for run in runs])
     rows = []
-    for run in runs:
-        checkpoints = await store.list_checkpoints(run.run_id)
+    for run, checkpoints in zip(runs, listed, strict=True):
         rows.append(run_row(run, checkpoints[-1] if checkpoints else None, now))
         await complete_row(store, run, rows[-1], now)
     return rows

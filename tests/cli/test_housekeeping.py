@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,11 +13,15 @@ import orjson
 import pytest
 
 from nestegg.checkpoint import CheckpointConfig, CheckpointPolicy, MemoryCheckpointStorage
+from nestegg.checkpoint.records import CheckpointRecord
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import CommandError
-from nestegg.cli.housekeeping import parse_duration
+from nestegg.cli.housekeeping import parse_duration, plan_prune
+from nestegg.cli.reading import list_run_rows
 from nestegg.cli.transfer import export_run, import_run
-from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.constants import COMPLETED, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
+from nestegg.testing.builders import commit_steps, create
 from tests.cli.conftest import (
     Cli,
     Filled,
@@ -361,3 +366,43 @@ def test_export_refuses_a_run_whose_event_log_is_torn_and_writes_nothing(
         )
     assert not target.exists()
     assert cli("export", filled.ok, "--store", url).exit_code == 0  # the others export
+
+
+async def test_runs_and_prune_read_the_checkpoints_of_many_runs_at_once(tmp_path: Path) -> None:
+    """A read per run made `runs --limit 10000` and `prune --keep` of a store of 10,000
+    runs take seconds: a store that lists many runs' checkpoints at once is read so."""
+
+    reads: list[str] = []
+
+    class Counting(SQLiteCheckpointStorage):
+        async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+            reads.append(run_id)
+            return await super().list_checkpoints(run_id)
+
+        async def list_checkpoints_of(
+            self, run_ids: Sequence[str]
+        ) -> dict[str, list[CheckpointRecord]]:
+            reads.append(f"{len(run_ids)} runs")
+            return await super().list_checkpoints_of(run_ids)
+
+    store = Counting(tmp_path / "runs.db")
+    await store.setup()
+    try:
+        for i in range(6):
+            run = await create(store, run_id=f"r{i}", status=COMPLETED)
+            await commit_steps(store, run, range(1, i % 3 + 2), checkpoints=True)
+        rows = await list_run_rows(
+            store, pipeline=None, statuses=None, shown=None, limit=None, now=time.time()
+        )
+        assert reads == ["6 runs"]
+        assert [(r["run_id"], r["last_checkpoint"]["seq"]) for r in rows] == [
+            (f"r{i}", i % 3 + 1) for i in reversed(range(6))
+        ]
+        reads.clear()
+        plan = await plan_prune(store, keep=1, older_than=None, statuses=[COMPLETED], pipeline=None)
+        assert reads == ["6 runs"]
+        assert {run_id: len(ids) for run_id, ids in plan.checkpoints.items()} == {
+            f"r{i}": i % 3 for i in range(6) if i % 3
+        }
+    finally:
+        await store.close()

@@ -9,7 +9,8 @@ Optional capabilities are small Protocols of their own, checked with ``isinstanc
 :class:`DroppableStore` (``drop()``), :class:`BlockHistoryStore` (``load_history()``,
 for a store that packs step records in blocks; :func:`load_history` reads either kind) and
 :class:`StepAdmission` (``step_admission()``, for a store that holds steps back while its
-commits pile up).
+commits pile up) and :class:`CheckpointListing` (``list_checkpoints_of()``: the checkpoints
+of many runs in one read; :func:`checkpoints_of` reads them from either kind).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from nestegg.checkpoint.records import (
     StepBlock,
     StepRecord,
 )
+from nestegg.constants import CHECKPOINT_LISTING_BATCH
 
 
 @runtime_checkable
@@ -176,6 +178,34 @@ class StepAdmission(Protocol):
 
     def step_admission(self) -> Awaitable[None] | None:
         """None when a run may start its next step now; else what it awaits first."""
+
+
+@runtime_checkable
+class CheckpointListing(Protocol):
+    """A store that lists the checkpoints of many runs in one read (`nestegg runs` and
+    `nestegg prune` read those of every run they list)."""
+
+    async def list_checkpoints_of(
+        self, run_ids: Sequence[str]
+    ) -> dict[str, list[CheckpointRecord]]:
+        """Each run's checkpoints, oldest first, as ``list_checkpoints`` gives them; a run
+        with none, or not stored, is left out."""
+
+
+async def checkpoints_of(
+    store: CheckpointStorage, run_ids: Sequence[str]
+) -> list[list[CheckpointRecord]]:
+    """The checkpoints of each run in ``run_ids``, in its order, oldest first: read
+    :data:`~nestegg.constants.CHECKPOINT_LISTING_BATCH` runs at a time by a
+    :class:`CheckpointListing`, else run by run (``list_checkpoints``)."""
+    if not isinstance(store, CheckpointListing):
+        return [await store.list_checkpoints(run_id) for run_id in run_ids]
+    listed: list[list[CheckpointRecord]] = []
+    for start in range(0, len(run_ids), CHECKPOINT_LISTING_BATCH):
+        batch = run_ids[start : start + CHECKPOINT_LISTING_BATCH]
+        found = await store.list_checkpoints_of(batch)
+        listed.extend(found.get(run_id, []) for run_id in batch)
+    return listed
 
 
 async def load_history(

@@ -59,6 +59,15 @@ class PostgresReads:
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         return [checkpoint_from_row(r) for r in await self._fetchall("list_checkpoints", [run_id])]
 
+    async def list_checkpoints_of(
+        self, run_ids: Sequence[str]
+    ) -> dict[str, list[CheckpointRecord]]:
+        listed: dict[str, list[CheckpointRecord]] = {}
+        for row in await self._fetchall("list_checkpoints_of", [list(run_ids)]):
+            checkpoint = checkpoint_from_row(row)
+            listed.setdefault(checkpoint.run_id, []).append(checkpoint)
+        return listed
+
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         row = await self._fetchone("get_checkpoint", [checkpoint_id])
         return checkpoint_from_row(row) if row else None

@@ -121,6 +121,8 @@ QUERIES: dict[str, str] = {
     "ORDER BY seq",
     "list_checkpoints": f"SELECT {_CHECKPOINT_COLUMNS} FROM {{checkpoints}} "
     "WHERE run_id = %s ORDER BY seq, checkpoint_id",
+    "list_checkpoints_of": f"SELECT {_CHECKPOINT_COLUMNS} FROM {{checkpoints}} "
+    "WHERE run_id = ANY(%s::text[]) ORDER BY run_id, seq, checkpoint_id",
     "get_checkpoint": f"SELECT {_CHECKPOINT_COLUMNS} FROM {{checkpoints}} WHERE checkpoint_id = %s",
     "read_events": "SELECT seq, at, kind, body FROM {events} WHERE run_id = %s AND seq > %s "
     "ORDER BY seq LIMIT %s::bigint",

@@ -49,7 +49,7 @@ from nestegg.checkpoint.stores.common import (
 )
 from nestegg.checkpoint.stores.group import GroupCalls, GroupCommitter, Outcome, run_id_of
 from nestegg.checkpoint.stores.redis import layout as redis_layout
-from nestegg.checkpoint.stores.redis.connection import RedisConnection
+from nestegg.checkpoint.stores.redis.connection import Keys, RedisConnection
 from nestegg.checkpoint.stores.redis.errors import error_of_reply, outcome_of_reply
 from nestegg.checkpoint.stores.redis.layout import (
     RUN_KEY_KINDS,
@@ -372,9 +372,23 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointRecord]:
         keys = [self._key("checkpoint_order:", run_id), self._key("checkpoints:", run_id)]
-        ids, flat = await self._script(self._list_checkpoints, keys, [])
-        values = dict(zip(flat[::2], flat[1::2], strict=True))
-        return [checkpoint_from_value(i.decode(), run_id, values[i]) for i in ids if i in values]
+        return _checkpoints_of(run_id, await self._script(self._list_checkpoints, keys, []))
+
+    async def list_checkpoints_of(
+        self, run_ids: Sequence[str]
+    ) -> dict[str, list[CheckpointRecord]]:
+        calls: list[tuple[Keys, list[Any]]] = [
+            ([self._key("checkpoint_order:", r), self._key("checkpoints:", r)], []) for r in run_ids
+        ]
+        replies = await self._conn.scripts_many(self._list_checkpoints, calls, idempotent=True)
+        listed: dict[str, list[CheckpointRecord]] = {}
+        for run_id, reply in zip(run_ids, replies, strict=True):
+            if isinstance(reply, BaseException):
+                raise error_of_reply(reply, self._conn.where)
+            found = _checkpoints_of(run_id, reply)
+            if found:
+                listed[run_id] = found
+        return listed
 
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         keys = [self._key("checkpoint:", checkpoint_id)]
@@ -475,6 +489,13 @@ def _claimed(run_id: str, reply: Any) -> RunRecord:
     if reply[0] == -2:
         raise run_finished(run_id, reply[1].decode())
     raise run_claimed(run_id)
+
+
+def _checkpoints_of(run_id: str, reply: Any) -> list[CheckpointRecord]:
+    """A run's checkpoints from the reply of its LIST_CHECKPOINTS script, in order."""
+    ids, flat = reply
+    values = dict(zip(flat[::2], flat[1::2], strict=True))
+    return [checkpoint_from_value(i.decode(), run_id, values[i]) for i in ids if i in values]
 
 
 __all__ = ["RedisCheckpointStorage", "validate_key_prefix"]

@@ -83,6 +83,20 @@ class SQLiteReads:
         rows = await self._connection.call(_fetch_all, query, (run_id,))
         return [checkpoint_from_row(row) for row in rows]
 
+    async def list_checkpoints_of(
+        self, run_ids: Sequence[str]
+    ) -> dict[str, list[CheckpointRecord]]:
+        query = (
+            f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE run_id IN "
+            f"({marks(len(run_ids))}) ORDER BY run_id, seq, checkpoint_id"
+        )
+        rows = await self._connection.call(_fetch_all, query, tuple(run_ids)) if run_ids else []
+        listed: dict[str, list[CheckpointRecord]] = {}
+        for row in rows:
+            checkpoint = checkpoint_from_row(row)
+            listed.setdefault(checkpoint.run_id, []).append(checkpoint)
+        return listed
+
     async def get_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
         query = f"SELECT {CHECKPOINT_COLUMNS} FROM {CHECKPOINTS} WHERE checkpoint_id = ?"
         rows = await self._connection.call(_fetch_all, query, (checkpoint_id,))
