@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nestegg.checkpoint.records import Owner
-from nestegg.constants import COMPLETED
+from nestegg.constants import COMPLETED, FAILED, WAITING
 from nestegg.errors import (
     ConfigurationError,
     InvalidIdentifierError,
@@ -44,8 +44,8 @@ from tests.servers import delete_redis_keys
 pytestmark = pytest.mark.server
 
 aioredis = pytest.importorskip("redis.asyncio")
-from nestegg.checkpoint.stores.redis import RedisCheckpointStorage  # noqa: E402
-from nestegg.checkpoint.stores.redis.layout import command_bytes  # noqa: E402
+from nestegg.checkpoint.stores.redis import RedisCheckpointStorage, run_index  # noqa: E402
+from nestegg.checkpoint.stores.redis.layout import command_bytes, run_from_hash  # noqa: E402
 
 OpenStore = Callable[..., RedisCheckpointStorage]
 
@@ -258,6 +258,39 @@ async def test_runs_that_redis_expired_vanish_from_every_read(
     assert [r.run_id for r in await store.list_runs()] == [kept.run_id]
     assert await client.zscore(f"{store.prefix}runs", gone.run_id) is None
     assert await store.load_steps(gone.run_id) == []
+
+
+async def test_a_listing_by_status_reads_only_the_runs_it_shows(
+    open_store: OpenStore, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index holds every run: a filter by status read and parsed each run's hash, so
+    listing the few running runs of a store of 10,000 took most of a second. Redis now
+    sends only the runs of the statuses asked for."""
+    store = open_store()
+    runs = [await create(store, pipeline="p", status=FAILED if i % 4 == 0 else COMPLETED)
+            for i in range(12)]  # fmt: skip
+    failed = [run.run_id for run in reversed(runs) if run.status == FAILED]
+    gone = runs[4].run_id  # a failed run whose keys Redis expired: its index entry goes
+    await client.delete(f"{store.prefix}run:{gone}")
+    parsed: list[str] = []
+
+    def counted(raw: dict[bytes, bytes]) -> Any:
+        parsed.append(raw[b"run_id"].decode())
+        return run_from_hash(raw)
+
+    monkeypatch.setattr(run_index, "run_from_hash", counted)
+    expected = [run_id for run_id in failed if run_id != gone]
+    assert [r.run_id for r in await store.list_runs(statuses=[FAILED])] == expected
+    assert sorted(parsed) == sorted(expected)
+    assert await client.zscore(f"{store.prefix}runs", gone) is None
+    parsed.clear()
+    assert [r.run_id for r in await store.list_runs(statuses=[FAILED], limit=1)] == expected[:1]
+    assert [
+        r.run_id for r in await store.list_runs(pipeline="p", statuses=[FAILED, COMPLETED])
+    ] == [r.run_id for r in reversed(runs) if r.run_id != gone]
+    assert await store.list_runs(statuses=[WAITING]) == []
+    assert sorted(await store.expire_runs([FAILED], time.time() + 10)) == sorted(expected)
+    assert len(await store.list_runs()) == 9
 
 
 # --- connections -----------------------------------------------------------------------

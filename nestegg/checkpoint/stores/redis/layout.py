@@ -237,6 +237,26 @@ end
 return {run_id, value}
 """
 
+RUNS_OF_STATUS = """
+-- KEYS: run hashes. ARGV: the statuses wanted. For each run: its hash when its status is
+-- one wanted, 1 when it is another, 0 when the run is gone (expired): a listing filtered by
+-- status sends and parses only the runs it shows (the index holds every run).
+local wanted = {}
+for _, status in ipairs(ARGV) do wanted[status] = true end
+local out = {}
+for i, key in ipairs(KEYS) do
+    local status = redis.call('HGET', key, 'status')
+    if not status then
+        out[i] = 0
+    elseif wanted[status] then
+        out[i] = redis.call('HGETALL', key)
+    else
+        out[i] = 1
+    end
+end
+return out
+"""
+
 LIST_CHECKPOINTS = """
 -- KEYS: the run's checkpoint order, the run's checkpoints. One round trip and one command
 -- for the client to send (a MULTI/EXEC pipeline costs it several times the CPU).

@@ -23,26 +23,49 @@ class RedisRunIndex:
     prefix: str
     _client: Any
     _call: Callable[..., Awaitable[Any]]
+    _script: Callable[..., Awaitable[Any]]
+    _runs_of_status: Any
     _key: Callable[..., str]
 
     def _pipeline_key(self, pipeline: str) -> str:
         return self._key("pipeline:", pipeline)
 
     async def _iter_runs(
-        self, pipeline: str | None, newest_first: bool, want: Callable[[RunRecord], bool]
+        self,
+        pipeline: str | None,
+        newest_first: bool,
+        statuses: Sequence[str] | None,
+        want: Callable[[RunRecord], bool] | None = None,
     ) -> AsyncIterator[RunRecord]:
         index = self._key("runs") if pipeline is None else self._pipeline_key(pipeline)
         read = self._client.zrevrange if newest_first else self._client.zrange
         ids: list[bytes] = await self._call(lambda: read(index, 0, -1), idempotent=True)
         for start in range(0, len(ids), SCAN_BATCH):
             batch = ids[start : start + SCAN_BATCH]
-            hashes = await self._call(partial(self._fetch_runs, batch), idempotent=True)
-            gone = [run_id for run_id, raw in zip(batch, hashes, strict=True) if not raw]
+            hashes = await self._hashes_of(batch, statuses)
+            gone = [run_id for run_id, raw in zip(batch, hashes, strict=True) if raw is None]
             if gone:  # runs whose keys Redis expired: drop their index entries
                 await self._call(partial(self._client.zrem, index, *gone), idempotent=True)
             for raw in hashes:
-                if raw and want(run := run_from_hash(raw)):
+                if not raw:  # gone, or of another status
+                    continue
+                run = run_from_hash(raw)
+                if want is None or want(run):
                     yield run
+
+    async def _hashes_of(
+        self, run_ids: list[bytes], statuses: Sequence[str] | None
+    ) -> list[dict[bytes, bytes] | None]:
+        """The hash of each run (None: gone); with ``statuses``, read by the RUNS_OF_STATUS
+        script, an empty one for a run of another status."""
+        if statuses is None:
+            hashes = await self._call(partial(self._fetch_runs, run_ids), idempotent=True)
+            return [raw or None for raw in hashes]
+        if not run_ids:
+            return []
+        keys = [self._key("run:", run_id.decode()) for run_id in run_ids]
+        replies = await self._script(self._runs_of_status, keys, list(statuses))
+        return [_hash_of_reply(reply) for reply in replies]
 
     async def _fetch_runs(self, run_ids: list[bytes]) -> list[dict[bytes, bytes]]:
         async with self._client.pipeline(transaction=False) as pipe:
@@ -63,9 +86,7 @@ class RedisRunIndex:
         if limit is not None and limit <= 0:
             return runs
         if before is None and limit is None:
-            found = self._iter_runs(
-                pipeline, True, lambda r: statuses is None or r.status in statuses
-            )
+            found = self._iter_runs(pipeline, True, statuses)
         else:  # a page: read the index a batch at a time, not all of it
             # Without a status filter, a page needs only ``limit`` runs from the index.
             batch = SCAN_BATCH if statuses is not None or limit is None else limit
@@ -99,10 +120,18 @@ class RedisRunIndex:
             )  # fmt: skip
             offset += len(batch)
             ids = [m for m, score in batch if score < at or m.decode() < last_id]
-            hashes = await self._call(partial(self._fetch_runs, ids), idempotent=True)
-            for raw in hashes:
-                run = run_from_hash(raw) if raw else None  # None: expired meanwhile
-                if run is not None and (statuses is None or run.status in statuses):
-                    yield run
+            for raw in await self._hashes_of(ids, statuses):
+                if raw:  # None: expired meanwhile; empty: of another status
+                    yield run_from_hash(raw)
             if len(batch) < batch_size:
                 return
+
+
+def _hash_of_reply(reply: Any) -> dict[bytes, bytes] | None:
+    """A run's hash from its RUNS_OF_STATUS reply: None when gone, empty when of another
+    status."""
+    if reply == 0:
+        return None
+    if reply == 1:
+        return {}
+    return dict(zip(reply[::2], reply[1::2], strict=True))

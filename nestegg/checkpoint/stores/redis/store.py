@@ -151,6 +151,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         self._delete_checkpoints = register(redis_layout.DELETE_CHECKPOINTS)
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
         self._list_checkpoints = register(redis_layout.LIST_CHECKPOINTS)
+        self._runs_of_status = register(redis_layout.RUNS_OF_STATUS)
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
         self._run_key_kinds = [self._key(kind).encode() for kind in RUN_KEY_KINDS]
@@ -174,6 +175,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             self._delete_checkpoints,
             self._get_checkpoint,
             self._list_checkpoints,
+            self._runs_of_status,
             self._read_journal,
             self._put_signal,
         )
@@ -468,7 +470,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         condition = [repr(updated_before), *statuses]
         expired = []
         async for run in self._iter_runs(
-            pipeline, False, lambda r: r.status in statuses and r.updated_at < updated_before
+            pipeline, False, statuses, lambda r: r.updated_at < updated_before
         ):
             # The script checks again: a run resumed meanwhile stays.
             if await self._delete(run.run_id, condition):
