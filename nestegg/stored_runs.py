@@ -67,7 +67,8 @@ class StoredRuns(PipelineBase):
 
         Raises:
             RunNotFoundError: no such run.
-            ConfigurationError: the run belongs to another pipeline.
+            ConfigurationError: the run belongs to another pipeline, or ``since_seq`` is
+                not an int >= 0.
         """
         return await self._checkpointing().events(run_id, since_seq)
 

@@ -50,6 +50,7 @@ from nestegg.errors import (
     RunExistsError,
     RunLockedError,
 )
+from nestegg.options import is_count, shown
 
 NOT_STORED = {
     INTERRUPTED: "list_interrupted() lists the interrupted runs",
@@ -284,7 +285,12 @@ class RunStore:
         return await load_state(self.store, run, record)
 
     async def events(self, run_id: str, since_seq: int = 0) -> list[Event]:
-        """A run's events after ``since_seq`` (RunNotFoundError for no such run)."""
+        """A run's events after ``since_seq`` (RunNotFoundError for no such run;
+        ConfigurationError for a ``since_seq`` that is not an int >= 0)."""
+        if not is_count(since_seq, least=0):  # "2" or 1.5 would fail inside the store
+            raise ConfigurationError(
+                f"events() takes since_seq= an int >= 0, got {shown(since_seq)}"
+            )
         run_id = (await self.own_run_record(run_id, ": its events are not this pipeline's")).run_id
         store = await self.ready()
         return await read_events(store, run_id, since_seq)

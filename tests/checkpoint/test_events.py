@@ -203,6 +203,18 @@ async def test_events_since_seq_returns_the_later_ones(
         await pipeline.clutch.events("no-such-run")
 
 
+@pytest.mark.parametrize("since", ["2", -1, True, 1.5, None])
+async def test_events_refuse_a_since_seq_that_is_no_count(
+    checkpoint_store: CheckpointStorage, since: object
+) -> None:
+    pipeline = Pipeline(checkpoint_store)
+    await pipeline.clutch.run([], run_id="since-bad")
+    events = await pipeline.clutch.events("since-bad")
+    with pytest.raises(ConfigurationError, match=r"^events\(\) takes since_seq= an int >= 0, got "):
+        await pipeline.clutch.events("since-bad", since)  # type: ignore[arg-type]
+    assert await pipeline.clutch.events("since-bad") == events
+
+
 async def test_events_keep_their_order_across_runs_of_one_store(
     checkpoint_store: CheckpointStorage,
 ) -> None:
