@@ -27,6 +27,7 @@ from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.registry import BY_SCHEME
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+from nestegg.checkpoint.stores.sqlite.read_only import check_existing_store
 from nestegg.cli import render
 from nestegg.cli.render import escaped, escaped_lines
 from nestegg.constants import (
@@ -393,6 +394,12 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
     where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
     if (absent := embedded_absent(store, where)) is not None:
         raise absent
+    if (
+        not read_only
+        and isinstance(store, SQLiteCheckpointStorage)
+        and isinstance(store.path, Path)
+    ):
+        check_existing_store(store.path)  # setup() would give a foreign file our schema
     opened: CheckpointStorage = store if read_only else open_selected(url)
     return opened
 

@@ -90,6 +90,34 @@ def test_an_empty_sqlite_file_is_damaged_not_empty(tmp_path: Path) -> None:
     assert path.stat().st_size == 0 and _tree(tmp_path) == ["x.db"]  # left as it was
 
 
+@pytest.mark.parametrize("foreign", [False, True])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["delete", "ok", "--yes"],
+        ["prune", "--keep", "1", "--yes"],
+        ["signal", "ok", "approval", "1"],
+        ["cancel", "ok"],
+        ["threads", "prune", "--yes"],
+    ],
+)
+def test_a_command_that_writes_gives_no_schema_to_a_file_that_is_no_store(
+    tmp_path: Path, args: list[str], foreign: bool
+) -> None:
+    path = tmp_path / "x.db"
+    path.touch()
+    if foreign:  # the application's own database, named by a slip of --store
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("CREATE TABLE users (id INTEGER)")
+    before = path.read_bytes()
+    result = nestegg(tmp_path, *args, "--store", f"sqlite:///{path}")
+    assert result.returncode == EXIT_FAILED, result.stderr
+    what = "it holds no nestegg schema" if foreign else "it is empty (0 bytes)"
+    assert f"is damaged or not a nestegg store: {what}" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert path.read_bytes() == before and _tree(tmp_path) == ["x.db"]  # left as it was
+
+
 @pytest.mark.parametrize("missing", ["run.json", "input.json"])
 def test_a_file_store_run_without_its_record_is_damaged(tmp_path: Path, missing: str) -> None:
     url = _url("file", tmp_path)

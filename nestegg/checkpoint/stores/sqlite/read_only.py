@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
 
 from nestegg.checkpoint.stores.common import newer_than_known, older_than_read
+from nestegg.checkpoint.stores.sqlite.errors import storage_error
 from nestegg.checkpoint.stores.sqlite.schema import READABLE_FROM, SCHEMA_VERSION
 from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS
 from nestegg.errors import StorageError, StorageUnavailableError
@@ -36,10 +38,9 @@ def _read_only_uri(path: Path) -> str:
     return f"{uri}?mode=ro"
 
 
-def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """StorageError unless the database opened read-only is of a schema a reader reads as
-    it is: the file is not a nestegg store (empty or damaged), is older than
-    :data:`READABLE_FROM` or newer than this nestegg."""
+def _check_nestegg_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of the database at ``path``; StorageError when it holds no
+    nestegg schema (a 0-byte or foreign file)."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == 0:
         size = path.stat().st_size
@@ -47,12 +48,38 @@ def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> None:
             "it is empty (0 bytes)" if size == 0 else f"it holds no nestegg schema ({size} bytes)"
         )
         raise StorageError(f"the SQLite database {path} is damaged or not a nestegg store: {what}")
+    return version
+
+
+def _check_read_only_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """StorageError unless the database opened read-only is of a schema a reader reads as
+    it is: the file is not a nestegg store (empty or damaged), is older than
+    :data:`READABLE_FROM` or newer than this nestegg."""
+    version = _check_nestegg_version(conn, path)
     if version > SCHEMA_VERSION:
         raise newer_than_known(f"the database {path}", version, SCHEMA_VERSION)
     if version < READABLE_FROM:
         who = "as a user who may write it"
         where = f"sqlite:///{path}"
         raise older_than_read(f"the SQLite database {path}", version, READABLE_FROM, who, where)
+
+
+def check_existing_store(path: Path) -> None:
+    """Check, changing nothing, that the existing file at ``path`` holds a nestegg store
+    (of any schema version: a command that writes upgrades an older one), so that a
+    command that needs a store there does not give a 0-byte or foreign file a schema.
+
+    Raises:
+        StorageError: the file is empty or holds no nestegg schema, or the driver failed
+            (it is not a database, say).
+    """
+    try:
+        conn = sqlite3.connect(_read_only_uri(path), uri=True, check_same_thread=False)
+        with closing(conn):
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            _check_nestegg_version(conn, path)
+    except (sqlite3.Error, OSError) as error:
+        raise storage_error(error, str(path)) from error
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:
