@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperGroup
 
+from nestegg.agents import check_name
 from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, in_memory, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
@@ -83,6 +84,17 @@ JsonOption = Annotated[
         callback=_note_json,
     ),
 ]
+
+
+def checked_id(what: str) -> Callable[[str], str]:
+    """The callback of an id argument (``what``: ``"run id"``...): an id no run can have is
+    refused as the command line is read (exit 2), before a store is opened or an app
+    imported."""
+
+    def check(value: str) -> str:
+        return check_name(value, what)
+
+    return check
 
 
 REPLACE_FLAG = "--replace"

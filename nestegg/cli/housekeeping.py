@@ -17,7 +17,7 @@ from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of
-from nestegg.cli.app import CommandError, StoreOption, app, run_with_store
+from nestegg.cli.app import CommandError, StoreOption, app, checked_id, run_with_store
 from nestegg.cli.json_input import (
     STANDARD_STREAM,
     read_json_text,
@@ -242,7 +242,12 @@ def prune_command(
 @app.command("delete")
 def delete_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run to delete.", show_default=False)],
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="The run to delete.", show_default=False, callback=checked_id("run id")
+        ),
+    ],
     dry_run: DryRunOption = False,
     yes: YesOption = False,
     store: StoreOption = None,
@@ -276,7 +281,12 @@ def delete_command(
 @app.command("export")
 def export_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run to export.", show_default=False)],
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="The run to export.", show_default=False, callback=checked_id("run id")
+        ),
+    ],
     output: Annotated[
         str | None,
         typer.Option("--output", "-o", help="Write here instead of stdout (-: stdout)."),

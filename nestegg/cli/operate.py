@@ -25,6 +25,7 @@ from nestegg.cli.app import (
     JsonOption,
     StoreOption,
     app,
+    checked_id,
     error_line,
     explicit_store,
     run_async,
@@ -244,7 +245,12 @@ async def _resume_from(
 @app.command("resume")
 def resume_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run to resume.", show_default=False)],
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="The run to resume.", show_default=False, callback=checked_id("run id")
+        ),
+    ],
     app_spec: AppOption,
     from_checkpoint: FromOption = None,
     here: HereOption = False,
@@ -423,6 +429,7 @@ def fork_command(
         typer.Argument(
             help="The checkpoint to fork from (`nestegg checkpoints RUN_ID` lists a run's).",
             show_default=False,
+            callback=checked_id("checkpoint id"),
         ),
     ],
     app_spec: AppOption,

@@ -13,7 +13,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
-from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, run_with_store
+from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, checked_id, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import (
@@ -253,7 +253,9 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
 @app.command("show")
 def show_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    run_id: Annotated[
+        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
+    ],
     show_all: Annotated[
         bool, typer.Option("--all", help=f"All steps (default: the last {CLI_SHOW_STEPS}).")
     ] = False,
@@ -286,7 +288,9 @@ def show_command(
 @app.command("checkpoints")
 def checkpoints_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    run_id: Annotated[
+        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
+    ],
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -341,7 +345,9 @@ def inspect_command(
     checkpoint: Annotated[
         str,
         typer.Argument(
-            help="A checkpoint id, or a run id for its newest checkpoint.", show_default=False
+            help="A checkpoint id, or a run id for its newest checkpoint.",
+            show_default=False,
+            callback=checked_id("checkpoint or run id"),
         ),
     ],
     path: Annotated[
@@ -387,8 +393,18 @@ def inspect_command(
 @app.command("diff")
 def diff_command(
     ctx: typer.Context,
-    old: Annotated[str, typer.Argument(help="The earlier checkpoint (or run) id.")],
-    new: Annotated[str, typer.Argument(help="The later checkpoint (or run) id.")],
+    old: Annotated[
+        str,
+        typer.Argument(
+            help="The earlier checkpoint (or run) id.", callback=checked_id("checkpoint or run id")
+        ),
+    ],
+    new: Annotated[
+        str,
+        typer.Argument(
+            help="The later checkpoint (or run) id.", callback=checked_id("checkpoint or run id")
+        ),
+    ],
     path: Annotated[str | None, typer.Option(help="Compare only this part of the state.")] = None,
     full: FullOption = False,
     as_json: JsonOption = False,
@@ -434,7 +450,9 @@ def diff_command(
 @app.command("events")
 def events_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
+    run_id: Annotated[
+        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
+    ],
     since: Annotated[
         int, typer.Option(min=0, max=LARGEST_NUMBER, help="Only events after this sequence number.")
     ] = 0,

@@ -21,6 +21,7 @@ from nestegg.cli.app import (
     JsonOption,
     StoreOption,
     app,
+    checked_id,
     run_async,
     run_with_store,
     store_url,
@@ -37,8 +38,18 @@ from nestegg.errors import RunWaiting
 @app.command("signal")
 def signal_command(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The run to signal.", show_default=False)],
-    name: Annotated[str, typer.Argument(help="The signal's name.", show_default=False)],
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="The run to signal.", show_default=False, callback=checked_id("run id")
+        ),
+    ],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The signal's name.", show_default=False, callback=checked_id("signal name")
+        ),
+    ],
     value: Annotated[
         str, typer.Argument(help="Its value, as JSON ('true', '{\"ok\": 1}', '\"text\"').")
     ] = "null",

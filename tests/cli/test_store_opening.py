@@ -72,6 +72,36 @@ def test_a_missing_store_is_not_created(tmp_path: Path, kind: str, args: list[st
     assert _tree(tmp_path) == before  # no directory, no file
 
 
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["show", "a/b"], "run id 'a/b'"),
+        (["checkpoints", "a/b"], "run id 'a/b'"),
+        (["events", "a/b"], "run id 'a/b'"),
+        (["export", "a/b"], "run id 'a/b'"),
+        (["delete", "a/b", "--yes"], "run id 'a/b'"),
+        (["cancel", "a/b"], "run id 'a/b'"),
+        (["signal", "a/b", "approval"], "run id 'a/b'"),
+        (["signal", "ok", "a/b"], "signal name 'a/b'"),
+        (["inspect", "a/b"], "checkpoint or run id 'a/b'"),
+        (["diff", "ok", "a/b"], "checkpoint or run id 'a/b'"),
+        (["resume", "a/b", "--app", "tests.cli.pipeline_app:pipeline"], "run id 'a/b'"),
+        (["fork", "a/b", "--app", "tests.cli.pipeline_app:pipeline"], "checkpoint id 'a/b'"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_an_invalid_id_is_bad_usage_before_the_store_is_looked_at(
+    tmp_path: Path, args: list[str], what: str, kind: str
+) -> None:
+    url = _url("sqlite", tmp_path / "no") if kind == "sqlite" else "redis://127.0.0.1:1/0"
+    result = nestegg(tmp_path, *args, "--store", url)
+    assert result.returncode == EXIT_USAGE, result.stderr  # not 3 (no store) nor 4
+    assert (
+        result.stderr == f"error: {what} contains a path separator '/' at index 1 {NOT_ALLOWED}\n"
+    )
+    assert _tree(tmp_path) == []
+
+
 def test_the_missing_default_store_is_not_created(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "runs")
     assert result.returncode == EXIT_NOT_FOUND
