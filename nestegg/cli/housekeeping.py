@@ -218,6 +218,7 @@ def prune_command(
     if keep is None and older_than is None:
         raise CommandError("prune needs --keep N and/or --older-than DURATION", EXIT_USAGE)
     age = parse_duration(older_than) if older_than is not None else None
+    check_pipeline_filter(pipeline)  # bad usage before the store is looked at
     out = Output()
 
     async def work(opened: CheckpointStorage) -> None:

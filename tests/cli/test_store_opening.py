@@ -102,6 +102,19 @@ def test_an_invalid_id_is_bad_usage_before_the_store_is_looked_at(
     assert _tree(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "args", [["runs", "--pipeline", "\udcff"], ["prune", "--keep", "1", "--pipeline", "\udcff"]]
+)
+def test_a_pipeline_filter_no_pipeline_can_have_is_bad_usage_before_the_store(
+    tmp_path: Path, args: list[str]
+) -> None:
+    # prune looked at the store first: a missing one exited 3
+    result = nestegg(tmp_path, *args, "--store", _url("sqlite", tmp_path / "no"))
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert "error: pipeline name '\\udcff' holds a lone surrogate" in result.stderr
+    assert _tree(tmp_path) == []
+
+
 def test_the_missing_default_store_is_not_created(tmp_path: Path) -> None:
     result = nestegg(tmp_path, "runs")
     assert result.returncode == EXIT_NOT_FOUND
