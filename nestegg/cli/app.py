@@ -86,15 +86,14 @@ JsonOption = Annotated[
 ]
 
 
-def checked_id(what: str) -> Callable[[str], str]:
-    """The callback of an id argument (``what``: ``"run id"``...): an id no run can have is
-    refused as the command line is read (exit 2), before a store is opened or an app
-    imported."""
+def id_argument(help_text: str, what: str = "run id") -> Any:
+    """An id argument (``what``: ``"run id"``...) whose value no run can have is refused as
+    the command line is read (exit 2), before a store is opened or an app imported."""
 
     def check(value: str) -> str:
         return check_name(value, what)
 
-    return check
+    return typer.Argument(help=help_text, show_default=False, callback=check)
 
 
 REPLACE_FLAG = "--replace"

@@ -10,7 +10,7 @@ import typer
 from nestegg.agents import check_name
 from nestegg.checkpoint.cancels import Cancellation, cancel_run
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli.app import JsonOption, StoreOption, app, checked_id, run_with_store
+from nestegg.cli.app import JsonOption, StoreOption, app, id_argument, run_with_store
 from nestegg.cli.render import STEPS, Output, counted
 from nestegg.constants import DEFAULT_LEASE, QUEUED, RUNNING
 
@@ -65,9 +65,7 @@ def cancel_command(
     ctx: typer.Context,
     run_id: Annotated[
         str,
-        typer.Argument(
-            help="The run to cancel.", show_default=False, callback=checked_id("run id")
-        ),
+        id_argument("The run to cancel."),
     ],
     as_json: JsonOption = False,
     store: StoreOption = None,

@@ -17,7 +17,7 @@ from nestegg.checkpoint.given import refuse_key_twice
 from nestegg.checkpoint.ownership import owner_alive
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of
-from nestegg.cli.app import CommandError, StoreOption, app, checked_id, run_with_store
+from nestegg.cli.app import CommandError, StoreOption, app, id_argument, run_with_store
 from nestegg.cli.json_input import (
     STANDARD_STREAM,
     read_json_text,
@@ -245,9 +245,7 @@ def delete_command(
     ctx: typer.Context,
     run_id: Annotated[
         str,
-        typer.Argument(
-            help="The run to delete.", show_default=False, callback=checked_id("run id")
-        ),
+        id_argument("The run to delete."),
     ],
     dry_run: DryRunOption = False,
     yes: YesOption = False,
@@ -284,9 +282,7 @@ def export_command(
     ctx: typer.Context,
     run_id: Annotated[
         str,
-        typer.Argument(
-            help="The run to export.", show_default=False, callback=checked_id("run id")
-        ),
+        id_argument("The run to export."),
     ],
     output: Annotated[
         str | None,

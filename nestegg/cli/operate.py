@@ -25,9 +25,9 @@ from nestegg.cli.app import (
     JsonOption,
     StoreOption,
     app,
-    checked_id,
     error_line,
     explicit_store,
+    id_argument,
     run_async,
     store_url,
 )
@@ -247,9 +247,7 @@ def resume_command(
     ctx: typer.Context,
     run_id: Annotated[
         str,
-        typer.Argument(
-            help="The run to resume.", show_default=False, callback=checked_id("run id")
-        ),
+        id_argument("The run to resume."),
     ],
     app_spec: AppOption,
     from_checkpoint: FromOption = None,
@@ -426,10 +424,9 @@ def fork_command(
     ctx: typer.Context,
     checkpoint_id: Annotated[
         str,
-        typer.Argument(
-            help="The checkpoint to fork from (`nestegg checkpoints RUN_ID` lists a run's).",
-            show_default=False,
-            callback=checked_id("checkpoint id"),
+        id_argument(
+            "The checkpoint to fork from (`nestegg checkpoints RUN_ID` lists a run's).",
+            "checkpoint id",
         ),
     ],
     app_spec: AppOption,

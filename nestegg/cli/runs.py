@@ -13,7 +13,7 @@ from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores import common
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli import events, reading
-from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, checked_id, run_with_store
+from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, id_argument, run_with_store
 from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.render import (
@@ -253,9 +253,7 @@ def _show_timeline(out: Output, details: dict[str, Any]) -> None:
 @app.command("show")
 def show_command(
     ctx: typer.Context,
-    run_id: Annotated[
-        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
-    ],
+    run_id: Annotated[str, id_argument("The run id.")],
     show_all: Annotated[
         bool, typer.Option("--all", help=f"All steps (default: the last {CLI_SHOW_STEPS}).")
     ] = False,
@@ -288,9 +286,7 @@ def show_command(
 @app.command("checkpoints")
 def checkpoints_command(
     ctx: typer.Context,
-    run_id: Annotated[
-        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
-    ],
+    run_id: Annotated[str, id_argument("The run id.")],
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
@@ -344,10 +340,8 @@ def inspect_command(
     ctx: typer.Context,
     checkpoint: Annotated[
         str,
-        typer.Argument(
-            help="A checkpoint id, or a run id for its newest checkpoint.",
-            show_default=False,
-            callback=checked_id("checkpoint or run id"),
+        id_argument(
+            "A checkpoint id, or a run id for its newest checkpoint.", "checkpoint or run id"
         ),
     ],
     path: Annotated[
@@ -395,15 +389,11 @@ def diff_command(
     ctx: typer.Context,
     old: Annotated[
         str,
-        typer.Argument(
-            help="The earlier checkpoint (or run) id.", callback=checked_id("checkpoint or run id")
-        ),
+        id_argument("The earlier checkpoint (or run) id.", "checkpoint or run id"),
     ],
     new: Annotated[
         str,
-        typer.Argument(
-            help="The later checkpoint (or run) id.", callback=checked_id("checkpoint or run id")
-        ),
+        id_argument("The later checkpoint (or run) id.", "checkpoint or run id"),
     ],
     path: Annotated[str | None, typer.Option(help="Compare only this part of the state.")] = None,
     full: FullOption = False,
@@ -450,9 +440,7 @@ def diff_command(
 @app.command("events")
 def events_command(
     ctx: typer.Context,
-    run_id: Annotated[
-        str, typer.Argument(help="The run id.", show_default=False, callback=checked_id("run id"))
-    ],
+    run_id: Annotated[str, id_argument("The run id.")],
     since: Annotated[
         int, typer.Option(min=0, max=LARGEST_NUMBER, help="Only events after this sequence number.")
     ] = 0,

@@ -21,7 +21,7 @@ from nestegg.cli.app import (
     JsonOption,
     StoreOption,
     app,
-    checked_id,
+    id_argument,
     run_async,
     run_with_store,
     store_url,
@@ -40,15 +40,11 @@ def signal_command(
     ctx: typer.Context,
     run_id: Annotated[
         str,
-        typer.Argument(
-            help="The run to signal.", show_default=False, callback=checked_id("run id")
-        ),
+        id_argument("The run to signal."),
     ],
     name: Annotated[
         str,
-        typer.Argument(
-            help="The signal's name.", show_default=False, callback=checked_id("signal name")
-        ),
+        id_argument("The signal's name.", "signal name"),
     ],
     value: Annotated[
         str, typer.Argument(help="Its value, as JSON ('true', '{\"ok\": 1}', '\"text\"').")
