@@ -136,6 +136,14 @@ def test_a_url_that_cannot_be_parsed_is_a_configuration_error_naming_it(
     assert str(bad.value) == message  # the password left out
 
 
+def _refused(url: str, shown: str, reason: str) -> None:
+    """``transport_from_url(url)`` raises the ConfigurationError naming the URL as
+    ``shown`` (its password left out) and ``reason``."""
+    with pytest.raises(ConfigurationError) as bad:
+        transport_from_url(url)
+    assert str(bad.value) == f"bad transport URL {shown!r}: {reason}"
+
+
 @pytest.mark.parametrize(
     ("query", "reason"),
     [
@@ -162,10 +170,9 @@ def test_a_redis_wait_or_pool_size_redis_py_would_misuse_is_refused_naming_it(
 ) -> None:
     # redis-py takes them: a publish then gives up at once on a busy pool, a worker retries
     # a "timeout" for ever, and a pool of 0 is its default of 100
-    url = f"redis://:s3cret@127.0.0.1:6379/0?{query}"
-    with pytest.raises(ConfigurationError) as bad:
-        transport_from_url(url)
-    assert str(bad.value) == f"bad transport URL 'redis://127.0.0.1:6379/0?{query}': {reason}"
+    _refused(
+        f"redis://:s3cret@127.0.0.1:6379/0?{query}", f"redis://127.0.0.1:6379/0?{query}", reason
+    )
     transport_from_url("redis://127.0.0.1:6379/0?timeout=0.5&socket_timeout=inf&max_connections=1")
 
 
@@ -194,10 +201,11 @@ def test_an_amqp_option_the_clients_would_ignore_or_misread_is_refused_naming_it
     query: str, reason: str
 ) -> None:
     # aiormq ignored an unknown option and read a heartbeat or timeout it could not read as 0
-    url = f"amqp://guest:s3cret@127.0.0.1:5672/?{query}"
-    with pytest.raises(ConfigurationError) as bad:
-        transport_from_url(url)
-    assert str(bad.value) == f"bad transport URL 'amqp://guest@127.0.0.1:5672/?{query}': {reason}"
+    _refused(
+        f"amqp://guest:s3cret@127.0.0.1:5672/?{query}",
+        f"amqp://guest@127.0.0.1:5672/?{query}",
+        reason,
+    )
     transport_from_url("amqp://g@h/?heartbeat=0&timeout=5&name=w1&reconnect_interval=0.5")
 
 
