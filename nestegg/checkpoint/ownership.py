@@ -103,9 +103,14 @@ def run_state(run: RunRecord, now: float) -> str:
     it yet), ``interrupted`` (its owner is gone) or ``running``."""
     if run.status != RUNNING:
         return str(run.status)
-    if run.owner is None:
+    if is_queued(run):
         return QUEUED
     return INTERRUPTED if is_interrupted(run, now) else RUNNING
+
+
+def is_queued(run: RunRecord) -> bool:
+    """A run stored for workers that none took yet: running, no owner ever."""
+    return run.status == RUNNING and run.owner is None
 
 
 def owner_payload(owner: Owner | None) -> dict[str, Any] | None:
@@ -142,7 +147,7 @@ def resumption(
     no owner ever) as a queued one, no owner having died in it."""
     resumed: dict[str, Any] = {"checkpoint_id": checkpoint_id, "seq": seq, "previous": run.status}
     events: list[tuple[str, dict[str, Any]]] = [(RUN_RESUMED, resumed)]
-    if not released and run_state(run, 0.0) == QUEUED:
+    if not released and is_queued(run):
         resumed["previous"] = QUEUED
     elif interrupted or released:
         lost = interruption(run)
