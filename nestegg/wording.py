@@ -10,4 +10,16 @@ def counted(count: int, noun: tuple[str, str]) -> str:
     return f"{count} {noun[0] if count == 1 else noun[1]}"
 
 
-__all__ = ["STEPS", "counted"]
+def numbers_text(numbers: list[int]) -> str:
+    """``3``, ``3 to 5``, ``1, 3 to 5 and 8``: sorted whole numbers, runs of them joined."""
+    spans: list[list[int]] = []
+    for number in sorted(numbers):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    parts = [str(low) if low == high else f"{low} to {high}" for low, high in spans]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+__all__ = ["STEPS", "counted", "numbers_text"]

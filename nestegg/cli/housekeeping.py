@@ -36,7 +36,13 @@ from nestegg.cli.render import (
     dump_json,
 )
 from nestegg.cli.runs import check_status
-from nestegg.cli.transfer import ExportFormatError, export_run, import_run, read_export
+from nestegg.cli.transfer import (
+    ExportFormatError,
+    export_run,
+    import_run,
+    missing_steps,
+    read_export,
+)
 from nestegg.constants import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -46,6 +52,7 @@ from nestegg.constants import (
 )
 from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError, RunLockedError
 from nestegg.pipeline import check_pipeline_filter
+from nestegg.wording import numbers_text
 
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 """The units of a duration, the largest first: the order a sum of them is written in."""
@@ -358,4 +365,14 @@ def import_command(
     run = run_with_store(ctx, store, work)
     parts = {k: len(document[k]) for k in ("steps", "checkpoints", "events", "journal")}
     counts = ", ".join(counted(n, IMPORTED_NOUNS[k]) for k, n in parts.items())
-    Output().line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")
+    out = Output()
+    out.line(f"imported run {run.run_id} ({run.pipeline}, {run.status}): {counts}")
+    missing = missing_steps(run, read[1])
+    if missing:
+        steps, them = ("step", "it") if len(missing) == 1 else ("steps", "them")
+        out.note(
+            f"note: the export holds no record of {steps} {numbers_text(missing)} of run "
+            f"{run.run_id} (the store it came from had lost {them}, or the file was edited): "
+            f"nestegg show {run.run_id} marks {them} missing, nestegg checkpoints "
+            f"{run.run_id} shows the checkpoints a resume can still use"
+        )

@@ -440,6 +440,14 @@ def read_export(document: Any) -> tuple[RunRecord, Commit, list[SignalRecord]]:
     return run, commit, signals
 
 
+def missing_steps(run: RunRecord, commit: Commit) -> list[int]:
+    """The steps the run counts (``step_seq``) whose records an export does not hold: its
+    store had lost them, or it was edited. Imported as they are: ``show`` marks them
+    missing, ``checkpoints`` the checkpoints a resume can no longer use."""
+    held = {step.seq for step in commit.steps}
+    return [seq for seq in range(1, run.step_seq + 1) if seq not in held]
+
+
 async def _check_free(store: CheckpointStorage, run: RunRecord, commit: Commit) -> None:
     """Refuse ids the store has already: its run id, and its checkpoint ids, which are unique
     in a store (every store would give such a checkpoint to the imported run, or lose it)."""

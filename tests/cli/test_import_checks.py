@@ -299,3 +299,35 @@ async def _everything(url: str, run_ids: tuple[str, ...]) -> dict[str, Any]:
         return {i: await export_run(store, i) if i in held else None for i in run_ids}
     finally:
         await store.close()
+
+
+def test_an_import_of_an_export_without_some_steps_says_which(cli: Cli, tmp_path: Path) -> None:
+    # Imported as it is (an export of a damaged store may hold such gaps), and said.
+    document = asyncio.run(_source_document(tmp_path))
+    run_id = document["run"]["run_id"]
+    assert [s["seq"] for s in document["steps"]] == [1, 2, 3]
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    whole = tmp_path / "whole.json"
+    whole.write_bytes(orjson.dumps(document))
+    imported = cli("import", str(whole), "--store", target)
+    assert (imported.exit_code, imported.stderr) == (0, "")
+    for kept, said in (([3], "steps 1 to 2"), ([1, 3], "step 2")):
+        gapped = copy.deepcopy(document)
+        gapped["run"]["run_id"] = f"{run_id}-{len(kept)}"
+        gapped["checkpoints"] = []  # their ids are the first import's
+        gapped["steps"] = [s for s in document["steps"] if s["seq"] in kept]
+        path = tmp_path / "gapped.json"
+        path.write_bytes(orjson.dumps(gapped))
+        result = cli("import", str(path), "--store", target)
+        assert result.exit_code == 0, result.stderr
+        them = "it" if said.startswith("step ") else "them"
+        gid = gapped["run"]["run_id"]
+        assert result.stderr == (
+            f"note: the export holds no record of {said} of run {gid} (the store it came from "
+            f"had lost {them}, or the file was edited): nestegg show {gid} marks {them} "
+            f"missing, nestegg checkpoints {gid} shows the checkpoints a resume can still use\n"
+        )
+        shown = json_of(cli("show", gid, "--json", "--store", target))
+        assert [s["seq"] for s in shown["steps"] if s["outcome"] == "missing"] == [
+            seq for seq in (1, 2, 3) if seq not in kept
+        ]
