@@ -308,6 +308,12 @@ CHECKPOINT_LISTING_BATCH = 500
 """Runs whose checkpoints one read of a store lists (``list_checkpoints_of``; below
 SQLite's 999 parameters of old builds): `nestegg runs` and `nestegg prune` read those of
 every run they list, a round trip each before (10,000 runs: 3 to 6 s)."""
+FORK_SCAN = 5000
+"""Runs of a run's pipeline newer than it read at most, a page of FORK_SCAN_PAGE at a
+time, to find the runs forked from it in a store without an index of them (no
+``ForkListing``): the web inspector's run page and `nestegg show` then say the list may
+be incomplete."""
+FORK_SCAN_PAGE = 500
 CLI_SHOW_STEPS = 30
 CLI_VALUE_CHARS = 200
 """Characters of a string that inspect and diff show before cutting it (--full: all)."""

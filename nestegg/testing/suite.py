@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from nestegg.testing.contract_commits import *  # noqa: F403
+from nestegg.testing.contract_forks import *  # noqa: F403
 from nestegg.testing.contract_groups import *  # noqa: F403
 from nestegg.testing.contract_history import *  # noqa: F403
 from nestegg.testing.contract_pages import *  # noqa: F403

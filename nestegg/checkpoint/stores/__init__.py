@@ -194,7 +194,7 @@ __all__ = [
 
 
 if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its capabilities)
-    from nestegg.checkpoint.stores.base import BlockHistoryStore, DroppableStore
+    from nestegg.checkpoint.stores.base import BlockHistoryStore, DroppableStore, ForkListing
     from nestegg.checkpoint.stores.file import FileCheckpointStorage
     from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
     from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
@@ -213,3 +213,7 @@ if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its ca
         RedisCheckpointStorage,
     )
     _BLOCK_HISTORY_STORES: tuple[type[BlockHistoryStore], ...] = (SQLiteCheckpointStorage,)
+    _STORES_LIST_FORKS: tuple[type[ForkListing], ...] = (
+        MemoryCheckpointStorage,
+        FileCheckpointStorage,
+    )

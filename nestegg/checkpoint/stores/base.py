@@ -9,8 +9,10 @@ Optional capabilities are small Protocols of their own, checked with ``isinstanc
 :class:`DroppableStore` (``drop()``), :class:`BlockHistoryStore` (``load_history()``,
 for a store that packs step records in blocks; :func:`load_history` reads either kind) and
 :class:`StepAdmission` (``step_admission()``, for a store that holds steps back while its
-commits pile up) and :class:`CheckpointListing` (``list_checkpoints_of()``: the checkpoints
-of many runs in one read; :func:`checkpoints_of` reads them from either kind).
+commits pile up), :class:`CheckpointListing` (``list_checkpoints_of()``: the checkpoints
+of many runs in one read; :func:`checkpoints_of` reads them from either kind) and
+:class:`ForkListing` (``list_forks()``: the runs forked from a run, found by an index;
+:func:`forks_of` finds them in either kind).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from nestegg.checkpoint.records import (
     StepBlock,
     StepRecord,
 )
-from nestegg.constants import CHECKPOINT_LISTING_BATCH
+from nestegg.constants import CHECKPOINT_LISTING_BATCH, FORK_SCAN_PAGE
 
 
 @runtime_checkable
@@ -190,6 +192,51 @@ class CheckpointListing(Protocol):
     ) -> dict[str, list[CheckpointRecord]]:
         """Each run's checkpoints, oldest first, as ``list_checkpoints`` gives them; a run
         with none, or not stored, is left out."""
+
+
+@runtime_checkable
+class ForkListing(Protocol):
+    """A store that finds the runs forked from a run by an index of their parent, not by
+    reading the runs of its pipeline (`nestegg show` and the web inspector's run page list
+    them)."""
+
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        """The runs whose ``parent_run`` is ``run_id``, whatever their pipeline and whether
+        or not that run is still stored, newest first (by ``created_at``, then ``run_id``,
+        as ``list_runs``); the newest ``limit`` of them (None: all)."""
+
+
+async def forks_of(
+    store: CheckpointStorage,
+    run_id: str,
+    *,
+    pipeline: str,
+    created_at: float,
+    scan: int | None = None,
+) -> tuple[list[RunRecord], bool]:
+    """The runs forked from run ``run_id`` (of ``pipeline``, created at ``created_at``),
+    newest first, and whether that is all of them: every one from a :class:`ForkListing`;
+    else those among the runs of the pipeline newer than it, read
+    :data:`~nestegg.constants.FORK_SCAN_PAGE` at a time, at most ``scan`` of them (None:
+    all), false when runs were left unread."""
+    if isinstance(store, ForkListing):
+        return await store.list_forks(run_id), True
+    forks: list[RunRecord] = []
+    before: tuple[float, str] | None = None
+    left = scan
+    while left is None or left > 0:
+        size = FORK_SCAN_PAGE if left is None else min(FORK_SCAN_PAGE, left)
+        page = await store.list_runs(pipeline=pipeline, limit=size, before=before)
+        for other in page:
+            if other.created_at < created_at:  # a fork is newer than its parent
+                return forks, True
+            if other.parent_run == run_id:
+                forks.append(other)
+        if len(page) < size:
+            return forks, True
+        before = (page[-1].created_at, page[-1].run_id)
+        left = None if left is None else left - len(page)
+    return forks, False
 
 
 async def checkpoints_of(

@@ -110,6 +110,14 @@ class MemoryCheckpointStorage(MemoryThreadRows):
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit] if limit is not None else runs
 
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        """The runs forked from ``run_id``, newest first (a scan: see ``ForkListing``)."""
+        forks = [
+            dataclasses.replace(d.run) for d in self._runs.values() if d.run.parent_run == run_id
+        ]
+        forks.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return forks[:limit] if limit is not None else forks
+
     async def claim_run(
         self,
         run_id: str,

@@ -266,18 +266,40 @@ class FileCheckpointStorage(FileThreadRows):
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit] if limit is not None else runs
 
-    def _all_runs(self) -> Iterator[RunRecord]:
+    def _run_names(self) -> list[str]:
         try:
-            entries = [entry.name for entry in os.scandir(self._runs) if entry.is_dir()]
+            return [entry.name for entry in os.scandir(self._runs) if entry.is_dir()]
         except FileNotFoundError:
-            return
-        for name in entries:
+            return []
+
+    def _all_runs(self) -> Iterator[RunRecord]:
+        for name in self._run_names():
             try:
                 run = self._get_run(name)
             except StorageError as exc:  # listed as damaged; reading it says why
                 run = damaged_run(self._runs / name, str(exc))
             if run is not None:  # None: deleted meanwhile
                 yield run
+
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        """The runs forked from ``run_id``, newest first: a scan of every run's row (the
+        input read only of those listed), no index; a damaged run, whose parent cannot be
+        read, is left out."""
+        return await self._io(self._list_forks, run_id, limit)
+
+    def _list_forks(self, run_id: str, limit: int | None) -> list[RunRecord]:
+        forks = []
+        for name in self._run_names():
+            try:
+                if self._read_row(self._runs / name, name).parent_run != run_id:
+                    continue
+                fork = self._get_run(name)
+            except (StorageError, RunNotFoundError):  # damaged, or deleted meanwhile
+                continue
+            if fork is not None:
+                forks.append(fork)
+        forks.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return forks[:limit] if limit is not None else forks
 
     async def claim_run(
         self,
