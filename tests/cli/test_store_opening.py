@@ -23,6 +23,7 @@ import pytest
 from nestegg.agents import NOT_ALLOWED
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
+from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION
 from nestegg.constants import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
@@ -268,6 +269,7 @@ def sqlite_back_to_version_5(path: Path) -> None:
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("DROP TABLE group_steps")
         conn.execute("DROP TABLE group_event_batches")
+        conn.execute("DROP INDEX runs_by_parent")  # version 7's
         conn.execute("PRAGMA user_version = 5")
 
 
@@ -300,7 +302,7 @@ def test_reading_an_older_sqlite_schema_is_refused_and_migrates_nothing(tmp_path
     assert sqlite_schema(path) == schema
     upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
     assert upgraded.returncode == EXIT_OK, upgraded.stderr
-    assert sqlite_schema(path)[0] == 6
+    assert sqlite_schema(path)[0] == SCHEMA_VERSION
     listed = nestegg(tmp_path, "runs", "--json", "--store", url)
     assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
 

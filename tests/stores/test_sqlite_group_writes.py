@@ -15,6 +15,7 @@ import pytest
 from nestegg.checkpoint.records import RunRecord
 from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.checkpoint.stores.sqlite import store as sqlite_store
+from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION
 from nestegg.constants import COMPLETED, SQLITE_INLINE_BATCH_COMMITS
 from nestegg.errors import RunExistsError, StorageError
 from nestegg.testing.builders import (
@@ -279,6 +280,7 @@ async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(
     with sqlite3.connect(path) as conn:  # back to version 5, as an older nestegg left it
         conn.execute("DROP TABLE group_steps")
         conn.execute("DROP TABLE group_event_batches")
+        conn.execute("DROP INDEX runs_by_parent")
         conn.execute("PRAGMA user_version = 5")
     store = SQLiteCheckpointStorage(path)
     await asyncio.gather(*(store.commit(_step(run, 2)) for run in runs))
@@ -289,7 +291,7 @@ async def test_a_version_5_database_keeps_its_records_and_takes_group_commits(
     assert await store.delete_run(runs[3].run_id)
     await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     # Step 1 of every run and step 2 of the first (alone) keyed, the other step 2 in the
     # group tables; run 3's records gone from all four.
     assert row_counts(path) == [RUNS, RUNS, RUNS - 2, RUNS - 2]

@@ -27,6 +27,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     INSERT_RUN,
     MIGRATIONS,
     SCHEMA_VERSION,
+    SELECT_FORKS,
     run_to_row,
 )
 from nestegg.constants import SQLITE_BUSY_TIMEOUT_MS, SQLITE_RUNS_TABLE, STEP_BLOCK_STEPS
@@ -271,6 +272,42 @@ async def test_a_version_1_database_keeps_its_runs_steps_and_events_after_the_mi
     assert await store.load_steps(runs[1].run_id) == steps[runs[1].run_id]
     await store.close()
     assert _user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_version_6_database_gets_the_index_of_forks_a_reader_lists_them_without_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v6.db"
+    runs = [make_run("p"), make_run("f1", parent_run="p"), make_run("f2", parent_run="p")]
+    runs += [make_run("g", parent_run="f1"), make_run("other")]
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for version in MIGRATIONS[:6]:
+            for step in version:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
+        conn.execute("PRAGMA user_version = 6")
+        conn.executemany(INSERT_RUN, [run_to_row(run) for run in runs])
+
+    def indexes() -> set[str]:
+        with closing(sqlite3.connect(path)) as conn:
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+
+    reader = SQLiteCheckpointStorage(path, read_only=True)
+    assert [run.run_id for run in await reader.list_forks("p")] == ["f2", "f1"]
+    assert await reader.list_forks("f1") == [runs[3]]
+    await reader.close()
+    assert (_user_version(path), "runs_by_parent" in indexes()) == (6, False)  # as it was
+
+    writer = SQLiteCheckpointStorage(path)
+    await writer.setup()
+    assert (_user_version(path), "runs_by_parent" in indexes()) == (SCHEMA_VERSION, True)
+    assert [run.run_id for run in await writer.list_forks("p")] == ["f2", "f1"]
+    await writer.close()
+    with closing(sqlite3.connect(path)) as conn:
+        [plan] = conn.execute(f"EXPLAIN QUERY PLAN {SELECT_FORKS}", ("p", -1)).fetchall()
+    assert plan[3] == "SEARCH runs USING INDEX runs_by_parent (parent_run=?)"  # no sort
 
 
 async def test_a_run_created_again_under_its_id_gets_the_next_commits(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from urllib.request import Request, urlopen
 import pytest
 
 from nestegg.checkpoint.stores import open_store
+from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION
 from nestegg.cli.ui import is_loopback
 from nestegg.constants import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.urls import without_password
@@ -346,7 +347,7 @@ def test_without_allow_writes_sqlite_is_opened_read_only_and_migrated_only_with_
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
     with ui_server(tmp_path / "home", "--store", url, "--allow-writes") as server:
         assert "/runs/ok" in _get(server.base + "/")[1]
-    assert sqlite_schema(path)[0] == 6  # opened for writing: migrated, as before
+    assert sqlite_schema(path)[0] == SCHEMA_VERSION  # opened for writing: migrated, as before
 
 
 @pytest.mark.server

@@ -216,4 +216,5 @@ if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its ca
     _STORES_LIST_FORKS: tuple[type[ForkListing], ...] = (
         MemoryCheckpointStorage,
         FileCheckpointStorage,
+        SQLiteCheckpointStorage,
     )

@@ -32,6 +32,7 @@ from nestegg.checkpoint.stores.sqlite.schema import (
     KEY_OF,
     MAX_SEQ,
     SELECT_EVENT_BATCHES,
+    SELECT_FORKS,
     SELECT_RUN,
     SIGNALS,
     checkpoint_from_row,
@@ -61,6 +62,11 @@ class SQLiteReads:
         query = f"{SELECT_RUN}{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(-1 if limit is None else limit)
         rows = await self._connection.call(_fetch_all, query, params)
+        return [run_from_row(row) for row in rows]
+
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        params = (run_id, -1 if limit is None else limit)
+        rows = await self._connection.call(_fetch_all, SELECT_FORKS, params)
         return [run_from_row(row) for row in rows]
 
     async def load_steps(

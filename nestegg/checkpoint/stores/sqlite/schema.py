@@ -187,6 +187,13 @@ MIGRATIONS: tuple[tuple[Migration, ...], ...] = (
         """CREATE TRIGGER group_event_batches_take_key AFTER INSERT ON group_event_batches
             BEGIN DELETE FROM event_batches WHERE batch_key = NEW.batch_key; END""",
     ),
+    (
+        # Version 7 indexes forks by their parent run, newest last (list_forks reads it
+        # backwards); a run that is no fork is not in it, and a commit, which updates none
+        # of its columns, writes nothing to it.
+        """CREATE INDEX runs_by_parent ON runs (parent_run, created_at, run_id)
+            WHERE parent_run IS NOT NULL""",
+    ),
 )
 """The schema, one entry per version; append, never edit."""
 
@@ -196,7 +203,8 @@ READABLE_FROM = 6
 """The oldest schema version a reader (a store opened ``read_only``) reads as it is: the
 first with every table a read uses (the reads of steps and events take the group commits'
 tables of version 6 too). A migration that changes a table or adds one the reads use
-raises it to that migration's version."""
+raises it to that migration's version; one that adds an index does not (version 7's index
+of forks: without it, a reader's ``list_forks`` reads the whole table)."""
 
 OWNER_AT = RUN_FIELDS.index("owner")
 SELECT_RUN = "SELECT {} FROM {}".format(
@@ -217,6 +225,9 @@ def ids_per_query(conn: sqlite3.Connection) -> int:
     return max(1, min(IDS_PER_QUERY, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)))
 
 
+SELECT_FORKS = f"{SELECT_RUN} WHERE parent_run = ? ORDER BY created_at DESC, run_id DESC LIMIT ?"
+"""The runs forked from run ``?1``, newest first, at most ``?2`` (-1: all): read from the
+index of version 7 (``runs_by_parent``)."""
 INSERT_RUN = (
     f"INSERT INTO {RUNS} ({RUN_COLUMNS}) VALUES ({marks(len(RUN_FIELDS))}) "
     "ON CONFLICT (run_id) DO NOTHING"
