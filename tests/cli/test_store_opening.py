@@ -692,8 +692,8 @@ def pg_database_and_reader(pg_url: str) -> Iterator[tuple[str, str]]:
 
 
 def pg_version_5_for_a_reader(url: str, as_reader: str) -> None:
-    """The store at ``url`` as the version before the last left it (the last added a
-    function only), which a reader reads as it is; ``as_reader``'s role may SELECT from
+    """The store at ``url`` as version 5 left it (the versions after it added a function
+    and an index only), which a reader reads as it is; ``as_reader``'s role may SELECT from
     its tables and do nothing else."""
     import psycopg
 
@@ -702,7 +702,8 @@ def pg_version_5_for_a_reader(url: str, as_reader: str) -> None:
             f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {urlsplit(as_reader).username}"
         )
         conn.execute("DROP FUNCTION nestegg_commit_many")
-        conn.execute("DELETE FROM nestegg_schema_versions WHERE version = 6")
+        conn.execute("DROP INDEX nestegg_runs_parent_idx")
+        conn.execute("DELETE FROM nestegg_schema_versions WHERE version >= 6")
 
 
 def _read_changing_nothing(
@@ -725,6 +726,8 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
     tmp_path: Path, pg_url: str
 ) -> None:
     import psycopg
+
+    from nestegg.checkpoint.stores.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
 
     with pg_database_and_reader(pg_url) as (url, as_reader):
         empty = nestegg(tmp_path, "runs", "--store", url)
@@ -749,7 +752,7 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
             )
         upgraded = nestegg(tmp_path, "prune", "--keep", "1", "--dry-run", "--store", url)
         assert upgraded.returncode == EXIT_OK, upgraded.stderr
-        assert pg_schema(url)[2] == [(version,) for version in range(1, 7)]
+        assert pg_schema(url)[2] == [(v,) for v in range(1, len(PG_MIGRATIONS) + 1)]
         listed = nestegg(tmp_path, "runs", "--json", "--store", url)
         assert sorted(row["run_id"] for row in orjson.loads(listed.stdout)) == ["bad", "gone", "ok"]
         with psycopg.connect(url, autocommit=True) as conn:  # a newer nestegg's
@@ -758,7 +761,7 @@ def test_a_read_of_postgres_creates_and_migrates_nothing_and_needs_only_select(
         assert (newer.returncode, newer.stderr) == (
             EXIT_FAILED,
             f"error: PostgreSQL at {as_reader}: the store has schema version 99; this nestegg "
-            "knows up to 6: upgrade nestegg\n",
+            f"knows up to {len(PG_MIGRATIONS)}: upgrade nestegg\n",
         )
 
 

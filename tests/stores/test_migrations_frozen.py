@@ -31,6 +31,7 @@ FROZEN = {
         "2d8d2ae0159d25a4",
         "8983b2c4d50c754c",
         "221827f7bb3b99df",
+        "d02c5d485ed01f48",
     ],
 }
 MIGRATIONS = {"sqlite": sqlite_schema.MIGRATIONS, "postgres": postgres_migrations.MIGRATIONS}
@@ -64,6 +65,7 @@ def test_a_postgres_migration_names_its_tables_in_its_own_text() -> None:
         "lg_rows",
         "lg_threads",
         "runs",
+        "runs_parent_idx",
         "runs_pipeline_idx",
         "runs_status_idx",
         "signals",

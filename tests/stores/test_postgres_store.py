@@ -141,6 +141,45 @@ async def test_a_version_2_schema_upgrades_and_its_truncations_then_drop_the_jou
     ]
 
 
+async def _plan_of_list_forks(pg_url: str, store: PostgresCheckpointStorage) -> str:
+    """How PostgreSQL reads the forks of a run of ``store``, sequential scans off (a small
+    table is read whole otherwise)."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("SET enable_seqscan = off")
+        query = b"EXPLAIN " + store._queries["list_forks"]
+        rows = await (await conn.execute(query, ["p", None])).fetchall()
+        return "\n".join(row[0] for row in rows)
+
+
+async def test_a_version_6_schema_gets_the_index_of_forks_a_reader_lists_them_without_it(
+    open_store: OpenStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nestegg.checkpoint.stores.postgres import store as postgres
+
+    with monkeypatch.context() as patched:  # the schema as version 6 left it
+        patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:6])
+        old = open_store()
+        await old.setup()
+    await create(old, run_id="p")
+    forks = [await create(old, run_id=f"f{i}", parent_run="p") for i in (1, 2)]
+    grandchild = await create(old, run_id="g", parent_run="f1")
+    await old.close()
+    index = f"{old.table_prefix}runs_parent_idx"
+
+    reader = open_store(read_only=True)
+    assert await reader.list_forks("p") == forks[::-1]
+    assert await reader.list_forks("f1") == [grandchild]
+    assert await _versions(pg_url, old.table_prefix) == list(range(1, 7))  # as it was
+    assert index not in await _plan_of_list_forks(pg_url, reader)
+
+    new = open_store()
+    await new.setup()
+    assert await _versions(pg_url, old.table_prefix) == list(range(1, len(MIGRATIONS) + 1))
+    assert await new.list_forks("p") == forks[::-1]
+    plan = await _plan_of_list_forks(pg_url, new)
+    assert f"Index Scan using {index}" in plan and "Sort" not in plan, plan
+
+
 async def test_concurrent_setup_from_many_tasks_and_pools(
     open_store: OpenStore, pg_url: str
 ) -> None:

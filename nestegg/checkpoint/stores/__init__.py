@@ -217,4 +217,5 @@ if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its ca
         MemoryCheckpointStorage,
         FileCheckpointStorage,
         SQLiteCheckpointStorage,
+        PostgresCheckpointStorage,
     )

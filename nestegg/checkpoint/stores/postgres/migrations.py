@@ -352,6 +352,14 @@ of record for the whole group). Runs must be distinct (a run's second commit in 
 would find its first one's writes not yet there); it returns, per commit in their order,
 what ``{commit}`` returns. Written out: never edit a migration."""
 
+_RUNS_PARENT_INDEX = """
+    CREATE INDEX {runs_parent_idx} ON {runs} (parent_run, created_at DESC, run_id DESC)
+    WHERE parent_run IS NOT NULL
+"""
+"""Version 7: the runs forked from a run, newest first (``list_forks``), found by their
+parent; only forks are in it, and no commit updates its columns, so a commit's update of
+the run row stays a HOT update. Written out: never edit a migration."""
+
 MIGRATIONS: list[list[str]] = [
     _TABLES,
     [_COMMIT_FUNCTION],
@@ -376,10 +384,12 @@ MIGRATIONS: list[list[str]] = [
     ],
     [_SIGNALS_TABLE],
     [_COMMIT_MANY_FUNCTION],
+    [_RUNS_PARENT_INDEX],
 ]
 """The schema's history: index ``i`` upgrades version ``i`` to ``i + 1``."""
 
 READABLE_FROM = 5
 """The oldest schema version a reader (a store opened ``read_only``) reads as it is: the
-first with every table a read uses (version 6 added a function only). A migration that
-changes a table or adds one the reads use raises it to that migration's version."""
+first with every table a read uses (version 6 added a function only, version 7 an index,
+without which a reader's ``list_forks`` reads the whole table). A migration that changes a
+table or adds one the reads use raises it to that migration's version."""

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's reads: runs listed, and a run's steps, checkpoints, events,
+"""The PostgreSQL store's reads: runs and forks listed, and a run's steps, checkpoints, events,
 journal and signals read (a signal's put beside its reads).
 
 Each is one query on a connection from the pool, outside group commit; a read is retried
@@ -48,6 +48,9 @@ class PostgresReads:
             "before_id": before[1] if before is not None else None,
         }
         return [run_from_row(row) for row in await self._fetchall("list_runs", params)]
+
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        return [run_from_row(row) for row in await self._fetchall("list_forks", [run_id, limit])]
 
     async def load_steps(
         self, run_id: str, after: int = 0, upto: int | None = None

@@ -59,6 +59,7 @@ OBJECT_SUFFIXES: dict[str, str] = {
     "commit_many": "commit_many",
     "runs_pipeline_idx": "runs_pipeline_idx",
     "runs_status_idx": "runs_status_idx",
+    "runs_parent_idx": "runs_parent_idx",
     "checkpoints_run_idx": "checkpoints_run_idx",
 }
 
@@ -99,6 +100,9 @@ QUERIES: dict[str, str] = {
     "AND (%(before_at)s::float8 IS NULL "
     "OR (created_at, run_id) < (%(before_at)s::float8, %(before_id)s::text)) "
     "ORDER BY created_at DESC, run_id DESC LIMIT %(limit)s::bigint",
+    # From the index of version 7 (runs_parent_idx); without it, a scan of the table.
+    "list_forks": f"SELECT {_RUN_COLUMNS} FROM {{runs}} WHERE parent_run = %s "
+    "ORDER BY created_at DESC, run_id DESC LIMIT %s::bigint",
     # A finished run is claimed only when the last parameter (reopen) is true.
     "claim_run": "UPDATE {runs} SET fence = fence + 1, owner_host = %s, owner_pid = %s, "
     "owner_started = %s, lease_until = %s, status = %s, updated_at = %s "
