@@ -112,10 +112,13 @@ async def test_every_key_is_under_the_prefix_and_drop_deletes_them(
     await store.setup()
     run = await create(store, pipeline="p")
     await commit_steps(store, run, range(1, 4), checkpoints=True)
+    await create(store, pipeline="p", parent_run=run.run_id)
     keys = await _keys(client, store.prefix)
     kinds = {key[len(store.prefix) :].split(b":")[0] for key in keys}
     assert kinds == {
         b"store",
+        b"layout",
+        b"forks",
         b"run",
         b"runs",
         b"pipeline",
@@ -258,6 +261,76 @@ async def test_runs_that_redis_expired_vanish_from_every_read(
     assert [r.run_id for r in await store.list_runs()] == [kept.run_id]
     assert await client.zscore(f"{store.prefix}runs", gone.run_id) is None
     assert await store.load_steps(gone.run_id) == []
+
+
+async def _forks_family(store: RedisCheckpointStorage) -> list[str]:
+    """Run ``p`` with forks f1, f2, f3 (newest last), a fork ``g`` of f1 and a run that is
+    no fork; the ids of p's forks, newest first."""
+    await create(store, run_id="p", pipeline="a")
+    for run_id in ("f1", "f2", "f3"):
+        await create(store, run_id=run_id, pipeline="a", parent_run="p")
+    await create(store, run_id="g", pipeline="a", parent_run="f1")
+    await create(store, run_id="other", pipeline="b")
+    return ["f3", "f2", "f1"]
+
+
+async def _fork_ids(
+    store: RedisCheckpointStorage, run_id: str, limit: int | None = None
+) -> list[str]:
+    return [run.run_id for run in await store.list_forks(run_id, limit)]
+
+
+async def test_a_store_of_layout_0_gets_its_forks_index_on_setup_a_reader_scans_it(
+    open_store: OpenStore, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store written before forks were indexed: no forks:<id> keys, no layout key.
+    store = open_store()
+    await store.setup()
+    forks = await _forks_family(store)
+    await client.delete(
+        f"{store.prefix}layout", *[k for k in await _keys(client, store.prefix) if b":forks:" in k]
+    )
+    before = {key: await client.dump(key) for key in await _keys(client, store.prefix)}
+
+    reader = open_store(read_only=True)
+    await reader.setup()
+    assert await _fork_ids(reader, "p") == forks
+    assert await _fork_ids(reader, "p", 2) == forks[:2]
+    assert await _fork_ids(reader, "f1") == ["g"]
+    assert {key: await client.dump(key) for key in await _keys(client, store.prefix)} == before
+
+    writer = open_store()
+    await writer.setup()
+    assert await client.get(f"{store.prefix}layout") == b"1"
+    assert await client.zrevrange(f"{store.prefix}forks:p", 0, -1) == [f.encode() for f in forks]
+    assert await client.zrange(f"{store.prefix}forks:f1", 0, -1) == [b"g"]
+
+    async def no_scan(*args: Any) -> Any:
+        raise AssertionError("scanned every run")
+
+    monkeypatch.setattr(RedisCheckpointStorage, "_scan_forks", no_scan)
+    for handle in (writer, reader, store):  # every handle reads the index now
+        assert await _fork_ids(handle, "p") == forks
+        assert await _fork_ids(handle, "f1") == ["g"]
+    await writer.setup()  # built once
+    assert await _fork_ids(writer, "p") == forks
+
+
+async def test_forks_whose_keys_redis_expired_are_dropped_from_the_index_when_read(
+    open_store: OpenStore, client: Any
+) -> None:
+    store = open_store()
+    await store.setup()
+    await _forks_family(store)
+    index = f"{store.prefix}forks:p"
+    await client.delete(f"{store.prefix}run:f3", f"{store.prefix}run:f1")  # as by a TTL
+    reader = open_store(read_only=True)
+    assert await _fork_ids(reader, "p") == ["f2"]
+    assert await client.zcard(index) == 3  # a reader writes nothing
+    await create(store, run_id="f1", pipeline="a")  # its id again, no fork
+    assert await _fork_ids(store, "p", 1) == ["f2"]
+    assert await _fork_ids(store, "p") == ["f2"]
+    assert await client.zrange(index, 0, -1) == [b"f2"]
 
 
 async def test_a_listing_by_status_reads_only_the_runs_it_shows(

@@ -218,4 +218,5 @@ if TYPE_CHECKING:  # mypy proves that every store fills the contract (and its ca
         FileCheckpointStorage,
         SQLiteCheckpointStorage,
         PostgresCheckpointStorage,
+        RedisCheckpointStorage,
     )

@@ -18,8 +18,12 @@ which the scripts reach through the prefix.
 
 Shared keys: ``<prefix>checkpoint:<checkpoint id>`` (string: its run id),
 ``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at),
-and ``<prefix>store`` (string ``nestegg``, written by ``setup()``: a store is there, with
-or without runs; :data:`STORE_MARKS` are the keys that say so).
+``<prefix>forks:<run id>`` (sorted set of the ids of the runs forked from that run, by
+created_at: written with the fork's run, removed with it), ``<prefix>store`` (string
+``nestegg``, written by ``setup()``: a store is there, with or without runs;
+:data:`STORE_MARKS` are the keys that say so) and ``<prefix>layout`` (the layout version,
+:data:`LAYOUT_VERSION`, written by a writer's ``setup()`` once the store has what that
+version adds; none: version 0, a store set up before forks were indexed).
 Scripts that need shared keys get the prefix as ``ARGV[1]``.
 
 When a store sets a time-to-live for finished runs, the commit script sets Redis expiry
@@ -63,6 +67,13 @@ RUN_KEY_KINDS = (
 
 STORE_KEY = "store"
 """The key (after the prefix) that ``setup()`` writes: a nestegg store is under the prefix."""
+LAYOUT_KEY = "layout"
+"""The key (after the prefix) holding the layout version a writer's ``setup()`` brought the
+store to."""
+LAYOUT_VERSION = 1
+"""The layout this nestegg writes. Version 1 indexes the runs forked from a run
+(``forks:<run id>``); a writer's ``setup()`` builds the index of a store of version 0 from
+its runs, and a reader of one lists forks by reading every run."""
 STORE_MARKS = (STORE_KEY, "runs", "lg:threads")
 """Keys (after the prefix) of which one is there under the prefix of a store: its mark,
 or, in a store set up before it had one, its runs' or its LangGraph threads' index."""
@@ -91,11 +102,11 @@ end
 """.replace("__FINISHED__", _FINISHED_LUA)
 
 CREATE_RUN = """
--- KEYS: run, runs index, pipeline index. ARGV: created_at, run_id, field, value, ...
+-- KEYS: run, runs index, pipeline index, and for a fork its parent's forks index.
+-- ARGV: created_at, run_id, field, value, ...
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
+for k = 2, #KEYS do redis.call('ZADD', KEYS[k], ARGV[1], ARGV[2]) end
 return 1
 """
 
@@ -191,7 +202,7 @@ DELETE_RUN = """
 -- KEYS: the run's 7 keys, then the runs index.
 -- ARGV: prefix, run_id, updated_before ('' = delete whatever the run's state), statuses...
 local run = KEYS[1]
-local fields = redis.call('HMGET', run, 'pipeline', 'status', 'updated_at')
+local fields = redis.call('HMGET', run, 'pipeline', 'status', 'updated_at', 'parent_run')
 if not fields[1] then
     redis.call('ZREM', KEYS[8], ARGV[2])
     return 0
@@ -209,6 +220,7 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('DEL', ARGV[1] .. 'signals:' .. ARGV[2])
 redis.call('ZREM', KEYS[8], ARGV[2])
 redis.call('ZREM', ARGV[1] .. 'pipeline:' .. fields[1], ARGV[2])
+if fields[4] then redis.call('ZREM', ARGV[1] .. 'forks:' .. fields[4], ARGV[2]) end
 return 1
 """
 
@@ -255,6 +267,25 @@ for i, key in ipairs(KEYS) do
     end
 end
 return out
+"""
+
+LIST_FORKS = """
+-- KEYS: layout, the run's forks index. ARGV: start, stop (ranks, newest first).
+-- The ids of forks in that range; false when the store's layout has no forks index yet.
+if (tonumber(redis.call('GET', KEYS[1])) or 0) < 1 then return false end
+return redis.call('ZREVRANGE', KEYS[2], ARGV[1], ARGV[2])
+"""
+
+INDEX_FORKS = """
+-- KEYS: run hashes. ARGV: prefix. Each run that is a fork goes in its parent's forks
+-- index (layout version 1, built on setup from the runs of a store of version 0).
+for _, key in ipairs(KEYS) do
+    local run = redis.call('HMGET', key, 'parent_run', 'created_at', 'run_id')
+    if run[1] and run[2] and run[3] then
+        redis.call('ZADD', ARGV[1] .. 'forks:' .. run[1], run[2], run[3])
+    end
+end
+return #KEYS
 """
 
 LIST_CHECKPOINTS = """

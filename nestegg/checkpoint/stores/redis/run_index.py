@@ -1,8 +1,10 @@
-"""The Redis store's index of runs: listing runs, a page at a time or all of them.
+"""The Redis store's indexes of runs: listing runs, a page at a time or all of them, and
+the runs forked from a run.
 
-Runs are indexed in sorted sets by creation time: ``runs`` (every run) and
-``pipeline:<name>`` (a pipeline's runs). Index entries of runs whose keys Redis expired
-are dropped lazily when read.
+Runs are indexed in sorted sets by creation time: ``runs`` (every run),
+``pipeline:<name>`` (a pipeline's runs) and ``forks:<run id>`` (the runs forked from that
+run; layout version 1). Index entries of runs whose keys Redis expired are dropped lazily
+when read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from nestegg.checkpoint.records import RunRecord
-from nestegg.checkpoint.stores.redis.layout import run_from_hash
+from nestegg.checkpoint.stores.redis.layout import LAYOUT_KEY, LAYOUT_VERSION, run_from_hash
 
 SCAN_BATCH = 500
 
@@ -21,10 +23,13 @@ class RedisRunIndex:
     """Listing the runs of a :class:`~nestegg.checkpoint.stores.redis.RedisCheckpointStorage`."""
 
     prefix: str
+    read_only: bool
     _client: Any
     _call: Callable[..., Awaitable[Any]]
     _script: Callable[..., Awaitable[Any]]
     _runs_of_status: Any
+    _list_forks: Any
+    _index_forks: Any
     _key: Callable[..., str]
 
     def _pipeline_key(self, pipeline: str) -> str:
@@ -125,6 +130,57 @@ class RedisRunIndex:
                     yield run_from_hash(raw)
             if len(batch) < batch_size:
                 return
+
+    async def list_forks(self, run_id: str, limit: int | None = None) -> list[RunRecord]:
+        """The runs forked from ``run_id``, newest first, from its forks index, read
+        SCAN_BATCH at a time; from every run of a store of layout version 0, whose index a
+        writer's setup() has not built yet (a reader's)."""
+        forks: list[RunRecord] = []
+        if limit is not None and limit <= 0:
+            return forks
+        keys = [self._key(LAYOUT_KEY), self._key("forks:", run_id)]
+        stale: list[bytes] = []
+        offset = 0
+        while limit is None or len(forks) < limit:
+            size = SCAN_BATCH if limit is None else min(SCAN_BATCH, limit - len(forks))
+            ids = await self._script(self._list_forks, keys, [offset, offset + size - 1])
+            if ids is None:  # layout version 0
+                return await self._scan_forks(run_id, limit)
+            offset += len(ids)
+            for member, raw in zip(ids, await self._hashes_of(ids, None), strict=True):
+                run = run_from_hash(raw) if raw else None
+                if run is None or run.parent_run != run_id:  # expired by Redis (and anew)
+                    stale.append(member)
+                else:
+                    forks.append(run)
+            if len(ids) < size:
+                break
+        if stale and not self.read_only:
+            await self._call(partial(self._client.zrem, keys[1], *stale), idempotent=True)
+        return forks
+
+    async def _scan_forks(self, run_id: str, limit: int | None) -> list[RunRecord]:
+        """The runs forked from ``run_id`` found among every run, newest first."""
+        forks: list[RunRecord] = []
+        async for run in self._iter_runs(None, True, None, lambda r: r.parent_run == run_id):
+            forks.append(run)
+            if limit is not None and len(forks) >= limit:
+                break
+        return forks
+
+    async def _build_forks_index(self) -> None:
+        """Bring a store of layout version 0 to version 1: every run that is a fork into its
+        parent's forks index (idempotent; a fork created meanwhile indexes itself)."""
+        layout = self._key(LAYOUT_KEY)
+        if int(await self._client.get(layout) or 0) >= LAYOUT_VERSION:
+            return
+        ids: list[bytes] = await self._client.zrange(self._key("runs"), 0, -1)
+        for start in range(0, len(ids), SCAN_BATCH):
+            keys = [
+                self._key("run:", run_id.decode()) for run_id in ids[start : start + SCAN_BATCH]
+            ]
+            await self._index_forks(keys, [self.prefix])  # setup() retries the whole
+        await self._client.set(layout, LAYOUT_VERSION)
 
 
 def _hash_of_reply(reply: Any) -> dict[bytes, bytes] | None:

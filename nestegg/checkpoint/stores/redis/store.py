@@ -152,6 +152,8 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
         self._get_checkpoint = register(redis_layout.GET_CHECKPOINT)
         self._list_checkpoints = register(redis_layout.LIST_CHECKPOINTS)
         self._runs_of_status = register(redis_layout.RUNS_OF_STATUS)
+        self._list_forks = register(redis_layout.LIST_FORKS)
+        self._index_forks = register(redis_layout.INDEX_FORKS)
         self._read_journal = register(redis_layout.READ_JOURNAL)
         self._put_signal = register(redis_layout.PUT_SIGNAL)
         self._run_key_kinds = [self._key(kind).encode() for kind in RUN_KEY_KINDS]
@@ -176,6 +178,8 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             self._get_checkpoint,
             self._list_checkpoints,
             self._runs_of_status,
+            self._list_forks,
+            self._index_forks,
             self._read_journal,
             self._put_signal,
         )
@@ -208,7 +212,9 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
 
     async def setup(self) -> None:
         """Check that Redis answers, load the scripts and, unless :attr:`read_only`, mark
-        the store as there (idempotent).
+        the store as there and bring its layout to the version this nestegg writes
+        (:data:`~nestegg.checkpoint.stores.redis.layout.LAYOUT_VERSION`; idempotent: a
+        store of version 0 gets the index of its forks, built from its runs).
 
         Raises:
             StorageUnavailableError: Redis cannot be reached.
@@ -222,6 +228,7 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
             marker = self._key(STORE_KEY)
             if not await self._client.exists(marker):  # no write where it is
                 await self._client.set(marker, b"nestegg", nx=True)
+            await self._build_forks_index()
 
         await self._call(load, idempotent=True)
 
@@ -266,6 +273,8 @@ class RedisCheckpointStorage(RedisRunIndex, RedisThreadRows):
 
     def _create_call(self, run: RunRecord) -> tuple[list[str], list[Any]]:
         keys = [self._key("run:", run.run_id), self._key("runs"), self._pipeline_key(run.pipeline)]
+        if run.parent_run is not None:
+            keys.append(self._key("forks:", run.parent_run))
         args: list[Any] = [repr(run.created_at), run.run_id]
         for name, value in run_fields(run).items():
             args += [name, value]
