@@ -25,7 +25,12 @@ from nestegg.checkpoint.records import (
 )
 from nestegg.checkpoint.step_blocks import unpack_block
 from nestegg.checkpoint.step_formats import parse_step
-from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of, load_history
+from nestegg.checkpoint.stores.base import (
+    CheckpointStorage,
+    checkpoints_of,
+    forks_of,
+    load_history,
+)
 from nestegg.checkpoint.stores.common import run_not_found
 from nestegg.checkpoint.views import (
     CheckpointInfo,
@@ -40,6 +45,7 @@ from nestegg.cli.wait_words import add_wait
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
+    FORK_SCAN,
     IN_FLIGHT_EVENT_WINDOW,
     INTERRUPTED,
     MISSING,
@@ -107,6 +113,32 @@ def run_row(
         "waits_for": None,
         "cancelled_by": None,
     }
+
+
+async def fork_rows(
+    store: CheckpointStorage, run: Mapping[str, Any], now: float, scan: int = FORK_SCAN
+) -> tuple[list[dict[str, Any]], bool]:
+    """The runs forked from ``run`` (a :func:`run_row`), newest first, as plain data (id,
+    the checkpoint it was forked from, status, whether it is interrupted or queued at
+    ``now`` as :func:`run_row` says, creation time), and whether that is all of them: a
+    store without ``ForkListing`` is searched within the ``scan`` runs of the pipeline
+    newer than the run (:func:`~nestegg.checkpoint.stores.base.forks_of`)."""
+    forks, complete = await forks_of(
+        store,
+        run["run_id"],
+        pipeline=run["pipeline"],
+        created_at=run["created_at"].timestamp(),
+        scan=scan,
+    )
+    rows = []
+    for fork in forks:
+        state = run_state(fork, now)
+        rows.append(
+            {"run_id": fork.run_id, "checkpoint": fork.parent_checkpoint, "status": fork.status,
+             "interrupted": state == INTERRUPTED, "queued": state == QUEUED,
+             "created_at": to_datetime(fork.created_at)}
+        )  # fmt: skip
+    return rows, complete
 
 
 async def complete_row(

@@ -15,7 +15,7 @@ from nestegg.checkpoint.stores.common import check_status
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.cli.wait_words import placeholder_options
 from nestegg.clutch import Clutch
-from nestegg.constants import LARGEST_NUMBER, LISTED_STATUSES
+from nestegg.constants import FORK_SCAN, LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError
 from nestegg.pipeline import check_pipeline_filter
 from nestegg.ui import queries
@@ -215,14 +215,14 @@ async def run_page(request: Request) -> HTMLResponse:
         now_of(request),
         resumer=_runner(request),
     )
-    relatives = await queries.family(store, details["run"])
+    relatives = await queries.family(store, details["run"], now_of(request))
     return _render(
         request,
         "run.html",
         d=details,
         family=relatives,
         window=queries.STEP_WINDOW,
-        fork_scan=queries.FORK_SCAN,
+        fork_scan=FORK_SCAN,
         range=queries.range_text(details),
     )
 

@@ -30,6 +30,7 @@ from nestegg.clutch import Clutch
 from nestegg.constants import (
     COMPLETED,
     FINISHED,
+    FORK_SCAN,
     INTERRUPTED,
     RUN_FORKED,
     RUN_RESUMED,
@@ -57,9 +58,6 @@ ANCESTORS_SHOWN = 20
 WHOLE_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)")
 """A whole number as a step's address writes it: decimal digits with no leading zero,
 no plus sign, no underscore, no space."""
-FORK_SCAN = 5000
-"""Newer runs of a run's pipeline read at most to find the runs forked from it."""
-FORK_SCAN_PAGE = 500
 
 
 def encode_cursor(run: RunRecord) -> str:
@@ -397,8 +395,11 @@ def _last_opening(events: list[EventRecord], before: float | None) -> float:
     return max(openings, default=float("-inf"))
 
 
-async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any]:
-    """The runs a run was forked from (oldest first) and the runs forked from it."""
+async def family(store: CheckpointStorage, run: dict[str, Any], now: float) -> dict[str, Any]:
+    """The runs a run was forked from (oldest first), the runs forked from it (newest
+    first; each with the status people see at ``now``) and whether those are all of
+    them (:func:`~nestegg.cli.reading.fork_rows`: a store without ``ForkListing`` is
+    searched within FORK_SCAN newer runs)."""
     ancestors: list[dict[str, Any]] = []
     parent, at = run["parent_run"], run["parent_checkpoint"]
     while parent and len(ancestors) < ANCESTORS_SHOWN:
@@ -407,30 +408,10 @@ async def family(store: CheckpointStorage, run: dict[str, Any]) -> dict[str, Any
         if record is None:
             break
         parent, at = record.parent_run, record.parent_checkpoint
-    children, complete = await _forks_of(store, run)
+    children, complete = await reading.fork_rows(store, run, now, FORK_SCAN)
+    for child in children:
+        child["shown_status"] = reading.shown_status(child)
     return {"ancestors": ancestors, "children": children, "complete": complete}
-
-
-async def _forks_of(store: CheckpointStorage, run: dict[str, Any]) -> tuple[list[Any], bool]:
-    """The runs forked from ``run`` (newer runs of its pipeline, newest first, at most
-    FORK_SCAN of them read), and whether all newer runs were read."""
-    children: list[dict[str, Any]] = []
-    created = run["created_at"].timestamp()
-    before: tuple[float, str] | None = None
-    for _ in range(FORK_SCAN // FORK_SCAN_PAGE):
-        page = await store.list_runs(pipeline=run["pipeline"], limit=FORK_SCAN_PAGE, before=before)
-        for other in page:
-            if other.created_at < created:  # forks are newer than their parent
-                return children, True
-            if other.parent_run == run["run_id"]:
-                children.append(
-                    {"run_id": other.run_id, "checkpoint": other.parent_checkpoint,
-                     "status": other.status}
-                )  # fmt: skip
-        if len(page) < FORK_SCAN_PAGE:
-            return children, True
-        before = (page[-1].created_at, page[-1].run_id)
-    return children, False
 
 
 async def checkpoint_run(
