@@ -315,6 +315,8 @@ time, to find the runs forked from it in a store without an index of them (no
 be incomplete."""
 FORK_SCAN_PAGE = 500
 CLI_SHOW_STEPS = 30
+CLI_SHOW_FORKS = 30
+"""Forks of a run `nestegg show` lists, newest first, unless --all (--json: all)."""
 CLI_VALUE_CHARS = 200
 """Characters of a string that inspect and diff show before cutting it (--full: all)."""
 CLI_VALUE_ITEMS = 100

@@ -315,8 +315,9 @@ def _decoded(read: Any, run: RunRecord) -> Any:
 async def run_details(
     store: CheckpointStorage, run_id: str, tail: int | None, now: float
 ) -> dict[str, Any]:
-    """A run in full: its row, input, result, steps (the last ``tail``, None: all) with
-    the checkpoints taken at each, and the step that failed."""
+    """A run in full: its row, the runs forked from it (:func:`fork_rows`), input, result,
+    steps (the last ``tail``, None: all) with the checkpoints taken at each, and the step
+    that failed."""
     run = await get_run(store, run_id)
     checkpoints = await store.list_checkpoints(run.run_id)
     after = max(0, run.step_seq - tail) if tail is not None else 0
@@ -336,8 +337,11 @@ async def run_details(
         if "seq" in error and "agent" in error
         else None
     )
+    forks, forks_complete = await fork_rows(store, row, now)
     return {
         "run": row,
+        "forks": forks,
+        "forks_complete": forks_complete,
         "input": _decoded(run_input, run),
         "result": _decoded(run_result, run),
         "steps_before": after,

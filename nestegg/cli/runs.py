@@ -38,11 +38,13 @@ from nestegg.cli.wait_words import (
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
+    CLI_SHOW_FORKS,
     CLI_SHOW_STEPS,
     CLI_VALUE_CHARS,
     CLI_VALUE_ITEMS,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    FORK_SCAN,
     INTERRUPTED,
     LARGEST_NUMBER,
     LISTED_STATUSES,
@@ -185,7 +187,21 @@ def runs_command(
             )
 
 
-def _show_summary(out: Output, details: dict[str, Any]) -> None:
+def _fork_lines(details: dict[str, Any], shown: int | None) -> list[str]:
+    """A line per run forked from the run, newest first (the first ``shown``; None: all),
+    then how many more there are, or that the search for them was cut short."""
+    forks = details["forks"]
+    lines = [
+        f"{f['run_id']} at {f['checkpoint']} ({reading.shown_status(f)})" for f in forks[:shown]
+    ]
+    if shown is not None and len(forks) > shown:
+        lines.append(f"({len(forks) - shown} more; --all lists them)")
+    if not details["forks_complete"]:
+        lines.append(f"(only the {FORK_SCAN} newest runs of its pipeline were searched for forks)")
+    return lines
+
+
+def _show_summary(out: Output, details: dict[str, Any], forks_shown: int | None) -> None:
     run = details["run"]
     items: list[tuple[str, str | list[str]]] = [
         ("run", run["run_id"]),
@@ -198,6 +214,8 @@ def _show_summary(out: Output, details: dict[str, Any]) -> None:
     ]
     if run["parent_run"]:
         items.append(("forked from", f"{run['parent_run']} at {run['parent_checkpoint']}"))
+    if forks := _fork_lines(details, forks_shown):
+        items.append(("forks", forks))
     items.append(("input", to_json(details["input"], indent=False)))
     if run["status"] == "completed":
         items.append(("result", to_json(details["result"], indent=False)))
@@ -255,13 +273,19 @@ def show_command(
     ctx: typer.Context,
     run_id: Annotated[str, id_argument("The run id.")],
     show_all: Annotated[
-        bool, typer.Option("--all", help=f"All steps (default: the last {CLI_SHOW_STEPS}).")
+        bool,
+        typer.Option(
+            "--all",
+            help=f"All steps and forks (default: the last {CLI_SHOW_STEPS} steps, the newest "
+            f"{CLI_SHOW_FORKS} forks).",
+        ),
     ] = False,
     as_json: JsonOption = False,
     store: StoreOption = None,
 ) -> None:
     """A run's summary and the timeline of its steps.
 
+    The summary names the run it was forked from and the runs forked from it, newest first.
     The timeline shows each step's agent, start, duration and outcome, and the checkpoints
     taken after it.
     """
@@ -275,7 +299,7 @@ def show_command(
     if as_json:
         out.json(details)
         return
-    _show_summary(out, details)
+    _show_summary(out, details, None if show_all else CLI_SHOW_FORKS)
     if (unreadable := unreadable_text(details["run"]["waits_for"])) is not None:
         out.line(unreadable)
     if wait_is_over(details["run"]["waits_for"]):

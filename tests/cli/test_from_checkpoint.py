@@ -454,6 +454,58 @@ def test_fork_with_data_the_next_agents_model_refuses_stores_nothing(
     assert list(_forks(stored)) == ["f2"]
 
 
+def _forks_shown(stored: Stored, run_id: str, url: str | None = None) -> list[str]:
+    """The lines ``nestegg show RUN`` lists the run's forks on (the store at ``url``, else
+    the fixture's), the label taken off; and the same from --json."""
+
+    def show(*args: str) -> str:
+        if url is None:
+            return nestegg(stored, "show", run_id, *args).stdout
+        return run_nestegg(stored.folder, "show", run_id, *args, "--store", url).stdout
+
+    lines = show().split("timeline\n", 1)[0].splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("forks:")]
+    shown = []
+    if at:
+        shown.append(lines[at[0]].removeprefix("forks:").strip())
+        shown += [line.strip() for line in lines[at[0] + 1 :] if line.startswith(" ")]
+    details = orjson.loads(show("--json"))
+    assert details["forks_complete"] is True
+    as_json = [f"{f['run_id']} at {f['checkpoint']} ({f['status']})" for f in details["forks"]]
+    assert shown == as_json
+    return shown
+
+
+def test_show_lists_the_forks_made_deleted_and_imported(stored: Stored) -> None:
+    for new_id in ("fork-a", "fork-b"):
+        made = nestegg(stored, "fork", stored.done_first, "--app", APP, "--run-id", new_id)
+        assert made.returncode == EXIT_OK, made.stderr
+    listed = nestegg(stored, "checkpoints", "fork-a", "--json")
+    fork_a_first = orjson.loads(listed.stdout)[0]["checkpoint_id"]
+    made = nestegg(stored, "fork", fork_a_first, "--app", APP, "--run-id", "fork-a-1")
+    assert made.returncode == EXIT_OK, made.stderr
+    at = stored.done_first
+    assert _forks_shown(stored, "done") == [f"fork-b at {at} (completed)",
+                                            f"fork-a at {at} (completed)"]  # fmt: skip
+    assert _forks_shown(stored, "fork-a") == [f"fork-a-1 at {fork_a_first} (completed)"]
+    assert _forks_shown(stored, "failed") == _forks_shown(stored, "fork-a-1") == []
+    deleted = nestegg(stored, "delete", "fork-b", "--yes")
+    assert deleted.returncode == EXIT_OK, deleted.stderr
+    assert _forks_shown(stored, "done") == [f"fork-a at {at} (completed)"]
+
+    target = f"sqlite:///{stored.folder / 'imported.db'}"
+    for run_id in ("fork-a-1", "fork-a", "done"):  # a fork before its parent
+        if run_id == "done":  # not there yet: its forks name it
+            shown = run_nestegg(stored.folder, "show", "done", "--store", target)
+            assert shown.returncode == EXIT_NOT_FOUND, shown.stderr
+        exported = stored.folder / f"{run_id}.json"
+        assert nestegg(stored, "export", run_id, "-o", str(exported)).returncode == EXIT_OK
+        imported = run_nestegg(stored.folder, "import", str(exported), "--store", target)
+        assert imported.returncode == EXIT_OK, imported.stderr
+    assert _forks_shown(stored, "done", target) == [f"fork-a at {at} (completed)"]
+    assert _forks_shown(stored, "fork-a", target) == [f"fork-a-1 at {fork_a_first} (completed)"]
+
+
 def test_fork_with_a_run_id_gives_the_new_run_that_id(stored: Stored) -> None:
     args = ["fork", stored.done_first, "--app", APP, "--run-id", "retry-1", "--json"]
     result = nestegg(stored, *args)

@@ -8,7 +8,7 @@ import re
 import sqlite3
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from nestegg.checkpoint.stores import open_store
 from nestegg.cli.paths import PathNotFoundError, select
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE, STEP_BLOCK_STEPS
 from nestegg.errors import CheckpointFallbackWarning
+from nestegg.testing.builders import T0, create
 from tests.checkpoint.conftest import Tamper
 from tests.cli.conftest import (
     Cli,
@@ -210,9 +211,10 @@ def test_show_prints_an_error_of_several_lines_indented_under_its_first(
 
 def test_show_json(cli: Cli, filled_any: Filled) -> None:
     details = json_of(cli("show", filled_any.ok, "--store", filled_any.url, "--json"))
-    assert set(details) == {"run", "input", "result", "steps_before", "steps",
-                            "initial_checkpoints", "checkpoints", "failed_step",
-                            "step_in_flight"}  # fmt: skip
+    assert set(details) == {"run", "forks", "forks_complete", "input", "result",
+                            "steps_before", "steps", "initial_checkpoints", "checkpoints",
+                            "failed_step", "step_in_flight"}  # fmt: skip
+    assert (details["forks"], details["forks_complete"]) == ([], True)
     assert details["input"] == {"name": "Acme"}
     assert details["result"]["report"] == "Acme: 3 items"
     assert [s["agent"] for s in details["steps"]] == ["fetch", "enrich", "report"]
@@ -250,6 +252,37 @@ def test_show_keeps_the_last_steps_unless_all(cli: Cli, local_url: str) -> None:
     details = json_of(cli("show", "long", "--store", local_url, "--json"))
     assert len(details["steps"]) == 40
     assert [len(s["checkpoints"]) for s in details["steps"]][-3:] == [0, 1, 1]
+
+
+def test_show_lists_the_newest_forks_unless_all(cli: Cli, local_url: str) -> None:
+    async def forked() -> None:
+        store = open_store(local_url)
+        await create(store, run_id="p", pipeline="cli-test", created_at=T0)
+        for i in range(35):
+            fork = {"parent_run": "p", "parent_checkpoint": f"c{i:02d}", "status": "completed"}
+            await create(store, run_id=f"f{i:02d}", pipeline="cli-test", created_at=T0 + 1 + i,
+                         **fork)  # fmt: skip
+        await store.close()
+
+    asyncio.run(forked())
+    summary = cli("show", "p", "--store", local_url).stdout.split("timeline\n", 1)[0]
+    lines = summary.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("forks:"))
+    assert lines[at] == "forks:    f34 at c34 (completed)"
+    assert lines[at + 29] == "          f05 at c05 (completed)"
+    assert lines[at + 30] == "          (5 more; --all lists them)"
+    assert lines[at + 31].startswith("input:")
+    every = cli("show", "p", "--store", local_url, "--all").stdout.split("timeline\n", 1)[0]
+    assert every.count(" at c") == 35 and "more; --all" not in every
+    details = json_of(cli("show", "p", "--store", local_url, "--json"))
+    assert [f["run_id"] for f in details["forks"]] == [f"f{i:02d}" for i in range(34, -1, -1)]
+    assert details["forks"][0] == {
+        "run_id": "f34", "checkpoint": "c34", "status": "completed", "interrupted": False,
+        "queued": False, "created_at": datetime.fromtimestamp(T0 + 35, UTC).isoformat(),
+    }  # fmt: skip
+    assert details["forks_complete"] is True
+    fork = cli("show", "f00", "--store", local_url).stdout
+    assert "forked from: p at c00" in fork and "forks:" not in fork
 
 
 def test_checkpoints(cli: Cli, filled: Filled) -> None:
