@@ -23,6 +23,7 @@ from nestegg.checkpoint.records import (
     new_run_id,
 )
 from nestegg.checkpoint.step_formats import parse_step, step_with_data
+from nestegg.checkpoint.stores.base import forks_of
 from nestegg.checkpoint.views import (
     CheckpointInfo,
     CheckpointState,
@@ -167,7 +168,8 @@ def _forked_state(
 
 
 async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
-    """The run's steps and checkpoints with parents, and the runs forked from it.
+    """The run's steps and checkpoints with parents, and the runs forked from it, newest
+    first (found by the store's index of forks, ``ForkListing``, where it has one).
 
     A checkpoint's parent is the stored one before it; the first one's is the checkpoint
     the run was forked from, which pruning or deleting the parent run may have removed.
@@ -192,9 +194,9 @@ async def run_history(book: CheckpointedRuns, run_id: str) -> RunHistory:
     for checkpoint in await book.store.list_checkpoints(run.run_id):
         checkpoints.append(HistoryCheckpoint(CheckpointInfo.from_record(checkpoint), previous))
         previous = checkpoint.checkpoint_id
-    forks = [
-        RunInfo.from_record(r)
-        for r in await book.store.list_runs(pipeline=run.pipeline)
-        if r.parent_run == run.run_id
-    ]
-    return RunHistory(RunInfo.from_record(run), steps, checkpoints, forks)
+    forks, _ = await forks_of(
+        book.store, run.run_id, pipeline=run.pipeline, created_at=run.created_at
+    )  # every one: by the store's index of forks, else among every newer run of the pipeline
+    return RunHistory(
+        RunInfo.from_record(run), steps, checkpoints, [RunInfo.from_record(r) for r in forks]
+    )

@@ -21,8 +21,9 @@ from pydantic import BaseModel
 import nestegg
 from nestegg import Clutch, Handover, Strategy, Terminate, get_context
 from nestegg.checkpoint.ownership import host_id
-from nestegg.checkpoint.records import Owner
+from nestegg.checkpoint.records import Owner, RunRecord
 from nestegg.checkpoint.stores.base import CheckpointStorage
+from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.views import CheckpointInfo, RunHistory
 from nestegg.errors import (
     CheckpointCorruptedError,
@@ -815,6 +816,30 @@ async def test_history_draws_the_tree_of_a_run_and_its_forks(
     assert roots == [checkpoints[0].checkpoint_id]
     assert all(parent in edges for parent in edges.values() if parent is not None)
     assert [s.agent for s in child.steps] == list(NAMES)
+
+
+class _ListingsCounted(MemoryCheckpointStorage):
+    """A memory store that counts the listings of runs made of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+
+    async def list_runs(self, **filters: Any) -> list[RunRecord]:
+        self.listings += 1
+        return await super().list_runs(**filters)
+
+
+async def test_history_finds_forks_by_the_stores_index_without_listing_the_pipelines_runs() -> None:
+    store = _ListingsCounted()
+    pipeline = Pipeline(store, NAMES, keep_latest=None)
+    checkpoints = await finished(pipeline)
+    await pipeline.clutch.fork(checkpoints[1].checkpoint_id, run_id="child")
+    await pipeline.clutch.fork(checkpoints[2].checkpoint_id, run_id="sibling")
+    store.listings = 0
+    orig = await pipeline.clutch.history("orig")
+    assert [f.run_id for f in orig.forks] == ["sibling", "child"]  # newest first
+    assert store.listings == 0  # it listed every run of the pipeline, forks or not
 
 
 async def test_history_of_a_failed_run_lists_the_steps_that_completed(
