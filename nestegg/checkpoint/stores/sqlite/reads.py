@@ -1,4 +1,4 @@
-"""The SQLite store's reads: runs listed, and a run's steps, checkpoints, events, journal
+"""The SQLite store's reads: runs and forks listed, and a run's steps, checkpoints, events, journal
 and signals read (a signal's put beside its reads).
 
 Each is one query on the store's connection (:mod:`~nestegg.checkpoint.stores.sqlite.connection`
