@@ -77,6 +77,7 @@ __all__ = [
     "latest_conventions",
     "step_runner",
     "store_name",
+    "store_shown",
     "stored_trace",
     "timed_commit",
 ]
@@ -348,6 +349,21 @@ def store_name(store: Any) -> str:
     name = type(store).__name__
     entry = BY_NAME.get(name)
     return entry.schemes[0] if entry is not None and entry.schemes else name
+
+
+def store_shown(store: Any) -> str:
+    """A store as a worker's lines name it: its short name (:func:`store_name`) and where
+    it is: a server store's URL without its password and its prefix, a SQLite file's
+    path, a file store's directory."""
+    kind = store_name(store)
+    where = getattr(store, "where", None)  # PostgreSQL, Redis
+    if isinstance(where, str):
+        return f"{kind} at {where}"
+    place = getattr(store, "path", None) or getattr(store, "root", None)  # SQLite, file
+    if place is not None:
+        return f"{kind} {place}"
+    prefix = getattr(store, "prefix", None) or getattr(store, "table_prefix", None)
+    return f"{kind} (prefix {prefix!r})" if prefix else kind
 
 
 def ended_by(error: BaseException) -> str:

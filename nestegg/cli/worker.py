@@ -7,15 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import CommandError, app, describe_store, run_async
 from nestegg.cli.apps import import_app
 from nestegg.cli.seconds import seconds_parser
 from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
-from nestegg.telemetry import store_name
+from nestegg.telemetry import store_shown
 from nestegg.urls import without_password
 
 WORKER_APP_HELP = (
@@ -87,7 +84,8 @@ def serving_line(clutch: Clutch, agents: list[str] | None, concurrency: int) -> 
     (without a password) and store."""
     names = ", ".join(agents if agents is not None else clutch.agent_names)
     config = clutch.checkpoint_config  # a Clutch with a transport has one
-    store = _store_shown(config.storage if config is not None else None)
+    storage = config.storage if config is not None else None
+    store = describe_store(None) if storage is None else store_shown(storage)
     return (
         f"nestegg worker: serving pipeline {clutch.name!r} (agents {names}; concurrency "
         f"{concurrency}) from {_broker_shown(clutch.transport)}, store {store}; SIGTERM or "
@@ -100,17 +98,3 @@ def _broker_shown(transport: Any) -> str:
     address), else the transport's class."""
     where = getattr(transport, "where", None) or getattr(transport, "url", None)
     return without_password(where) if isinstance(where, str) else type(transport).__name__
-
-
-def _store_shown(store: CheckpointStorage | None) -> str:
-    """The store's kind and where it is: a file's path, a server store's key or table
-    prefix."""
-    if store is None:
-        return describe_store(None)
-    kind = store_name(store)
-    if isinstance(store, SQLiteCheckpointStorage):
-        return f"{kind} {store.path}"
-    if isinstance(store, FileCheckpointStorage):
-        return f"{kind} {store.root}"
-    prefix = getattr(store, "prefix", None) or getattr(store, "table_prefix", None)
-    return f"{kind} (prefix {prefix!r})" if prefix else kind

@@ -94,7 +94,8 @@ async def test_a_worker_says_once_on_stderr_that_it_serves_and_what(
     broker = without_password(deployment.transport_url)
     assert worker.errors().splitlines() == [
         f"nestegg worker: serving pipeline 'chain' (agents pong, ping; concurrency 2) from "
-        f"{broker}, store redis (prefix {deployment.prefix!r}); SIGTERM or Ctrl-C stops it"
+        f"{broker}, store redis at {without_password(deployment.redis_url)}, key prefix "
+        f"{deployment.prefix!r}; SIGTERM or Ctrl-C stops it"
     ]
 
 
