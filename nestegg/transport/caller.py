@@ -143,7 +143,8 @@ class RemoteProgress:
             return (
                 f"no worker took the first step of run {seen.run_id!r} within {limit:g} s: "
                 f"is a worker of pipeline {self.pipeline!r} running (nestegg worker "
-                "module:attr)? The run is stored, and a worker that starts takes it: "
+                "module:attr), on this caller's store (a worker on another store drops the "
+                "step, with a warning)? The run is stored, and a worker that starts takes it: "
                 f"{outcome_hint(seen.run_id)}"
             )
         return (

@@ -58,6 +58,7 @@ from nestegg.errors import (
 from nestegg.execution import RUN_DONE, STEP_DONE, RunExecution
 from nestegg.strategies import Strategy
 from nestegg.task import StepListeners
+from nestegg.telemetry import store_shown
 from nestegg.transport import tracing
 from nestegg.transport.base import Delivery, StepMessage, Transport, channel_name, give_back
 from nestegg.transport.lacking import MISFIT_GRACE_LEASES, LackingAgents, set_aside_since
@@ -69,6 +70,7 @@ from nestegg.transport.verdicts import (
     Verdict,
     failed_step,
     judge,
+    not_here,
     repoint_fence,
     resumed_by,
     resumes,
@@ -235,10 +237,12 @@ class StepRunner:
         waited_for: int | None = None  # the fence of the claim whose lease this waits for
         while True:
             run = await store.get_run(message.run_id)
+            elsewhere = not_here(message, run, self.clutch.name, store_shown(store))
+            if elsewhere is not None:
+                log.warning(elsewhere, extra={"run_id": message.run_id, "step": message.seq})
+                return None
             now = self.book.config.clock()
             verdict = judge(run, message, delivery.redelivered, now)
-            if run is not None and run.pipeline != self.clutch.name:
-                verdict = Verdict.DROP
             if verdict is Verdict.DROP:
                 return None
             assert run is not None

@@ -56,6 +56,25 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     return Verdict.TAKE
 
 
+def not_here(message: StepMessage, run: RunRecord | None, pipeline: str, store: str) -> str | None:
+    """Why ``message`` points at no run of ``pipeline`` in the worker's store (named as
+    ``store``), which drops it: the run is not there, or is another pipeline's (deleted, or
+    the process that sent the message uses another store than this worker); None when it
+    points at one."""
+    if run is not None and run.pipeline == pipeline:
+        return None
+    what = (
+        "no such run"
+        if run is None
+        else f"a run of pipeline {run.pipeline!r}, not {pipeline!r}, of that id"
+    )
+    return (
+        f"step {message.seq} of run {message.run_id!r}: the store of this worker ({store}) "
+        f"has {what}; the message is dropped (the run was deleted, or the process that sent "
+        "the message uses another store than this worker)"
+    )
+
+
 def interrupted(run: RunRecord) -> bool:
     """Whether ``run``'s last claim ended neither in a commit that released the run nor in
     a release: its owner died (or lost the store) during a step, or between steps of a

@@ -728,7 +728,8 @@ async def test_a_run_that_no_worker_takes_times_out_saying_so(deployment: Deploy
     assert type(late.value) is TimeoutError
     assert str(late.value) == (
         "no worker took the first step of run 'unserved' within 0.5 s: is a worker of "
-        "pipeline 'chain' running (nestegg worker module:attr)? The run is stored, and a "
+        "pipeline 'chain' running (nestegg worker module:attr), on this caller's store (a "
+        "worker on another store drops the step, with a warning)? The run is stored, and a "
         "worker that starts takes it: await clutch.result('unserved') for its outcome; to "
         "wait longer, pass timeout=None (as long as the run takes) or a larger timeout"
     )

@@ -31,8 +31,10 @@ from nestegg.constants import (
     STORE_RETRIES,
 )
 from nestegg.errors import RunFailedError
+from nestegg.testing.builders import create
 from nestegg.transport.base import StepMessage, channel_name
 from nestegg.transport.verdicts import pointer_fence
+from nestegg.urls import without_password
 from tests.transport.apps import STEPS, make_chain, make_slow, make_split
 from tests.transport.conftest import Deployment, wait_until
 
@@ -294,6 +296,41 @@ async def test_duplicate_messages_commit_nothing_twice(
     finally:
         await chain.stop()
     await check_run(store, "dup", await effect_counts(deployment))
+
+
+async def test_a_message_for_a_run_not_in_the_workers_store_is_dropped_with_a_warning(
+    deployment: Deployment, store: RedisCheckpointStorage
+) -> None:
+    # a caller on another store (or a run deleted meanwhile): the worker says so
+    worker = deployment.start_worker("chain")
+    chain = make_chain()
+    assert chain.transport is not None
+    await create(store, run_id="theirs", pipeline="split")
+    try:
+        for run_id in ("elsewhere", "theirs"):
+            message = StepMessage(run_id, 1, 1, "ping")
+            await chain.transport.publish(channel_name("chain", "ping"), message)
+        # its first step comes after them in the same channel
+        assert await chain.run({}, run_id="after", timeout=30) == uninterrupted_result()
+    finally:
+        await chain.stop()
+    worker.terminate()
+    assert worker.wait(timeout=20) == 0
+    where = f"redis at {without_password(deployment.redis_url)}, key prefix {deployment.prefix!r}"
+    dropped = (
+        "the message is dropped (the run was deleted, or the process that sent the message "
+        "uses another store than this worker)"
+    )
+    errors = worker.errors()
+    assert (
+        f"warning: step 1 of run 'elsewhere': the store of this worker ({where}) has no such "
+        f"run; {dropped}\n"
+    ) in errors
+    assert (
+        f"warning: step 1 of run 'theirs': the store of this worker ({where}) has a run of "
+        f"pipeline 'split', not 'chain', of that id; {dropped}\n"
+    ) in errors
+    assert await store.read_events("theirs") == []
 
 
 async def test_a_caller_killed_while_waiting_gets_its_result_from_a_new_process(
