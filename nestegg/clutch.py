@@ -10,7 +10,7 @@ the executions that one's, ``nestegg.pipeline.PipelineBase``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from nestegg.agents import check_name
@@ -424,6 +424,23 @@ class Clutch(StoredRuns):
             )
         return await task.result(timeout=timeout)
 
+    def _resumer(
+        self, book: CheckpointedRuns, listeners: StepListeners
+    ) -> Callable[[str], Awaitable[Any]] | None:
+        """A run a signal ends the wait of goes on on the workers, as ``resume_latest``
+        hands it back; here without a transport."""
+        transport = self.transport
+        if transport is None:
+            return None
+        from nestegg.transport.handback import resume_on_workers
+
+        def hand_back(run_id: str) -> Awaitable[Any]:
+            return resume_on_workers(
+                self, book, transport, run_id, listeners, reopen_cancelled=False
+            )
+
+        return hand_back
+
     async def fork(
         self,
         checkpoint_id: str,
@@ -466,6 +483,7 @@ class Clutch(StoredRuns):
 if TYPE_CHECKING:
     from nestegg.checkpoint.pipeline import Pipeline
     from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.runs import CheckpointedRuns
 
     def _fills_pipeline(clutch: Clutch) -> Pipeline:
         """mypy proves here that a Clutch is what checkpointing needs."""

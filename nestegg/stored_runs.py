@@ -5,6 +5,7 @@ own)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from nestegg.options import check_flag
@@ -12,6 +13,7 @@ from nestegg.pipeline import PipelineBase
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:
+    from nestegg.checkpoint.runs import CheckpointedRuns
     from nestegg.checkpoint.views import (
         CheckpointInfo,
         CheckpointState,
@@ -113,9 +115,10 @@ class StoredRuns(PipelineBase):
         """Send the signal ``name`` with ``value`` to a run (from any process).
 
         The signal is stored durably, once per run and name. If the run waits for it
-        (:func:`nestegg.wait_for`), it is resumed here: its waiting step runs again from
-        its start, with its journaled calls replayed, and gets ``value``. A signal sent
-        before the run waits for it is kept until it does.
+        (:func:`nestegg.wait_for`), it is resumed here (with a transport: handed back to
+        the workers, as :meth:`resume_latest` does, and its result awaited): its waiting
+        step runs again from its start, with its journaled calls replayed, and gets
+        ``value``. A signal sent before the run waits for it is kept until it does.
 
         Args:
             run_id: the run.
@@ -124,9 +127,10 @@ class StoredRuns(PipelineBase):
             replace: store ``value`` even if a signal of that name was sent already (a
                 step that received the earlier value keeps it); it keeps the time the
                 first came, so a wait that signal reached by its deadline stays met.
-            resume: resume the run here when it waits for this signal (or, what it waits
-                for unreadable, its event log torn or its ``run_waiting`` event damaged,
-                when its deadline has passed: its wait is over whatever it was); False
+            resume: resume the run (here, or on the workers) when it waits for this
+                signal (or, what it waits for unreadable, its event log torn or its
+                ``run_waiting`` event damaged, when its deadline has passed: its wait is
+                over whatever it was); False
                 only stores it, for ``recover()`` or a worker's sweeper to pick up. A
                 signal the run does not wait for now, one that comes after its wait's
                 deadline, or one whose name could not be checked (what the run waits for
@@ -156,10 +160,24 @@ class StoredRuns(PipelineBase):
         check_flag(resume, "resume", "signal()")
         book = self._checkpointing()
         task = await self._launch(
-            lambda lst: book.signal(run_id, name, value, replace=replace, resume=resume),
+            lambda lst: book.signal(
+                run_id,
+                name,
+                value,
+                replace=replace,
+                resume=resume,
+                resume_with=self._resumer(book, lst),
+            ),
             StepListeners(),
         )
         return await task.result(timeout=timeout)
+
+    def _resumer(
+        self, book: CheckpointedRuns, listeners: StepListeners
+    ) -> Callable[[str], Awaitable[Any]] | None:
+        """How a run that waited goes on once a signal ends its wait: None, in this
+        process (a Clutch with a transport hands it back to its workers)."""
+        return None
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run of this pipeline from any process: stored cancelled, with a

@@ -5,7 +5,7 @@ reaches the Clutch only through the ``Pipeline`` Protocol (pipeline.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -482,9 +482,17 @@ class CheckpointedRuns(RunStore):
     # ------------------------------------------------------------------ signals
 
     async def signal(
-        self, run_id: str, name: str, value: Any, *, replace: bool, resume: bool
+        self,
+        run_id: str,
+        name: str,
+        value: Any,
+        *,
+        replace: bool,
+        resume: bool,
+        resume_with: Callable[[str], Awaitable[Any]] | None = None,
     ) -> Any:
-        """Store a signal for a run; with ``resume``, resume the run if it waits for it.
+        """Store a signal for a run; with ``resume``, resume the run if it waits for it:
+        here, or by ``resume_with`` (a Clutch with a transport hands it to its workers).
 
         Returns the run's result when resumed here (None otherwise); raises RunWaiting when
         the resumed run waits again, and EventLogDamagedError, the signal not stored, when
@@ -510,6 +518,8 @@ class CheckpointedRuns(RunStore):
         if not await signal_resumes(store, await self.get_run_record(run_id), name, clock()):
             return None
         try:
+            if resume_with is not None:
+                return await resume_with(run_id)
             return await self.resume_latest(run_id, StepListeners(), reopen_cancelled=False)
         except RunLockedError:  # another process resumed (or cancelled) it first
             return None

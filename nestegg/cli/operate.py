@@ -169,10 +169,12 @@ async def _spinner(
 
 
 @contextlib.asynccontextmanager
-async def _told_when_handed_back(out: Output, clutch: Clutch, run_id: str) -> AsyncIterator[None]:
+async def told_when_handed_back(
+    out: Output, clutch: Clutch, run_id: str, *, here: bool = True
+) -> AsyncIterator[None]:
     """With a Clutch with a transport: one line on stderr once the run is handed back to
     its workers, since the command then waits for a worker to run it, for as long as none
-    runs."""
+    runs (``here``: the command has --here, which runs it in this process instead)."""
     if clutch.transport is None:
         yield
         return
@@ -183,10 +185,10 @@ async def _told_when_handed_back(out: Output, clutch: Clutch, run_id: str) -> As
 
     async def tell() -> None:
         await handed_back.wait()
+        instead = "; --here runs it in this process instead" if here else ""
         out.note(
             f"run {run_id} was handed back to the workers of pipeline {clutch.name!r}: waiting "
-            "for its result (a worker runs it: nestegg worker with this --app; --here runs it "
-            "in this process instead)"
+            f"for its result (a worker runs it: nestegg worker with this --app{instead})"
         )
 
     teller = asyncio.ensure_future(tell())
@@ -286,7 +288,7 @@ def resume_command(
             try:
                 async with (
                     _spinner(out, opened, run_id),
-                    _told_when_handed_back(out, clutch, run_id),
+                    told_when_handed_back(out, clutch, run_id),
                 ):
                     result, from_step = await _resume_from(
                         opened, clutch, before, from_checkpoint, here

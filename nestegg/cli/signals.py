@@ -28,7 +28,13 @@ from nestegg.cli.app import (
 )
 from nestegg.cli.apps import APP_HELP, bound
 from nestegg.cli.json_input import parse_json
-from nestegg.cli.operate import RESUMED_AND_WAITS, app_options, load_app, waits_error
+from nestegg.cli.operate import (
+    RESUMED_AND_WAITS,
+    app_options,
+    load_app,
+    told_when_handed_back,
+    waits_error,
+)
 from nestegg.cli.reading import get_run
 from nestegg.cli.render import Output, to_json
 from nestegg.cli.wait_words import app_placeholder, resume_hint
@@ -61,8 +67,9 @@ def signal_command(
     """Send a signal to a run (nestegg.wait_for in an agent receives it).
 
     It is stored once per run and name (--replace sends another value). With --app, a run
-    that waits for it resumes in this process and its result is printed (one that waits
-    again exits 5, as resume does); without, the signal is only stored, and
+    that waits for it resumes in this process (or, when the app's Clutch has a transport,
+    is handed back to its workers) and its result is printed (one that waits again exits
+    5, as resume does); without, the signal is only stored, and
     `nestegg recover --app ...` (or a worker) resumes the run.
     """
     out = Output(as_json)
@@ -88,7 +95,8 @@ def signal_command(
                 resumes = await signal_resumes(opened, run, name, time.time(), outcome)
                 wait = await wait_known(opened, run)
                 try:  # it warns, as the library does, of a signal the run will not take
-                    result = await clutch.signal(run_id, name, data, replace=replace)
+                    async with told_when_handed_back(out, clutch, run_id, here=False):
+                        result = await clutch.signal(run_id, name, data, replace=replace)
                 except RunWaiting as waiting:  # as resume says it: exit 5
                     raise waits_error(waiting, RESUMED_AND_WAITS, options) from waiting
                 note = await signal_note(opened, run_id, name, wait)

@@ -8,6 +8,9 @@ hand-back's doing."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 from nestegg import RunWaiting
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from tests.transport.apps import make_approving
-from tests.transport.conftest import Deployment
+from tests.transport.conftest import ROOT, Deployment
 from tests.transport.test_handback_paths import press_resume
 from tests.transport.test_workers import _effects_sync, event_log
 
@@ -106,6 +109,51 @@ async def test_a_waiting_run_whose_wait_is_over_is_handed_back_and_continued_onc
     resumed = next(body for kind, body in log if kind == "run_resumed")
     assert (resumed["previous"], resumed["seq"]) == ("waiting", 0)
     assert _effects_sync(deployment) == {"over:1": 1}  # replayed, not made again
+
+
+@pytest.mark.parametrize("sent_by", ["signal()", "nestegg signal --app"])
+async def test_a_signal_hands_the_run_whose_wait_it_ends_back_to_the_workers(
+    deployment: Deployment,
+    store: RedisCheckpointStorage,
+    monkeypatch: pytest.MonkeyPatch,
+    sent_by: str,
+) -> None:
+    # the run is the workers': the process that sends the signal runs none of its steps
+    deployment.lease = 20.0
+    deployment.apply(monkeypatch)
+    worker = deployment.start_worker("approving")
+    approving = make_approving()
+    try:
+        await _waiting(approving, "sent")
+        if sent_by == "signal()":
+            signalled = approving.signal("sent", "approval", "yes")
+            result = await asyncio.wait_for(signalled, HANDED_BACK_S)
+        else:
+            command = [sys.executable, "-m", "nestegg", "signal", "sent", "approval", '"yes"']
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [*command, "--app", "tests.transport.apps:approving", "--json"],
+                cwd=ROOT,
+                env=deployment.env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stderr == (
+                "run sent was handed back to the workers of pipeline 'approving': waiting for "
+                "its result (a worker runs it: nestegg worker with this --app)\n"
+            )
+            result = json.loads(done.stdout)["result"]
+    finally:
+        await approving.stop()
+    assert result == {"approval": "yes", "review": worker.process.pid}
+    kinds = _kinds(await event_log(store, "sent"))
+    assert kinds[kinds.index("run_waiting") :] == [
+        *["run_waiting", "run_resumed", "step_started"],
+        *["signal_received", "step_completed", "run_completed"],
+    ], kinds
+    assert _effects_sync(deployment) == {"sent:1": 1}  # replayed, not made again
 
 
 @pytest.mark.parametrize("then", ["fails", "waits again"])

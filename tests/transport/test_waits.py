@@ -1,5 +1,6 @@
 """A run that waits in distributed mode: the worker stores it as waiting and acks its
-message, the caller gets RunWaiting, and signal() resumes it in the signalling process."""
+message, the caller gets RunWaiting, and signal() hands it back to the workers (see
+test_handback_waits.py)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,8 @@ async def test_a_waiting_run_is_resumed_by_its_signal(deployment: Deployment) ->
         async with serving(worker):
             with pytest.raises(RunWaiting) as waiting:
                 await caller.run({}, run_id="approve-me", timeout=30)
-        assert waiting.value.signal == "approval"
-        result = await caller.signal("approve-me", "approval", "yes")
+            assert waiting.value.signal == "approval"
+            result = await caller.signal("approve-me", "approval", "yes", timeout=30)
     finally:
         await caller.stop()
         await worker.stop()
