@@ -103,7 +103,8 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
         else f"run {run_id!r} waits for {what}; nothing was run"
     )
     details = {"run_id": run_id, "status": WAITING, "waits_for": wait}
-    return CommandError(f"{head}: {_wait_ender(run_id, wait, options)}", EXIT_WAITING, details)
+    ender = _wait_ender(run_id, wait, options, on_workers=waiting.on_workers)
+    return CommandError(f"{head}: {ender}", EXIT_WAITING, details)
 
 
 def waits_for(waiting: RunWaiting) -> dict[str, Any]:
@@ -116,15 +117,20 @@ def waits_for(waiting: RunWaiting) -> dict[str, Any]:
     return {"signal": waiting.signal, "deadline": deadline, "received": False, "due": False}
 
 
-def _wait_ender(run_id: str, wait: dict[str, Any], options: str) -> str:
-    """The command that ends the wait of ``run_id`` (:func:`waits_for`'s ``wait``)."""
+def _wait_ender(
+    run_id: str, wait: dict[str, Any], options: str, *, on_workers: bool = False
+) -> str:
+    """The command that ends the wait of ``run_id`` (:func:`waits_for`'s ``wait``); for a
+    run on workers (``on_workers``) whose wait ends with time, that a sweep resumes it."""
     if wait.get("signal") is None:
         unreadable = unreadable_text(wait)
         due = "the timer is due" if unreadable is None else "its deadline passes"
-        return (
-            f"{'' if unreadable is None else f'{unreadable}; '}it goes on once {due}: "
-            f"nestegg resume {shlex.quote(run_id)} {options} (or nestegg recover {options})"
+        how = (
+            "a worker's sweep resumes it then"
+            if on_workers
+            else f"nestegg resume {shlex.quote(run_id)} {options} (or nestegg recover {options})"
         )
+        return f"{'' if unreadable is None else f'{unreadable}; '}it goes on once {due}: {how}"
     how = f"send it with: nestegg signal {shlex.quote(run_id)} {shlex.quote(wait['signal'])}"
     how += f" VALUE {options}"
     if wait["deadline"] is not None:

@@ -244,10 +244,11 @@ def make_slow(*, here: bool = False, **hooks: Any) -> Clutch:
 def make_approving(*, here: bool = False) -> Clutch:
     """One agent, ``review``: a journaled side effect, then a wait for signal ``approval``
     (for NESTEGG_TEST_WAIT seconds if set, then ``"expired"``), noting the pid that ran
-    it; it fails after the wait while the flag file exists (``NESTEGG_TEST_FLAG``);
-    ``here``: run in its own process (no transport)."""
+    it; it fails after the wait while the flag file exists (``NESTEGG_TEST_FLAG``), and
+    then sleeps on a durable timer for NESTEGG_TEST_NAP seconds if set; ``here``: run in
+    its own process (no transport)."""
     approving = Clutch("approving", transport=None if here else transport(), checkpoint=config())
-    seconds = setting("WAIT", "")
+    seconds, nap = setting("WAIT", ""), setting("NAP", "")
 
     @approving.agent()
     async def review(data: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +259,8 @@ def make_approving(*, here: bool = False) -> Clutch:
         except nestegg.SignalTimeoutError:
             approval = "expired"
         _fail_if_flagged("review")
+        if nap:
+            await nestegg.sleep(timedelta(seconds=float(nap)))
         return {**data, "approval": approval, "review": os.getpid()}
 
     return approving

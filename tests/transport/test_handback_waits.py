@@ -18,6 +18,7 @@ import pytest
 
 from nestegg import RunWaiting
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
+from nestegg.constants import EXIT_WAITING
 from tests.transport.apps import make_approving
 from tests.transport.conftest import ROOT, Deployment
 from tests.transport.test_handback_paths import press_resume
@@ -154,6 +155,35 @@ async def test_a_signal_hands_the_run_whose_wait_it_ends_back_to_the_workers(
         *["signal_received", "step_completed", "run_completed"],
     ], kinds
     assert _effects_sync(deployment) == {"sent:1": 1}  # replayed, not made again
+
+
+async def test_a_run_that_waits_again_on_workers_for_a_timer_is_said_to_be_resumed_by_a_sweep(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # not nestegg resume, which would hand it back to the workers to wait again
+    deployment.lease = 20.0
+    monkeypatch.setenv("NESTEGG_TEST_NAP", "3600")
+    deployment.apply(monkeypatch)
+    deployment.start_worker("approving")
+    approving = make_approving()
+    try:
+        await _waiting(approving, "napping")
+        command = [sys.executable, "-m", "nestegg", "signal", "napping", "approval", '"yes"']
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [*command, "--app", "tests.transport.apps:approving"],
+            cwd=ROOT,
+            env=deployment.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        await approving.stop()
+    assert done.returncode == EXIT_WAITING, done.stderr
+    told = done.stderr.splitlines()[-1]
+    assert told.startswith("error: run 'napping' was resumed and waits again, for timer until ")
+    assert told.endswith(": it goes on once the timer is due: a worker's sweep resumes it then")
 
 
 @pytest.mark.parametrize("then", ["fails", "waits again"])
