@@ -161,3 +161,78 @@ async def test_asyncio_run_ends_while_the_pool_is_connecting(pg_url: str) -> Non
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[[], []]\n"
     assert done.stderr == ""
+
+
+RUN_AT_LOOP_END = textwrap.dedent(
+    """
+    import asyncio, sys
+    from nestegg import Clutch
+    from nestegg.checkpoint import CheckpointConfig
+    from nestegg.checkpoint.stores import open_store
+
+    url = sys.argv[1]
+    store = open_store(url)
+    clutch = Clutch("ending", checkpoint=CheckpointConfig(storage=store))
+
+    @clutch.agent()
+    async def slow(data: dict) -> dict:
+        await asyncio.sleep(60)
+        return data
+
+    async def main():
+        try:
+            await clutch.run({}, run_id="ended", timeout=0.2)
+        except TimeoutError:
+            print("timed out")
+        finally:
+            await store.close()  # the run goes on, until asyncio.run cancels it
+
+    asyncio.run(main())
+
+    async def status():
+        reader = open_store(url)
+        try:
+            return (await reader.get_run("ended")).status
+        finally:
+            await reader.close()
+
+    print(asyncio.run(status()))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=[pytest.mark.server] if kind in SERVER_KINDS else [])
+        for kind in ("sqlite", *SERVER_KINDS)
+    ],
+)
+async def test_a_run_stored_cancelled_as_asyncio_run_ends_leaves_no_pending_task(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    """A store closed while a run still goes on (a command that ends on Ctrl-C closes it
+    first): the run's end, stored as ``asyncio.run`` cancels it, opens the store again, and
+    that is closed too (a PostgreSQL pool's tasks were destroyed pending)."""
+    url, prefix = f"sqlite:///{tmp_path / 'n.db'}", ""
+    if kind == "postgres":
+        prefix = f"t{uuid.uuid4().hex[:12]}_"
+        url = f"{request.getfixturevalue('pg_url')}?table_prefix={prefix}"
+    elif kind == "redis":
+        prefix = f"nestegg-test:{uuid.uuid4().hex}:"
+        url = f"{request.getfixturevalue('redis_url')}?prefix={prefix}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RUN_AT_LOOP_END, url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        if kind == "postgres":
+            await drop_postgres_tables(request.getfixturevalue("pg_url"), prefix)
+        elif kind == "redis":
+            await delete_redis_keys(request.getfixturevalue("redis_url"), prefix)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "timed out\ncancelled\n"
+    assert done.stderr == ""

@@ -6,7 +6,8 @@ that cannot be reached is named with psycopg's own cause, then opens a
 ``psycopg_pool.AsyncConnectionPool``. :func:`on_cursor` runs an operation on a cursor of
 a pooled connection, cut off (:func:`answer_by`) when the server has not answered by the
 deadline. :func:`close_with_loop` closes the pool when the store is closed or its event
-loop ends, :func:`close_at_exit` that of a store nobody closed on a loop nobody ended.
+loop ends, :func:`closed_at_shutdown` one opened while ``asyncio.run`` ends its loop, and
+:func:`close_at_exit` that of a store nobody closed on a loop nobody ended.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import socket
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +27,7 @@ import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
+from nestegg.cancellation import cancel_and_wait
 from nestegg.checkpoint.stores.postgres.errors import (
     driver_errors,
     is_final,
@@ -81,6 +83,19 @@ async def close_with_loop(store_ref: weakref.ref[PostgresCheckpointStorage], poo
         if store is not None:
             store._let_go(pool)
         await pool.close()
+
+
+async def closed_at_shutdown(closer: asyncio.Task[None]) -> AsyncGenerator[None, None]:
+    """Started once its pool opens, closes that pool (cancels ``closer``) when the loop
+    finalizes it. ``asyncio.run`` finalizes the async generators of its loop after it has
+    cancelled every task and they have ended: a pool opened while they ended (a run
+    cancelled as the loop ends stores its end, after the store was closed or the closer
+    of its pool ran) has a closer nobody cancels, and would be left to the loop's close,
+    its tasks destroyed pending."""
+    try:
+        yield
+    finally:
+        await cancel_and_wait(closer)
 
 
 def close_at_exit(

@@ -26,7 +26,7 @@ import hashlib
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 # The driver: a missing one becomes MissingDependencyError in stores/registry.py.
@@ -48,6 +48,7 @@ from nestegg.checkpoint.stores.postgres.connection import (
     check_conninfo,
     close_at_exit,
     close_with_loop,
+    closed_at_shutdown,
     describe,
     on_cursor,
     open_pool,
@@ -191,6 +192,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
         self._claims = GroupCalls(self._claim_one, self._claim_many, claimed_id)
         self._exit_hook: Callable[[], None] | None = None
         self._closer: asyncio.Task[None] | None = None
+        self._shutdown: AsyncGenerator[None, None] | None = None
         digest = hashlib.blake2b(f"nestegg-schema:{table_prefix}".encode(), digest_size=8)
         self._lock_key = int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -232,6 +234,8 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
         )
         self._exit_hook = functools.partial(close_at_exit, weakref.ref(self), loop)
         atexit.register(self._exit_hook)
+        self._shutdown = closed_at_shutdown(self._closer)
+        await anext(self._shutdown)  # the loop finalizes it as it shuts down
 
     def _let_go(self, pool: Any) -> None:
         """Forget ``pool``, which its closer closes, if it is still this store's: the next
@@ -240,6 +244,7 @@ class PostgresCheckpointStorage(PostgresBatches, PostgresReads, PostgresThreadRo
             return
         self._pool = None
         self._closer = None
+        self._shutdown = None
         self._ready = False
         if self._exit_hook is not None:
             atexit.unregister(self._exit_hook)
