@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from nestegg.agents import check_name
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
 from nestegg.context import current_context
 from nestegg.durations import seconds_or_none
 from nestegg.errors import ConfigurationError, NoActiveRunError
+from nestegg.identifiers import check_name
 from nestegg.stored_runs import StoredRuns
 from nestegg.task import ClutchTask, LocalLate, StepEvent, StepListeners
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 from nestegg import telemetry_attempts
 from nestegg.agents import AgentNode, to_plain
-from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.context import ClutchContext, ClutchState
 from nestegg.definition import PipelineDefinition, Selector
-from nestegg.errors import ConfigurationError, InvalidIdentifierError
+from nestegg.errors import ConfigurationError
 from nestegg.execution import NullRecorder, Recorder, RunExecution, StepHook
+from nestegg.identifiers import check_pipeline_name
 from nestegg.options import is_count, shown
 from nestegg.strategies import Cursor, Strategy, make_cursor
 from nestegg.task import ClutchTask, Late, StepListeners, until_started
@@ -38,37 +38,6 @@ RequestHook = Callable[[dict[str, Any]], Awaitable[None]]
 ResponseHook = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
 CheckpointHook = Callable[[Any], Awaitable[None]]
 RefusalHook = Callable[[Exception], Awaitable[None]]
-
-
-def check_pipeline_name(name: object) -> None:
-    """Refuse a pipeline name no store can keep with its runs: not a string, or holding a
-    NUL or a lone surrogate. Any other name is kept (``/``, ``..`` and line breaks name no
-    file; broker channels escape what they must), so no pipeline with stored runs is shut
-    out of them.
-
-    Raises:
-        InvalidIdentifierError: naming the name and what is wrong.
-    """
-    if not isinstance(name, str):
-        raise InvalidIdentifierError(f"pipeline name must be a string, got {name!r}")
-    if (problem := unstorable_character(name)) is not None:
-        raise InvalidIdentifierError(
-            f"pipeline name {name!r} holds {problem}: no store can keep it with the runs"
-        )
-
-
-def check_pipeline_filter(pipeline: str | None) -> str | None:
-    """``pipeline``, a name to list runs by (None: every pipeline), if a pipeline can have
-    it (:func:`check_pipeline_name`): the rule of ``nestegg runs --pipeline``, ``nestegg
-    prune --pipeline`` and the web inspector's filter.
-
-    Raises:
-        InvalidIdentifierError: naming the name and what is wrong (a NUL, bytes that are
-            not UTF-8).
-    """
-    if pipeline is not None:
-        check_pipeline_name(pipeline)
-    return pipeline
 
 
 class PipelineBase(PipelineDefinition):

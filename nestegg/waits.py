@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import PydanticUserError, TypeAdapter, ValidationError
 
-from nestegg.agents import check_name, validation_problems
+from nestegg.agents import validation_problems
 from nestegg.context import current_context
 from nestegg.durations import seconds, seconds_or_none
 from nestegg.errors import ConfigurationError, SignalTimeoutError, SignalValueError
+from nestegg.identifiers import check_name
 from nestegg.journal import argument_hash
 from nestegg.signals import WaitSuspended
 

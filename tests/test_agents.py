@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from nestegg.agents import AgentNode, check_name, input_type_of, to_plain, to_typed
+from nestegg.agents import AgentNode, input_type_of, to_plain, to_typed
 from nestegg.constants import MAX_NAME_LENGTH
 from nestegg.errors import ConfigurationError, InvalidIdentifierError
+from nestegg.identifiers import check_name
 
 
 class InputModel(BaseModel):

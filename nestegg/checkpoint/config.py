@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
-from nestegg.agents import agent_names, check_name
 from nestegg.constants import DEFAULT_LEASE
 from nestegg.errors import ConfigurationError
+from nestegg.identifiers import agent_names, check_name
 from nestegg.options import is_count, shown
 
 if TYPE_CHECKING:

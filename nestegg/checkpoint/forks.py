@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from nestegg.agents import check_name, to_plain
+from nestegg.agents import to_plain
 from nestegg.checkpoint.admission import fork_start
 from nestegg.checkpoint.codec import decode_value, encode_value, seal
 from nestegg.checkpoint.formats import checkpoint_body, event_body
@@ -35,6 +35,7 @@ from nestegg.checkpoint.views import (
 )
 from nestegg.constants import REASON_FORK, RUN_FORKED, RUNNING
 from nestegg.errors import RunExistsError
+from nestegg.identifiers import check_name
 from nestegg.task import StepListeners
 
 if TYPE_CHECKING:

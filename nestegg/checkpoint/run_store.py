@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nestegg.agents import check_name, to_plain
+from nestegg.agents import to_plain
 from nestegg.checkpoint.admission import check_pipeline, existing_run
 from nestegg.checkpoint.cancels import Cancellation, cancel_run
 from nestegg.checkpoint.codec import encode_value, seal
@@ -50,6 +50,7 @@ from nestegg.errors import (
     RunExistsError,
     RunLockedError,
 )
+from nestegg.identifiers import check_name
 from nestegg.options import is_count, shown
 
 NOT_STORED = {

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.agents import check_name, to_plain
+from nestegg.agents import to_plain
 from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import EventRecord, RunRecord, SignalRecord
@@ -31,6 +31,7 @@ from nestegg.errors import (
     SignalExistsError,
     SignalRefusedError,
 )
+from nestegg.identifiers import check_name
 
 log = logging.getLogger("nestegg")
 

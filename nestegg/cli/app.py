@@ -22,7 +22,6 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, in_memory, open_store
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
@@ -54,6 +53,7 @@ from nestegg.errors import (
     SignalValueError,
     StorageUnavailableError,
 )
+from nestegg.identifiers import check_name
 from nestegg.urls import without_password
 
 T = TypeVar("T")

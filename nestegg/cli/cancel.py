@@ -7,12 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.cancels import Cancellation, cancel_run
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import JsonOption, StoreOption, app, id_argument, run_with_store
 from nestegg.cli.render import STEPS, Output, counted
 from nestegg.constants import DEFAULT_LEASE, QUEUED, RUNNING
+from nestegg.identifiers import check_name
 
 
 def _summary(cancel: Cancellation) -> dict[str, Any]:

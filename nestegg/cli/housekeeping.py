@@ -51,7 +51,7 @@ from nestegg.constants import (
     LONGEST_DURATION_DAYS,
 )
 from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError, RunLockedError
-from nestegg.pipeline import check_pipeline_filter
+from nestegg.identifiers import check_pipeline_filter
 from nestegg.wording import numbers_text
 
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.admission import check_checkpoint_run
 from nestegg.checkpoint.forks import fork_id_taken
 from nestegg.checkpoint.given import given_data, refuse_key_twice
@@ -54,6 +53,7 @@ from nestegg.errors import (
     RunExistsError,
     RunWaiting,
 )
+from nestegg.identifiers import check_name
 from nestegg.urls import without_password
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]

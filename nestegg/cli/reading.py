@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.cancels import cancelled_by
 from nestegg.checkpoint.codec import enums_kept
 from nestegg.checkpoint.formats import parse_checkpoint, parse_journal
@@ -55,6 +54,7 @@ from nestegg.constants import (
     WAITING,
 )
 from nestegg.errors import CheckpointCorruptedError, CheckpointNotFoundError
+from nestegg.identifiers import check_name
 from nestegg.strategies import Undecided, upcoming_at
 
 ERROR_SUMMARY_KEYS = ("type", "message", "agent", "hook", "seq")

@@ -53,7 +53,7 @@ from nestegg.constants import (
     SHOWN_RUNNING,
     STATUSES,
 )
-from nestegg.pipeline import check_pipeline_filter
+from nestegg.identifiers import check_pipeline_filter
 
 FullOption = Annotated[
     bool,

@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.codec import unseal
 from nestegg.checkpoint.records import (
     CheckpointRecord,
@@ -47,7 +46,6 @@ from nestegg.checkpoint.records import (
     StepRecord,
 )
 from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.threads import unstorable_character
 from nestegg.cli.reading import get_run
 from nestegg.cli.record_bodies import key_twice
 from nestegg.cli.record_copies import copy_mismatch
@@ -66,6 +64,7 @@ from nestegg.errors import (
     EventLogDamagedError,
     RunExistsError,
 )
+from nestegg.identifiers import check_name, unstorable_character
 
 Blob = str | dict[str, str]
 Fields = dict[str, Any]

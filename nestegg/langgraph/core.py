@@ -30,9 +30,9 @@ from nestegg.checkpoint.stores.threads import (
     ThreadRow,
     ThreadStore,
     check_thread_id,
-    unstorable_character,
 )
 from nestegg.errors import CheckpointCorruptedError
+from nestegg.identifiers import unstorable_character
 from nestegg.langgraph import limits
 from nestegg.langgraph.damage import naming
 from nestegg.langgraph.deferred import DeferredWrites

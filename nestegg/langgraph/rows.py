@@ -24,8 +24,9 @@ from typing import Any
 
 import ormsgpack
 
-from nestegg.checkpoint.stores.threads import KEY_END, unstorable_character
+from nestegg.checkpoint.stores.threads import KEY_END
 from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError
+from nestegg.identifiers import unstorable_character
 
 SEP = "\x1f"
 SEALED = b"\xc1"

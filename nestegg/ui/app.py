@@ -25,7 +25,6 @@ from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.clutch import Clutch
 from nestegg.errors import (
@@ -43,6 +42,7 @@ from nestegg.errors import (
     StorageUnavailableError,
     StoreRefusedError,
 )
+from nestegg.identifiers import check_name
 from nestegg.ui import actions, live, pages
 from nestegg.ui.render import STATIC, environment
 

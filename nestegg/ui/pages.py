@@ -17,7 +17,7 @@ from nestegg.cli.wait_words import placeholder_options
 from nestegg.clutch import Clutch
 from nestegg.constants import FORK_SCAN, LARGEST_NUMBER, LISTED_STATUSES
 from nestegg.errors import CheckpointNotFoundError, ConfigurationError, InvalidIdentifierError
-from nestegg.pipeline import check_pipeline_filter
+from nestegg.identifiers import check_pipeline_filter
 from nestegg.ui import queries
 
 if TYPE_CHECKING:  # the application imports this module

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from nestegg import Clutch
-from nestegg.agents import check_name
 from nestegg.checkpoint import CheckpointConfig
 from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.constants import MAX_NAME_LENGTH
 from nestegg.errors import InvalidIdentifierError
+from nestegg.identifiers import check_name
 
 from .conftest import Pipeline, config
 

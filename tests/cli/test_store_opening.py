@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from nestegg.agents import NOT_ALLOWED
 from nestegg.checkpoint.stores import open_store
 from nestegg.checkpoint.stores.file import FileCheckpointStorage
 from nestegg.checkpoint.stores.sqlite.schema import SCHEMA_VERSION
@@ -33,6 +32,7 @@ from nestegg.constants import (
     STORE_ENV,
 )
 from nestegg.errors import CheckpointCorruptedError
+from nestegg.identifiers import NOT_ALLOWED
 from nestegg.urls import UNREADABLE_HOST, UNREADABLE_USER, without_password
 from tests.cli.conftest import Cli, Filled, fill, json_of
 from tests.cli.test_subprocess import ROOT, nestegg

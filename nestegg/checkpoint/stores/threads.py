@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from nestegg.errors import InvalidIdentifierError
+from nestegg.identifiers import unstorable_character
 
 CHECKPOINT = "checkpoint"
 BLOB = "blob"
@@ -25,19 +26,6 @@ WRITE = "write"
 ROW_KINDS = (CHECKPOINT, BLOB, WRITE)
 KEY_END = "\U0010ffff"
 """Above every key a thread uses: ``prefix + KEY_END`` ends a scan of ``prefix``."""
-
-
-def unstorable_character(text: str) -> str | None:
-    """What in ``text`` no store can keep in a thread id or a row key, and where: its first
-    NUL (PostgreSQL's text has none) or lone surrogate (not UTF-8, as every store but the
-    memory one writes keys); None when every store keeps it. Other control characters are
-    kept (the command prints them escaped)."""
-    for index, char in enumerate(text):
-        if char == "\0":
-            return f"a NUL character (U+0000) at index {index}"
-        if "\ud800" <= char <= "\udfff":
-            return f"a lone surrogate (U+{ord(char):04X}) at index {index}, which is not text"
-    return None
 
 
 def check_thread_id(thread_id: str, where: str) -> str:

@@ -29,7 +29,6 @@ from typing import Any
 
 import orjson
 
-from nestegg.agents import check_name
 from nestegg.checkpoint.records import (
     CheckpointRecord,
     Commit,
@@ -49,6 +48,7 @@ from nestegg.constants import (
     FILE_UNREADABLE_REASON,
 )
 from nestegg.errors import InvalidIdentifierError, StorageError
+from nestegg.identifiers import check_name
 
 log = logging.getLogger("nestegg")
 
