@@ -1,27 +1,58 @@
-"""Checkpointing: configuration, the store contract, the stores and what reads back."""
+"""Checkpointing: configuration, the store contract, the stores and what reads back.
+
+Each name is imported from its module when first used (``from nestegg.checkpoint import
+CheckpointConfig`` does it): a store through :mod:`nestegg.checkpoint.stores.registry`,
+which names the extra to install when its driver is missing, the others from the module
+listed for them; so that what imports one of its modules (the ``nestegg`` command
+reading a SQLite store) does not import the others.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from nestegg.checkpoint.config import CheckpointConfig, CheckpointPolicy
-from nestegg.checkpoint.stores import open_store
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
 from nestegg.checkpoint.stores.registry import BY_NAME, import_store
-from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, Event, RunInfo
 
 if TYPE_CHECKING:
+    from nestegg.checkpoint.config import CheckpointConfig, CheckpointPolicy
+    from nestegg.checkpoint.stores import open_store
+    from nestegg.checkpoint.stores.base import CheckpointStorage
     from nestegg.checkpoint.stores.file import FileCheckpointStorage
+    from nestegg.checkpoint.stores.memory import MemoryCheckpointStorage
     from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+    from nestegg.checkpoint.views import CheckpointInfo, CheckpointState, Event, RunInfo
+
+_HOMES = {
+    "CheckpointConfig": "nestegg.checkpoint.config",
+    "CheckpointInfo": "nestegg.checkpoint.views",
+    "CheckpointPolicy": "nestegg.checkpoint.config",
+    "CheckpointState": "nestegg.checkpoint.views",
+    "CheckpointStorage": "nestegg.checkpoint.stores.base",
+    "Event": "nestegg.checkpoint.views",
+    "RunInfo": "nestegg.checkpoint.views",
+    "open_store": "nestegg.checkpoint.stores",
+}
+"""The module each name other than a store's comes from (the imports above, for type
+checkers)."""
 
 
 def __getattr__(name: str) -> Any:
-    """The stores other than memory, imported when first named (stores/registry.py)."""
+    """A name of this package, imported when first used: a store through the registry
+    (stores/registry.py), another from its module (:data:`_HOMES`)."""
     entry = BY_NAME.get(name)
-    if entry is None:
+    if entry is not None:
+        return import_store(entry)
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'nestegg.checkpoint' has no attribute {name!r}")
-    return import_store(entry)
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next use finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, *BY_NAME})
 
 
 __all__ = [
