@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nestegg.agents import misfit, to_plain
 from nestegg.checkpoint.codec import same_stored, unseal_json
 from nestegg.checkpoint.formats import REQUEST_HOOK, parse_event, parse_failure
 from nestegg.checkpoint.given import GivenData
@@ -196,6 +195,8 @@ def check_data(
     upcoming = state.next_agent if state.next_agent is not None else cursor.upcoming()
     if upcoming is None or state.turn >= pipeline.max_turns:
         return  # nothing runs: the data is the run's result
+    from nestegg.agents import misfit  # and pydantic: a resume's, not a reader's of the run
+
     agent = None if upcoming is Undecided.SELECTOR else upcoming
     model = pipeline.input_type(agent)
     reason = misfit(state.data if fork is None else fork.data, model)
@@ -433,6 +434,8 @@ async def fork_start(
             no longer has, or (IncompatibleDataError) the data does not fit the model of
             the agent it goes to.
     """
+    from nestegg.agents import to_plain  # and pydantic, as in check_data
+
     check_fork_pipeline(run, checkpoint.checkpoint_id, pipeline.name)
     state, steps = await load_state_and_steps(store, run, checkpoint)
     given = data is not None

@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from nestegg.checkpoint.admission import check_pipeline
 from nestegg.checkpoint.formats import ending_commit, opening_payload, parse_event
 from nestegg.checkpoint.ownership import current_owner, owner_payload, run_state
 from nestegg.checkpoint.records import Commit, RunRecord
@@ -70,7 +69,9 @@ class Cancellation:
 
 def _refuse(run: RunRecord, pipeline: str | None) -> None:
     """Refuse to cancel a completed or failed run, or a run of another pipeline."""
-    if pipeline is not None:
+    if pipeline is not None:  # a Clutch's cancel (admission: a resume's, not a reader's)
+        from nestegg.checkpoint.admission import check_pipeline
+
         check_pipeline(run, pipeline, ": it was not cancelled")
     if run.status in (COMPLETED, FAILED):
         raise RunFinishedError(

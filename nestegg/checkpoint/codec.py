@@ -32,7 +32,6 @@ from operator import eq, itemgetter, methodcaller
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
 
 from nestegg.checkpoint.iso_times import datetime_from, iso_text, time_from
 from nestegg.constants import RECORD_MAX_BYTES
@@ -94,7 +93,8 @@ def _encode_scalar(value: Any, path: str) -> Any:
         return _tag("decimal", str(value))
     if isinstance(value, bytes | bytearray):
         return _tag("bytes", base64.b64encode(value).decode("ascii"))
-    if isinstance(value, BaseModel):
+    pydantic = sys.modules.get("pydantic")  # no value is a model before pydantic is imported
+    if pydantic is not None and isinstance(value, pydantic.BaseModel):
         return to_jsonable(value.model_dump(), path)
     raise CheckpointSerializationError(path, type(value).__qualname__)
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from nestegg.agents import to_plain
 from nestegg.checkpoint.codec import encode_value
 from nestegg.checkpoint.formats import parse_event, signal_body
 from nestegg.checkpoint.records import EventRecord, RunRecord, SignalRecord
@@ -371,6 +370,8 @@ async def store_signal(
         SignalExistsError: a signal of that name was sent already (and not ``replace``),
             saying whether the run waits for it (so no step received it).
     """
+    from nestegg.agents import to_plain  # and pydantic: a signal's, not a reader's of waits
+
     check_name(name, "signal name")
     body = signal_body(encode_value(to_plain(value), f"signal {name!r}"))
     run = await store.get_run(check_name(run_id, "run id"))
