@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 STEPS = ("step", "steps")
+RUNS = ("run", "runs")
+CHECKPOINTS = ("checkpoint", "checkpoints")
+EVENTS = ("event", "events")
+JOURNAL_ENTRIES = ("journal entry", "journal entries")
+THREADS = ("thread", "threads")
+ROWS = ("row", "rows")
+LANGGRAPH_THREADS = ("LangGraph thread", "LangGraph threads")
 
 
 def counted(count: int, noun: tuple[str, str]) -> str:
@@ -22,4 +29,15 @@ def numbers_text(numbers: list[int]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-__all__ = ["STEPS", "counted", "numbers_text"]
+__all__ = [
+    "CHECKPOINTS",
+    "EVENTS",
+    "JOURNAL_ENTRIES",
+    "LANGGRAPH_THREADS",
+    "ROWS",
+    "RUNS",
+    "STEPS",
+    "THREADS",
+    "counted",
+    "numbers_text",
+]

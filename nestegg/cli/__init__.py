@@ -1,7 +1,8 @@
 """The ``nestegg`` command: inspect, resume, recover and clean up stored runs.
 
 Imported only by the console script (and ``python -m nestegg``): ``import nestegg`` never
-imports typer or rich.
+imports typer or rich. The command modules below declare the commands; what a command
+uses is imported when it runs (see :mod:`nestegg.cli.app`).
 """
 
 from __future__ import annotations

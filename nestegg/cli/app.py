@@ -4,11 +4,15 @@ Every error ends the command with one line on stderr (``error: ...``) and an exi
 0 ok, 1 failed operation, 2 bad usage, 3 not found, 4 store unreachable, 5 the run waits
 (``nestegg resume`` of a run whose wait is not over), 130 Ctrl-C.
 ``--debug`` adds the traceback.
+
+This module, as every module that declares commands, imports only what reading the
+command line needs (typer, the exit codes, the errors): a store, asyncio, the output and
+the Clutch are imported by the functions that use them, so that ``nestegg --help``
+imports none of them and ``nestegg runs`` only the store it reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -17,19 +21,13 @@ import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from nestegg.checkpoint.stores import NO_SCHEME, default_store, home_path, in_memory, open_store
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from nestegg.checkpoint.stores.registry import BY_SCHEME
-from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
-from nestegg.checkpoint.stores.sqlite.read_only import check_existing_store
-from nestegg.cli import render
-from nestegg.cli.render import escaped, escaped_lines
+from nestegg.cli import json_output
+from nestegg.cli.escapes import escaped, escaped_lines
 from nestegg.constants import (
     DEFAULT_DB_NAME,
     EXIT_FAILED,
@@ -56,6 +54,11 @@ from nestegg.errors import (
 from nestegg.identifiers import check_name
 from nestegg.urls import without_password
 
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.checkpoint.stores.file import FileCheckpointStorage
+    from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+
 T = TypeVar("T")
 
 STORE_HELP = (
@@ -71,7 +74,7 @@ StoreOption = Annotated[
 
 
 def _note_json(value: bool) -> bool:
-    render.json_output.requested = value
+    json_output.state.requested = value
     return value
 
 
@@ -163,8 +166,10 @@ def _report(error: BaseException, debug: bool) -> int:
     else:
         line, code = error_line(error), exit_code_for(error)
     sys.stderr.write(f"error: {escaped(line)}\n")
-    if render.json_output.requested and not render.json_output.written:
-        render.Output(as_json=True).json(_error_object(error, line, code))
+    if json_output.state.requested and not json_output.state.written:
+        from nestegg.cli.render import Output
+
+        Output(as_json=True).json(_error_object(error, line, code))
     return code
 
 
@@ -238,7 +243,7 @@ class NestEggGroup(TyperGroup):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in argv
-        render.json_output = render.JsonOutput()
+        json_output.state = json_output.JsonOutput()
         try:
             outcome = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = outcome if isinstance(outcome, int) else EXIT_OK
@@ -322,6 +327,8 @@ def store_url(ctx: typer.Context, store: str | None) -> str | None:
                 f"${STORE_ENV} or the default store",
                 EXIT_USAGE,
             )
+    from nestegg.checkpoint.stores import in_memory
+
     chosen = store or settings.store or os.environ.get(STORE_ENV) or None
     if chosen is not None and in_memory(chosen):
         raise CommandError(
@@ -345,7 +352,14 @@ def describe_store(url: str | None) -> str:
     default's path."""
     if url:
         return without_password(url)
-    return f"the default store ({home_path() / DEFAULT_DB_NAME})"
+    return f"the default store ({_default_path()})"
+
+
+def _default_path() -> Path:
+    """Where the embedded default store is (or would be)."""
+    from nestegg.checkpoint.stores import home_path
+
+    return home_path() / DEFAULT_DB_NAME
 
 
 def _origin(url: str) -> str:
@@ -359,6 +373,8 @@ def open_selected(url: str | None, *, read_only: bool = False) -> CheckpointStor
     Raises:
         CommandError: an unknown scheme or a malformed URL (naming where it came from).
     """
+    from nestegg.checkpoint.stores import default_store, open_store
+
     try:
         return open_store(url, read_only=read_only) if url else default_store()
     except (ValueError, TypeError) as error:
@@ -368,6 +384,9 @@ def open_selected(url: str | None, *, read_only: bool = False) -> CheckpointStor
 
 
 def _bad_url(url: str, error: Exception) -> str:
+    from nestegg.checkpoint.stores import NO_SCHEME
+    from nestegg.checkpoint.stores.registry import BY_SCHEME
+
     if "://" not in url and url.partition(":")[0] not in BY_SCHEME:  # sqlite:x.db has one
         reason = NO_SCHEME
     else:  # the URL is named once, with where it came from (a store's own words name it too)
@@ -379,10 +398,16 @@ def _bad_url(url: str, error: Exception) -> str:
 def _embedded_for_reading(url: str | None) -> Any:
     """The SQLite (read-only) or file store ``url`` names, else None; not opened yet."""
     if not url:
-        return SQLiteCheckpointStorage(home_path() / DEFAULT_DB_NAME, read_only=True)
+        from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
+
+        return SQLiteCheckpointStorage(_default_path(), read_only=True)
     if url.startswith("sqlite:"):  # open_store takes its ?max_pending_commits= out
+        from nestegg.checkpoint.stores import open_store
+
         return open_store(url, read_only=True)
     if url.startswith("file:"):
+        from nestegg.checkpoint.stores.file import FileCheckpointStorage
+
         return FileCheckpointStorage.from_url(url)
     return None
 
@@ -402,15 +427,14 @@ def _open_existing(url: str | None, read_only: bool) -> CheckpointStorage:
         raise CommandError(_bad_url(url, error), EXIT_USAGE) from error
     if store is None:  # a server store: its setup() then creates, migrates and marks nothing
         return open_selected(url, read_only=read_only)
-    where = url or f"{home_path() / DEFAULT_DB_NAME} (the default store; a run creates it)"
+    where = url or f"{_default_path()} (the default store; a run creates it)"
     if (absent := embedded_absent(store, where)) is not None:
         raise absent
-    if (
-        not read_only
-        and isinstance(store, SQLiteCheckpointStorage)
-        and isinstance(store.path, Path)
-    ):
-        check_existing_store(store.path)  # setup() would give a foreign file our schema
+    sqlite = sqlite_store(store)
+    if not read_only and sqlite is not None and isinstance(sqlite.path, Path):
+        from nestegg.checkpoint.stores.sqlite.read_only import check_existing_store
+
+        check_existing_store(sqlite.path)  # setup() would give a foreign file our schema
     opened: CheckpointStorage = store if read_only else open_selected(url)
     return opened
 
@@ -422,13 +446,30 @@ def embedded_absent(
     shown as ``where``) to exist, when it does not; None when it does or is not embedded.
     ``from_url``: a relative SQLite path came from a URL (say how to name an absolute
     one)."""
-    if isinstance(store, SQLiteCheckpointStorage):
-        if isinstance(store.path, Path) and not store.path.is_file():
-            hint = _relative(store.path) if from_url else ""
+    if (sqlite := sqlite_store(store)) is not None:
+        if isinstance(sqlite.path, Path) and not sqlite.path.is_file():
+            hint = _relative(sqlite.path) if from_url else ""
             return CommandError(f"no store at {where}: no such file{hint}", EXIT_NOT_FOUND)
-    elif isinstance(store, FileCheckpointStorage) and not (store.root / FILE_RUNS_DIR).is_dir():
+    elif (files := file_store(store)) is not None and not (files.root / FILE_RUNS_DIR).is_dir():
         return CommandError(f"no store at {where}: no nestegg file store there", EXIT_NOT_FOUND)
     return None
+
+
+def sqlite_store(store: object) -> SQLiteCheckpointStorage | None:
+    """``store`` if it is a SQLite store, else None; the SQLite store is not imported to
+    tell (a store whose module was never imported has no instances)."""
+    from nestegg.checkpoint.stores.registry import loaded_class
+
+    cls: type[SQLiteCheckpointStorage] | None = loaded_class("SQLiteCheckpointStorage")
+    return store if cls is not None and isinstance(store, cls) else None
+
+
+def file_store(store: object) -> FileCheckpointStorage | None:
+    """``store`` if it is a file store, else None; as :func:`sqlite_store` tells."""
+    from nestegg.checkpoint.stores.registry import loaded_class
+
+    cls: type[FileCheckpointStorage] | None = loaded_class("FileCheckpointStorage")
+    return store if cls is not None and isinstance(store, cls) else None
 
 
 def _relative(path: Path) -> str:
@@ -475,7 +516,7 @@ async def opened_store(
         where = without_password(str(url))
         if (read_only or existing) and (absent := await server_absent(store, where)) is not None:
             raise absent
-        if not (read_only and isinstance(store, FileCheckpointStorage)):  # it would create
+        if not (read_only and file_store(store) is not None):  # it would create
             await store.setup()
         yield store
     finally:
@@ -505,12 +546,15 @@ def run_with_store(
     ``existing``: an embedded store must exist (nothing is created: CommandError with
     exit 3 otherwise); ``read_only`` too, and SQLite is opened read-only.
     """
+    import asyncio
+
     url = store_url(ctx, store)
     return asyncio.run(_with_store(url, work, read_only, existing))
 
 
 def run_async(work: Callable[[], Awaitable[T]]) -> T:
     """Run ``work`` in a fresh event loop."""
+    import asyncio
 
     async def call() -> T:
         return await work()

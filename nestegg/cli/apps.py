@@ -8,12 +8,14 @@ import os
 import sys
 import traceback
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import CommandError, error_line, open_selected
-from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.clutch import Clutch
 
 APP_HELP = (
     "The Clutch that resumes or forks the runs, as module:attribute (e.g. "
@@ -31,6 +33,8 @@ def import_app(spec: str, named: str = "--app") -> Clutch:
         CommandError: (bad usage) the spec is malformed, the module cannot be imported,
             the attribute is missing or is not a checkpointed Clutch.
     """
+    from nestegg.clutch import Clutch
+
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise CommandError(f"{named} must look like module:attribute, got {spec!r}", EXIT_USAGE)

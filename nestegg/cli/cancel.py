@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.cancels import Cancellation, cancel_run
-from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import JsonOption, StoreOption, app, id_argument, run_with_store
-from nestegg.cli.render import STEPS, Output, counted
 from nestegg.constants import DEFAULT_LEASE, QUEUED, RUNNING
 from nestegg.identifiers import check_name
+from nestegg.wording import STEPS, counted
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.cancels import Cancellation
+    from nestegg.checkpoint.stores.base import CheckpointStorage
 
 
 def _summary(cancel: Cancellation) -> dict[str, Any]:
@@ -47,6 +49,8 @@ async def cancel_stored(store: CheckpointStorage, run_id: str, now: float) -> di
         RunNotFoundError, RunFinishedError, RunLockedError: as
             :func:`~nestegg.checkpoint.cancels.cancel_run` raises them.
     """
+    from nestegg.checkpoint.cancels import cancel_run
+
     lease = DEFAULT_LEASE.total_seconds()
     chosen = check_name(run_id, "run id")
     return _summary(await cancel_run(store, chosen, now, lease_seconds=lease))
@@ -79,6 +83,8 @@ def cancel_command(
     call (a journaled call in flight is paid) and is not recorded. A completed or failed
     run is refused (exit 1); a cancelled one is left as it is.
     """
+    from nestegg.cli.render import Output
+
     out = Output(as_json)
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:

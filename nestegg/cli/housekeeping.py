@@ -9,40 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.given import refuse_key_twice
-from nestegg.checkpoint.ownership import owner_alive
-from nestegg.checkpoint.records import RunRecord
-from nestegg.checkpoint.stores.base import CheckpointStorage, checkpoints_of
 from nestegg.cli.app import CommandError, StoreOption, app, id_argument, run_with_store
-from nestegg.cli.json_input import (
-    STANDARD_STREAM,
-    read_json_text,
-    refuse_empty_path,
-    source_name,
-)
-from nestegg.cli.reading import get_run
-from nestegg.cli.render import (
-    CHECKPOINTS,
-    EVENTS,
-    JOURNAL_ENTRIES,
-    RUNS,
-    STEPS,
-    Output,
-    counted,
-    dump_json,
-)
 from nestegg.cli.runs import check_status
-from nestegg.cli.transfer import (
-    ExportFormatError,
-    export_run,
-    import_run,
-    missing_steps,
-    read_export,
-)
 from nestegg.constants import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -52,7 +24,12 @@ from nestegg.constants import (
 )
 from nestegg.errors import CheckpointCorruptedError, InvalidIdentifierError, RunLockedError
 from nestegg.identifiers import check_pipeline_filter
-from nestegg.wording import numbers_text
+from nestegg.wording import CHECKPOINTS, EVENTS, JOURNAL_ENTRIES, RUNS, STEPS, counted, numbers_text
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.cli.render import Output
 
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 """The units of a duration, the largest first: the order a sum of them is written in."""
@@ -155,6 +132,9 @@ async def plan_prune(
     Raises:
         InvalidIdentifierError: a ``pipeline`` no pipeline can have (nothing is deleted).
     """
+    from nestegg.checkpoint.ownership import owner_alive
+    from nestegg.checkpoint.stores.base import checkpoints_of
+
     now = time.time()
     runs = await store.list_runs(pipeline=check_pipeline_filter(pipeline), statuses=statuses)
     plan = PrunePlan()
@@ -221,6 +201,8 @@ def prune_command(
     Only finished runs unless --status says otherwise (--status running means interrupted
     runs); runs a live process executes are never touched.
     """
+    from nestegg.cli.render import Output
+
     statuses = check_status(status) or list(FINISHED)  # a bad value named before the rest
     if keep is None and older_than is None:
         raise CommandError("prune needs --keep N and/or --older-than DURATION", EXIT_USAGE)
@@ -262,6 +244,10 @@ def delete_command(
 
     That is its steps, checkpoints, events and journal entries.
     """
+    from nestegg.checkpoint.ownership import owner_alive
+    from nestegg.cli.reading import get_run
+    from nestegg.cli.render import Output
+
     out = Output()
 
     async def work(opened: CheckpointStorage) -> None:
@@ -301,6 +287,9 @@ def export_command(
 
     The document holds the run and everything of it (format: docs/cli.md).
     """
+    from nestegg.cli.json_input import STANDARD_STREAM, refuse_empty_path
+    from nestegg.cli.render import Output
+    from nestegg.cli.transfer import export_run
 
     if output is not None:  # a str: Path('') would be the current directory
         refuse_empty_path(output, "--output", "standard output")
@@ -322,6 +311,8 @@ def export_command(
 
 def export_text(exported: dict[str, Any]) -> bytes:
     """The file ``nestegg export`` writes of ``exported``: the one writer of its text."""
+    from nestegg.cli.render import dump_json
+
     return dump_json(exported).encode() + b"\n"
 
 
@@ -331,6 +322,8 @@ def _refuse_key_twice(raw: bytes, document: Any, source: str) -> None:
     export as :func:`export_command` writes it, unedited, is :func:`export_text` of the
     document read, whose objects have each key once: it is not read again (about 10 ms for
     a run of 10,000 steps, instead of about 100)."""
+    from nestegg.checkpoint.given import refuse_key_twice
+
     if export_text(document) != raw:
         refuse_key_twice(raw, source, plain=True)
 
@@ -347,6 +340,10 @@ def import_command(
 
     Exactly as it was: same ids and records; checksums are checked first.
     """
+    from nestegg.cli.json_input import read_json_text, source_name
+    from nestegg.cli.render import Output
+    from nestegg.cli.transfer import ExportFormatError, import_run, missing_steps, read_export
+
     document, raw = read_json_text(source)
     named = source_name(source)
     _refuse_key_twice(raw, document, named)

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from nestegg.cli.render import escaped, escaped_lines
+from nestegg.cli.escapes import escaped, escaped_lines
 from nestegg.errors import CheckpointFallbackWarning
 
 CLIENT_LOGGERS = frozenset({"aio_pika", "aiormq", "pamqp", "psycopg", "psycopg_pool", "redis"})

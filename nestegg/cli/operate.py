@@ -3,22 +3,14 @@ and fork; recover is recover.py's."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shlex
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.admission import check_checkpoint_run
-from nestegg.checkpoint.forks import fork_id_taken
-from nestegg.checkpoint.given import given_data, refuse_key_twice
-from nestegg.checkpoint.ownership import run_state
-from nestegg.checkpoint.records import RunRecord, new_run_id
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.views import to_datetime
 from nestegg.cli.app import (
     CommandError,
     JsonOption,
@@ -31,12 +23,7 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound, import_app, own_store
-from nestegg.cli.json_input import parse_json, read_json_text, source_name
-from nestegg.cli.reading import get_checkpoint, get_run
-from nestegg.cli.render import STEPS, Output, counted, cut_at, to_json
 from nestegg.cli.replayed import replayed_failure_error
-from nestegg.cli.wait_words import unreadable_text, wait_text
-from nestegg.clutch import Clutch
 from nestegg.constants import (
     CANCELLED,
     COMPLETED,
@@ -55,6 +42,13 @@ from nestegg.errors import (
 )
 from nestegg.identifiers import check_name
 from nestegg.urls import without_password
+from nestegg.wording import STEPS, counted
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.cli.render import Output
+    from nestegg.clutch import Clutch
 
 AppOption = Annotated[str, typer.Option("--app", "-a", help=APP_HELP, show_default=False)]
 PROGRESS_POLL_SECONDS = 0.2
@@ -94,6 +88,8 @@ def waits_error(waiting: RunWaiting, ran: str | None, options: str) -> CommandEr
     (exit 5): for what and until when, what ran before it waits (``ran``:
     ``RESUMED_AND_WAITS``, say; None: nothing ran), and the command that ends the wait
     (``options``: the --app and --store to give it)."""
+    from nestegg.cli.wait_words import wait_text
+
     run_id = waiting.run_id or ""
     wait = waits_for(waiting)
     what = wait_text(wait)
@@ -111,6 +107,8 @@ def waits_for(waiting: RunWaiting) -> dict[str, Any]:
     """What a run waits for, as ``runs --status waiting`` gives it: ``signal`` (None for a
     timer) and ``deadline``, or ``unreadable`` and ``deadline`` when what it waits for
     cannot be read; ``received`` and ``due`` false, the run waiting (again)."""
+    from nestegg.checkpoint.views import to_datetime
+
     deadline = to_datetime(waiting.deadline)
     if waiting.unreadable is not None:
         return {"unreadable": waiting.unreadable, "deadline": deadline, "due": False}
@@ -122,6 +120,8 @@ def _wait_ender(
 ) -> str:
     """The command that ends the wait of ``run_id`` (:func:`waits_for`'s ``wait``); for a
     run on workers (``on_workers``) whose wait ends with time, that a sweep resumes it."""
+    from nestegg.cli.wait_words import unreadable_text
+
     if wait.get("signal") is None:
         unreadable = unreadable_text(wait)
         due = "the timer is due" if unreadable is None else "its deadline passes"
@@ -153,6 +153,8 @@ async def _spinner(
     out: Output, store: CheckpointStorage, run_id: str, doing: str = "resuming"
 ) -> AsyncIterator[None]:
     """A spinner on stderr (terminals only) counting the run's committed steps."""
+    import asyncio
+
     if not out.errors.is_terminal:
         yield
         return
@@ -184,6 +186,8 @@ async def told_when_handed_back(
     if clutch.transport is None:
         yield
         return
+    import asyncio
+
     from nestegg.transport.handback import HANDED_BACK
 
     handed_back = asyncio.Event()
@@ -241,6 +245,9 @@ async def _resume_from(
     None: its newest valid one, on the workers of a Clutch with a transport unless
     ``here``); the result, and the step the checkpoint covers (None for the newest). A
     cancel that came after the read wins: the run is not reopened."""
+    from nestegg.checkpoint.admission import check_checkpoint_run
+    from nestegg.cli.reading import get_checkpoint
+
     reopen = before.status == CANCELLED
     if checkpoint_id is None:
         result = await clutch.resume_latest(before.run_id, reopen_cancelled=reopen, here=here)
@@ -284,6 +291,10 @@ def resume_command(
     replays such failures; one that fails on a replayed failure exits 1 saying that
     resuming it again makes the call again.
     """
+    from nestegg.checkpoint.ownership import run_state
+    from nestegg.cli.reading import get_run
+    from nestegg.cli.render import Output, to_json
+
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
     options = app_options(ctx, app_spec, store, clutch)
@@ -392,6 +403,10 @@ def _fork_data(data: str | None, data_file: str | None) -> tuple[Any, str]:
         ConfigurationError: it holds a value ``nestegg inspect`` cut (without --full),
             which the fork would run with, cut, or an object with a key twice.
     """
+    from nestegg.checkpoint.given import refuse_key_twice
+    from nestegg.cli.json_input import parse_json, read_json_text, source_name
+    from nestegg.cli.render import cut_at
+
     if data is not None and data_file is not None:
         raise CommandError("give --data or --data-file, not both", EXIT_USAGE)
     if data is not None:
@@ -459,6 +474,12 @@ def fork_command(
     model of the agent it goes to, a --run-id a run has already) stores nothing. A fork
     that fails in a step stays, failed: nestegg resume NEW_RUN_ID --app ... retries it.
     """
+    from nestegg.checkpoint.forks import fork_id_taken
+    from nestegg.checkpoint.given import given_data
+    from nestegg.checkpoint.records import new_run_id
+    from nestegg.cli.reading import get_checkpoint, get_run
+    from nestegg.cli.render import Output, to_json
+
     out = Output(as_json)
     given = _fork_data(data, data_file)
     new_id = check_name(run_id, "run id") if run_id is not None else new_run_id()

@@ -3,16 +3,12 @@ runs that are due, N at a time, with a progress bar and a summary."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from nestegg.checkpoint.ownership import run_state
-from nestegg.checkpoint.stores.base import CheckpointStorage
 from nestegg.cli.app import (
     JsonOption,
     StoreOption,
@@ -30,10 +26,7 @@ from nestegg.cli.operate import (
     load_app,
     waits_for,
 )
-from nestegg.cli.render import RUNS, Output, counted
 from nestegg.cli.replayed import replayed_failure
-from nestegg.cli.wait_words import wait_text
-from nestegg.clutch import Clutch
 from nestegg.constants import (
     CLI_RECOVER_CONCURRENCY,
     EXIT_FAILED,
@@ -47,6 +40,12 @@ from nestegg.errors import (
     RunLockedError,
     RunWaiting,
 )
+from nestegg.wording import RUNS, counted
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.cli.render import Output
+    from nestegg.clutch import Clutch
 
 REFUSED = "refused"
 """The outcome of a run ``nestegg recover`` did not resume: the pipeline changed (an agent
@@ -62,6 +61,8 @@ def _recover_detail(outcome: dict[str, Any], options: str) -> str:
         return replayed_failure(outcome["run_id"], outcome["error"], options)
     if wait is None:
         return str(outcome.get("error", ""))
+    from nestegg.cli.wait_words import wait_text
+
     ender = _wait_ender(outcome["run_id"], wait, options)
     return f"{RESUMED_AND_WAITS} {wait_text(wait)}: {ender}"
 
@@ -69,6 +70,8 @@ def _recover_detail(outcome: dict[str, Any], options: str) -> str:
 async def _resume_each(
     clutch: Clutch, run_ids: list[str], concurrency: int, advance: Callable[[], None]
 ) -> list[dict[str, Any]]:
+    import asyncio
+
     limit = asyncio.Semaphore(concurrency)
 
     async def one(run_id: str) -> dict[str, Any]:
@@ -99,6 +102,8 @@ async def _resume_each(
 async def _with_bar(
     out: Output, total: int, work: Callable[[Callable[[], None]], Awaitable[list[Any]]]
 ) -> list[Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         TextColumn("recovering"),
         BarColumn(),
@@ -136,6 +141,8 @@ def recover_command(
 
     Exits 1 if any of them failed again or was refused.
     """
+    from nestegg.cli.render import Output
+
     out = Output(as_json)
     clutch = load_app(ctx, app_spec, store, out)
 
@@ -193,6 +200,8 @@ def _refusals(outcomes: list[dict[str, Any]]) -> list[str]:
 async def _queued(store: CheckpointStorage, pipeline: str) -> list[str]:
     """The runs of ``pipeline`` stored for workers that none took yet (shown ``queued``),
     which ``nestegg recover`` leaves to them, newest first."""
+    from nestegg.checkpoint.ownership import run_state
+
     runs = await store.list_runs(pipeline=pipeline, statuses=[RUNNING])
     now = time.time()  # a command judges leases by the wall clock
     return [run.run_id for run in runs if run_state(run, now) == QUEUED]

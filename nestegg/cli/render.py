@@ -43,6 +43,10 @@ from rich.text import Text
 
 from nestegg.checkpoint.codec import TAG, KeptEnum, to_jsonable
 from nestegg.checkpoint.iso_times import iso_text
+from nestegg.cli import json_output
+from nestegg.cli.escapes import FORMAT_CHARS
+from nestegg.cli.escapes import escaped as escaped
+from nestegg.cli.escapes import escaped_lines as escaped_lines
 from nestegg.cli.paths import format_path, set_items
 from nestegg.constants import (
     CLI_VALUE_CHARS,
@@ -72,37 +76,8 @@ STATUS_STYLES = {
 }
 
 
-RUNS = ("run", "runs")
-CHECKPOINTS = ("checkpoint", "checkpoints")
-EVENTS = ("event", "events")
-JOURNAL_ENTRIES = ("journal entry", "journal entries")
-THREADS = ("thread", "threads")
-ROWS = ("row", "rows")
-LANGGRAPH_THREADS = ("LangGraph thread", "LangGraph threads")
-
-
-_FORMAT_CHARS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-"""The invisible format characters that reorder or hide the text around them on a
-terminal (the bidi marks, embeddings, overrides and isolates), as a regex class's ranges."""
-_UNSAFE_IN_TEXT = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT_CHARS}]")
-"""What a terminal acts on: C0, DEL, C1 and the format characters."""
-_UNSAFE_IN_JSON = re.compile(f"[\x7f-\x9f{_FORMAT_CHARS}]")
+_UNSAFE_IN_JSON = re.compile(f"[\x7f-\x9f{FORMAT_CHARS}]")
 """What a terminal acts on that JSON text may hold raw (orjson escapes C0)."""
-
-
-def escaped(text: str) -> str:
-    """``text`` with its control and bidi characters written as Python escapes (``\\n``,
-    ``\\x1b``, ``\\u202e``), so a stored id or name cannot move the cursor, recolour or
-    clear the terminal, reorder what it shows, or break a table's lines; every line,
-    note and table cell (:func:`table_cell`) goes through it (``--json`` has the text whole)."""
-    if text.isprintable():
-        return text
-    return _UNSAFE_IN_TEXT.sub(lambda match: repr(match.group())[1:-1], text)
-
-
-def escaped_lines(text: str) -> str:
-    """``text`` :func:`escaped` line by line, its newlines kept (a traceback, a log record)."""
-    return "\n".join(escaped(line) for line in text.split("\n"))
 
 
 def table_cell(text: str) -> str:
@@ -335,19 +310,6 @@ def fit_widths(widths: Sequence[int], whole: Sequence[int], available: int) -> l
     return fitted
 
 
-@dataclasses.dataclass
-class JsonOutput:
-    """The command's ``--json``: whether it was given, and whether the command wrote JSON
-    on stdout (a failure's JSON object then stays off it)."""
-
-    requested: bool = False
-    written: bool = False
-
-
-json_output = JsonOutput()
-"""The command under way's (reset as each command starts)."""
-
-
 class Output:
     """Where a command writes: JSON, a terminal (rich) or a pipe (plain text)."""
 
@@ -364,7 +326,7 @@ class Output:
 
     def json_text(self, text: str, *, indent: bool = True) -> None:
         """Write JSON ``text`` (:func:`dump_json`'s) as :meth:`json` writes it."""
-        json_output.written = True
+        json_output.state.written = True
         if self.terminal and not self.as_json and indent:
             # highlighted as print_json does, without its parsing again, which unescapes
             self.console.print(JSONHighlighter()(text), soft_wrap=True)

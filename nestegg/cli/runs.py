@@ -3,38 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.codec import enums_kept, sets_in_order, to_jsonable
-from nestegg.checkpoint.event_log import step_facts_for
-from nestegg.checkpoint.records import RunRecord
-from nestegg.checkpoint.stores import common
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.cli import events, reading
 from nestegg.cli.app import CommandError, JsonOption, StoreOption, app, id_argument, run_with_store
-from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
-from nestegg.cli.paths import PathNotFoundError, select
-from nestegg.cli.render import (
-    Output,
-    counted,
-    dump_json,
-    readable,
-    seconds,
-    shorten,
-    to_json,
-    when,
-)
 from nestegg.cli.seconds import seconds_parser
-from nestegg.cli.wait_words import (
-    app_placeholder,
-    named_some,
-    resume_hint,
-    unreadable_text,
-    wait_is_over,
-    wait_text,
-)
 from nestegg.constants import (
     CLI_POLL_INTERVAL,
     CLI_RUN_LIMIT,
@@ -54,6 +28,12 @@ from nestegg.constants import (
     STATUSES,
 )
 from nestegg.identifiers import check_pipeline_filter
+from nestegg.wording import counted
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.records import RunRecord
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.cli.render import Output
 
 FullOption = Annotated[
     bool,
@@ -68,6 +48,8 @@ RUN_COLUMNS = ("RUN", "PIPELINE", "STATUS", "STEPS", "LAST CHECKPOINT", "UPDATED
 
 def check_status(status: str | None, accepted: tuple[str, ...] = STATUSES) -> list[str] | None:
     """The statuses to filter by; bad usage, naming every ``accepted`` one, for another."""
+    from nestegg.checkpoint.stores import common
+
     if status is None:
         return None
     common.check_status(status, accepted)
@@ -95,12 +77,17 @@ def _owner_cell(row: dict[str, Any]) -> str:
 
 
 def _status_cell(row: dict[str, Any]) -> str:
+    from nestegg.cli import reading
+    from nestegg.cli.wait_words import wait_text
+
     wait = row.get("waits_for")
     status = reading.shown_status(row)
     return f"{status} ({wait_text(wait)})" if wait else status
 
 
 def _run_cells(row: dict[str, Any]) -> list[str]:
+    from nestegg.cli.render import when
+
     last = row["last_checkpoint"]
     return [
         row["run_id"],
@@ -139,6 +126,10 @@ def runs_command(
     running, stored for workers, none took it yet; waiting: with the signal or timer it
     waits for, and its deadline), steps, last checkpoint, last update, owner.
     """
+    from nestegg.cli import reading
+    from nestegg.cli.render import Output
+    from nestegg.cli.wait_words import app_placeholder, named_some, unreadable_text, wait_is_over
+
     shown = INTERRUPTED if interrupted else None
     if status in SHOWN_RUNNING and not interrupted:  # as the table shows it: running ones
         status, shown = None, status
@@ -191,6 +182,8 @@ def _fork_lines(details: dict[str, Any], shown: int | None) -> list[str]:
     """A line per run forked from the run, newest first (the first ``shown``; None: all),
     then how many more there are, or that the search for them was cut short."""
     forks = details["forks"]
+    from nestegg.cli import reading
+
     lines = [
         f"{f['run_id']} at {f['checkpoint']} ({reading.shown_status(f)})" for f in forks[:shown]
     ]
@@ -202,6 +195,8 @@ def _fork_lines(details: dict[str, Any], shown: int | None) -> list[str]:
 
 
 def _show_summary(out: Output, details: dict[str, Any], forks_shown: int | None) -> None:
+    from nestegg.cli.render import to_json, when
+
     run = details["run"]
     items: list[tuple[str, str | list[str]]] = [
         ("run", run["run_id"]),
@@ -228,6 +223,8 @@ def _show_summary(out: Output, details: dict[str, Any], forks_shown: int | None)
 def _in_flight_row(step: dict[str, Any], status: str) -> list[str]:
     """The timeline row of the step under way (``interrupted`` when its owner is gone), or
     of the step the run was cancelled in."""
+    from nestegg.cli.render import when
+
     outcome = status if status in ("interrupted", "waiting", "cancelled") else "running"
     calls = step["calls"]
     if calls:
@@ -236,6 +233,9 @@ def _in_flight_row(step: dict[str, Any], status: str) -> list[str]:
 
 
 def _show_timeline(out: Output, details: dict[str, Any]) -> None:
+    from nestegg.cli import reading
+    from nestegg.cli.render import seconds, when
+
     rows = []
     for step in details["steps"]:
         rows.append(
@@ -289,6 +289,10 @@ def show_command(
     The timeline shows each step's agent, start, duration and outcome, and the checkpoints
     taken after it.
     """
+    from nestegg.cli import reading
+    from nestegg.cli.render import Output
+    from nestegg.cli.wait_words import app_placeholder, resume_hint, unreadable_text, wait_is_over
+
     tail = None if (show_all or as_json) else CLI_SHOW_STEPS
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
@@ -319,6 +323,8 @@ def checkpoints_command(
     Inspect one with `nestegg inspect ID`; CHECK says whether a resume from it would use
     it (DAMAGED: its record or a step record it rests on fails its checksum, or is missing).
     """
+    from nestegg.cli import reading
+    from nestegg.cli.render import Output, when
 
     async def work(opened: CheckpointStorage) -> tuple[RunRecord, list[dict[str, Any]]]:
         run = await reading.get_run(opened, run_id)
@@ -349,6 +355,8 @@ def checkpoints_command(
 
 
 def _part(state: dict[str, Any], path: str | None) -> Any:
+    from nestegg.cli.paths import PathNotFoundError, select
+
     if path is None:
         return state
     try:
@@ -393,6 +401,9 @@ def inspect_command(
     its ISO string, NaN bare); with --stored it is tagged as the codec stores it, what
     nestegg fork --data reads back as the same value.
     """
+    from nestegg.checkpoint.codec import enums_kept, sets_in_order, to_jsonable
+    from nestegg.cli import reading
+    from nestegg.cli.render import Output, dump_json, readable, shorten
 
     async def work(opened: CheckpointStorage) -> dict[str, Any]:
         return reading.state_json(await reading.resolve_state(opened, checkpoint))
@@ -428,6 +439,9 @@ def diff_command(
 
     Lists the paths of the state that were added (+), removed (-) or changed (~).
     """
+    from nestegg.cli import reading
+    from nestegg.cli.diff import ADDED, REMOVED, diff_values, summarize, types_told
+    from nestegg.cli.render import Output, readable, shorten, to_json
 
     async def work(opened: CheckpointStorage) -> tuple[dict[str, Any], dict[str, Any]]:
         return await reading.compared_states(opened, old, new)
@@ -485,6 +499,10 @@ def events_command(
     each at the time it returned and before the line that ends its step. --json writes one
     JSON object per line (JSON Lines).
     """
+    from nestegg.checkpoint.event_log import step_facts_for
+    from nestegg.cli import events, reading
+    from nestegg.cli.render import Output
+
     out = Output(as_json)
 
     async def work(opened: CheckpointStorage) -> None:

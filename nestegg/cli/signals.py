@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nestegg.checkpoint.given import refuse_key_twice
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.waiting import (
-    SignalNote,
-    signal_note,
-    signal_resumes,
-    store_signal,
-    wait_known,
-)
 from nestegg.cli.app import (
     REPLACE_FLAG,
     JsonOption,
@@ -27,7 +18,6 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, bound
-from nestegg.cli.json_input import parse_json
 from nestegg.cli.operate import (
     RESUMED_AND_WAITS,
     app_options,
@@ -35,10 +25,11 @@ from nestegg.cli.operate import (
     told_when_handed_back,
     waits_error,
 )
-from nestegg.cli.reading import get_run
-from nestegg.cli.render import Output, to_json
-from nestegg.cli.wait_words import app_placeholder, resume_hint
 from nestegg.errors import RunWaiting
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.checkpoint.waiting import SignalNote
 
 
 @app.command("signal")
@@ -72,6 +63,13 @@ def signal_command(
     5, as resume does); without, the signal is only stored, and
     `nestegg recover --app ...` (or a worker) resumes the run.
     """
+    from nestegg.checkpoint.given import refuse_key_twice
+    from nestegg.checkpoint.waiting import signal_note, signal_resumes, store_signal, wait_known
+    from nestegg.cli.json_input import parse_json
+    from nestegg.cli.reading import get_run
+    from nestegg.cli.render import Output, to_json
+    from nestegg.cli.wait_words import app_placeholder
+
     out = Output(as_json)
     data = parse_json(value, "the signal's value")
     refuse_key_twice(value, "the signal's value", plain=True)  # orjson kept the last value
@@ -116,6 +114,8 @@ def signal_command(
 def _still_to_resume(note: SignalNote, options: str) -> str:
     """What a run the signal was stored for, and not resumed, still needs: a run that
     waits for it goes on once resumed (``options``: the --app and --store to give)."""
+    from nestegg.cli.wait_words import resume_hint
+
     if not note.awaited:
         return ""
     how = resume_hint(note.run_id, options)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.threads import ThreadStore, check_thread_id
 from nestegg.cli.app import (
     CommandError,
     JsonOption,
@@ -20,17 +18,13 @@ from nestegg.cli.app import (
     store_url,
 )
 from nestegg.cli.housekeeping import DryRunOption, YesOption, confirm_or_stop, parse_duration
-from nestegg.cli.render import (
-    CHECKPOINTS,
-    LANGGRAPH_THREADS,
-    ROWS,
-    THREADS,
-    Output,
-    counted,
-    when,
-)
 from nestegg.constants import EXIT_NOT_FOUND, EXIT_USAGE
 from nestegg.errors import InvalidIdentifierError, MissingDependencyError
+from nestegg.wording import CHECKPOINTS, LANGGRAPH_THREADS, ROWS, THREADS, counted
+
+if TYPE_CHECKING:
+    from nestegg.checkpoint.stores.base import CheckpointStorage
+    from nestegg.checkpoint.stores.threads import ThreadStore
 
 threads_app = typer.Typer(
     help="LangGraph threads kept by NestEggSaver: list them (no subcommand) or prune them.",
@@ -54,6 +48,8 @@ def _langgraph() -> Any:
 
 
 def _threads(store: CheckpointStorage) -> ThreadStore:
+    from nestegg.checkpoint.stores.threads import ThreadStore
+
     if not isinstance(store, ThreadStore):
         raise CommandError(f"{type(store).__name__} keeps no LangGraph threads", EXIT_USAGE)
     return store
@@ -66,6 +62,8 @@ def threads_command(
     """The LangGraph threads in the store, most recently written first."""
     if ctx.invoked_subcommand is not None:
         return
+    from nestegg.cli.render import Output, when
+
     inspect = _langgraph()
 
     async def work(opened: CheckpointStorage) -> list[dict[str, Any]]:
@@ -97,6 +95,8 @@ def _refusal(thread_ids: list[str], where: str) -> InvalidIdentifierError | None
     """The refusal of the first of ``thread_ids`` :func:`check_thread_id` refuses, None
     when it refuses none: it stands unless the store holds such a thread (an older version
     wrote it), which :func:`_stored_if_refused` checks once the store is open."""
+    from nestegg.checkpoint.stores.threads import check_thread_id
+
     for thread_id in thread_ids:
         try:
             check_thread_id(thread_id, where)
@@ -139,6 +139,8 @@ def thread_command(
     store: StoreOption = None,
 ) -> None:
     """A LangGraph thread's checkpoints, newest first, with their metadata."""
+    from nestegg.cli.render import Output
+
     where = "the THREAD argument"
     refused = _refusal([thread_id], where)
     inspect = _langgraph()
@@ -216,6 +218,8 @@ def prune_command(
 ) -> None:
     """Keep only each namespace's latest checkpoint of LangGraph threads (and what it needs),
     or delete the threads with --delete."""
+    from nestegg.cli.render import Output
+
     where = "a THREAD argument"
     refused = _refusal(thread_ids or [], where)
     inspect = _langgraph()
@@ -271,6 +275,8 @@ def _prune(
     dry_run: bool,
     yes: bool,
 ) -> None:
+    from nestegg.cli.render import Output
+
     out = Output(False)
     strategy = "delete" if delete else "keep_latest"
     action = "delete" if delete else "prune to their latest checkpoints"
@@ -300,6 +306,7 @@ def _prune(
 def _note_kept_damage(ctx: typer.Context, store: str | None, thread_ids: list[str]) -> None:
     """Name the pruned threads that hold rows that cannot be read: a prune keeps them, and
     what they may need."""
+    from nestegg.cli.render import Output
     from nestegg.langgraph.damage import damaged_rows
 
     async def work(opened: CheckpointStorage) -> dict[str, int]:

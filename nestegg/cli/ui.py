@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-import secrets
-import socket
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 import typer
 
-from nestegg.checkpoint.stores.base import CheckpointStorage
-from nestegg.checkpoint.stores.file import FileCheckpointStorage
-from nestegg.checkpoint.stores.sqlite import SQLiteCheckpointStorage
 from nestegg.cli.app import (
     CommandError,
     StoreOption,
@@ -22,16 +17,22 @@ from nestegg.cli.app import (
     describe_store,
     embedded_absent,
     explicit_store,
+    file_store,
     run_async,
     run_with_store,
     server_absent,
+    sqlite_store,
     store_url,
 )
 from nestegg.cli.apps import APP_HELP, import_app, own_store
 from nestegg.cli.operate import app_options
-from nestegg.cli.render import Output
 from nestegg.constants import EXIT_FAILED, EXIT_USAGE
 from nestegg.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    import socket
+
+    from nestegg.checkpoint.stores.base import CheckpointStorage
 
 DEFAULT_PORT = 8765
 DEFAULT_HOST = "127.0.0.1"
@@ -90,6 +91,10 @@ def ui_command(
             f"--host {host} is reachable from other machines; add --allow-remote to mean it",
             EXIT_USAGE,
         )
+    import secrets
+
+    from nestegg.cli.render import Output
+
     try:
         import uvicorn
 
@@ -142,9 +147,10 @@ def url_host(host: str) -> str:
 
 def _own_where(store: CheckpointStorage, spec: str | None) -> str:
     """Where the store a Clutch names is, as the start line and a refusal show it."""
-    where: object = store.root if isinstance(store, FileCheckpointStorage) else None
-    if isinstance(store, SQLiteCheckpointStorage):
-        where = store.path
+    files, sqlite = file_store(store), sqlite_store(store)
+    where: object = files.root if files is not None else None
+    if sqlite is not None:
+        where = sqlite.path
     where = getattr(store, "where", where)  # a server store's: its server and prefix
     names = f"the store the Clutch at {spec} names"
     return names if where is None else f"{where} ({names})"
@@ -196,6 +202,8 @@ def resolve(host: str, port: int) -> BindAddress:
     Raises:
         CommandError: (bad usage, exit 2) ``host`` does not resolve to an address.
     """
+    import socket
+
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host.strip("[]"), port, type=socket.SOCK_STREAM
@@ -213,6 +221,8 @@ def listen(target: BindAddress) -> socket.socket:
     Raises:
         CommandError: it cannot listen there (exit 1).
     """
+    import socket
+
     shown, port = url_host(target.host), target.port
     try:
         listening = socket.socket(target.family, target.kind, target.proto)

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from nestegg.cli.app import CommandError, app, describe_store, run_async
 from nestegg.cli.apps import import_app
 from nestegg.cli.seconds import seconds_parser
-from nestegg.clutch import Clutch
 from nestegg.constants import EXIT_USAGE
-from nestegg.telemetry import store_shown
 from nestegg.urls import without_password
+
+if TYPE_CHECKING:
+    from nestegg.clutch import Clutch
 
 WORKER_APP_HELP = (
     "The Clutch to serve, as module:attribute (e.g. myproject.pipelines:triage); the "
@@ -82,6 +83,8 @@ def _agent_names(agents: str) -> list[str]:
 def serving_line(clutch: Clutch, agents: list[str] | None, concurrency: int) -> str:
     """The line a worker prints on stderr once it consumes: its pipeline, agents, broker
     (without a password) and store."""
+    from nestegg.telemetry import store_shown
+
     names = ", ".join(agents if agents is not None else clutch.agent_names)
     config = clutch.checkpoint_config  # a Clutch with a transport has one
     storage = config.storage if config is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -277,3 +278,18 @@ def test_a_store_url_refuses_a_max_pending_commits_that_is_no_positive_integer(
         f"positive integer, got {value!r}"
     )
     assert "s3cret" not in str(refused.value)
+
+
+def test_loaded_class_is_a_store_s_class_once_its_module_is_imported_and_imports_none() -> None:
+    code = (
+        "import sys\n"
+        "from nestegg.checkpoint.stores.registry import loaded_class\n"
+        "before = loaded_class('FileCheckpointStorage')\n"
+        "imported = 'nestegg.checkpoint.stores.file.store' in sys.modules\n"
+        "from nestegg.checkpoint.stores.file import FileCheckpointStorage\n"
+        "print(before, imported, loaded_class('FileCheckpointStorage') is FileCheckpointStorage)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["None", "False", "True"]

@@ -10,6 +10,7 @@ extra to install.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,15 @@ def import_store(entry: StoreEntry) -> Any:
     return getattr(module, entry.name)
 
 
+def loaded_class(name: str) -> Any:
+    """The store exported as ``name`` if its module has been imported, else None (nothing
+    is imported): a store whose module was never imported has no instances, so that
+    ``isinstance`` needs none of the others (``nestegg runs`` on SQLite imports no file
+    store to tell it is not one)."""
+    module = sys.modules.get(BY_NAME[name].module_path)
+    return None if module is None else getattr(module, name)
+
+
 def _outside_nestegg(exc: ImportError) -> bool:
     return not (exc.name or "nestegg").startswith("nestegg")
 
@@ -92,4 +102,12 @@ def store_class(scheme: str) -> Any:
     return import_store(entry)
 
 
-__all__ = ["BY_NAME", "BY_SCHEME", "STORES", "StoreEntry", "import_store", "store_class"]
+__all__ = [
+    "BY_NAME",
+    "BY_SCHEME",
+    "STORES",
+    "StoreEntry",
+    "import_store",
+    "loaded_class",
+    "store_class",
+]
