@@ -7,6 +7,7 @@ pool of a server store keeps tasks of its own); its stderr must stay empty.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -236,3 +237,24 @@ async def test_a_run_stored_cancelled_as_asyncio_run_ends_leaves_no_pending_task
     assert done.returncode == 0, done.stderr
     assert done.stdout == "timed out\ncancelled\n"
     assert done.stderr == ""
+
+
+@pytest.mark.server
+async def test_a_closed_postgres_store_closes_its_idle_connections(pg_url: str) -> None:
+    """``close()`` lets its pool's ``close()`` end: a second cancel of the pool's closer, by
+    the generator that closes it at the loop's end, cut it short, leaving the pool's idle
+    connections open."""
+    from nestegg.checkpoint.stores.postgres import PostgresCheckpointStorage
+
+    prefix = f"t{uuid.uuid4().hex[:12]}_"
+    store = PostgresCheckpointStorage(pg_url, table_prefix=prefix, min_size=2)
+    try:
+        await store.setup()
+        pool = store._pool
+        async with pool.connection() as first, pool.connection() as second:
+            idle = [first, second]  # back in the pool, idle, once the block ends
+        await store.close()
+        await asyncio.sleep(0.05)  # the generator's finalization runs meanwhile
+        assert [connection.closed for connection in idle] == [True, True]
+    finally:
+        await drop_postgres_tables(pg_url, prefix)

@@ -91,11 +91,17 @@ async def closed_at_shutdown(closer: asyncio.Task[None]) -> AsyncGenerator[None,
     cancelled every task and they have ended: a pool opened while they ended (a run
     cancelled as the loop ends stores its end, after the store was closed or the closer
     of its pool ran) has a closer nobody cancels, and would be left to the loop's close,
-    its tasks destroyed pending."""
+    its tasks destroyed pending. A closer already cancelled (the store's ``close()``, whose
+    ``_let_go`` lets go of this generator) is closing its pool: it is waited for, not
+    cancelled again, which would cut ``pool.close()`` short (idle connections left open,
+    waiting clients never told)."""
     try:
         yield
     finally:
-        await cancel_and_wait(closer)
+        if closer.cancelling():
+            await asyncio.wait([closer])
+        else:
+            await cancel_and_wait(closer)
 
 
 def close_at_exit(
