@@ -15,6 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nestegg.client_logs import quiet_unless_configured
+
+quiet_unless_configured("nestegg")  # the library's own lines: only where logging is set up
+
 if TYPE_CHECKING:
     from nestegg.clutch import Clutch
     from nestegg.context import ClutchContext, ClutchState, get_context

@@ -82,8 +82,7 @@ __all__ = [
     "timed_commit",
 ]
 
-log = logging.getLogger("nestegg")
-log.addHandler(logging.NullHandler())
+log = logging.getLogger("nestegg")  # with a NullHandler: nestegg/__init__.py
 
 CAPTURE_ENV = "NESTEGG_CAPTURE_CONTENT"
 GENAI_CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -534,3 +534,17 @@ async def test_a_run_that_waits_for_a_signal_is_not_an_error(sdk: Sdk, tmp_path:
     assert sdk.metrics()["nestegg.runs"] == [
         ({"gen_ai.workflow.name": "approvals", "nestegg.run.status": "waiting"}, 1)
     ]
+
+
+@pytest.mark.parametrize(
+    "module", ["nestegg.checkpoint.stores.file", "nestegg.langgraph", "nestegg.checkpoint"]
+)
+def test_any_module_of_the_package_keeps_the_library_quiet(module: str) -> None:
+    # nestegg's own package gives its logger the NullHandler, whatever module is imported
+    # first: a program that configured no logging gets none of nestegg's lines on stderr.
+    code = (
+        f"import logging, {module}\n"
+        "print([type(h).__name__ for h in logging.getLogger('nestegg').handlers])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "['NullHandler']\n", "")
