@@ -245,6 +245,24 @@ async def test_finished_runs_get_a_redis_expiry_and_a_claim_removes_it(
     assert {await client.ttl(k) for k in run_keys + checkpoint_keys} == {-1}
 
 
+async def test_the_index_of_a_runs_forks_expires_with_the_run(
+    open_store: OpenStore, client: Any
+) -> None:
+    # Else, once the run and its forks expired, their index stayed for good.
+    store = open_store(expire_finished_after=timedelta(hours=1))
+    run = await create(store, run_id="p", pipeline="a")
+    fork = await create(store, run_id="f1", pipeline="a", parent_run="p")
+    index = f"{store.prefix}forks:p"
+    await store.commit(make_commit(fork, status=COMPLETED, result=b"done"))
+    assert await client.ttl(index) == -1  # the run it indexes is not finished
+    await store.commit(make_commit(run, status=COMPLETED, result=b"done"))
+    assert 3500 < await client.ttl(index) <= 3600
+    now = time.time()
+    await store.claim_run(run.run_id, run.fence, OWNER, now + 30, now, reopen=True)
+    assert await client.ttl(index) == -1
+    assert await _fork_ids(store, "p") == ["f1"]
+
+
 async def test_runs_that_redis_expired_vanish_from_every_read(
     open_store: OpenStore, client: Any
 ) -> None:

@@ -19,7 +19,8 @@ which the scripts reach through the prefix.
 Shared keys: ``<prefix>checkpoint:<checkpoint id>`` (string: its run id),
 ``<prefix>runs`` and ``<prefix>pipeline:<name>`` (sorted sets of run ids by created_at),
 ``<prefix>forks:<run id>`` (sorted set of the ids of the runs forked from that run, by
-created_at: written with the fork's run, removed with it), ``<prefix>store`` (string
+created_at: written with the fork's run, removed with it; it expires with that run),
+``<prefix>store`` (string
 ``nestegg``, written by ``setup()``: a store is there, with or without runs;
 :data:`STORE_MARKS` are the keys that say so) and ``<prefix>layout`` (the layout version,
 :data:`LAYOUT_VERSION`, written by a writer's ``setup()`` once the store has what that
@@ -85,17 +86,20 @@ _ZADD_PAIRS = 500
 _FINISHED_LUA = "{" + ", ".join(f"[{status!r}] = true" for status in FINISHED) + "}"
 
 _SET_EXPIRY = """
+-- The run's keys, its signals and the index of its forks (which lives as long as the run:
+-- once it is gone, nothing lists its forks) expire with the run.
 local function set_expiry(prefix, ttl)
     local ids = redis.call('HKEYS', KEYS[6])
-    local signals = prefix .. 'signals:' .. string.sub(KEYS[1], #prefix + 5)
+    local run_id = string.sub(KEYS[1], #prefix + 5)
+    local own = {prefix .. 'signals:' .. run_id, prefix .. 'forks:' .. run_id}
     local finished = __FINISHED__
     if finished[redis.call('HGET', KEYS[1], 'status')] then
         for k = 1, 7 do redis.call('EXPIRE', KEYS[k], ttl) end
-        redis.call('EXPIRE', signals, ttl)
+        for _, key in ipairs(own) do redis.call('EXPIRE', key, ttl) end
         for _, id in ipairs(ids) do redis.call('EXPIRE', prefix .. 'checkpoint:' .. id, ttl) end
     else
         for k = 1, 7 do redis.call('PERSIST', KEYS[k]) end
-        redis.call('PERSIST', signals)
+        for _, key in ipairs(own) do redis.call('PERSIST', key) end
         for _, id in ipairs(ids) do redis.call('PERSIST', prefix .. 'checkpoint:' .. id) end
     end
 end
