@@ -190,7 +190,7 @@ def _fork_lines(details: dict[str, Any], shown: int | None) -> list[str]:
     if shown is not None and len(forks) > shown:
         lines.append(f"({len(forks) - shown} more; --all lists them)")
     if not details["forks_complete"]:
-        lines.append(f"(only the {FORK_SCAN} newest runs of its pipeline were searched for forks)")
+        lines.append(f"(the search for forks stopped after {FORK_SCAN} runs: there may be more)")
     return lines
 
 

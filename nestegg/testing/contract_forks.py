@@ -132,7 +132,9 @@ async def test_forks_are_found_alike_page_by_page_and_a_scan_cut_short_says_so(
     monkeypatch.setattr(base, "FORK_SCAN_PAGE", 2)  # several pages, the same forks
     assert await _found(store, "p") == (["f4", "f3", "f2", "f1"], True)
     capped = await _found(store, "p", scan=6)
-    if isinstance(store, ForkListing):  # an index lists them all, whatever the scan
+    if isinstance(store, ForkListing):  # an index lists them all within the scan
         assert capped == (["f4", "f3", "f2", "f1"], True)
+        assert await _found(store, "p", scan=4) == (["f4", "f3", "f2", "f1"], True)
+        assert await _found(store, "p", scan=3) == (["f4", "f3", "f2"], False)
     else:  # the 6 newest runs of the pipeline: the 5 later ones and f4
         assert capped == (["f4"], False)

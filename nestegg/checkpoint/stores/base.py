@@ -215,12 +215,17 @@ async def forks_of(
     scan: int | None = None,
 ) -> tuple[list[RunRecord], bool]:
     """The runs forked from run ``run_id`` (of ``pipeline``, created at ``created_at``),
-    newest first, and whether that is all of them: every one from a :class:`ForkListing`;
-    else those among the runs of the pipeline newer than it, read
-    :data:`~nestegg.constants.FORK_SCAN_PAGE` at a time, at most ``scan`` of them (None:
-    all), false when runs were left unread."""
+    newest first, and whether that is all of them: from a :class:`ForkListing`, the newest
+    ``scan`` (None: all), false when there are more; else those among the runs of the
+    pipeline newer than it, read :data:`~nestegg.constants.FORK_SCAN_PAGE` at a time, at
+    most ``scan`` of them (None: all), false when runs were left unread. Either way at most
+    ``scan`` runs are read (a page of the web inspector, ``show``: a run forked a million
+    times reads a bounded few)."""
     if isinstance(store, ForkListing):
-        return await store.list_forks(run_id), True
+        found = await store.list_forks(run_id, None if scan is None else scan + 1)
+        if scan is not None and len(found) > scan:
+            return found[:scan], False
+        return found, True
     forks: list[RunRecord] = []
     before: tuple[float, str] | None = None
     left = scan
