@@ -25,6 +25,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from nestegg.cancellation import cancel_requested, raise_if_cancel_requested
@@ -237,7 +238,7 @@ class StepRunner:
         waited_for: int | None = None  # the fence of the claim whose lease this waits for
         while True:
             run = await store.get_run(message.run_id)
-            elsewhere = not_here(message, run, self.clutch.name, store_shown(store))
+            elsewhere = not_here(message, run, self.clutch.name, partial(store_shown, store))
             if elsewhere is not None:
                 log.warning(elsewhere, extra={"run_id": message.run_id, "step": message.seq})
                 return None

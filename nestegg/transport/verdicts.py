@@ -9,6 +9,7 @@ interrupted step.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nestegg.checkpoint.formats import parse_event
@@ -56,11 +57,13 @@ def judge(run: RunRecord | None, message: StepMessage, redelivered: bool, now: f
     return Verdict.TAKE
 
 
-def not_here(message: StepMessage, run: RunRecord | None, pipeline: str, store: str) -> str | None:
+def not_here(
+    message: StepMessage, run: RunRecord | None, pipeline: str, store: Callable[[], str]
+) -> str | None:
     """Why ``message`` points at no run of ``pipeline`` in the worker's store (named as
-    ``store``), which drops it: the run is not there, or is another pipeline's (deleted, or
-    the process that sent the message uses another store than this worker); None when it
-    points at one."""
+    ``store()`` says, asked only then), which drops it: the run is not there, or is another
+    pipeline's (deleted, or the process that sent the message uses another store than this
+    worker); None when it points at one."""
     if run is not None and run.pipeline == pipeline:
         return None
     what = (
@@ -69,7 +72,7 @@ def not_here(message: StepMessage, run: RunRecord | None, pipeline: str, store: 
         else f"a run of pipeline {run.pipeline!r}, not {pipeline!r}, of that id"
     )
     return (
-        f"step {message.seq} of run {message.run_id!r}: the store of this worker ({store}) "
+        f"step {message.seq} of run {message.run_id!r}: the store of this worker ({store()}) "
         f"has {what}; the message is dropped (the run was deleted, or the process that sent "
         "the message uses another store than this worker)"
     )
