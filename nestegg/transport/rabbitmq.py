@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -91,7 +92,21 @@ def refusal(url: str, what: str, error: BaseException) -> BrokerRefusedError | N
         )
     if isinstance(error, ChannelAccessRefused):
         return BrokerRefusedError(f"{where} refused {what} to user {user!r}: {error}")
+    tls = _tls_error(error)
+    if parts.scheme == "amqps" and tls is not None and tls.reason == "WRONG_VERSION_NUMBER":
+        return BrokerRefusedError(
+            f"{where} answered no TLS handshake ({tls.reason}): amqps:// needs the broker's "
+            "TLS listener (port 5671 by default); a plain AMQP port takes amqp://"
+        )
     return None
+
+
+def _tls_error(error: BaseException) -> ssl.SSLError | None:
+    """The TLS error that caused ``error`` (aiormq wraps it), if one did."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, ssl.SSLError):
+        seen = seen.__cause__ or seen.__context__
+    return seen
 
 
 class RabbitDelivery:

@@ -165,6 +165,8 @@ def refused_url(setting: str, redis_url: str) -> str:
     rabbit_host = url.rpartition("@")[2].split("/")[0]
     if setting == "rabbitmq-login":
         return f"amqp://guest:wrong-secret@{rabbit_host}/"
+    if setting == "rabbitmq-tls":  # TLS asked of the plain AMQP port
+        return f"amqps://guest:guest@{rabbit_host}/"
     return f"amqp://guest:guest@{rabbit_host}/nestegg-no-such-vhost"
 
 
@@ -182,6 +184,12 @@ def refused_url(setting: str, redis_url: str) -> str:
             "RabbitMQ at amqp://guest@{host}/nestegg-no-such-vhost refused to open vhost "
             "'nestegg-no-such-vhost': it does not exist, user 'guest' may not access it, or a "
             "connection limit is reached",
+        ),
+        (
+            "rabbitmq-tls",
+            "RabbitMQ at amqps://guest@{host}/ answered no TLS handshake (WRONG_VERSION_NUMBER): "
+            "amqps:// needs the broker's TLS listener (port 5671 by default); a plain AMQP port "
+            "takes amqp://",
         ),
         (
             "redis-login",
