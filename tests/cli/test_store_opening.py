@@ -816,7 +816,9 @@ def test_a_read_of_a_redis_store_set_up_before_its_mark_writes_none(
             enabled=True,
             passwords=[f"+{password}"],
             keys=["*"],
-            commands=["+@read", "+@scripting", "+multi", "+exec"],
+            # as the README says: SELECT too for a database other than 0
+            commands=["+@read", "+@scripting", "+multi", "+exec"]
+            + (["+select"] if urlsplit(redis_url).path.strip("/") not in ("", "0") else []),
         )
         parts = urlsplit(redis_url)
         netloc = f"{user}:{password}@{parts.hostname}:{parts.port or 6379}"
