@@ -85,6 +85,19 @@ class Deployment:
         )
         return env
 
+    async def nestegg(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``nestegg ARGS`` run in a process of this deployment (in a thread, so that this
+        test's loop goes on meanwhile), its output captured."""
+        return await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "nestegg", *args],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Use these settings in this process too (pipelines built from now on)."""
         for key, value in self.env().items():

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import pytest
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.errors import IncompatibleDataError, RunFailedError
 from tests.transport.apps import make_flaky, make_outage, make_typed, make_typed_strict
-from tests.transport.conftest import ROOT, Deployment
+from tests.transport.conftest import Deployment
 from tests.transport.test_workers import _effects_sync, event_log
 
 pytestmark = [pytest.mark.crash, pytest.mark.server]
@@ -126,15 +124,8 @@ async def test_nestegg_resume_with_the_app_hands_a_failed_run_back_to_the_worker
 ) -> None:
     flag, worker_pid = await _failed_on_a_worker(deployment, monkeypatch, tmp_path, "cli")
     flag.unlink()
-    command = [sys.executable, "-m", "nestegg", "resume", "cli", "--app"]
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [*command, "tests.transport.apps:flaky", "--json"],
-        cwd=ROOT,
-        env=deployment.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = await deployment.nestegg(
+        "resume", "cli", "--app", "tests.transport.apps:flaky", "--json"
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == (  # what the command waits for (and would wait for, silent, with no

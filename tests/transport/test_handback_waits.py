@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from nestegg import RunWaiting
 from nestegg.checkpoint.stores.redis import RedisCheckpointStorage
 from nestegg.constants import EXIT_WAITING
 from tests.transport.apps import make_approving
-from tests.transport.conftest import ROOT, Deployment
+from tests.transport.conftest import Deployment
 from tests.transport.test_handback_paths import press_resume
 from tests.transport.test_workers import _effects_sync, event_log
 
@@ -130,15 +128,9 @@ async def test_a_signal_hands_the_run_whose_wait_it_ends_back_to_the_workers(
             signalled = approving.signal("sent", "approval", "yes")
             result = await asyncio.wait_for(signalled, HANDED_BACK_S)
         else:
-            command = [sys.executable, "-m", "nestegg", "signal", "sent", "approval", '"yes"']
-            done = await asyncio.to_thread(
-                subprocess.run,
-                [*command, "--app", "tests.transport.apps:approving", "--json"],
-                cwd=ROOT,
-                env=deployment.env(),
-                capture_output=True,
-                text=True,
-                timeout=60,
+            app = "tests.transport.apps:approving"
+            done = await deployment.nestegg(
+                "signal", "sent", "approval", '"yes"', "--app", app, "--json"
             )
             assert done.returncode == 0, done.stderr
             assert done.stderr == (
@@ -168,15 +160,8 @@ async def test_a_run_that_waits_again_on_workers_for_a_timer_is_said_to_be_resum
     approving = make_approving()
     try:
         await _waiting(approving, "napping")
-        command = [sys.executable, "-m", "nestegg", "signal", "napping", "approval", '"yes"']
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [*command, "--app", "tests.transport.apps:approving"],
-            cwd=ROOT,
-            env=deployment.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
+        done = await deployment.nestegg(
+            "signal", "napping", "approval", '"yes"', "--app", "tests.transport.apps:approving"
         )
     finally:
         await approving.stop()
