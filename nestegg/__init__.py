@@ -12,10 +12,10 @@ imports as written here.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from nestegg.client_logs import quiet_unless_configured
+from nestegg.lazy_names import imported_name
 
 quiet_unless_configured("nestegg")  # the library's own lines: only where logging is set up
 
@@ -67,12 +67,7 @@ if not TYPE_CHECKING:  # a type checker reads the imports above, and flags a nam
 
     def __getattr__(name: str) -> Any:
         """A public name, imported from its module (:data:`_HOMES`) when first used."""
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'nestegg' has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
-        globals()[name] = value  # the next use finds it without this function
-        return value
+        return imported_name(globals(), __name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:

@@ -9,10 +9,10 @@ reading a SQLite store) does not import the others.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from nestegg.checkpoint.stores.registry import BY_NAME, import_store
+from nestegg.lazy_names import imported_name
 
 if TYPE_CHECKING:
     from nestegg.checkpoint.config import CheckpointConfig, CheckpointPolicy
@@ -43,12 +43,7 @@ def __getattr__(name: str) -> Any:
     entry = BY_NAME.get(name)
     if entry is not None:
         return import_store(entry)
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'nestegg.checkpoint' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next use finds it without this function
-    return value
+    return imported_name(globals(), __name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:
