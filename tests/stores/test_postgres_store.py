@@ -112,15 +112,23 @@ async def test_migrations_are_recorded_once_and_setup_is_idempotent(
     assert names == sorted(store.table_prefix + s for s in suffixes)
 
 
+async def _store_at_version(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch, version: int
+) -> PostgresCheckpointStorage:
+    """A store set up with the schema as version ``version`` left it."""
+    from nestegg.checkpoint.stores.postgres import store as postgres
+
+    with monkeypatch.context() as patched:
+        patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:version])
+        old = open_store()
+        await old.setup()
+    return old
+
+
 async def test_a_version_2_schema_upgrades_and_its_truncations_then_drop_the_journal(
     open_store: OpenStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nestegg.checkpoint.stores.postgres import store as postgres
-
-    with monkeypatch.context() as patched:  # the schema as version 2 left it
-        patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:2])
-        old = open_store()
-        await old.setup()
+    old = await _store_at_version(open_store, monkeypatch, 2)
     run = await create(old)
     await commit_steps(old, run, range(1, 4))
     journal = [make_journal(run.run_id, step, 0) for step in range(1, 4)]
@@ -154,12 +162,7 @@ async def _plan_of_list_forks(pg_url: str, store: PostgresCheckpointStorage) -> 
 async def test_a_version_6_schema_gets_the_index_of_forks_a_reader_lists_them_without_it(
     open_store: OpenStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nestegg.checkpoint.stores.postgres import store as postgres
-
-    with monkeypatch.context() as patched:  # the schema as version 6 left it
-        patched.setattr(postgres, "MIGRATIONS", MIGRATIONS[:6])
-        old = open_store()
-        await old.setup()
+    old = await _store_at_version(open_store, monkeypatch, 6)
     await create(old, run_id="p")
     forks = [await create(old, run_id=f"f{i}", parent_run="p") for i in (1, 2)]
     grandchild = await create(old, run_id="g", parent_run="f1")
