@@ -10,7 +10,7 @@ the executions that one's, ``nestegg.pipeline.PipelineBase``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from nestegg.constants import REASON_AGENT, REASON_MANUAL
@@ -404,13 +404,8 @@ class Clutch(StoredRuns):
         book = self._checkpointing()
         again = reopen_cancelled
         if self.transport is not None and not here:
-            from nestegg.transport.handback import resume_on_workers
-
-            transport = self.transport
             task = await self._launch(
-                lambda lst: resume_on_workers(
-                    self, book, transport, run_id, lst, reopen_cancelled=again
-                ),
+                lambda lst: self._on_workers(book, lst, reopen_cancelled=again)(run_id),
                 StepListeners(),
             )
         else:
@@ -429,14 +424,23 @@ class Clutch(StoredRuns):
     ) -> Callable[[str], Awaitable[Any]] | None:
         """A run a signal ends the wait of goes on on the workers, as ``resume_latest``
         hands it back; here without a transport."""
-        transport = self.transport
-        if transport is None:
+        if self.transport is None:
             return None
+        return self._on_workers(book, listeners, reopen_cancelled=False)
+
+    def _on_workers(
+        self, book: CheckpointedRuns, listeners: StepListeners, *, reopen_cancelled: bool
+    ) -> Callable[[str | None], Coroutine[Any, Any, Any]]:
+        """Hands a run back to this Clutch's workers and awaits its result (it has a
+        transport)."""
         from nestegg.transport.handback import resume_on_workers
 
-        def hand_back(run_id: str) -> Awaitable[Any]:
+        transport = self.transport
+        assert transport is not None
+
+        def hand_back(run_id: str | None) -> Coroutine[Any, Any, Any]:
             return resume_on_workers(
-                self, book, transport, run_id, listeners, reopen_cancelled=False
+                self, book, transport, run_id, listeners, reopen_cancelled=reopen_cancelled
             )
 
         return hand_back
